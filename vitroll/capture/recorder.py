@@ -1,0 +1,186 @@
+"""AttentionRecorder: record every attention layer of a timm ViT during a forward pass."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from vitroll.capture.families import TokenLayout, family_of
+from vitroll.capture.fusion import check_head_fusion, fuse_heads
+from vitroll.capture.readouts import AttentionReadout, readout_for
+
+DEFAULT_CHUNK_BYTES = 32 * 2**20
+"""Upper bound on the per-head probabilities materialised at once on the query/key path."""
+
+
+def attention_probabilities(
+    q: torch.Tensor, k: torch.Tensor, scale: float, attn_mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """``softmax(q kᵀ · scale + mask)`` for queries (B, H, Q, D) and keys (B, H, N, D) → (B, H, Q, N).
+
+    A boolean ``attn_mask`` marks allowed positions; a float one is added to the logits.
+    """
+    logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            logits = logits.masked_fill(~attn_mask, float("-inf"))
+        else:
+            logits = logits + attn_mask
+    return logits.softmax(dim=-1)
+
+
+class AttentionRecorder:
+    """Context manager that records the attention probabilities of every layer of a model.
+
+    On entry it attaches hooks to each attention module of ``model`` (found through the model's
+    :mod:`family <vitroll.capture.families>` and each module's :mod:`readout <vitroll.capture.readouts>`);
+    on exit, also when the forward raised, it removes them and restores every flag it changed. Each
+    forward pass overwrites the previous one's record.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A timm model of a supported family.
+    head_fusion : {"mean", "max", "min"} or None
+        Heads are fused inside the hook, so only (B, N, N) per layer is kept; ``None`` keeps (B, H, N, N).
+    keep_graph : bool
+        Keep the probabilities in the autograd graph (for gradient methods). Forces the unfused path and
+        stores per-head probabilities, ignoring ``head_fusion`` and ``dtype``.
+    dtype : torch.dtype
+        Storage precision of the recorded maps (fusion itself runs in the model's precision).
+    chunk_bytes : int
+        Memory bound for the probabilities computed at once on the query/key path.
+
+    Examples
+    --------
+    >>> with AttentionRecorder(model) as recorder:          # doctest: +SKIP
+    ...     logits = model(images)
+    >>> recorder.attentions[0].shape                         # doctest: +SKIP
+    torch.Size([B, N, N])
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        head_fusion: Optional[str] = "mean",
+        keep_graph: bool = False,
+        dtype: torch.dtype = torch.float32,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        check_head_fusion(head_fusion)
+        self.model = model
+        self.family = family_of(model)
+        self.head_fusion = None if keep_graph else head_fusion
+        self.keep_graph = keep_graph
+        self.dtype = dtype
+        self.chunk_bytes = chunk_bytes
+        self._modules = self.family.attention_modules(model)
+        self._records: list[Optional[torch.Tensor]] = [None] * len(self._modules)
+        self._undo: list[Callable[[], None]] = []
+
+    # -- context management -------------------------------------------------------------------------
+    def __enter__(self) -> "AttentionRecorder":
+        try:
+            for index, module in enumerate(self._modules):
+                self._attach(index, module, readout_for(module))
+        except BaseException:
+            self._detach()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._detach()
+
+    def _detach(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    # -- results -------------------------------------------------------------------------------------
+    @property
+    def attentions(self) -> list[torch.Tensor]:
+        """Per layer, in forward order: (B, N, N), or (B, H, N, N) for per-head / ``keep_graph`` records."""
+        missing = [i for i, record in enumerate(self._records) if record is None]
+        if missing:
+            raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
+        return list(self._records)  # type: ignore[arg-type]
+
+    def token_layout(self, image_hw: tuple[int, int]) -> TokenLayout:
+        """Token layout of the model for an input of spatial size ``image_hw`` = (H, W)."""
+        layout = self.family.token_layout(self.model, tuple(image_hw))
+        recorded = self.attentions[0].shape[-1]
+        if layout.num_tokens != recorded:
+            raise RuntimeError(
+                f"token layout {layout} expects {layout.num_tokens} tokens but {recorded} were recorded"
+            )
+        return layout
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        if readout.query_key_modules is not None and not self.keep_graph:
+            self._attach_query_key(index, module, readout)
+        else:
+            self._attach_unfused(index, module, readout)
+
+    def _store(self, index: int, batch: int, heads: int, num_tokens: int, rows: Callable[[slice], torch.Tensor],
+               device: torch.device) -> None:
+        """Fill record ``index`` from ``rows(slice) -> (B, H, Q, N)`` in query chunks within the memory bound."""
+        shape = (batch, num_tokens, num_tokens) if self.head_fusion else (batch, heads, num_tokens, num_tokens)
+        out = torch.empty(shape, dtype=self.dtype, device=device)
+        bytes_per_row = batch * heads * num_tokens * 4
+        step = max(1, min(num_tokens, self.chunk_bytes // max(1, bytes_per_row)))
+        for start in range(0, num_tokens, step):
+            block = slice(start, min(start + step, num_tokens))
+            out[..., block, :] = fuse_heads(rows(block), self.head_fusion)
+        self._records[index] = out
+
+    def _attach_query_key(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        q_module, k_module = (module.get_submodule(name) for name in readout.query_key_modules)
+        state: dict[str, Optional[torch.Tensor]] = {}
+        scale = getattr(module, readout.scale_attr)
+
+        def remember_mask(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            mask = kwargs.get("attn_mask", args[1] if len(args) > 1 else None)
+            state["mask"] = mask
+
+        def remember_queries(_module: nn.Module, _args: tuple, q: torch.Tensor) -> None:
+            state["q"] = q
+
+        def record(_module: nn.Module, _args: tuple, k: torch.Tensor) -> None:
+            q, mask = state.pop("q"), state.pop("mask", None)
+            batch, heads, num_tokens, _ = k.shape
+            with torch.no_grad():
+                self._store(
+                    index, batch, heads, num_tokens,
+                    lambda rows: attention_probabilities(q[:, :, rows], k, scale, _mask_rows(mask, rows)),
+                    k.device,
+                )
+
+        self._undo.append(module.register_forward_pre_hook(remember_mask, with_kwargs=True).remove)
+        self._undo.append(q_module.register_forward_hook(remember_queries).remove)
+        self._undo.append(k_module.register_forward_hook(record).remove)
+
+    def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        previous = getattr(module, readout.fused_flag)
+        setattr(module, readout.fused_flag, False)
+        self._undo.append(lambda: setattr(module, readout.fused_flag, previous))
+
+        def record(_module: nn.Module, _args: tuple, probs: torch.Tensor) -> None:
+            if self.keep_graph:
+                self._records[index] = probs
+                return
+            batch, heads, num_tokens, _ = probs.shape
+            with torch.no_grad():
+                self._store(index, batch, heads, num_tokens, lambda rows: probs[:, :, rows], probs.device)
+
+        handle = module.get_submodule(readout.probs_module).register_forward_hook(record)
+        self._undo.append(handle.remove)
+
+
+def _mask_rows(mask: Optional[torch.Tensor], rows: slice) -> Optional[torch.Tensor]:
+    """The query rows ``rows`` of a broadcastable (..., N, N) attention mask (or None)."""
+    if mask is None or mask.shape[-2] == 1:
+        return mask
+    return mask[..., rows, :]

@@ -1,0 +1,29 @@
+"""User-facing errors.
+
+Every mistake a user can make (a missing file, an unreadable image, an unknown model, a checkpoint that
+does not fit) raises a :class:`VitrollError`. Its message is one line that names the thing at fault and
+the reason; the CLI prints it without a traceback and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class VitrollError(Exception):
+    """Base class of errors caused by user input rather than by a bug in vitroll."""
+
+
+class ImageReadError(VitrollError):
+    """An input file is missing or cannot be decoded as an image."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class ModelLoadError(VitrollError):
+    """A model name, pretrained weight or checkpoint cannot be loaded."""
+
+
+class UnsupportedModelError(VitrollError):
+    """The model has no token attention that vitroll knows how to read."""

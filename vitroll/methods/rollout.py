@@ -1,0 +1,186 @@
+"""Attention rollout (Abnar & Zuidema 2020) and raw attention maps.
+
+Rollout treats each layer as mixing token information through attention *and* the residual stream:
+
+    Â_l = rownorm(α · A_l + (1 − α) · I),      R = Â_L · Â_{L−1} ··· Â_1
+
+where ``A_l`` is layer ``l``'s head-fused attention (rows are queries). Token ``i``'s output after the last
+layer is ``Σ_j R[i, j]`` times input token ``j``: the first layer acts first on the inputs, so it stands
+rightmost, and later layers multiply from the left. The map is the class token's row of ``R`` over the
+patch tokens. Only that row is needed, so it is computed as a vector–matrix chain,
+``v ← v · Â_L``, then ``v · Â_{L−1}``, …, in O(L·N²) instead of the O(L·N³) full product, with the residual
+applied algebraically so no N×N temporaries are built per layer.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from vitroll.capture import TokenLayout
+from vitroll.methods.base import record_attention, register_method
+
+
+def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
+    """Zero the weakest attention in every row.
+
+    Parameters
+    ----------
+    attention : Tensor, shape (B, N, N)
+    discard_ratio : float in [0, 1)
+        Fraction of each row's N entries to drop: every entry ``<=`` the row's ``k``-th smallest value,
+        ``k = int(N · discard_ratio)``, is set to 0.
+    protected_column : int or None
+        Column never dropped (the class token's), nor counted among the smallest.
+
+    Returns
+    -------
+    Tensor, shape (B, N, N) — a new tensor; rows no longer sum to 1.
+    """
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
+    num_tokens = attention.shape[-1]
+    k = int(num_tokens * discard_ratio)
+    if protected_column is not None:
+        k = min(k, num_tokens - 1)
+    if k == 0:
+        return attention
+    ranked = attention
+    if protected_column is not None:
+        ranked = attention.clone()
+        ranked[..., protected_column] = float("inf")
+    threshold = ranked.kthvalue(k, dim=-1, keepdim=True).values
+    return attention.masked_fill(ranked <= threshold, 0.0)
+
+
+def _check_attention_weight(attention_weight: float) -> None:
+    if not 0.0 < attention_weight <= 1.0:
+        raise ValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
+
+
+def _prepared_layers(
+    attentions: Sequence[torch.Tensor], layout: TokenLayout, discard_ratio: float
+) -> list[torch.Tensor]:
+    protected = 0 if layout.readout == "class_token" else None
+    return [discard_lowest(a.float(), discard_ratio, protected) for a in attentions]
+
+
+def rollout_vector(
+    attentions: Sequence[torch.Tensor],
+    layout: TokenLayout,
+    *,
+    discard_ratio: float = 0.0,
+    attention_weight: float = 0.5,
+) -> torch.Tensor:
+    """Decision row of the rollout matrix, ``r · Â_L ··· Â_1``, from recorded head-fused attention.
+
+    Parameters
+    ----------
+    attentions : sequence of Tensor, each (B, N, N)
+        Head-fused attention of the layers to roll out, in forward order (first layer first).
+    layout : TokenLayout
+        Supplies the readout row ``r``: the class token's, or the mean of the patch tokens' rows.
+    discard_ratio, attention_weight : float
+        See :func:`discard_lowest`; ``α`` in ``Â = rownorm(α·A + (1−α)·I)``.
+
+    Returns
+    -------
+    Tensor, shape (B, N), float32 — a probability vector over all tokens (prefix tokens included).
+    """
+    _check_attention_weight(attention_weight)
+    alpha = attention_weight
+    batch = attentions[0].shape[0]
+    v = layout.readout_vector(device=attentions[0].device).expand(batch, -1).clone()
+    for attention in reversed(_prepared_layers(attentions, layout, discard_ratio)):
+        # v · rownorm(αA + (1−α)I) = α·(v/d)·A + (1−α)·(v/d), d = row sums of αA + (1−α)I
+        scaled = v / (alpha * attention.sum(dim=-1) + (1.0 - alpha))
+        v = alpha * torch.bmm(scaled.unsqueeze(1), attention).squeeze(1) + (1.0 - alpha) * scaled
+    return v
+
+
+def rollout_matrix(
+    attentions: Sequence[torch.Tensor],
+    layout: TokenLayout,
+    *,
+    discard_ratio: float = 0.0,
+    attention_weight: float = 0.5,
+) -> torch.Tensor:
+    """The full rollout matrix ``R = Â_L ··· Â_1``, shape (B, N, N). O(L·N³): use only when all rows are needed."""
+    _check_attention_weight(attention_weight)
+    layers = _prepared_layers(attentions, layout, discard_ratio)
+    eye = torch.eye(layers[0].shape[-1], device=layers[0].device)
+    result = eye.expand_as(layers[0]).clone()
+    for attention in layers:
+        mixed = attention_weight * attention + (1.0 - attention_weight) * eye
+        result = torch.bmm(mixed / mixed.sum(dim=-1, keepdim=True), result)
+    return result
+
+
+@register_method("rollout")
+def rollout(
+    model: nn.Module,
+    images: torch.Tensor,
+    *,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    attention_weight: float = 0.5,
+    start_layer: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Attention-rollout maps for a batch.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A timm Vision Transformer of a supported family, on any device.
+    images : Tensor, shape (B, 3, H, W)
+        Preprocessed images; moved to the model's device.
+    head_fusion : {"mean", "max", "min"}
+        How each layer's heads are fused.
+    discard_ratio : float in [0, 1)
+        Fraction of the weakest attention dropped per row; the class-token column is never dropped.
+    attention_weight : float in (0, 1]
+        ``α`` in ``Â = rownorm(α·A + (1−α)·I)``; 0.5 is the paper's equal split with the residual.
+    start_layer : int
+        First layer included (earlier layers are treated as identity).
+    dtype : torch.dtype
+        Storage precision of the recorded attention; the chain is computed in float32.
+
+    Returns
+    -------
+    Tensor, shape (B, h, w), float32, on the model's device
+        Rollout mass of each patch. Models with a class token read out its row; models without one
+        (average or attention pooling) read out the mean of the patch tokens' rows.
+    """
+    attentions, layout, _ = record_attention(model, images, head_fusion=head_fusion, dtype=dtype)
+    vector = rollout_vector(
+        attentions[start_layer:], layout, discard_ratio=discard_ratio, attention_weight=attention_weight
+    )
+    return layout.patch_values(vector)
+
+
+@register_method("attention")
+def attention(
+    model: nn.Module,
+    images: torch.Tensor,
+    *,
+    head_fusion: Optional[str] = "mean",
+    layer: int = -1,
+) -> torch.Tensor:
+    """Raw attention of one layer (default the last) from the decision row to the patches.
+
+    Parameters
+    ----------
+    head_fusion : {"mean", "max", "min"} or None
+        ``None`` gives one map per head.
+
+    Returns
+    -------
+    Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
+    """
+    attentions, layout, _ = record_attention(model, images, head_fusion=head_fusion)
+    chosen = attentions[layer].float()
+    readout = layout.readout_vector(device=chosen.device)
+    return layout.patch_values(readout @ chosen)
