@@ -1,13 +1,16 @@
 """What every saliency method shares: the call signature, the method registry and the recording step.
 
-A method is a plain function ``method(model, images, **options) -> Tensor (B, h, w)`` registered under a
-name with :func:`register_method`; pipelines and the CLI look methods up in :data:`METHODS`.
+A method is written once as ``compute(model, images, **options) -> Saliency`` (maps and the logits of the
+same forward pass) and registered with :func:`register_method`. The registry :data:`METHODS` keeps that
+function for pipelines, which need the predictions too; the decorator returns the public verb, which takes
+the same arguments and returns only the maps (B, h, w).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, Optional, Protocol
+import functools
+from typing import Callable, Iterator, NamedTuple, Optional, Protocol
 
 import torch
 from torch import nn
@@ -15,19 +18,33 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout
 
 
+class Saliency(NamedTuple):
+    """Result of one method call on a batch."""
+
+    maps: torch.Tensor
+    """(B, h, w) float32 on the model's device (some methods also offer (B, H, h, w) per head)."""
+    logits: Optional[torch.Tensor]
+    """(B, num_classes) from the same forward pass, or None for methods that run no forward (baselines)."""
+
+
 class SaliencyMethod(Protocol):
-    def __call__(self, model: nn.Module, images: torch.Tensor, **options: object) -> torch.Tensor: ...
+    def __call__(self, model: nn.Module, images: torch.Tensor, **options: object) -> Saliency: ...
 
 
 METHODS: dict[str, SaliencyMethod] = {}
 
 
-def register_method(name: str) -> Callable[[SaliencyMethod], SaliencyMethod]:
-    """Register a saliency method under ``name`` (used by pipelines and the CLI's ``--method``)."""
+def register_method(name: str) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
+    """Register ``compute`` under ``name`` (for pipelines and ``--method``); return the maps-only public verb."""
 
-    def decorate(method: SaliencyMethod) -> SaliencyMethod:
-        METHODS[name] = method
-        return method
+    def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
+        METHODS[name] = compute
+
+        @functools.wraps(compute)
+        def maps_only(model: nn.Module, images: torch.Tensor, **options: object) -> torch.Tensor:
+            return compute(model, images, **options).maps
+
+        return maps_only
 
     return decorate
 

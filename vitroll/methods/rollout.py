@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import TokenLayout
-from vitroll.methods.base import record_attention, register_method
+from vitroll.methods.base import Saliency, record_attention, register_method
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
@@ -128,7 +128,7 @@ def rollout(
     attention_weight: float = 0.5,
     start_layer: int = 0,
     dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
+) -> Saliency:
     """Attention-rollout maps for a batch.
 
     Parameters
@@ -154,11 +154,11 @@ def rollout(
         Rollout mass of each patch. Models with a class token read out its row; models without one
         (average or attention pooling) read out the mean of the patch tokens' rows.
     """
-    attentions, layout, _ = record_attention(model, images, head_fusion=head_fusion, dtype=dtype)
+    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion, dtype=dtype)
     vector = rollout_vector(
         attentions[start_layer:], layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
-    return layout.patch_values(vector)
+    return Saliency(layout.patch_values(vector), logits)
 
 
 @register_method("attention")
@@ -168,7 +168,7 @@ def attention(
     *,
     head_fusion: Optional[str] = "mean",
     layer: int = -1,
-) -> torch.Tensor:
+) -> Saliency:
     """Raw attention of one layer (default the last) from the decision row to the patches.
 
     Parameters
@@ -180,7 +180,7 @@ def attention(
     -------
     Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
     """
-    attentions, layout, _ = record_attention(model, images, head_fusion=head_fusion)
+    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion)
     chosen = attentions[layer].float()
     readout = layout.readout_vector(device=chosen.device)
-    return layout.patch_values(readout @ chosen)
+    return Saliency(layout.patch_values(readout @ chosen), logits)

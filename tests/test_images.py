@@ -1,0 +1,66 @@
+"""Decoding odd and broken image files."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitroll import ImageReadError, load_image
+
+
+def save(tmp_path, name, image, **kwargs):
+    path = tmp_path / name
+    image.save(path, **kwargs)
+    return path
+
+
+def test_exif_rotation_is_applied(tmp_path):
+    image = Image.new("RGB", (40, 20), (255, 0, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    path = save(tmp_path, "rotated.jpg", image, exif=exif)
+    assert load_image(path).size == (20, 40)
+
+
+@pytest.mark.parametrize("mode,suffix", [("CMYK", "jpg"), ("P", "png"), ("RGBA", "png"), ("L", "png"), ("I;16", "png"), ("LA", "png")])
+def test_modes_become_rgb(tmp_path, mode, suffix):
+    source = Image.fromarray(np.random.default_rng(0).integers(0, 255, (12, 10, 3), dtype=np.uint8))
+    image = Image.fromarray((np.arange(120).reshape(12, 10) * 500).astype(np.uint16)) if mode == "I;16" else source.convert(mode)
+    loaded = load_image(save(tmp_path, f"x.{suffix}", image))
+    assert loaded.mode == "RGB" and loaded.size == (10, 12)
+    if mode == "I;16":
+        array = np.asarray(loaded)[..., 0]
+        assert array.min() == 0 and array.max() == 255, "16-bit images are scaled by their range"
+
+
+def test_transparent_pixels_become_white(tmp_path):
+    image = Image.new("RGBA", (4, 4), (255, 0, 0, 0))
+    assert np.asarray(load_image(save(tmp_path, "clear.png", image)))[0, 0].tolist() == [255, 255, 255]
+
+
+def test_broken_files_give_one_line_reasons(tmp_path):
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    buffer = io.BytesIO()
+    Image.new("RGB", (200, 200), (10, 200, 30)).save(buffer, format="JPEG")
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(buffer.getvalue()[:400])
+    text = tmp_path / "notes.png"
+    text.write_text("hello")
+    cases = {empty: "empty file", truncated: "corrupt or truncated", text: "not an image", tmp_path / "gone.png": "no such file",
+             tmp_path: "is a directory"}
+    for path, reason in cases.items():
+        with pytest.raises(ImageReadError) as info:
+            load_image(path)
+        message = str(info.value)
+        assert message.startswith(str(path)) and reason in message and "\n" not in message
+
+
+def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
+    path = save(tmp_path, "big.png", Image.new("RGB", (200, 200)))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(ImageReadError, match="too large"):
+        load_image(path)

@@ -1,0 +1,102 @@
+"""Maps land on the right pixels of the original image; overlays have the expected colours."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vitroll import overlay
+from vitroll.maps import grid_box_in_original, normalize, peak_location, summary, to_original, upsample
+from vitroll.overlay import colorize
+from vitroll.preprocess import Preprocessing
+
+PREPROCESSING = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875)
+
+
+@pytest.mark.parametrize("original_hw", [(300, 451), (640, 427), (224, 224)])
+@pytest.mark.parametrize("cell", [(0, 0), (3, 10), (13, 13), (7, 2)])
+def test_one_hot_patch_lights_up_its_region_of_the_original(original_hw, cell):
+    geometry = PREPROCESSING.geometry(original_hw)
+    grid = np.zeros((14, 14), np.float32)
+    grid[cell] = 1.0
+    top, left, bottom, right = grid_box_in_original(geometry, (14, 14), cell)
+    nearest = to_original(grid, geometry, interpolation="nearest")
+    lit = np.argwhere(nearest == 1.0)
+    assert lit.size, "the patch must be visible in the original image"
+    # every lit pixel centre lies inside the patch's box (half-pixel slack for the nearest-neighbour boundary)
+    assert lit[:, 0].min() + 0.5 >= top - 0.5 and lit[:, 0].max() + 0.5 <= bottom + 0.5
+    assert lit[:, 1].min() + 0.5 >= left - 0.5 and lit[:, 1].max() + 0.5 <= right + 0.5
+    # and the lit area is the box's area, within one pixel around its border
+    area = (bottom - top) * (right - left)
+    perimeter = 2 * ((bottom - top) + (right - left))
+    assert abs(len(lit) - area) <= perimeter + 4
+    row, col = peak_location(to_original(grid, geometry))
+    assert top - 1 <= row <= bottom + 1 and left - 1 <= col <= right + 1
+
+
+def test_region_outside_the_centre_crop_is_nan():
+    geometry = PREPROCESSING.geometry((300, 600))  # resized 256x512, crop left 144 → original x in [72, 184)… wide margins
+    saliency = to_original(np.ones((14, 14), np.float32), geometry)
+    top, left, bottom, right = geometry.original_box()
+    assert np.isnan(saliency[:, : int(left) - 1]).all() and np.isnan(saliency[:, int(np.ceil(right)) + 1:]).all()
+    assert np.isfinite(saliency[int(top) + 1: int(bottom) - 1, int(left) + 1: int(right) - 1]).all()
+
+
+def test_squash_mode_covers_the_whole_image():
+    squash = PREPROCESSING.with_overrides(crop_mode="squash", crop_pct=1.0)
+    saliency = to_original(np.ones((14, 14), np.float32), squash.geometry((300, 451)))
+    assert np.isfinite(saliency).all()
+
+
+def test_overlay_corner_peak_is_red_there_and_blue_elsewhere():
+    image = np.full((120, 160, 3), 255, np.uint8)
+    heat = np.zeros((8, 8), np.float32)
+    heat[0, 0] = 1.0
+    out = overlay(image, heat, cmap="jet", alpha=1.0)
+    assert out.shape == image.shape and out.dtype == np.uint8
+    red, far = out[2, 2].astype(int), out[-3, -3].astype(int)
+    assert red[0] > 100 and red[1] < 30 and red[2] < 30, red       # jet(1.0) = dark red (128, 0, 0)
+    assert far[2] > 100 and far[0] < 30 and far[1] < 30, far       # jet(0.0) = dark blue (0, 0, 128)
+
+
+def test_overlay_blends_with_alpha_and_keeps_nan_pixels():
+    image = np.full((4, 4, 3), 200, np.uint8)
+    heat = np.array([[0.0, 1.0, np.nan, 0.5]] * 4, np.float32)
+    out = overlay(image, heat, cmap="gray", alpha=0.25)
+    np.testing.assert_array_equal(out[:, 2], image[:, 2])                          # NaN: untouched
+    np.testing.assert_array_equal(out[0, 0], [150, 150, 150])                       # 0.75·200 + 0.25·0
+    np.testing.assert_array_equal(out[0, 1], [214, 214, 214])                       # 0.75·200 + 0.25·255 = 213.75
+    with pytest.raises(ValueError, match="RGB uint8"):
+        overlay(image.astype(np.float32), heat)
+    with pytest.raises(ValueError, match="colormap"):
+        overlay(image, heat, cmap="no-such-map")
+
+
+def test_colorize_is_rgb_not_bgr():
+    colors = colorize(np.array([[0.0, 1.0]]), cmap="jet")
+    assert tuple(colors[0, 0]) == (0, 0, 128) and tuple(colors[0, 1]) == (128, 0, 0)
+
+
+def test_normalize_modes():
+    values = np.array([[1.0, 2.0, 3.0, np.nan]])
+    np.testing.assert_allclose(normalize(values)[0, :3], [0.0, 0.5, 1.0])
+    assert np.isnan(normalize(values)[0, 3])
+    spiky = np.concatenate([np.linspace(0, 1, 999), [100.0]])[None]
+    assert normalize(spiky, mode="percentile")[0, 500] > 0.4 > normalize(spiky)[0, 500]
+    assert (normalize(np.ones((2, 2))) == 0).all()
+
+
+def test_upsample_preserves_a_constant_and_size():
+    out = upsample(np.full((3, 5), 0.25), (30, 50), interpolation="bicubic")
+    assert out.shape == (30, 50)
+    np.testing.assert_allclose(out, 0.25, atol=1e-6)
+
+
+def test_summary_statistics():
+    flat = summary(np.ones((10, 10)))
+    assert flat["entropy"] == pytest.approx(1.0) and flat["top_mass"] == pytest.approx(0.1)
+    peaked = np.zeros((10, 10))
+    peaked[2, 7] = 5.0
+    stats = summary(peaked)
+    assert (stats["peak_row"], stats["peak_col"]) == (2, 7)
+    assert stats["entropy"] == pytest.approx(0.0) and stats["top_mass"] == pytest.approx(1.0)

@@ -1,0 +1,38 @@
+"""vitroll's preprocessing reproduces timm's eval transform exactly, and reports the geometry it used."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+from PIL import Image
+from timm.data import create_transform, resolve_data_config
+
+from vitroll.preprocess import Preprocessing
+
+
+@pytest.mark.parametrize("model_name,kwargs", [
+    ("vit_tiny_patch16_224", {}),
+    ("deit_tiny_patch16_224", {}),
+    ("vit_tiny_patch16_224", {"img_size": (224, 160)}),
+])
+@pytest.mark.parametrize("original_hw", [(300, 451), (640, 427), (224, 224), (97, 503)])
+@pytest.mark.parametrize("crop_mode", ["center", "squash"])
+def test_matches_timm_transform(model_name, kwargs, original_hw, crop_mode):
+    model = timm.create_model(model_name, **kwargs)
+    config = resolve_data_config({}, model=model)
+    config["crop_mode"] = crop_mode
+    timm_transform = create_transform(**config)
+    ours = Preprocessing.from_model(model, crop_mode=crop_mode)
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (*original_hw, 3), dtype=np.uint8))
+    tensor, geometry = ours(image)
+    expected = timm_transform(image)
+    assert tensor.shape == expected.shape
+    assert (tensor - expected).abs().max().item() < 1e-5
+    assert geometry.original_hw == original_hw and geometry.input_hw == tuple(expected.shape[1:])
+
+
+def test_overrides_ignore_none():
+    base = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3)
+    assert base.with_overrides(crop_pct=None, crop_mode="squash").crop_mode == "squash"
+    assert base.with_overrides(crop_pct=None).crop_pct == base.crop_pct

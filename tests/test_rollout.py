@@ -1,0 +1,129 @@
+"""The batched engine against the slow float64 reference, on several prefix-token layouts and grids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from vitroll import attention, rollout, rollout_matrix
+from vitroll.methods import discard_lowest, record_attention, rollout_vector
+from reference import fuse, reference_attention, reference_rollout, sharpen_attention
+
+MODELS = {
+    "vit_tiny": ("vit_tiny_patch16_224", {}, (224, 224)),
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}, (224, 224)),
+    "dinov2_reg4": ("vit_small_patch14_reg4_dinov2", {"img_size": 224}, (224, 224)),
+    "non_square": ("vit_tiny_patch16_224", {"img_size": (224, 160)}, (224, 160)),
+    "gap_reg4": ("vit_little_patch16_reg4_gap_256", {"img_size": 128}, (128, 128)),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def case(request):
+    name, kwargs, size = MODELS[request.param]
+    torch.manual_seed(1)
+    model = sharpen_attention(timm.create_model(name, pretrained=False, **kwargs))
+    images = torch.randn(3, 3, *size)
+    per_image = [reference_attention(model, images[i:i + 1]) for i in range(len(images))]
+    return model, images, per_image
+
+
+@pytest.mark.parametrize("head_fusion", ["mean", "max", "min"])
+@pytest.mark.parametrize("discard_ratio", [0.0, 0.9])
+def test_rollout_matches_float64_reference(case, head_fusion, discard_ratio):
+    model, images, per_image = case
+    maps = rollout(model, images, head_fusion=head_fusion, discard_ratio=discard_ratio)
+    _, layout, _ = record_attention(model, images[:1])
+    assert maps.shape == (len(images), *layout.grid)
+    for i, per_layer in enumerate(per_image):
+        expected = reference_rollout(
+            per_layer, num_prefix=layout.num_prefix_tokens, grid=layout.grid,
+            class_token=layout.readout == "class_token", head_fusion=head_fusion, discard_ratio=discard_ratio,
+        )
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-5, rtol=0)
+    assert not torch.allclose(maps[0], maps[1]), "different images must give different maps"
+
+
+def test_layouts_have_the_expected_prefix_tokens_and_grids():
+    expected = {"vit_tiny": (1, "class_token", (14, 14)), "deit_distilled": (2, "class_token", (14, 14)),
+                "dinov2_reg4": (5, "class_token", (16, 16)), "non_square": (1, "class_token", (14, 10)),
+                "gap_reg4": (4, "patch_mean", (8, 8))}
+    for key, (name, kwargs, size) in MODELS.items():
+        model = timm.create_model(name, pretrained=False, **kwargs).eval()
+        _, layout, _ = record_attention(model, torch.randn(1, 3, *size))
+        assert (layout.num_prefix_tokens, layout.readout, layout.grid) == expected[key], key
+
+
+def test_start_layer_and_attention_weight_match_reference(case):
+    model, images, per_image = case
+    maps = rollout(model, images, start_layer=4, attention_weight=0.8)
+    _, layout, _ = record_attention(model, images[:1])
+    expected = reference_rollout(per_image[0], num_prefix=layout.num_prefix_tokens, grid=layout.grid,
+                                 class_token=layout.readout == "class_token", attention_weight=0.8, start_layer=4)
+    np.testing.assert_allclose(maps[0].numpy(), expected, atol=1e-5, rtol=0)
+
+
+def test_raw_attention_and_per_head_maps_match_reference(case):
+    model, images, per_image = case
+    fused = attention(model, images)
+    per_head = attention(model, images, head_fusion=None)
+    _, layout, _ = record_attention(model, images[:1])
+    last = per_image[0][-1]
+    if layout.readout == "class_token":
+        rows = last[:, 0, :]
+    else:
+        rows = last[:, layout.num_prefix_tokens:, :].mean(axis=1)
+    heads = rows[:, layout.num_prefix_tokens:].reshape(-1, *layout.grid)
+    np.testing.assert_allclose(per_head[0].numpy(), heads, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(fused[0].numpy(), heads.mean(axis=0), atol=1e-5, rtol=0)
+
+
+def test_full_matrix_row_equals_vector_chain(case):
+    model, images, _ = case
+    attentions, layout, _ = record_attention(model, images)
+    matrix = rollout_matrix(attentions, layout, discard_ratio=0.5)
+    vector = rollout_vector(attentions, layout, discard_ratio=0.5)
+    readout = layout.readout_vector()
+    torch.testing.assert_close(readout @ matrix, vector, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(matrix.sum(-1), torch.ones(matrix.shape[:2]), atol=1e-5, rtol=0)
+
+
+def test_discard_lowest_drops_per_row_and_never_the_class_column():
+    attention_rows = torch.tensor([[[0.05, 0.5, 0.3, 0.15], [0.4, 0.1, 0.2, 0.3], [0.01, 0.01, 0.97, 0.01], [0.25] * 4]])
+    out = discard_lowest(attention_rows, 0.5, protected_column=0)
+    expected = torch.tensor([[[0.05, 0.5, 0.0, 0.0], [0.4, 0.0, 0.0, 0.3], [0.01, 0.0, 0.97, 0.0], [0.25, 0, 0, 0]]])
+    torch.testing.assert_close(out, expected)
+    # rows, not columns: each row keeps its own largest entries (ties at the threshold all go)
+    assert (out[0] > 0).sum(dim=1).tolist() == [2, 2, 2, 1]
+
+
+def test_discard_reference_agrees_on_a_random_matrix():
+    rng = np.random.default_rng(3)
+    matrix = rng.dirichlet(np.ones(9), size=9)
+    out = discard_lowest(torch.from_numpy(matrix)[None], 0.6, protected_column=0)[0].numpy()
+    from reference import discard_rows
+
+    np.testing.assert_array_equal(out, discard_rows(matrix, 0.6, 0))
+
+
+def test_head_fusions_differ_and_are_ordered(case):
+    model, images, per_image = case
+    attentions = {f: record_attention(model, images[:1], head_fusion=f)[0][-1][0] for f in ("mean", "max", "min")}
+    assert torch.all(attentions["min"] <= attentions["mean"] + 1e-7)
+    assert torch.all(attentions["mean"] <= attentions["max"] + 1e-7)
+    np.testing.assert_allclose(attentions["max"].numpy(), fuse(per_image[0][-1], "max"), atol=1e-5)
+
+
+def test_invalid_options_raise_clear_errors():
+    model = timm.create_model("vit_tiny_patch16_224").eval()
+    images = torch.randn(1, 3, 224, 224)
+    with pytest.raises(ValueError, match="head_fusion must be one of"):
+        rollout(model, images, head_fusion="median")
+    with pytest.raises(ValueError, match="discard_ratio"):
+        rollout(model, images, discard_ratio=1.0)
+    with pytest.raises(ValueError, match="attention_weight"):
+        rollout(model, images, attention_weight=0.0)
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        rollout(model, images[0])

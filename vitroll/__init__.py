@@ -1,0 +1,23 @@
+"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm models.
+
+>>> from vitroll import rollout, overlay                    # doctest: +SKIP
+>>> maps = rollout(model, images)                           # (B, h, w) on the model's device
+>>> picture = overlay(image_rgb_uint8, maps[0])             # (H, W, 3) RGB uint8
+"""
+
+__version__ = "0.1.0"
+
+from vitroll.capture import AttentionRecorder, TokenLayout
+from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
+from vitroll.io import load_image
+from vitroll.maps import normalize, to_original, upsample
+from vitroll.methods import METHODS, attention, rollout, rollout_matrix
+from vitroll.models import class_names, load_model
+from vitroll.overlay import colorize, figure, overlay
+from vitroll.preprocess import CropGeometry, Preprocessing
+
+__all__ = [
+    "METHODS", "AttentionRecorder", "CropGeometry", "ImageReadError", "ModelLoadError", "Preprocessing", "TokenLayout",
+    "UnsupportedModelError", "VitrollError", "__version__", "attention", "class_names", "colorize", "figure",
+    "load_image", "load_model", "normalize", "overlay", "rollout", "rollout_matrix", "to_original", "upsample",
+]

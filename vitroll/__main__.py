@@ -1,0 +1,5 @@
+import sys
+
+from vitroll.cli import main
+
+sys.exit(main())

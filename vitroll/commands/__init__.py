@@ -1,0 +1,5 @@
+"""CLI sub-commands. Each module defines ``register(subparsers)`` and a ``run(args) -> int`` bound by it."""
+
+from vitroll.commands import overlay
+
+COMMANDS = (overlay,)

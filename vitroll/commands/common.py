@@ -1,0 +1,72 @@
+"""Argument groups shared by sub-commands, and turning parsed arguments into library objects."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from torch import nn
+
+from vitroll.capture import HEAD_FUSIONS
+from vitroll.methods import METHODS
+from vitroll.models import load_model
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.preprocess import Preprocessing
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", required=True, help="timm model name or hf-hub:org/name")
+    group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
+    group.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights (hub or local cache)")
+    group.add_argument("--num-classes", type=int, help="classifier size (default: from the checkpoint's head)")
+    group.add_argument("--class-names", help="class names file: one per line, or JSON")
+    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, … (default: cuda when available)")
+    group.add_argument("--crop-pct", type=float, help="override the model's crop_pct (1.0: no margin)")
+    group.add_argument("--crop-mode", choices=("center", "squash"), help="squash with --crop-pct 1 shows the whole image")
+
+
+def add_method_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("method")
+    group.add_argument("--method", default="rollout", choices=sorted(METHODS))
+    group.add_argument("--head-fusion", default="mean", choices=HEAD_FUSIONS)
+    group.add_argument("--discard-ratio", type=float, default=0.0, help="drop this fraction of the weakest attention per row")
+    group.add_argument("--attention-weight", type=float, default=0.5, help="α in rownorm(α·A + (1−α)·I)")
+    group.add_argument("--start-layer", type=int, default=0, help="first layer included in the rollout")
+
+
+def add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("rendering")
+    group.add_argument("--cmap", default="jet", help="matplotlib colormap")
+    group.add_argument("--alpha", type=float, default=0.5, help="opacity of the heatmap")
+    group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"))
+    group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def model_from_args(args: argparse.Namespace) -> nn.Module:
+    model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
+                       num_classes=args.num_classes, device=resolve_device(args.device))
+    if not args.pretrained and args.checkpoint is None:
+        print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
+              file=sys.stderr)
+    return model
+
+
+def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:
+    return Preprocessing.from_model(model, crop_pct=args.crop_pct, crop_mode=args.crop_mode)
+
+
+def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
+    options = {
+        "head_fusion": args.head_fusion, "discard_ratio": args.discard_ratio,
+        "attention_weight": args.attention_weight, "start_layer": args.start_layer,
+    }
+    return ExplainSettings(method=args.method, method_options=options, cmap=args.cmap, alpha=args.alpha,
+                           interpolation=args.upsample, normalization=args.normalize)

@@ -1,0 +1,81 @@
+"""Robust image decoding: any file Pillow reads, returned as an upright 8-bit RGB image."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from vitroll.errors import ImageReadError
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """Convert any Pillow mode to RGB: 16-bit and float scaled by their range, alpha composited on white."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        array = np.asarray(image, dtype=np.float64)
+        low, high = float(array.min()), float(array.max())
+        scaled = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
+        return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def load_image(path: "str | os.PathLike[str]") -> Image.Image:
+    """Decode an image file completely, apply its EXIF orientation and convert it to RGB.
+
+    Raises
+    ------
+    ImageReadError
+        With a one-line reason: missing, empty, not an image, truncated/corrupt, or too large
+        (Pillow's decompression-bomb guard).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ImageReadError(path, "no such file")
+    if path.is_dir():
+        raise ImageReadError(path, "is a directory, not an image")
+    if path.stat().st_size == 0:
+        raise ImageReadError(path, "empty file (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image.load()
+                upright = ImageOps.exif_transpose(image)
+                return _to_rgb(upright)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise ImageReadError(path, f"image too large ({error})") from None
+    except UnidentifiedImageError:
+        raise ImageReadError(path, "not an image Pillow can read") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
+
+
+def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
+    """Encode an RGB uint8 image (H, W, 3) as PNG with no metadata (OpenCV: fast, converts RGB → BGR)."""
+    import cv2
+
+    ok, buffer = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, compression])
+    if not ok:
+        raise ValueError("PNG encoding failed")
+    return buffer.tobytes()
+
+
+def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

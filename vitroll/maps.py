@@ -1,0 +1,127 @@
+"""Saliency maps as arrays: upsampling onto the image, normalisation and summary statistics.
+
+Plain functions over NumPy arrays. A patch-grid map has shape (h, w); an image-sized map (H, W) holds NaN
+where the model saw nothing (outside the centre crop).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import cv2
+import numpy as np
+
+from vitroll.preprocess import CropGeometry
+
+Interpolation = Literal["bilinear", "bicubic", "nearest"]
+_CV2_INTERPOLATION = {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "nearest": cv2.INTER_NEAREST}
+
+
+def _cv2_flag(interpolation: str) -> int:
+    try:
+        return _CV2_INTERPOLATION[interpolation]
+    except KeyError:
+        raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; got {interpolation!r}") from None
+
+
+def upsample(grid_map: np.ndarray, size_hw: tuple[int, int], *, interpolation: Interpolation = "bilinear") -> np.ndarray:
+    """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) → float32 (H, W)."""
+    grid_map = np.asarray(grid_map, dtype=np.float32)
+    return cv2.resize(grid_map, (size_hw[1], size_hw[0]), interpolation=_cv2_flag(interpolation))
+
+
+def to_original(
+    grid_map: np.ndarray, geometry: CropGeometry, *, interpolation: Interpolation = "bilinear"
+) -> np.ndarray:
+    """Place a grid map (h, w) onto the original image through its preprocessing geometry.
+
+    Returns
+    -------
+    ndarray, float32, shape ``geometry.original_hw``
+        The map in original pixels; NaN outside the region the model saw.
+    """
+    grid_map = np.asarray(grid_map, dtype=np.float32)
+    height, width = geometry.original_hw
+    affine = geometry.grid_to_original_affine(grid_map.shape)
+    warped = cv2.warpAffine(
+        grid_map, affine, (width, height),
+        flags=_cv2_flag(interpolation) | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE,
+    )
+    top, left, bottom, right = geometry.original_box()
+    ys = np.arange(height, dtype=np.float64) + 0.5
+    xs = np.arange(width, dtype=np.float64) + 0.5
+    inside = ((ys >= top) & (ys <= bottom))[:, None] & ((xs >= left) & (xs <= right))[None, :]
+    warped[~inside] = np.nan
+    return warped
+
+
+def normalize(
+    saliency: np.ndarray, *, mode: Literal["minmax", "percentile"] = "minmax",
+    percentiles: tuple[float, float] = (1.0, 99.0),
+) -> np.ndarray:
+    """Scale a map to [0, 1], ignoring NaN (kept as NaN).
+
+    ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
+    percentiles first (robust to a few extreme patches). A constant map becomes all zeros.
+    """
+    saliency = np.asarray(saliency, dtype=np.float32)
+    finite = saliency[np.isfinite(saliency)]
+    if finite.size == 0:
+        return saliency.copy()
+    if mode == "minmax":
+        low, high = float(finite.min()), float(finite.max())
+    elif mode == "percentile":
+        low, high = (float(v) for v in np.percentile(finite, percentiles))
+    else:
+        raise ValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
+    if high <= low:
+        return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
+    return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
+
+
+def peak_location(saliency: np.ndarray) -> tuple[int, int]:
+    """(row, column) of the largest finite value."""
+    filled = np.where(np.isfinite(saliency), saliency, -np.inf)
+    return tuple(int(i) for i in np.unravel_index(np.argmax(filled), filled.shape))
+
+
+def summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, float]:
+    """Summary statistics of a non-negative map (NaN ignored).
+
+    Returns ``peak_row``, ``peak_col``, ``entropy`` (of the map as a distribution, in nats, normalised by
+    ``log(n)`` to [0, 1]) and ``top_mass`` (fraction of mass in the top ``top_fraction`` of pixels).
+    """
+    values = np.asarray(saliency, dtype=np.float64)
+    finite = np.clip(values[np.isfinite(values)], 0.0, None)
+    total = finite.sum()
+    row, col = peak_location(values)
+    if total <= 0 or finite.size < 2:
+        return {"peak_row": row, "peak_col": col, "entropy": float("nan"), "top_mass": float("nan")}
+    p = finite / total
+    nonzero = p[p > 0]
+    entropy = float(-(nonzero * np.log(nonzero)).sum() / np.log(p.size))
+    k = max(1, int(round(top_fraction * p.size)))
+    top_mass = float(np.partition(p, p.size - k)[p.size - k:].sum())
+    return {"peak_row": row, "peak_col": col, "entropy": entropy, "top_mass": top_mass}
+
+
+def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int], cell: tuple[int, int]) -> tuple[float, float, float, float]:
+    """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid."""
+    (sy, sx), (crop_top, crop_left) = geometry.scale, geometry.crop_top_left
+    cell_h = geometry.input_hw[0] / grid_hw[0]
+    cell_w = geometry.input_hw[1] / grid_hw[1]
+    row, col = cell
+    return (
+        (crop_top + row * cell_h) / sy, (crop_left + col * cell_w) / sx,
+        (crop_top + (row + 1) * cell_h) / sy, (crop_left + (col + 1) * cell_w) / sx,
+    )
+
+
+def as_numpy(saliency: "np.ndarray | object") -> np.ndarray:
+    """A float32 NumPy copy of a map given as ndarray or torch tensor (any device)."""
+    if hasattr(saliency, "detach"):
+        saliency = saliency.detach().float().cpu().numpy()
+    return np.asarray(saliency, dtype=np.float32)
+
+
+__all__ = ["as_numpy", "grid_box_in_original", "normalize", "peak_location", "summary", "to_original", "upsample"]

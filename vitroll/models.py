@@ -1,0 +1,205 @@
+"""Loading models and their weights: timm names, the Hugging Face hub (offline-aware), local checkpoints.
+
+Checkpoints are read without unpickling arbitrary objects: ``.safetensors`` through safetensors, every
+other file through ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+import pickle
+import socket
+from pathlib import Path
+from typing import Iterator, Mapping, Optional
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from vitroll.errors import ModelLoadError
+
+_WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
+
+
+def _is_hub_name(name: str) -> bool:
+    return name.startswith(("hf-hub:", "hf_hub:"))
+
+
+def check_model_name(name: str) -> None:
+    """Raise :class:`ModelLoadError` with close matches when ``name`` is not a timm model."""
+    import timm
+
+    if _is_hub_name(name) or timm.is_model(name):
+        return
+    close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; `vitroll models PATTERN` lists the supported names"
+    raise ModelLoadError(f"unknown model name {name!r}{hint}")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub endpoint accepts a TCP connection within ``timeout`` seconds."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """Make huggingface_hub serve from its cache only (no retries against an unreachable network)."""
+    from huggingface_hub import constants
+
+    previous = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = previous or offline
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = previous
+
+
+def _create(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
+    import timm
+
+    if not pretrained:
+        return timm.create_model(name, pretrained=False, **kwargs)
+    offline = not hub_reachable()
+    try:
+        with _hub_offline(offline):
+            return timm.create_model(name, pretrained=True, **kwargs)
+    except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
+        where = "are not in the local cache and the hub cannot be reached" if offline else f"could not be fetched ({type(error).__name__})"
+        raise ModelLoadError(
+            f"{name}: pretrained weights {where}; pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
+        ) from None
+
+
+def read_checkpoint(path: "str | os.PathLike[str]") -> dict[str, torch.Tensor]:
+    """Read a state dict from ``.safetensors`` or a torch file (``weights_only=True``).
+
+    Unwraps ``{"model": …}`` / ``{"state_dict": …}`` containers and strips ``module.`` prefixes left by
+    DataParallel / DDP.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such checkpoint file")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelLoadError(
+            f"{path}: not a plain state dict; refused to unpickle it with weights_only=True ({first_line})"
+        ) from None
+    except Exception as error:
+        raise ModelLoadError(f"{path}: cannot read checkpoint ({type(error).__name__}: {error})") from None
+    while isinstance(state, Mapping):
+        wrapped = [key for key in _WRAPPER_KEYS if isinstance(state.get(key), Mapping)]
+        if not wrapped:
+            break
+        state = state[wrapped[0]]
+    tensors = {key: value for key, value in state.items() if isinstance(value, torch.Tensor)} if isinstance(state, Mapping) else {}
+    if not tensors:
+        raise ModelLoadError(f"{path}: holds no tensors that look like a model state dict")
+    if all(key.startswith("module.") for key in tensors):
+        tensors = {key[len("module."):]: value for key, value in tensors.items()}
+    return tensors
+
+
+def _num_classes_of(state: Mapping[str, torch.Tensor]) -> Optional[int]:
+    head = state.get("head.weight")
+    return int(head.shape[0]) if head is not None and head.ndim == 2 else None
+
+
+def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:
+    """Load ``state`` strictly; on mismatch raise one line naming the first offending keys and shapes."""
+    own = model.state_dict()
+    missing = [key for key in own if key not in state]
+    unexpected = [key for key in state if key not in own]
+    shapes = [f"{key} {tuple(state[key].shape)} vs model {tuple(own[key].shape)}"
+              for key in own if key in state and state[key].shape != own[key].shape]
+    if missing or unexpected or shapes:
+        parts = []
+        if shapes:
+            parts.append(f"shape mismatch: {'; '.join(shapes[:3])}")
+        if missing:
+            parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
+        if unexpected:
+            parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
+        raise ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")
+    model.load_state_dict(state, strict=True)
+
+
+def load_model(
+    name: str,
+    *,
+    pretrained: bool = False,
+    checkpoint: "str | os.PathLike[str] | None" = None,
+    num_classes: Optional[int] = None,
+    device: "str | torch.device" = "cpu",
+    **model_kwargs: object,
+) -> nn.Module:
+    """Create a timm model, load its weights and return it in eval mode on ``device``.
+
+    Parameters
+    ----------
+    name : str
+        A timm model name, or ``hf-hub:org/name``.
+    pretrained : bool
+        Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
+        seconds with a clear message when they are not cached).
+    checkpoint : path, optional
+        Local weights (``.safetensors``, ``.pth``, ``.pt``, ``.bin``). ``num_classes`` is taken from the
+        checkpoint's ``head.weight`` when not given.
+    model_kwargs
+        Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
+    """
+    check_model_name(name)
+    state = read_checkpoint(checkpoint) if checkpoint is not None else None
+    if num_classes is None and state is not None:
+        num_classes = _num_classes_of(state)
+    if num_classes is not None:
+        model_kwargs["num_classes"] = num_classes
+    try:
+        model = _create(name, pretrained=pretrained and state is None, **model_kwargs)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        raise ModelLoadError(f"{name}: cannot build model ({error})") from None
+    if state is not None:
+        load_state(model, state, checkpoint)
+    return model.eval().to(device)
+
+
+def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = None) -> Optional[list[str]]:
+    """Human-readable class names: from ``names_file`` (one per line, or a JSON list / {index: name}),
+    from the model's ``pretrained_cfg["label_names"]``, or ImageNet's from timm's metadata."""
+    if names_file is not None:
+        path = Path(names_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ModelLoadError(f"{path}: cannot read class names ({error.strerror})") from None
+        if path.suffix == ".json":
+            data = json.loads(text)
+            return [data[k] for k in sorted(data, key=int)] if isinstance(data, dict) else [str(v) for v in data]
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    if cfg.get("label_names"):
+        return list(cfg["label_names"])
+    from timm.data import ImageNetInfo, infer_imagenet_subset
+
+    subset = infer_imagenet_subset(model)
+    if subset is None:
+        return None
+    return ImageNetInfo(subset).label_descriptions(detailed=False)

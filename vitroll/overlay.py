@@ -1,0 +1,105 @@
+"""Colour a saliency map and blend it onto an RGB image; side-by-side figures.
+
+Everything is RGB: colormaps come from matplotlib (RGB), never from OpenCV's BGR ``applyColorMap``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal, Optional
+
+import numpy as np
+
+from vitroll.maps import Interpolation, as_numpy, normalize, upsample
+
+
+@lru_cache(maxsize=32)
+def _lut(cmap: str) -> np.ndarray:
+    import matplotlib
+
+    try:
+        colormap = matplotlib.colormaps[cmap]
+    except KeyError:
+        raise ValueError(f"unknown matplotlib colormap {cmap!r}") from None
+    return (colormap(np.linspace(0.0, 1.0, 256))[:, :3] * 255.0 + 0.5).astype(np.uint8)
+
+
+def colorize(values: np.ndarray, *, cmap: str = "jet") -> np.ndarray:
+    """Map values in [0, 1] (H, W) to RGB uint8 (H, W, 3) with a matplotlib colormap; NaN → black."""
+    values = np.asarray(values, dtype=np.float32)
+    index = np.clip(np.nan_to_num(values, nan=0.0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    colors = _lut(cmap)[index]
+    colors[~np.isfinite(values)] = 0
+    return colors
+
+
+def blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: Optional[np.ndarray] = None) -> np.ndarray:
+    """``(1 − α)·image + α·colors`` in uint8, only where ``where`` is True (everywhere if None)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+    mixed = image.astype(np.float32) * (1.0 - alpha) + colors.astype(np.float32) * alpha
+    out = np.clip(mixed + 0.5, 0, 255).astype(np.uint8)
+    if where is not None:
+        out[~where] = image[~where]
+    return out
+
+
+def overlay(
+    image: np.ndarray,
+    heatmap: "np.ndarray | object",
+    *,
+    cmap: str = "jet",
+    alpha: float = 0.5,
+    interpolation: Interpolation = "bilinear",
+    normalization: Literal["minmax", "percentile"] = "minmax",
+) -> np.ndarray:
+    """Blend a saliency map onto an RGB image.
+
+    Parameters
+    ----------
+    image : ndarray, uint8, shape (H, W, 3)
+        RGB image.
+    heatmap : ndarray or Tensor, shape (h, w) or (H, W)
+        A grid map is stretched over the whole image; an image-sized map (e.g. from
+        :func:`vitroll.maps.to_original`) is used as is, and its NaN pixels are left uncoloured.
+    cmap : str
+        Any matplotlib colormap name.
+    alpha : float
+        Weight of the colour layer.
+    interpolation : {"bilinear", "bicubic", "nearest"}
+    normalization : {"minmax", "percentile"}
+
+    Returns
+    -------
+    ndarray, uint8, shape (H, W, 3), RGB.
+    """
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3); got {image.dtype} {image.shape}")
+    saliency = as_numpy(heatmap)
+    if saliency.ndim != 2:
+        raise ValueError(f"heatmap must be 2-D (h, w); got shape {saliency.shape}")
+    if saliency.shape != image.shape[:2]:
+        saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
+    values = normalize(saliency, mode=normalization)
+    return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
+
+
+def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "", cmap: str = "jet"):
+    """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    axes[0].imshow(image)
+    axes[0].set_title("image")
+    shown = axes[1].imshow(normalize(saliency), cmap=cmap, vmin=0.0, vmax=1.0)
+    axes[1].set_title("saliency (normalised)")
+    fig.colorbar(shown, ax=axes[1], fraction=0.046, pad=0.04)
+    axes[2].imshow(overlaid)
+    axes[2].set_title("overlay")
+    for ax in axes:
+        ax.set_axis_off()
+    if title:
+        fig.suptitle(title)
+    return fig

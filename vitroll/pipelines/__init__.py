@@ -1,0 +1,1 @@
+"""Pipelines: from files to saved explanations (single images; folders and audits build on the same steps)."""

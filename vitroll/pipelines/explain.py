@@ -1,0 +1,77 @@
+"""The steps every pipeline shares: run a method on a batch, then render each map on its original image."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitroll.maps import Interpolation, as_numpy, to_original
+from vitroll.methods import METHODS
+from vitroll.overlay import overlay
+from vitroll.preprocess import CropGeometry
+
+
+@dataclass(frozen=True)
+class ExplainSettings:
+    """Which method to run and how to draw its maps."""
+
+    method: str = "rollout"
+    method_options: dict[str, Any] = field(default_factory=dict)
+    cmap: str = "jet"
+    alpha: float = 0.5
+    interpolation: Interpolation = "bilinear"
+    normalization: Literal["minmax", "percentile"] = "minmax"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(sorted(METHODS))}")
+
+    def options_for_method(self) -> dict[str, Any]:
+        """The subset of ``method_options`` that the chosen method accepts (None values dropped)."""
+        accepted = inspect.signature(METHODS[self.method]).parameters
+        return {k: v for k, v in self.method_options.items() if k in accepted and v is not None}
+
+
+@dataclass
+class BatchResult:
+    """Maps and predictions for one batch, on the CPU as NumPy."""
+
+    grid_maps: np.ndarray
+    """(B, h, w) float32."""
+    probabilities: Optional[np.ndarray]
+    """(B, num_classes) float32 softmax of the logits, or None."""
+
+
+def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
+    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W)."""
+    saliency = METHODS[settings.method](model, images, **settings.options_for_method())
+    probabilities = None
+    if saliency.logits is not None:
+        probabilities = as_numpy(saliency.logits.float().softmax(dim=-1))
+    return BatchResult(grid_maps=as_numpy(saliency.maps), probabilities=probabilities)
+
+
+def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry, settings: ExplainSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Put a grid map (h, w) on its original RGB image (H0, W0, 3).
+
+    Returns
+    -------
+    saliency : ndarray, float32, (H0, W0)
+        The map in original pixels, NaN where the model saw nothing.
+    overlaid : ndarray, uint8, (H0, W0, 3)
+        The coloured map blended onto the image (uncovered pixels left as they were).
+    """
+    saliency = to_original(grid_map, geometry, interpolation=settings.interpolation)
+    overlaid = overlay(image, saliency, cmap=settings.cmap, alpha=settings.alpha, normalization=settings.normalization)
+    return saliency, overlaid
+
+
+def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 5) -> list[tuple[int, str, float]]:
+    """The ``k`` most probable classes of one image as (index, name, probability)."""
+    order = np.argsort(probabilities)[::-1][:k]
+    return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]

@@ -1,0 +1,95 @@
+"""Explain a handful of image files: decode, batch, run the method, save overlays (and figures)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+from torch import nn
+
+from vitroll.errors import VitrollError
+from vitroll.io import encode_png, load_image, write_atomic
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.preprocess import Preprocessing
+
+
+@dataclass
+class ImageExplanation:
+    """What was made for one input file."""
+
+    path: Path
+    overlay_path: Optional[Path] = None
+    figure_path: Optional[Path] = None
+    top: Optional[list[tuple[int, str, float]]] = None
+    error: Optional[str] = None
+
+
+def output_stems(paths: Sequence[Path]) -> list[str]:
+    """File stems for outputs, made unique by suffixing ``-2``, ``-3``… when inputs share a name."""
+    seen: dict[str, int] = {}
+    stems = []
+    for path in paths:
+        count = seen.get(path.stem, 0) + 1
+        seen[path.stem] = count
+        stems.append(path.stem if count == 1 else f"{path.stem}-{count}")
+    return stems
+
+
+def explain_files(
+    paths: Sequence["str | os.PathLike[str]"],
+    model: nn.Module,
+    *,
+    out_dir: "str | os.PathLike[str]",
+    settings: ExplainSettings,
+    preprocessing: Optional[Preprocessing] = None,
+    class_names: Optional[list[str]] = None,
+    batch_size: int = 8,
+    save_figure: bool = False,
+) -> Iterator[ImageExplanation]:
+    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input.
+
+    Unreadable files yield a result with ``error`` set; the others are still processed.
+    """
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    out_dir = Path(out_dir)
+    paths = [Path(p) for p in paths]
+    stems = output_stems(paths)
+    for start in range(0, len(paths), batch_size):
+        decoded, failed = [], []
+        for path, stem in zip(paths[start:start + batch_size], stems[start:start + batch_size]):
+            try:
+                decoded.append((path, stem, load_image(path)))
+            except VitrollError as error:
+                failed.append(ImageExplanation(path=path, error=str(error)))
+        yield from failed
+        if not decoded:
+            continue
+        tensor, geometries = preprocessing.batch([image for _, _, image in decoded])
+        result = explain_batch(model, tensor, settings)
+        for index, ((path, stem, image), geometry) in enumerate(zip(decoded, geometries)):
+            rgb = np.asarray(image)
+            saliency, overlaid = render(rgb, result.grid_maps[index], geometry, settings)
+            explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+            write_atomic(explanation.overlay_path, encode_png(overlaid))
+            if result.probabilities is not None:
+                explanation.top = top_classes(result.probabilities[index], class_names)
+            if save_figure:
+                explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
+                _save_figure(explanation, rgb, saliency, overlaid, settings)
+            yield explanation
+
+
+def _save_figure(explanation: ImageExplanation, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray,
+                 settings: ExplainSettings) -> None:
+    from vitroll.overlay import figure
+
+    title = explanation.path.name
+    if explanation.top:
+        _, name, probability = explanation.top[0]
+        title += f" — {name} ({probability:.1%})"
+    fig = figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap)
+    explanation.figure_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(explanation.figure_path, dpi=100)

@@ -1,0 +1,148 @@
+"""Model preprocessing with its geometry kept, so maps can be put back on the original image.
+
+:class:`Preprocessing` reproduces timm's evaluation transform (resize, centre crop, normalise; the
+model's ``pretrained_cfg`` via ``timm.data.resolve_data_config``) and returns, with every tensor, the
+:class:`CropGeometry` that says which part of the original image the model saw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+CropMode = Literal["center", "squash"]
+_PIL_INTERPOLATION = {
+    "bicubic": Image.Resampling.BICUBIC,
+    "bilinear": Image.Resampling.BILINEAR,
+    "nearest": Image.Resampling.NEAREST,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
+
+@dataclass(frozen=True)
+class CropGeometry:
+    """Where the model input lies in the original image: resize to ``resized_hw``, then crop at ``crop_top_left``.
+
+    All sizes are (height, width) in pixels. Pixel centres follow PIL's convention: original pixel ``x``
+    maps to resized coordinate ``(x + 0.5) · scale − 0.5``.
+    """
+
+    original_hw: tuple[int, int]
+    resized_hw: tuple[int, int]
+    crop_top_left: tuple[int, int]
+    input_hw: tuple[int, int]
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        """(sy, sx): resized pixels per original pixel."""
+        return (self.resized_hw[0] / self.original_hw[0], self.resized_hw[1] / self.original_hw[1])
+
+    def original_box(self) -> tuple[float, float, float, float]:
+        """The model input's extent in original pixels, (top, left, bottom, right) edge coordinates."""
+        (sy, sx), (top, left) = self.scale, self.crop_top_left
+        return (top / sy, left / sx, (top + self.input_hw[0]) / sy, (left + self.input_hw[1]) / sx)
+
+    def grid_to_original_affine(self, grid_hw: tuple[int, int]) -> np.ndarray:
+        """2×3 affine taking original pixel indices (x, y) to map indices (u, v) on a grid of ``grid_hw`` cells.
+
+        Each cell covers ``input / grid`` input pixels; used with ``cv2.WARP_INVERSE_MAP``.
+        """
+        rows = []
+        for axis, (scale, offset) in enumerate(((self.scale[1], self.crop_top_left[1]), (self.scale[0], self.crop_top_left[0]))):
+            cells_per_pixel = grid_hw[1 - axis] / self.input_hw[1 - axis]
+            gain = scale * cells_per_pixel
+            shift = (0.5 * scale - offset) * cells_per_pixel - 0.5
+            row = [0.0, 0.0, shift]
+            row[axis] = gain
+            rows.append(row)
+        return np.array(rows, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """timm-style evaluation preprocessing.
+
+    Attributes
+    ----------
+    input_size : (int, int)
+        Model input (H, W).
+    mean, std : tuple of float
+        Per-channel normalisation.
+    crop_pct : float
+        The image is resized so that the crop is ``crop_pct`` of the resized image (1.0: no margin).
+    interpolation : str
+        PIL resampling filter name.
+    crop_mode : {"center", "squash"}
+        ``center`` keeps the aspect ratio and centre-crops (timm's default); ``squash`` resizes both sides
+        independently, so with ``crop_pct=1`` the model sees the whole image (no-crop mode).
+    """
+
+    input_size: tuple[int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    crop_pct: float = 0.875
+    interpolation: str = "bicubic"
+    crop_mode: CropMode = "center"
+
+    @classmethod
+    def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
+        """The model's own preprocessing (``pretrained_cfg``), with ``overrides`` (None values ignored)."""
+        from timm.data import resolve_data_config
+
+        config = resolve_data_config({}, model=model)
+        crop_mode = config.get("crop_mode", "center")
+        preprocessing = cls(
+            input_size=tuple(config["input_size"][1:]),
+            mean=tuple(config["mean"]),
+            std=tuple(config["std"]),
+            crop_pct=config.get("crop_pct") or 0.875,
+            interpolation=config.get("interpolation", "bicubic"),
+            crop_mode=crop_mode if crop_mode in ("center", "squash") else "center",
+        )
+        return preprocessing.with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: object) -> "Preprocessing":
+        """A copy with the given fields replaced; ``None`` values are ignored."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def geometry(self, original_hw: tuple[int, int]) -> CropGeometry:
+        """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0)."""
+        height, width = original_hw
+        target_h, target_w = self.input_size
+        scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
+        if self.crop_mode == "squash":
+            resized = (scale_h, scale_w)
+        elif scale_h == scale_w:  # torchvision Resize(int): shorter side to scale, longer side truncated
+            short, long = sorted((height, width))
+            new_long = int(scale_h * long / short)
+            resized = (scale_h, new_long) if height <= width else (new_long, scale_h)
+        else:  # timm ResizeKeepRatio: the tighter of the two ratios, rounded
+            ratio = min(height / scale_h, width / scale_w)
+            resized = (round(height / ratio), round(width / ratio))
+        top = int(round((resized[0] - target_h) / 2.0))
+        left = int(round((resized[1] - target_w) / 2.0))
+        return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
+                            input_hw=(target_h, target_w))
+
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, CropGeometry]:
+        """Preprocess one RGB image → (tensor (3, H, W) float32, its geometry)."""
+        geometry = self.geometry((image.height, image.width))
+        resample = _PIL_INTERPOLATION.get(self.interpolation, Image.Resampling.BICUBIC)
+        resized = image.resize((geometry.resized_hw[1], geometry.resized_hw[0]), resample=resample)
+        top, left = geometry.crop_top_left
+        cropped = resized.crop((left, top, left + self.input_size[1], top + self.input_size[0]))
+        array = np.asarray(cropped, dtype=np.float32) / 255.0
+        array = (array - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
+        return torch.from_numpy(array.transpose(2, 0, 1).copy()), geometry
+
+    def batch(self, images: list[Image.Image]) -> tuple[torch.Tensor, list[CropGeometry]]:
+        """Preprocess several images → (tensor (B, 3, H, W), geometries)."""
+        pairs = [self(image) for image in images]
+        return torch.stack([tensor for tensor, _ in pairs]), [geometry for _, geometry in pairs]
+
