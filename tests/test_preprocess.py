@@ -22,6 +22,8 @@ def test_matches_timm_transform(model_name, kwargs, original_hw, crop_mode):
     model = timm.create_model(model_name, **kwargs)
     config = resolve_data_config({}, model=model)
     config["crop_mode"] = crop_mode
+    if "img_size" in kwargs:  # timm's pretrained_cfg keeps the registry size; vitroll uses the size the model was built for
+        config["input_size"] = (3, *kwargs["img_size"])
     timm_transform = create_transform(**config)
     ours = Preprocessing.from_model(model, crop_mode=crop_mode)
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (*original_hw, 3), dtype=np.uint8))
@@ -36,3 +38,9 @@ def test_overrides_ignore_none():
     base = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3)
     assert base.with_overrides(crop_pct=None, crop_mode="squash").crop_mode == "squash"
     assert base.with_overrides(crop_pct=None).crop_pct == base.crop_pct
+
+
+def test_input_size_follows_the_built_model_not_the_pretrained_cfg():
+    model = timm.create_model("vit_tiny_patch16_224", img_size=96)
+    assert model.pretrained_cfg["input_size"] == (3, 224, 224)
+    assert Preprocessing.from_model(model).input_size == (96, 96)

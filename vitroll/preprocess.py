@@ -25,6 +25,12 @@ _PIL_INTERPOLATION = {
 }
 
 
+def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
+    """The input size the model was built for (``img_size=`` at creation), which ``pretrained_cfg`` does not track."""
+    image_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    return tuple(image_size) if image_size is not None else None
+
+
 @dataclass(frozen=True)
 class CropGeometry:
     """Where the model input lies in the original image: resize to ``resized_hw``, then crop at ``crop_top_left``.
@@ -98,7 +104,7 @@ class Preprocessing:
         config = resolve_data_config({}, model=model)
         crop_mode = config.get("crop_mode", "center")
         preprocessing = cls(
-            input_size=tuple(config["input_size"][1:]),
+            input_size=_built_input_size(model) or tuple(config["input_size"][1:]),
             mean=tuple(config["mean"]),
             std=tuple(config["std"]),
             crop_pct=config.get("crop_pct") or 0.875,
