@@ -66,12 +66,42 @@ def _hub_offline(offline: bool) -> Iterator[None]:
         constants.HF_HUB_OFFLINE = previous
 
 
+_HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+def pretrained_maybe_cached(name: str) -> bool:
+    """Whether timm's pretrained weights for ``name`` may be in a local cache (hub cache or torch hub dir).
+
+    Checked from the pretrained config alone, without building the model, so that an offline run without
+    cached weights fails before spending seconds on random initialisation. ``True`` when unsure.
+    """
+    from huggingface_hub import try_to_load_from_cache
+    from timm.models import get_pretrained_cfg
+
+    cfg = None if _is_hub_name(name) else get_pretrained_cfg(name)
+    if cfg is None or cfg.file or cfg.state_dict or cfg.source == "local-dir":
+        return True
+    if cfg.hf_hub_id:
+        repo, _, revision = cfg.hf_hub_id.partition("@")
+        files = (cfg.hf_hub_filename,) if cfg.hf_hub_filename else _HUB_WEIGHT_FILES
+        if any(isinstance(try_to_load_from_cache(repo, f, revision=revision or None), str) for f in files):
+            return True
+    if cfg.url:
+        return (Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(cfg.url).path).name).is_file()
+    return False
+
+
 def _create(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
     import timm
 
     if not pretrained:
         return timm.create_model(name, pretrained=False, **kwargs)
     offline = not hub_reachable()
+    if offline and not pretrained_maybe_cached(name):
+        raise ModelLoadError(
+            f"{name}: pretrained weights are not in the local cache and the hub cannot be reached; "
+            "pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
+        )
     try:
         with _hub_offline(offline):
             return timm.create_model(name, pretrained=True, **kwargs)

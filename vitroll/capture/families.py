@@ -1,20 +1,20 @@
 """Model families: which modules hold a model's token attention and how its tokens are laid out.
 
-One :class:`ModelFamily` entry per timm model class. Supporting a new family means adding one entry to
+One :class:`ModelFamily` entry per kind of timm model. Supporting a new family means adding one entry to
 :data:`FAMILIES` (and, if its attention module is new, one entry in :mod:`vitroll.capture.readouts`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional
 
 import torch
 from torch import nn
 
 from vitroll.errors import UnsupportedModelError
 
-Readout = Literal["class_token", "patch_mean"]
+Readout = Literal["class_token", "patch_mean", "attention_pool"]
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,21 @@ class TokenLayout:
     ----------
     num_prefix_tokens : int
         Tokens before the patch tokens: class, distillation and register tokens.
-    readout : {"class_token", "patch_mean"}
-        Which row of the attention is the model's "decision" row: the class token's (index 0), or, for
-        models that pool the patch tokens instead, the mean of the patch tokens' rows.
+    readout : {"class_token", "patch_mean", "attention_pool"}
+        Which row of the attention is the model's "decision" row: the class token's (index 0); for models
+        that average the tokens, the mean of the patch tokens' rows; for models with an attention-pooling
+        head (``global_pool='map'``), the pooling query's own attention over the tokens.
     grid : (int, int)
         Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens.
+    pool_weights : Tensor, shape (B, N), optional
+        The pooling query's attention (heads and latent queries averaged); set when ``readout`` is
+        ``"attention_pool"``.
     """
 
     num_prefix_tokens: int
     readout: Readout
     grid: tuple[int, int]
+    pool_weights: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
 
     @property
     def num_patches(self) -> int:
@@ -45,7 +50,12 @@ class TokenLayout:
         return self.num_prefix_tokens + self.num_patches
 
     def readout_vector(self, *, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The row vector that selects the decision row of an (N, N) matrix, shape (N,)."""
+        """The row vector that selects the decision row of an (N, N) matrix: shape (N,), or (B, N) per image
+        for attention pooling."""
+        if self.readout == "attention_pool":
+            if self.pool_weights is None:
+                raise RuntimeError("an attention_pool layout needs the recorded pool_weights")
+            return self.pool_weights.to(device=device, dtype=dtype)
         v = torch.zeros(self.num_tokens, device=device, dtype=dtype)
         if self.readout == "class_token":
             v[0] = 1.0
@@ -53,45 +63,136 @@ class TokenLayout:
             v[self.num_prefix_tokens:] = 1.0 / self.num_patches
         return v
 
+    def readout_row(self, matrices: torch.Tensor) -> torch.Tensor:
+        """Decision row of matrices (B, N, N) or per head (B, H, N, N) → (B, N) or (B, H, N)."""
+        v = self.readout_vector(device=matrices.device, dtype=matrices.dtype)
+        if v.ndim == 1:
+            return v @ matrices
+        v = v.reshape(v.shape[0], *([1] * (matrices.ndim - 2)), v.shape[-1])  # (B, [1,] 1, N)
+        return (v @ matrices).squeeze(-2)
+
     def patch_values(self, token_values: torch.Tensor) -> torch.Tensor:
         """Reshape values over tokens (..., N) to the patch grid (..., h, w), dropping prefix tokens."""
         return token_values[..., self.num_prefix_tokens:].reshape(*token_values.shape[:-1], *self.grid)
 
 
+def _no_modules(_model: nn.Module) -> list[nn.Module]:
+    return []
+
+
 @dataclass(frozen=True)
 class ModelFamily:
-    """How to find and read the attention of one kind of timm model."""
+    """How to find and read the attention of one kind of timm model.
+
+    Attributes
+    ----------
+    name : str
+        Short name shown to users.
+    model_types : tuple of type
+        Model classes of the family (subclasses match too).
+    name_patterns : tuple of str
+        timm name patterns of the family, for messages and ``vitroll models``.
+    timm_modules : tuple of str
+        ``timm.models`` modules whose models all belong to the family (``timm.list_models(module=…)``).
+    attention_modules : callable
+        ``model -> [attention module per layer]`` in forward order.
+    token_layout : callable
+        ``(model, (H, W)) -> TokenLayout``.
+    readout_modules : callable
+        ``model -> [modules]`` whose attention is the readout (the attention-pooling head); usually none.
+    assemble : callable, optional
+        ``(model, records) -> records`` bringing per-layer records that live in different token spaces into
+        one (N, N) space (CaiT's class-attention stage).
+    notes : str
+        One line for the README / ``vitroll models``.
+    """
 
     name: str
     model_types: tuple[type, ...]
     name_patterns: tuple[str, ...]
+    timm_modules: tuple[str, ...]
     attention_modules: Callable[[nn.Module], list[nn.Module]]
     token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
+    readout_modules: Callable[[nn.Module], list[nn.Module]] = _no_modules
+    assemble: Optional[Callable[[nn.Module, list[torch.Tensor]], list[torch.Tensor]]] = None
+    notes: str = ""
 
 
-def _vit_attention_modules(model: nn.Module) -> list[nn.Module]:
+def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [block.attn for block in model.blocks]
 
 
-def _vit_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
-    readout: Readout = "class_token" if model.global_pool == "token" else "patch_mean"
+    pool = getattr(model, "global_pool", "token")
+    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
     return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
 
 
-def _vit_family() -> ModelFamily:
+def _attention_pool(model: nn.Module) -> list[nn.Module]:
+    pool = getattr(model, "attn_pool", None)
+    return [pool] if getattr(model, "global_pool", None) == "map" and pool is not None else []
+
+
+def _cait_attention_modules(model: nn.Module) -> list[nn.Module]:
+    return [block.attn for block in model.blocks] + [block.attn for block in model.blocks_token_only]
+
+
+def _cait_assemble(model: nn.Module, records: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Put CaiT's two stages in one token space [class, patches…] of N = 1 + P tokens.
+
+    Self-attention layers (P, P) run before the class token exists: the class token's row and column
+    become the identity. Class-attention layers (1, N) update only the class token: their row becomes row 0
+    and the patch tokens' rows the identity (patches pass through that stage unchanged).
+    """
+    num_tokens = records[-1].shape[-1]
+    assembled = []
+    for index, record in enumerate(records):
+        full = torch.eye(num_tokens, dtype=record.dtype, device=record.device)
+        full = full.expand(*record.shape[:-2], num_tokens, num_tokens).clone()
+        if index < len(model.blocks):
+            full[..., 1:, 1:] = record
+        else:
+            full[..., :1, :] = record
+        assembled.append(full)
+    return assembled
+
+
+def _families() -> list[ModelFamily]:
+    from timm.models.beit import Beit
+    from timm.models.cait import Cait
+    from timm.models.eva import Eva
     from timm.models.vision_transformer import VisionTransformer
 
-    return ModelFamily(
-        name="vit",
-        model_types=(VisionTransformer,),
-        name_patterns=("vit_*", "deit_*", "flexivit_*"),
-        attention_modules=_vit_attention_modules,
-        token_layout=_vit_token_layout,
-    )
+    return [
+        ModelFamily(
+            name="vit", model_types=(VisionTransformer,),
+            name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vit_*_reg4*", "vit_*_dinov2*", "vit_*_siglip*"),
+            timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid"),
+            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+            readout_modules=_attention_pool,
+            notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention",
+        ),
+        ModelFamily(
+            name="eva", model_types=(Eva,), name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
+            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+            readout_modules=_attention_pool, notes="rotary embedding included (unfused path)",
+        ),
+        ModelFamily(
+            name="beit", model_types=(Beit,), name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
+            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+            notes="relative position bias included (unfused path)",
+        ),
+        ModelFamily(
+            name="cait", model_types=(Cait,), name_patterns=("cait_*",), timm_modules=("cait",),
+            attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout, assemble=_cait_assemble,
+            notes="talking-heads softmax; class-attention stage rolled out as the class token's rows",
+        ),
+    ]
 
 
-FAMILIES: list[ModelFamily] = [_vit_family()]
+FAMILIES: list[ModelFamily] = _families()
 
 
 def family_of(model: nn.Module) -> ModelFamily:
@@ -104,4 +205,3 @@ def family_of(model: nn.Module) -> ModelFamily:
         f"{type(model).__name__} has no token attention that vitroll can read; supported families: {supported}. "
         "For CNNs and windowed-attention models (Swin, ConvNeXt, ResNet) use Grad-CAM (pip install grad-cam)."
     )
-

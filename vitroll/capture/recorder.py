@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 import torch
@@ -10,6 +11,7 @@ from torch import nn
 from vitroll.capture.families import TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.readouts import AttentionReadout, readout_for
+from vitroll.errors import UnsupportedModelError
 
 DEFAULT_CHUNK_BYTES = 32 * 2**20
 """Upper bound on the per-head probabilities materialised at once on the query/key path."""
@@ -79,6 +81,8 @@ class AttentionRecorder:
         self.chunk_bytes = chunk_bytes
         self._modules = self.family.attention_modules(model)
         self._records: list[Optional[torch.Tensor]] = [None] * len(self._modules)
+        self._readout_modules = self.family.readout_modules(model)
+        self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
 
     # -- context management -------------------------------------------------------------------------
@@ -86,6 +90,8 @@ class AttentionRecorder:
         try:
             for index, module in enumerate(self._modules):
                 self._attach(index, module, readout_for(module))
+            for index, module in enumerate(self._readout_modules):
+                self._attach_query_key(self._readout_records, index, module, readout_for(module), "mean")
         except BaseException:
             self._detach()
             raise
@@ -105,11 +111,20 @@ class AttentionRecorder:
         missing = [i for i, record in enumerate(self._records) if record is None]
         if missing:
             raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
-        return list(self._records)  # type: ignore[arg-type]
+        records: list[torch.Tensor] = list(self._records)  # type: ignore[arg-type]
+        return self.family.assemble(self.model, records) if self.family.assemble else records
 
     def token_layout(self, image_hw: tuple[int, int]) -> TokenLayout:
-        """Token layout of the model for an input of spatial size ``image_hw`` = (H, W)."""
+        """Token layout of the model for an input of spatial size ``image_hw`` = (H, W).
+
+        For attention-pooling models it carries the pooling query's attention (B, N), averaged over heads and
+        latent queries, recorded in the same forward pass (without gradient).
+        """
         layout = self.family.token_layout(self.model, tuple(image_hw))
+        if layout.readout == "attention_pool":
+            if not self._readout_records or self._readout_records[0] is None:
+                raise RuntimeError("no attention-pool attention was recorded; run a forward pass inside the context")
+            layout = replace(layout, pool_weights=self._readout_records[0].float().mean(dim=1))
         recorded = self.attentions[0].shape[-1]
         if layout.num_tokens != recorded:
             raise RuntimeError(
@@ -119,24 +134,29 @@ class AttentionRecorder:
 
     # -- hooks ---------------------------------------------------------------------------------------
     def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        if readout.query_key_modules is not None and not self.keep_graph:
-            self._attach_query_key(index, module, readout)
+        if readout.query_key_modules is not None and (readout.probs_module is None or not self.keep_graph):
+            self._attach_query_key(self._records, index, module, readout, self.head_fusion)
         else:
             self._attach_unfused(index, module, readout)
 
-    def _store(self, index: int, batch: int, heads: int, num_tokens: int, rows: Callable[[slice], torch.Tensor],
-               device: torch.device) -> None:
-        """Fill record ``index`` from ``rows(slice) -> (B, H, Q, N)`` in query chunks within the memory bound."""
-        shape = (batch, num_tokens, num_tokens) if self.head_fusion else (batch, heads, num_tokens, num_tokens)
-        out = torch.empty(shape, dtype=self.dtype, device=device)
-        bytes_per_row = batch * heads * num_tokens * 4
-        step = max(1, min(num_tokens, self.chunk_bytes // max(1, bytes_per_row)))
-        for start in range(0, num_tokens, step):
-            block = slice(start, min(start + step, num_tokens))
-            out[..., block, :] = fuse_heads(rows(block), self.head_fusion)
-        self._records[index] = out
+    def _store(self, records: list[Optional[torch.Tensor]], index: int, shape: tuple[int, int, int, int],
+               rows: Callable[[slice], torch.Tensor], device: torch.device, head_fusion: Optional[str]) -> None:
+        """Fill ``records[index]`` from ``rows(slice) -> (B, H, Q, N)`` in query chunks within the memory bound.
 
-    def _attach_query_key(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        ``shape`` is (B, H, Q, N) of the whole (unfused) probabilities.
+        """
+        batch, heads, num_queries, num_keys = shape
+        out_shape = (batch, num_queries, num_keys) if head_fusion else shape
+        out = torch.empty(out_shape, dtype=self.dtype, device=device)
+        bytes_per_row = batch * heads * num_keys * 4
+        step = max(1, min(num_queries, self.chunk_bytes // max(1, bytes_per_row)))
+        for start in range(0, num_queries, step):
+            block = slice(start, min(start + step, num_queries))
+            out[..., block, :] = fuse_heads(rows(block), head_fusion)
+        records[index] = out
+
+    def _attach_query_key(self, records: list[Optional[torch.Tensor]], index: int, module: nn.Module,
+                          readout: AttentionReadout, head_fusion: Optional[str]) -> None:
         q_module, k_module = (module.get_submodule(name) for name in readout.query_key_modules)
         state: dict[str, Optional[torch.Tensor]] = {}
         scale = getattr(module, readout.scale_attr)
@@ -150,12 +170,12 @@ class AttentionRecorder:
 
         def record(_module: nn.Module, _args: tuple, k: torch.Tensor) -> None:
             q, mask = state.pop("q"), state.pop("mask", None)
-            batch, heads, num_tokens, _ = k.shape
+            shape = (*q.shape[:3], k.shape[2])
             with torch.no_grad():
                 self._store(
-                    index, batch, heads, num_tokens,
+                    records, index, shape,
                     lambda rows: attention_probabilities(q[:, :, rows], k, scale, _mask_rows(mask, rows)),
-                    k.device,
+                    k.device, head_fusion,
                 )
 
         self._undo.append(module.register_forward_pre_hook(remember_mask, with_kwargs=True).remove)
@@ -163,17 +183,21 @@ class AttentionRecorder:
         self._undo.append(k_module.register_forward_hook(record).remove)
 
     def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        previous = getattr(module, readout.fused_flag)
-        setattr(module, readout.fused_flag, False)
-        self._undo.append(lambda: setattr(module, readout.fused_flag, previous))
+        if readout.probs_module is None:
+            raise UnsupportedModelError(f"{type(module).__name__} exposes no attention probabilities to hook")
+        if readout.fused_flag is not None:
+            previous = getattr(module, readout.fused_flag)
+            setattr(module, readout.fused_flag, False)
+            self._undo.append(lambda: setattr(module, readout.fused_flag, previous))
 
-        def record(_module: nn.Module, _args: tuple, probs: torch.Tensor) -> None:
+        def record(_module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            probs = readout.probs_from_input(args[0]) if readout.probs_from_input else output
             if self.keep_graph:
                 self._records[index] = probs
                 return
-            batch, heads, num_tokens, _ = probs.shape
             with torch.no_grad():
-                self._store(index, batch, heads, num_tokens, lambda rows: probs[:, :, rows], probs.device)
+                self._store(self._records, index, tuple(probs.shape), lambda rows: probs[:, :, rows], probs.device,
+                            self.head_fusion)
 
         handle = module.get_submodule(readout.probs_module).register_forward_hook(record)
         self._undo.append(handle.remove)

@@ -25,6 +25,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, … (default: cuda when available)")
     group.add_argument("--crop-pct", type=float, help="override the model's crop_pct (1.0: no margin)")
     group.add_argument("--crop-mode", choices=("center", "squash"), help="squash with --crop-pct 1 shows the whole image")
+    group.add_argument("--input-size", type=int, nargs=2, metavar=("H", "W"),
+                       help="override the model input size (models built with --img-size or dynamic_img_size)")
+    group.add_argument("--mean", type=float, nargs=3, metavar="M", help="override the normalisation mean")
+    group.add_argument("--std", type=float, nargs=3, metavar="S", help="override the normalisation std")
+    group.add_argument("--interpolation", choices=("bicubic", "bilinear", "nearest", "lanczos"),
+                       help="override the resize filter")
+    group.add_argument("--img-size", type=int, nargs="+", metavar="SIZE",
+                       help="build the model for this input size (H or H W; timm resamples position embeddings)")
+    group.add_argument("--dynamic-img-size", action="store_true",
+                       help="build the model to accept any input size (ViT, EVA, CaiT)")
 
 
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +61,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def model_from_args(args: argparse.Namespace) -> nn.Module:
+    build: dict[str, object] = {}
+    if args.img_size:
+        build["img_size"] = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size[:2])
+    if args.dynamic_img_size:
+        build["dynamic_img_size"] = True
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
-                       num_classes=args.num_classes, device=resolve_device(args.device))
+                       num_classes=args.num_classes, device=resolve_device(args.device), **build)
     if not args.pretrained and args.checkpoint is None:
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
@@ -60,7 +75,11 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
 
 
 def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:
-    return Preprocessing.from_model(model, crop_pct=args.crop_pct, crop_mode=args.crop_mode)
+    return Preprocessing.from_model(
+        model, crop_pct=args.crop_pct, crop_mode=args.crop_mode, interpolation=args.interpolation,
+        input_size=tuple(args.input_size) if args.input_size else None,
+        mean=tuple(args.mean) if args.mean else None, std=tuple(args.std) if args.std else None,
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ExplainSettings:

@@ -181,6 +181,4 @@ def attention(
     Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
     """
     attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion)
-    chosen = attentions[layer].float()
-    readout = layout.readout_vector(device=chosen.device)
-    return Saliency(layout.patch_values(readout @ chosen), logits)
+    return Saliency(layout.patch_values(layout.readout_row(attentions[layer].float())), logits)

@@ -1,0 +1,76 @@
+"""CLI side of the zoo: ``vitroll models``, preprocessing overrides, the offline fast failure, non-ViT refusal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import timm
+from PIL import Image
+
+from vitroll.cli import build_parser, main
+from vitroll.commands.common import preprocessing_from_args
+
+ROOT = Path(__file__).resolve().parents[1]
+PHOTO = ROOT / "sample_images" / "cat.jpg"
+
+
+def test_models_lists_families_and_marks_matches(capsys):
+    assert main(["models", "deit*"]) == 0
+    out = capsys.readouterr().out
+    for family in ("vit", "eva", "beit", "cait"):
+        assert f"\n  {family} " in out
+    assert "supported    deit_tiny_distilled_patch16_224" in out
+    assert "supported    deit3_small_patch16_224" in out
+    assert f"{len(timm.list_models('deit*'))} timm models match 'deit*'" in out
+
+    assert main(["models", "*_tiny_*"]) == 0
+    out = capsys.readouterr().out
+    assert "unsupported  swin_tiny_patch4_window7_224" in out
+    assert "unsupported  convnext_tiny" in out
+    assert "supported    eva02_tiny_patch14_224" in out and "supported    vit_tiny_patch16_224" in out
+
+
+def test_preprocessing_overrides_reach_the_transform():
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    args = build_parser().parse_args([
+        "overlay", "x.png", "--model", "vit_tiny_patch16_224", "--input-size", "160", "128",
+        "--mean", "0.1", "0.2", "0.3", "--std", "0.4", "0.5", "0.6", "--interpolation", "bilinear", "--crop-pct", "1",
+    ])
+    pre = preprocessing_from_args(model, args)
+    assert (pre.input_size, pre.mean, pre.std, pre.interpolation, pre.crop_pct) == (
+        (160, 128), (0.1, 0.2, 0.3), (0.4, 0.5, 0.6), "bilinear", 1.0)
+    tensor, geometry = pre(Image.open(PHOTO).convert("RGB"))
+    assert tensor.shape == (3, 160, 128) and geometry.input_hw == (160, 128)
+
+
+def test_dynamic_model_overlay_at_another_input_size(tmp_path, capsys):
+    code = main(["overlay", str(PHOTO), "--model", "vit_tiny_patch16_224", "--dynamic-img-size",
+                 "--input-size", "96", "160", "--out", str(tmp_path)])
+    assert code == 0 and (tmp_path / "cat_rollout.png").exists()
+
+
+def test_non_vit_model_is_one_error_line(tmp_path, capsys):
+    code = main(["overlay", str(PHOTO), "--model", "resnet18", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2  # the random-weights note, then the error
+    assert err[-1].startswith("vitroll: error: ResNet has no token attention") and "cait_*" in err[-1]
+
+
+def test_offline_pretrained_fails_fast(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), TORCH_HOME=str(tmp_path / "torch"),
+               PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "vitroll", "overlay", str(PHOTO), "--model", "vit_base_patch16_224",
+                           "--pretrained", "--out", str(tmp_path)], env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    print(f"offline --pretrained failure after {elapsed:.2f} s")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "vitroll: error: vit_base_patch16_224: pretrained weights are not in the local cache and the hub cannot be "
+        "reached; pass --checkpoint FILE (.safetensors/.pth) or run once with network access")
+    assert elapsed < 8.0
