@@ -15,7 +15,7 @@ from timm.layers import apply_rot_embed_cat
 
 from vitroll import AttentionRecorder, UnsupportedModelError, rollout
 from vitroll.methods.rollout import attention
-from tests.reference import sharpen_attention
+from reference import sharpen_attention
 
 SMALL = dict(depth=2, embed_dim=64, num_heads=2, pretrained=False)
 
