@@ -97,19 +97,16 @@ def _create(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
     if not pretrained:
         return timm.create_model(name, pretrained=False, **kwargs)
     offline = not hub_reachable()
-    if offline and not pretrained_maybe_cached(name):
-        raise ModelLoadError(
-            f"{name}: pretrained weights are not in the local cache and the hub cannot be reached; "
-            "pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
-        )
+    uncached = "are not in the local cache and the hub cannot be reached"
+    advice = "pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
+    if offline and not pretrained_maybe_cached(name):  # fail before spending seconds on initialisation
+        raise ModelLoadError(f"{name}: pretrained weights {uncached}; {advice}")
     try:
         with _hub_offline(offline):
             return timm.create_model(name, pretrained=True, **kwargs)
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
-        where = "are not in the local cache and the hub cannot be reached" if offline else f"could not be fetched ({type(error).__name__})"
-        raise ModelLoadError(
-            f"{name}: pretrained weights {where}; pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
-        ) from None
+        where = uncached if offline else f"could not be fetched ({type(error).__name__})"
+        raise ModelLoadError(f"{name}: pretrained weights {where}; {advice}") from None
 
 
 def read_checkpoint(path: "str | os.PathLike[str]") -> dict[str, torch.Tensor]:
