@@ -1,0 +1,192 @@
+"""Cost of rollout against the model's own fused forward, as the token count N grows.
+
+For each N it measures, each in a fresh subprocess (so peak memory is that run's own): the plain fused forward;
+forward + vitroll rollout; a naive pipeline (fused attention switched off, attn_drop hooked, full N×N product
+chain); and a jacobgil/vit-explain-style loop (one image at a time, unfused capture, global discard, full
+product). Time is the median of ``--repeats`` runs after a warm-up; memory is the growth of the process's peak
+RSS over the run, beyond what the model and input already take. Prints a table of ratios and writes
+``docs/bench_rollout.md`` and a log-log plot ``docs/bench_rollout.png``.
+
+    python scripts/bench_rollout.py            # N = 197, 577, 1025, 2305, 4097 (several minutes on 2 cores)
+    python scripts/bench_rollout.py --quick    # N = 197, 577
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SIZES = {197: (224, 8), 577: (384, 1), 1025: (512, 1), 2305: (768, 1), 4097: (1024, 1)}  # N: (pixels, batch)
+IMPLEMENTATIONS = ("forward", "vitroll", "naive", "per_image")
+
+
+def _naive_maps(model, images):
+    """Unfused capture + full-product chain: what most rollout code does."""
+    import torch
+
+    records = []
+    handles = []
+    for block in model.blocks:
+        block.attn.fused_attn = False
+        handles.append(block.attn.attn_drop.register_forward_hook(lambda _m, _i, out: records.append(out.mean(1))))
+    try:
+        with torch.no_grad():
+            model(images)
+            eye = torch.eye(records[0].shape[-1])
+            result = eye.expand_as(records[0]).clone()
+            for attention in records:
+                mixed = 0.5 * attention + 0.5 * eye
+                result = torch.bmm(mixed / mixed.sum(-1, keepdim=True), result)
+    finally:
+        for block, handle in zip(model.blocks, handles):
+            block.attn.fused_attn = True
+            handle.remove()
+    return result[:, 0, 1:]
+
+
+def _per_image_maps(model, images, discard_ratio=0.9):
+    """jacobgil/vit-explain style: one image at a time, discard over the flattened matrix, full product."""
+    import torch
+
+    maps = []
+    for image in images:
+        records = []
+        handles = []
+        for block in model.blocks:
+            block.attn.fused_attn = False
+            handles.append(block.attn.attn_drop.register_forward_hook(lambda _m, _i, out: records.append(out.cpu())))
+        try:
+            with torch.no_grad():
+                model(image[None])
+                result = torch.eye(records[0].shape[-1])
+                for attention in records:
+                    fused = attention.mean(axis=1)
+                    flat = fused.view(fused.size(0), -1)
+                    _, indices = flat.topk(int(flat.size(-1) * discard_ratio), -1, False)
+                    indices = indices[indices != 0]
+                    flat[0, indices] = 0
+                    a = (fused + torch.eye(fused.size(-1))) / 2
+                    a = a / a.sum(dim=-1, keepdim=True)
+                    result = torch.matmul(a, result)
+        finally:
+            for block, handle in zip(model.blocks, handles):
+                block.attn.fused_attn = True
+                handle.remove()
+        maps.append(result[0, 0, 1:])
+    return torch.stack(maps)
+
+
+def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> dict:
+    import timm
+    import torch
+
+    from vitroll import rollout
+
+    torch.set_num_threads(torch.get_num_threads())
+    pixels, batch = SIZES[tokens]
+    model = timm.create_model(model_name, img_size=pixels).eval()
+    images = torch.randn(batch, 3, pixels, pixels)
+    run = {
+        "forward": lambda: model(images),
+        "vitroll": lambda: rollout(model, images),
+        "naive": lambda: _naive_maps(model, images),
+        "per_image": lambda: _per_image_maps(model, images),
+    }[implementation]
+    with torch.no_grad():
+        model(images)  # warm-up; also makes the forward's own memory part of the baseline
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with torch.no_grad():
+            run()
+        times.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"tokens": tokens, "implementation": implementation, "seconds": statistics.median(times),
+            "extra_peak_mib": (peak - baseline) / 1024, "batch": batch, "layers": len(model.blocks)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="vit_small_patch16_224")
+    parser.add_argument("--quick", action="store_true", help="only N = 197 and 577")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-per-image-above", type=int, default=1025,
+                        help="the per-image baseline equals naive at batch 1; skip it above this N")
+    parser.add_argument("--out", default="docs")
+    parser.add_argument("--worker", nargs=2, metavar=("N", "IMPL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(measure(int(args.worker[0]), args.worker[1], args.model, args.repeats)))
+        return
+
+    rows = []
+    for tokens in ([197, 577] if args.quick else list(SIZES)):
+        for implementation in IMPLEMENTATIONS:
+            if implementation == "per_image" and tokens > args.skip_per_image_above:
+                continue
+            done = subprocess.run([sys.executable, __file__, "--worker", str(tokens), implementation, "--model", args.model,
+                                   "--repeats", str(args.repeats)], capture_output=True, text=True, check=True)
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"N={tokens:5d} {implementation:10s} {rows[-1]['seconds']:.3f} s  +{rows[-1]['extra_peak_mib']:.0f} MiB",
+                  file=sys.stderr)
+    write_report(rows, Path(args.out), args.model)
+
+
+def write_report(rows: list[dict], out: Path, model_name: str) -> None:
+    by = {(r["tokens"], r["implementation"]): r for r in rows}
+    tokens = sorted({r["tokens"] for r in rows})
+    lines = [
+        f"Model {model_name} (random init), CPU: {platform.processor() or platform.machine()}, "
+        f"{__import__('os').cpu_count()} cores, torch {__import__('torch').__version__}.",
+        "",
+        "| N | px | batch | forward s | vitroll / forward | naive / forward | per-image / forward | naive / vitroll "
+        "| vitroll extra peak MiB | bound 2·L·N²·4·B MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in tokens:
+        forward = by[(n, "forward")]
+        ours = by[(n, "vitroll")]
+        naive = by[(n, "naive")]
+        per_image = by.get((n, "per_image"))
+        bound = 2 * ours["layers"] * n * n * 4 * ours["batch"] / 2**20
+        lines.append(
+            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ours['seconds'] / forward['seconds']:.2f} "
+            f"| {naive['seconds'] / forward['seconds']:.2f} | "
+            f"{per_image['seconds'] / forward['seconds']:.2f} | " if per_image else
+            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ours['seconds'] / forward['seconds']:.2f} "
+            f"| {naive['seconds'] / forward['seconds']:.2f} | – | "
+        )
+        lines[-1] += f"{naive['seconds'] / ours['seconds']:.2f} | {ours['extra_peak_mib']:.0f} | {bound:.0f} |"
+    table = "\n".join(lines)
+    print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_rollout.md").write_text(table + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    for implementation in IMPLEMENTATIONS:
+        points = [(n, by[(n, implementation)]["seconds"] / by[(n, implementation)]["batch"])
+                  for n in tokens if (n, implementation) in by]
+        if points:
+            ax.loglog(*zip(*points), marker="o", label=implementation)
+    ax.set_xlabel("tokens N")
+    ax.set_ylabel("seconds per image")
+    ax.set_title(f"rollout cost vs N ({model_name})")
+    ax.legend()
+    fig.savefig(out / "bench_rollout.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
