@@ -66,3 +66,58 @@ def reference_rollout(
         result = mixed @ result
     row = result[0] if class_token else result[num_prefix:].mean(axis=0)
     return row[num_prefix:].reshape(grid)
+
+
+def reference_attention_gradients(model: nn.Module, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """ONE image in float64 through the unfused timm path: per block the attention (H, N, N) and the gradient
+    of logit ``target`` with respect to it, by retaining each attention tensor's grad."""
+    reference = copy.deepcopy(model).double().eval()
+    kept: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, output):
+        output.retain_grad()
+        kept.append(output)
+
+    for block in reference.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(keep)
+    reference(image.double())[0, target].backward()
+    return [a[0].detach().numpy() for a in kept], [a.grad[0].numpy() for a in kept]
+
+
+def reference_chefer(attentions: list[np.ndarray], gradients: list[np.ndarray], num_prefix: int, grid) -> np.ndarray:
+    """R = I; R ← R + mean_h((∇A ⊙ A)⁺) @ R per layer; the class token's row over patches."""
+    n = attentions[0].shape[-1]
+    relevance = np.eye(n)
+    for attention, gradient in zip(attentions, gradients):
+        relevance = relevance + np.maximum(attention * gradient, 0).mean(axis=0) @ relevance
+    return relevance[0, num_prefix:].reshape(grid)
+
+
+def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard_ratio: float) -> np.ndarray:
+    """Full-matrix rollout of (mean_h ∇A ⊙ A)⁺ with per-row discard (class column kept), α = 0.5."""
+    n = attentions[0].shape[-1]
+    result = np.eye(n)
+    for attention, gradient in zip(attentions, gradients):
+        fused = discard_rows(np.maximum((attention * gradient).mean(axis=0), 0), discard_ratio, 0)
+        mixed = 0.5 * fused + 0.5 * np.eye(n)
+        result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
+    return result[0, num_prefix:].reshape(grid)
+
+
+def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid) -> np.ndarray:
+    """Attention flow with networkx on an explicitly built graph: nodes ("layer", depth, token), edges
+    from depth−1 key j to depth query i with capacity rownorm(0.5·A + 0.5·I)[i, j]; sink = class token at the top."""
+    import networkx as nx
+
+    n = per_layer_fused[0].shape[-1]
+    graph = nx.DiGraph()
+    for depth, attention in enumerate(per_layer_fused, start=1):
+        mixed = 0.5 * attention + 0.5 * np.eye(n)
+        mixed = mixed / mixed.sum(axis=1, keepdims=True)
+        for i in range(n):
+            for j in range(n):
+                graph.add_edge(("layer", depth - 1, j), ("layer", depth, i), capacity=float(mixed[i, j]))
+    top = ("layer", len(per_layer_fused), 0)
+    values = [nx.maximum_flow_value(graph, ("layer", 0, j), top) for j in range(num_prefix, n)]
+    return np.array(values).reshape(grid)

@@ -11,13 +11,13 @@ from vitroll.capture import AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
 from vitroll.maps import normalize, to_original, upsample
-from vitroll.methods import METHODS, attention, rollout, rollout_matrix
+from vitroll.methods import METHODS, attention, center, chefer, flow, grad_rollout, random_map, rollout, rollout_matrix
 from vitroll.models import class_names, load_model
 from vitroll.overlay import colorize, figure, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
     "METHODS", "AttentionRecorder", "CropGeometry", "ImageReadError", "ModelLoadError", "Preprocessing", "TokenLayout",
-    "UnsupportedModelError", "VitrollError", "__version__", "attention", "class_names", "colorize", "figure",
-    "load_image", "load_model", "normalize", "overlay", "rollout", "rollout_matrix", "to_original", "upsample",
+    "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer", "class_names", "colorize", "figure", "flow", "grad_rollout",
+    "load_image", "load_model", "normalize", "overlay", "random_map", "rollout", "rollout_matrix", "to_original", "upsample",
 ]

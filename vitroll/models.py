@@ -183,7 +183,8 @@ def load_model(
     Parameters
     ----------
     name : str
-        A timm model name, or ``hf-hub:org/name``.
+        A timm model name, ``hf-hub:org/name``, or ``vitroll-shapes`` — the small testbed ViT shipped with
+        vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its weights).
     pretrained : bool
         Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
         seconds with a clear message when they are not cached).
@@ -193,6 +194,14 @@ def load_model(
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
+    from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
+
+    if name == TESTBED_NAME:
+        if checkpoint is None:
+            return load_testbed_model(device)
+        model = build_testbed_model()
+        load_state(model, read_checkpoint(checkpoint), checkpoint)
+        return model.eval().to(device)
     check_model_name(name)
     state = read_checkpoint(checkpoint) if checkpoint is not None else None
     if num_classes is None and state is not None:

@@ -13,11 +13,13 @@ from vitroll.methods import METHODS
 from vitroll.models import load_model
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
+from vitroll.testbed import TESTBED_NAME
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", required=True, help="timm model name or hf-hub:org/name")
+    group.add_argument("--model", default=TESTBED_NAME,
+                       help=f"timm model name or hf-hub:org/name (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     group.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights (hub or local cache)")
     group.add_argument("--num-classes", type=int, help="classifier size (default: from the checkpoint's head)")
@@ -38,12 +40,25 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("method")
+    group = parser.add_argument_group("method (options a method does not take are ignored; unset ones keep its default)")
     group.add_argument("--method", default="rollout", choices=sorted(METHODS))
-    group.add_argument("--head-fusion", default="mean", choices=HEAD_FUSIONS)
-    group.add_argument("--discard-ratio", type=float, default=0.0, help="drop this fraction of the weakest attention per row")
-    group.add_argument("--attention-weight", type=float, default=0.5, help="α in rownorm(α·A + (1−α)·I)")
-    group.add_argument("--start-layer", type=int, default=0, help="first layer included in the rollout")
+    add_method_options(group)
+
+
+def add_method_options(group: "argparse._ArgumentGroup") -> None:
+    group.add_argument("--head-fusion", choices=HEAD_FUSIONS, help="how heads are fused (default mean)")
+    group.add_argument("--discard-ratio", type=float,
+                       help="drop this fraction of the weakest attention per row (rollout 0, grad_rollout 0.9)")
+    group.add_argument("--attention-weight", type=float, help="α in rownorm(α·A + (1−α)·I) (default 0.5)")
+    group.add_argument("--start-layer", type=int, help="first layer included in rollout / chefer (default 0)")
+    group.add_argument("--target-class", type=int, help="class explained by gradient methods (default: the prediction)")
+
+
+def method_options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "head_fusion": args.head_fusion, "discard_ratio": args.discard_ratio, "attention_weight": args.attention_weight,
+        "start_layer": args.start_layer, "target_class": args.target_class,
+    }
 
 
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +83,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["dynamic_img_size"] = True
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
                        num_classes=args.num_classes, device=resolve_device(args.device), **build)
-    if not args.pretrained and args.checkpoint is None:
+    if not args.pretrained and args.checkpoint is None and args.model != TESTBED_NAME:
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
     return model
@@ -83,9 +98,5 @@ def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Prepr
 
 
 def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
-    options = {
-        "head_fusion": args.head_fusion, "discard_ratio": args.discard_ratio,
-        "attention_weight": args.attention_weight, "start_layer": args.start_layer,
-    }
-    return ExplainSettings(method=args.method, method_options=options, cmap=args.cmap, alpha=args.alpha,
-                           interpolation=args.upsample, normalization=args.normalize)
+    return ExplainSettings(method=args.method, method_options=method_options_from_args(args), cmap=args.cmap,
+                           alpha=args.alpha, interpolation=args.upsample, normalization=args.normalize)

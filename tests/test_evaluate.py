@@ -1,0 +1,120 @@
+"""``vitroll evaluate`` and ``vitroll sanity`` end to end, on the testbed and on a folder with masks."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from vitroll.cli import main
+from vitroll.pipelines.evaluate import evaluate, folder_images, summarize, shapes_images
+from vitroll.pipelines.sanity import cascade, sanity_check
+from vitroll.testbed import build_testbed_model
+
+
+@pytest.fixture(scope="module")
+def random_checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ckpt") / "random.safetensors"
+    save_file(build_testbed_model().state_dict(), str(path))
+    return path
+
+
+def test_evaluate_writes_the_table_for_every_method(tmp_path, capsys, random_checkpoint):
+    code = main(["evaluate", "--testbed", "4", "--checkpoint", str(random_checkpoint), "--out", str(tmp_path),
+                 "--methods", "rollout,chefer,flow,random,center", "--steps", "4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for method in ("rollout", "chefer", "flow", "random", "center"):
+        assert f"| {method} |" in out
+    rows = list(csv.DictReader((tmp_path / "per_image.csv").open()))
+    assert len(rows) == 4 * 5
+    assert {float(r["pointing_game"]) for r in rows} <= {0.0, 1.0}
+    assert all(0 <= float(r["deletion_auc"]) <= 1 for r in rows)
+    for name in ("summary.csv", "summary.md", "curves.png", "examples.png"):
+        assert (tmp_path / name).stat().st_size > 100
+
+
+def test_summary_is_mean_with_a_normal_95_percent_interval():
+    rows = [dict(method="m", pointing_game=v, energy_in_mask=0.5, top10_iou=0.0, deletion_auc=0.1, insertion_auc=0.2)
+            for v in (0.0, 1.0, 1.0, 0.0)]
+    (entry,) = summarize(rows)
+    assert entry["pointing_game"] == 0.5
+    assert entry["pointing_game_ci95"] == pytest.approx(1.96 * np.std([0, 1, 1, 0], ddof=1) / 2)
+    assert entry["energy_in_mask_ci95"] == 0.0 and entry["images"] == 4
+
+
+def test_a_map_equal_to_the_mask_scores_perfectly_on_localisation(random_checkpoint):
+    from vitroll.models import load_model
+    from vitroll.methods import register_method, METHODS
+    from vitroll.methods.base import Saliency
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = shapes_images(3, seed=11)
+    patch_masks = torch.tensor(np.stack([i.mask.reshape(8, 8, 8, 8).mean(axis=(1, 3)) for i in images]))
+
+    @register_method("oracle_for_test")
+    def oracle(model, batch):
+        return Saliency(patch_masks[: len(batch)].float(), model(batch))
+
+    try:
+        result = evaluate(model, images, ["oracle_for_test"], steps=2)
+    finally:
+        del METHODS["oracle_for_test"]
+    assert all(row["pointing_game"] == 1.0 for row in result.rows)
+    areas = [i.mask.mean() for i in images]  # what a uniform map would score
+    assert all(row["energy_in_mask"] > max(0.5, 4 * area) for row, area in zip(result.rows, areas))
+
+
+def test_folder_with_masks_and_its_errors(tmp_path, capsys, random_checkpoint):
+    for item in shapes_images(2, seed=4):
+        Image.fromarray(item.image).save(tmp_path / f"{item.name}.png")
+        Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / f"{item.name}_mask.png")
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "no_mask_here.png")
+    assert [i.name for i in folder_images(tmp_path)] == ["shapes-4-0000", "shapes-4-0001"]
+    code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--out", str(tmp_path / "out"),
+                 "--methods", "rollout", "--steps", "2"])
+    assert code == 0
+    Image.fromarray(np.zeros((10, 10), np.uint8)).save(tmp_path / "shapes-4-0001_mask.png")
+    code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--methods", "rollout"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "shapes-4-0001_mask.png" in err[0] and "mask is 10×10 but its image is 64×64" in err[0]
+
+
+def test_unknown_method_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--testbed", "2", "--methods", "rollout,nope"])
+    assert exit_info.value.code == 2
+    assert "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_cascade_randomises_top_down_and_leaves_the_model_alone(random_checkpoint):
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stages = []
+    for stage, randomized in cascade(model):
+        changed = sorted({k.split(".")[0] + ("." + k.split(".")[1] if k.startswith("blocks") else "")
+                          for k, v in randomized.state_dict().items() if not torch.equal(v, before[k])})
+        stages.append((stage, changed))
+    assert [s for s, _ in stages] == ["head", "blocks.3", "blocks.2", "blocks.1", "blocks.0"]
+    assert stages[0][1] == ["head"]
+    assert stages[2][1] == ["blocks.2", "blocks.3", "head"]
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_sanity_flags_maps_that_ignore_the_weights(random_checkpoint):
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(6)])
+    result = sanity_check(model, images, ["rollout", "center", "random"])
+    assert set(result.flagged()) == {"center", "random"}
+    assert result.correlations["rollout"][-1].mean() < 0.9
+    assert result.correlations["center"].shape == (5, 6)

@@ -1,0 +1,122 @@
+"""Gradient methods, attention flow and baselines against slow, explicit references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from vitroll import METHODS, chefer, center, flow, grad_rollout, random_map
+from vitroll.methods import record_attention
+from vitroll.methods.flow import flow_values
+from reference import (
+    reference_attention, reference_attention_gradients, reference_chefer, reference_flow, reference_grad_rollout,
+    sharpen_attention,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(3)
+    model = sharpen_attention(timm.create_model("vit_tiny_patch16_224", img_size=(48, 32), depth=3, num_classes=5))
+    images = torch.randn(3, 3, 48, 32)
+    return model, images
+
+
+@pytest.mark.parametrize("target", [None, 2, [4, 0, 1]])
+def test_chefer_matches_per_image_autograd(tiny, target):
+    model, images = tiny
+    maps = chefer(model, images, target_class=target)
+    predicted = model(images).argmax(-1).tolist()
+    targets = predicted if target is None else (target if isinstance(target, list) else [target] * 3)
+    for i, t in enumerate(targets):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], t)
+        expected = reference_chefer(attentions, gradients, 1, (3, 2))
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("discard_ratio", [0.0, 0.5])
+def test_grad_rollout_matches_per_image_autograd(tiny, discard_ratio):
+    model, images = tiny
+    maps = grad_rollout(model, images, target_class=1, discard_ratio=discard_ratio)
+    for i in range(len(images)):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], 1)
+        expected = reference_grad_rollout(attentions, gradients, 1, (3, 2), discard_ratio)
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_gradient_methods_are_class_specific(tiny):
+    model, images = tiny
+    assert not torch.allclose(chefer(model, images, target_class=0), chefer(model, images, target_class=3))
+
+
+def test_gradient_methods_leave_the_model_as_they_found_it(tiny):
+    model, images = tiny
+    frozen = next(model.parameters())
+    frozen.requires_grad_(False)
+    try:
+        chefer(model, images)
+        with torch.no_grad():
+            grad_rollout(model, images)
+    finally:
+        frozen.requires_grad_(True)
+    assert all(p.grad is None for p in model.parameters())
+    assert [p.requires_grad for p in model.parameters()][0] is True
+    assert not any(getattr(b.attn, "fused_attn", True) is False for b in model.blocks)
+
+
+def test_gradient_methods_refuse_inference_mode_clearly(tiny):
+    model, images = tiny
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode"):
+        chefer(model, images)
+
+
+def test_bad_target_class_is_a_clear_error(tiny):
+    model, images = tiny
+    with pytest.raises(ValueError, match="out of range"):
+        chefer(model, images, target_class=7)
+    with pytest.raises(ValueError, match="2 entries for a batch of 3"):
+        grad_rollout(model, images, target_class=[0, 1])
+
+
+def test_flow_matches_networkx_on_an_explicit_graph(tiny):
+    model, images = tiny
+    maps = flow(model, images[:2])
+    for i in range(2):
+        per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
+        expected = reference_flow(per_layer, 1, (3, 2))
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+def test_flow_scipy_and_networkx_solvers_agree(tiny):
+    model, images = tiny
+    attentions, layout, _ = record_attention(model, images[:1])
+    fast = flow_values(attentions, layout, solver="scipy")
+    exact = flow_values(attentions, layout, solver="networkx")
+    torch.testing.assert_close(fast, exact, atol=2e-6, rtol=0)
+
+
+def test_flow_refuses_large_inputs_with_the_reason():
+    model = timm.create_model("vit_tiny_patch16_224", depth=1).eval()
+    with pytest.raises(ValueError, match="197 tokens is impractical"):
+        flow(model, torch.randn(1, 3, 224, 224))
+
+
+def test_baselines_are_reproducible_and_shaped(tiny):
+    model, images = tiny
+    torch.testing.assert_close(random_map(model, images, seed=5), random_map(model, images, seed=5))
+    assert not torch.equal(random_map(model, images, seed=5), random_map(model, images, seed=6))
+    gaussian = center(model, images)
+    assert gaussian.shape == (3, 3, 2)
+    assert torch.equal(gaussian[0], gaussian[2])
+    assert gaussian[0, 1].min() > gaussian[0, 0].max()  # the middle row beats the corners
+
+
+def test_every_registered_method_returns_grid_maps_and_logits(tiny):
+    model, images = tiny
+    for name, method in METHODS.items():
+        saliency = method(model, images[:2])
+        assert saliency.maps.shape == (2, 3, 2), name
+        assert torch.isfinite(saliency.maps).all(), name
+        assert saliency.logits.shape == (2, 5), name

@@ -1,0 +1,103 @@
+"""Metrics on hand-made examples whose answers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from vitroll.metrics import (
+    deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou, top_fraction_mask,
+)
+
+MASK = np.zeros((4, 4), bool)
+MASK[1:3, 1:3] = True  # 4 of 16 pixels
+
+
+def test_pointing_game_hits_and_misses():
+    on = np.zeros((4, 4)); on[2, 2] = 1
+    off = np.zeros((4, 4)); off[0, 3] = 1
+    assert pointing_game(np.stack([on, off]), np.stack([MASK, MASK])).tolist() == [True, False]
+    assert pointing_game(off, MASK, tolerance=1).tolist() == [False]  # (0,3) is 1 px from (1,2) diagonally
+    near = np.zeros((4, 4)); near[0, 2] = 1
+    assert pointing_game(near, MASK, tolerance=1).tolist() == [True]
+
+
+def test_pointing_game_counts_a_tie_only_if_every_peak_is_on_the_mask():
+    flat = np.ones((4, 4))
+    assert pointing_game(flat, MASK).tolist() == [False]
+
+
+def test_energy_in_mask_by_hand():
+    uniform = np.ones((4, 4))
+    assert energy_in_mask(uniform, MASK) == pytest.approx([0.25])
+    skewed = np.ones((4, 4)); skewed[1:3, 1:3] = 4.0  # 16 inside of 28
+    assert energy_in_mask(skewed, MASK) == pytest.approx([16 / 28])
+    with_nan = skewed.copy(); with_nan[0, 0] = np.nan  # unseen pixel counts as zero
+    assert energy_in_mask(with_nan, MASK) == pytest.approx([16 / 27])
+    assert energy_in_mask(np.zeros((4, 4)), MASK).tolist() == [0.0]
+
+
+def test_top_fraction_iou_by_hand():
+    saliency = np.arange(16, dtype=float).reshape(4, 4)  # top 25 % = last row
+    assert top_fraction_mask(saliency, 0.25)[0].sum() == 4
+    assert top_fraction_iou(saliency, MASK, 0.25) == pytest.approx([0.0])
+    saliency[1:3, 1:3] = 100
+    assert top_fraction_iou(saliency, MASK, 0.25) == pytest.approx([1.0])
+    assert top_fraction_iou(saliency, MASK, 0.5) == pytest.approx([4 / 8])
+    assert top_fraction_iou(saliency, saliency, 0.3) == pytest.approx([1.0])
+    with pytest.raises(ValueError, match="fraction"):
+        top_fraction_iou(saliency, MASK, 0)
+
+
+def test_rank_correlation_by_hand():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert rank_correlation(x, x * 10 + 3) == pytest.approx([1.0])
+    assert rank_correlation(x, -x) == pytest.approx([-1.0])
+    assert rank_correlation(x, np.array([[2.0, 1.0], [3.0, 4.0]])) == pytest.approx([0.8])  # 1 − 6·2/(4·15)
+    assert rank_correlation(x, np.ones((2, 2))).tolist() == [0.0]
+    with_nan = np.array([[np.nan, 2.0], [3.0, 1.0]])
+    assert rank_correlation(x, with_nan) == pytest.approx([-0.5])  # ranks (1,2,3) vs (2,3,1)
+
+
+class Brightness(nn.Module):
+    """A two-class 'model' whose class-1 logit is the summed brightness of the top-left quarter."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(4.0))
+
+    def forward(self, x):
+        quarter = x[:, :, :4, :4].mean(dim=(1, 2, 3)) * self.scale
+        return torch.stack([torch.zeros_like(quarter), quarter], dim=1)
+
+
+def test_deletion_and_insertion_reward_the_map_that_points_at_the_evidence():
+    model = Brightness()
+    images = torch.ones(2, 3, 8, 8)
+    good = torch.zeros(8, 8); good[:4, :4] = 1
+    bad = torch.zeros(8, 8); bad[4:, 4:] = 1
+    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4, substrate="mean")
+    # 'mean' substrate of an all-ones image is ones: nothing changes, so use a dark image instead below
+    assert np.allclose(result.deletion, result.deletion[:, :1])
+    images = torch.ones(2, 3, 8, 8)
+    images[:, :, :4, :4] = 2.0
+    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4, substrate="mean")
+    assert result.fractions.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    start = torch.tensor([0.0, 8.0]).softmax(0)[1].item()  # logit 4·2
+    mean_logit = 4 * 1.25  # mean colour of the image is 1.25 everywhere after full deletion
+    end = torch.tensor([0.0, mean_logit]).softmax(0)[1].item()
+    assert result.deletion[0, 0] == pytest.approx(start) and result.deletion[0, 1] == pytest.approx(end)
+    assert result.deletion[1, 1] == pytest.approx(start)  # deleting the wrong quarter changes nothing
+    assert result.deletion_auc[0] < result.deletion_auc[1]
+    assert result.insertion_auc[0] > result.insertion_auc[1]
+    assert result.insertion[0, 1] == pytest.approx(start)
+    assert result.insertion[:, 0] == pytest.approx([end, end])
+
+
+def test_blur_substrate_keeps_a_constant_image_constant():
+    model = Brightness()
+    images = torch.full((1, 3, 16, 16), 0.5)
+    result = deletion_insertion(model, images, torch.rand(1, 4, 4), torch.tensor([1]), steps=2, substrate="blur")
+    assert np.allclose(result.deletion, result.deletion[0, 0])

@@ -1,0 +1,82 @@
+"""``vitroll evaluate [FOLDER]``: score methods against ground-truth masks (folder of NAME.png + NAME_mask.png,
+or the generated shapes testbed): pointing game, energy in mask, top-10 % IoU, deletion and insertion AUC."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from vitroll.commands.common import (
+    add_method_options, add_model_arguments, method_options_from_args, model_from_args, preprocessing_from_args,
+)
+from vitroll.methods import METHODS
+from vitroll.pipelines.evaluate import (
+    evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
+)
+
+DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
+
+
+def method_list(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise argparse.ArgumentTypeError(f"unknown method {unknown[0] if unknown else text!r}; choose from {', '.join(sorted(METHODS))}")
+    return methods
+
+
+def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str) -> None:
+    parser.add_argument("folder", nargs="?", metavar="FOLDER", help=folder_help)
+    parser.add_argument("--testbed", type=int, metavar="N", default=None,
+                        help="use N generated shapes images instead of a folder (default when no FOLDER: 200)")
+    parser.add_argument("--seed", type=int, default=3, help="testbed split (3: the shipped model's held-out split)")
+    parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS),
+                        help=f"comma-separated (default: {DEFAULT_METHODS}; also: flow)")
+    parser.add_argument("--out", type=Path, default=Path("evaluation"), help="output folder")
+    parser.add_argument("--batch-size", type=int, default=16)
+    add_method_options(parser.add_argument_group("method options"))
+    add_model_arguments(parser)
+
+
+def images_from_args(args: argparse.Namespace, default_count: int):
+    if args.folder and args.testbed:
+        raise ValueError("give a FOLDER or --testbed N, not both")
+    return folder_images(args.folder) if args.folder else shapes_images(args.testbed or default_count, args.seed)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
+    add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png")
+    parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
+    parser.add_argument("--substrate", choices=("blur", "mean"), default="blur",
+                        help="what deleted pixels become (and insertion starts from)")
+    parser.set_defaults(run=run)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    images = images_from_args(args, default_count=200)
+    model = model_from_args(args)
+    result = evaluate(model, images, args.methods, method_options=method_options_from_args(args),
+                      preprocessing=preprocessing_from_args(model, args), batch_size=args.batch_size,
+                      steps=args.steps, substrate=args.substrate)
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(result.rows)
+    table = markdown_table(summary)
+    write_csv(args.out / "per_image.csv", result.rows)
+    write_csv(args.out / "summary.csv", summary)
+    source = args.folder or f"shapes testbed, seed {args.seed}"
+    (args.out / "summary.md").write_text(
+        f"{len(images)} images ({source}), model {args.model}; mean ± 95 % CI\n\n{table}\n", encoding="utf-8")
+    plot_curves(result, args.out / "curves.png")
+    plot_examples(result, images, args.out / "examples.png")
+    print(table)
+    print(f"wrote {args.out}/: per_image.csv summary.csv summary.md curves.png examples.png")
+    return 0

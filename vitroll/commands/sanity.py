@@ -1,0 +1,46 @@
+"""``vitroll sanity [FOLDER]``: model-parameter randomisation check (Adebayo et al. 2018). Re-initialises the
+head and then the blocks from the top down, and reports how much each method's maps still correlate with the
+trained model's (Spearman); methods whose maps do not change are flagged."""
+
+from __future__ import annotations
+
+import argparse
+
+from PIL import Image
+
+from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
+from vitroll.commands.evaluate import add_image_source_arguments, images_from_args, write_csv
+from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("sanity", help="do the maps change when the model's weights are randomised?",
+                                   description=__doc__)
+    add_image_source_arguments(parser, "images with masks beside them (NAME.png + NAME_mask.png)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    images = images_from_args(args, default_count=32)
+    model = model_from_args(args)
+    preprocessing = preprocessing_from_args(model, args)
+    tensor, _ = preprocessing.batch([Image.fromarray(item.image) for item in images])
+    result = sanity_check(model, tensor, args.methods, method_options=method_options_from_args(args))
+    table = result.table()
+    header = "| method | " + " | ".join(result.stages) + " | flagged |"
+    lines = [header, "|---" * (len(result.stages) + 2) + "|"]
+    for row in table:
+        lines.append(f"| {row['method']} | " + " | ".join(f"{row[s]:.2f}" for s in result.stages)
+                     + f" | {'yes' if row['flagged'] else ''} |")
+    text = "\n".join(lines)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "sanity.csv", table)
+    (args.out / "sanity.md").write_text(
+        f"Spearman correlation with the trained model's maps, {len(images)} images, cascading randomisation "
+        f"(head, then blocks top down); flagged: ≥ {FLAG_CORRELATION} after every block is random.\n\n{text}\n",
+        encoding="utf-8")
+    print(text)
+    flagged = result.flagged()
+    print(f"flagged (maps survive randomisation): {', '.join(flagged) if flagged else 'none'}")
+    print(f"wrote {args.out}/sanity.csv and sanity.md")
+    return 0

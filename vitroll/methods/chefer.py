@@ -1,0 +1,36 @@
+"""Chefer, Gur & Wolf 2021, "Generic Attention-model Explainability for Interpreting Bi-Modal and
+Encoder-Decoder Transformers" — the relevance rule for self-attention encoders:
+
+    R ← I;   for each layer l (first to last):   R ← R + Ā_l · R,   Ā_l = mean_h (∇A_l ⊙ A_l)⁺
+
+so ``R = (I + Ā_L) ··· (I + Ā_1)``. The map is the decision row of ``R`` over the patches; like rollout it is
+computed as a class-row vector chain, ``v ← v + v·Ā_l`` from the last layer down, in O(L·N²).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitroll.methods.base import Saliency, register_method
+from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
+
+
+@register_method("chefer")
+def chefer(model: nn.Module, images: torch.Tensor, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
+    """Chefer et al. relevance maps (B, h, w) for ``target_class`` (default: each image's prediction).
+
+    Parameters
+    ----------
+    images : Tensor, shape (B, 3, H, W)
+    target_class : None, int, or sequence of B ints
+    start_layer : int
+        First layer whose relevance is propagated (earlier layers count as identity).
+    """
+    recorded = attention_gradients(model, images, target_class)
+    pairs = list(zip(recorded.attentions, recorded.gradients))[start_layer:]
+    v = class_row(recorded.layout, recorded.logits.shape[0], recorded.logits.device)
+    for attention, gradient in reversed(pairs):
+        fused = positive_weighted_heads(attention, gradient, clamp="before_mean")
+        v = v + torch.bmm(v.unsqueeze(1), fused).squeeze(1)
+    return Saliency(recorded.layout.patch_values(v), recorded.logits)

@@ -1,0 +1,81 @@
+"""What the class-specific methods share: attention and its gradient with respect to one class score."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from vitroll.capture import AttentionRecorder, TokenLayout
+from vitroll.methods.base import eval_mode, prepare_images
+
+TargetClass = Union[None, int, Sequence[int], torch.Tensor]
+"""``None`` (each image's predicted class), one class for the whole batch, or one per image (B,)."""
+
+
+class AttentionGradients(NamedTuple):
+    attentions: list[torch.Tensor]
+    """Per layer, forward order, (B, H, N, N) float32, detached."""
+    gradients: list[torch.Tensor]
+    """Per layer, ∂ score / ∂ attention, (B, H, N, N) float32."""
+    layout: TokenLayout
+    logits: torch.Tensor
+    """(B, num_classes), detached."""
+    targets: torch.Tensor
+    """(B,) the class each image was explained for."""
+
+
+def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Tensor:
+    """Target class per image (B,) on the logits' device; checked against the number of classes."""
+    batch, num_classes = logits.shape
+    if target_class is None:
+        targets = logits.argmax(dim=-1)
+    else:
+        targets = torch.as_tensor(target_class, device=logits.device).long().reshape(-1)
+        if targets.numel() == 1:
+            targets = targets.expand(batch)
+        if targets.numel() != batch:
+            raise ValueError(f"target_class has {targets.numel()} entries for a batch of {batch}")
+    if ((targets < 0) | (targets >= num_classes)).any():
+        raise ValueError(f"target_class {targets.tolist()} out of range for a model with {num_classes} classes")
+    return targets
+
+
+def attention_gradients(model: nn.Module, images: torch.Tensor, target_class: TargetClass = None) -> AttentionGradients:
+    """One forward and one backward pass: every layer's per-head attention and its gradient with respect to
+    the logit of ``target_class``, summed over the batch (images do not interact, so each image gets its own).
+
+    Parameter ``.grad`` fields and ``requires_grad`` flags are left untouched.
+    """
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
+    images = prepare_images(model, images).detach().requires_grad_(True)
+    with eval_mode(model), torch.enable_grad(), AttentionRecorder(model, keep_graph=True) as recorder:
+        logits = model(images)
+        attentions = recorder.attentions
+        layout = recorder.token_layout(tuple(images.shape[-2:]))
+        targets = resolve_targets(logits.detach(), target_class)
+        score = logits.gather(1, targets[:, None]).sum()
+        gradients = torch.autograd.grad(score, attentions)
+    return AttentionGradients(
+        attentions=[a.detach().float() for a in attentions], gradients=[g.float() for g in gradients],
+        layout=layout, logits=logits.detach(), targets=targets,
+    )
+
+
+def positive_weighted_heads(attention: torch.Tensor, gradient: torch.Tensor, clamp: str) -> torch.Tensor:
+    """Fuse heads of gradient-weighted attention (B, H, N, N) → (B, N, N).
+
+    ``clamp="before_mean"``: mean over heads of (∇A ⊙ A)⁺ (Chefer et al.); ``"after_mean"``: (mean over heads
+    of ∇A ⊙ A)⁺ (jacobgil/vit-explain's grad rollout).
+    """
+    weighted = attention * gradient
+    if clamp == "before_mean":
+        return weighted.clamp(min=0).mean(dim=1)
+    return weighted.mean(dim=1).clamp(min=0)
+
+
+def class_row(layout: TokenLayout, batch: int, device: Optional[torch.device]) -> torch.Tensor:
+    """The decision row vector (B, N) to start a class-row chain from."""
+    return layout.readout_vector(device=device).expand(batch, -1).clone()

@@ -1,0 +1,212 @@
+"""Faithfulness and localisation metrics for saliency maps.
+
+Two kinds:
+
+* against the model — :func:`deletion_insertion` (Petsiuk et al. 2018, RISE): remove (or insert) pixels in
+  the order of the map and watch the target class's probability; a faithful map makes it fall fast
+  (low deletion AUC) and rise fast (high insertion AUC);
+* against a ground-truth mask — :func:`pointing_game` (the map's peak lies on the object),
+  :func:`energy_in_mask` (the fraction of the map's mass on the object, the "energy pointing game") and
+  :func:`top_fraction_iou` (IoU of the map's top k % pixels with the mask);
+
+and two ways to compare maps with each other — :func:`rank_correlation` and :func:`top_fraction_iou` between
+two maps — used by the sanity check and by model and method comparisons.
+
+Maps given to the mask metrics are in the mask's pixels, (B, H, W) or (H, W); NaN marks pixels the model did
+not see (they count as zero saliency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Substrate = Literal["blur", "mean"]
+
+
+def _batched(array: np.ndarray) -> np.ndarray:
+    return array[None] if array.ndim == 2 else array
+
+
+def _clean(maps: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(_batched(np.asarray(maps, dtype=np.float64)), nan=0.0)
+
+
+def pointing_game(maps: np.ndarray, masks: np.ndarray, tolerance: int = 0) -> np.ndarray:
+    """Whether each map's maximum lies on its mask (within ``tolerance`` pixels).
+
+    Parameters
+    ----------
+    maps : ndarray, (B, H, W) or (H, W)
+    masks : ndarray of bool, same shape
+    tolerance : int
+        Radius in pixels of slack around the mask (a disc; Zhang et al. 2018 use 15 at ImageNet scale).
+
+    Returns
+    -------
+    ndarray of bool, (B,). Ties: every pixel sharing the maximum must lie on the mask.
+    """
+    import cv2
+
+    maps, masks = _clean(maps), _batched(np.asarray(masks, dtype=bool))
+    hits = np.empty(len(maps), dtype=bool)
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * tolerance + 1, 2 * tolerance + 1))
+    for b, (saliency, mask) in enumerate(zip(maps, masks)):
+        target = cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) if tolerance else mask
+        peaks = saliency == saliency.max()
+        hits[b] = bool(target[peaks].all())
+    return hits
+
+
+def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Fraction of each map's (non-negative) mass that lies on its mask, (B,). A uniform map scores the mask's area."""
+    maps, masks = np.clip(_clean(maps), 0, None), _batched(np.asarray(masks, dtype=bool))
+    total = maps.sum(axis=(1, 2))
+    inside = (maps * masks).sum(axis=(1, 2))
+    return np.divide(inside, total, out=np.zeros_like(total), where=total > 0)
+
+
+def top_fraction_mask(maps: np.ndarray, fraction: float) -> np.ndarray:
+    """The top ``fraction`` of each map's pixels by value, (B, H, W) bool (exactly ``round(fraction·H·W)`` pixels;
+    ties broken by position)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1]; got {fraction}")
+    maps = _clean(maps)
+    flat = maps.reshape(len(maps), -1)
+    count = max(1, round(fraction * flat.shape[1]))
+    order = np.argsort(-flat, axis=1, kind="stable")[:, :count]
+    top = np.zeros_like(flat, dtype=bool)
+    np.put_along_axis(top, order, True, axis=1)
+    return top.reshape(maps.shape)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    union = (a | b).sum(axis=(1, 2))
+    return np.divide((a & b).sum(axis=(1, 2)), union, out=np.zeros(len(a)), where=union > 0)
+
+
+def top_fraction_iou(maps: np.ndarray, other: np.ndarray, fraction: float = 0.1) -> np.ndarray:
+    """IoU of each map's top ``fraction`` pixels with ``other``, (B,).
+
+    ``other`` is a boolean mask (the ground truth) or another map, whose own top ``fraction`` is taken.
+    """
+    other = _batched(np.asarray(other))
+    other_top = other.astype(bool) if other.dtype == bool else top_fraction_mask(other, fraction)
+    return _iou(top_fraction_mask(maps, fraction), other_top)
+
+
+def rank_correlation(maps: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Spearman rank correlation between paired maps, (B,); NaN pixels (in either) are left out.
+    A constant map correlates 0 with anything."""
+    from scipy.stats import rankdata
+
+    maps, other = _batched(np.asarray(maps, np.float64)), _batched(np.asarray(other, np.float64))
+    result = np.zeros(len(maps))
+    for b, (x, y) in enumerate(zip(maps.reshape(len(maps), -1), other.reshape(len(other), -1))):
+        seen = np.isfinite(x) & np.isfinite(y)
+        rx, ry = rankdata(x[seen]), rankdata(y[seen])
+        rx, ry = rx - rx.mean(), ry - ry.mean()
+        norm = np.sqrt((rx**2).sum() * (ry**2).sum())
+        result[b] = (rx * ry).sum() / norm if norm > 0 else 0.0
+    return result
+
+
+def _trapezoid(curves: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Trapezoid-rule area under each curve (B, S + 1) over ``x`` (S + 1,)."""
+    return ((curves[:, 1:] + curves[:, :-1]) / 2 * np.diff(x)).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class DeletionInsertion:
+    """Probability curves of the target class as pixels are deleted from / inserted into the image."""
+
+    fractions: np.ndarray
+    """(S + 1,) fraction of pixels changed at each step, 0 … 1."""
+    deletion: np.ndarray
+    """(B, S + 1) probabilities while the most salient pixels are replaced by the substrate."""
+    insertion: np.ndarray
+    """(B, S + 1) probabilities while the most salient pixels are put back onto the substrate."""
+
+    @property
+    def deletion_auc(self) -> np.ndarray:
+        """(B,) area under the deletion curve — lower is better."""
+        return _trapezoid(self.deletion, self.fractions)
+
+    @property
+    def insertion_auc(self) -> np.ndarray:
+        """(B,) area under the insertion curve — higher is better."""
+        return _trapezoid(self.insertion, self.fractions)
+
+
+def _substrate(images: torch.Tensor, kind: Substrate) -> torch.Tensor:
+    if kind == "mean":
+        return images.mean(dim=(-2, -1), keepdim=True).expand_as(images).clone()
+    if kind != "blur":
+        raise ValueError(f"substrate must be 'blur' or 'mean'; got {kind!r}")
+    size = max(3, (min(images.shape[-2:]) // 8) | 1)  # odd kernel, an eighth of the image
+    sigma = size / 4
+    offsets = torch.arange(size, dtype=images.dtype, device=images.device) - size // 2
+    kernel = torch.exp(-(offsets**2) / (2 * sigma**2))
+    kernel = kernel / kernel.sum()
+    channels = images.shape[1]
+    padded = F.pad(images, (size // 2,) * 4, mode="reflect")
+    blurred = F.conv2d(padded, kernel.view(1, 1, 1, -1).expand(channels, 1, 1, size).contiguous(), groups=channels)
+    return F.conv2d(blurred, kernel.view(1, 1, -1, 1).expand(channels, 1, size, 1).contiguous(), groups=channels)
+
+
+@torch.no_grad()
+def deletion_insertion(
+    model: nn.Module,
+    images: torch.Tensor,
+    maps: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    steps: int = 16,
+    substrate: Substrate = "blur",
+) -> DeletionInsertion:
+    """Deletion and insertion curves (Petsiuk et al. 2018) for a batch.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The classifier being explained (eval mode is the caller's business).
+    images : Tensor, (B, 3, H, W)
+        Preprocessed inputs, as the model takes them.
+    maps : Tensor, (B, h, w)
+        Saliency on the patch grid (or at input size); upsampled bilinearly to (H, W) to order the pixels.
+    targets : Tensor, (B,)
+        Class whose probability is tracked.
+    steps : int
+        The pixels are changed in ``steps`` equal portions, ``steps + 1`` forward passes of the batch.
+    substrate : {"blur", "mean"}
+        What deleted pixels become (and what insertion starts from): a Gaussian blur of the image (RISE's
+        insertion substrate) or its mean colour.
+    """
+    device = next(model.parameters()).device
+    images = images.to(device)
+    batch, _, height, width = images.shape
+    upsampled = F.interpolate(maps.float().to(device)[:, None], size=(height, width), mode="bilinear", align_corners=False)
+    order = upsampled.reshape(batch, -1).nan_to_num(float("-inf")).argsort(dim=1, descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(1, order, torch.arange(height * width, device=device).expand(batch, -1))
+    rank = rank.reshape(batch, 1, height, width)
+    background = _substrate(images, substrate)
+    counts = torch.linspace(0, height * width, steps + 1).round().long().tolist()
+    targets = torch.as_tensor(targets, device=device).reshape(-1, 1)
+    deletion, insertion = [], []
+    for count in counts:
+        changed = rank < count
+        pair = torch.cat([torch.where(changed, background, images), torch.where(changed, images, background)])
+        probabilities = model(pair.to(next(model.parameters()).dtype)).float().softmax(dim=-1)
+        deletion.append(probabilities[:batch].gather(1, targets).squeeze(1))
+        insertion.append(probabilities[batch:].gather(1, targets).squeeze(1))
+    return DeletionInsertion(
+        fractions=np.array(counts, dtype=np.float64) / (height * width),
+        deletion=torch.stack(deletion, dim=1).cpu().numpy(),
+        insertion=torch.stack(insertion, dim=1).cpu().numpy(),
+    )

@@ -1,0 +1,218 @@
+"""Measure methods on images with ground-truth masks: localisation against the mask, faithfulness against the model.
+
+Images come from a folder (``name.png`` beside ``name_mask.png``) or from the synthetic testbed. Every method
+runs on the same batches; each image gets, per method, the pointing game, the energy in the mask, the IoU of
+the map's top pixels with the mask, and deletion / insertion AUC for the class the model predicts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from torch import nn
+
+from vitroll.errors import ImageReadError
+from vitroll.io import IMAGE_SUFFIXES, load_image
+from vitroll.maps import to_original
+from vitroll.methods import METHODS
+from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, top_fraction_iou
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.preprocess import Preprocessing
+
+MASK_SUFFIX = "_mask"
+METRICS = {
+    "pointing_game": "pointing game ↑",
+    "energy_in_mask": "energy in mask ↑",
+    "top10_iou": "top-10 % IoU ↑",
+    "deletion_auc": "deletion AUC ↓",
+    "insertion_auc": "insertion AUC ↑",
+}
+"""Per-image metric columns and their table headings (arrows: which way is better)."""
+
+
+@dataclass(frozen=True)
+class MaskedImage:
+    """An image with the mask of the object that decides its class."""
+
+    name: str
+    image: np.ndarray
+    """(H, W, 3) uint8 RGB."""
+    mask: np.ndarray
+    """(H, W) bool."""
+    label: Optional[int] = None
+
+
+def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
+    """``count`` testbed images of split ``seed`` (3: the shipped model's held-out test split)."""
+    from vitroll.testbed import samples
+
+    return [MaskedImage(f"shapes-{seed}-{i:04d}", s.image, s.mask, s.label) for i, s in enumerate(samples(seed, count))]
+
+
+def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
+    """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
+
+    A mask is any image; its non-zero pixels are the object. Raises :class:`ImageReadError` for an unreadable
+    file or a mask whose size differs from its image.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ImageReadError(folder, "not a folder")
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() not in IMAGE_SUFFIXES or path.stem.endswith(MASK_SUFFIX):
+            continue
+        masks = [m for m in folder.glob(f"{path.stem}{MASK_SUFFIX}.*") if m.suffix.lower() in IMAGE_SUFFIXES]
+        if not masks:
+            continue
+        image = np.asarray(load_image(path))
+        mask = np.asarray(load_image(masks[0]).convert("L")) > 0
+        if mask.shape != image.shape[:2]:
+            raise ImageReadError(masks[0], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
+                                           f"{image.shape[1]}×{image.shape[0]}")
+        found.append(MaskedImage(path.stem, image, mask))
+    if not found:
+        raise ImageReadError(folder, f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
+    return found
+
+
+@dataclass
+class Evaluation:
+    """Per-image scores, deletion/insertion curves and (for figures) the first few maps of every method."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    fractions: Optional[np.ndarray] = None
+    curves: dict[str, dict[str, list[np.ndarray]]] = field(default_factory=dict)
+    """method → {"deletion": [(S + 1,) per image], "insertion": […]}."""
+    examples: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """method → maps in original pixels for the first ``keep_examples`` images."""
+
+
+def evaluate(
+    model: nn.Module,
+    images: Sequence[MaskedImage],
+    methods: Sequence[str],
+    *,
+    method_options: Optional[dict[str, Any]] = None,
+    preprocessing: Optional[Preprocessing] = None,
+    batch_size: int = 16,
+    steps: int = 16,
+    substrate: str = "blur",
+    keep_examples: int = 6,
+) -> Evaluation:
+    """Run every method on every image and score it (see the module docstring)."""
+    from PIL import Image
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(sorted(METHODS))}")
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    result = Evaluation(examples={m: [] for m in methods},
+                        curves={m: {"deletion": [], "insertion": []} for m in methods})
+    for start in range(0, len(images), batch_size):
+        chunk = images[start:start + batch_size]
+        tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
+        for method in methods:
+            options = ExplainSettings(method=method, method_options=method_options or {}).options_for_method()
+            saliency = METHODS[method](model, tensor, **options)
+            predicted = saliency.logits.argmax(dim=-1)
+            curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
+            result.fractions = curves.fractions
+            grid_maps = saliency.maps.float().cpu().numpy()
+            for i, (item, geometry) in enumerate(zip(chunk, geometries)):
+                in_pixels = to_original(grid_maps[i], geometry)
+                result.rows.append(dict(
+                    image=item.name, method=method, label=item.label, predicted=int(predicted[i]),
+                    pointing_game=float(pointing_game(in_pixels, item.mask)[0]),
+                    energy_in_mask=float(energy_in_mask(in_pixels, item.mask)[0]),
+                    top10_iou=float(top_fraction_iou(in_pixels, item.mask, 0.1)[0]),
+                    deletion_auc=float(curves.deletion_auc[i]), insertion_auc=float(curves.insertion_auc[i]),
+                ))
+                result.curves[method]["deletion"].append(curves.deletion[i])
+                result.curves[method]["insertion"].append(curves.insertion[i])
+                if start + i < keep_examples:
+                    result.examples[method].append(in_pixels)
+    return result
+
+
+def mean_and_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (normal approximation, 1.96·s/√n)."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:
+        return float(values.mean()) if len(values) else math.nan, math.nan
+    return float(values.mean()), float(1.96 * values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method: ``<metric>`` mean and ``<metric>_ci95`` for every metric, plus ``images``."""
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    table = []
+    for method in methods:
+        mine = [row for row in rows if row["method"] == method]
+        entry: dict[str, Any] = {"method": method, "images": len(mine)}
+        for metric in METRICS:
+            entry[metric], entry[f"{metric}_ci95"] = mean_and_ci([row[metric] for row in mine])
+        table.append(entry)
+    return table
+
+
+def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
+    """The summary as a Markdown table, ``mean ± ci95`` per cell."""
+    header = "| method | " + " | ".join(METRICS.values()) + " |"
+    lines = [header, "|---" * (len(METRICS) + 1) + "|"]
+    for entry in summary:
+        cells = [f"{entry[m]:.3f} ± {entry[f'{m}_ci95']:.3f}" for m in METRICS]
+        lines.append(f"| {entry['method']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(evaluation: Evaluation, path: "str | os.PathLike[str]") -> None:
+    """Mean deletion and insertion curves per method, side by side, as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for method, curves in evaluation.curves.items():
+        for axis, kind in zip(axes, ("deletion", "insertion")):
+            axis.plot(evaluation.fractions, np.mean(curves[kind], axis=0), label=method)
+    for axis, kind in zip(axes, ("deletion (lower is better)", "insertion (higher is better)")):
+        axis.set_title(kind)
+        axis.set_xlabel("fraction of pixels changed")
+    axes[0].set_ylabel("probability of the predicted class")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "str | os.PathLike[str]",
+                  cmap: str = "jet") -> None:
+    """Images × methods grid of overlays (first column: the image with its mask outlined) as a PNG."""
+    import cv2
+    import matplotlib.pyplot as plt
+
+    from vitroll.overlay import overlay
+
+    methods = list(evaluation.examples)
+    count = min(len(images), min(len(v) for v in evaluation.examples.values()))
+    fig, axes = plt.subplots(count, len(methods) + 1, figsize=(1.6 * (len(methods) + 1), 1.6 * count), squeeze=False)
+    for row in range(count):
+        outlined = images[row].image.copy()
+        contours, _ = cv2.findContours(images[row].mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        cv2.drawContours(outlined, contours, -1, (255, 255, 255), 1)
+        axes[row, 0].imshow(outlined)
+        for column, method in enumerate(methods, start=1):
+            axes[row, column].imshow(overlay(images[row].image, evaluation.examples[method][row], cmap=cmap))
+            if row == 0:
+                axes[row, column].set_title(method, fontsize=9)
+        if row == 0:
+            axes[row, 0].set_title("image + mask", fontsize=9)
+    for axis in axes.flat:
+        axis.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
