@@ -1,6 +1,6 @@
 """Train the testbed ViT on synthetic shapes and ship it: ``vitroll/testbed/shapes_vit.safetensors`` + model card.
 
-    python scripts/train_shapes.py                 # the shipped run (about 40 minutes on 2 CPU cores)
+    python scripts/train_shapes.py                 # the shipped run (about 20–30 minutes on 2 CPU cores)
     python scripts/train_shapes.py --steps 300     # a smoke run
 
 Fresh images every step (no epochs, no overfitting), drawn in a background process. The clutter (distractors
@@ -74,7 +74,7 @@ def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.05)

@@ -39,6 +39,18 @@ def test_evaluate_writes_the_table_for_every_method(tmp_path, capsys, random_che
         assert (tmp_path / name).stat().st_size > 100
 
 
+def test_disagreement_between_two_methods_is_written_and_flagged(tmp_path, capsys, random_checkpoint):
+    code = main(["evaluate", "--testbed", "3", "--checkpoint", str(random_checkpoint), "--out", str(tmp_path),
+                 "--methods", "rollout,center", "--steps", "2", "--disagreement", "rollout,center", "--disagree-below", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "rollout vs center: median Spearman" in out and "3 of 3 images below 2" in out
+    rows = list(csv.DictReader((tmp_path / "disagreement.csv").open()))
+    assert len(rows) == 3 and all(r["flagged"] == "True" for r in rows)
+    assert all(-1 <= float(r["spearman"]) <= 1 for r in rows)
+    assert main(["evaluate", "--testbed", "2", "--methods", "rollout", "--disagreement", "rollout,chefer"]) == 2
+    assert "two of the evaluated methods" in capsys.readouterr().err
+
+
 def test_summary_is_mean_with_a_normal_95_percent_interval():
     rows = [dict(method="m", pointing_game=v, energy_in_mask=0.5, top10_iou=0.0, deletion_auc=0.1, insertion_auc=0.2)
             for v in (0.0, 1.0, 1.0, 0.0)]

@@ -10,14 +10,19 @@ __version__ = "0.1.0"
 from vitroll.capture import AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
-from vitroll.maps import normalize, to_original, upsample
-from vitroll.methods import METHODS, attention, center, chefer, flow, grad_rollout, random_map, rollout, rollout_matrix
+from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
+from vitroll.methods import (
+    METHODS, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients, random_map, rollout,
+    rollout_matrix,
+)
 from vitroll.models import class_names, load_model
-from vitroll.overlay import colorize, figure, overlay
+from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
-    "METHODS", "AttentionRecorder", "CropGeometry", "ImageReadError", "ModelLoadError", "Preprocessing", "TokenLayout",
-    "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer", "class_names", "colorize", "figure", "flow", "grad_rollout",
-    "load_image", "load_model", "normalize", "overlay", "random_map", "rollout", "rollout_matrix", "to_original", "upsample",
+    "METHODS", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
+    "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
+    "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
+    "key_patches", "load_image", "load_model", "normalize", "outline_boxes", "overlay", "random_map", "rollout",
+    "rollout_matrix", "to_original", "upsample",
 ]

@@ -6,6 +6,7 @@ where the model saw nothing (outside the centre crop).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import cv2
@@ -117,6 +118,36 @@ def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int], cell:
     )
 
 
+@dataclass(frozen=True)
+class KeyPatch:
+    """One of the highest-scoring patches of a map, located in the original image."""
+
+    row: int
+    col: int
+    score: float
+    box: tuple[int, int, int, int]
+    """(left, top, right, bottom) in original pixels, right/bottom exclusive, clipped to the image."""
+
+
+def key_patches(grid_map: np.ndarray, geometry: CropGeometry, k: int = 5) -> list[KeyPatch]:
+    """The ``k`` highest-scoring cells of a grid map (h, w), best first, with their boxes in original pixels.
+
+    Ties are broken by position (row-major), so the result is deterministic.
+    """
+    grid_map = np.asarray(grid_map, dtype=np.float64)
+    flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
+    order = np.argsort(-flat, kind="stable")[: max(0, k)]
+    height, width = geometry.original_hw
+    patches = []
+    for index in order:
+        row, col = divmod(int(index), grid_map.shape[1])
+        top, left, bottom, right = grid_box_in_original(geometry, grid_map.shape, (row, col))
+        box = (max(0, int(np.floor(left + 0.5))), max(0, int(np.floor(top + 0.5))),
+               min(width, int(np.floor(right + 0.5))), min(height, int(np.floor(bottom + 0.5))))
+        patches.append(KeyPatch(row, col, float(grid_map[row, col]), box))
+    return patches
+
+
 def as_numpy(saliency: "np.ndarray | object") -> np.ndarray:
     """A float32 NumPy copy of a map given as ndarray or torch tensor (any device)."""
     if hasattr(saliency, "detach"):
@@ -124,4 +155,4 @@ def as_numpy(saliency: "np.ndarray | object") -> np.ndarray:
     return np.asarray(saliency, dtype=np.float32)
 
 
-__all__ = ["as_numpy", "grid_box_in_original", "normalize", "peak_location", "summary", "to_original", "upsample"]
+__all__ = ["KeyPatch", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location", "summary", "to_original", "upsample"]

@@ -85,6 +85,19 @@ def overlay(
     return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
 
 
+def outline_boxes(
+    image: np.ndarray, boxes: "list[tuple[int, int, int, int]]", *, color: tuple[int, int, int] = (255, 255, 255),
+    thickness: int = 2,
+) -> np.ndarray:
+    """A copy of an RGB image (H, W, 3) with each (left, top, right, bottom) box outlined (right/bottom exclusive)."""
+    import cv2
+
+    outlined = np.ascontiguousarray(image).copy()
+    for left, top, right, bottom in boxes:
+        cv2.rectangle(outlined, (int(left), int(top)), (int(right) - 1, int(bottom) - 1), color, thickness)
+    return outlined
+
+
 def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "", cmap: str = "jet"):
     """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
     from matplotlib.figure import Figure

@@ -67,6 +67,7 @@ def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--alpha", type=float, default=0.5, help="opacity of the heatmap")
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"))
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))
+    group.add_argument("--key-patches", type=int, default=0, metavar="K", help="outline the K highest-scoring patches")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -99,4 +100,5 @@ def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Prepr
 
 def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
     return ExplainSettings(method=args.method, method_options=method_options_from_args(args), cmap=args.cmap,
-                           alpha=args.alpha, interpolation=args.upsample, normalization=args.normalize)
+                           alpha=args.alpha, interpolation=args.upsample, normalization=args.normalize,
+                           key_patches=args.key_patches)

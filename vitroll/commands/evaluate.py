@@ -7,6 +7,8 @@ import argparse
 import csv
 from pathlib import Path
 
+import numpy as np
+
 from vitroll.commands.common import (
     add_method_options, add_model_arguments, method_options_from_args, model_from_args, preprocessing_from_args,
 )
@@ -51,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
     parser.add_argument("--substrate", choices=("blur", "mean"), default="blur",
                         help="what deleted pixels become (and insertion starts from)")
+    parser.add_argument("--disagreement", type=method_list, metavar="A,B",
+                        help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
+    parser.add_argument("--disagree-below", type=float, default=0.0,
+                        help="flag images whose --disagreement correlation is below this (default 0)")
     parser.set_defaults(run=run)
 
 
@@ -61,7 +67,21 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def write_disagreement(args: argparse.Namespace, result) -> None:
+    first, second = args.disagreement
+    correlations = result.disagreement(first, second)
+    names = list(dict.fromkeys(row["image"] for row in result.rows))
+    rows = [dict(image=n, spearman=float(c), flagged=bool(c < args.disagree_below)) for n, c in zip(names, correlations)]
+    write_csv(args.out / "disagreement.csv", rows)
+    flagged = [r["image"] for r in rows if r["flagged"]]
+    print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; {len(flagged)} of {len(rows)} images "
+          f"below {args.disagree_below} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
+          f"{' …' if len(flagged) > 5 else ''}")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
+        raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
     images = images_from_args(args, default_count=200)
     model = model_from_args(args)
     result = evaluate(model, images, args.methods, method_options=method_options_from_args(args),
@@ -75,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     source = args.folder or f"shapes testbed, seed {args.seed}"
     (args.out / "summary.md").write_text(
         f"{len(images)} images ({source}), model {args.model}; mean ± 95 % CI\n\n{table}\n", encoding="utf-8")
+    if args.disagreement:
+        write_disagreement(args, result)
     plot_curves(result, args.out / "curves.png")
     plot_examples(result, images, args.out / "examples.png")
     print(table)

@@ -1,5 +1,6 @@
 """Saliency methods; each is registered in :data:`METHODS` under its name."""
 
+from vitroll.methods.attributions import gradient_shap, integrated_gradients
 from vitroll.methods.base import METHODS, Saliency, SaliencyMethod, record_attention, register_method
 from vitroll.methods.baselines import center, random_map
 from vitroll.methods.chefer import chefer
@@ -10,6 +11,6 @@ from vitroll.methods.rollout import attention, discard_lowest, rollout, rollout_
 
 __all__ = [
     "METHODS", "Saliency", "SaliencyMethod", "attention", "attention_gradients", "center", "chefer", "discard_lowest",
-    "flow", "grad_rollout", "random_map", "record_attention", "register_method", "rollout", "rollout_matrix",
-    "rollout_vector",
+    "flow", "grad_rollout", "gradient_shap", "integrated_gradients", "random_map", "record_attention",
+    "register_method", "rollout", "rollout_matrix", "rollout_vector",
 ]

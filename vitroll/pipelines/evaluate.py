@@ -20,7 +20,7 @@ from vitroll.errors import ImageReadError
 from vitroll.io import IMAGE_SUFFIXES, load_image
 from vitroll.maps import to_original
 from vitroll.methods import METHODS
-from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, top_fraction_iou
+from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 
@@ -91,6 +91,15 @@ class Evaluation:
     """method → {"deletion": [(S + 1,) per image], "insertion": […]}."""
     examples: dict[str, list[np.ndarray]] = field(default_factory=dict)
     """method → maps in original pixels for the first ``keep_examples`` images."""
+    grid_maps: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """method → per image the map on the patch grid (h, w)."""
+
+    def disagreement(self, first: str, second: str) -> np.ndarray:
+        """Per image, Spearman correlation between two methods' maps (on the patch grid), (n,).
+
+        Strongly negative or near-zero values mark images where, say, attention and gradients tell different
+        stories — worth a look when debugging a model."""
+        return rank_correlation(np.stack(self.grid_maps[first]), np.stack(self.grid_maps[second]))
 
 
 def evaluate(
@@ -112,7 +121,7 @@ def evaluate(
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(sorted(METHODS))}")
     preprocessing = preprocessing or Preprocessing.from_model(model)
-    result = Evaluation(examples={m: [] for m in methods},
+    result = Evaluation(examples={m: [] for m in methods}, grid_maps={m: [] for m in methods},
                         curves={m: {"deletion": [], "insertion": []} for m in methods})
     for start in range(0, len(images), batch_size):
         chunk = images[start:start + batch_size]
@@ -133,6 +142,7 @@ def evaluate(
                     top10_iou=float(top_fraction_iou(in_pixels, item.mask, 0.1)[0]),
                     deletion_auc=float(curves.deletion_auc[i]), insertion_auc=float(curves.insertion_auc[i]),
                 ))
+                result.grid_maps[method].append(grid_maps[i])
                 result.curves[method]["deletion"].append(curves.deletion[i])
                 result.curves[method]["insertion"].append(curves.insertion[i])
                 if start + i < keep_examples:

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitroll.maps import Interpolation, as_numpy, to_original
+from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS
-from vitroll.overlay import overlay
+from vitroll.overlay import outline_boxes, overlay
 from vitroll.preprocess import CropGeometry
 
 
@@ -26,6 +26,8 @@ class ExplainSettings:
     alpha: float = 0.5
     interpolation: Interpolation = "bilinear"
     normalization: Literal["minmax", "percentile"] = "minmax"
+    key_patches: int = 0
+    """Outline this many best patches on the overlay (0: none)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -68,6 +70,9 @@ def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry, sett
     """
     saliency = to_original(grid_map, geometry, interpolation=settings.interpolation)
     overlaid = overlay(image, saliency, cmap=settings.cmap, alpha=settings.alpha, normalization=settings.normalization)
+    if settings.key_patches:
+        boxes = [patch.box for patch in key_patches(grid_map, geometry, settings.key_patches)]
+        overlaid = outline_boxes(overlaid, boxes, thickness=max(1, min(image.shape[:2]) // 150))
     return saliency, overlaid
 
 

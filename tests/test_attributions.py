@@ -1,0 +1,64 @@
+"""Integrated Gradients and GradientSHAP through captum: the axioms they promise, on the patch grid."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from vitroll import VitrollError
+from vitroll.methods import gradient_shap, integrated_gradients
+from vitroll.methods.attributions import pixels_to_grid
+
+pytest.importorskip("captum")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", img_size=(48, 32), depth=2, num_classes=4).eval()
+
+
+def test_integrated_gradients_is_complete_per_image_and_target(tiny):
+    """Σ attributions = f(x)[t] − f(0)[t] (Sundararajan et al.'s completeness), each image with its own target."""
+    images = torch.randn(3, 3, 48, 32)
+    targets = [2, 0, 3]
+    maps = integrated_gradients(tiny, images, target_class=targets, steps=128, sign="signed")
+    assert maps.shape == (3, 3, 2)
+    with torch.no_grad():
+        gap = tiny(images)[torch.arange(3), targets] - tiny(torch.zeros_like(images))[torch.arange(3), targets]
+    total = maps.sum(dim=(1, 2)) * (16 * 16)  # each grid cell is the mean over its 16×16 pixels
+    torch.testing.assert_close(total, gap, rtol=0.03, atol=0.03)
+
+
+def test_gradient_shap_is_reproducible_and_class_specific(tiny):
+    images = torch.randn(2, 3, 48, 32)
+    a = gradient_shap(tiny, images, target_class=1, seed=3)
+    torch.testing.assert_close(a, gradient_shap(tiny, images, target_class=1, seed=3))
+    assert not torch.allclose(a, gradient_shap(tiny, images, target_class=2, seed=3))
+    assert (a >= 0).all() and a.shape == (2, 3, 2)
+    assert all(p.grad is None for p in tiny.parameters())
+
+
+def test_pixels_to_grid_by_hand():
+    pixels = torch.zeros(1, 3, 4, 4)
+    pixels[0, 0, 0, 0] = -8.0
+    pixels[0, 1, 3, 3] = 4.0
+    assert pixels_to_grid(pixels, (2, 2), "absolute").tolist() == [[[2.0, 0.0], [0.0, 1.0]]]
+    assert pixels_to_grid(pixels, (2, 2), "positive").tolist() == [[[0.0, 0.0], [0.0, 1.0]]]
+    assert pixels_to_grid(pixels, (2, 2), "signed").tolist() == [[[-2.0, 0.0], [0.0, 1.0]]]
+
+
+def test_missing_captum_names_the_extra(tiny, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_captum(name, *args, **kwargs):
+        if name.startswith("captum"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_captum)
+    with pytest.raises(VitrollError, match=r'pip install "vitroll\[attr\]"'):
+        integrated_gradients(tiny, torch.randn(1, 3, 48, 32))

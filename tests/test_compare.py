@@ -1,0 +1,85 @@
+"""``vitroll compare``: models of different patch and input sizes, compared in original pixels."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from vitroll.cli import main
+from vitroll.pipelines.compare import agreement
+from vitroll.testbed import build_testbed_model, samples
+
+PHOTO = Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt")
+    paths = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = build_testbed_model()
+        with torch.no_grad():  # peaked attention so the maps have structure to agree on
+            for name, parameter in model.named_parameters():
+                if name.endswith("qkv.weight"):
+                    parameter.normal_(0, 0.3)
+        paths.append(folder / f"seed{seed}.safetensors")
+        save_file(model.state_dict(), str(paths[-1]))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("images")
+    paths = []
+    for index, sample in enumerate(samples(9, 3)):
+        path = folder / f"shape{index}.png"
+        Image.fromarray(np.asarray(Image.fromarray(sample.image).resize((96, 80)))).save(path)
+        paths.append(str(path))
+    return paths + [str(PHOTO)]
+
+
+def test_compare_two_patch_sizes_writes_grid_and_csv(tmp_path, capsys, checkpoints, images):
+    code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vit_tiny_patch16_224",
+                 "--checkpoint", str(checkpoints[0]), "--checkpoint", "none", "--out", str(tmp_path), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = list(csv.DictReader((tmp_path / "agreement.csv").open()))
+    assert len(rows) == len(images) and {r["model_b"] for r in rows} == {"vit_tiny_patch16_224"}
+    assert all(-1 <= float(r["spearman"]) <= 1 and 0 <= float(r["top10_iou"]) <= 1 for r in rows)
+    grid = Image.open(tmp_path / "grid.png")
+    assert grid.size[0] > 400 and grid.size[1] > 4 * 150
+    assert "vitroll-shapes:seed0 vs vit_tiny_patch16_224: Spearman" in out
+
+
+def test_a_model_agrees_with_itself_and_less_with_a_randomised_copy(tmp_path, capsys, checkpoints, images):
+    code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vitroll-shapes", "--model", "vitroll-shapes",
+                 "--checkpoint", str(checkpoints[0]), "--checkpoint", str(checkpoints[0]), "--checkpoint",
+                 str(checkpoints[1]), "--out", str(tmp_path)])
+    assert code == 0
+    rows = list(csv.DictReader((tmp_path / "agreement.csv").open()))
+    itself = [float(r["spearman"]) for r in rows if r["model_b"] == "vitroll-shapes:seed0#2"]
+    other = [float(r["spearman"]) for r in rows if r["model_a"] == "vitroll-shapes:seed0" and r["model_b"] == "vitroll-shapes:seed1"]
+    assert itself == pytest.approx([1.0] * len(images))
+    assert np.mean(other) < 0.8, other
+    assert all(float(r["top10_iou"]) == 1.0 for r in rows if r["model_b"] == "vitroll-shapes:seed0#2")
+
+
+def test_agreement_ignores_pixels_a_model_did_not_see():
+    first = np.arange(16, dtype=np.float32).reshape(4, 4)
+    second = first.copy()
+    second[0] = np.nan
+    assert agreement(first, second)[0] == pytest.approx(1.0)
+
+
+def test_compare_needs_two_models_and_matching_checkpoints(capsys):
+    assert main(["compare", str(PHOTO), "--model", "vitroll-shapes"]) == 2
+    assert "at least two --model" in capsys.readouterr().err
+    assert main(["compare", str(PHOTO), "--model", "a", "--model", "b", "--checkpoint", "x"]) == 2
+    assert "1 --checkpoint for 2 --model" in capsys.readouterr().err

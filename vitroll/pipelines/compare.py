@@ -1,0 +1,124 @@
+"""Compare where different models (or methods) look, in the original image's pixels.
+
+Models may differ in patch size and input size, so every map is first placed on its original image through
+its own preprocessing geometry; agreement is then measured between maps of the same image: Spearman rank
+correlation over the pixels both models saw, and the IoU of their top 10 % pixels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import cv2
+import numpy as np
+from torch import nn
+
+from vitroll.errors import VitrollError
+from vitroll.io import load_image
+from vitroll.metrics import rank_correlation, top_fraction_iou
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.preprocess import Preprocessing
+
+AGREEMENT_SIDE = 256
+"""Maps are compared at most this many pixels on the long side (nearest-neighbour, so NaN stays NaN)."""
+
+
+@dataclass(frozen=True)
+class Explainer:
+    """A model under comparison, with how its inputs are prepared and its class names."""
+
+    label: str
+    model: nn.Module
+    preprocessing: Preprocessing
+    class_names: Optional[list[str]] = None
+
+
+@dataclass
+class Comparison:
+    images: list[Path] = field(default_factory=list)
+    pictures: list[np.ndarray] = field(default_factory=list)
+    """Per image (H, W, 3) RGB."""
+    maps: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """label → per image the map in original pixels (H, W), NaN where that model saw nothing."""
+    overlays: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    predictions: dict[str, list[str]] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    """Per image and pair of models: spearman, top10_iou."""
+    errors: list[str] = field(default_factory=list)
+
+
+def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """(Spearman correlation, top-10 % IoU) of two maps of one image (H, W), compared at ≤ AGREEMENT_SIDE px."""
+    height, width = first.shape
+    scale = min(1.0, AGREEMENT_SIDE / max(height, width))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    a, b = (cv2.resize(m.astype(np.float32), size, interpolation=cv2.INTER_NEAREST) for m in (first, second))
+    return float(rank_correlation(a, b)[0]), float(top_fraction_iou(a, b, 0.1)[0])
+
+
+def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Explainer], settings: ExplainSettings,
+            *, batch_size: int = 8) -> Comparison:
+    """Explain every image with every model and measure their agreement pair by pair.
+
+    Unreadable images are listed in ``errors`` (one line each) and skipped.
+    """
+    from PIL import Image
+
+    result = Comparison(maps={e.label: [] for e in explainers}, overlays={e.label: [] for e in explainers},
+                        predictions={e.label: [] for e in explainers})
+    for path in map(Path, paths):
+        try:
+            result.pictures.append(np.asarray(load_image(path)))
+            result.images.append(path)
+        except VitrollError as error:
+            result.errors.append(str(error))
+    for explainer in explainers:
+        for start in range(0, len(result.pictures), batch_size):
+            pictures = result.pictures[start:start + batch_size]
+            tensor, geometries = explainer.preprocessing.batch([Image.fromarray(p) for p in pictures])
+            batch = explain_batch(explainer.model, tensor, settings)
+            for i, (picture, geometry) in enumerate(zip(pictures, geometries)):
+                saliency, overlaid = render(picture, batch.grid_maps[i], geometry, settings)
+                result.maps[explainer.label].append(saliency)
+                result.overlays[explainer.label].append(overlaid)
+                best = top_classes(batch.probabilities[i], explainer.class_names, k=1)[0]
+                result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
+    for index, path in enumerate(result.images):
+        for first, second in itertools.combinations([e.label for e in explainers], 2):
+            spearman, iou = agreement(result.maps[first][index], result.maps[second][index])
+            result.rows.append(dict(image=str(path), model_a=first, model_b=second, spearman=spearman, top10_iou=iou))
+    return result
+
+
+def pair_summaries(rows: Sequence[dict]) -> list[str]:
+    """One line per pair of models: mean Spearman and top-10 % IoU over the images."""
+    lines = []
+    for pair in dict.fromkeys((r["model_a"], r["model_b"]) for r in rows):
+        mine = [r for r in rows if (r["model_a"], r["model_b"]) == pair]
+        lines.append(f"{pair[0]} vs {pair[1]}: Spearman {np.mean([r['spearman'] for r in mine]):.3f}, "
+                     f"top-10 % IoU {np.mean([r['top10_iou'] for r in mine]):.3f} over {len(mine)} images")
+    return lines
+
+
+def plot_comparison(result: Comparison, path: "str | os.PathLike[str]") -> None:
+    """Images × models grid of overlays, each titled with that model's top-1 prediction, as a PNG."""
+    import matplotlib.pyplot as plt
+
+    labels = list(result.maps)
+    rows, columns = len(result.images), len(labels) + 1
+    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
+    for row, image_path in enumerate(result.images):
+        axes[row, 0].imshow(result.pictures[row])
+        axes[row, 0].set_title(Path(image_path).name, fontsize=8)
+        for column, label in enumerate(labels, start=1):
+            axes[row, column].imshow(result.overlays[label][row])
+            axes[row, column].set_title(f"{label}\n{result.predictions[label][row]}", fontsize=7)
+    for axis in axes.flat:
+        axis.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
