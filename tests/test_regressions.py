@@ -126,3 +126,45 @@ def test_non_gradient_methods_work_without_autograd(model, images, context):
         assert m.grad_fn is None and not m.requires_grad and torch.isfinite(m).all()
     # and without a context, no graph is built either
     assert rollout(model, images).grad_fn is None
+
+
+def test_out_of_memory_batch_is_split_not_fatal(capsys):
+    """A batch too large for memory is retried in halves with a note; the maps equal the unsplit ones."""
+    from vitroll.errors import VitrollError
+    from vitroll.methods import METHODS
+    from vitroll.pipelines.explain import run_method
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2).eval()
+    images = torch.randn(5, 3, 32, 32)
+    expected = METHODS["rollout"](model, images)
+    sizes = []
+
+    def runs_out_above_two(model, batch, **options):
+        sizes.append(len(batch))
+        if len(batch) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return METHODS["rollout"](model, batch, **options)
+
+    result = run_method(runs_out_above_two, model, images, {})
+    torch.testing.assert_close(result.maps, expected.maps)
+    torch.testing.assert_close(result.logits, expected.logits)
+    assert sizes == [5, 3, 2, 1, 2]
+    assert "a batch of 5 ran out of memory; retrying as 3 + 2" in capsys.readouterr().err
+
+    def always_out(model, batch, **options):
+        raise MemoryError()
+
+    with pytest.raises(VitrollError, match="out of memory on a single image"):
+        run_method(always_out, model, images[:1], {})
+
+    def a_bug(model, batch, **options):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_method(a_bug, model, images, {})
+
+
+def test_max_attention_memory_bounds_chunks_without_changing_maps():
+    model = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=2).eval()
+    images = torch.randn(2, 3, 64, 64)
+    torch.testing.assert_close(rollout(model, images, max_attention_memory=2048), rollout(model, images), atol=1e-7, rtol=0)

@@ -52,12 +52,15 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--attention-weight", type=float, help="α in rownorm(α·A + (1−α)·I) (default 0.5)")
     group.add_argument("--start-layer", type=int, help="first layer included in rollout / chefer (default 0)")
     group.add_argument("--target-class", type=int, help="class explained by gradient methods (default: the prediction)")
+    group.add_argument("--max-attention-memory", type=float, metavar="MiB",
+                       help="bound on per-head attention computed at once while recording (default 32 MiB)")
 
 
 def method_options_from_args(args: argparse.Namespace) -> dict[str, object]:
     return {
         "head_fusion": args.head_fusion, "discard_ratio": args.discard_ratio, "attention_weight": args.attention_weight,
         "start_layer": args.start_layer, "target_class": args.target_class,
+        "max_attention_memory": int(args.max_attention_memory * 2**20) if args.max_attention_memory else None,
     }
 
 

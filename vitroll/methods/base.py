@@ -86,8 +86,13 @@ def record_attention(
     *,
     head_fusion: Optional[str] = "mean",
     dtype: torch.dtype = torch.float32,
+    max_attention_memory: Optional[int] = None,
 ) -> tuple[list[torch.Tensor], TokenLayout, torch.Tensor]:
     """Run the model once in eval mode without gradients and record every layer's attention.
+
+    ``max_attention_memory`` (bytes) bounds the per-head probabilities materialised at once while recording
+    (default :data:`~vitroll.capture.recorder.DEFAULT_CHUNK_BYTES`); the recorded, head-fused maps themselves
+    take B·N²·4 bytes per layer.
 
     Returns
     -------
@@ -98,6 +103,7 @@ def record_attention(
     logits : Tensor, shape (B, num_classes)
     """
     images = prepare_images(model, images)
-    with eval_mode(model), torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype) as recorder:
+    budget = {"chunk_bytes": max_attention_memory} if max_attention_memory else {}
+    with eval_mode(model), torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, **budget) as recorder:
         logits = model(images)
         return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits

@@ -128,6 +128,7 @@ def rollout(
     attention_weight: float = 0.5,
     start_layer: int = 0,
     dtype: torch.dtype = torch.float32,
+    max_attention_memory: Optional[int] = None,
 ) -> Saliency:
     """Attention-rollout maps for a batch.
 
@@ -147,6 +148,8 @@ def rollout(
         First layer included (earlier layers are treated as identity).
     dtype : torch.dtype
         Storage precision of the recorded attention; the chain is computed in float32.
+    max_attention_memory : int, optional
+        Bytes of per-head probabilities computed at once (query chunks); see :func:`record_attention`.
 
     Returns
     -------
@@ -154,7 +157,8 @@ def rollout(
         Rollout mass of each patch. Models with a class token read out its row; models without one
         (average or attention pooling) read out the mean of the patch tokens' rows.
     """
-    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion, dtype=dtype)
+    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion, dtype=dtype,
+                                                  max_attention_memory=max_attention_memory)
     vector = rollout_vector(
         attentions[start_layer:], layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
@@ -168,6 +172,7 @@ def attention(
     *,
     head_fusion: Optional[str] = "mean",
     layer: int = -1,
+    max_attention_memory: Optional[int] = None,
 ) -> Saliency:
     """Raw attention of one layer (default the last) from the decision row to the patches.
 
@@ -180,5 +185,6 @@ def attention(
     -------
     Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
     """
-    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion)
+    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion,
+                                                  max_attention_memory=max_attention_memory)
     return Saliency(layout.patch_values(layout.readout_row(attentions[layer].float())), logits)

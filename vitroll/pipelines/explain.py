@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -11,7 +12,8 @@ import torch
 from torch import nn
 
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
-from vitroll.methods import METHODS
+from vitroll.errors import VitrollError
+from vitroll.methods import METHODS, Saliency, SaliencyMethod
 from vitroll.overlay import outline_boxes, overlay
 from vitroll.preprocess import CropGeometry
 
@@ -49,9 +51,38 @@ class BatchResult:
     """(B, num_classes) float32 softmax of the logits, or None."""
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (CUDA or CPU), as opposed to a bug."""
+    if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def run_method(method: SaliencyMethod, model: nn.Module, images: torch.Tensor, options: dict[str, Any]) -> Saliency:
+    """``method(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
+    with a note on stderr, so a too-large ``--batch-size`` costs speed, not the run."""
+    try:
+        return method(model, images, **options)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if len(images) == 1:
+            raise VitrollError(f"out of memory on a single image of {tuple(images.shape[-2:])} px; lower "
+                               "--max-attention-memory or the input size") from None
+    half = (len(images) + 1) // 2
+    print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
+          file=sys.stderr)
+    parts = [run_method(method, model, images[:half], options), run_method(method, model, images[half:], options)]
+    logits = None if parts[0].logits is None else torch.cat([p.logits for p in parts])
+    return Saliency(torch.cat([p.maps for p in parts]), logits)
+
+
 def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
-    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W)."""
-    saliency = METHODS[settings.method](model, images, **settings.options_for_method())
+    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) (split automatically when out of memory)."""
+    saliency = run_method(METHODS[settings.method], model, images, settings.options_for_method())
     probabilities = None
     if saliency.logits is not None:
         probabilities = as_numpy(saliency.logits.float().softmax(dim=-1))
