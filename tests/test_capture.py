@@ -6,7 +6,9 @@ import pytest
 import timm
 import torch
 
+import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, rollout
+from vitroll.capture import fuse_heads
 from vitroll import UnsupportedModelError
 
 
@@ -24,7 +26,13 @@ def model():
     return timm.create_model("vit_tiny_patch16_224").eval()
 
 
-def test_logits_identical_with_and_without_capture(model):
+@pytest.fixture
+def query_key_path(monkeypatch):
+    """Force the query/key path (recomputation beside the fused kernel) at every size."""
+    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 0)
+
+
+def test_logits_identical_with_and_without_capture(model, query_key_path):
     images = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         plain = model(images)
@@ -79,7 +87,7 @@ def test_unfused_path_matches_query_key_path(model):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_chunked_capture_equals_single_block(model):
+def test_chunked_capture_equals_single_block(model, query_key_path):
     images = torch.randn(2, 3, 224, 224)
     with torch.no_grad(), AttentionRecorder(model) as whole:
         model(images)
@@ -87,6 +95,51 @@ def test_chunked_capture_equals_single_block(model):
         model(images)
     for a, b in zip(whole.attentions, chunked.attentions):
         torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("head_fusion", ["mean", "max", None])
+def test_every_capture_path_gives_the_same_maps(model, monkeypatch, head_fusion):
+    """Unfused (the model's own softmax), query/key in one block, query/key in 5-row blocks, keep_graph: same
+    attention within 1e-5, and the same rollout."""
+    images = torch.randn(2, 3, 224, 224)
+    recorded = {}
+    for path, limit, budget in [("unfused", 10**6, 2**30), ("query_key", 0, 2**30), ("chunked", 0, 2 * 3 * 197 * 4 * 5)]:
+        monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", limit)
+        with torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion, chunk_bytes=budget) as recorder:
+            logits = model(images)
+        recorded[path] = (recorder.attentions, logits)
+    with AttentionRecorder(model, keep_graph=True) as recorder:
+        model(images)
+    graph = [fuse_heads(a.detach(), head_fusion) for a in recorder.attentions]
+    reference, reference_logits = recorded["query_key"]
+    for path, (attentions, logits) in recorded.items():
+        torch.testing.assert_close(logits, reference_logits, atol=1e-5, rtol=0)
+        for a, b in zip(attentions, reference):
+            assert (a - b).abs().max() < 1e-5, path
+    for a, b in zip(graph, reference):
+        assert (a - b).abs().max() < 1e-5
+    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 10**6)
+    unfused_maps = rollout(model, images)
+    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 0)
+    assert (unfused_maps - rollout(model, images, max_attention_memory=2 * 3 * 197 * 4 * 5)).abs().max() < 1e-5
+
+
+def test_the_cheaper_path_is_chosen_by_size(model, monkeypatch):
+    """Short sequences within the memory budget run unfused (fused_attn off during the call, restored after);
+    long ones, or over-budget batches, keep the fused kernel."""
+    seen = []
+    probe = model.blocks[0].attn.attn_drop.register_forward_hook(lambda *_: seen.append("unfused"))
+    try:
+        with torch.no_grad(), AttentionRecorder(model) as recorder:
+            model(torch.randn(1, 3, 224, 224))
+            assert seen == ["unfused"]
+            recorder.chunk_bytes = 1000  # below one image's 3·197²·4 bytes
+            model(torch.randn(1, 3, 224, 224))
+            assert seen == ["unfused"]
+            assert recorder.attentions[0].shape == (1, 197, 197)
+        assert all(fused_flags(model))
+    finally:
+        probe.remove()
 
 
 def test_half_precision_storage_is_close(model):

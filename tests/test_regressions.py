@@ -115,7 +115,9 @@ def test_uses_the_real_model_not_a_reimplementation(images):
     with torch.no_grad():
         expected = model(images)
     _, _, logits = record_attention(model, images)
-    assert torch.equal(logits, expected)
+    # the unfused softmax path may differ from the fused kernel in the last bits; a re-implementation with
+    # eps 1e-6 differs by far more (REGRESSIONS.md)
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
