@@ -111,3 +111,17 @@ def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 
     """The ``k`` most probable classes of one image as (index, name, probability)."""
     order = np.argsort(probabilities)[::-1][:k]
     return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]
+
+
+def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, settings: ExplainSettings,
+               top: Optional[tuple[int, str, float]] = None) -> bytes:
+    """PNG bytes of the image | heatmap | overlay figure, titled with the file name and the top-1 class."""
+    import io
+
+    from vitroll.overlay import figure
+
+    title = path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})"
+    buffer = io.BytesIO()
+    figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap).savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+

@@ -12,7 +12,7 @@ from torch import nn
 
 from vitroll.errors import VitrollError
 from vitroll.io import encode_png, load_image, write_atomic
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
 from vitroll.preprocess import Preprocessing
 
 
@@ -78,18 +78,6 @@ def explain_files(
                 explanation.top = top_classes(result.probabilities[index], class_names)
             if save_figure:
                 explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
-                _save_figure(explanation, rgb, saliency, overlaid, settings)
+                top = explanation.top[0] if explanation.top else None
+                write_atomic(explanation.figure_path, figure_png(path.name, rgb, saliency, overlaid, settings, top))
             yield explanation
-
-
-def _save_figure(explanation: ImageExplanation, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray,
-                 settings: ExplainSettings) -> None:
-    from vitroll.overlay import figure
-
-    title = explanation.path.name
-    if explanation.top:
-        _, name, probability = explanation.top[0]
-        title += f" — {name} ({probability:.1%})"
-    fig = figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap)
-    explanation.figure_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(explanation.figure_path, dpi=100)

@@ -1,0 +1,186 @@
+"""``vitroll annotate``: every input gets a manifest row, runs resume without duplicates, shards cover all inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitroll.cli import main
+from vitroll.pipelines import folder
+from vitroll.pipelines.inputs import discover
+
+GOOD = ["a/x.png", "b/x.png", "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
+BAD = {"empty.jpg": "empty file", "truncated.jpg": "corrupt or truncated", "text.jpg": "not an image"}
+
+
+def rgb(height=48, width=64, seed=0):
+    return np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
+
+
+@pytest.fixture
+def messy(tmp_path):
+    root = tmp_path / "in"
+    for folder_name in ("a", "b"):
+        (root / folder_name).mkdir(parents=True)
+    Image.fromarray(rgb(seed=1)).save(root / "a" / "x.png")
+    Image.fromarray(rgb(seed=2)).save(root / "b" / "x.png")
+    Image.fromarray(rgb(seed=3)).convert("CMYK").save(root / "cmyk.jpg")
+    Image.fromarray((np.arange(48 * 64).reshape(48, 64) * 20).astype(np.uint16)).save(root / "deep16.png")
+    Image.fromarray(rgb(seed=4)).convert("P").save(root / "palette.png")
+    Image.fromarray(np.dstack([rgb(seed=5), np.full((48, 64), 128, np.uint8)])).save(root / "rgba.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(rgb(40, 60, seed=6)).save(root / "rotated.jpg", exif=exif)
+    (root / "empty.jpg").write_bytes(b"")
+    Image.fromarray(rgb(seed=7)).save(root / "full.jpg")
+    data = (root / "full.jpg").read_bytes()
+    (root / "full.jpg").unlink()
+    (root / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (root / "text.jpg").write_text("not a picture")
+    return root
+
+
+def annotate(*argv: str) -> int:
+    return main(["annotate", *argv, "--batch-size", "3", "--workers", "1", "--no-progress"])
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def test_every_input_gets_a_row_and_every_good_image_its_outputs(messy, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = annotate(str(messy), "--out", str(out), "--recursive", "--save", "overlay,heatmap,figure")
+    assert code == folder.EXIT_SOME_FAILED == 3
+    table = {row["path"]: row for row in rows(out)}
+    assert sorted(table) == sorted(GOOD + list(BAD))
+    for path in GOOD:
+        row = table[path]
+        assert row["status"] == "ok", row
+        stem = path.rsplit(".", 1)[0]
+        overlay = np.asarray(Image.open(out / "overlays" / f"{stem}.png"))
+        assert overlay.shape[:2] == (row["height"], row["width"])
+        assert np.load(out / "heatmaps" / f"{stem}.npy").dtype == np.float16
+        assert (out / "figures" / f"{stem}.png").is_file()
+        assert 0 <= row["peak_x"] < row["width"] and 0 <= row["peak_y"] < row["height"]
+        assert len(row["key_patches"]) == 5 and row["top1_name"] in ("square", "disk", "triangle", "cross")
+    assert table["rotated.jpg"]["width"] == 40 and table["rotated.jpg"]["height"] == 60  # EXIF applied
+    for path, reason in BAD.items():
+        assert table[path]["status"] == "error" and reason in table[path]["error"], table[path]
+        assert "\n" not in table[path]["error"]
+    assert not list(out.rglob("*.tmp"))
+    csv_lines = (out / "manifest.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(GOOD) + len(BAD)
+    captured = capsys.readouterr()
+    assert "7 ok, 3 failed, 0 skipped" in captured.out
+    assert "truncated.jpg" in captured.err
+
+
+def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    real = folder.explain_batch
+    calls = {"n": 0}
+
+    def interrupt_second_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(folder, "explain_batch", interrupt_second_batch)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 130
+    first = rows(out)
+    assert 0 < len([r for r in first if r["status"] == "ok"]) < len(GOOD)
+    assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
+    assert not (out / ".vitroll.lock").exists()
+
+    monkeypatch.setattr(folder, "explain_batch", real)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 3
+    final = rows(out)
+    assert sorted(r["path"] for r in final) == sorted(GOOD + list(BAD))  # one row per input
+    ok_before = len([r for r in first if r["status"] == "ok"])
+    assert f"skipped" in capsys.readouterr().out
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp"))
+    assert sum(1 for _ in (out / "overlays").rglob("*.png")) == len(GOOD)
+
+    # a third run has nothing left to do but the failures; other settings redo everything
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 3
+    assert f"0 ok, 3 failed, {len(GOOD)} skipped" in capsys.readouterr().out
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--alpha", "0.7") == 3
+    assert f"{len(GOOD)} ok, 3 failed, 0 skipped" in capsys.readouterr().out
+    assert ok_before >= 1
+
+
+def test_a_second_run_on_the_same_folder_is_refused(messy, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    import socket
+
+    (out / ".vitroll.lock").write_text(f"{os.getpid()} {socket.gethostname()}\n")  # alive: this very process
+    assert annotate(str(messy), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"another vitroll run (pid {os.getpid()}) is writing here" in err[0]
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (out / ".vitroll.lock").write_text(f"{finished.stdout.strip()} {socket.gethostname()}\n")  # stale
+    assert annotate(str(messy), "--out", str(out), "--limit", "2") == 0
+    assert not (out / ".vitroll.lock").exists()
+
+
+def test_list_file_input_and_limit(messy, tmp_path):
+    listing = tmp_path / "inputs.csv"
+    listing.write_text("path,label\nin/a/x.png,1\nin/b/x.png,2\nin/text.jpg,3\n")
+    items = discover(listing)
+    assert [i.relative for i in items] == ["in/a/x.png", "in/b/x.png", "in/text.jpg"]
+    assert [i.relative for i in discover(listing, limit=2)] == ["in/a/x.png", "in/b/x.png"]
+    out = tmp_path / "out"
+    assert annotate(str(listing), "--out", str(out)) == 3
+    assert (out / "overlays" / "in" / "a" / "x.png").is_file() and (out / "overlays" / "in" / "b" / "x.png").is_file()
+
+
+def test_same_stem_different_suffix_do_not_collide(tmp_path):
+    (tmp_path / "p.png").write_bytes(b"")
+    (tmp_path / "p.jpg").write_bytes(b"")
+    (tmp_path / "q.png").write_bytes(b"")
+    assert [i.output_stem for i in discover(tmp_path)] == ["p.jpg", "p.png", "q"]
+
+
+def test_missing_input_is_one_line(tmp_path, capsys):
+    assert annotate(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err.strip().endswith("nowhere: no such folder or list file")
+
+
+def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        from vitroll.models import load_model
+        from vitroll.pipelines.explain import ExplainSettings
+
+        model = load_model("vitroll-shapes")
+        result = folder.annotate(source, out, model, ExplainSettings(), identity={"model": "vitroll-shapes"},
+                                 options=folder.AnnotateOptions(batch_size=2, workers=0, progress=False))
+        assert result.ok == 9, result  # summed over both ranks
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_gloo_ranks_cover_every_input_exactly_once(tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(9):
+        Image.fromarray(rgb(seed=index)).save(source / f"img{index}.png")
+    out = tmp_path / "out"
+    torch.multiprocessing.spawn(_shard_worker, args=(2, str(source), str(out), str(tmp_path / "init")), nprocs=2)
+    final = rows(out)
+    assert sorted(r["path"] for r in final) == [f"img{i}.png" for i in range(9)]
+    assert all(r["status"] == "ok" for r in final)
+    assert not list(out.glob("manifest.rank*.jsonl"))
+    assert folder.shard_of(list(range(9)), 0, 2) == [0, 2, 4, 6, 8]
+    assert folder.shard_of(list(range(9)), 1, 2) == [1, 3, 5, 7]

@@ -1,0 +1,81 @@
+"""``vitroll annotate INPUT --out DIR``: explain a whole folder (or a list of image paths) in batches.
+
+Outputs mirror the input tree (OUT/overlays/a/b.png, OUT/heatmaps/a/b.npy as float16 grid maps,
+OUT/figures/a/b.png); OUT/manifest.jsonl and manifest.csv hold one row per input. Runs resume by default.
+Exit status: 0 all ok, 3 some inputs failed (listed in the manifest), 2 usage error, 130 interrupted.
+Under ``torchrun --nproc_per_node=K`` the inputs are sharded by rank."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from vitroll.commands.common import (
+    add_method_arguments, add_model_arguments, add_render_arguments, model_from_args, preprocessing_from_args,
+    settings_from_args,
+)
+from vitroll.models import class_names
+from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("annotate", help="explain every image of a folder or list, resumably",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", metavar="INPUT", help="a folder of images, or a .txt/.csv file listing image paths")
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="decoding processes")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help="autocast for the model (fp16: CUDA only); maps are float32")
+    parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)}")
+    parser.add_argument("--recursive", action="store_true", help="include sub-folders")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", dest="resume", action="store_true", default=True,
+                        help="skip inputs already done with the same settings (default)")
+    resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo everything")
+    parser.add_argument("--limit", type=int, help="only the first N inputs (sorted by path)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_arguments(parser)
+    add_method_arguments(parser)
+    add_render_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def _init_distributed(args: argparse.Namespace) -> None:
+    """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
+        return
+    cuda = args.device in ("auto", "cuda") and torch.cuda.is_available()
+    if cuda:
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(args.device)
+    torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = AnnotateOptions(
+        batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
+        resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
+        progress=not args.no_progress,
+    )
+    _init_distributed(args)
+    settings = settings_from_args(args)
+    model = model_from_args(args)
+    preprocessing = preprocessing_from_args(model, args)
+    identity = {"model": args.model, "checkpoint": str(args.checkpoint), "pretrained": args.pretrained,
+                "method": settings.method, "options": settings.options_for_method(), "preprocessing": preprocessing,
+                "render": [settings.cmap, settings.alpha, settings.interpolation, settings.normalization,
+                           settings.key_patches], "save": options.save, "precision": options.precision}
+    result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
+                      class_names=class_names(model, args.class_names), options=options)
+    if world()[0] == 0:
+        for failure in result.failures[:10]:
+            print(f"vitroll: failed: {failure}", file=sys.stderr)
+        if len(result.failures) > 10:
+            print(f"vitroll: … and {len(result.failures) - 10} more (see {args.out}/manifest.csv)", file=sys.stderr)
+        print(result.line())
+    return result.exit_code

@@ -1,0 +1,295 @@
+"""Annotate a whole folder: decode in worker processes, explain in batches on the device, write outputs off the
+critical path, and keep a manifest that makes the run resumable.
+
+    loader workers (decode + preprocess) ──► main thread (model + saliency, batched) ──► writer threads
+    (render, encode, atomic writes) ──► manifest rows, appended and fsync'ed once a batch's files are on disk
+
+So a crash or Ctrl-C loses at most the batches in flight, and their files are either complete or absent. Under
+``torchrun`` every rank takes every K-th input of the sorted list, writes its own manifest shard, and rank 0
+merges the shards at the end.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from vitroll import __version__
+from vitroll.io import encode_png, write_atomic
+from vitroll.maps import key_patches, summary
+from vitroll.methods.base import model_device
+from vitroll.pipelines import manifest as mf
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
+from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover
+from vitroll.preprocess import Preprocessing
+
+SAVE_KINDS = ("overlay", "heatmap", "figure")
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+EXIT_SOME_FAILED = 3
+"""Exit status of a run in which some inputs could not be processed (2 is a usage error, 130 an interrupt)."""
+
+
+@dataclass(frozen=True)
+class AnnotateOptions:
+    batch_size: int = 16
+    workers: int = 2
+    writer_threads: int = 2
+    save: tuple[str, ...] = ("overlay", "heatmap")
+    resume: bool = True
+    recursive: bool = False
+    limit: Optional[int] = None
+    precision: str = "fp32"
+    key_patches: int = 5
+    """How many key patches each manifest row lists."""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
+        if unknown:
+            raise ValueError(f"--save takes {', '.join(SAVE_KINDS)}; got {unknown[0]!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        if self.batch_size < 1 or self.workers < 0:
+            raise ValueError("batch size must be ≥ 1 and workers ≥ 0")
+
+
+@dataclass
+class RunSummary:
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    elapsed: float = 0.0
+    interrupted: bool = False
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return (self.ok + self.failed) / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 130 if self.interrupted else (EXIT_SOME_FAILED if self.failed else 0)
+
+    def line(self) -> str:
+        state = "interrupted — rerun the same command to resume; " if self.interrupted else ""
+        return (f"{state}{self.ok} ok, {self.failed} failed, {self.skipped} skipped (done before), "
+                f"{self.elapsed:.1f} s, {self.images_per_second:.2f} images/s")
+
+
+def shard_of(items: Sequence[InputItem], rank: int, world_size: int) -> list[InputItem]:
+    """Rank ``rank``'s share of the sorted inputs: every ``world_size``-th, starting at ``rank``."""
+    return list(items[rank::world_size])
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of the initialised torch.distributed group, or (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class _Annotator:
+    """One run's state: what it writes, and the rows it owes the manifest."""
+
+    def __init__(self, out_dir: Path, settings: ExplainSettings, options: AnnotateOptions,
+                 identity: dict[str, Any], class_names: Optional[list[str]]) -> None:
+        self.out_dir, self.settings, self.options, self.class_names = out_dir, settings, options, class_names
+        self.common = {"model": identity.get("model"), "method": settings.method,
+                       "method_options": settings.options_for_method(), "settings_hash": mf.settings_hash(identity),
+                       "vitroll_version": __version__}
+
+    def error_row(self, item: InputItem, message: str) -> dict[str, Any]:
+        return {"path": item.relative, "status": "error", "error": message.splitlines()[0], **self.common}
+
+    def output_path(self, kind: str, item: InputItem) -> Path:
+        suffix = ".npy" if kind == "heatmap" else ".png"
+        return self.out_dir / f"{kind}s" / f"{item.output_stem}{suffix}"
+
+    def finish(self, item: InputItem, image: torch.Tensor, grid_map: np.ndarray, geometry, probabilities) -> dict[str, Any]:
+        """Render and write one image's outputs (in a writer thread); return its manifest row."""
+        try:
+            rgb = image.numpy()
+            saliency, overlaid = render(rgb, grid_map, geometry, self.settings)
+            top = top_classes(probabilities, self.class_names, k=1)[0] if probabilities is not None else None
+            outputs: dict[str, str] = {}
+            for kind in self.options.save:
+                path = self.output_path(kind, item)
+                if kind == "overlay":
+                    data = encode_png(overlaid)
+                elif kind == "heatmap":
+                    buffer = io.BytesIO()
+                    np.save(buffer, grid_map.astype(np.float16))
+                    data = buffer.getvalue()
+                else:
+                    data = figure_png(item.path.name, rgb, saliency, overlaid, self.settings, top)
+                write_atomic(path, data)
+                outputs[kind] = str(path.relative_to(self.out_dir).as_posix())
+            stats = summary(saliency)
+            patches = [{"row": p.row, "col": p.col, "score": round(p.score, 6), "box": list(p.box)}
+                       for p in key_patches(grid_map, geometry, self.options.key_patches)]
+        except OSError as error:
+            return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
+        return {
+            "path": item.relative, "status": "ok", "error": "", "width": geometry.original_hw[1],
+            "height": geometry.original_hw[0], "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
+            "top1_probability": round(top[2], 6) if top else None, "peak_x": stats["peak_col"], "peak_y": stats["peak_row"],
+            "entropy": round(stats["entropy"], 6), "top10_mass": round(stats["top_mass"], 6), "key_patches": patches,
+            **outputs, **self.common,
+        }
+
+
+def annotate(
+    source: "str | os.PathLike[str]",
+    out_dir: "str | os.PathLike[str]",
+    model: nn.Module,
+    settings: ExplainSettings,
+    *,
+    identity: dict[str, Any],
+    preprocessing: Optional[Preprocessing] = None,
+    class_names: Optional[list[str]] = None,
+    options: AnnotateOptions = AnnotateOptions(),
+) -> RunSummary:
+    """Explain every image under ``source`` (a folder or a list file) into ``out_dir``.
+
+    Parameters
+    ----------
+    identity : dict
+        What makes two runs' outputs interchangeable (model name, weights, method, options, rendering); its hash
+        decides what ``resume`` may skip.
+
+    Returns
+    -------
+    RunSummary — counts for this process (summed over ranks under torchrun).
+    """
+    out_dir = Path(out_dir)
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    rank, world_size = world()
+    items = discover(source, recursive=options.recursive, limit=options.limit)
+    mine = shard_of(items, rank, world_size)
+    annotator = _Annotator(out_dir, settings, options, identity, class_names)
+    lock_name = ".vitroll.lock" if rank == 0 else f".vitroll.rank{rank}.lock"
+    shard_file = out_dir / (mf.MANIFEST if world_size == 1 else f"manifest.rank{rank}.jsonl")
+    result = RunSummary()
+    started = time.perf_counter()
+    with mf.OutputLock(out_dir, lock_name):
+        previous = _previous_rows(out_dir) if options.resume else []
+        if not options.resume and rank == 0:
+            for stale in [out_dir / mf.MANIFEST, *mf.iter_shard_manifests(out_dir)]:
+                stale.unlink(missing_ok=True)
+        _barrier(world_size)
+        done = mf.done_paths(previous, annotator.common["settings_hash"])
+        todo = [item for item in mine if item.relative not in done]
+        result.skipped = len(mine) - len(todo)
+        writer = mf.ManifestWriter(shard_file)
+        try:
+            _run(model, todo, preprocessing, annotator, writer, options, result, show_progress=rank == 0)
+        finally:
+            writer.close()
+        result.elapsed = time.perf_counter() - started
+        if not result.interrupted:
+            _merge(out_dir, items, rank, world_size)
+    return _reduce(result, world_size)
+
+
+def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
+    rows = mf.read_rows(out_dir / mf.MANIFEST)
+    for shard in mf.iter_shard_manifests(out_dir):
+        rows += mf.read_rows(shard)
+    return rows
+
+
+def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, annotator: _Annotator,
+         writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool) -> None:
+    from tqdm import tqdm
+
+    device = model_device(model)
+    loader = DataLoader(
+        DecodedImages(todo, preprocessing), batch_size=options.batch_size, shuffle=False, collate_fn=collate,
+        num_workers=options.workers, pin_memory=device.type == "cuda",
+        prefetch_factor=4 if options.workers else None,
+    )
+    autocast_dtype = PRECISIONS[options.precision]
+    if autocast_dtype is torch.float16 and device.type != "cuda":
+        raise ValueError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+    pending: deque[list[Future]] = deque()
+    progress = tqdm(total=len(todo), unit="img", disable=not (options.progress and show_progress), smoothing=0.1)
+
+    def settle(futures: list[Future]) -> None:
+        rows = [future.result() for future in futures]
+        writer.append(rows)
+        for row in rows:
+            if row["status"] == "ok":
+                result.ok += 1
+            else:
+                result.failed += 1
+                result.failures.append(row["error"])
+        progress.update(len(rows))
+
+    with ThreadPoolExecutor(max_workers=max(1, options.writer_threads), thread_name_prefix="vitroll-writer") as pool:
+        try:
+            for batch in loader:
+                futures = [_resolved(annotator.error_row(todo[i], message)) for i, message in batch.errors]
+                if batch.tensor is not None:
+                    explained = _explain(model, batch, annotator.settings, device, autocast_dtype)
+                    for slot, index in enumerate(batch.indices):
+                        probabilities = None if explained.probabilities is None else explained.probabilities[slot]
+                        futures.append(pool.submit(annotator.finish, todo[index], batch.images[slot],
+                                                   explained.grid_maps[slot], batch.geometries[slot], probabilities))
+                pending.append(futures)
+                while len(pending) > 1:  # keep one batch encoding while the next one computes
+                    settle(pending.popleft())
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            while pending:
+                settle(pending.popleft())
+            progress.close()
+
+
+def _explain(model: nn.Module, batch: Batch, settings: ExplainSettings, device: torch.device, autocast_dtype):
+    tensor = batch.tensor.to(device, non_blocking=True)
+    if autocast_dtype is None:
+        return explain_batch(model, tensor, settings)
+    with torch.autocast(device_type=device.type, dtype=autocast_dtype):
+        return explain_batch(model, tensor, settings)
+
+
+def _resolved(row: dict[str, Any]) -> Future:
+    future: Future = Future()
+    future.set_result(row)
+    return future
+
+
+def _barrier(world_size: int) -> None:
+    if world_size > 1:
+        torch.distributed.barrier()
+
+
+def _merge(out_dir: Path, items: list[InputItem], rank: int, world_size: int) -> None:
+    """Rank 0 (after every rank has finished) compacts all manifests into manifest.jsonl / .csv."""
+    _barrier(world_size)
+    if rank == 0:
+        mf.write_final(out_dir, _previous_rows(out_dir), [item.relative for item in items])
+        for shard in mf.iter_shard_manifests(out_dir):
+            shard.unlink()
+    _barrier(world_size)
+
+
+def _reduce(result: RunSummary, world_size: int) -> RunSummary:
+    if world_size == 1:
+        return result
+    counts = torch.tensor([result.ok, result.failed, result.skipped], dtype=torch.float64)
+    torch.distributed.all_reduce(counts)
+    result.ok, result.failed, result.skipped = (int(c) for c in counts.tolist())
+    return result

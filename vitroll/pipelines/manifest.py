@@ -1,0 +1,150 @@
+"""The manifest of a batch run — one JSON line per input, appended and fsync'ed per batch — and the lock that
+keeps two runs out of one output folder.
+
+Resuming reads the manifest back: an input is done when its latest row is ``ok`` with the same settings hash.
+At the end the manifest is compacted (the latest row per input, in input order) and also written as CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from vitroll.errors import VitrollError
+
+MANIFEST = "manifest.jsonl"
+CSV_COLUMNS = (
+    "path", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability", "peak_x", "peak_y",
+    "entropy", "top10_mass", "key_patches", "overlay", "heatmap", "figure", "model", "method", "method_options",
+    "settings_hash", "vitroll_version",
+)
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """Short stable hash of everything that changes the outputs (model, weights, method, rendering)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON Lines manifest; a torn last line (a crash mid-write) is ignored."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def latest_by_path(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        latest[row["path"]] = row
+    return latest
+
+
+def done_paths(rows: Iterable[dict[str, Any]], current_hash: str) -> set[str]:
+    """Inputs whose latest row is a success with these settings."""
+    return {p for p, row in latest_by_path(rows).items() if row["status"] == "ok" and row["settings_hash"] == current_hash}
+
+
+class ManifestWriter:
+    """Appends rows to a JSON Lines file; each :meth:`append` is flushed and fsync'ed before it returns."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._handle = path.open("a", encoding="utf-8")
+
+    def append(self, rows: Iterable[dict[str, Any]]) -> None:
+        text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
+        if text:
+            self._handle.write(text)
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def write_final(out_dir: Path, rows: Iterable[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """Compact ``rows`` (latest per input, in ``order``, unknown inputs last) into ``manifest.jsonl`` and
+    ``manifest.csv`` atomically; returns the compacted rows."""
+    from vitroll.io import write_atomic
+
+    latest = latest_by_path(rows)
+    rank = {path: i for i, path in enumerate(order)}
+    final = sorted(latest.values(), key=lambda row: (rank.get(row["path"], len(rank)), row["path"]))
+    write_atomic(out_dir / MANIFEST, "".join(json.dumps(row, default=str) + "\n" for row in final).encode())
+    lines = _csv_text(final)
+    write_atomic(out_dir / "manifest.csv", lines.encode())
+    return final
+
+
+def _csv_text(rows: list[dict[str, Any]]) -> str:
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+    return buffer.getvalue()
+
+
+class OutputLock:
+    """``OUT/<name>``: created exclusively with this process's pid; a lock left by a dead process is taken over."""
+
+    def __init__(self, out_dir: Path, name: str = ".vitroll.lock") -> None:
+        self.path = out_dir / name
+
+    def __enter__(self) -> "OutputLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is not None and _alive(owner):
+                    raise VitrollError(
+                        f"{self.path.parent}: another vitroll run (pid {owner}) is writing here; wait for it, or "
+                        f"remove {self.path} if it is gone") from None
+                self.path.unlink(missing_ok=True)  # stale: its process has ended
+                continue
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+            return self
+        raise VitrollError(f"{self.path}: cannot take the output lock")
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def _owner(self) -> "int | None":
+        try:
+            pid, host = self.path.read_text().split()[:2]
+        except (OSError, ValueError):
+            return None
+        return int(pid) if host == socket.gethostname() else -1  # another host: assume alive
+
+
+def _alive(pid: int) -> bool:
+    if pid < 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def iter_shard_manifests(out_dir: Path) -> Iterator[Path]:
+    yield from sorted(out_dir.glob("manifest.rank*.jsonl"))
