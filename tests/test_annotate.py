@@ -152,6 +152,13 @@ def test_same_stem_different_suffix_do_not_collide(tmp_path):
     assert [i.output_stem for i in discover(tmp_path)] == ["p.jpg", "p.png", "q"]
 
 
+def test_method_disagreement_is_recorded_per_image(messy, tmp_path):
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--limit", "3", "--compare-with", "center", "--disagree-below", "2") == 3
+    ok = [r for r in rows(out) if r["status"] == "ok"]
+    assert ok and all(-1 <= r["agreement"] <= 1 and r["disagrees"] is True for r in ok)
+
+
 def test_missing_input_is_one_line(tmp_path, capsys):
     assert annotate(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")) == 2
     assert capsys.readouterr().err.strip().endswith("nowhere: no such folder or list file")

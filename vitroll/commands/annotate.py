@@ -18,6 +18,7 @@ from vitroll.commands.common import (
     add_method_arguments, add_model_arguments, add_render_arguments, model_from_args, preprocessing_from_args,
     settings_from_args,
 )
+from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
 
@@ -39,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo everything")
     parser.add_argument("--limit", type=int, help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
+                        help="also run METHOD and record each image's rank correlation with the main map (agreement)")
+    parser.add_argument("--disagree-below", type=float, default=0.0,
+                        help="mark rows whose agreement is below this as disagrees=true (default 0)")
     add_model_arguments(parser)
     add_method_arguments(parser)
     add_render_arguments(parser)
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     options = AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
-        progress=not args.no_progress,
+        progress=not args.no_progress, compare_with=args.compare_with, disagree_below=args.disagree_below,
     )
     _init_distributed(args)
     settings = settings_from_args(args)
@@ -69,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     identity = {"model": args.model, "checkpoint": str(args.checkpoint), "pretrained": args.pretrained,
                 "method": settings.method, "options": settings.options_for_method(), "preprocessing": preprocessing,
                 "render": [settings.cmap, settings.alpha, settings.interpolation, settings.normalization,
-                           settings.key_patches], "save": options.save, "precision": options.precision}
+                           settings.key_patches], "save": options.save, "precision": options.precision,
+                "compare_with": [options.compare_with, options.disagree_below]}
     result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
                       class_names=class_names(model, args.class_names), options=options)
     if world()[0] == 0:

@@ -16,7 +16,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from vitroll import __version__
 from vitroll.io import encode_png, write_atomic
 from vitroll.maps import key_patches, summary
+from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
@@ -53,6 +54,10 @@ class AnnotateOptions:
     key_patches: int = 5
     """How many key patches each manifest row lists."""
     progress: bool = True
+    compare_with: Optional[str] = None
+    """A second method (e.g. ``integrated_gradients``) whose maps are rank-correlated with the main method's per
+    image (manifest columns ``agreement`` and ``disagrees``); nothing of it is written."""
+    disagree_below: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
@@ -116,7 +121,8 @@ class _Annotator:
         suffix = ".npy" if kind == "heatmap" else ".png"
         return self.out_dir / f"{kind}s" / f"{item.output_stem}{suffix}"
 
-    def finish(self, item: InputItem, image: torch.Tensor, grid_map: np.ndarray, geometry, probabilities) -> dict[str, Any]:
+    def finish(self, item: InputItem, image: torch.Tensor, grid_map: np.ndarray, geometry, probabilities,
+               other_map: Optional[np.ndarray] = None) -> dict[str, Any]:
         """Render and write one image's outputs (in a writer thread); return its manifest row."""
         try:
             rgb = image.numpy()
@@ -140,6 +146,9 @@ class _Annotator:
                        for p in key_patches(grid_map, geometry, self.options.key_patches)]
         except OSError as error:
             return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
+        if other_map is not None:
+            agreement = float(rank_correlation(grid_map, other_map)[0])
+            outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
         return {
             "path": item.relative, "status": "ok", "error": "", "width": geometry.original_hw[1],
             "height": geometry.original_hw[0], "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
@@ -242,10 +251,15 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
                 futures = [_resolved(annotator.error_row(todo[i], message)) for i, message in batch.errors]
                 if batch.tensor is not None:
                     explained = _explain(model, batch, annotator.settings, device, autocast_dtype)
+                    other = None
+                    if options.compare_with:
+                        other = _explain(model, batch, replace(annotator.settings, method=options.compare_with), device,
+                                         autocast_dtype).grid_maps
                     for slot, index in enumerate(batch.indices):
                         probabilities = None if explained.probabilities is None else explained.probabilities[slot]
                         futures.append(pool.submit(annotator.finish, todo[index], batch.images[slot],
-                                                   explained.grid_maps[slot], batch.geometries[slot], probabilities))
+                                                   explained.grid_maps[slot], batch.geometries[slot], probabilities,
+                                                   None if other is None else other[slot]))
                 pending.append(futures)
                 while len(pending) > 1:  # keep one batch encoding while the next one computes
                     settle(pending.popleft())

@@ -20,7 +20,7 @@ from vitroll.errors import VitrollError
 MANIFEST = "manifest.jsonl"
 CSV_COLUMNS = (
     "path", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability", "peak_x", "peak_y",
-    "entropy", "top10_mass", "key_patches", "overlay", "heatmap", "figure", "model", "method", "method_options",
+    "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
     "settings_hash", "vitroll_version",
 )
 
