@@ -1,5 +1,5 @@
 """CLI sub-commands. Each module defines ``register(subparsers)`` and a ``run(args) -> int`` bound by it."""
 
-from vitroll.commands import models, overlay
+from vitroll.commands import audit, models, overlay
 
-COMMANDS = (overlay, models)
+COMMANDS = (overlay, audit, models)
