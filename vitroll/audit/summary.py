@@ -35,8 +35,9 @@ def percent(value: float) -> str:
     return f"{100 * value:.0f} %"
 
 
-def share(part: int, whole: int) -> str:
-    return f"{part} of {whole} ({percent(part / whole) if whole else '–'})"
+def share(part: int, whole: int, noun: str = "images") -> str:
+    """``3 of 5 images (60 %)``."""
+    return f"{part} of {whole} {noun} ({percent(part / whole) if whole else '–'})".replace("  ", " ")
 
 
 def group_key(row: "AuditRow", fields: tuple[str, ...]) -> tuple[str, ...]:
@@ -81,7 +82,7 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     if not flagged:
         said.append(Sentence(f"In none of the {n} images does {phrase} of the saliency lie outside the body.", [], "cases"))
     else:
-        text = f"In {share(len(flagged), n)} images {phrase} of the saliency lies outside the body"
+        text = f"In {share(len(flagged), n)} {phrase} of the saliency lies outside the body"
         model, count = Counter(row.metadata.get("ManufacturerModelName", UNKNOWN) for row in flagged).most_common(1)[0]
         if len(flagged) >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):
             overall = sum(row.metadata.get("ManufacturerModelName") == model for row in rows)
@@ -92,16 +93,16 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     border = _above(rows, "border", BORDER_NOTE)
     if border:
         said.append(Sentence(
-            f"In {share(len(border), n)} images more than {percent(BORDER_NOTE)} of the saliency lies in the "
+            f"In {share(len(border), n)} more than {percent(BORDER_NOTE)} of the saliency lies in the "
             f"{percent(options.metrics.border_fraction)} border band of the image.", _cases(border), "cases"))
     on_text = _above(rows, "annotation", ANNOTATION_NOTE)
     if on_text:
         said.append(Sentence(
-            f"In {share(len(on_text), n)} images more than {percent(ANNOTATION_NOTE)} of the saliency lies on likely "
+            f"In {share(len(on_text), n)} more than {percent(ANNOTATION_NOTE)} of the saliency lies on likely "
             "burned-in annotations (small bright text or markers).", _cases(on_text), "cases"))
     marked = [row for row in rows if row.metadata.get("BurnedInAnnotation", "").upper() == "YES"]
     if marked:
-        said.append(Sentence(f"{share(len(marked), n)} images are marked BurnedInAnnotation = YES in their header.",
+        said.append(Sentence(f"{share(len(marked), n)} are marked BurnedInAnnotation = YES in their header.",
                              _cases(marked), "cases"))
     with_roi = [row for row in rows if np.isfinite(row.metrics.get("roi_energy", np.nan))]
     if with_roi:
@@ -110,7 +111,7 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
         iou = float(np.nanmean([row.metrics["topk_iou"] for row in with_roi]))
         said.append(Sentence(
             f"{len(with_roi)} images have a region of interest: on average {percent(energy)} of the saliency lies "
-            f"inside it, the peak falls inside it in {share(len(hits), len(with_roi))} (pointing game), and the top "
+            f"inside it, the peak falls inside it in {share(len(hits), len(with_roi), '')} (pointing game), and the top "
             f"{options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
             _cases([row for row in with_roi if row not in hits]), "cases"))
     return said

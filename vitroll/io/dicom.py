@@ -255,11 +255,11 @@ def read_dicom(
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
 ) -> DicomImage:
-    """A DICOM file (by its preamble) through :func:`read_dicom`, any other image through ``load_image``
+    """A DICOM file (by its preamble or a ``.dcm`` name) through :func:`read_dicom`, any other image through ``load_image``
     (8/16-bit PNG/TIFF; 16-bit scaled by its range), with ``unknown`` metadata."""
     from vitroll.io.images import load_image
 
-    if is_dicom(path):
+    if is_dicom(path) or Path(path).suffix.lower() in (".dcm", ".dicom"):
         return read_dicom(path, window=window, frame=frame)
     image = np.asarray(load_image(path))
     return DicomImage(frames=[(0, image)], metadata=safe_metadata(None))
