@@ -16,6 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
+pytest.importorskip("pydicom", minversion="3.0")
+
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.audit.metrics import (
     MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, roi_metrics, top_region,

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+pytest.importorskip("pydicom", minversion="3.0")
+
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.errors import ImageReadError
 from vitroll.io.dicom import (

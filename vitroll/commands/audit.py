@@ -10,10 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitroll.commands.common import (
-    add_method_arguments, add_model_arguments, add_render_arguments, model_from_args, preprocessing_from_args,
-    settings_from_args,
-)
+from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 
 
@@ -44,9 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
     group.add_argument("--batch-size", type=int, default=8)
-    add_model_arguments(parser)
-    add_method_arguments(parser)
-    add_render_arguments(parser)
+    add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
 

@@ -54,6 +54,13 @@ def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))
 
 
+def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, method and rendering groups every explaining sub-command takes."""
+    add_model_arguments(parser)
+    add_method_arguments(parser)
+    add_render_arguments(parser)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -210,10 +210,12 @@ def read_dicom(
         Not a readable DICOM file, no pixel data, a transfer syntax without an installed decoder, corrupt
         pixel data, or ``frame`` out of range — with a one-line reason.
     """
-    import pydicom
-    from pydicom.pixels import pixel_array
-
     path = Path(path)
+    try:
+        import pydicom
+        from pydicom.pixels import pixel_array
+    except ImportError:
+        raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
     try:
         dataset = pydicom.dcmread(path, force=False)
     except Exception as error:  # InvalidDicomError, EOFError, struct/ValueError from corrupt elements
