@@ -179,11 +179,12 @@ def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) 
 
 def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: np.ndarray, annotations: np.ndarray,
               roi: Optional[np.ndarray], size: int) -> bytes:
-    """A PNG (no metadata) of the overlay, longer side ``size``, with outlines and a cross at the peak."""
+    """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines and a cross at the peak."""
     height, width = overlaid.shape[:2]
-    scale = min(1.0, size / max(height, width))
+    scale = size / max(height, width)
     thumb_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
-    thumb = np.ascontiguousarray(cv2.resize(overlaid, (thumb_hw[1], thumb_hw[0]), interpolation=cv2.INTER_AREA))
+    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_NEAREST  # small images enlarged, pixels kept sharp
+    thumb = np.ascontiguousarray(cv2.resize(overlaid, (thumb_hw[1], thumb_hw[0]), interpolation=interpolation))
     _outline(thumb, body, (0, 255, 0))
     _outline(thumb, annotations, (255, 0, 255))
     if roi is not None:
