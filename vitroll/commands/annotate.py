@@ -14,10 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vitroll.commands.common import (
-    add_method_arguments, add_model_arguments, add_render_arguments, model_from_args, preprocessing_from_args,
-    settings_from_args,
-)
+from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
 from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
@@ -44,9 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
     parser.add_argument("--disagree-below", type=float, default=0.0,
                         help="mark rows whose agreement is below this as disagrees=true (default 0)")
-    add_model_arguments(parser)
-    add_method_arguments(parser)
-    add_render_arguments(parser)
+    add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
 

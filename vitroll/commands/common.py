@@ -73,6 +73,13 @@ def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--key-patches", type=int, default=0, metavar="K", help="outline the K highest-scoring patches")
 
 
+def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, method and rendering groups every explaining sub-command takes."""
+    add_model_arguments(parser)
+    add_method_arguments(parser)
+    add_render_arguments(parser)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitroll.commands.common import (
-    add_method_arguments, add_model_arguments, add_render_arguments, model_from_args, preprocessing_from_args,
-    settings_from_args,
-)
+from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
 from vitroll.models import class_names
 from vitroll.pipelines.single import explain_files
 
@@ -20,9 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="out", help="output folder (default: out/)")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
     parser.add_argument("--batch-size", type=int, default=8)
-    add_model_arguments(parser)
-    add_method_arguments(parser)
-    add_render_arguments(parser)
+    add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
 

@@ -1,0 +1,344 @@
+"""The medical audit end to end: no PHI in any output, unreadable files as rows, shortcut cases flagged, a valid report."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import re
+import struct
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+pytest.importorskip("pydicom", minversion="3.0")
+
+from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
+from vitroll.audit.metrics import (
+    MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, roi_metrics, top_region,
+)
+from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
+from vitroll.cli import main
+from vitroll.methods import METHODS, Saliency
+from vitroll.pipelines.explain import ExplainSettings
+
+MODEL = ["--model", "test_vit", "--img-size", "64", "--device", "cpu", "--crop-mode", "squash", "--crop-pct", "1"]
+
+
+# --- inputs ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> tuple[Path, Path]:
+    """A random-init timm test ViT (4×4 patch grid at 64 px) saved as safetensors, with three class names."""
+    import timm
+    from safetensors.torch import save_file
+
+    folder = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    model = timm.create_model("test_vit", img_size=64, num_classes=3)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
+    (folder / "classes.txt").write_text("normal\neffusion\nnodule\n")
+    return folder / "model.safetensors", folder / "classes.txt"
+
+
+def write_inputs(folder: Path) -> Path:
+    """Good DICOMs (file names carrying identifiers too) and three files that cannot be read."""
+    from pydicom.uid import JPEGBaseline8Bit
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_dicom(folder / f"{FAKE_IDS['PatientID']}_{FAKE_IDS['StudyDate']}.dcm", body_phantom(), number=1)
+    write_dicom(folder / "Zyxwuvt_Qwerpoiu", body_phantom(), number=2, photometric="MONOCHROME1")  # no extension
+    write_dicom(folder / "cine.dcm", np.stack([body_phantom(), body_phantom(marker=False)]), number=3,
+                ManufacturerModelName="Other CT", PatientSex="M", PatientAge="071Y", BurnedInAnnotation="YES")
+    write_dicom(folder / "hu.dcm", body_phantom(low=24, high=1224) , number=4, slope=1.0, intercept=-1024.0,
+                window=(400, 40))
+    good = (folder / "cine.dcm").read_bytes()
+    (folder / "Grandvale_corrupt.dcm").write_bytes(good[:-3000])
+    write_dicom(folder / "nopixels.dcm", body_phantom(), number=5, with_pixels=False)
+    write_dicom(folder / "jpeg.dcm", body_phantom(dtype=np.uint8, high=255), number=6, transfer_syntax=JPEGBaseline8Bit,
+                pixel_bytes=b"\xff\xd8garbage" * 20)
+    return folder
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory, checkpoint) -> dict:
+    """One de-identified audit through the CLI entry point."""
+    root = tmp_path_factory.mktemp("audit")
+    inputs = write_inputs(root / "in")
+    out = root / "out"
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(out), "--checkpoint", str(checkpoint[0]),
+                                   "--class-names", str(checkpoint[1]), "--group-by", "Manufacturer,model,PatientSex,age",
+                                   *MODEL)
+    return {"code": code, "stdout": stdout, "stderr": stderr, "out": out, "inputs": inputs,
+            "json": json.loads((out / "report.json").read_text())}
+
+
+def png_chunks(data: bytes) -> list[str]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks, offset = [], 8
+    while offset < len(data):
+        length, kind = struct.unpack(">I4s", data[offset:offset + 8])
+        chunks.append(kind.decode("ascii"))
+        offset += 12 + length
+    return chunks
+
+
+# --- (a) no identifier anywhere ---------------------------------------------------------------------------------------
+
+def test_no_identifier_in_any_output_file(audited):
+    assert audited["code"] == 0, audited["stderr"]
+    files = [p for p in audited["out"].rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"report.html", "report.csv", "report.json"}
+    assert len([p for p in files if p.suffix == ".png"]) == 5  # 3 single-frame files + 2 frames
+    inputs = audited["inputs"]
+    needles = {*PHI_STRINGS, str(inputs), *(p.name for p in inputs.iterdir()), *(p.stem for p in inputs.iterdir())}
+    needles -= {"cine", "hu", "jpeg", "nopixels"}  # neutral file names that are also common words
+    embedded = []
+    for path in files:
+        data = path.read_bytes()
+        if path.suffix == ".html":
+            embedded += [base64.b64decode(b) for b in re.findall(rb"data:image/png;base64,([A-Za-z0-9+/=]+)", data)]
+        for needle in needles:
+            for form in {needle, needle.lower(), needle.upper(), needle.replace("^", " ")}:
+                assert form.encode() not in data, f"{form!r} found in {path.name}"
+        assert not any(needle in path.name for needle in needles)
+    for text in (audited["stdout"], audited["stderr"]):
+        assert not any(needle in text for needle in needles)
+    pngs = [p.read_bytes() for p in files if p.suffix == ".png"] + embedded
+    assert len(embedded) == 6  # 5 thumbnails + the histograms
+    for data in pngs:  # no tEXt/zTXt/iTXt/eXIf/tIME: pixels only
+        assert set(png_chunks(data)) <= {"IHDR", "PLTE", "IDAT", "IEND"}
+
+
+def test_keep_ids_is_opt_in_and_warns(tmp_path, checkpoint):
+    inputs = write_inputs(tmp_path / "in")
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint[0]),
+                              "--keep-ids", "--salt", "s3cret", *MODEL)
+    assert code == 0
+    assert "warning: --keep-ids" in stderr and "NOT de-identified" in stderr
+    csv_text = (tmp_path / "out" / "report.csv").read_text()
+    assert FAKE_IDS["PatientID"] in csv_text  # the check above would catch identifiers if they were written
+    assert "s3cret" not in csv_text + (tmp_path / "out" / "report.html").read_text()
+
+
+def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audited, checkpoint):
+    inputs = audited["inputs"]
+    cases = []
+    for run, salt in enumerate(("pepper", "pepper", None)):
+        out = tmp_path / str(run)
+        code, _, _ = run_cli("audit", str(inputs / "cine.dcm"), "--out", str(out), "--checkpoint", str(checkpoint[0]),
+                             *(["--salt", salt] if salt else []), *MODEL)
+        assert code == 0
+        cases.append([row["case"] for row in json.loads((out / "report.json").read_text())["cases"]])
+    assert cases[0] == cases[1] != cases[2]
+    assert cases[0][0] not in {row["case"] for row in audited["json"]["cases"]}
+
+
+# --- (c) unreadable files are rows -------------------------------------------------------------------------------------
+
+def test_unreadable_files_become_rows_with_reasons(audited):
+    rows = audited["json"]["cases"]
+    errors = [row for row in rows if row["status"] == "error"]
+    reasons = sorted(row["reason"] for row in errors)
+    assert len(errors) == 3, reasons
+    assert any("cannot decode pixel data" in r for r in reasons)  # truncated
+    assert any("no PixelData" in r for r in reasons)
+    assert any("cannot decode compressed pixel data" in r and "JPEG Baseline" in r for r in reasons)
+    assert len([row for row in rows if row["status"] != "error"]) == 5
+    assert audited["stderr"].count("vitroll: unreadable:") == 3
+    assert "3 files could not be read" in audited["json"]["summary"][0]["text"]
+
+
+def test_measured_rows_carry_groups_metrics_and_predictions(audited):
+    data = audited["json"]
+    images = [row for row in data["cases"] if row["status"] != "error"]
+    cine = [row for row in images if row["ManufacturerModelName"] == "Other CT"]
+    assert sorted(row["frame"] for row in cine) == [0, 1]
+    assert {row["age-band"] for row in cine} == {"70-79"} and {row["BurnedInAnnotation"] for row in cine} == {"YES"}
+    assert all(row["prediction"] in {"normal", "effusion", "nodule"} for row in images)
+    assert all(0.0 <= row["outside_body"] <= 1.0 and 0.0 <= row["border"] <= 1.0 for row in images)
+    assert data["settings"]["group_by"] == ["Manufacturer", "ManufacturerModelName", "PatientSex", "age-band"]
+    assert sum(group["count"] for group in data["groups"]) == 5
+    assert {tuple(g["group"].values()) for g in data["groups"]} == {
+        ("Acme Imaging", "Scanner 3000", "F", "40-49"), ("Acme Imaging", "Other CT", "M", "70-79")}
+
+
+# --- (e) the HTML ---------------------------------------------------------------------------------------------------
+
+class Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_report_parses_with_table_summary_and_images(audited):
+    parser = Collector()
+    parser.feed((audited["out"] / "report.html").read_text(encoding="utf-8"))
+    parser.close()
+    text = " ".join(" ".join(parser.text).split())
+    assert {"summary", "cases", "groups", "errors", "case-table", "group-table", "error-table"} <= parser.ids
+    images = [attrs for tag, attrs in parser.tags if tag == "img"]
+    assert len(images) == 6 and all(a["src"].startswith("data:image/png;base64,") for a in images)
+    assert any(tag == "script" for tag, _ in parser.tags) and any(tag == "table" for tag, _ in parser.tags)
+    for sentence in audited["json"]["summary"]:
+        assert sentence["text"] in text
+    assert "The audit covers 5 images from 7 files in 1 study; 3 files could not be read." in text
+    links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
+    assert links and set(links) <= parser.ids  # every summary link lands on a case or a section
+    rows = [attrs for tag, attrs in parser.tags if tag == "tr" and attrs.get("id", "").startswith("case-")]
+    assert len(rows) == 8
+
+
+# --- (d) an off-anatomy shortcut is flagged ---------------------------------------------------------------------------
+
+def _fixed_map(cells: tuple[slice, slice]):
+    def compute(model, images, **options):
+        maps = torch.zeros(images.shape[0], 4, 4)
+        maps[:, cells[0], cells[1]] = 1.0
+        return Saliency(maps=maps, logits=None)
+    return compute
+
+
+@pytest.fixture
+def shortcut_methods(monkeypatch):
+    monkeypatch.setitem(METHODS, "corner", _fixed_map((slice(0, 1), slice(0, 1))))  # on the corner marker
+    monkeypatch.setitem(METHODS, "centre", _fixed_map((slice(1, 3), slice(1, 3))))  # on the body
+
+
+def test_off_anatomy_shortcut_is_flagged_and_named(tmp_path, shortcut_methods):
+    import timm
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for number, scanner in enumerate(["Scanner 3000"] * 3 + ["Other CT"], start=1):
+        write_dicom(inputs / f"{number}.dcm", body_phantom(), number=number, ManufacturerModelName=scanner)
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    from vitroll.preprocess import Preprocessing
+
+    pre = Preprocessing.from_model(model, crop_pct=1.0, crop_mode="squash")
+    rows = {}
+    for method in ("corner", "centre"):
+        report = run_audit([inputs], model, out_dir=tmp_path / method, settings=ExplainSettings(method=method),
+                           options=AuditOptions(salt="x"), preprocessing=pre)
+        rows[method] = report
+    corner, centre = rows["corner"], rows["centre"]
+    assert all(row.flagged and row.metrics["outside_body"] > 0.7 for row in corner.images)
+    assert all(row.metrics["annotation"] > 0 and row.metrics["border"] > 0.2 for row in corner.images)
+    assert not any(row.flagged for row in centre.images)
+    assert all(row.metrics["outside_body"] < 0.3 and row.metrics["annotation"] == 0 for row in centre.images)
+    said = [s.text for s in corner.sentences()]
+    assert ("In 4 of 4 images (100 %) more than half of the saliency lies outside the body; 3 of them come from one "
+            "scanner model (Scanner 3000), which supplied 3 of all 4 images.") in said
+    assert any("burned-in annotations" in s for s in said)
+    assert any("In none of the 4 images does more than half" in s for s in (x.text for x in centre.sentences()))
+    flagged_sentence = next(s for s in corner.sentences() if "outside the body" in s.text)
+    assert sorted(flagged_sentence.cases) == sorted(row.case for row in corner.images)
+
+
+def test_roi_from_boxes_and_masks(tmp_path, shortcut_methods):
+    import timm
+
+    from vitroll.preprocess import Preprocessing
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("boxed", "masked"):
+        write_dicom(inputs / f"{name}.dcm", body_phantom())
+    (tmp_path / "boxes.csv").write_text("file,x0,y0,x1,y1\nboxed.dcm,0,0,16,16\n")
+    (tmp_path / "masks").mkdir()
+    centre = np.zeros((32, 32), np.uint8)  # resized onto the 64 px image
+    centre[12:20, 12:20] = 255
+    Image.fromarray(centre).save(tmp_path / "masks" / "masked.png")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    options = AuditOptions(masks=MaskSource(tmp_path / "masks", tmp_path / "boxes.csv"), salt="x")
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=options, preprocessing=Preprocessing.from_model(model, crop_pct=1.0, crop_mode="squash"))
+    by_hit = sorted(report.images, key=lambda row: row.metrics["pointing_hit"])
+    assert [row.metrics["pointing_hit"] for row in by_hit] == [0.0, 1.0]
+    assert by_hit[1].metrics["roi_energy"] > 0.4 > by_hit[0].metrics["roi_energy"]
+    assert by_hit[1].metrics["topk_iou"] > by_hit[0].metrics["topk_iou"]
+    assert any("region of interest" in s.text for s in report.sentences())
+    assert "topk_iou" in (tmp_path / "out" / "report.csv").read_text().splitlines()[0]
+
+
+# --- metrics on their own ---------------------------------------------------------------------------------------------
+
+def test_body_mask_fills_holes_and_ignores_markers():
+    image = body_phantom(dtype=np.uint8, high=255)
+    image[30:34, 30:34] = 0  # a hole (air in the lungs)
+    body = body_mask(image)
+    assert body[32, 32] and not body[0, 0] and not body[3, 4]
+    assert abs(body.sum() - np.pi * (0.3 * 64) ** 2) < 60
+    markers = annotation_mask(image, body)
+    assert markers[3, 4] and not markers[32, 32] and not markers[32, 12]
+    assert body_mask(np.full((8, 8), 7, np.uint8)).all()
+
+
+def test_fractions_and_roi_metrics_by_hand():
+    saliency = np.zeros((20, 20), np.float32)
+    saliency[0, 0], saliency[10, 10] = 3.0, 1.0
+    saliency[5, 5] = np.nan
+    body = np.zeros((20, 20), bool)
+    body[5:15, 5:15] = True
+    metrics = image_metrics(saliency, body, np.zeros_like(body), body, MetricSettings(border_fraction=0.05))
+    assert metrics["outside_body"] == pytest.approx(0.75) and metrics["border"] == pytest.approx(0.75)
+    assert metrics["annotation"] == 0 and metrics["roi_energy"] == pytest.approx(0.25)
+    assert metrics["pointing_hit"] == 0.0
+    assert border_band((20, 20), 0.05).sum() == 20 * 20 - 18 * 18
+    p = saliency.copy()
+    p[5, 5] = 0
+    p /= p.sum()
+    assert top_region(p, 0.5).sum() == 2  # 0.5 % of 400 pixels
+    assert roi_metrics(p, p > 0.5, top_percent=0.25) == {"roi_energy": 0.75, "pointing_hit": 1.0, "topk_iou": 1.0}
+    assert np.isnan(image_metrics(np.zeros((4, 4)), body[:4, :4], body[:4, :4])["outside_body"])
+
+
+def test_flagged_cases_come_first_in_the_table():
+    from vitroll.audit.pipeline import AuditRow
+    from vitroll.audit.report import AuditReport, render_html
+
+    rows = [AuditRow(case=f"case-{i}", study="s", metrics={"outside_body": v, "border": 0.0, "annotation": 0.0},
+                     flagged=v > 0.5) for i, v in enumerate([0.1, 0.9, 0.4, 0.7])]
+    rows.append(AuditRow(case="case-bad", study="s", error="no PixelData"))
+    report = AuditReport(rows=rows, options=AuditOptions(), settings=ExplainSettings(), files=5)
+    assert [row.case for row in report.images] == ["case-1", "case-3", "case-2", "case-0"]
+    html = render_html(report)
+    table = html[html.index('id="case-table"'):]
+    assert [m for m in re.findall(r'<tr id="(case-[^"]+)"', table)] == ["case-1", "case-3", "case-2", "case-0", "case-bad"]
+    assert table.count("class=flagged") == 2
+
+
+def test_group_by_parsing():
+    assert parse_group_by("Manufacturer, bodypart ,sex,age-band") == (
+        "Manufacturer", "BodyPartExamined", "PatientSex", "age-band")
+    assert parse_group_by("") == ()
+    with pytest.raises(ValueError, match="unknown field 'PatientName'"):
+        parse_group_by("PatientName")
+
+
+def test_thin_script_delegates_to_the_audit_command():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "medical_audit.py"
+    assert 'main(["audit", *sys.argv[1:]])' in script.read_text()

@@ -1,0 +1,176 @@
+"""DICOM decoding for audits: detection, modality LUT, windows, MONOCHROME1, colour, frames, errors, safe metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytest.importorskip("pydicom", minversion="3.0")
+
+from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
+from vitroll.errors import ImageReadError
+from vitroll.io.dicom import (
+    SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom, safe_metadata, salted_key,
+)
+
+# Hounsfield values stored as signed 16-bit with RescaleIntercept -1024 (stored = HU + 1024).
+HU = np.array([[-1024, -160, 0], [40, 140, 240]], dtype=np.int16)
+# W 400, L 40 by DICOM PS3.3 C.11.2.1.2.1: x ≤ L − 0.5 − (W − 1)/2 = −160 → 0; x > L − 0.5 + (W − 1)/2 = 239 → 255;
+# else ((x − 39.5)/399 + 0.5)·255: 0 → 102.25, 40 → 127.82, 140 → 191.73.
+SOFT_TISSUE = np.array([[0, 0, 102], [128, 192, 255]], dtype=np.uint8)
+# MONOCHROME1: 255·(1 − unit): 0 → 255·(1 − 0.40100) = 152.75, 40 → 127.18, 140 → 63.27.
+SOFT_TISSUE_INVERTED = np.array([[255, 255, 153], [127, 63, 0]], dtype=np.uint8)
+
+
+def grey(path: Path, **options) -> np.ndarray:
+    decoded = read_dicom(path, **options)
+    rgb = decoded.frames[0][1]
+    assert rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
+    assert (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 0] == rgb[..., 2]).all()
+    return rgb[..., 0]
+
+
+def test_detected_by_preamble_with_or_without_extension(tmp_path):
+    with_suffix = write_dicom(tmp_path / "a.dcm", body_phantom())
+    without = write_dicom(tmp_path / "IMG0001", body_phantom())
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(tmp_path / "x.png")
+    assert is_dicom(with_suffix) and is_dicom(without)
+    assert not is_dicom(tmp_path / "x.png") and not is_dicom(tmp_path / "missing")
+    assert read_any(without).frames[0][1].shape == (64, 64, 3)
+
+
+def test_window_presets_and_parsing():
+    assert WINDOW_PRESETS == {"lung": (1500, -600), "bone": (2000, 300), "soft-tissue": (400, 40)}
+    assert parse_window("Lung") == (1500, -600) and parse_window("soft_tissue") == (400, 40)
+    assert parse_window("350,50") == (350, 50) and parse_window("1500,-600") == (1500, -600)
+    assert parse_window(None) is None
+    for bad in ("wide", "40", "0,40", "a,b"):
+        with pytest.raises(ValueError, match="window"):
+            parse_window(bad)
+
+
+def test_user_window_on_rescaled_16_bit_matches_hand_computed_values(tmp_path):
+    path = write_dicom(tmp_path / "ct.dcm", HU + 1024, signed=True, slope=1.0, intercept=-1024.0)
+    np.testing.assert_array_equal(grey(path, window=parse_window("soft-tissue")), SOFT_TISSUE)
+    # lung W 1500, L −600: −1024 → ((−1024 + 600.5)/1499 + 0.5)·255 = 55.46; 40 → (640.5/1499 + 0.5)·255 = 236.46
+    lung = grey(path, window=parse_window("lung"))
+    assert lung[0, 0] == 55 and lung[1, 0] == 236
+
+
+def test_window_tags_used_when_no_window_is_given_and_overridden_by_one(tmp_path):
+    path = write_dicom(tmp_path / "ct.dcm", HU + 1024, signed=True, slope=1.0, intercept=-1024.0, window=(400, 40))
+    np.testing.assert_array_equal(grey(path), SOFT_TISSUE)
+    assert grey(path, window=(1500, -600))[0, 0] == 55
+
+
+def test_rescale_slope_and_intercept_then_min_max(tmp_path):
+    stored = np.array([[0, 25], [100, 100]], dtype=np.uint16)  # HU = 2·stored − 100: −100, −50, 100
+    path = write_dicom(tmp_path / "r.dcm", stored, slope=2.0, intercept=-100.0)
+    np.testing.assert_array_equal(grey(path), [[0, 64], [255, 255]])  # (−50 + 100)/200·255 = 63.75
+
+
+def test_monochrome1_is_inverted_after_windowing(tmp_path):
+    path = write_dicom(tmp_path / "m1.dcm", HU + 1024, signed=True, slope=1.0, intercept=-1024.0,
+                       window=(400, 40), photometric="MONOCHROME1")
+    np.testing.assert_array_equal(grey(path), SOFT_TISSUE_INVERTED)
+    plain = write_dicom(tmp_path / "m1plain.dcm", np.array([[0, 10], [20, 40]], np.uint16), photometric="MONOCHROME1")
+    np.testing.assert_array_equal(grey(plain), [[255, 191], [128, 0]])  # 255·(1 − x/40): 191.25, 127.5
+
+
+def test_multi_frame_all_frames_or_one(tmp_path):
+    frames = np.stack([np.full((8, 8), v, np.uint16) for v in (0, 50, 100)])
+    path = write_dicom(tmp_path / "cine.dcm", frames, window=(100, 50))
+    decoded = read_dicom(path)
+    assert [index for index, _ in decoded.frames] == [0, 1, 2]
+    # W 100, L 50: 0 ≤ 0 → 0; ((50 − 49.5)/99 + 0.5)·255 = 128.79; 100 > 99 → 255
+    assert [int(rgb[4, 4, 0]) for _, rgb in decoded.frames] == [0, 129, 255]
+    only = read_dicom(path, frame=1)
+    assert [index for index, _ in only.frames] == [1]
+    with pytest.raises(ImageReadError, match="out of range: the file has 3 frame"):
+        read_dicom(path, frame=3)
+
+
+def test_rgb_and_ybr_colour(tmp_path):
+    from pydicom.pixels import convert_color_space
+
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    assert (read_dicom(write_dicom(tmp_path / "rgb.dcm", rgb, photometric="RGB")).frames[0][1] == rgb).all()
+    ybr = convert_color_space(rgb, "RGB", "YBR_FULL")
+    back = read_dicom(write_dicom(tmp_path / "ybr.dcm", ybr, photometric="YBR_FULL")).frames[0][1]
+    assert np.abs(back.astype(int) - rgb).max() <= 3
+
+
+def test_unreadable_files_raise_one_line_reasons(tmp_path):
+    from pydicom.uid import JPEGBaseline8Bit
+
+    good = write_dicom(tmp_path / "good.dcm", body_phantom())
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(good.read_bytes()[:-500])
+    no_pixels = write_dicom(tmp_path / "nopixels.dcm", body_phantom(), with_pixels=False)
+    jpeg = write_dicom(tmp_path / "jpeg.dcm", body_phantom(dtype=np.uint8, high=255), transfer_syntax=JPEGBaseline8Bit,
+                       pixel_bytes=b"\xff\xd8 not really a jpeg " * 8)
+    text = tmp_path / "notes.dcm"
+    text.write_text("not a DICOM file at all")
+    reasons = {}
+    for path in (truncated, no_pixels, jpeg, text):
+        with pytest.raises(ImageReadError) as caught:
+            read_any(path)
+        assert "\n" not in caught.value.reason
+        reasons[path.stem] = caught.value.reason
+    assert "cannot decode pixel data" in reasons["truncated"]
+    assert "no PixelData" in reasons["nopixels"]
+    assert "cannot decode compressed pixel data" in reasons["jpeg"] and "JPEG Baseline" in reasons["jpeg"]
+    assert "not a readable DICOM file" in reasons["notes"]
+
+
+def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):
+    values = np.array([[0, 1000], [2000, 2000]], dtype=np.uint16)
+    for suffix in (".png", ".tif"):
+        path = tmp_path / f"x{suffix}"
+        Image.fromarray(values).save(path)
+        decoded = read_any(path)
+        assert decoded.metadata["Modality"] == "unknown"
+        np.testing.assert_array_equal(decoded.frames[0][1][..., 0], [[0, 128], [255, 255]])
+
+
+def test_only_whitelisted_metadata_leaves_the_reader(tmp_path):
+    path = write_dicom(tmp_path / "a.dcm", body_phantom(), PatientAge="067Y", BurnedInAnnotation="YES")
+    decoded = read_dicom(path)
+    assert set(decoded.metadata) == {*SAFE_FIELDS, "age-band"}
+    assert decoded.metadata["age-band"] == "60-69" and decoded.metadata["BurnedInAnnotation"] == "YES"
+    text = repr(decoded.metadata)
+    assert not any(phi in text for phi in PHI_STRINGS)
+    assert safe_metadata(None)["Manufacturer"] == "unknown"
+    assert decoded.identifiers["PatientID"] == FAKE_IDS["PatientID"]  # kept apart, for --keep-ids only
+
+
+@pytest.mark.parametrize("age, band", [("045Y", "40-49"), ("009Y", "0-9"), ("006M", "0-9"), ("003W", "0-9"),
+                                       ("100Y", "90+"), ("090Y", "90+"), ("", "unknown"), (None, "unknown"),
+                                       ("abc", "unknown"), ("45", "40-49")])
+def test_age_band(age, band):
+    assert age_band(age) == band
+
+
+def test_salted_key_depends_on_the_salt():
+    assert salted_key("a", "1.2.3") == salted_key("a", "1.2.3") != salted_key("b", "1.2.3")
+    assert len(salted_key("a", "1.2.3")) == 12
+
+
+def test_pydicom_bundled_test_files_if_present():
+    import pydicom.data
+
+    folder = Path(pydicom.data.__file__).parent / "test_files"
+    names = ["CT_small.dcm", "MR_small.dcm", "SC_rgb_rle_2frame.dcm", "SC_ybr_full_422_uncompressed.dcm"]
+    present = [folder / name for name in names if (folder / name).is_file()]
+    if not present:
+        pytest.skip("pydicom's bundled test files are not installed")
+    for path in present:
+        decoded = read_dicom(path)
+        assert decoded.frames and all(rgb.dtype == np.uint8 and rgb.shape[2] == 3 for _, rgb in decoded.frames)
+        assert decoded.frames[0][1].std() > 0
+    if (folder / "SC_rgb_rle_2frame.dcm").is_file():
+        assert len(read_dicom(folder / "SC_rgb_rle_2frame.dcm").frames) == 2

@@ -1,0 +1,262 @@
+"""The audit pipeline: collect inputs, decode DICOM/PNG/TIFF frames, explain them in batches, measure, report.
+
+Decoding (:func:`iter_items`) and measuring (:func:`audit_items`) are separate steps, so that another loader
+(a folder pipeline with its own batching) can feed :func:`audit_items` later.
+
+PHI: rows carry a salted case key and study key, the whitelisted header fields and numbers only. File paths,
+identifiers and error messages that could quote a path enter a row only with ``keep_ids``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Optional, Sequence
+
+import cv2
+import numpy as np
+from PIL import Image
+from torch import nn
+
+from vitroll.audit.metrics import MaskSource, MetricSettings, annotation_mask, body_mask, image_metrics
+from vitroll.errors import ImageReadError, VitrollError
+from vitroll.io.dicom import SAFE_FIELDS, is_dicom, read_any, salted_key
+from vitroll.io.images import IMAGE_SUFFIXES, encode_png, write_atomic
+from vitroll.maps import peak_location
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.preprocess import Preprocessing
+
+GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
+_GROUP_ALIASES = {name.lower().replace("-", "").replace("_", ""): name for name in GROUP_FIELDS}
+_GROUP_ALIASES.update({"age": "age-band", "model": "ManufacturerModelName", "scanner": "ManufacturerModelName",
+                       "sex": "PatientSex", "bodypart": "BodyPartExamined"})
+
+
+def parse_group_by(text: Optional[str]) -> tuple[str, ...]:
+    """``Manufacturer,BodyPartExamined,age-band`` (any case; ``age``, ``sex``, ``model`` accepted) → field names."""
+    fields = []
+    for part in (text or "").split(","):
+        key = part.strip().lower().replace("-", "").replace("_", "")
+        if not key:
+            continue
+        if key not in _GROUP_ALIASES:
+            raise ValueError(f"--group-by: unknown field {part.strip()!r}; choose from {', '.join(GROUP_FIELDS)}")
+        fields.append(_GROUP_ALIASES[key])
+    return tuple(dict.fromkeys(fields))
+
+
+@dataclass
+class AuditOptions:
+    """Everything about an audit except the model and the method."""
+
+    window: Optional[tuple[float, float]] = None
+    """(width, level) applied to every grey DICOM instead of its own VOI."""
+    frame: Optional[int] = None
+    """Only this frame of multi-frame files (from 0); all frames when None."""
+    salt: Optional[str] = None
+    """Salt of the case and study keys; None: a random salt for this run, kept nowhere."""
+    keep_ids: bool = False
+    """Put file paths and DICOM identifiers into the report (no longer de-identified)."""
+    flag_threshold: float = 0.5
+    """Flag an image when more than this fraction of its saliency lies outside the body."""
+    metrics: MetricSettings = field(default_factory=MetricSettings)
+    masks: MaskSource = field(default_factory=MaskSource)
+    """Regions of interest."""
+    body_masks: MaskSource = field(default_factory=MaskSource)
+    """User body masks (replace the Otsu body mask where present)."""
+    group_by: tuple[str, ...] = ("ManufacturerModelName",)
+    batch_size: int = 8
+    thumbnail_size: int = 192
+
+    def __post_init__(self) -> None:
+        if self.salt is None:
+            self.salt = secrets.token_hex(16)
+        if not 0 <= self.flag_threshold <= 1:
+            raise ValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
+
+
+@dataclass
+class AuditRow:
+    """One image (one frame of a file), or one file that could not be read."""
+
+    case: str
+    """Salted key of the file (and frame): the row's anchor in the report."""
+    study: str
+    """Salted key of the StudyInstanceUID (else of the file path)."""
+    frame: Optional[int] = None
+    error: Optional[str] = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    flagged: bool = False
+    prediction: Optional[str] = None
+    probability: Optional[float] = None
+    size_hw: Optional[tuple[int, int]] = None
+    overlay_file: Optional[str] = None
+    """Path of the full-size overlay PNG relative to the report folder."""
+    thumbnail: Optional[bytes] = None
+    """Small PNG: overlay with the body outline (green), annotations (magenta), ROI (cyan) and peak (white)."""
+    identifiers: dict[str, str] = field(default_factory=dict)
+    """File path and DICOM identifiers, only with ``keep_ids``."""
+
+
+@dataclass
+class AuditItem:
+    """A decoded frame waiting for the model."""
+
+    row: AuditRow
+    path: Path
+    image: np.ndarray
+
+
+def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
+    """Files as given, plus every DICOM (by preamble) and image file under given folders, sorted, hidden files skipped."""
+    found: list[Path] = []
+    for path in (Path(p) for p in paths):
+        if not path.is_dir():
+            found.append(path)
+            continue
+        for root, folders, files in os.walk(path):
+            folders[:] = sorted(f for f in folders if not f.startswith("."))
+            for name in sorted(files):
+                candidate = Path(root) / name
+                if not name.startswith(".") and (candidate.suffix.lower() in IMAGE_SUFFIXES or is_dicom(candidate)):
+                    found.append(candidate)
+    return found
+
+
+def _scrub(text: str, path: Path) -> str:
+    """Remove the file's path and name from an error message (they may carry names, IDs or dates)."""
+    for needle in sorted({str(path), str(path.resolve()), path.name, path.stem}, key=len, reverse=True):
+        if needle:
+            text = text.replace(needle, "<file>")
+    return text
+
+
+def iter_items(paths: Sequence[Path], options: AuditOptions) -> Iterator["AuditItem | AuditRow"]:
+    """Decode each file: one :class:`AuditItem` per frame, or one error :class:`AuditRow` for a file that fails."""
+    for path in paths:
+        file_key = salted_key(options.salt, "file:" + str(path.resolve()), 10)
+        identifiers = {"file": str(path)} if options.keep_ids else {}
+        try:
+            decoded = read_any(path, window=options.window, frame=options.frame)
+        except VitrollError as error:
+            reason = getattr(error, "reason", str(error))
+            yield AuditRow(case=f"case-{file_key}", study=salted_key(options.salt, str(path.resolve())),
+                           error=reason if options.keep_ids else _scrub(reason, path), identifiers=identifiers)
+            continue
+        study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
+        if options.keep_ids:
+            identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
+        many = len(decoded.frames) > 1 or options.frame is not None
+        for index, image in decoded.frames:
+            case = f"case-{file_key}" + (f"-f{index}" if many else "")
+            row = AuditRow(case=case, study=study, frame=index if is_dicom(path) else None,
+                           metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2])
+            yield AuditItem(row=row, path=path, image=image)
+
+
+def _batches(items: Iterable["AuditItem | AuditRow"], size: int) -> Iterator[tuple[list[AuditItem], list[AuditRow]]]:
+    pending: list[AuditItem] = []
+    for item in items:
+        if isinstance(item, AuditRow):
+            yield [], [item]
+            continue
+        pending.append(item)
+        if len(pending) >= size:
+            yield pending, []
+            pending = []
+    if pending:
+        yield pending, []
+
+
+def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
+    small = cv2.resize(mask.astype(np.uint8), (thumb.shape[1], thumb.shape[0]), interpolation=cv2.INTER_NEAREST)
+    contours, _ = cv2.findContours(small, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    cv2.drawContours(thumb, contours, -1, colour, 1)
+
+
+def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: np.ndarray, annotations: np.ndarray,
+              roi: Optional[np.ndarray], size: int) -> bytes:
+    """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines and a cross at the peak."""
+    height, width = overlaid.shape[:2]
+    scale = size / max(height, width)
+    thumb_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
+    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_NEAREST  # small images enlarged, pixels kept sharp
+    thumb = np.ascontiguousarray(cv2.resize(overlaid, (thumb_hw[1], thumb_hw[0]), interpolation=interpolation))
+    _outline(thumb, body, (0, 255, 0))
+    _outline(thumb, annotations, (255, 0, 255))
+    if roi is not None:
+        _outline(thumb, roi, (0, 255, 255))
+    row, col = peak_location(saliency)
+    cv2.drawMarker(thumb, (round(col * scale), round(row * scale)), (255, 255, 255), cv2.MARKER_CROSS, 9, 1)
+    return encode_png(thumb, compression=6)
+
+
+def audit_items(
+    items: Iterable["AuditItem | AuditRow"],
+    model: nn.Module,
+    *,
+    out_dir: "str | os.PathLike[str]",
+    settings: ExplainSettings,
+    options: AuditOptions,
+    preprocessing: Optional[Preprocessing] = None,
+    class_names: Optional[list[str]] = None,
+) -> Iterator[AuditRow]:
+    """Explain decoded frames in batches, measure each map and write its overlay to ``OUT/images/<case>.png``."""
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    out_dir = Path(out_dir)
+    for batch, errors in _batches(items, options.batch_size):
+        yield from errors
+        if not batch:
+            continue
+        tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in batch])
+        result = explain_batch(model, tensor, settings)
+        for index, (item, geometry) in enumerate(zip(batch, geometries)):
+            yield _measure(item, result.grid_maps[index], geometry,
+                           None if result.probabilities is None else result.probabilities[index],
+                           out_dir=out_dir, settings=settings, options=options, class_names=class_names)
+
+
+def _measure(item: AuditItem, grid_map: np.ndarray, geometry, probabilities: Optional[np.ndarray], *, out_dir: Path,
+             settings: ExplainSettings, options: AuditOptions, class_names: Optional[list[str]]) -> AuditRow:
+    row, image = item.row, item.image
+    saliency, overlaid = render(image, grid_map, geometry, settings)
+    shape_hw = image.shape[:2]
+    body = options.body_masks.get(item.path, shape_hw) if options.body_masks else None
+    body = body if body is not None else body_mask(image)
+    annotations = annotation_mask(image, body)
+    roi = options.masks.get(item.path, shape_hw) if options.masks else None
+    row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
+    row.flagged = bool(row.metrics["outside_body"] > options.flag_threshold)
+    if probabilities is not None:
+        _, row.prediction, row.probability = top_classes(probabilities, class_names, k=1)[0]
+    row.overlay_file = f"images/{row.case}.png"
+    write_atomic(out_dir / row.overlay_file, encode_png(overlaid))
+    row.thumbnail = thumbnail(overlaid, saliency, body, annotations, roi, options.thumbnail_size)
+    return row
+
+
+def run_audit(
+    paths: Sequence["str | os.PathLike[str]"],
+    model: nn.Module,
+    *,
+    out_dir: "str | os.PathLike[str]",
+    settings: ExplainSettings,
+    options: Optional[AuditOptions] = None,
+    preprocessing: Optional[Preprocessing] = None,
+    class_names: Optional[list[str]] = None,
+) -> "AuditReport":
+    """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``."""
+    from vitroll.audit.report import AuditReport
+
+    options = options or AuditOptions()
+    inputs = collect_inputs(paths)
+    if not inputs:
+        raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
+    rows = list(audit_items(iter_items(inputs, options), model, out_dir=out_dir, settings=settings, options=options,
+                            preprocessing=preprocessing, class_names=class_names))
+    report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs))
+    report.write(out_dir)
+    return report

@@ -1,0 +1,142 @@
+"""Numbers → words: per-group statistics and the plain-language sentences at the top of an audit report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from vitroll.audit.metrics import METRIC_NAMES, group_statistics
+from vitroll.io.dicom import UNKNOWN
+
+if TYPE_CHECKING:
+    from vitroll.audit.pipeline import AuditOptions, AuditRow
+
+BORDER_NOTE = 0.25
+"""An image is mentioned for its border band when more than this share of its saliency lies there."""
+ANNOTATION_NOTE = 0.10
+"""…and for burned-in annotations above this share."""
+CONCENTRATION = 0.5
+"""A scanner model is named when at least this share of the flagged images comes from it."""
+
+
+@dataclass
+class Sentence:
+    text: str
+    cases: list[str] = field(default_factory=list)
+    """Anchors (case keys) of the images the sentence is about."""
+    anchor: Optional[str] = None
+    """Section the sentence itself links to."""
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.0f} %"
+
+
+def share(part: int, whole: int, noun: str = "images") -> str:
+    """``3 of 5 images (60 %)``."""
+    return f"{part} of {whole} {noun} ({percent(part / whole) if whole else '–'})".replace("  ", " ")
+
+
+def group_key(row: "AuditRow", fields: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(row.metadata.get(name, UNKNOWN) for name in fields)
+
+
+def group_table(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[dict]:
+    """Per combination of ``fields``: count, flagged count and mean/median/count of every metric; largest first."""
+    groups: dict[tuple[str, ...], list["AuditRow"]] = {}
+    for row in rows:
+        groups.setdefault(group_key(row, fields), []).append(row)
+    table = [{
+        "group": dict(zip(fields, key)),
+        "count": len(members),
+        "flagged": sum(row.flagged for row in members),
+        "metrics": group_statistics([row.metrics for row in members]),
+    } for key, members in groups.items()]
+    return sorted(table, key=lambda entry: (-entry["count"], tuple(entry["group"].values())))
+
+
+def _above(rows: list["AuditRow"], metric: str, threshold: float) -> list["AuditRow"]:
+    return [row for row in rows if np.isfinite(row.metrics.get(metric, np.nan)) and row.metrics[metric] > threshold]
+
+
+def _cases(rows: list["AuditRow"]) -> list[str]:
+    return [row.case for row in rows]
+
+
+def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, options: "AuditOptions") -> list[Sentence]:
+    """The report's opening paragraph, each sentence with the cases it speaks of."""
+    n = len(rows)
+    said = [Sentence(
+        f"The audit covers {n} image{'s' if n != 1 else ''} from {files} file{'s' if files != 1 else ''}"
+        f" in {len({row.study for row in rows})} stud{'ies' if len({row.study for row in rows}) != 1 else 'y'}"
+        + (f"; {len(errors)} file{'s' if len(errors) != 1 else ''} could not be read." if errors else "."),
+        _cases(errors), "errors" if errors else "cases")]
+    if not n:
+        return said
+    threshold = options.flag_threshold
+    phrase = "more than half" if threshold == 0.5 else f"more than {percent(threshold)}"
+    flagged = [row for row in rows if row.flagged]
+    if not flagged:
+        said.append(Sentence(f"In none of the {n} images does {phrase} of the saliency lie outside the body.", [], "cases"))
+    else:
+        text = f"In {share(len(flagged), n)} {phrase} of the saliency lies outside the body"
+        model, count = Counter(row.metadata.get("ManufacturerModelName", UNKNOWN) for row in flagged).most_common(1)[0]
+        if len(flagged) >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):
+            overall = sum(row.metadata.get("ManufacturerModelName") == model for row in rows)
+            them = "all of them come" if count == len(flagged) else f"{count} of them come"
+            text += f"; {them} from one scanner model ({model}), which supplied {overall} of all {n} images"
+        said.append(Sentence(text + ".", _cases(flagged), "cases"))
+    said.extend(_group_sentence(rows, options.group_by))
+    border = _above(rows, "border", BORDER_NOTE)
+    if border:
+        said.append(Sentence(
+            f"In {share(len(border), n)} more than {percent(BORDER_NOTE)} of the saliency lies in the "
+            f"{percent(options.metrics.border_fraction)} border band of the image.", _cases(border), "cases"))
+    on_text = _above(rows, "annotation", ANNOTATION_NOTE)
+    if on_text:
+        said.append(Sentence(
+            f"In {share(len(on_text), n)} more than {percent(ANNOTATION_NOTE)} of the saliency lies on likely "
+            "burned-in annotations (small bright text or markers).", _cases(on_text), "cases"))
+    marked = [row for row in rows if row.metadata.get("BurnedInAnnotation", "").upper() == "YES"]
+    if marked:
+        said.append(Sentence(f"{share(len(marked), n)} are marked BurnedInAnnotation = YES in their header.",
+                             _cases(marked), "cases"))
+    with_roi = [row for row in rows if np.isfinite(row.metrics.get("roi_energy", np.nan))]
+    if with_roi:
+        energy = float(np.mean([row.metrics["roi_energy"] for row in with_roi]))
+        hits = [row for row in with_roi if row.metrics["pointing_hit"] == 1.0]
+        iou = float(np.nanmean([row.metrics["topk_iou"] for row in with_roi]))
+        said.append(Sentence(
+            f"{len(with_roi)} images have a region of interest: on average {percent(energy)} of the saliency lies "
+            f"inside it, the peak falls inside it in {share(len(hits), len(with_roi), '')} (pointing game), and the top "
+            f"{options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
+            _cases([row for row in with_roi if row not in hits]), "cases"))
+    return said
+
+
+def _group_sentence(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[Sentence]:
+    """Which group (of at least two images) has the most and the least saliency outside the body."""
+    if not fields:
+        return []
+    table = [entry for entry in group_table(rows, fields)
+             if entry["count"] >= 2 and np.isfinite(entry["metrics"]["outside_body"]["mean"])]
+    if len(table) < 2:
+        return []
+    table.sort(key=lambda entry: entry["metrics"]["outside_body"]["mean"])
+    low, high = table[0], table[-1]
+
+    def name(entry: dict) -> str:
+        return ", ".join(f"{field_name} {value}" for field_name, value in entry["group"].items())
+
+    members = [row for row in rows if group_key(row, fields) == tuple(high["group"].values())]
+    return [Sentence(
+        f"By {', '.join(fields)}, the share of saliency outside the body is highest for {name(high)} "
+        f"(mean {percent(high['metrics']['outside_body']['mean'])} over {high['count']} images) and lowest for "
+        f"{name(low)} (mean {percent(low['metrics']['outside_body']['mean'])} over {low['count']} images).",
+        _cases(members), "groups")]
+
+
+__all__ = ["Sentence", "group_table", "sentences", "METRIC_NAMES"]
