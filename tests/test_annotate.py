@@ -145,6 +145,15 @@ def test_list_file_input_and_limit(messy, tmp_path):
     assert (out / "overlays" / "in" / "a" / "x.png").is_file() and (out / "overlays" / "in" / "b" / "x.png").is_file()
 
 
+def test_outputs_inside_the_input_folder_are_not_inputs_next_time(messy, tmp_path):
+    out = messy / "annotated"
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 3
+    assert not any(r["path"].startswith("annotated/") for r in rows(out))
+    (messy / ".hidden.png").write_bytes(b"")
+    assert ".hidden.png" not in [i.relative for i in discover(messy)]
+
+
 def test_same_stem_different_suffix_do_not_collide(tmp_path):
     (tmp_path / "p.png").write_bytes(b"")
     (tmp_path / "p.jpg").write_bytes(b"")

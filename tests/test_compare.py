@@ -58,17 +58,25 @@ def test_compare_two_patch_sizes_writes_grid_and_csv(tmp_path, capsys, checkpoin
     assert "vitroll-shapes:seed0 vs vit_tiny_patch16_224: Spearman" in out
 
 
-def test_a_model_agrees_with_itself_and_less_with_a_randomised_copy(tmp_path, capsys, checkpoints, images):
+def test_a_model_agrees_with_itself_and_less_with_a_randomised_copy(tmp_path, capsys, images):
+    from vitroll.models import load_model
+    from vitroll.pipelines.sanity import cascade
+
+    *_, (_, randomised) = cascade(load_model("vitroll-shapes"))  # every block and the head re-initialised
+    save_file(randomised.state_dict(), str(tmp_path / "randomised.safetensors"))
     code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vitroll-shapes", "--model", "vitroll-shapes",
-                 "--checkpoint", str(checkpoints[0]), "--checkpoint", str(checkpoints[0]), "--checkpoint",
-                 str(checkpoints[1]), "--out", str(tmp_path)])
+                 "--checkpoint", "none", "--checkpoint", "none", "--checkpoint", str(tmp_path / "randomised.safetensors"),
+                 "--out", str(tmp_path)])
     assert code == 0
     rows = list(csv.DictReader((tmp_path / "agreement.csv").open()))
-    itself = [float(r["spearman"]) for r in rows if r["model_b"] == "vitroll-shapes:seed0#2"]
-    other = [float(r["spearman"]) for r in rows if r["model_a"] == "vitroll-shapes:seed0" and r["model_b"] == "vitroll-shapes:seed1"]
-    assert itself == pytest.approx([1.0] * len(images))
-    assert np.mean(other) < 0.8, other
-    assert all(float(r["top10_iou"]) == 1.0 for r in rows if r["model_b"] == "vitroll-shapes:seed0#2")
+    itself = [r for r in rows if r["model_b"] == "vitroll-shapes#2"]
+    other = [r for r in rows if r["model_a"] == "vitroll-shapes" and r["model_b"] == "vitroll-shapes:randomised"]
+    assert [float(r["spearman"]) for r in itself] == pytest.approx([1.0] * len(images))
+    assert all(float(r["top10_iou"]) == 1.0 for r in itself)
+    # rollout keeps the residual stream's identity and bright objects stand out even in a random model, so the
+    # randomised copy still correlates (0.66 on these images), but clearly less than the model with itself
+    assert np.mean([float(r["spearman"]) for r in other]) < 0.8, other
+    assert np.mean([float(r["top10_iou"]) for r in other]) < 0.6, other
 
 
 def test_agreement_ignores_pixels_a_model_did_not_see():

@@ -61,3 +61,14 @@ def test_shipped_model_rollout_points_at_the_target(shipped):
     peaks = maps.reshape(64, -1).argmax(1)
     hits = patch_masks.reshape(64, -1)[np.arange(64), peaks]
     assert hits.mean() > 0.6, hits.mean()
+
+
+def test_sanity_check_on_the_shipped_model_changes_rollout_and_chefer_maps(shipped):
+    from vitroll.pipelines.sanity import sanity_check
+
+    images, _, _ = arrays(3, 16)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1)
+    result = sanity_check(shipped, x, ["rollout", "chefer", "center"])
+    assert result.flagged() == ["center"]
+    for method in ("rollout", "chefer"):
+        assert result.correlations[method][-1].mean() < 0.5, (method, result.correlations[method].mean(axis=1))

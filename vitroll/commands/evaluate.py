@@ -51,8 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
     add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png")
     parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
-    parser.add_argument("--substrate", choices=("blur", "mean"), default="blur",
-                        help="what deleted pixels become (and insertion starts from)")
+    parser.add_argument("--substrate", choices=("blur", "mean"), default="mean",
+                        help="what deleted pixels become and insertion starts from: the image's mean colour (default) "
+                             "or a Gaussian blur (RISE; uninformative when blurred objects stay recognisable)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=float, default=0.0,

@@ -111,7 +111,7 @@ def evaluate(
     preprocessing: Optional[Preprocessing] = None,
     batch_size: int = 16,
     steps: int = 16,
-    substrate: str = "blur",
+    substrate: str = "mean",
     keep_examples: int = 6,
 ) -> Evaluation:
     """Run every method on every image and score it (see the module docstring)."""

@@ -184,7 +184,7 @@ def annotate(
     out_dir = Path(out_dir)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     rank, world_size = world()
-    items = discover(source, recursive=options.recursive, limit=options.limit)
+    items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
     mine = shard_of(items, rank, world_size)
     annotator = _Annotator(out_dir, settings, options, identity, class_names)
     lock_name = ".vitroll.lock" if rank == 0 else f".vitroll.rank{rank}.lock"

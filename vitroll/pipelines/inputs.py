@@ -48,16 +48,21 @@ def _read_list(list_file: Path) -> list[Path]:
     return [(list_file.parent / row[column].strip()) for row in rows]
 
 
-def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit: Optional[int] = None) -> list[InputItem]:
+def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit: Optional[int] = None,
+             exclude: "str | os.PathLike[str] | None" = None) -> list[InputItem]:
     """The inputs of a run, sorted by relative path (so shards and resumes see the same order).
 
-    ``source`` is a folder (images by suffix, sub-folders with ``recursive``) or a list file
-    (``.txt``/``.csv``/``.lst``); listed paths are taken as given, whatever their suffix.
+    ``source`` is a folder (images by suffix, sub-folders with ``recursive``; hidden files and anything under
+    ``exclude`` — the run's own output folder — skipped) or a list file (``.txt``/``.csv``/``.lst``); listed
+    paths are taken as given, whatever their suffix.
     """
     source = Path(source)
     if source.is_dir():
         pattern = "**/*" if recursive else "*"
-        paths = [p for p in source.glob(pattern) if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+        skip = Path(exclude).resolve() if exclude is not None else None
+        paths = [p for p in source.glob(pattern)
+                 if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
+                 and (skip is None or skip not in p.resolve().parents)]
         root = source
     elif source.is_file() and source.suffix.lower() in LIST_SUFFIXES:
         paths, root = _read_list(source), source.parent
