@@ -56,6 +56,17 @@ def plain_forward(model, folder: Path, batch_size: int, workers: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def forward_one_at_a_time(model, folder: Path, count: int) -> float:
+    """The model alone, batch 1, on preprocessed tensors: the ceiling of any per-image pipeline."""
+    dataset = DecodedImages(discover(folder)[:count], Preprocessing.from_model(model))
+    tensors = [dataset[i]["tensor"][None] for i in range(len(dataset))]
+    started = time.perf_counter()
+    with torch.no_grad():
+        for tensor in tensors:
+            model(tensor)
+    return len(tensors) / (time.perf_counter() - started)
+
+
 def vitroll_annotate(model, folder: Path, out: Path, batch_size: int, workers: int) -> float:
     options = AnnotateOptions(batch_size=batch_size, workers=workers, resume=False, progress=False)
     result = annotate(folder, out, model, ExplainSettings(), identity={"model": "bench"}, options=options)
@@ -127,6 +138,7 @@ def main() -> None:
         vitroll = vitroll_annotate(model, scratch / "in", scratch / "out", args.batch_size, args.workers)
         (scratch / "baseline").mkdir()
         baseline = per_image_baseline(model, scratch / "in", scratch / "baseline", min(count, 32))
+        single = forward_one_at_a_time(model, scratch / "in", min(count, 32))
     print(f"{args.model} (random init), {count} JPEGs of 224 px, batch {args.batch_size}, {args.workers} workers; "
           f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print("| pipeline | images/s |")
@@ -134,8 +146,11 @@ def main() -> None:
     print(f"| (a) plain forward over the DataLoader | {forward:.2f} |")
     print(f"| (b) vitroll annotate (rollout, overlays, heatmaps, manifest) | {vitroll:.2f} |")
     print(f"| (c) per-image baseline (vit-explain style) | {baseline:.2f} |")
+    print(f"| (d) model forward alone, one image at a time (no decode, no saliency) | {single:.2f} |")
     print(f"annotate / forward = {vitroll / forward:.2f} (target ≥ 0.6); annotate / per-image = {vitroll / baseline:.2f} "
           "(target ≥ 3)")
+    print(f"batching gain of the model itself on this machine: (a)/(d) = {forward / single:.2f}; "
+          f"(b)/(c) cannot exceed about that")
 
 
 if __name__ == "__main__":

@@ -111,9 +111,13 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
     assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp"))
     assert sum(1 for _ in (out / "overlays").rglob("*.png")) == len(GOOD)
 
+    # a file half-written by a killed run is swept away at the next start
+    leftover = out / "overlays" / "a" / ".x.png.12345.tmp"
+    leftover.write_bytes(b"partial")
     # a third run has nothing left to do but the failures; other settings redo everything
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     assert f"0 ok, 3 failed, {len(GOOD)} skipped" in capsys.readouterr().out
+    assert not leftover.exists()
     assert annotate(str(messy), "--out", str(out), "--recursive", "--alpha", "0.7") == 3
     assert f"{len(GOOD)} ok, 3 failed, 0 skipped" in capsys.readouterr().out
     assert ok_before >= 1

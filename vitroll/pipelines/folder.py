@@ -32,7 +32,7 @@ from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
-from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover
+from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover, ignore_interrupts
 from vitroll.preprocess import Preprocessing
 
 SAVE_KINDS = ("overlay", "heatmap", "figure")
@@ -192,6 +192,8 @@ def annotate(
     result = RunSummary()
     started = time.perf_counter()
     with mf.OutputLock(out_dir, lock_name):
+        if rank == 0:
+            _remove_leftovers(out_dir)
         previous = _previous_rows(out_dir) if options.resume else []
         if not options.resume and rank == 0:
             for stale in [out_dir / mf.MANIFEST, *mf.iter_shard_manifests(out_dir)]:
@@ -211,6 +213,13 @@ def annotate(
     return _reduce(result, world_size)
 
 
+def _remove_leftovers(out_dir: Path) -> None:
+    """Temporary files of a run that was killed mid-write (we hold the lock, so nobody else is writing)."""
+    for kind in SAVE_KINDS:
+        for leftover in (out_dir / f"{kind}s").rglob(".*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+
 def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
     rows = mf.read_rows(out_dir / mf.MANIFEST)
     for shard in mf.iter_shard_manifests(out_dir):
@@ -225,7 +234,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
     device = model_device(model)
     loader = DataLoader(
         DecodedImages(todo, preprocessing), batch_size=options.batch_size, shuffle=False, collate_fn=collate,
-        num_workers=options.workers, pin_memory=device.type == "cuda",
+        num_workers=options.workers, pin_memory=device.type == "cuda", worker_init_fn=ignore_interrupts,
         prefetch_factor=4 if options.workers else None,
     )
     autocast_dtype = PRECISIONS[options.precision]

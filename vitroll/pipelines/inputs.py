@@ -121,6 +121,14 @@ class Batch:
         return self
 
 
+def ignore_interrupts(_worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: Ctrl-C is the main process's to handle (it finishes the batch in flight);
+    a worker killed by it would turn a clean stop into a crash."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def collate(records: list[dict[str, Any]]) -> Batch:
     good = [r for r in records if "error" not in r]
     return Batch(
