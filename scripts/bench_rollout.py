@@ -100,8 +100,10 @@ def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> 
         "per_image": lambda: _per_image_maps(model, images),
     }[implementation]
     with torch.no_grad():
-        model(images)  # warm-up; also makes the forward's own memory part of the baseline
+        model(images)  # makes the forward's own memory part of the memory baseline
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.no_grad():
+        run()  # warm-up of the implementation itself (first-call allocations), for every implementation alike
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -146,6 +146,19 @@ def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audi
     assert cases[0][0] not in {row["case"] for row in audited["json"]["cases"]}
 
 
+def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
+    """Decoding in two DataLoader worker processes audits the same cases with the same numbers and errors."""
+    reports = []
+    for workers in ("0", "2"):
+        out = tmp_path / workers
+        code, _, _ = run_cli("audit", str(audited["inputs"]), "--out", str(out), "--checkpoint", str(checkpoint[0]),
+                             "--salt", "pepper", "--workers", workers, "--batch-size", "3", *MODEL)
+        assert code == 0
+        cases = json.loads((out / "report.json").read_text())["cases"]
+        reports.append({row["case"]: (row.get("error"), row.get("metrics")) for row in cases})
+    assert reports[0] == reports[1] and len(reports[0]) == 9
+
+
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
 
 def test_unreadable_files_become_rows_with_reasons(audited):

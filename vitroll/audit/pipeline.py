@@ -1,7 +1,7 @@
 """The audit pipeline: collect inputs, decode DICOM/PNG/TIFF frames, explain them in batches, measure, report.
 
-Decoding (:func:`iter_items`) and measuring (:func:`audit_items`) are separate steps, so that another loader
-(a folder pipeline with its own batching) can feed :func:`audit_items` later.
+Decoding (:func:`iter_items`, run by DataLoader workers through :func:`decoded_batches`) and measuring
+(:func:`audit_items`: the shared ``explain_batch`` / ``render`` steps of every pipeline) are separate steps.
 
 PHI: rows carry a salted case key and study key, the whitelisted header fields and numbers only. File paths,
 identifiers and error messages that could quote a path enter a row only with ``keep_ids``.
@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 from PIL import Image
 from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from vitroll.audit.metrics import MaskSource, MetricSettings, annotation_mask, body_mask, image_metrics
 from vitroll.errors import ImageReadError, VitrollError
@@ -26,6 +27,7 @@ from vitroll.io.dicom import SAFE_FIELDS, is_dicom, read_any, salted_key
 from vitroll.io.images import IMAGE_SUFFIXES, encode_png, write_atomic
 from vitroll.maps import peak_location
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.pipelines.inputs import ignore_interrupts
 from vitroll.preprocess import Preprocessing
 
 GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
@@ -68,6 +70,8 @@ class AuditOptions:
     """User body masks (replace the Otsu body mask where present)."""
     group_by: tuple[str, ...] = ("ManufacturerModelName",)
     batch_size: int = 8
+    workers: int = 0
+    """Decoding processes (0: decode in the main process)."""
     thumbnail_size: int = 192
 
     def __post_init__(self) -> None:
@@ -157,18 +161,27 @@ def iter_items(paths: Sequence[Path], options: AuditOptions) -> Iterator["AuditI
             yield AuditItem(row=row, path=path, image=image)
 
 
-def _batches(items: Iterable["AuditItem | AuditRow"], size: int) -> Iterator[tuple[list[AuditItem], list[AuditRow]]]:
-    pending: list[AuditItem] = []
-    for item in items:
-        if isinstance(item, AuditRow):
-            yield [], [item]
-            continue
-        pending.append(item)
-        if len(pending) >= size:
-            yield pending, []
-            pending = []
-    if pending:
-        yield pending, []
+class DecodedFiles(IterableDataset):
+    """:func:`iter_items` in DataLoader workers, each taking every K-th file (frames of one file stay together)."""
+
+    def __init__(self, paths: Sequence[Path], options: AuditOptions) -> None:
+        self.paths, self.options = list(paths), options
+
+    def __iter__(self) -> Iterator["AuditItem | AuditRow"]:
+        worker = get_worker_info()
+        mine = self.paths if worker is None else self.paths[worker.id::worker.num_workers]
+        return iter_items(mine, self.options)
+
+
+def _split(records: list["AuditItem | AuditRow"]) -> tuple[list[AuditItem], list[AuditRow]]:
+    return [r for r in records if isinstance(r, AuditItem)], [r for r in records if isinstance(r, AuditRow)]
+
+
+def decoded_batches(paths: Sequence[Path], options: AuditOptions) -> DataLoader:
+    """Batches of (decoded frames, error rows), decoded by ``options.workers`` processes — the same DataLoader
+    machinery as ``vitroll annotate`` (workers ignore Ctrl-C; failures travel beside the batch)."""
+    return DataLoader(DecodedFiles(paths, options), batch_size=options.batch_size, collate_fn=_split,
+                      num_workers=options.workers, worker_init_fn=ignore_interrupts)
 
 
 def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
@@ -195,7 +208,7 @@ def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: np.ndarray, anno
 
 
 def audit_items(
-    items: Iterable["AuditItem | AuditRow"],
+    batches: Iterable[tuple[list[AuditItem], list[AuditRow]]],
     model: nn.Module,
     *,
     out_dir: "str | os.PathLike[str]",
@@ -207,7 +220,7 @@ def audit_items(
     """Explain decoded frames in batches, measure each map and write its overlay to ``OUT/images/<case>.png``."""
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
-    for batch, errors in _batches(items, options.batch_size):
+    for batch, errors in batches:
         yield from errors
         if not batch:
             continue
@@ -255,7 +268,7 @@ def run_audit(
     inputs = collect_inputs(paths)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
-    rows = list(audit_items(iter_items(inputs, options), model, out_dir=out_dir, settings=settings, options=options,
+    rows = list(audit_items(decoded_batches(inputs, options), model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
     report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs))
     report.write(out_dir)

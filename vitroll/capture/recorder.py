@@ -20,10 +20,11 @@ QUERY_BLOCK_BYTES = 4 * 2**20
 """Query blocks on the query/key path are at most this large: blocks that stay in cache make the softmax and the
 head fusion cheap (N = 4097, vit_small, CPU: capture / forward 2.33 with 32 MiB blocks, 1.87 with 4 MiB)."""
 
-UNFUSED_MAX_TOKENS = 2400
+UNFUSED_MAX_TOKENS = 1100
 """Above this many tokens the unfused softmax costs more than the fused kernel plus a chunked recomputation.
-Measured on 2 CPU cores, vit_small, capture time / fused forward: unfused 1.07 (N = 197, batch 8), 1.32
-(1025), 2.11 (2305), 3.4 (4097); query/key path 1.32, 1.98, 2.37, 2.5."""
+Measured on 2 CPU cores, vit_small, capture / fused forward (``scripts/bench_rollout.py`` and the same script with
+the path forced): unfused 1.06 (N = 197, batch 8), 1.33 (1025), 2.05 (2305); query/key path with 4 MiB blocks
+1.24, 1.33, and 1.72 at N = 4097."""
 
 
 def attention_probabilities(

@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
     group.add_argument("--batch-size", type=int, default=8)
+    group.add_argument("--workers", type=int, default=0, help="decoding processes (default 0: the main process)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,
         flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
-        group_by=parse_group_by(args.group_by), batch_size=args.batch_size,
+        group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
     )
     if args.keep_ids:
         print("vitroll: warning: --keep-ids writes file paths and DICOM identifiers (PatientID, StudyInstanceUID, "
