@@ -155,8 +155,10 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
                              "--salt", "pepper", "--workers", workers, "--batch-size", "3", *MODEL)
         assert code == 0
         cases = json.loads((out / "report.json").read_text())["cases"]
-        reports.append({row["case"]: (row.get("error"), row.get("metrics")) for row in cases})
-    assert reports[0] == reports[1] and len(reports[0]) == 9
+        reports.append({row["case"]: (row["status"], row["reason"], row["outside_body"], row["probability"])
+                        for row in cases})
+    assert reports[0] == reports[1]
+    assert len(reports[0]) == 8 and sum(reason is not None for _, reason, *_ in reports[0].values()) == 3
 
 
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
