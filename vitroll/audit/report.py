@@ -277,7 +277,7 @@ def render_html(report: AuditReport) -> str:
     phi = ("Identifiers are included (--keep-ids): this report is NOT de-identified." if report.options.keep_ids else
            "De-identified: no names, IDs, dates, institutions, accession numbers or file names. Cases and studies are "
            "keys hashed with a salt that is not stored; only scanner, body part, modality, sex and age band are shown.")
-    method = ", ".join(f"{k}={v}" for k, v in settings["method_options"].items())
+    method = ", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>vitroll saliency audit</title>
 <style>{_STYLE}</style></head>
