@@ -3,8 +3,9 @@
 For each N it measures, each in a fresh subprocess (so peak memory is that run's own): the plain fused forward;
 forward + vitroll rollout; a naive pipeline (fused attention switched off, attn_drop hooked, full N×N product
 chain); and a jacobgil/vit-explain-style loop (one image at a time, unfused capture, global discard, full
-product). Time is the median of ``--repeats`` runs after a warm-up; memory is the growth of the process's peak
-RSS over the run, beyond what the model and input already take. Prints a table of ratios and writes
+product). Time is the median of ``--repeats`` runs after a warm-up; every ratio is taken against the plain forward
+timed in the same process, interleaved with the implementation's runs (this shared machine drifts between
+processes); memory is the growth of the process's peak RSS over the run, beyond what the model and input take. Prints a table of ratios and writes
 ``docs/bench_rollout.md`` and a log-log plot ``docs/bench_rollout.png``.
 
     python scripts/bench_rollout.py            # N = 197, 577, 1025, 2305, 4097 (several minutes on 2 cores)
@@ -104,14 +105,20 @@ def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with torch.no_grad():
         run()  # warm-up of the implementation itself (first-call allocations), for every implementation alike
-    times = []
+    times, forward_times = [], []
     for _ in range(repeats):
+        if implementation != "forward":  # the forward again, interleaved: the ratio is measured side by side
+            start = time.perf_counter()
+            with torch.no_grad():
+                model(images)
+            forward_times.append(time.perf_counter() - start)
         start = time.perf_counter()
         with torch.no_grad():
             run()
         times.append(time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"tokens": tokens, "implementation": implementation, "seconds": statistics.median(times),
+            "forward_seconds": statistics.median(forward_times or times),
             "extra_peak_mib": (peak - baseline) / 1024, "batch": batch, "layers": len(model.blocks)}
 
 
@@ -155,18 +162,16 @@ def write_report(rows: list[dict], out: Path, model_name: str) -> None:
     ]
     for n in tokens:
         forward = by[(n, "forward")]
+        ratio = {impl: by[(n, impl)]["seconds"] / by[(n, impl)]["forward_seconds"]
+                 for impl in IMPLEMENTATIONS if (n, impl) in by}
         ours = by[(n, "vitroll")]
-        naive = by[(n, "naive")]
-        per_image = by.get((n, "per_image"))
         bound = 2 * ours["layers"] * n * n * 4 * ours["batch"] / 2**20
+        per_image = f"{ratio['per_image']:.2f}" if "per_image" in ratio else "–"
         lines.append(
-            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ours['seconds'] / forward['seconds']:.2f} "
-            f"| {naive['seconds'] / forward['seconds']:.2f} | "
-            f"{per_image['seconds'] / forward['seconds']:.2f} | " if per_image else
-            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ours['seconds'] / forward['seconds']:.2f} "
-            f"| {naive['seconds'] / forward['seconds']:.2f} | – | "
+            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ratio['vitroll']:.2f} "
+            f"| {ratio['naive']:.2f} | {per_image} | {ratio['naive'] / ratio['vitroll']:.2f} "
+            f"| {ours['extra_peak_mib']:.0f} | {bound:.0f} |"
         )
-        lines[-1] += f"{naive['seconds'] / ours['seconds']:.2f} | {ours['extra_peak_mib']:.0f} | {bound:.0f} |"
     table = "\n".join(lines)
     print(table)
     out.mkdir(parents=True, exist_ok=True)
