@@ -36,7 +36,6 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS),
                         help=f"comma-separated (default: {DEFAULT_METHODS}; also: flow)")
     parser.add_argument("--out", type=Path, default=Path("evaluation"), help="output folder")
-    parser.add_argument("--batch-size", type=int, default=16)
     add_method_options(parser.add_argument_group("method options"))
     add_model_arguments(parser)
 
@@ -50,6 +49,7 @@ def images_from_args(args: argparse.Namespace, default_count: int):
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
     add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png")
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
     parser.add_argument("--substrate", choices=("blur", "mean"), default="mean",
                         help="what deleted pixels become and insertion starts from: the image's mean colour (default) "

@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.capture import family_of
 from vitroll.errors import VitrollError
-from vitroll.methods.base import Saliency, eval_mode, prepare_images, register_method
+from vitroll.methods.base import Saliency, eval_mode, predict, register_method
 from vitroll.methods.gradients import TargetClass, resolve_targets
 
 Sign = Literal["absolute", "positive", "signed"]
@@ -43,14 +42,10 @@ def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign
 
 def _attribute(model: nn.Module, images: torch.Tensor, target_class: TargetClass, sign: Sign, explain) -> Saliency:
     """Shared frame: predictions, targets, captum call ``explain(inputs, targets)``, pooling to the grid."""
-    images = prepare_images(model, images)
-    grid = family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
-    with eval_mode(model):
-        with torch.no_grad():
-            logits = model(images)
-        targets = resolve_targets(logits, target_class)
-        with torch.enable_grad():
-            attributions = explain(images, targets)
+    images, logits, grid = predict(model, images)
+    targets = resolve_targets(logits, target_class)
+    with eval_mode(model), torch.enable_grad():
+        attributions = explain(images, targets)
     return Saliency(pixels_to_grid(attributions.detach(), grid, sign), logits)
 
 

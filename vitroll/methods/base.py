@@ -15,7 +15,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, Protocol
 import torch
 from torch import nn
 
-from vitroll.capture import AttentionRecorder, TokenLayout
+from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 
 
 class Saliency(NamedTuple):
@@ -78,6 +78,17 @@ def prepare_images(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     if images.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(images.shape)}")
     return images.to(device=model_device(model), dtype=model_dtype(model))
+
+
+def predict(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """One plain forward in eval mode without gradients, for methods that record no attention.
+
+    Returns the images on the model's device and dtype, the logits (B, num_classes) and the patch grid (h, w).
+    """
+    images = prepare_images(model, images)
+    with eval_mode(model), torch.no_grad():
+        logits = model(images)
+    return images, logits, family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
 
 
 def record_attention(

@@ -8,21 +8,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitroll.capture import family_of
-from vitroll.methods.base import Saliency, eval_mode, prepare_images, register_method
-
-
-def _predict(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-    images = prepare_images(model, images)
-    with eval_mode(model), torch.no_grad():
-        logits = model(images)
-    return logits, family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
+from vitroll.methods.base import Saliency, predict, register_method
 
 
 @register_method("random")
 def random_map(model: nn.Module, images: torch.Tensor, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w), reproducible for a given ``seed``; image ``b`` gets stream ``seed + b``."""
-    logits, (h, w) = _predict(model, images)
+    _, logits, (h, w) = predict(model, images)
     maps = torch.stack([torch.rand(h, w, generator=torch.Generator().manual_seed(seed + b))
                         for b in range(logits.shape[0])])
     return Saliency(maps.to(logits.device), logits)
@@ -35,7 +27,7 @@ def center(model: nn.Module, images: torch.Tensor, *, sigma: float = 0.25) -> Sa
     ``sigma`` is the standard deviation as a fraction of each side (photographers centre their subjects;
     a method that does not beat this has found nothing).
     """
-    logits, (h, w) = _predict(model, images)
+    _, logits, (h, w) = predict(model, images)
     rows = (torch.arange(h) + 0.5) / h - 0.5
     cols = (torch.arange(w) + 0.5) / w - 0.5
     gaussian = torch.exp(-(rows[:, None] ** 2 + cols[None, :] ** 2) / (2 * sigma**2))

@@ -66,20 +66,20 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
 
     Unreadable images are listed in ``errors`` (one line each) and skipped.
     """
-    from PIL import Image
-
     result = Comparison(maps={e.label: [] for e in explainers}, overlays={e.label: [] for e in explainers},
                         predictions={e.label: [] for e in explainers})
+    decoded = []
     for path in map(Path, paths):
         try:
-            result.pictures.append(np.asarray(load_image(path)))
+            decoded.append(load_image(path))
             result.images.append(path)
         except VitrollError as error:
             result.errors.append(str(error))
+    result.pictures = [np.asarray(image) for image in decoded]
     for explainer in explainers:
-        for start in range(0, len(result.pictures), batch_size):
+        for start in range(0, len(decoded), batch_size):
             pictures = result.pictures[start:start + batch_size]
-            tensor, geometries = explainer.preprocessing.batch([Image.fromarray(p) for p in pictures])
+            tensor, geometries = explainer.preprocessing.batch(decoded[start:start + batch_size])
             batch = explain_batch(explainer.model, tensor, settings)
             for i, (picture, geometry) in enumerate(zip(pictures, geometries)):
                 saliency, overlaid = render(picture, batch.grid_maps[i], geometry, settings)

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.errors import VitrollError
+from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS, Saliency, SaliencyMethod
 from vitroll.overlay import outline_boxes, overlay
 from vitroll.preprocess import CropGeometry
@@ -124,4 +124,3 @@ def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: 
     buffer = io.BytesIO()
     figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap).savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()
-
