@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from vitroll.capture.factored import AttentionKernelSwap, FactoredAttention, attention_with_log_normalizer
 from vitroll.capture.families import TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.readouts import AttentionReadout, readout_for
@@ -21,7 +22,8 @@ QUERY_BLOCK_BYTES = 4 * 2**20
 head fusion cheap (N = 4097, vit_small, CPU: capture / forward 2.33 with 32 MiB blocks, 1.87 with 4 MiB)."""
 
 UNFUSED_MAX_TOKENS = 1100
-"""Above this many tokens the unfused softmax costs more than the fused kernel plus a chunked recomputation.
+"""Above this many tokens the unfused softmax costs more than the fused kernel plus a chunked recomputation
+(or, in factored recording, more than the fused kernel plus the rollout chain's second attention pass).
 Measured on 2 CPU cores, vit_small, capture / fused forward (``scripts/bench_rollout.py`` and the same script with
 the path forced): unfused 1.06 (N = 197, batch 8), 1.33 (1025), 2.05 (2305); query/key path with 4 MiB blocks
 1.24, 1.33, and 1.72 at N = 4097."""
@@ -66,6 +68,11 @@ class AttentionRecorder:
         Memory bound for one layer's per-head probabilities materialised at once: within it (and for sequences up
         to :data:`UNFUSED_MAX_TOKENS`) the model computes them on its unfused path; beyond it they are recomputed
         beside the fused kernel in query blocks.
+    factored : bool
+        Where the probabilities would be recomputed beside the fused kernel, record the layer as a
+        :class:`~vitroll.capture.factored.FactoredAttention` instead (queries, keys and row log-normalisers,
+        O(N·D) memory): the model's fused kernel call is swapped for one that also returns the
+        log-normalisers. Only with ``head_fusion="mean"``; for the class-token rollout chain.
 
     Examples
     --------
@@ -83,16 +90,20 @@ class AttentionRecorder:
         keep_graph: bool = False,
         dtype: torch.dtype = torch.float32,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        factored: bool = False,
     ) -> None:
         check_head_fusion(head_fusion)
+        if factored and (keep_graph or head_fusion != "mean"):
+            raise ValueError("factored recording keeps the head mean only: use head_fusion='mean' without keep_graph")
         self.model = model
         self.family = family_of(model)
         self.head_fusion = None if keep_graph else head_fusion
         self.keep_graph = keep_graph
         self.dtype = dtype
         self.chunk_bytes = chunk_bytes
+        self.factored = factored
         self._modules = self.family.attention_modules(model)
-        self._records: list[Optional[torch.Tensor]] = [None] * len(self._modules)
+        self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
         self._readout_modules = self.family.readout_modules(model)
         self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
@@ -119,7 +130,8 @@ class AttentionRecorder:
     # -- results -------------------------------------------------------------------------------------
     @property
     def attentions(self) -> list[torch.Tensor]:
-        """Per layer, in forward order: (B, N, N), or (B, H, N, N) for per-head / ``keep_graph`` records."""
+        """Per layer, in forward order: (B, N, N), or (B, H, N, N) for per-head / ``keep_graph`` records; with
+        ``factored``, long sequences' layers are :class:`~vitroll.capture.factored.FactoredAttention`."""
         missing = [i for i, record in enumerate(self._records) if record is None]
         if missing:
             raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
@@ -157,7 +169,7 @@ class AttentionRecorder:
         """Both paths, chosen per forward call: when all heads' probabilities fit in ``chunk_bytes`` and the sequence
         is short enough (:data:`UNFUSED_MAX_TOKENS`), or the model already runs unfused, let the model compute them
         on its unfused path, cheaper than computing them a second time beside the fused kernel; otherwise keep
-        the fused kernel and recompute them in chunks."""
+        the fused kernel and recompute them in chunks (or, with ``factored``, keep its factors)."""
         flag = readout.fused_flag
         original = getattr(module, flag)
         self._undo.append(lambda: setattr(module, flag, original))
@@ -174,8 +186,11 @@ class AttentionRecorder:
 
         self._undo.append(module.register_forward_pre_hook(choose).remove)
         self._undo.append(module.register_forward_hook(restore).remove)
-        self._attach_query_key(self._records, index, module, readout, self.head_fusion,
-                               active=lambda: not choice["unfused"])
+        if self.factored:
+            self._attach_factored(index, module, active=lambda: not choice["unfused"])
+        else:
+            self._attach_query_key(self._records, index, module, readout, self.head_fusion,
+                                   active=lambda: not choice["unfused"])
         self._attach_unfused(index, module, readout, active=lambda: choice["unfused"], switch_flag=False)
 
     def _store(self, records: list[Optional[torch.Tensor]], index: int, shape: tuple[int, int, int, int],
@@ -223,6 +238,37 @@ class AttentionRecorder:
         self._undo.append(module.register_forward_pre_hook(remember_mask, with_kwargs=True).remove)
         self._undo.append(q_module.register_forward_hook(remember_queries).remove)
         self._undo.append(k_module.register_forward_hook(record).remove)
+
+    def _attach_factored(self, index: int, module: nn.Module, active: Callable[[], bool]) -> None:
+        """Swap the module's ``scaled_dot_product_attention`` call for one that also keeps the layer's factors."""
+        swap = AttentionKernelSwap()
+
+        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                      dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                      **options: object) -> torch.Tensor:
+            if attn_mask is not None or dropout_p or is_causal or options:
+                raise UnsupportedModelError(
+                    f"{type(module).__name__} called its attention kernel with a mask, dropout or other options; "
+                    "factored recording handles plain self-attention only"
+                )
+            scale = q.shape[-1] ** -0.5 if scale is None else scale
+            out, log_normalizer = attention_with_log_normalizer(q, k, v, scale)
+            self._records[index] = FactoredAttention(q, k, log_normalizer, scale)
+            return out
+
+        def start(_module: nn.Module, _args: tuple) -> None:
+            if active():
+                swap.target = attention
+                swap.__enter__()
+
+        def stop(_module: nn.Module, _args: tuple, _output: object) -> None:
+            if swap.target is not None:
+                swap.target = None
+                swap.__exit__(None, None, None)
+
+        self._undo.append(lambda: stop(module, (), None))  # the forward raised between start and stop
+        self._undo.append(module.register_forward_pre_hook(start).remove)
+        self._undo.append(module.register_forward_hook(stop).remove)
 
     def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout,
                         active: Callable[[], bool] = lambda: True, switch_flag: bool = True) -> None:

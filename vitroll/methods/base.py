@@ -98,16 +98,18 @@ def record_attention(
     head_fusion: Optional[str] = "mean",
     dtype: torch.dtype = torch.float32,
     max_attention_memory: Optional[int] = None,
+    factored: bool = False,
 ) -> tuple[list[torch.Tensor], TokenLayout, torch.Tensor]:
     """Run the model once in eval mode without gradients and record every layer's attention.
 
     ``max_attention_memory`` (bytes) bounds the per-head probabilities materialised at once while recording
     (default :data:`~vitroll.capture.recorder.DEFAULT_CHUNK_BYTES`); the recorded, head-fused maps themselves
-    take B·N²·4 bytes per layer.
+    take B·N²·4 bytes per layer. ``factored`` (head mean only) records long sequences' layers as
+    :class:`~vitroll.capture.FactoredAttention` instead, O(N·D) per layer (see :class:`AttentionRecorder`).
 
     Returns
     -------
-    attentions : list of Tensor
+    attentions : list of Tensor (or FactoredAttention)
         Per layer (B, N, N), or (B, H, N, N) when ``head_fusion`` is None.
     layout : TokenLayout
         Prefix tokens, readout and patch grid for this input size.
@@ -115,6 +117,7 @@ def record_attention(
     """
     images = prepare_images(model, images)
     budget = {"chunk_bytes": max_attention_memory} if max_attention_memory else {}
-    with eval_mode(model), torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, **budget) as recorder:
+    recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored, **budget)
+    with eval_mode(model), torch.no_grad(), recorder:
         logits = model(images)
         return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits

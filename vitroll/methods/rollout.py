@@ -10,6 +10,10 @@ rightmost, and later layers multiply from the left. The map is the class token's
 patch tokens. Only that row is needed, so it is computed as a vector–matrix chain,
 ``v ← v · Â_L``, then ``v · Â_{L−1}``, …, in O(L·N²) instead of the O(L·N³) full product, with the residual
 applied algebraically so no N×N temporaries are built per layer.
+
+For long sequences with the head mean and no discarding, :func:`rollout` does not store the N×N maps at all:
+each layer is kept as its factors (:class:`~vitroll.capture.FactoredAttention`) and ``v · A_l`` is one more
+fused attention pass per layer, in O(N·D) memory.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from vitroll.capture import TokenLayout
+from vitroll.capture import FactoredAttention, TokenLayout
 from vitroll.methods.base import Saliency, record_attention, register_method
 
 
@@ -63,8 +67,11 @@ def _check_attention_weight(attention_weight: float) -> None:
 def _prepared_layers(
     attentions: Sequence[torch.Tensor], layout: TokenLayout, discard_ratio: float
 ) -> list[torch.Tensor]:
+    if discard_ratio and any(isinstance(a, FactoredAttention) for a in attentions):
+        raise ValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
     protected = 0 if layout.readout == "class_token" else None
-    return [discard_lowest(a.float(), discard_ratio, protected) for a in attentions]
+    return [a if isinstance(a, FactoredAttention) else discard_lowest(a.float(), discard_ratio, protected)
+            for a in attentions]
 
 
 def rollout_vector(
@@ -78,7 +85,7 @@ def rollout_vector(
 
     Parameters
     ----------
-    attentions : sequence of Tensor, each (B, N, N)
+    attentions : sequence of Tensor, each (B, N, N), or FactoredAttention
         Head-fused attention of the layers to roll out, in forward order (first layer first).
     layout : TokenLayout
         Supplies the readout row ``r``: the class token's, or the mean of the patch tokens' rows.
@@ -94,6 +101,9 @@ def rollout_vector(
     batch = attentions[0].shape[0]
     v = layout.readout_vector(device=attentions[0].device).expand(batch, -1).clone()
     for attention in reversed(_prepared_layers(attentions, layout, discard_ratio)):
+        if isinstance(attention, FactoredAttention):  # softmax rows sum to 1, so d = 1
+            v = alpha * attention.left_multiply(v) + (1.0 - alpha) * v
+            continue
         # v · rownorm(αA + (1−α)I) = α·(v/d)·A + (1−α)·(v/d), d = row sums of αA + (1−α)I
         scaled = v / (alpha * attention.sum(dim=-1) + (1.0 - alpha))
         v = alpha * torch.bmm(scaled.unsqueeze(1), attention).squeeze(1) + (1.0 - alpha) * scaled
@@ -149,7 +159,10 @@ def rollout(
     dtype : torch.dtype
         Storage precision of the recorded attention; the chain is computed in float32.
     max_attention_memory : int, optional
-        Bytes of per-head probabilities computed at once (query chunks); see :func:`record_attention`.
+        Bytes of per-head probabilities computed at once (query chunks); see :func:`record_attention`. With the
+        head mean and no discarding, sequences beyond it (or beyond
+        :data:`~vitroll.capture.recorder.UNFUSED_MAX_TOKENS`) are rolled out from factored attention instead,
+        which never materialises an N×N map.
 
     Returns
     -------
@@ -158,7 +171,8 @@ def rollout(
         (average or attention pooling) read out the mean of the patch tokens' rows.
     """
     attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion, dtype=dtype,
-                                                  max_attention_memory=max_attention_memory)
+                                                  max_attention_memory=max_attention_memory,
+                                                  factored=head_fusion == "mean" and discard_ratio == 0.0)
     vector = rollout_vector(
         attentions[start_layer:], layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
