@@ -153,3 +153,14 @@ def test_unsupported_model_names_its_family_and_the_supported_ones():
     model = timm.create_model("resnet18").eval()
     with pytest.raises(UnsupportedModelError, match=r"ResNet has no token attention.*vit.*Grad-CAM"):
         rollout(model, torch.randn(1, 3, 64, 64))
+
+
+def test_blocks_fit_the_device_and_the_budget():
+    from vitroll.capture.blocking import ACCELERATOR_BLOCK_BYTES, CPU_BLOCK_BYTES, rows_per_block
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert rows_per_block(1000, 10**6, cpu) == CPU_BLOCK_BYTES // 1000
+    assert rows_per_block(1000, 10**6, gpu) == ACCELERATOR_BLOCK_BYTES // 1000
+    assert rows_per_block(1000, 10**6, gpu, limit=5000) == 5
+    assert rows_per_block(10**9, 10, cpu) == 1, "at least one row, even over budget"
+    assert rows_per_block(4, 10, cpu) == 10, "never more rows than there are"

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import vitroll.capture.blocking as blocking_module
 import vitroll.capture.factored as factored_module
 import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, UnsupportedModelError, rollout
@@ -26,7 +27,7 @@ def kernel(request, monkeypatch):
     small enough that every pass crosses several of them."""
     if request.param == "blocked":
         monkeypatch.setattr(factored_module, "_cpu_flash_kernel", lambda _tensor: None)
-        monkeypatch.setattr(factored_module, "BLOCK_BYTES", 4096)
+        monkeypatch.setattr(blocking_module, "CPU_BLOCK_BYTES", 4096)
     return request.param
 
 

@@ -15,7 +15,7 @@ costs the CPU kernel twice as much. ``ℓ`` itself comes for free: the recorder 
 ``scaled_dot_product_attention`` call for :func:`attention_with_log_normalizer`, which returns it.
 
 On CPU both passes use PyTorch's fused flash-attention kernel; elsewhere (or where that operator is missing) a
-blocked computation in plain tensor operations that holds at most :data:`BLOCK_BYTES` of logits at once.
+blocked computation in plain tensor operations (blocks sized by :mod:`vitroll.capture.blocking`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from typing import Callable, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-BLOCK_BYTES = 4 * 2**20
-"""Logits held at once by the blocked (non-CPU) kernels."""
+from vitroll.capture.blocking import rows_per_block
 
 
 def _cpu_flash_kernel(q: torch.Tensor) -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
@@ -37,14 +36,8 @@ def _cpu_flash_kernel(q: torch.Tensor) -> Optional[Callable[..., tuple[torch.Ten
     return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def _block_rows(shape: tuple[int, ...], num_keys: int) -> int:
-    """Query rows per block so that logits (..., rows, num_keys) stay within :data:`BLOCK_BYTES`."""
-    per_row = max(1, int(torch.Size(shape[:-2]).numel()) * num_keys * 4)
-    return max(1, BLOCK_BYTES // per_row)
-
-
 def attention_with_log_normalizer(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, blocked: bool = False
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention and its row log-normalisers.
 
@@ -53,27 +46,25 @@ def attention_with_log_normalizer(
     q, k, v : Tensor, shapes (B, H, N, D), (B, H, M, D), (B, H, M, D)
     scale : float
         Logit scale (``D ** -0.5`` in timm).
-    blocked : bool
-        Use the portable blocked kernel even where the fused CPU kernel exists (for tests).
 
     Returns
     -------
     out : Tensor, shape (B, H, N, D) — ``softmax(q kᵀ·scale) v``, in ``q``'s dtype
     log_normalizer : Tensor, shape (B, H, N), float32 — ``logsumexp(q kᵀ·scale)`` over the keys
     """
-    kernel = None if blocked else _cpu_flash_kernel(q)
+    kernel = _cpu_flash_kernel(q)
     if kernel is not None:
         out, log_normalizer = kernel(q, k, v, 0.0, False, scale=scale)
         return out, log_normalizer.float()
     out = torch.empty_like(q)
     log_normalizer = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    step = _block_rows(q.shape, k.shape[-2])
+    keys_t, values = k.float().transpose(-2, -1), v.float()
+    step = rows_per_block(q.shape[0] * q.shape[1] * k.shape[-2] * 4, q.shape[-2], q.device)
     for start in range(0, q.shape[-2], step):
         rows = slice(start, start + step)
-        logits = (q[..., rows, :].float() @ k.float().transpose(-2, -1)) * scale
+        logits = (q[..., rows, :].float() @ keys_t) * scale
         log_normalizer[..., rows] = logits.logsumexp(dim=-1)
-        probs = torch.exp(logits - log_normalizer[..., rows, None])
-        out[..., rows, :] = (probs @ v.float()).to(out.dtype)
+        out[..., rows, :] = (torch.exp(logits - log_normalizer[..., rows, None]) @ values).to(out.dtype)
     return out, log_normalizer
 
 
@@ -108,35 +99,35 @@ class FactoredAttention:
         logits = (self.queries[..., rows, :].float() @ self.keys.float().transpose(-2, -1)) * self.scale
         return torch.exp(logits - self.log_normalizer[..., rows, None])
 
-    def left_multiply(self, weights: torch.Tensor, *, blocked: bool = False) -> torch.Tensor:
-        """``weights · mean_h P_h`` for non-negative weights (B, N) over the query tokens → (B, N) over the keys.
-
-        ``blocked`` forces the portable kernel (for tests).
-        """
-        batch, heads, num_queries, _ = self.queries.shape
+    def left_multiply(self, weights: torch.Tensor) -> torch.Tensor:
+        """``weights · mean_h P_h`` for non-negative weights (B, N) over the query tokens → (B, N) over the keys."""
+        heads, num_queries = self.queries.shape[1], self.queries.shape[2]
         occupied = (weights > 0).any(dim=0).nonzero().squeeze(1)
         if occupied.numel() * 8 <= num_queries:  # few rows carry weight (a class token's one-hot): read them
             return torch.einsum("bq,bhqn->bn", weights[:, occupied].float(), self.rows(occupied)) / heads
-        tiny = torch.finfo(torch.float32).tiny
         # c_i = log w_i − ℓ_i, shifted by its maximum so the extra dimension stays small (float32 precision of
         # the logits); zero weights become a tiny one, as −inf would poison the kernel's zero padding
-        bias = weights.float().clamp_min(tiny).log()[:, None, :] - self.log_normalizer
+        bias = weights.float().clamp_min(torch.finfo(torch.float32).tiny).log()[:, None, :] - self.log_normalizer
         shift = bias.amax(dim=-1, keepdim=True)
-        bias = bias - shift
-        kernel = None if blocked else _cpu_flash_kernel(bias)
+        return torch.exp(self._log_column_sums(bias - shift) + shift).mean(dim=1)
+
+    def _log_column_sums(self, bias: torch.Tensor) -> torch.Tensor:
+        """``logsumexp_i(q_i·k_j·scale + bias_i)`` for every key ``j``: bias (B, H, N) → (B, H, M), float32."""
+        kernel = _cpu_flash_kernel(bias)
         if kernel is not None:
             as_keys = torch.cat([self.queries.float(), (bias / self.scale).unsqueeze(-1)], dim=-1)
             as_queries = torch.cat([self.keys.float(), bias.new_ones(*self.keys.shape[:-1], 1)], dim=-1)
-            _, log_mass = kernel(as_queries, as_keys, torch.zeros_like(as_keys), 0.0, False, scale=self.scale)
-        else:
-            log_mass = torch.empty(batch, heads, self.keys.shape[-2], dtype=torch.float32, device=bias.device)
-            queries = self.queries.float().transpose(-2, -1)
-            step = _block_rows((batch, heads, 0, 0), num_queries)
-            for start in range(0, self.keys.shape[-2], step):
-                keys = slice(start, start + step)
-                logits = (self.keys[..., keys, :].float() @ queries) * self.scale + bias[..., None, :]
-                log_mass[..., keys] = logits.logsumexp(dim=-1)
-        return torch.exp(log_mass.float() + shift).mean(dim=1)
+            return kernel(as_queries, as_keys, torch.zeros_like(as_keys), 0.0, False, scale=self.scale)[1].float()
+        batch, heads, num_queries, _ = self.queries.shape
+        num_keys = self.keys.shape[-2]
+        sums = torch.empty(batch, heads, num_keys, dtype=torch.float32, device=bias.device)
+        queries_t = self.queries.float().transpose(-2, -1)
+        step = rows_per_block(batch * heads * num_queries * 4, num_keys, bias.device)
+        for start in range(0, num_keys, step):
+            keys = slice(start, start + step)
+            logits = (self.keys[..., keys, :].float() @ queries_t) * self.scale + bias[..., None, :]
+            sums[..., keys] = logits.logsumexp(dim=-1)
+        return sums
 
 
 class AttentionKernelSwap(TorchFunctionMode):

@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from vitroll.capture.blocking import rows_per_block
 from vitroll.capture.factored import AttentionKernelSwap, FactoredAttention, attention_with_log_normalizer
 from vitroll.capture.families import TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
@@ -16,10 +17,6 @@ from vitroll.errors import UnsupportedModelError
 
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 """Default bound on the per-head probabilities (B, H, Q, N) of one layer materialised at once."""
-
-QUERY_BLOCK_BYTES = 4 * 2**20
-"""Query blocks on the query/key path are at most this large: blocks that stay in cache make the softmax and the
-head fusion cheap (N = 4097, vit_small, CPU: capture / forward 2.33 with 32 MiB blocks, 1.87 with 4 MiB)."""
 
 UNFUSED_MAX_TOKENS = 1100
 """Above this many tokens the unfused softmax costs more than the fused kernel plus a chunked recomputation
@@ -203,7 +200,7 @@ class AttentionRecorder:
         out_shape = (batch, num_queries, num_keys) if head_fusion else shape
         out = torch.empty(out_shape, dtype=self.dtype, device=device)
         bytes_per_row = batch * heads * num_keys * 4
-        step = max(1, min(num_queries, min(self.chunk_bytes, QUERY_BLOCK_BYTES) // max(1, bytes_per_row)))
+        step = rows_per_block(bytes_per_row, num_queries, device, limit=self.chunk_bytes)
         for start in range(0, num_queries, step):
             block = slice(start, min(start + step, num_queries))
             out[..., block, :] = fuse_heads(rows(block), head_fusion)
