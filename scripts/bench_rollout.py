@@ -129,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vit_small_patch16_224")
     parser.add_argument("--quick", action="store_true", help="only N = 197 and 577")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-per-image-above", type=int, default=1025,
                         help="the per-image baseline equals naive at batch 1; skip it above this N")
     parser.add_argument("--out", default="docs")

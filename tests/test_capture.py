@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import timm
 import torch
 
 import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, rollout
-from vitroll.capture import fuse_heads
+from vitroll.capture import FactoredAttention, fuse_heads
 from vitroll import UnsupportedModelError
 
 
@@ -29,7 +31,7 @@ def model():
 @pytest.fixture
 def query_key_path(monkeypatch):
     """Force the query/key path (recomputation beside the fused kernel) at every size."""
-    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 0)
+    monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 0)
 
 
 def test_logits_identical_with_and_without_capture(model, query_key_path):
@@ -77,66 +79,94 @@ def test_rollout_restores_training_mode_and_hooks():
     assert hook_counts(model) == hooks
 
 
-def test_unfused_path_matches_query_key_path(model):
-    images = torch.randn(2, 3, 224, 224)
-    with torch.no_grad(), AttentionRecorder(model, head_fusion=None) as fast:
-        model(images)
-    with torch.no_grad(), AttentionRecorder(model, keep_graph=True) as slow:
-        model(images)
-    for a, b in zip(fast.attentions, slow.attentions):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+@contextlib.contextmanager
+def unfused_model(model):
+    """The model on its own unfused path, as when a user switched ``fused_attn`` off."""
+    for block in model.blocks:
+        block.attn.fused_attn = False
+    try:
+        yield model
+    finally:
+        for block in model.blocks:
+            block.attn.fused_attn = True
 
 
-def test_chunked_capture_equals_single_block(model, query_key_path):
-    images = torch.randn(2, 3, 224, 224)
-    with torch.no_grad(), AttentionRecorder(model) as whole:
-        model(images)
-    with torch.no_grad(), AttentionRecorder(model, chunk_bytes=2 * 3 * 197 * 4 * 7) as chunked:  # 7-row blocks
-        model(images)
-    for a, b in zip(whole.attentions, chunked.attentions):
-        torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6)
+PATHS = {  # name: (BLOCKED_MAX_TOKENS, chunk_bytes, model on its unfused path)
+    "blocked": (10**6, 2**30, False),
+    "blocked_5_rows": (10**6, 2 * 3 * 197 * 4 * 5, False),
+    "query_key": (0, 2**30, False),
+    "query_key_5_rows": (0, 2 * 3 * 197 * 4 * 5, False),
+    "model_unfused": (10**6, 2**30, True),
+}
 
 
-@pytest.mark.parametrize("head_fusion", ["mean", "max", None])
+@pytest.mark.parametrize("head_fusion", ["mean", "max", "min", None])
 def test_every_capture_path_gives_the_same_maps(model, monkeypatch, head_fusion):
-    """Unfused (the model's own softmax), query/key in one block, query/key in 5-row blocks, keep_graph: same
-    attention within 1e-5, and the same rollout."""
+    """Blocked kernel (one block and 5-row blocks), query/key beside the fused kernel (idem), the model's own
+    unfused softmax, keep_graph: the same attention within 1e-5, the same logits, and the same rollout."""
     images = torch.randn(2, 3, 224, 224)
     recorded = {}
-    for path, limit, budget in [("unfused", 10**6, 2**30), ("query_key", 0, 2**30), ("chunked", 0, 2 * 3 * 197 * 4 * 5)]:
-        monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", limit)
-        with torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion, chunk_bytes=budget) as recorder:
-            logits = model(images)
-        recorded[path] = (recorder.attentions, logits)
+    for path, (max_tokens, budget, unfused) in PATHS.items():
+        monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", max_tokens)
+        with unfused_model(model) if unfused else contextlib.nullcontext(), torch.no_grad():
+            with AttentionRecorder(model, head_fusion=head_fusion, chunk_bytes=budget) as recorder:
+                logits = model(images)
+            recorded[path] = (recorder.attentions, logits, rollout(model, images, max_attention_memory=budget))
     with AttentionRecorder(model, keep_graph=True) as recorder:
         model(images)
     graph = [fuse_heads(a.detach(), head_fusion) for a in recorder.attentions]
-    reference, reference_logits = recorded["query_key"]
-    for path, (attentions, logits) in recorded.items():
+    reference, reference_logits, reference_maps = recorded["model_unfused"]
+    for path, (attentions, logits, maps) in recorded.items():
         torch.testing.assert_close(logits, reference_logits, atol=1e-5, rtol=0)
-        for a, b in zip(attentions, reference):
-            assert (a - b).abs().max() < 1e-5, path
-    for a, b in zip(graph, reference):
-        assert (a - b).abs().max() < 1e-5
-    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 10**6)
-    unfused_maps = rollout(model, images)
-    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 0)
-    assert (unfused_maps - rollout(model, images, max_attention_memory=2 * 3 * 197 * 4 * 5)).abs().max() < 1e-5
+        assert max((a - b).abs().max() for a, b in zip(attentions, reference)) < 1e-5, path
+        assert (maps - reference_maps).abs().max() < 1e-5, path
+    assert max((a - b).abs().max() for a, b in zip(graph, reference)) < 1e-5
 
 
-def test_the_cheaper_path_is_chosen_by_size(model, monkeypatch):
-    """Short sequences within the memory budget run unfused (fused_attn off during the call, restored after);
-    long ones, or over-budget batches, keep the fused kernel."""
-    seen = []
-    probe = model.blocks[0].attn.attn_drop.register_forward_hook(lambda *_: seen.append("unfused"))
+def count_kernel_calls(monkeypatch) -> list[str]:
+    """Names of the recorder's kernels as they run: "blocked" or "factored"."""
+    calls: list[str] = []
+    for name in ("blocked", "factored"):
+        make = getattr(AttentionRecorder, f"_{name}_kernel")
+
+        def counting(self, index, make=make, name=name):
+            kernel = make(self, index)
+            return lambda *args: calls.append(name) or kernel(*args)
+
+        monkeypatch.setattr(AttentionRecorder, f"_{name}_kernel", counting)
+    return calls
+
+
+def test_the_path_is_chosen_per_call_by_size_and_budget(model, monkeypatch):
+    """Short sequences go to the blocked kernel (the flag stays on, attn_drop never runs); long ones keep the model's
+    kernel, output bit-identical (or, factored, swap it for the factored kernel, as do over-budget layers); a model
+    already unfused is hooked on its own path and left so."""
+    calls, unfused_calls = count_kernel_calls(monkeypatch), []
+    probe = model.blocks[0].attn.attn_drop.register_forward_hook(lambda *_: unfused_calls.append(1))
+    images = torch.randn(1, 3, 224, 224)
     try:
-        with torch.no_grad(), AttentionRecorder(model) as recorder:
-            model(torch.randn(1, 3, 224, 224))
-            assert seen == ["unfused"]
-            recorder.chunk_bytes = 1000  # below one image's 3·197²·4 bytes
-            model(torch.randn(1, 3, 224, 224))
-            assert seen == ["unfused"]
-            assert recorder.attentions[0].shape == (1, 197, 197)
+        with torch.no_grad():
+            plain = model(images)
+            with AttentionRecorder(model):
+                model(images)
+            assert calls == ["blocked"] * 12 and not unfused_calls
+            calls.clear()
+            with AttentionRecorder(model, factored=True) as recorder:
+                model(images)
+                assert calls == ["blocked"] * 12
+                recorder.chunk_bytes = 1000  # below one image's 3·197²·4 bytes
+                model(images)
+                assert calls == ["blocked"] * 12 + ["factored"] * 12
+                assert all(isinstance(a, FactoredAttention) for a in recorder.attentions)
+            calls.clear()
+            monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 196)
+            with AttentionRecorder(model) as recorder:
+                assert torch.equal(model(images), plain), "beside the model's kernel, its output is untouched"
+            assert not calls and recorder.attentions[0].shape == (1, 197, 197)
+            with unfused_model(model), AttentionRecorder(model) as recorder:
+                model(images)
+                assert not any(fused_flags(model))
+            assert not calls and unfused_calls == [1]
         assert all(fused_flags(model))
     finally:
         probe.remove()

@@ -34,7 +34,7 @@ def kernel(request, monkeypatch):
 @pytest.fixture
 def long_sequence_path(monkeypatch):
     """Treat every sequence as long, so rollout records factored attention even at N = 197."""
-    monkeypatch.setattr(recorder_module, "UNFUSED_MAX_TOKENS", 0)
+    monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 0)
 
 
 def random_factors(batch=2, heads=3, tokens=37, dim=8, seed=0) -> tuple[FactoredAttention, torch.Tensor]:
@@ -157,7 +157,7 @@ def test_kernel_swap_is_undone_after_an_exception_inside_attention(long_sequence
         assert torch.equal(model(images), plain)
 
 
-def test_factored_recording_refuses_what_it_cannot_represent(long_sequence_path):
+def test_factored_recording_refuses_or_falls_back_where_it_cannot_represent(long_sequence_path):
     model = timm.create_model("vit_tiny_patch16_224").eval()
     with pytest.raises(ValueError, match="head mean only"):
         AttentionRecorder(model, head_fusion="max", factored=True)
@@ -165,5 +165,12 @@ def test_factored_recording_refuses_what_it_cannot_represent(long_sequence_path)
     with pytest.raises(ValueError, match="discard_ratio needs the attention maps"):
         rollout_vector(attentions, layout, discard_ratio=0.5)
     block = model.blocks[0].attn
-    with AttentionRecorder(model, factored=True), pytest.raises(UnsupportedModelError, match="plain self-attention"):
-        block(torch.randn(1, 197, 192), attn_mask=torch.zeros(197, 197))
+    tokens, mask = torch.randn(1, 197, 192), torch.randn(197, 197)
+    with torch.no_grad(), AttentionRecorder(model, factored=True) as recorder:
+        masked = block(tokens, attn_mask=mask)
+    assert isinstance(recorder._records[0], torch.Tensor), "masked attention has no factors: recorded densely"
+    with torch.no_grad():
+        torch.testing.assert_close(masked, block(tokens, attn_mask=mask), atol=1e-5, rtol=0)
+    dropout = timm.create_model("vit_tiny_patch16_224", attn_drop_rate=0.1).train()
+    with AttentionRecorder(dropout, factored=True), pytest.raises(UnsupportedModelError, match="eval mode only"):
+        dropout(torch.randn(1, 3, 224, 224))

@@ -133,16 +133,29 @@ class FactoredAttention:
 class AttentionKernelSwap(TorchFunctionMode):
     """While active and ``target`` is set, ``F.scaled_dot_product_attention`` calls go to ``target`` instead.
 
-    The recorder activates it only around the forward of an attention module it records in factored form, so
-    the model's own kernel call is replaced by one that also returns the log-normalisers.
+    The recorder activates it only around the forward of an attention module it records, so the model's own kernel
+    call is replaced by one that also records the layer. When two recorders watch the same model, both swaps are
+    active: the inner one records, then hands the call on to the outer one, whose output is the same.
     """
+
+    _active = 0
 
     def __init__(self) -> None:
         super().__init__()
         self.target: Optional[Callable[..., torch.Tensor]] = None
 
+    def __enter__(self) -> "AttentionKernelSwap":
+        AttentionKernelSwap._active += 1
+        return super().__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        AttentionKernelSwap._active -= 1
+        super().__exit__(*exc_info)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
         kwargs = kwargs or {}
         if self.target is not None and func is torch.nn.functional.scaled_dot_product_attention:
-            return self.target(*args, **kwargs)
+            out = self.target(*args, **kwargs)
+            # the mode is off the stack while it handles a call, so func reaches the outer swap
+            return func(*args, **kwargs) if AttentionKernelSwap._active > 1 else out
         return func(*args, **kwargs)

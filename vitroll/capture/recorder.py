@@ -18,12 +18,14 @@ from vitroll.errors import UnsupportedModelError
 DEFAULT_CHUNK_BYTES = 256 * 2**20
 """Default bound on the per-head probabilities (B, H, Q, N) of one layer materialised at once."""
 
-UNFUSED_MAX_TOKENS = 1100
-"""Above this many tokens the unfused softmax costs more than the fused kernel plus a chunked recomputation
-(or, in factored recording, more than the fused kernel plus the rollout chain's second attention pass).
-Measured on 2 CPU cores, vit_small, capture / fused forward (``scripts/bench_rollout.py`` and the same script with
-the path forced): unfused 1.06 (N = 197, batch 8), 1.33 (1025), 2.05 (2305); query/key path with 4 MiB blocks
-1.24, 1.33, and 1.72 at N = 4097."""
+BLOCKED_MAX_TOKENS = 3000
+"""Up to this many tokens the recorder computes a fused-attention layer itself, in query blocks that stay in cache,
+and fuses each block's probabilities into the record on the way; beyond, factored recording (when asked for) costs
+as little and keeps O(N·D) per layer, and recomputation beside the model's own fused kernel (query/key path) keeps
+its output bit-identical. Measured on 2 CPU cores, vit_small, whole rollout / fused forward (min of 7 alternated
+runs, fresh process each): blocked 1.02–1.08 (N = 197, batch 8), 1.12–1.23 (577), 1.15–1.32 (1025), 1.49 (2305),
+1.44 (3137), 1.65 (4097); factored 1.69, 1.60, 1.67 at 2305, 3137, 4097; the model's own unfused path 1.15–1.25
+(577), 1.51–1.57 (1025)."""
 
 
 def attention_probabilities(
@@ -62,14 +64,16 @@ class AttentionRecorder:
     dtype : torch.dtype
         Storage precision of the recorded maps (fusion itself runs in the model's precision).
     chunk_bytes : int
-        Memory bound for one layer's per-head probabilities materialised at once: within it (and for sequences up
-        to :data:`UNFUSED_MAX_TOKENS`) the model computes them on its unfused path; beyond it they are recomputed
-        beside the fused kernel in query blocks.
+        Memory bound for one layer's per-head probabilities (B, H, Q, N) materialised at once: query blocks are
+        sized within it. Modules on their fused kernel are recorded by a blocked kernel that replaces the model's
+        kernel call (up to :data:`BLOCKED_MAX_TOKENS`) or beside the model's kernel (beyond it); modules already on
+        their unfused path, and ``keep_graph``, hook the model's own probabilities.
     factored : bool
-        Where the probabilities would be recomputed beside the fused kernel, record the layer as a
-        :class:`~vitroll.capture.factored.FactoredAttention` instead (queries, keys and row log-normalisers,
-        O(N·D) memory): the model's fused kernel call is swapped for one that also returns the
-        log-normalisers. Only with ``head_fusion="mean"``; for the class-token rollout chain.
+        Beyond :data:`BLOCKED_MAX_TOKENS` tokens, or when all heads' probabilities of a layer exceed
+        ``chunk_bytes``, record the layer as a :class:`~vitroll.capture.factored.FactoredAttention` instead
+        (queries, keys and row log-normalisers, O(N·D) memory): the model's fused kernel call is swapped for
+        one that also returns the log-normalisers. Only with ``head_fusion="mean"``; for the class-token
+        rollout chain.
 
     Examples
     --------
@@ -98,7 +102,7 @@ class AttentionRecorder:
         self.keep_graph = keep_graph
         self.dtype = dtype
         self.chunk_bytes = chunk_bytes
-        self.factored = factored
+        self.factored = factored and self.family.assemble is None  # assembling (CaiT) needs dense records
         self._modules = self.family.attention_modules(model)
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
         self._readout_modules = self.family.readout_modules(model)
@@ -155,40 +159,39 @@ class AttentionRecorder:
 
     # -- hooks ---------------------------------------------------------------------------------------
     def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        if readout.query_key_modules is None or (self.keep_graph and readout.probs_module is not None):
-            self._attach_unfused(index, module, readout)
-        elif readout.probs_module is None or readout.fused_flag is None:
+        fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
+        if readout.probs_module is None:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion)
+        elif self.keep_graph or not fused:
+            self._attach_unfused(index, module, readout)
         else:
-            self._attach_either(index, module, readout)
+            self._attach_fused(index, module, readout)
 
-    def _attach_either(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        """Both paths, chosen per forward call: when all heads' probabilities fit in ``chunk_bytes`` and the sequence
-        is short enough (:data:`UNFUSED_MAX_TOKENS`), or the model already runs unfused, let the model compute them
-        on its unfused path, cheaper than computing them a second time beside the fused kernel; otherwise keep
-        the fused kernel and recompute them in chunks (or, with ``factored``, keep its factors)."""
-        flag = readout.fused_flag
-        original = getattr(module, flag)
-        self._undo.append(lambda: setattr(module, flag, original))
-        choice = {"unfused": False}
+    def _attach_fused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        """For a module on its fused kernel, chosen per forward call: up to :data:`BLOCKED_MAX_TOKENS`, route the
+        kernel call to the blocked kernel (one computation serves the output and the record); beyond, or when all
+        heads' probabilities exceed ``chunk_bytes``, record factored attention if asked for, else recompute the
+        probabilities beside the model's own kernel (query/key path, output bit-identical) where the module allows
+        it. Masked layers (relative position bias) always take the blocked kernel."""
+        blocked, factored = self._blocked_kernel(index), self._factored_kernel(index)
+        query_key = readout.query_key_modules is not None and not self.factored
+        beside = {"active": False}
 
-        def choose(_module: nn.Module, args: tuple) -> None:
+        def kernel_for(args: tuple) -> Optional[Callable[..., torch.Tensor]]:
             batch, num_tokens = args[0].shape[:2]
             probs_bytes = batch * module.num_heads * num_tokens * num_tokens * 4
-            choice["unfused"] = not original or (probs_bytes <= self.chunk_bytes and num_tokens <= UNFUSED_MAX_TOKENS)
-            setattr(module, flag, original and not choice["unfused"])
+            long = num_tokens > BLOCKED_MAX_TOKENS or (self.factored and probs_bytes > self.chunk_bytes)
+            beside["active"] = long and query_key
+            if not long:
+                return blocked
+            if self.factored:
+                return factored
+            return None if query_key else blocked
 
-        def restore(_module: nn.Module, _args: tuple, _output: object) -> None:
-            setattr(module, flag, original)
-
-        self._undo.append(module.register_forward_pre_hook(choose).remove)
-        self._undo.append(module.register_forward_hook(restore).remove)
-        if self.factored:
-            self._attach_factored(index, module, active=lambda: not choice["unfused"])
-        else:
+        self._attach_kernel_swap(module, kernel_for)
+        if query_key:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion,
-                                   active=lambda: not choice["unfused"])
-        self._attach_unfused(index, module, readout, active=lambda: choice["unfused"], switch_flag=False)
+                                   active=lambda: beside["active"])
 
     def _store(self, records: list[Optional[torch.Tensor]], index: int, shape: tuple[int, int, int, int],
                rows: Callable[[slice], torch.Tensor], device: torch.device, head_fusion: Optional[str]) -> None:
@@ -236,27 +239,62 @@ class AttentionRecorder:
         self._undo.append(q_module.register_forward_hook(remember_queries).remove)
         self._undo.append(k_module.register_forward_hook(record).remove)
 
-    def _attach_factored(self, index: int, module: nn.Module, active: Callable[[], bool]) -> None:
-        """Swap the module's ``scaled_dot_product_attention`` call for one that also keeps the layer's factors."""
-        swap = AttentionKernelSwap()
+    def _factored_kernel(self, index: int) -> Callable[..., torch.Tensor]:
+        """Attention that keeps the layer's factors (:class:`FactoredAttention`) as its record; masked attention
+        (which the factors cannot represent) goes to the blocked kernel."""
+        blocked = self._blocked_kernel(index)
 
-        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                      dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
-                      **options: object) -> torch.Tensor:
-            if attn_mask is not None or dropout_p or is_causal or options:
-                raise UnsupportedModelError(
-                    f"{type(module).__name__} called its attention kernel with a mask, dropout or other options; "
-                    "factored recording handles plain self-attention only"
-                )
-            scale = q.shape[-1] ** -0.5 if scale is None else scale
+        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      scale: float) -> torch.Tensor:
+            if attn_mask is not None:
+                return blocked(q, k, v, attn_mask, scale)
             out, log_normalizer = attention_with_log_normalizer(q, k, v, scale)
             self._records[index] = FactoredAttention(q, k, log_normalizer, scale)
             return out
 
-        def start(_module: nn.Module, _args: tuple) -> None:
-            if active():
-                swap.target = attention
-                swap.__enter__()
+        return attention
+
+    def _blocked_kernel(self, index: int) -> Callable[..., torch.Tensor]:
+        """Attention computed in query blocks (:mod:`~vitroll.capture.blocking`), each block's probabilities fused
+        into the record on the way."""
+
+        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      scale: float) -> torch.Tensor:
+            out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device)
+
+            def rows(block: slice) -> torch.Tensor:
+                probs = attention_probabilities(q[:, :, block], k, scale, _mask_rows(attn_mask, block))
+                out[:, :, block] = probs.to(v.dtype) @ v  # in the autograd graph when gradients are on
+                return probs.detach()
+
+            self._store(self._records, index, (*q.shape[:3], k.shape[2]), rows, q.device, self.head_fusion)
+            return out
+
+        return attention
+
+    def _attach_kernel_swap(self, module: nn.Module,
+                            kernel_for: Callable[[tuple], Optional[Callable[..., torch.Tensor]]]) -> None:
+        """For each forward call of ``module``, ``kernel_for(args)`` picks the kernel (or None: the model's own) that
+        its ``scaled_dot_product_attention`` call goes to, as ``kernel(q, k, v, attn_mask, scale) -> output``."""
+        swap = AttentionKernelSwap()
+
+        def start(_module: nn.Module, args: tuple) -> None:
+            kernel = kernel_for(args)
+            if kernel is None:
+                return
+
+            def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                          dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                          **options: object) -> torch.Tensor:
+                if dropout_p or is_causal or options:
+                    raise UnsupportedModelError(
+                        f"{type(module).__name__} called its attention kernel with dropout, a causal mask or other "
+                        "options; vitroll records plain self-attention in eval mode only"
+                    )
+                return kernel(q, k, v, attn_mask, q.shape[-1] ** -0.5 if scale is None else scale)
+
+            swap.target = attention
+            swap.__enter__()
 
         def stop(_module: nn.Module, _args: tuple, _output: object) -> None:
             if swap.target is not None:
@@ -267,18 +305,13 @@ class AttentionRecorder:
         self._undo.append(module.register_forward_pre_hook(start).remove)
         self._undo.append(module.register_forward_hook(stop).remove)
 
-    def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout,
-                        active: Callable[[], bool] = lambda: True, switch_flag: bool = True) -> None:
-        if readout.probs_module is None:
-            raise UnsupportedModelError(f"{type(module).__name__} exposes no attention probabilities to hook")
-        if readout.fused_flag is not None and switch_flag:
+    def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+        if readout.fused_flag is not None:
             previous = getattr(module, readout.fused_flag)
             setattr(module, readout.fused_flag, False)
             self._undo.append(lambda: setattr(module, readout.fused_flag, previous))
 
         def record(_module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-            if not active():
-                return
             probs = readout.probs_from_input(args[0]) if readout.probs_from_input else output
             if self.keep_graph:
                 self._records[index] = probs

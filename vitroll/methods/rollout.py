@@ -160,8 +160,8 @@ def rollout(
         Storage precision of the recorded attention; the chain is computed in float32.
     max_attention_memory : int, optional
         Bytes of per-head probabilities computed at once (query chunks); see :func:`record_attention`. With the
-        head mean and no discarding, sequences beyond it (or beyond
-        :data:`~vitroll.capture.recorder.UNFUSED_MAX_TOKENS`) are rolled out from factored attention instead,
+        head mean and no discarding, layers whose per-head probabilities exceed it, and sequences beyond
+        :data:`~vitroll.capture.recorder.BLOCKED_MAX_TOKENS`, are rolled out from factored attention instead,
         which never materialises an N×N map.
 
     Returns
