@@ -145,7 +145,7 @@ def main() -> None:
             if implementation == "per_image" and tokens > args.skip_per_image_above:
                 continue
             done = subprocess.run([sys.executable, __file__, "--worker", str(tokens), implementation, "--model", args.model,
-                                   "--repeats", str(args.repeats)], capture_output=True, text=True, check=True)
+                                   "--repeats", str(args.repeats)], stdout=subprocess.PIPE, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"N={tokens:5d} {implementation:10s} {rows[-1]['seconds']:.3f} s  +{rows[-1]['extra_peak_mib']:.0f} MiB",
                   file=sys.stderr)
