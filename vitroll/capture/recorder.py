@@ -24,8 +24,9 @@ and fuses each block's probabilities into the record on the way; beyond, factore
 as little and keeps O(N·D) per layer, and recomputation beside the model's own fused kernel (query/key path) keeps
 its output bit-identical. Measured on 2 CPU cores, vit_small, whole rollout / fused forward (min of 7 alternated
 runs, fresh process each): blocked 1.02–1.08 (N = 197, batch 8), 1.12–1.23 (577), 1.15–1.32 (1025), 1.49 (2305),
-1.44 (3137), 1.65 (4097); factored 1.69, 1.60, 1.67 at 2305, 3137, 4097; the model's own unfused path 1.15–1.25
-(577), 1.51–1.57 (1025)."""
+1.44 (3137), 1.65 (4097); factored 1.69, 1.60, 1.67 at 2305, 3137, 4097 with its earlier chain step (a second
+fused call, ≈ 1.2× the per-head blocks it now uses); the model's own unfused path 1.15–1.25 (577), 1.51–1.57
+(1025)."""
 
 
 def attention_probabilities(
