@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import timm
 import torch
 from torch import nn
 
@@ -17,6 +18,15 @@ def sharpen_attention(model: nn.Module, std: float = 0.1, seed: int = 0) -> nn.M
             if name.endswith("qkv.weight"):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
     return model.eval()
+
+
+def reference_case(name: str, kwargs: dict, size: tuple[int, int], batch: int
+                   ) -> tuple[nn.Module, torch.Tensor, list[list[np.ndarray]]]:
+    """A sharpened random-init timm model, ``batch`` random images (B, 3, H, W) and each image's reference attention."""
+    torch.manual_seed(1)
+    model = sharpen_attention(timm.create_model(name, pretrained=False, **kwargs))
+    images = torch.randn(batch, 3, *size)
+    return model, images, [reference_attention(model, images[i:i + 1]) for i in range(batch)]
 
 
 def reference_attention(model: nn.Module, image: torch.Tensor) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, UnsupportedModelError, rollout
 from vitroll.capture import FactoredAttention, attention_with_log_normalizer
 from vitroll.methods import record_attention, rollout_vector
-from reference import reference_attention, reference_rollout, sharpen_attention
+from reference import reference_case, reference_rollout
 
 KERNELS = ["flash", "blocked"]
 
@@ -103,11 +103,7 @@ MODELS = {
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def case(request):
-    name, kwargs, size = MODELS[request.param]
-    torch.manual_seed(1)
-    model = sharpen_attention(timm.create_model(name, pretrained=False, **kwargs))
-    images = torch.randn(2, 3, *size)
-    return model, images, [reference_attention(model, images[i:i + 1]) for i in range(len(images))]
+    return reference_case(*MODELS[request.param], batch=2)
 
 
 @pytest.mark.parametrize("start_layer, attention_weight", [(0, 0.5), (4, 0.8)])

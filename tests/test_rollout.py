@@ -9,7 +9,7 @@ import torch
 
 from vitroll import attention, rollout, rollout_matrix
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
-from reference import fuse, reference_attention, reference_rollout, sharpen_attention
+from reference import fuse, reference_case, reference_rollout
 
 MODELS = {
     "vit_tiny": ("vit_tiny_patch16_224", {}, (224, 224)),
@@ -22,12 +22,7 @@ MODELS = {
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def case(request):
-    name, kwargs, size = MODELS[request.param]
-    torch.manual_seed(1)
-    model = sharpen_attention(timm.create_model(name, pretrained=False, **kwargs))
-    images = torch.randn(3, 3, *size)
-    per_image = [reference_attention(model, images[i:i + 1]) for i in range(len(images))]
-    return model, images, per_image
+    return reference_case(*MODELS[request.param], batch=3)
 
 
 @pytest.mark.parametrize("head_fusion", ["mean", "max", "min"])
