@@ -61,7 +61,7 @@ def test_attention_and_log_normalizer_match_explicit_softmax(kernel):
 def test_left_multiply_matches_explicit_product(kernel, weights_kind):
     attention, probs = random_factors()
     weights = torch.rand(2, 37, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    if weights_kind == "one_hot":  # the class token's readout row: takes the few-rows shortcut
+    if weights_kind == "one_hot":  # the class token's readout row: only that query row is read
         weights = torch.zeros_like(weights)
         weights[:, 0] = 1.0
     elif weights_kind == "with_zeros":
