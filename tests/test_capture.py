@@ -8,7 +8,6 @@ import pytest
 import timm
 import torch
 
-import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, rollout
 from vitroll.capture import FactoredAttention, fuse_heads
 from vitroll import UnsupportedModelError
@@ -28,20 +27,19 @@ def model():
     return timm.create_model("vit_tiny_patch16_224").eval()
 
 
-@pytest.fixture
-def query_key_path(monkeypatch):
-    """Force the query/key path (recomputation beside the fused kernel) at every size."""
-    monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 0)
-
-
-def test_logits_identical_with_and_without_capture(model, query_key_path):
+def test_capture_leaves_the_model_unchanged(model):
+    """The blocked kernel's output is the model's within 1e-5; factored recording runs PyTorch's own fused CPU kernel,
+    so the output is bit-identical; after either, the model is as it was."""
     images = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         plain = model(images)
         with AttentionRecorder(model) as recorder:
-            captured = model(images)
+            blocked = model(images)
+        with AttentionRecorder(model, factored=True, chunk_bytes=1000):
+            factored = model(images)
         after = model(images)
-    assert torch.equal(plain, captured), "the query/key path must leave the fused forward bit-identical"
+    torch.testing.assert_close(blocked, plain, atol=1e-5, rtol=0)
+    assert torch.equal(factored, plain), "factored recording must leave the fused forward bit-identical"
     assert torch.equal(plain, after)
     assert len(recorder.attentions) == len(model.blocks)
     assert recorder.attentions[0].shape == (2, 197, 197)
@@ -91,23 +89,20 @@ def unfused_model(model):
             block.attn.fused_attn = True
 
 
-PATHS = {  # name: (BLOCKED_MAX_TOKENS, chunk_bytes, model on its unfused path)
-    "blocked": (10**6, 2**30, False),
-    "blocked_5_rows": (10**6, 2 * 3 * 197 * 4 * 5, False),
-    "query_key": (0, 2**30, False),
-    "query_key_5_rows": (0, 2 * 3 * 197 * 4 * 5, False),
-    "model_unfused": (10**6, 2**30, True),
+PATHS = {  # name: (chunk_bytes, model on its unfused path)
+    "blocked": (2**30, False),
+    "blocked_5_rows": (2 * 3 * 197 * 4 * 5, False),
+    "model_unfused": (2**30, True),
 }
 
 
 @pytest.mark.parametrize("head_fusion", ["mean", "max", "min", None])
-def test_every_capture_path_gives_the_same_maps(model, monkeypatch, head_fusion):
-    """Blocked kernel (one block and 5-row blocks), query/key beside the fused kernel (idem), the model's own
-    unfused softmax, keep_graph: the same attention within 1e-5, the same logits, and the same rollout."""
+def test_every_capture_path_gives_the_same_maps(model, head_fusion):
+    """Blocked kernel (one block and 5-row blocks), the model's own unfused softmax, keep_graph: the same attention
+    within 1e-5, the same logits, and the same rollout."""
     images = torch.randn(2, 3, 224, 224)
     recorded = {}
-    for path, (max_tokens, budget, unfused) in PATHS.items():
-        monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", max_tokens)
+    for path, (budget, unfused) in PATHS.items():
         with unfused_model(model) if unfused else contextlib.nullcontext(), torch.no_grad():
             with AttentionRecorder(model, head_fusion=head_fusion, chunk_bytes=budget) as recorder:
                 logits = model(images)
@@ -137,32 +132,32 @@ def count_kernel_calls(monkeypatch) -> list[str]:
     return calls
 
 
-def test_the_path_is_chosen_per_call_by_size_and_budget(model, monkeypatch):
-    """Short sequences go to the blocked kernel (the flag stays on, attn_drop never runs); long ones keep the model's
-    kernel, output bit-identical (or, factored, swap it for the factored kernel, as do over-budget layers); a model
+def test_the_path_is_chosen_per_call_by_budget(model, monkeypatch):
+    """A model on its fused kernel goes to the blocked kernel (the flag stays on, attn_drop never runs); with
+    factored recording, once the head-fused maps of all layers exceed the budget, to the factored kernel; a model
     already unfused is hooked on its own path and left so."""
     calls, unfused_calls = count_kernel_calls(monkeypatch), []
     probe = model.blocks[0].attn.attn_drop.register_forward_hook(lambda *_: unfused_calls.append(1))
     images = torch.randn(1, 3, 224, 224)
     try:
         with torch.no_grad():
-            plain = model(images)
             with AttentionRecorder(model):
                 model(images)
             assert calls == ["blocked"] * 12 and not unfused_calls
             calls.clear()
-            with AttentionRecorder(model, factored=True) as recorder:
+            dense_bytes = 12 * 197 * 197 * 4
+            with AttentionRecorder(model, factored=True, chunk_bytes=dense_bytes) as recorder:
                 model(images)
                 assert calls == ["blocked"] * 12
-                recorder.chunk_bytes = 1000  # below one image's 3·197²·4 bytes
+                recorder.chunk_bytes = dense_bytes - 1
                 model(images)
                 assert calls == ["blocked"] * 12 + ["factored"] * 12
                 assert all(isinstance(a, FactoredAttention) for a in recorder.attentions)
             calls.clear()
-            monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 196)
-            with AttentionRecorder(model) as recorder:
-                assert torch.equal(model(images), plain), "beside the model's kernel, its output is untouched"
-            assert not calls and recorder.attentions[0].shape == (1, 197, 197)
+            with AttentionRecorder(model, factored=True, chunk_bytes=dense_bytes // 2, dtype=torch.float16):
+                model(images)
+            assert calls == ["blocked"] * 12, "float16 records take half the bytes"
+            calls.clear()
             with unfused_model(model), AttentionRecorder(model) as recorder:
                 model(images)
                 assert not any(fused_flags(model))

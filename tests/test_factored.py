@@ -33,8 +33,8 @@ def kernel(request, monkeypatch):
 
 @pytest.fixture
 def long_sequence_path(monkeypatch):
-    """Treat every sequence as long, so rollout records factored attention even at N = 197."""
-    monkeypatch.setattr(recorder_module, "BLOCKED_MAX_TOKENS", 0)
+    """A default budget below any dense record, so rollout records factored attention even at N = 17."""
+    monkeypatch.setattr(recorder_module, "DEFAULT_CHUNK_BYTES", 4096)
 
 
 def random_factors(batch=2, heads=3, tokens=37, dim=8, seed=0) -> tuple[FactoredAttention, torch.Tensor]:

@@ -1,18 +1,17 @@
 """Attention readouts: how to get softmax probabilities out of one type of attention module.
 
-Two ways exist, and each registered module type says which it supports:
+Each registered module type says which ways it supports:
 
-* **query/key** – hook the modules whose outputs are the final queries and keys (B, H, N, D) and
-  compute ``softmax(q kᵀ · scale)`` beside the model. The model keeps its fused
-  ``scaled_dot_product_attention`` forward, so its output is bit-for-bit unchanged, and the probabilities
-  can be computed in query blocks (bounded memory). Valid only when nothing is applied between those
-  modules and the softmax (no rotary embedding, no bias inside the softmax).
-* **unfused** – switch the module's ``fused_attn`` flag off while recording and hook the dropout module
-  that receives the probabilities. Works for any timm attention that keeps the classic
-  ``softmax → attn_drop → @ v`` path, keeps the probabilities in the autograd graph (gradient methods
-  need that), and costs the unfused forward. Required whenever something sits between the query/key
-  projections and the softmax: rotary embeddings (EVA, ``AttentionRope``), relative position bias (BEiT),
-  head mixing of the logits (CaiT's talking heads).
+* **kernel swap** – for a module on timm's fused ``scaled_dot_product_attention`` (its ``fused_attn`` flag on), the
+  recorder replaces that one call, while the module runs, by its own kernel, which returns the same output and
+  records the probabilities on the way (:mod:`vitroll.capture.recorder`). Rotary embeddings and relative position
+  bias need nothing special: the kernel receives the final queries, keys and mask.
+* **unfused** – for a module already on its unfused path, or when gradients must flow through the probabilities
+  (gradient methods), hook the dropout module that receives the probabilities (``softmax → attn_drop → @ v``),
+  switching ``fused_attn`` off while recording. CaiT's talking heads, which mix logits across heads, only have
+  this path.
+* **query/key** – for a module without a probabilities module (the attention-pooling head), hook the modules whose outputs are the final queries and keys (B, H, N, D) and compute
+  ``softmax(q kᵀ · scale)`` beside the model, in query blocks.
 
 Adding a module type is one :class:`AttentionReadout` entry in :data:`READOUTS`.
 """
@@ -71,12 +70,12 @@ def _default_readouts() -> list[AttentionReadout]:
     from timm.models.eva import EvaAttention
 
     return [
-        AttentionReadout(Attention, query_key_modules=("q_norm", "k_norm")),
+        AttentionReadout(Attention),
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
         AttentionReadout(AttentionPoolLatent, probs_module=None, query_key_modules=("q_norm", "k_norm")),
-        AttentionReadout(AttentionRope),  # rotary embedding between q/k and the softmax
-        AttentionReadout(EvaAttention),  # rotary embedding between q/k and the softmax
-        AttentionReadout(BeitAttention),  # relative position bias inside the softmax
+        AttentionReadout(AttentionRope),
+        AttentionReadout(EvaAttention),
+        AttentionReadout(BeitAttention),
         AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
         # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the
         # softmax output is the input of proj_w, heads last; there is no fused kernel

@@ -15,18 +15,10 @@ from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.readouts import AttentionReadout, readout_for
 from vitroll.errors import UnsupportedModelError
 
-DEFAULT_CHUNK_BYTES = 256 * 2**20
-"""Default bound on the per-head probabilities (B, H, Q, N) of one layer materialised at once."""
-
-BLOCKED_MAX_TOKENS = 3000
-"""Up to this many tokens the recorder computes a fused-attention layer itself, in query blocks that stay in cache,
-and fuses each block's probabilities into the record on the way; beyond, factored recording (when asked for) costs
-as little and keeps O(N·D) per layer, and recomputation beside the model's own fused kernel (query/key path) keeps
-its output bit-identical. Measured on 2 CPU cores, vit_small, whole rollout / fused forward (min of 7 alternated
-runs, fresh process each): blocked 1.02–1.08 (N = 197, batch 8), 1.12–1.23 (577), 1.15–1.32 (1025), 1.49 (2305),
-1.44 (3137), 1.65 (4097); factored 1.69, 1.60, 1.67 at 2305, 3137, 4097 with its earlier chain step (a second
-fused call, ≈ 1.2× the per-head blocks it now uses); the model's own unfused path 1.15–1.25 (577), 1.51–1.57
-(1025)."""
+DEFAULT_CHUNK_BYTES = 2**30
+"""Default attention memory budget: per-head probabilities (B, H, Q, N) are computed in query blocks within it, and
+factored recording (when asked for) takes over once the head-fused maps of all layers, L·B·N²·itemsize bytes,
+would exceed it (vit_small at N = 4097, one image: 768 MiB, recorded dense; two images: factored)."""
 
 
 def attention_probabilities(
@@ -64,17 +56,16 @@ class AttentionRecorder:
         stores per-head probabilities, ignoring ``head_fusion`` and ``dtype``.
     dtype : torch.dtype
         Storage precision of the recorded maps (fusion itself runs in the model's precision).
-    chunk_bytes : int
-        Memory bound for one layer's per-head probabilities (B, H, Q, N) materialised at once: query blocks are
-        sized within it. Modules on their fused kernel are recorded by a blocked kernel that replaces the model's
-        kernel call (up to :data:`BLOCKED_MAX_TOKENS`) or beside the model's kernel (beyond it); modules already on
-        their unfused path, and ``keep_graph``, hook the model's own probabilities.
+    chunk_bytes : int, optional
+        Attention memory budget (default :data:`DEFAULT_CHUNK_BYTES`). Per-head probabilities (B, H, Q, N) are materialised in query blocks within it.
+        Modules on their fused kernel have that kernel call replaced by a blocked kernel, which computes the
+        model's output and the record in one pass; modules already on their unfused path, and ``keep_graph``,
+        hook the model's own probabilities.
     factored : bool
-        Beyond :data:`BLOCKED_MAX_TOKENS` tokens, or when all heads' probabilities of a layer exceed
-        ``chunk_bytes``, record the layer as a :class:`~vitroll.capture.factored.FactoredAttention` instead
-        (queries, keys and row log-normalisers, O(N·D) memory): the model's fused kernel call is swapped for
-        one that also returns the log-normalisers. Only with ``head_fusion="mean"``; for the class-token
-        rollout chain.
+        When the head-fused maps of all layers (L·B·N² values) would exceed ``chunk_bytes``, record each layer
+        as a :class:`~vitroll.capture.factored.FactoredAttention` instead (queries, keys and row
+        log-normalisers, O(N·D) memory): the model's fused kernel call is swapped for one that also returns the
+        log-normalisers. Only with ``head_fusion="mean"``; for the class-token rollout chain.
 
     Examples
     --------
@@ -91,7 +82,7 @@ class AttentionRecorder:
         head_fusion: Optional[str] = "mean",
         keep_graph: bool = False,
         dtype: torch.dtype = torch.float32,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        chunk_bytes: Optional[int] = None,
         factored: bool = False,
     ) -> None:
         check_head_fusion(head_fusion)
@@ -102,7 +93,7 @@ class AttentionRecorder:
         self.head_fusion = None if keep_graph else head_fusion
         self.keep_graph = keep_graph
         self.dtype = dtype
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         self.factored = factored and self.family.assemble is None  # assembling (CaiT) needs dense records
         self._modules = self.family.attention_modules(model)
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
@@ -169,30 +160,18 @@ class AttentionRecorder:
             self._attach_fused(index, module, readout)
 
     def _attach_fused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        """For a module on its fused kernel, chosen per forward call: up to :data:`BLOCKED_MAX_TOKENS`, route the
-        kernel call to the blocked kernel (one computation serves the output and the record); beyond, or when all
-        heads' probabilities exceed ``chunk_bytes``, record factored attention if asked for, else recompute the
-        probabilities beside the model's own kernel (query/key path, output bit-identical) where the module allows
-        it. Masked layers (relative position bias) always take the blocked kernel."""
+        """For a module on its fused kernel, its kernel call goes to the blocked kernel (one computation serves the
+        output and the record) or, with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``
+        (chosen per forward call), to the factored kernel. Masked layers (relative position bias) always take the
+        blocked kernel."""
         blocked, factored = self._blocked_kernel(index), self._factored_kernel(index)
-        query_key = readout.query_key_modules is not None and not self.factored
-        beside = {"active": False}
 
-        def kernel_for(args: tuple) -> Optional[Callable[..., torch.Tensor]]:
+        def kernel_for(args: tuple) -> Callable[..., torch.Tensor]:
             batch, num_tokens = args[0].shape[:2]
-            probs_bytes = batch * module.num_heads * num_tokens * num_tokens * 4
-            long = num_tokens > BLOCKED_MAX_TOKENS or (self.factored and probs_bytes > self.chunk_bytes)
-            beside["active"] = long and query_key
-            if not long:
-                return blocked
-            if self.factored:
-                return factored
-            return None if query_key else blocked
+            dense_bytes = len(self._modules) * batch * num_tokens * num_tokens * self.dtype.itemsize
+            return factored if self.factored and dense_bytes > self.chunk_bytes else blocked
 
         self._attach_kernel_swap(module, kernel_for)
-        if query_key:
-            self._attach_query_key(self._records, index, module, readout, self.head_fusion,
-                                   active=lambda: beside["active"])
 
     def _store(self, records: list[Optional[torch.Tensor]], index: int, shape: tuple[int, int, int, int],
                rows: Callable[[slice], torch.Tensor], device: torch.device, head_fusion: Optional[str]) -> None:
@@ -211,8 +190,7 @@ class AttentionRecorder:
         records[index] = out
 
     def _attach_query_key(self, records: list[Optional[torch.Tensor]], index: int, module: nn.Module,
-                          readout: AttentionReadout, head_fusion: Optional[str],
-                          active: Callable[[], bool] = lambda: True) -> None:
+                          readout: AttentionReadout, head_fusion: Optional[str]) -> None:
         q_module, k_module = (module.get_submodule(name) for name in readout.query_key_modules)
         state: dict[str, Optional[torch.Tensor]] = {}
         scale = getattr(module, readout.scale_attr)
@@ -226,8 +204,6 @@ class AttentionRecorder:
 
         def record(_module: nn.Module, _args: tuple, k: torch.Tensor) -> None:
             q, mask = state.pop("q"), state.pop("mask", None)
-            if not active():
-                return
             shape = (*q.shape[:3], k.shape[2])
             with torch.no_grad():
                 self._store(
@@ -274,15 +250,13 @@ class AttentionRecorder:
         return attention
 
     def _attach_kernel_swap(self, module: nn.Module,
-                            kernel_for: Callable[[tuple], Optional[Callable[..., torch.Tensor]]]) -> None:
-        """For each forward call of ``module``, ``kernel_for(args)`` picks the kernel (or None: the model's own) that
-        its ``scaled_dot_product_attention`` call goes to, as ``kernel(q, k, v, attn_mask, scale) -> output``."""
+                            kernel_for: Callable[[tuple], Callable[..., torch.Tensor]]) -> None:
+        """For each forward call of ``module``, ``kernel_for(args)`` picks the kernel that its
+        ``scaled_dot_product_attention`` call goes to, as ``kernel(q, k, v, attn_mask, scale) -> output``."""
         swap = AttentionKernelSwap()
 
         def start(_module: nn.Module, args: tuple) -> None:
             kernel = kernel_for(args)
-            if kernel is None:
-                return
 
             def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                           dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
