@@ -10,8 +10,9 @@ Each registered module type says which ways it supports:
   (gradient methods), hook the dropout module that receives the probabilities (``softmax → attn_drop → @ v``),
   switching ``fused_attn`` off while recording. CaiT's talking heads, which mix logits across heads, only have
   this path.
-* **query/key** – for a module without a probabilities module (the attention-pooling head), hook the modules whose outputs are the final queries and keys (B, H, N, D) and compute
-  ``softmax(q kᵀ · scale)`` beside the model, in query blocks.
+* **query/key** – for a module without a probabilities module (the attention-pooling head), hook the modules
+  whose outputs are the final queries and keys (B, H, N, D) and compute ``softmax(q kᵀ · scale)`` beside the
+  model, in query blocks.
 
 Adding a module type is one :class:`AttentionReadout` entry in :data:`READOUTS`.
 """

@@ -57,10 +57,10 @@ class AttentionRecorder:
     dtype : torch.dtype
         Storage precision of the recorded maps (fusion itself runs in the model's precision).
     chunk_bytes : int, optional
-        Attention memory budget (default :data:`DEFAULT_CHUNK_BYTES`). Per-head probabilities (B, H, Q, N) are materialised in query blocks within it.
-        Modules on their fused kernel have that kernel call replaced by a blocked kernel, which computes the
-        model's output and the record in one pass; modules already on their unfused path, and ``keep_graph``,
-        hook the model's own probabilities.
+        Attention memory budget (default :data:`DEFAULT_CHUNK_BYTES`): per-head probabilities (B, H, Q, N) are
+        materialised in query blocks within it. Modules on their fused kernel have that kernel call replaced by a
+        blocked kernel, which computes the model's output and the record in one pass; modules already on their
+        unfused path, and ``keep_graph``, hook the model's own probabilities.
     factored : bool
         When the head-fused maps of all layers (L·B·N² values) would exceed ``chunk_bytes``, record each layer
         as a :class:`~vitroll.capture.factored.FactoredAttention` instead (queries, keys and row
@@ -157,9 +157,9 @@ class AttentionRecorder:
         elif self.keep_graph or not fused:
             self._attach_unfused(index, module, readout)
         else:
-            self._attach_fused(index, module, readout)
+            self._attach_fused(index, module)
 
-    def _attach_fused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+    def _attach_fused(self, index: int, module: nn.Module) -> None:
         """For a module on its fused kernel, its kernel call goes to the blocked kernel (one computation serves the
         output and the record) or, with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``
         (chosen per forward call), to the factored kernel. Masked layers (relative position bias) always take the

@@ -53,7 +53,9 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--start-layer", type=int, help="first layer included in rollout / chefer (default 0)")
     group.add_argument("--target-class", type=int, help="class explained by gradient methods (default: the prediction)")
     group.add_argument("--max-attention-memory", type=float, metavar="MiB",
-                       help="bound on per-head attention computed at once while recording (default 256 MiB)")
+                       help="attention memory budget while recording: per-head probabilities are computed in blocks "
+                            "within it, and rollout keeps layers factored once all layers' maps would exceed it "
+                            "(default 1024 MiB)")
 
 
 def method_options_from_args(args: argparse.Namespace) -> dict[str, object]:

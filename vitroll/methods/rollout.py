@@ -159,10 +159,9 @@ def rollout(
     dtype : torch.dtype
         Storage precision of the recorded attention; the chain is computed in float32.
     max_attention_memory : int, optional
-        Bytes of per-head probabilities computed at once (query chunks); see :func:`record_attention`. With the
-        head mean and no discarding, layers whose per-head probabilities exceed it, and sequences beyond
-        :data:`~vitroll.capture.recorder.BLOCKED_MAX_TOKENS`, are rolled out from factored attention instead,
-        which never materialises an N×N map.
+        Attention memory budget in bytes; see :func:`record_attention`. With the head mean and no discarding,
+        when the head-fused maps of all layers (L·B·N²·4 bytes) would exceed it, the rollout is computed from
+        factored attention instead, which never materialises an N×N map.
 
     Returns
     -------
