@@ -4,7 +4,10 @@ import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# one core per pytest-xdist worker: oversubscribed OpenMP threads spin against each other in loops of small
+# operations (a 2 s test took 128 s with two 2-thread workers on 2 cores)
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 
 @pytest.fixture(autouse=True)
