@@ -130,7 +130,7 @@ def test_factored_and_dense_recording_give_the_same_rollout_and_logits(case, lon
     torch.testing.assert_close(rollout_vector(factors, layout), rollout_vector(dense, layout), atol=1e-6, rtol=1e-5)
 
 
-def test_short_sequences_stay_on_the_unfused_path(case):
+def test_within_the_budget_the_records_stay_dense(case):
     model, images, _ = case
     attentions, _, _ = record_attention(model, images, factored=True)
     assert all(isinstance(a, torch.Tensor) for a in attentions)
