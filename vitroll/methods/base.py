@@ -117,8 +117,8 @@ def record_attention(
     logits : Tensor, shape (B, num_classes)
     """
     images = prepare_images(model, images)
-    budget = {"chunk_bytes": max_attention_memory} if max_attention_memory else {}
-    recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored, **budget)
+    recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,
+                                 chunk_bytes=max_attention_memory or None)
     with eval_mode(model), torch.no_grad(), recorder:
         logits = model(images)
         return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits
