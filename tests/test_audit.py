@@ -98,7 +98,7 @@ def png_chunks(data: bytes) -> list[str]:
 # --- (a) no identifier anywhere ---------------------------------------------------------------------------------------
 
 def test_no_identifier_in_any_output_file(audited):
-    assert audited["code"] == 0, audited["stderr"]
+    assert audited["code"] == 3, audited["stderr"]  # three files gave no image
     files = [p for p in audited["out"].rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"report.html", "report.csv", "report.json"}
     assert len([p for p in files if p.suffix == ".png"]) == 5  # 3 single-frame files + 2 frames
@@ -126,7 +126,7 @@ def test_keep_ids_is_opt_in_and_warns(tmp_path, checkpoint):
     inputs = write_inputs(tmp_path / "in")
     code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint[0]),
                               "--keep-ids", "--salt", "s3cret", *MODEL)
-    assert code == 0
+    assert code == 3
     assert "warning: --keep-ids" in stderr and "NOT de-identified" in stderr
     csv_text = (tmp_path / "out" / "report.csv").read_text()
     assert FAKE_IDS["PatientID"] in csv_text  # the check above would catch identifiers if they were written
@@ -153,7 +153,7 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
         out = tmp_path / workers
         code, _, _ = run_cli("audit", str(audited["inputs"]), "--out", str(out), "--checkpoint", str(checkpoint[0]),
                              "--salt", "pepper", "--workers", workers, "--batch-size", "3", *MODEL)
-        assert code == 0
+        assert code == 3
         cases = json.loads((out / "report.json").read_text())["cases"]
         reports.append({row["case"]: (row["status"], row["reason"], row["outside_body"], row["probability"])
                         for row in cases})
@@ -164,16 +164,26 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
 
 def test_unreadable_files_become_rows_with_reasons(audited):
+    """Each unreadable file is labelled by its number in the input list sorted as the report says (code points)."""
     rows = audited["json"]["cases"]
-    errors = [row for row in rows if row["status"] == "error"]
-    reasons = sorted(row["reason"] for row in errors)
-    assert len(errors) == 3, reasons
-    assert any("cannot decode pixel data" in r for r in reasons)  # truncated
-    assert any("no PixelData" in r for r in reasons)
-    assert any("cannot decode compressed pixel data" in r and "JPEG Baseline" in r for r in reasons)
-    assert len([row for row in rows if row["status"] != "error"]) == 5
+    names = sorted(path.name for path in audited["inputs"].iterdir())
+    reasons = {names[row["input"] - 1]: row["reason"] for row in rows if row["status"] == "error"}
+    assert sorted(reasons) == ["Grandvale_corrupt.dcm", "jpeg.dcm", "nopixels.dcm"]
+    assert reasons["Grandvale_corrupt.dcm"].startswith(
+        "The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian (UID 1.2.840.10008.1.2.1); "
+        "pydicom said: The number of bytes of pixel data is less than expected")
+    assert reasons["nopixels.dcm"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is "
+                                       "no image to explain.")
+    assert reasons["jpeg.dcm"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline "
+                                          "(Process 1) (UID 1.2.840.10008.1.2.4.50); pydicom said: ")
+    assert all(reason.endswith(".") and "\n" not in reason for reason in reasons.values())
+    images = [row for row in rows if row["status"] != "error"]
+    assert len(images) == 5 and {names[row["input"] - 1] for row in images} == set(names) - set(reasons)
+    for number, reason in ((names.index(name) + 1, reason) for name, reason in reasons.items()):
+        assert f"vitroll: unreadable: file {number} (case-" in audited["stderr"]
     assert audited["stderr"].count("vitroll: unreadable:") == 3
     assert "3 files could not be read" in audited["json"]["summary"][0]["text"]
+    assert audited["json"]["settings"]["input_order"].startswith("Files are numbered from 1 in this order")
 
 
 def test_measured_rows_carry_groups_metrics_and_predictions(audited):
@@ -220,7 +230,8 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     assert any(tag == "script" for tag, _ in parser.tags) and any(tag == "table" for tag, _ in parser.tags)
     for sentence in audited["json"]["summary"]:
         assert sentence["text"] in text
-    assert "The audit covers 5 images from 7 files in 1 study; 3 files could not be read." in text
+    assert ("The audit covers 5 images from 7 files in 1 study; 3 files could not be read (listed by number in the "
+            "input list).") in text
     links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
     assert links and set(links) <= parser.ids  # every summary link lands on a case or a section
     rows = [attrs for tag, attrs in parser.tags if tag == "tr" and attrs.get("id", "").startswith("case-")]

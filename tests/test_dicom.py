@@ -13,7 +13,7 @@ pytest.importorskip("pydicom", minversion="3.0")
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.errors import ImageReadError
 from vitroll.io.dicom import (
-    SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom, safe_metadata, salted_key,
+    NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom, safe_metadata, salted_key,
 )
 
 # Hounsfield values stored as signed 16-bit with RescaleIntercept -1024 (stored = HU + 1024).
@@ -121,10 +121,11 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
             read_any(path)
         assert "\n" not in caught.value.reason
         reasons[path.stem] = caught.value.reason
-    assert "cannot decode pixel data" in reasons["truncated"]
-    assert "no PixelData" in reasons["nopixels"]
-    assert "cannot decode compressed pixel data" in reasons["jpeg"] and "JPEG Baseline" in reasons["jpeg"]
-    assert "not a readable DICOM file" in reasons["notes"]
+    assert reasons["truncated"].startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian")
+    assert reasons["nopixels"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no "
+                                   "image to explain.")
+    assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
+    assert reasons["notes"] == NOT_DICOM_OR_IMAGE
 
 
 def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):
