@@ -368,3 +368,169 @@ def test_group_by_parsing():
 def test_thin_script_delegates_to_the_audit_command():
     script = Path(__file__).resolve().parents[1] / "scripts" / "medical_audit.py"
     assert 'main(["audit", *sys.argv[1:]])' in script.read_text()
+
+
+# --- every one of pydicom's bundled test files ------------------------------------------------------------------------
+
+def _pydicom_decodes(path: Path) -> bool:
+    """Whether pydicom itself, with the installed decoder plugins, gives the pixel array of ``path``."""
+    import warnings
+
+    import pydicom
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pydicom.dcmread(path).pixel_array
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory) -> dict:
+    """One audit (shipped testbed model, first frame only) of a folder linking every file pydicom ships for its tests."""
+    import pydicom.data
+
+    root = Path(pydicom.data.__file__).parent / "test_files"
+    folder = tmp_path_factory.mktemp("bundled") / "in"
+    for source in (Path(name) for name in pydicom.data.get_testdata_files()):
+        if source.is_file():
+            link = folder / (source.relative_to(root) if source.is_relative_to(root) else source.name)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source)
+    files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+    out = folder.parent / "out"
+    code, stdout, stderr = run_cli("audit", str(folder), "--out", str(out), "--frame", "0", "--batch-size", "16",
+                                   "--device", "cpu", "--group-by", "Modality")
+    return {"code": code, "stdout": stdout, "stderr": stderr, "files": files, "folder": folder, "out": out,
+            "json": json.loads((out / "report.json").read_text()), "csv": (out / "report.csv").read_text()}
+
+
+def test_every_bundled_file_is_a_row_and_every_file_pydicom_decodes_is_an_image(bundled):
+    """Files are numbered by their relative paths sorted in code-point order, as the report says."""
+    files, rows = bundled["files"], bundled["json"]["cases"]
+    by_file: dict[str, list[dict]] = {}
+    for row in rows:
+        by_file.setdefault(files[row["input"] - 1] if 1 <= row["input"] <= len(files) else "?", []).append(row)
+    assert sorted(by_file) == files and len(files) >= 100
+    decodable = {name for name in files if _pydicom_decodes(bundled["folder"] / name)}
+    images = {name for name, found in by_file.items() if all(row["status"] != "error" for row in found)}
+    assert decodable <= images, sorted(decodable - images)
+    assert all(len(found) == 1 for found in by_file.values())  # --frame 0: one row per file
+    unreadable = {name: found[0]["reason"] for name, found in by_file.items() if found[0]["status"] == "error"}
+    assert len(unreadable) + len(images) == len(files) and unreadable
+    print(f"{len(files)} files, {len(decodable)} decoded by pydicom, {len(images)} image rows, "
+          f"{len(unreadable)} error rows, {len(rows)} rows")
+    assert bundled["code"] == 3
+    assert bundled["json"]["summary"][0]["text"].startswith(
+        f"The audit covers {len(images)} images from {len(files)} files in ")
+
+
+def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bundled):
+    from vitroll.io.dicom import NOT_DICOM_OR_IMAGE
+
+    files = bundled["files"]
+    reasons = {files[row["input"] - 1]: row["reason"] for row in bundled["json"]["cases"] if row["status"] == "error"}
+    for name, reason in reasons.items():
+        assert reason[0].isupper() and reason.endswith(".") and "\n" not in reason and not reason.endswith(":."), reason
+        assert Path(name).name not in reason and "test_files" not in reason
+    # the four files that had no row at all before: no 'DICM' preamble
+    assert reasons["rtstruct.dcm"] == ("This DICOM file (RT Structure Set Storage) has no PixelData, so there is no "
+                                       "image to explain.")
+    for name in ("ExplVR_LitEndNoMeta.dcm", "ExplVR_BigEndNoMeta.dcm"):
+        assert reasons[name] == "This DICOM file (RT Ion Plan Storage) has no PixelData, so there is no image to explain."
+    assert reasons["no_meta.dcm"] == NOT_DICOM_OR_IMAGE  # one stray byte before its first element
+    assert reasons["README.txt"] == NOT_DICOM_OR_IMAGE
+    assert reasons["JPEG-lossy.dcm"].startswith(
+        "The compressed pixel data cannot be decoded: transfer syntax JPEG Extended (Process 2 and 4) "
+        "(UID 1.2.840.10008.1.2.4.51); pydicom said: Unable to decode as exceptions were raised by all available "
+        "plugins: gdcm: ")
+    assert reasons["JPEG-lossy.dcm"].endswith(
+        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
+        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")
+    stderr = bundled["stderr"]
+    number = files.index("rtstruct.dcm") + 1
+    assert f"vitroll: unreadable: file {number} (case-" in stderr and stderr.count("vitroll: unreadable:") == len(reasons)
+
+
+def test_ultrasound_and_colour_captures_are_not_measured_against_a_body_outline(bundled):
+    files, rows = bundled["files"], bundled["json"]["cases"]
+    ultrasound = [row for row in rows if row["Modality"] == "US"]
+    names = {files[row["input"] - 1] for row in ultrasound}
+    assert {"examples_palette.dcm", "examples_ybr_color.dcm", "examples_rgb_color.dcm", "examples_jpeg2k.dcm"} <= names
+    for row in ultrasound:
+        assert row["outside_body"] is None and not row["flagged"] and row["status"] == "ok"
+        assert row["not_measured"] == ("outside_body: not measured: the body outline does not apply to ultrasound "
+                                       "(Modality US); pass --body-masks to measure it")
+        assert row["border"] is not None
+    colour_ot = [row for row in rows if row["Modality"] == "OT" and row["not_measured"]]
+    assert colour_ot and all("a colour image with Modality OT" in row["not_measured"] for row in colour_ot)
+    measured = [row for row in rows if row["status"] != "error" and not row["not_measured"]]
+    assert measured and all(row["outside_body"] is not None for row in measured)
+    summary = [sentence["text"] for sentence in bundled["json"]["summary"]]
+    assert (f"For {len(ultrasound)} of {len(measured) + len([r for r in rows if r['not_measured']])} images "
+            in " ".join(summary))
+    flagged = sum(bool(row["flagged"]) for row in rows)
+    assert any(text.startswith(f"In {flagged} of {len(measured)} measured images") for text in summary)
+
+
+def test_a_body_mask_given_for_an_ultrasound_image_is_measured(tmp_path):
+    from pydicom.data import get_testdata_file
+
+    from vitroll.models import load_model
+
+    source = Path(get_testdata_file("examples_palette.dcm"))
+    (tmp_path / "masks").mkdir()
+    mask = np.zeros((64, 64), np.uint8)
+    mask[16:48, 16:48] = 255
+    Image.fromarray(mask).save(tmp_path / "masks" / "examples_palette.png")
+    report = run_audit([source], load_model("vitroll-shapes"), out_dir=tmp_path / "out", settings=ExplainSettings(),
+                       options=AuditOptions(body_masks=MaskSource(tmp_path / "masks"), salt="x"))
+    (row,) = report.images
+    assert row.metadata["Modality"] == "US" and not row.not_measured
+    assert 0.0 <= row.metrics["outside_body"] <= 1.0
+
+
+# --- provenance -------------------------------------------------------------------------------------------------------
+
+def test_report_names_the_shipped_model_and_the_sha256_of_its_weights(bundled):
+    import hashlib
+
+    from vitroll import __version__
+    from vitroll.testbed.model import WEIGHTS
+
+    settings = bundled["json"]["settings"]
+    digest = hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+    assert (settings["model"], settings["weights"], settings["weights_sha256"]) == ("vitroll-shapes", "testbed", digest)
+    assert settings["vitroll_version"] == __version__ and settings["method"] == "rollout"
+    assert settings["random_weights"] is False
+    header, first = bundled["csv"].splitlines()[:2]
+    assert header.endswith(",model,weights,weights_sha256,method,vitroll_version")
+    assert first.endswith(f",vitroll-shapes,testbed,{digest},rollout,{__version__}")
+    html = (bundled["out"] / "report.html").read_text()
+    assert "random-weights" not in html and f"SHA-256 {digest}" in html
+
+
+def test_checkpoint_provenance_is_its_sha256(audited, checkpoint):
+    import hashlib
+
+    settings = audited["json"]["settings"]
+    digest = hashlib.sha256(checkpoint[0].read_bytes()).hexdigest()
+    assert (settings["model"], settings["weights"], settings["weights_sha256"]) == ("test_vit", "checkpoint", digest)
+    assert settings["weights_description"] == "checkpoint file model.safetensors"
+    assert f"SHA-256 {digest}" in (audited["out"] / "report.html").read_text()
+
+
+def test_random_weights_get_a_banner_in_every_report_file(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "one.dcm", body_phantom())
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), *MODEL)
+    assert code == 0 and "test_vit has random weights" in stderr
+    settings = json.loads((tmp_path / "out" / "report.json").read_text())["settings"]
+    assert settings["random_weights"] is True and settings["weights"] == "random" and settings["weights_sha256"] is None
+    assert ",test_vit,random,,rollout," in (tmp_path / "out" / "report.csv").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained or '
+            "--checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>") in html

@@ -20,13 +20,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from vitroll.errors import ImageReadError
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
 
 DICOM_MAGIC_OFFSET = 128
 DICOM_MAGIC = b"DICM"
@@ -217,7 +221,7 @@ NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-
                       "at its start) nor an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM).")
 
 
-def _read_dataset(path: Path) -> object:
+def _read_dataset(path: Path) -> "Dataset":
     """The pydicom dataset of ``path``: Part 10 first, then a preamble-less data set (its encoding kept as its
     transfer syntax so that native pixel data decodes)."""
     import pydicom
@@ -228,8 +232,10 @@ def _read_dataset(path: Path) -> object:
         return pydicom.dcmread(path)
     except InvalidDicomError:
         pass
-    dataset = pydicom.dcmread(path, force=True)
-    first = next(iter(dataset), None)
+    with warnings.catch_warnings():  # probing: a text file's bytes read as tags warn for every "element"
+        warnings.simplefilter("ignore")
+        dataset = pydicom.dcmread(path, force=True)
+        first = next(iter(dataset), None)
     if first is None or first.tag.group not in PREAMBLE_LESS_GROUPS:
         raise ImageReadError(path, NOT_DICOM_OR_IMAGE)
     if "TransferSyntaxUID" not in dataset.file_meta:
@@ -239,7 +245,7 @@ def _read_dataset(path: Path) -> object:
     return dataset
 
 
-def _sop_class_name(dataset: object) -> str:
+def _sop_class_name(dataset: "Dataset") -> str:
     uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
     return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
 
@@ -266,7 +272,7 @@ def decoder_advice(uid: object) -> str:
         for plugin, need in ((pair[0], pair[1] if len(pair) > 1 else "") for pair in wanted))
 
 
-def decode_failure(dataset: object, error: BaseException) -> str:
+def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might."""
     uid = getattr(getattr(dataset, "file_meta", None), "TransferSyntaxUID", None)
     if uid is None:
