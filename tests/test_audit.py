@@ -25,6 +25,7 @@ from vitroll.audit.metrics import (
 from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
 from vitroll.cli import main
 from vitroll.methods import METHODS, Saliency
+from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
 
 MODEL = ["--model", "test_vit", "--img-size", "64", "--device", "cpu", "--crop-mode", "squash", "--crop-pct", "1"]
@@ -280,6 +281,8 @@ def test_off_anatomy_shortcut_is_flagged_and_named(tmp_path, shortcut_methods):
             "scanner model (Scanner 3000), which supplied 3 of all 4 images.") in said
     assert any("burned-in annotations" in s for s in said)
     assert any("In none of the 4 images does more than half" in s for s in (x.text for x in centre.sentences()))
+    assert corner.provenance == ModelProvenance("test_vit", "not stated", "not stated by the caller")
+    assert 'id="unstated-weights"' in (tmp_path / "corner" / "report.html").read_text()
     flagged_sentence = next(s for s in corner.sentences() if "outside the body" in s.text)
     assert sorted(flagged_sentence.cases) == sorted(row.case for row in corner.images)
 
@@ -321,6 +324,20 @@ def test_body_mask_fills_holes_and_ignores_markers():
     markers = annotation_mask(image, body)
     assert markers[3, 4] and not markers[32, 32] and not markers[32, 12]
     assert body_mask(np.full((8, 8), 7, np.uint8)).all()
+
+
+def test_the_body_outline_rule_by_modality_and_colour():
+    from vitroll.audit.metrics import body_outline_exemption
+
+    for modality, colour in (("CT", False), ("CT", True), ("PT", True), ("OT", False), ("unknown", False), ("", False)):
+        assert body_outline_exemption(modality, colour) is None, (modality, colour)
+    assert body_outline_exemption("us", False) == ("not measured: the body outline does not apply to ultrasound "
+                                                   "(Modality US); pass --body-masks to measure it")
+    assert "endoscopy (Modality ES)" in body_outline_exemption("ES", True)
+    assert body_outline_exemption("unknown", True) == (
+        "not measured: a colour image with no Modality (a photograph, screen capture or rendering) has no body "
+        "outline to threshold; pass --body-masks to measure it")
+    assert "a colour image with Modality OT" in body_outline_exemption("OT", True)
 
 
 def test_fractions_and_roi_metrics_by_hand():

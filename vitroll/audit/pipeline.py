@@ -150,7 +150,8 @@ def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
         for root, folders, files in os.walk(path):
             folders[:] = [name for name in folders if not name.startswith(".")]
             below += [Path(root, name) for name in files if not name.startswith(".")]
-        found += sorted((p for p in below if p.is_file() or p.is_symlink()), key=lambda p: p.relative_to(path).as_posix())
+        files_below = (p for p in below if p.is_file() or p.is_symlink())  # no FIFOs, sockets, devices
+        found += sorted(files_below, key=lambda p: p.relative_to(path).as_posix())
     return found
 
 

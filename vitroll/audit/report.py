@@ -197,7 +197,8 @@ th{background:#eef;cursor:pointer;user-select:none;position:sticky;top:0}th.sort
 tr.flagged td{background:#fdecea}td.num{text-align:right;font-variant-numeric:tabular-nums}
 :target td{outline:2px solid #e67e22}img.thumb{display:block;max-width:192px}
 .legend{font-size:.85em;color:#555}td.not-measured{color:#777;font-style:italic}
-.banner{background:#c0392b;color:#fff;font-weight:bold;padding:.6em .8em;font-size:1.1em}.phi{font-size:.85em;color:#555;border-left:3px solid #4a7ab5;padding-left:.6em}
+.banner{background:#c0392b;color:#fff;font-weight:bold;padding:.6em .8em;font-size:1.1em}
+.phi{font-size:.85em;color:#555;border-left:3px solid #4a7ab5;padding-left:.6em}
 """
 
 _SORTER = """
@@ -285,7 +286,8 @@ def _errors_html(report: AuditReport) -> str:
     if not report.errors:
         return "<p>Every file was read.</p>"
     extra = "<th>file</th>" if report.options.keep_ids else ""
-    rows = "".join(f'<tr id="{_e(row.case)}">' + _num_cell(row.input_number, 0) + f"<td>{_e(row.case)}</td><td>{_e(row.error)}</td>"
+    rows = "".join(f'<tr id="{_e(row.case)}">' + _num_cell(row.input_number, 0)
+                   + f"<td>{_e(row.case)}</td><td>{_e(row.error)}</td>"
                    + (f"<td>{_e(row.identifiers.get('file'))}</td>" if report.options.keep_ids else "") + "</tr>"
                    for row in report.errors)
     return (f'<p class="legend">Each file is listed by its number in the input list. {_e(INPUT_ORDER)}</p>'
@@ -301,7 +303,8 @@ def _provenance_html(report: AuditReport) -> str:
             f"<b>{_e(source.model)}</b>, weights: {_e(source.description)}{_e(digest)}.</p>")
     if source.random:
         return ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained '
-                "or --checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>" + line)
+                "or --checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>"
+                + line)
     if source.weights == "not stated":
         return ('<p class="banner" id="unstated-weights">The caller did not state where the weights came from; '
                 "check them before trusting this report.</p>" + line)

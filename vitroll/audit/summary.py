@@ -79,7 +79,8 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     said = [Sentence(
         f"The audit covers {counted(n, 'image')} from {counted(files, 'file')} in "
         f"{counted(len({row.study for row in rows}), 'study')}"
-        + (f"; {counted(len(errors), 'file')} could not be read (listed by number in the input list)." if errors else "."),
+        + (f"; {counted(len(errors), 'file')} could not be read (listed by number in the input list)."
+           if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
     if not n:
         return said
@@ -92,7 +93,8 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
         said.append(Sentence(f"In none of the {len(measured)} {'measured ' if len(measured) < n else ''}images does "
                              f"{phrase} of the saliency lie outside the body.", [], "cases"))
     elif flagged:
-        text = f"In {share(len(flagged), len(measured), 'measured images' if len(measured) < n else 'images')} {phrase} of the saliency lies outside the body"
+        noun = "measured images" if len(measured) < n else "images"
+        text = f"In {share(len(flagged), len(measured), noun)} {phrase} of the saliency lies outside the body"
         model, count = Counter(row.metadata.get("ManufacturerModelName", UNKNOWN) for row in flagged).most_common(1)[0]
         if len(flagged) >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):
             overall = sum(row.metadata.get("ManufacturerModelName") == model for row in rows)

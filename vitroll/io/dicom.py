@@ -348,6 +348,7 @@ def read_any(
 
 
 __all__ = [
-    "DicomImage", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice", "is_dicom", "parse_window", "read_any", "read_dicom",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice",
+    "is_dicom", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]
