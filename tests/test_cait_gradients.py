@@ -10,14 +10,17 @@ Chefer and grad-rollout rules of :mod:`reference`.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
 from torch import nn
 
 from vitroll import AttentionRecorder, chefer, grad_rollout
+from vitroll.cli import main
 from reference import reference_chefer, reference_grad_rollout
 
 GRID = (3, 2)
@@ -123,3 +126,14 @@ def test_gradients_need_keep_graph(tiny_cait):
     with AttentionRecorder(model) as recorder, pytest.raises(RuntimeError, match="need AttentionRecorder"):
         logits = model(images)
         recorder.gradients(logits.sum())
+
+
+@pytest.mark.parametrize("method", ["chefer", "grad_rollout"])
+def test_cait_gradient_methods_through_the_cli(tmp_path, capsys, method):
+    photo = Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg"
+    code = main(["overlay", str(photo), "--model", "cait_xxs24_224", "--img-size", "64", "--method", method,
+                 "--out", str(tmp_path)])
+    assert code == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "vitroll: note: cait_xxs24_224 has random weights (no --pretrained or --checkpoint); its maps mean nothing"]
+    assert np.asarray(Image.open(tmp_path / f"cat_{method}.png")).shape == np.asarray(Image.open(photo)).shape
