@@ -9,6 +9,7 @@ from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
 from vitroll.methods.base import eval_mode, prepare_images
+from vitroll.methods.image_batch import Images
 
 TargetClass = Union[None, int, Sequence[int], torch.Tensor]
 """``None`` (each image's predicted class), one class for the whole batch, or one per image (B,)."""
@@ -42,7 +43,7 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     return targets
 
 
-def attention_gradients(model: nn.Module, images: torch.Tensor, target_class: TargetClass = None) -> AttentionGradients:
+def attention_gradients(model: nn.Module, images: Images, target_class: TargetClass = None) -> AttentionGradients:
     """One forward and one backward pass: every layer's per-head attention and its gradient with respect to
     the logit of ``target_class``, summed over the batch (images do not interact, so each image gets its own).
     Both are in the token space of the recorded attention (:attr:`AttentionRecorder.attentions`); where a layer
