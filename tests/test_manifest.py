@@ -178,3 +178,21 @@ def test_output_names_are_safe_and_reversible(batch):
         assert input_key(name) == key
         assert not name.startswith("/") and not {"", ".", ".."} & set(name.split("/"))
         assert posixpath.normpath(posixpath.join("/out/overlays", name)).startswith("/out/overlays/")
+
+
+def test_rows_of_an_interrupted_sharded_run_never_outrank_newer_ones(tmp_path, capsys):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "img0.png").write_bytes(b"garbage")
+    image(source / "img1.png", seed=1)
+    out = tmp_path / "out"
+    assert annotate(capsys, str(source), "--out", str(out))[0] == 3
+    # as an interrupted two-rank run leaves it: img0's error row in rank 1's shard, no merged manifest
+    (out / "manifest.jsonl").rename(out / "manifest.rank1.jsonl")
+    (out / "manifest.csv").unlink()
+    image(source / "img0.png", seed=0)
+    code, line = annotate(capsys, str(source), "--out", str(out))
+    assert code == 0 and line.startswith("1 ok, 0 failed, 1 skipped")
+    rows = assert_manifest_matches_folder(out)
+    assert [(row["path"], row["status"]) for row in rows] == [("img0.png", "ok"), ("img1.png", "ok")]
+    assert not list(out.glob("manifest.rank*.jsonl"))

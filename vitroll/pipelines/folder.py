@@ -195,8 +195,9 @@ def annotate(
     with mf.OutputLock(out_dir, lock_name):
         if rank == 0:
             _remove_leftovers(out_dir)
-        latest = mf.latest_by_path(_previous_rows(out_dir)) if options.resume else {}
+            _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
         _barrier(world_size)
+        latest = mf.latest_by_path(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
         todo = [item for item in mine
                 if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns)]
         result.skipped = len(mine) - len(todo)
@@ -302,17 +303,22 @@ def _barrier(world_size: int) -> None:
         torch.distributed.barrier()
 
 
+def _compact(out_dir: Path) -> None:
+    """Fold manifest.jsonl and the rank shards into manifest.jsonl / .csv, the latest row per input, after removing
+    what redone inputs left behind (in this order: a crash in between keeps the replaced rows that name the files)."""
+    rows = _previous_rows(out_dir)
+    for output in mf.superseded_outputs(rows):
+        (out_dir / output).unlink(missing_ok=True)
+    mf.write_final(out_dir, rows)
+    for shard in mf.iter_shard_manifests(out_dir):
+        shard.unlink()
+
+
 def _merge(out_dir: Path, rank: int, world_size: int) -> None:
-    """Rank 0 (after every rank has finished) removes what redone inputs left behind, then compacts all manifests
-    into manifest.jsonl / .csv (in this order: a crash in between leaves the replaced rows that name the files)."""
+    """Rank 0 compacts the manifests once every rank has finished."""
     _barrier(world_size)
     if rank == 0:
-        rows = _previous_rows(out_dir)
-        for output in mf.superseded_outputs(rows):
-            (out_dir / output).unlink(missing_ok=True)
-        mf.write_final(out_dir, rows)
-        for shard in mf.iter_shard_manifests(out_dir):
-            shard.unlink()
+        _compact(out_dir)
     _barrier(world_size)
 
 
