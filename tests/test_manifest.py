@@ -16,6 +16,7 @@ from PIL import Image
 from manifest_check import assert_manifest_matches_folder
 from vitroll.cli import main
 from vitroll.pipelines.inputs import PARENT_MARK, ROOT_MARK, discover, output_name
+from vitroll.pipelines.manifest import superseded_outputs
 
 
 def image(path, seed: int, height: int = 40, width: int = 48, suffix_format: str = "PNG") -> None:
@@ -92,7 +93,7 @@ def test_a_symbolic_link_and_its_target_are_two_rows(tmp_path, capsys):
     assert table["link.png"]["size"] == (source / "other.bmp").stat().st_size
 
 
-def test_changed_content_is_redone_and_a_file_turned_unreadable_loses_its_outputs(tmp_path, capsys):
+def test_changed_content_or_a_lost_output_is_redone_and_an_unreadable_file_loses_its_outputs(tmp_path, capsys):
     source = tmp_path / "in"
     for index in range(3):
         image(source / f"img{index}.bmp", seed=index, suffix_format="BMP")  # same size for the same shape
@@ -120,6 +121,12 @@ def test_changed_content_is_redone_and_a_file_turned_unreadable_loses_its_output
     third = {row["path"]: row for row in assert_manifest_matches_folder(out)}
     assert third["img1.bmp"]["status"] == "error" and third["img1.bmp"]["size"] == 21
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["img0.bmp.png", "img2.bmp.png"]
+
+    # an output deleted by hand is made again, and only its input is redone
+    (out / "heatmaps" / "img2.bmp.npy").unlink()
+    code, line = annotate(capsys, str(source), "--out", str(out), "--save", "overlay,heatmap,figure")
+    assert line.startswith("1 ok, 1 failed, 1 skipped")
+    assert assert_manifest_matches_folder(out)[2]["heatmap"] == "heatmaps/img2.bmp.npy"
 
 
 def test_list_entries_outside_the_list_folder_get_safe_reversible_outputs(tmp_path, capsys):
@@ -152,6 +159,12 @@ def test_list_entries_outside_the_list_folder_get_safe_reversible_outputs(tmp_pa
         written = (out / row["overlay"]).resolve()
         assert out.resolve() in written.parents and ".." not in row["overlay"].split("/")
     assert [item.key for item in discover(listing, limit=2)] == sorted(overlays)[:2]
+
+
+def test_only_names_inside_the_output_folder_are_ever_removed():
+    replaced = {"path": "a.png", "overlay": "../../victim.png", "heatmap": "/etc/victim", "figure": "figures/a.png.png"}
+    latest = {"path": "a.png", "overlay": "overlays/a.png.png"}
+    assert superseded_outputs([replaced, latest]) == {"figures/a.png.png"}
 
 
 # normalised keys, as discover makes them: relative (maybe led by ".."), or absolute without ".."

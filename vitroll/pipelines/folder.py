@@ -199,7 +199,8 @@ def annotate(
         _barrier(world_size)
         latest = mf.latest_by_path(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
         todo = [item for item in mine
-                if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns)]
+                if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
+                                  out_dir)]
         result.skipped = len(mine) - len(todo)
         writer = mf.ManifestWriter(shard_file)
         try:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import socket
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
@@ -24,8 +24,8 @@ MANIFEST = "manifest.jsonl"
 OUTPUT_COLUMNS = ("overlay", "heatmap", "figure")
 """Row fields that name an output file, relative to the output folder."""
 CSV_COLUMNS = (
-    "path", "size", "mtime_ns", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability", "peak_x", "peak_y",
-    "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
+    "path", "size", "mtime_ns", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability",
+    "peak_x", "peak_y", "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
     "settings_hash", "vitroll_version",
 )
 
@@ -55,20 +55,27 @@ def latest_by_path(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return latest
 
 
-def is_done(row: Optional[dict[str, Any]], settings_hash: str, size: Optional[int], mtime_ns: Optional[int]) -> bool:
+def outputs_of(row: dict[str, Any]) -> list[str]:
+    """The output files a row names, relative to the output folder; a name that would leave it is not one."""
+    names = [row[column] for column in OUTPUT_COLUMNS if row.get(column)]
+    return [name for name in names if not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts]
+
+
+def is_done(row: Optional[dict[str, Any]], settings_hash: str, size: Optional[int], mtime_ns: Optional[int],
+            out_dir: Path) -> bool:
     """Whether ``row`` (an input's latest) is a success with these settings, made from content of this size and
-    modification time (``None``: the input cannot be read now)."""
+    modification time (``None``: the input cannot be read now), whose outputs are all still in ``out_dir``."""
     return (row is not None and row["status"] == "ok" and row["settings_hash"] == settings_hash
-            and size is not None and row.get("size") == size and row.get("mtime_ns") == mtime_ns)
+            and size is not None and row.get("size") == size and row.get("mtime_ns") == mtime_ns
+            and all((out_dir / name).is_file() for name in outputs_of(row)))
 
 
 def superseded_outputs(rows: Iterable[dict[str, Any]]) -> set[str]:
     """Output files named by a replaced row and by no input's latest row: what a redone input left behind (the
     outputs its new row no longer lists, or all of them when it now failed)."""
     rows = list(rows)
-    current = {row[column] for row in latest_by_path(rows).values() for column in OUTPUT_COLUMNS if row.get(column)}
-    named = {row[column] for row in rows for column in OUTPUT_COLUMNS if row.get(column)}
-    return named - current
+    current = {name for row in latest_by_path(rows).values() for name in outputs_of(row)}
+    return {name for row in rows for name in outputs_of(row)} - current
 
 
 class ManifestWriter:
