@@ -19,10 +19,10 @@ from vitroll.pipelines.inputs import PARENT_MARK, ROOT_MARK, discover, output_na
 from vitroll.pipelines.manifest import superseded_outputs
 
 
-def image(path, seed: int, height: int = 40, width: int = 48, suffix_format: str = "PNG") -> None:
+def image(path, seed: int, height: int = 40, width: int = 48, file_format: str = "PNG") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(path, format=suffix_format)
+    Image.fromarray(pixels).save(path, format=file_format)
 
 
 def annotate(capsys, *argv: str) -> tuple[int, str]:
@@ -83,7 +83,7 @@ def test_a_symbolic_link_and_its_target_are_two_rows(tmp_path, capsys):
     assert [table["link.png"][k] for k in same] == [table["target.png"][k] for k in same]  # read through the link
 
     # re-pointed to another image, the link is redone (its content changed); the target is not
-    image(source / "other.bmp", seed=3, height=24, width=30, suffix_format="BMP")
+    image(source / "other.bmp", seed=3, height=24, width=30, file_format="BMP")
     (source / "link.png").unlink()
     (source / "link.png").symlink_to("other.bmp")
     code, line = annotate(capsys, str(source), "--out", str(out), "--recursive")
@@ -96,7 +96,7 @@ def test_a_symbolic_link_and_its_target_are_two_rows(tmp_path, capsys):
 def test_changed_content_or_a_lost_output_is_redone_and_an_unreadable_file_loses_its_outputs(tmp_path, capsys):
     source = tmp_path / "in"
     for index in range(3):
-        image(source / f"img{index}.bmp", seed=index, suffix_format="BMP")  # same size for the same shape
+        image(source / f"img{index}.bmp", seed=index, file_format="BMP")  # same size for the same shape
     out = tmp_path / "out"
     assert annotate(capsys, str(source), "--out", str(out), "--save", "overlay,heatmap,figure")[0] == 0
     first = {row["path"]: row for row in assert_manifest_matches_folder(out)}
@@ -104,7 +104,7 @@ def test_changed_content_or_a_lost_output_is_redone_and_an_unreadable_file_loses
     # the same number of bytes, other pixels: only the modification time tells
     changed = source / "img1.bmp"
     stamp = changed.stat()
-    image(changed, seed=11, suffix_format="BMP")
+    image(changed, seed=11, file_format="BMP")
     os.utime(changed, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))
     assert changed.stat().st_size == stamp.st_size
     code, line = annotate(capsys, str(source), "--out", str(out), "--save", "overlay,heatmap,figure")
@@ -142,23 +142,21 @@ def test_list_entries_outside_the_list_folder_get_safe_reversible_outputs(tmp_pa
     out = tmp_path / "out"
 
     code, line = annotate(capsys, str(listing), "--out", str(out))
-    assert code == 0 and line.startswith("4 ok, 0 failed, 0 skipped")  # a path listed three ways is one input
+    assert code == 0 and line.startswith("4 ok, 0 failed, 0 skipped")  # inside.png, listed four ways, is one input
     rows = assert_manifest_matches_folder(out)
-    assert [row["path"] for row in rows] == sorted(["../x.png", absolute, "@up/x.png", "inside.png"])
-    overlays = {row["path"]: row["overlay"] for row in rows}
-    assert overlays == {
+    files = {"../x.png": tmp_path / "x.png", "@up/x.png": lists / "@up" / "x.png", "inside.png": lists / "inside.png",
+             absolute: tmp_path / "other" / "y.png"}
+    assert [row["path"] for row in rows] == sorted(files)
+    assert {row["path"]: row["overlay"] for row in rows} == {
         "../x.png": "overlays/@up/x.png.png",
         "@up/x.png": "overlays/@@up/x.png.png",
         "inside.png": "overlays/inside.png.png",
         absolute: f"overlays/{ROOT_MARK}{absolute}.png",
     }
     for row in rows:
-        assert os.path.samefile(lists / row["path"], {"../x.png": tmp_path / "x.png", absolute: absolute,
-                                                      "@up/x.png": lists / "@up" / "x.png",
-                                                      "inside.png": lists / "inside.png"}[row["path"]])
-        written = (out / row["overlay"]).resolve()
-        assert out.resolve() in written.parents and ".." not in row["overlay"].split("/")
-    assert [item.key for item in discover(listing, limit=2)] == sorted(overlays)[:2]
+        assert os.path.samefile(lists / row["path"], files[row["path"]])  # the key joined to the list's folder
+        assert out.resolve() in (out / row["overlay"]).resolve().parents and ".." not in row["overlay"].split("/")
+    assert [item.key for item in discover(listing, limit=2)] == sorted(files)[:2]
 
 
 def test_only_names_inside_the_output_folder_are_ever_removed():
