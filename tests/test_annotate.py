@@ -16,6 +16,7 @@ from PIL import Image
 from vitroll.cli import main
 from vitroll.pipelines import folder
 from vitroll.pipelines.inputs import discover
+from manifest_check import assert_manifest_matches_folder
 
 GOOD = ["a/x.png", "b/x.png", "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
 BAD = {"empty.jpg": "empty file", "truncated.jpg": "corrupt or truncated", "text.jpg": "not an image"}
@@ -60,16 +61,17 @@ def test_every_input_gets_a_row_and_every_good_image_its_outputs(messy, tmp_path
     out = tmp_path / "out"
     code = annotate(str(messy), "--out", str(out), "--recursive", "--save", "overlay,heatmap,figure")
     assert code == folder.EXIT_SOME_FAILED == 3
-    table = {row["path"]: row for row in rows(out)}
+    table = {row["path"]: row for row in assert_manifest_matches_folder(out)}
     assert sorted(table) == sorted(GOOD + list(BAD))
     for path in GOOD:
         row = table[path]
         assert row["status"] == "ok", row
-        stem = path.rsplit(".", 1)[0]
-        overlay = np.asarray(Image.open(out / "overlays" / f"{stem}.png"))
+        assert (row["overlay"], row["heatmap"], row["figure"]) == (f"overlays/{path}.png", f"heatmaps/{path}.npy",
+                                                                   f"figures/{path}.png")
+        overlay = np.asarray(Image.open(out / row["overlay"]))
         assert overlay.shape[:2] == (row["height"], row["width"])
-        assert np.load(out / "heatmaps" / f"{stem}.npy").dtype == np.float16
-        assert (out / "figures" / f"{stem}.png").is_file()
+        assert np.load(out / row["heatmap"]).dtype == np.float16
+        assert row["size"] == (messy / path).stat().st_size and row["mtime_ns"] == (messy / path).stat().st_mtime_ns
         assert 0 <= row["peak_x"] < row["width"] and 0 <= row["peak_y"] < row["height"]
         assert len(row["key_patches"]) == 5 and row["top1_name"] in ("square", "disk", "triangle", "cross")
     assert table["rotated.jpg"]["width"] == 40 and table["rotated.jpg"]["height"] == 60  # EXIF applied
@@ -104,8 +106,8 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
 
     monkeypatch.setattr(folder, "explain_batch", real)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
-    final = rows(out)
-    assert sorted(r["path"] for r in final) == sorted(GOOD + list(BAD))  # one row per input
+    final = assert_manifest_matches_folder(out)
+    assert [r["path"] for r in final] == sorted(GOOD + list(BAD))  # one row per input
     ok_before = len([r for r in first if r["status"] == "ok"])
     assert f"{len(GOOD) - ok_before} ok, 3 failed, {ok_before} skipped" in capsys.readouterr().out
     assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp"))
@@ -141,27 +143,28 @@ def test_list_file_input_and_limit(messy, tmp_path):
     listing = tmp_path / "inputs.csv"
     listing.write_text("path,label\nin/a/x.png,1\nin/b/x.png,2\nin/text.jpg,3\n")
     items = discover(listing)
-    assert [i.relative for i in items] == ["in/a/x.png", "in/b/x.png", "in/text.jpg"]
-    assert [i.relative for i in discover(listing, limit=2)] == ["in/a/x.png", "in/b/x.png"]
+    assert [i.key for i in items] == ["in/a/x.png", "in/b/x.png", "in/text.jpg"]
+    assert [i.key for i in discover(listing, limit=2)] == ["in/a/x.png", "in/b/x.png"]
     out = tmp_path / "out"
     assert annotate(str(listing), "--out", str(out)) == 3
-    assert (out / "overlays" / "in" / "a" / "x.png").is_file() and (out / "overlays" / "in" / "b" / "x.png").is_file()
+    assert [r.get("overlay") for r in assert_manifest_matches_folder(out)] == ["overlays/in/a/x.png.png",
+                                                                          "overlays/in/b/x.png.png", None]
 
 
 def test_outputs_inside_the_input_folder_are_not_inputs_next_time(messy, tmp_path):
     out = messy / "annotated"
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
-    assert not any(r["path"].startswith("annotated/") for r in rows(out))
+    assert not any(r["path"].startswith("annotated/") for r in assert_manifest_matches_folder(out))
     (messy / ".hidden.png").write_bytes(b"")
-    assert ".hidden.png" not in [i.relative for i in discover(messy)]
+    assert ".hidden.png" not in [i.key for i in discover(messy)]
 
 
 def test_same_stem_different_suffix_do_not_collide(tmp_path):
     (tmp_path / "p.png").write_bytes(b"")
     (tmp_path / "p.jpg").write_bytes(b"")
     (tmp_path / "q.png").write_bytes(b"")
-    assert [i.output_stem for i in discover(tmp_path)] == ["p.jpg", "p.png", "q"]
+    assert [i.output_name for i in discover(tmp_path)] == ["p.jpg", "p.png", "q.png"]
 
 
 def test_method_disagreement_is_recorded_per_image(messy, tmp_path):
@@ -197,8 +200,8 @@ def test_two_gloo_ranks_cover_every_input_exactly_once(tmp_path):
         Image.fromarray(rgb(seed=index)).save(source / f"img{index}.png")
     out = tmp_path / "out"
     torch.multiprocessing.spawn(_shard_worker, args=(2, str(source), str(out), str(tmp_path / "init")), nprocs=2)
-    final = rows(out)
-    assert sorted(r["path"] for r in final) == [f"img{i}.png" for i in range(9)]
+    final = assert_manifest_matches_folder(out)
+    assert [r["path"] for r in final] == [f"img{i}.png" for i in range(9)]
     assert all(r["status"] == "ok" for r in final)
     assert not list(out.glob("manifest.rank*.jsonl"))
     assert folder.shard_of(list(range(9)), 0, 2) == [0, 2, 4, 6, 8]

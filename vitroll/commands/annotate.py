@@ -1,7 +1,9 @@
 """``vitroll annotate INPUT --out DIR``: explain a whole folder (or a list of image paths) in batches.
 
-Outputs mirror the input tree (OUT/overlays/a/b.png, OUT/heatmaps/a/b.npy as float16 grid maps,
-OUT/figures/a/b.png); OUT/manifest.jsonl and manifest.csv hold one row per input. Runs resume by default.
+Outputs are named by the input's path (OUT/overlays/a/b.jpg.png, OUT/heatmaps/a/b.jpg.npy as float16 grid maps,
+OUT/figures/a/b.jpg.png; list entries outside the list's folder under @up/ and @root/); OUT/manifest.jsonl and
+manifest.csv hold one row per input path. Runs resume by default; a changed input is redone; --limit and
+--overwrite touch only the first N inputs and keep the other rows.
 Exit status: 0 all ok, 3 some inputs failed (listed in the manifest), 2 usage error, 130 interrupted.
 Under ``torchrun --nproc_per_node=K`` the inputs are sharded by rank."""
 

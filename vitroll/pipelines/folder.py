@@ -6,7 +6,8 @@ critical path, and keep a manifest that makes the run resumable.
 
 So a crash or Ctrl-C loses at most the batches in flight, and their files are either complete or absent. Under
 ``torchrun`` every rank takes every K-th input of the sorted list, writes its own manifest shard, and rank 0
-merges the shards at the end.
+merges the shards at the end. A run touches only its own inputs (the first ``limit``): the rows of the others stay,
+and a redone input's new row replaces its old one, whose outputs that the new row no longer lists are removed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png
 from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover, ignore_interrupts
 from vitroll.preprocess import Preprocessing
 
-SAVE_KINDS = ("overlay", "heatmap", "figure")
+SAVE_KINDS = mf.OUTPUT_COLUMNS
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 EXIT_SOME_FAILED = 3
 """Exit status of a run in which some inputs could not be processed (2 is a usage error, 130 an interrupt)."""
@@ -115,11 +116,11 @@ class _Annotator:
                        "vitroll_version": __version__}
 
     def error_row(self, item: InputItem, message: str) -> dict[str, Any]:
-        return {"path": item.relative, "status": "error", "error": message.splitlines()[0], **self.common}
+        return {**_identity(item), "status": "error", "error": message.splitlines()[0], **self.common}
 
     def output_path(self, kind: str, item: InputItem) -> Path:
         suffix = ".npy" if kind == "heatmap" else ".png"
-        return self.out_dir / f"{kind}s" / f"{item.output_stem}{suffix}"
+        return self.out_dir / f"{kind}s" / f"{item.output_name}{suffix}"
 
     def finish(self, item: InputItem, image: torch.Tensor, grid_map: np.ndarray, geometry, probabilities,
                other_map: Optional[np.ndarray] = None) -> dict[str, Any]:
@@ -150,7 +151,7 @@ class _Annotator:
             agreement = float(rank_correlation(grid_map, other_map)[0])
             outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
         return {
-            "path": item.relative, "status": "ok", "error": "", "width": geometry.original_hw[1],
+            **_identity(item), "status": "ok", "error": "", "width": geometry.original_hw[1],
             "height": geometry.original_hw[0], "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
             "top1_probability": round(top[2], 6) if top else None, "peak_x": stats["peak_col"], "peak_y": stats["peak_row"],
             "entropy": round(stats["entropy"], 6), "top10_mass": round(stats["top_mass"], 6), "key_patches": patches,
@@ -194,13 +195,12 @@ def annotate(
     with mf.OutputLock(out_dir, lock_name):
         if rank == 0:
             _remove_leftovers(out_dir)
-        previous = _previous_rows(out_dir) if options.resume else []
-        if not options.resume and rank == 0:
-            for stale in [out_dir / mf.MANIFEST, *mf.iter_shard_manifests(out_dir)]:
-                stale.unlink(missing_ok=True)
+            _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
         _barrier(world_size)
-        done = mf.done_paths(previous, annotator.common["settings_hash"])
-        todo = [item for item in mine if item.relative not in done]
+        latest = mf.latest_by_path(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
+        todo = [item for item in mine
+                if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
+                                  out_dir)]
         result.skipped = len(mine) - len(todo)
         writer = mf.ManifestWriter(shard_file)
         try:
@@ -209,8 +209,13 @@ def annotate(
             writer.close()
         result.elapsed = time.perf_counter() - started
         if not result.interrupted:
-            _merge(out_dir, items, rank, world_size)
+            _merge(out_dir, rank, world_size)
     return _reduce(result, world_size)
+
+
+def _identity(item: InputItem) -> dict[str, Any]:
+    """The row fields that say which input, and which content of it, a row describes."""
+    return {"path": item.key, "size": item.size, "mtime_ns": item.mtime_ns}
 
 
 def _remove_leftovers(out_dir: Path) -> None:
@@ -299,13 +304,22 @@ def _barrier(world_size: int) -> None:
         torch.distributed.barrier()
 
 
-def _merge(out_dir: Path, items: list[InputItem], rank: int, world_size: int) -> None:
-    """Rank 0 (after every rank has finished) compacts all manifests into manifest.jsonl / .csv."""
+def _compact(out_dir: Path) -> None:
+    """Fold manifest.jsonl and the rank shards into manifest.jsonl / .csv, the latest row per input, after removing
+    what redone inputs left behind (in this order: a crash in between keeps the replaced rows that name the files)."""
+    rows = _previous_rows(out_dir)
+    for output in mf.superseded_outputs(rows):
+        (out_dir / output).unlink(missing_ok=True)
+    mf.write_final(out_dir, rows)
+    for shard in mf.iter_shard_manifests(out_dir):
+        shard.unlink()
+
+
+def _merge(out_dir: Path, rank: int, world_size: int) -> None:
+    """Rank 0 compacts the manifests once every rank has finished."""
     _barrier(world_size)
     if rank == 0:
-        mf.write_final(out_dir, _previous_rows(out_dir), [item.relative for item in items])
-        for shard in mf.iter_shard_manifests(out_dir):
-            shard.unlink()
+        _compact(out_dir)
     _barrier(world_size)
 
 

@@ -1,8 +1,10 @@
 """Where a batch run's inputs come from and where each one's outputs go.
 
-Inputs are a folder (optionally recursive) or a text/CSV file listing image paths. Each input keeps its path
-relative to the folder (or to the list file), and its outputs mirror that tree, so ``a/x.png`` and
-``b/x.png`` never collide. Decoding and preprocessing happen in DataLoader worker processes; a file that
+Inputs are a folder (optionally recursive) or a text/CSV file listing image paths. Each input is keyed by its own
+path — relative to the folder or to the list file's folder, ``..``-led or absolute for a listed path outside that
+folder — and the key is the manifest's ``path``: joined to that folder it names the file again. Outputs are named
+by :func:`output_name`, a reversible function of the key alone, so two inputs never share an output and no output
+lies outside the output folder. Decoding and preprocessing happen in DataLoader worker processes; a file that
 cannot be read becomes an error record inside its batch, never an exception that stops the batch.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -23,19 +25,70 @@ from vitroll.io import IMAGE_SUFFIXES, load_image
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 LIST_SUFFIXES = (".txt", ".csv", ".lst")
+PARENT_MARK = "@up"
+"""Stands for a ``..`` component of a key in output names."""
+ROOT_MARK = "@root"
+"""Stands for the filesystem root of an absolute key in output names."""
 
 
 @dataclass(frozen=True)
 class InputItem:
     path: Path
-    relative: str
-    """POSIX path relative to the input folder or list file; the key of the manifest."""
-    output_stem: str
-    """Relative output path without suffix (``a/x``; ``a/x.jpg`` when ``a/x.png`` exists too)."""
+    """Where the image is read (a symbolic link is read through)."""
+    key: str
+    """The manifest's ``path``: POSIX, relative to the input folder or the list file's folder; for a listed path
+    outside that folder, ``..``-led (as listed) or absolute."""
+    size: Optional[int]
+    mtime_ns: Optional[int]
+    """Size and modification time of the content when the run started (None when it cannot be read): a row made
+    from other content is redone."""
+
+    @property
+    def output_name(self) -> str:
+        return output_name(self.key)
 
 
-def _read_list(list_file: Path) -> list[Path]:
-    """Paths from a list file: one per line, or a CSV whose ``path`` column (else first column) holds them."""
+def output_name(key: str) -> str:
+    """Where the outputs of the input ``key`` go, relative to an output kind's folder (before its suffix).
+
+    The key itself, component by component, except that ``..`` becomes ``@up``, the root of an absolute key
+    ``@root``, and a name that begins with ``@`` gets one more ``@`` — so no input's name can pass for a mark,
+    the mapping is reversible (hence no two inputs share an output), and the result has no ``..`` component
+    and is never absolute.
+
+    >>> output_name("a/x.png"), output_name("../x.png"), output_name("/data/@x.png")
+    ('a/x.png', '@up/x.png', '@root/data/@@x.png')
+    """
+    return "/".join(
+        ROOT_MARK if index == 0 and part == "" else PARENT_MARK if part == ".." else "@" + part if part.startswith("@")
+        else part
+        for index, part in enumerate(key.split("/"))
+    )
+
+
+def _folder_entries(folder: Path, recursive: bool, exclude: Optional[Path]) -> list[tuple[Path, str]]:
+    """(path, key) of the images in ``folder``: by suffix, hidden names and anything under ``exclude`` skipped.
+
+    A symbolic link to a file is an input of its own, keyed by the link's path (a broken one becomes an error
+    row rather than vanish); links to folders are not descended into, as ``Path.glob`` does not.
+    """
+    skip = exclude.resolve() if exclude is not None else None
+    entries = []
+    for path in folder.glob("**/*" if recursive else "*"):
+        if path.name.startswith(".") or path.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        if not (path.is_file() or (path.is_symlink() and not path.exists())):
+            continue
+        parent = path.parent.resolve()
+        if skip is not None and (parent == skip or skip in parent.parents):
+            continue
+        entries.append((path, path.relative_to(folder).as_posix()))
+    return entries
+
+
+def _listed_entries(list_file: Path) -> list[tuple[Path, str]]:
+    """(path, key) of each path in a list file: one per line, or a CSV whose ``path`` column (else first column)
+    holds them, relative to the list file's folder or absolute, taken as given whatever their suffix."""
     try:
         text = list_file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -45,42 +98,46 @@ def _read_list(list_file: Path) -> list[Path]:
     if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
         column = [cell.strip().lower() for cell in rows[0]].index("path")
         rows = rows[1:]
-    return [(list_file.parent / row[column].strip()) for row in rows]
+    entries = []
+    for row in rows:
+        listed = row[column].strip()
+        # lexically normalised, so that the key joined to the list's folder is the very path that is read
+        path = os.path.normpath(os.path.join(list_file.parent, listed))
+        relative = os.path.relpath(path, list_file.parent)
+        outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
+        key = "/" + path.lstrip("/") if outside and os.path.isabs(listed) else Path(relative).as_posix()
+        entries.append((Path(path), key))
+    return entries
+
+
+def _stamped(path: Path, key: str) -> InputItem:
+    try:
+        status = path.stat()
+    except OSError:
+        return InputItem(path, key, None, None)
+    return InputItem(path, key, status.st_size, status.st_mtime_ns)
 
 
 def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit: Optional[int] = None,
              exclude: "str | os.PathLike[str] | None" = None) -> list[InputItem]:
-    """The inputs of a run, sorted by relative path (so shards and resumes see the same order).
+    """The inputs of a run, one per key, sorted by key (so shards and resumes see the same order), the first
+    ``limit`` of them.
 
     ``source`` is a folder (images by suffix, sub-folders with ``recursive``; hidden files and anything under
-    ``exclude`` — the run's own output folder — skipped) or a list file (``.txt``/``.csv``/``.lst``); listed
-    paths are taken as given, whatever their suffix.
+    ``exclude`` — the run's own output folder — skipped) or a list file (``.txt``/``.csv``/``.lst``; a path
+    listed twice is one input).
     """
     source = Path(source)
     if source.is_dir():
-        pattern = "**/*" if recursive else "*"
-        skip = Path(exclude).resolve() if exclude is not None else None
-        paths = [p for p in source.glob(pattern)
-                 if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
-                 and (skip is None or skip not in p.resolve().parents)]
-        root = source
+        entries = _folder_entries(source, recursive, None if exclude is None else Path(exclude))
     elif source.is_file() and source.suffix.lower() in LIST_SUFFIXES:
-        paths, root = _read_list(source), source.parent
+        entries = _listed_entries(source)
     elif source.exists():
         raise ImageReadError(source, f"not a folder or a list file ({', '.join(LIST_SUFFIXES)})")
     else:
         raise ImageReadError(source, "no such folder or list file")
-    relatives = []
-    for path in paths:
-        try:
-            relatives.append(PurePosixPath(path.resolve().relative_to(root.resolve()).as_posix()))
-        except ValueError:  # a listed path outside the list's folder: keep its absolute path as the key
-            relatives.append(PurePosixPath(path.resolve().as_posix().lstrip("/")))
-    order = sorted(range(len(paths)), key=lambda i: str(relatives[i]))[:limit]
-    stems = [str(relatives[i].with_suffix("")) for i in order]
-    clashing = {stem for stem in stems if stems.count(stem) > 1}
-    return [InputItem(paths[i], str(relatives[i]), str(relatives[i]) if stem in clashing else stem)
-            for i, stem in zip(order, stems)]
+    path_of = {key: path for path, key in entries}
+    return [_stamped(path_of[key], key) for key in sorted(path_of)[:limit]]
 
 
 class DecodedImages(Dataset):

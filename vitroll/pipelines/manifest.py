@@ -1,8 +1,10 @@
 """The manifest of a batch run — one JSON line per input, appended and fsync'ed per batch — and the lock that
 keeps two runs out of one output folder.
 
-Resuming reads the manifest back: an input is done when its latest row is ``ok`` with the same settings hash.
-At the end the manifest is compacted (the latest row per input, in input order) and also written as CSV.
+Rows are keyed by the input's ``path``; a later row of the same input replaces the earlier ones. Resuming reads
+the manifest back: an input is done when its latest row is ``ok`` with the same settings hash and the same content
+(size and modification time). At the end the manifest is compacted (the latest row per input, sorted by path, the
+rows of inputs this run did not touch included) and also written as CSV.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ import hashlib
 import json
 import os
 import socket
-from pathlib import Path
-from typing import Any, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
+from vitroll.io import write_atomic
 
 MANIFEST = "manifest.jsonl"
+OUTPUT_COLUMNS = ("overlay", "heatmap", "figure")
+"""Row fields that name an output file, relative to the output folder."""
 CSV_COLUMNS = (
-    "path", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability", "peak_x", "peak_y",
-    "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
+    "path", "size", "mtime_ns", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability",
+    "peak_x", "peak_y", "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
     "settings_hash", "vitroll_version",
 )
 
@@ -50,9 +55,27 @@ def latest_by_path(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return latest
 
 
-def done_paths(rows: Iterable[dict[str, Any]], current_hash: str) -> set[str]:
-    """Inputs whose latest row is a success with these settings."""
-    return {p for p, row in latest_by_path(rows).items() if row["status"] == "ok" and row["settings_hash"] == current_hash}
+def outputs_of(row: dict[str, Any]) -> list[str]:
+    """The output files a row names, relative to the output folder; a name that would leave it is not one."""
+    names = [row[column] for column in OUTPUT_COLUMNS if row.get(column)]
+    return [name for name in names if not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts]
+
+
+def is_done(row: Optional[dict[str, Any]], settings_hash: str, size: Optional[int], mtime_ns: Optional[int],
+            out_dir: Path) -> bool:
+    """Whether ``row`` (an input's latest) is a success with these settings, made from content of this size and
+    modification time (``None``: the input cannot be read now), whose outputs are all still in ``out_dir``."""
+    return (row is not None and row["status"] == "ok" and row["settings_hash"] == settings_hash
+            and size is not None and row.get("size") == size and row.get("mtime_ns") == mtime_ns
+            and all((out_dir / name).is_file() for name in outputs_of(row)))
+
+
+def superseded_outputs(rows: Iterable[dict[str, Any]]) -> set[str]:
+    """Output files named by a replaced row and by no input's latest row: what a redone input left behind (the
+    outputs its new row no longer lists, or all of them when it now failed)."""
+    rows = list(rows)
+    current = {name for row in latest_by_path(rows).values() for name in outputs_of(row)}
+    return {name for row in rows for name in outputs_of(row)} - current
 
 
 class ManifestWriter:
@@ -74,17 +97,12 @@ class ManifestWriter:
         self._handle.close()
 
 
-def write_final(out_dir: Path, rows: Iterable[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
-    """Compact ``rows`` (latest per input, in ``order``, unknown inputs last) into ``manifest.jsonl`` and
-    ``manifest.csv`` atomically; returns the compacted rows."""
-    from vitroll.io import write_atomic
-
-    latest = latest_by_path(rows)
-    rank = {path: i for i, path in enumerate(order)}
-    final = sorted(latest.values(), key=lambda row: (rank.get(row["path"], len(rank)), row["path"]))
+def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compact ``rows`` (the latest per input, sorted by path) into ``manifest.jsonl`` and ``manifest.csv``
+    atomically; returns the compacted rows."""
+    final = sorted(latest_by_path(rows).values(), key=lambda row: row["path"])
     write_atomic(out_dir / MANIFEST, "".join(json.dumps(row, default=str) + "\n" for row in final).encode())
-    lines = _csv_text(final)
-    write_atomic(out_dir / "manifest.csv", lines.encode())
+    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode())
     return final
 
 
