@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitroll.methods.base import Saliency, register_method
+from vitroll.methods.base import Saliency, layers_from, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 
@@ -24,11 +24,11 @@ def chefer(model: nn.Module, images: torch.Tensor, *, target_class: TargetClass 
     ----------
     images : Tensor, shape (B, 3, H, W)
     target_class : None, int, or sequence of B ints
-    start_layer : int
-        First layer whose relevance is propagated (earlier layers count as identity).
+    start_layer : int in [0, L)
+        First layer whose relevance is propagated (earlier layers count as identity); out of range raises ValueError.
     """
     recorded = attention_gradients(model, images, target_class)
-    pairs = list(zip(recorded.attentions, recorded.gradients))[start_layer:]
+    pairs = layers_from(list(zip(recorded.attentions, recorded.gradients)), start_layer)
     v = class_row(recorded.layout, recorded.logits.shape[0], recorded.logits.device)
     for attention, gradient in reversed(pairs):
         fused = positive_weighted_heads(attention, gradient, clamp="before_mean")
