@@ -15,10 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 from PIL import Image
 
 from vitroll.cli import EXIT_BROKEN_PIPE, main
+from vitroll.commands.common import check_input_size
+from vitroll.methods import chefer, rollout
 from vitroll.models import save_as_safetensors
 from vitroll.testbed.model import load_testbed_model
 
@@ -188,6 +191,31 @@ def test_namespace_checkpoint_is_refused_with_both_ways_forward(files, capsys):
     assert f"{checkpoint}: holds Python objects (argparse.Namespace) besides tensors" in line
     assert f'python -c "import vitroll.models as m; m.save_as_safetensors({checkpoint!r})"' in line
     assert "--trust-checkpoint" in line and "arbitrary code" in line
+
+
+def test_legacy_torch_file_with_objects_is_refused_too(files, tmp_path, capsys):
+    legacy = tmp_path / "legacy.pth"
+    torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, legacy,
+               _use_new_zipfile_serialization=False)
+    _, _, err = run(capsys, ["overlay", files["img"], "--checkpoint", str(legacy)])
+    assert f"{legacy}: holds Python objects besides tensors, and unpickling them can run arbitrary code" in the_error_line(err)
+
+
+def test_start_layer_out_of_range_in_the_python_api():
+    model, images = load_testbed_model(), torch.zeros(1, 3, 64, 64)
+    for method in (rollout, chefer):
+        for start_layer in (4, -1):
+            with pytest.raises(ValueError, match=rf"^start_layer {start_layer} is out of range for a model with 4 "
+                                                 r"layers \(0…3\)$"):
+                method(model, images, start_layer=start_layer)
+    assert rollout(model, images, start_layer=3).shape == (1, 8, 8)
+
+
+def test_input_size_must_be_whole_patches_on_a_dynamic_model():
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, dynamic_img_size=True)
+    check_input_size(model, (96, 160))
+    with pytest.raises(ValueError, match=r"^--input-size 100 160: not a multiple of the model's 16×16 patches$"):
+        check_input_size(model, (100, 160))
 
 
 def test_trust_checkpoint_loads_it_after_a_warning(files, tmp_path, capsys):
