@@ -95,6 +95,8 @@ MISTAKES = [
     pytest.param("compare {img} --model a --model b --out {file}", 2, "is an existing file, not a folder", id="compare-out-file"),
     pytest.param("evaluate --out {file}", 2, "is an existing file, not a folder", id="evaluate-out-file"),
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
+    pytest.param("overlay {img} --out /proc/vitroll-test/out", 2, "error: /proc/vitroll-test", id="out-not-makeable",
+                 marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
     # batch sizes, workers, counts
     pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0", id="overlay-batch-0"),
     pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
