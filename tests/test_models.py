@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import timm
 import torch
@@ -58,7 +60,8 @@ class NotAStateDict:
 def test_pickle_with_code_is_refused(tmp_path):
     path = tmp_path / "evil.pth"
     torch.save({"model": NotAStateDict()}, path)
-    with pytest.raises(ModelLoadError, match="not a plain state dict; refused to unpickle it with weights_only=True"):
+    with pytest.raises(ModelLoadError, match=r"holds Python objects \(builtins.print\) besides tensors, and unpickling "
+                                             "them can run arbitrary code, so vitroll refused"):
         load_model(NAME, checkpoint=path)
 
 
@@ -71,10 +74,14 @@ def test_missing_and_empty_checkpoints(tmp_path):
 
 
 def test_class_names_from_files_and_imagenet(tmp_path, trained):
-    (tmp_path / "names.txt").write_text("cat\ndog\n\n")
-    (tmp_path / "names.json").write_text('{"1": "dog", "0": "cat"}')
-    assert class_names(trained, tmp_path / "names.txt") == ["cat", "dog"]
-    assert class_names(trained, tmp_path / "names.json") == ["cat", "dog"]
+    names = ["cat", "dog", "owl", "eel", "ant", "bee", "elk"]  # one per class of the 7-class model
+    (tmp_path / "names.txt").write_text("\n".join(names) + "\n\n")
+    (tmp_path / "names.json").write_text(json.dumps({str(i): names[i] for i in (6, 1, 0, 2, 3, 5, 4)}))
+    assert class_names(trained, tmp_path / "names.txt") == names
+    assert class_names(trained, tmp_path / "names.json") == names
+    (tmp_path / "two.txt").write_text("cat\ndog\n")
+    with pytest.raises(ModelLoadError, match="two.txt: 2 class names for a model with 7 classes"):
+        class_names(trained, tmp_path / "two.txt")
     assert class_names(trained) is None
     imagenet = class_names(timm.create_model(NAME))
     assert len(imagenet) == 1000 and imagenet[281].startswith("tabby")

@@ -37,9 +37,9 @@ def test_models_lists_families_and_marks_matches(capsys):
 
 
 def test_preprocessing_overrides_reach_the_transform():
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, dynamic_img_size=True)
     args = build_parser().parse_args([
-        "overlay", "x.png", "--model", "vit_tiny_patch16_224", "--input-size", "160", "128",
+        "overlay", "x.png", "--model", "vit_tiny_patch16_224", "--dynamic-img-size", "--input-size", "160", "128",
         "--mean", "0.1", "0.2", "0.3", "--std", "0.4", "0.5", "0.6", "--interpolation", "bilinear", "--crop-pct", "1",
     ])
     pre = preprocessing_from_args(model, args)

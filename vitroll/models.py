@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
@@ -48,11 +49,20 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if constants.HF_HUB_OFFLINE:
         return False
     endpoint = urlparse(constants.ENDPOINT)
-    try:
-        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    answers: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+                answers.append(True)
+        except OSError:
+            pass
+
+    # the name lookup inside create_connection ignores its timeout, so the wait is bounded here instead
+    probe = threading.Thread(target=connect, name="vitroll-hub-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(answers)
 
 
 @contextlib.contextmanager
@@ -94,46 +104,91 @@ def pretrained_maybe_cached(name: str) -> bool:
 
 
 def _create(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
+    """Build ``name`` with timm; whatever must come from the hub comes from the local cache when it is unreachable.
+
+    A ``hf-hub:`` name needs the hub even without weights (its ``config.json``), so it always takes the
+    offline-aware path; every failure there is one :class:`ModelLoadError` line within seconds.
+    """
     import timm
 
-    if not pretrained:
+    if not pretrained and not _is_hub_name(name):
         return timm.create_model(name, pretrained=False, **kwargs)
     offline = not hub_reachable()
-    uncached = "are not in the local cache and the hub cannot be reached"
-    advice = "pass --checkpoint FILE (.safetensors/.pth) or run once with network access"
+    needed = "pretrained weights" if pretrained else "configuration"
+    uncached = f"{'are' if pretrained else 'is'} not in the local cache and the hub cannot be reached"
+    advice = ("run once with network access, or pass a timm model name with --checkpoint FILE" if _is_hub_name(name)
+              else "pass --checkpoint FILE (.safetensors/.pth) or run once with network access")
     if offline and not pretrained_maybe_cached(name):  # fail before spending seconds on initialisation
-        raise ModelLoadError(f"{name}: pretrained weights {uncached}; {advice}")
+        raise ModelLoadError(f"{name}: {needed} {uncached}; {advice}")
     try:
         with _hub_offline(offline):
-            return timm.create_model(name, pretrained=True, **kwargs)
+            return timm.create_model(name, pretrained=pretrained, **kwargs)
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
         where = uncached if offline else f"could not be fetched ({type(error).__name__})"
-        raise ModelLoadError(f"{name}: pretrained weights {where}; {advice}") from None
+        raise ModelLoadError(f"{name}: {needed} {where}; {advice}") from None
 
 
-def read_checkpoint(path: "str | os.PathLike[str]") -> dict[str, torch.Tensor]:
-    """Read a state dict from ``.safetensors`` or a torch file (``weights_only=True``).
+def _unsafe_globals(path: Path) -> list[str]:
+    """The Python classes and functions a torch file would have to unpickle (``[]`` when torch cannot tell)."""
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # legacy (non-zip) files and damaged archives: torch cannot list what they hold
+        return []
 
-    Unwraps ``{"model": …}`` / ``{"state_dict": …}`` containers and strips ``module.`` prefixes left by
-    DataParallel / DDP.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelLoadError(f"{path}: no such checkpoint file")
+
+def _is_legacy_torch_file(path: Path) -> bool:
+    """Whether ``path`` starts like a pre-1.6 ``torch.save`` file (a bare pickle, protocol 2)."""
+    with path.open("rb") as handle:
+        return handle.read(2) == b"\x80\x02"
+
+
+def _refuse_unpickling(path: Path, objects: list[str]) -> ModelLoadError:
+    """The one-line refusal of a checkpoint that needs unpickling, with both ways forward."""
+    holds = f"Python objects ({', '.join(objects[:3])}{' …' if len(objects) > 3 else ''})" if objects else "Python objects"
+    target = path.with_suffix(".safetensors")
+    convert = f'python -c "import vitroll.models as m; m.save_as_safetensors({str(path)!r})"'
+    return ModelLoadError(
+        f"{path}: holds {holds} besides tensors, and unpickling them can run arbitrary code, so vitroll refused; "
+        f"if you trust its source, convert it once with {convert} (writes {target}) and pass that file, "
+        f"or pass --trust-checkpoint to unpickle it on every run"
+    )
+
+
+def _unreadable(path: Path, error: Exception) -> ModelLoadError:
+    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else "no reason given"
+    return ModelLoadError(f"{path}: not a checkpoint that safetensors or torch can read ({type(error).__name__}: {reason})")
+
+
+def _load_file(path: Path, *, trust: bool) -> object:
+    """What a checkpoint file holds: safetensors' tensors, or the torch file's object (unpickled in full if ``trust``)."""
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelLoadError(
-            f"{path}: not a plain state dict; refused to unpickle it with weights_only=True ({first_line})"
-        ) from None
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as error:  # weights_only refused a Python object, or the file is no pickle at all
+        objects = _unsafe_globals(path)
+        if not trust and (objects or _is_legacy_torch_file(path)):
+            raise _refuse_unpickling(path, objects) from None
+        raise _unreadable(path, error) from None
     except Exception as error:
-        raise ModelLoadError(f"{path}: cannot read checkpoint ({type(error).__name__}: {error})") from None
+        raise _unreadable(path, error) from None
+
+
+def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> dict[str, torch.Tensor]:
+    """Read a state dict from ``.safetensors`` or a torch file.
+
+    Torch files are read with ``weights_only=True``; one that holds other Python objects (an
+    ``argparse.Namespace`` of training options, say) is refused with :class:`ModelLoadError`, unless
+    ``trust`` is set: then it is unpickled in full (``weights_only=False``), which can run arbitrary code
+    from the file. Unwraps ``{"model": …}`` / ``{"state_dict": …}`` containers and strips ``module.``
+    prefixes left by DataParallel / DDP.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such checkpoint file")
+    state = _load_file(path, trust=trust)
     while isinstance(state, Mapping):
         wrapped = [key for key in _WRAPPER_KEYS if isinstance(state.get(key), Mapping)]
         if not wrapped:
@@ -145,6 +200,21 @@ def read_checkpoint(path: "str | os.PathLike[str]") -> dict[str, torch.Tensor]:
     if all(key.startswith("module.") for key in tensors):
         tensors = {key[len("module."):]: value for key, value in tensors.items()}
     return tensors
+
+
+def save_as_safetensors(path: "str | os.PathLike[str]", target: "str | os.PathLike[str] | None" = None) -> Path:
+    """Convert a trusted torch checkpoint to ``.safetensors`` (beside it by default), so it loads without unpickling.
+
+    Unpickles ``path`` in full — only for files from a source you trust — and writes the state dict that
+    :func:`read_checkpoint` finds in it (tensors only; every other object is dropped). Returns the new file.
+    """
+    from safetensors.torch import save_file
+
+    target = Path(target) if target is not None else Path(path).with_suffix(".safetensors")
+    # safetensors refuses tensors that share storage (tied weights, views): each is written as its own copy
+    tensors = {key: value.detach().clone().contiguous() for key, value in read_checkpoint(path, trust=True).items()}
+    save_file(tensors, str(target))
+    return target
 
 
 def _num_classes_of(state: Mapping[str, torch.Tensor]) -> Optional[int]:
@@ -176,6 +246,7 @@ def load_model(
     *,
     pretrained: bool = False,
     checkpoint: "str | os.PathLike[str] | None" = None,
+    trust_checkpoint: bool = False,
     num_classes: Optional[int] = None,
     device: "str | torch.device" = "cpu",
     **model_kwargs: object,
@@ -193,6 +264,9 @@ def load_model(
     checkpoint : path, optional
         Local weights (``.safetensors``, ``.pth``, ``.pt``, ``.bin``). ``num_classes`` is taken from the
         checkpoint's ``head.weight`` when not given.
+    trust_checkpoint : bool
+        Unpickle a torch checkpoint that holds Python objects besides tensors (see :func:`read_checkpoint`);
+        only for files from a source you trust, since unpickling can run arbitrary code.
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
@@ -202,10 +276,10 @@ def load_model(
         if checkpoint is None:
             return load_testbed_model(device)
         model = build_testbed_model()
-        load_state(model, read_checkpoint(checkpoint), checkpoint)
+        load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
         return model.eval().to(device)
     check_model_name(name)
-    state = read_checkpoint(checkpoint) if checkpoint is not None else None
+    state = read_checkpoint(checkpoint, trust=trust_checkpoint) if checkpoint is not None else None
     if num_classes is None and state is not None:
         num_classes = _num_classes_of(state)
     if num_classes is not None:
@@ -220,8 +294,9 @@ def load_model(
 
 
 def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = None) -> Optional[list[str]]:
-    """Human-readable class names: from ``names_file`` (one per line, or a JSON list / {index: name}),
-    from the model's ``pretrained_cfg["label_names"]``, or ImageNet's from timm's metadata."""
+    """Human-readable class names: from ``names_file`` (one per line, or a JSON list / {index: name}; at least
+    one name per class of the model), from the model's ``pretrained_cfg["label_names"]``, or ImageNet's from
+    timm's metadata."""
     if names_file is not None:
         path = Path(names_file)
         try:
@@ -229,9 +304,18 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
         except OSError as error:
             raise ModelLoadError(f"{path}: cannot read class names ({error.strerror})") from None
         if path.suffix == ".json":
-            data = json.loads(text)
-            return [data[k] for k in sorted(data, key=int)] if isinstance(data, dict) else [str(v) for v in data]
-        return [line.strip() for line in text.splitlines() if line.strip()]
+            try:
+                data = json.loads(text)
+                names = [data[k] for k in sorted(data, key=int)] if isinstance(data, dict) else [str(v) for v in data]
+            except (ValueError, TypeError) as error:
+                raise ModelLoadError(f"{path}: expected a JSON list of names or {{index: name}} ({error})") from None
+        else:
+            names = [line.strip() for line in text.splitlines() if line.strip()]
+        classes = getattr(model, "num_classes", None)
+        if classes and len(names) < classes:
+            raise ModelLoadError(f"{path}: {len(names)} class names for a model with {classes} classes; "
+                                 "give one name per class, in the order of the model's outputs")
+        return names
     cfg = getattr(model, "pretrained_cfg", None) or {}
     if cfg.get("label_names"):
         return list(cfg["label_names"])

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import torch
 
-from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
+from vitroll.commands.common import (
+    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args, settings_from_args,
+)
 from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
@@ -26,9 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("annotate", help="explain every image of a folder or list, resumably",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", metavar="INPUT", help="a folder of images, or a .txt/.csv file listing image paths")
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="decoding processes")
+    parser.add_argument("--out", type=output_folder, required=True, help="output folder")
+    parser.add_argument("--batch-size", type=integer(1), default=16)
+    parser.add_argument("--workers", type=integer(0), default=min(4, os.cpu_count() or 1), help="decoding processes")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32")
     parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)}")
@@ -37,11 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--resume", dest="resume", action="store_true", default=True,
                         help="skip inputs already done with the same settings (default)")
     resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo everything")
-    parser.add_argument("--limit", type=int, help="only the first N inputs (sorted by path)")
+    parser.add_argument("--limit", type=integer(0), help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
-    parser.add_argument("--disagree-below", type=float, default=0.0,
+    parser.add_argument("--disagree-below", type=number(), default=0.0,
                         help="mark rows whose agreement is below this as disagrees=true (default 0)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)

@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from vitroll.commands.common import (
-    add_explain_arguments, model_from_args, preprocessing_from_args, provenance_from_args, settings_from_args,
+    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args, provenance_from_args,
+    settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
@@ -25,21 +26,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("audit", help="PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="DICOM or image files, or folders (searched recursively)")
-    parser.add_argument("--out", default="audit", help="report folder (default: audit/)")
+    parser.add_argument("--out", type=output_folder, default="audit", help="report folder (default: audit/)")
     group = parser.add_argument_group("DICOM")
     group.add_argument("--window", help=f"grey window for every DICOM: {presets}, or W,L = width,level "
                                         "(default: the file's VOI LUT or Window Center/Width, else min–max)")
-    group.add_argument("--frame", type=int, help="only this frame of multi-frame files, from 0 (default: every frame)")
+    group.add_argument("--frame", type=integer(0), help="only this frame of multi-frame files, from 0 (default: every frame)")
     group = parser.add_argument_group("privacy")
     group.add_argument("--salt", help="salt of the hashed case/study keys; give the same salt to compare runs "
                                       "(default: random for this run, printed and stored nowhere)")
     group.add_argument("--keep-ids", action="store_true",
                        help="also write file paths, PatientID, StudyInstanceUID and SOPInstanceUID (NOT de-identified)")
     group = parser.add_argument_group("audit")
-    group.add_argument("--flag-threshold", type=float, default=0.5,
+    group.add_argument("--flag-threshold", type=number(0, 1), default=0.5,
                        help="flag images with more than this fraction of saliency outside the body (default 0.5)")
-    group.add_argument("--border", type=float, default=0.05, help="border band width as a fraction of each side")
-    group.add_argument("--top-percent", type=float, default=5.0, help="top-k %% of the map compared with the ROI (IoU)")
+    group.add_argument("--border", type=number(0, 0.5, high_open=True), default=0.05,
+                       help="border band width as a fraction of each side, in [0, 0.5)")
+    group.add_argument("--top-percent", type=number(0, 100, low_open=True), default=5.0,
+                       help="top-k %% of the map compared with the ROI (IoU), in (0, 100]")
     group.add_argument("--masks", help="folder of ROI masks: <image stem>.png, non-zero inside")
     group.add_argument("--boxes", help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
     group.add_argument("--body-masks", help="folder of body masks <image stem>.png replacing the automatic one "
@@ -47,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--group-by", default="ManufacturerModelName",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
-    group.add_argument("--batch-size", type=int, default=8)
-    group.add_argument("--workers", type=int, default=0, help="decoding processes (default 0: the main process)")
+    group.add_argument("--batch-size", type=integer(1), default=8)
+    group.add_argument("--workers", type=integer(0), default=0, help="decoding processes (default 0: the main process)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -16,24 +19,123 @@ from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
 
 
+def integer(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for integers ``>= minimum``: out of range is argparse's one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}; got {value}")
+        return value
+
+    return parse
+
+
+def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,
+           high_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for finite numbers in ``[low, high]``, each end excluded when ``*_open``."""
+    if math.isinf(high):
+        allowed = f"{'>' if low_open else '≥'} {low:g}"
+    else:
+        allowed = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number; got {text!r}")
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (above and below):
+            raise argparse.ArgumentTypeError(f"must be {allowed}; got {text}")
+        return value
+
+    return parse
+
+
+def available_devices() -> list[str]:
+    """The torch devices this machine can run on: ``cpu``, then ``cuda:0`` … and ``mps`` where present."""
+    devices = ["cpu"] + [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def device_name(text: str) -> str:
+    """An argparse ``type`` for ``--device``: ``auto`` or a device that exists here, checked before any model is built."""
+    if text == "auto":
+        return text
+    available = ", ".join(available_devices())
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; available: {available}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        reason = "torch built without CUDA" if torch.version.cuda is None else "no NVIDIA GPU or driver found"
+        raise argparse.ArgumentTypeError(f"{text} is not available here ({reason}); available: {available}")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text} is not available here; available: {available}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text} is not available here; available: {available}")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise argparse.ArgumentTypeError(f"vitroll does not run on {text!r}; available: {available}")
+    return text
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type`` for ``--out``: a folder that exists or can be made (no file on the way)."""
+    path = Path(text)
+    existing = next(ancestor for ancestor in (path, *path.parents) if ancestor.exists() or ancestor == Path(ancestor.anchor))
+    if existing == path and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is an existing file, not a folder; choose another --out")
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} cannot be made: {existing} is a file, not a folder")
+    return path
+
+
+def add_device_argument(group: "argparse._ActionsContainer") -> None:
+    group.add_argument("--device", type=device_name, default="auto",
+                       help="cpu, cuda, cuda:1, mps, … (default: cuda when available)")
+
+
+def add_trust_checkpoint_argument(group: "argparse._ActionsContainer") -> None:
+    group.add_argument("--trust-checkpoint", action="store_true",
+                       help="unpickle a .pth/.pt/.bin checkpoint that holds Python objects besides tensors "
+                            "(weights_only=False): a malicious file can run arbitrary code; only for files you trust")
+
+
+def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
+    """The stderr warning that ``--trust-checkpoint`` is about to unpickle ``checkpoints`` in full."""
+    if args.trust_checkpoint and checkpoints:
+        print(f"vitroll: warning: --trust-checkpoint: {', '.join(checkpoints)} may be unpickled in full "
+              "(weights_only=False); a malicious file can run arbitrary code", file=sys.stderr)
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=TESTBED_NAME,
                        help=f"timm model name or hf-hub:org/name (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
+    add_trust_checkpoint_argument(group)
     group.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights (hub or local cache)")
-    group.add_argument("--num-classes", type=int, help="classifier size (default: from the checkpoint's head)")
+    group.add_argument("--num-classes", type=integer(1), help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", help="class names file: one per line, or JSON")
-    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, … (default: cuda when available)")
-    group.add_argument("--crop-pct", type=float, help="override the model's crop_pct (1.0: no margin)")
+    add_device_argument(group)
+    group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
+                       help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
     group.add_argument("--crop-mode", choices=("center", "squash"), help="squash with --crop-pct 1 shows the whole image")
-    group.add_argument("--input-size", type=int, nargs=2, metavar=("H", "W"),
+    group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
                        help="override the model input size (models built with --img-size or dynamic_img_size)")
-    group.add_argument("--mean", type=float, nargs=3, metavar="M", help="override the normalisation mean")
-    group.add_argument("--std", type=float, nargs=3, metavar="S", help="override the normalisation std")
+    group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
+    group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S", help="override the normalisation std")
     group.add_argument("--interpolation", choices=("bicubic", "bilinear", "nearest", "lanczos"),
                        help="override the resize filter")
-    group.add_argument("--img-size", type=int, nargs="+", metavar="SIZE",
+    group.add_argument("--img-size", type=integer(1), nargs="+", metavar="SIZE",
                        help="build the model for this input size (H or H W; timm resamples position embeddings)")
     group.add_argument("--dynamic-img-size", action="store_true",
                        help="build the model to accept any input size (ViT, EVA, CaiT)")
@@ -47,12 +149,13 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--head-fusion", choices=HEAD_FUSIONS, help="how heads are fused (default mean)")
-    group.add_argument("--discard-ratio", type=float,
+    group.add_argument("--discard-ratio", type=number(0, 1, high_open=True),
                        help="drop this fraction of the weakest attention per row (rollout 0, grad_rollout 0.9)")
-    group.add_argument("--attention-weight", type=float, help="α in rownorm(α·A + (1−α)·I) (default 0.5)")
-    group.add_argument("--start-layer", type=int, help="first layer included in rollout / chefer (default 0)")
-    group.add_argument("--target-class", type=int, help="class explained by gradient methods (default: the prediction)")
-    group.add_argument("--max-attention-memory", type=float, metavar="MiB",
+    group.add_argument("--attention-weight", type=number(0, 1, low_open=True),
+                       help="α in rownorm(α·A + (1−α)·I), in (0, 1] (default 0.5)")
+    group.add_argument("--start-layer", type=integer(0), help="first layer included in rollout / chefer (default 0)")
+    group.add_argument("--target-class", type=integer(0), help="class explained by gradient methods (default: the prediction)")
+    group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "
                             "(default 1024 MiB)")
@@ -69,10 +172,10 @@ def method_options_from_args(args: argparse.Namespace) -> dict[str, object]:
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("rendering")
     group.add_argument("--cmap", default="jet", help="matplotlib colormap")
-    group.add_argument("--alpha", type=float, default=0.5, help="opacity of the heatmap")
+    group.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"))
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))
-    group.add_argument("--key-patches", type=int, default=0, metavar="K", help="outline the K highest-scoring patches")
+    group.add_argument("--key-patches", type=integer(0), default=0, metavar="K", help="outline the K highest-scoring patches")
 
 
 def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,14 +191,30 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _check_testbed_arguments(args: argparse.Namespace) -> None:
+    """Refuse build options that the fixed testbed model would silently ignore."""
+    given = [flag for flag, value in (("--pretrained", args.pretrained), ("--num-classes", args.num_classes),
+                                      ("--img-size", args.img_size), ("--dynamic-img-size", args.dynamic_img_size))
+             if value]
+    if args.model == TESTBED_NAME and given:
+        verb = "does" if len(given) == 1 else "do"
+        raise ValueError(f"{' and '.join(given)} {verb} not apply to {TESTBED_NAME}, the fixed 64×64 testbed with its "
+                         "own weights; choose a timm model with --model NAME")
+
+
 def model_from_args(args: argparse.Namespace) -> nn.Module:
+    _check_testbed_arguments(args)
     build: dict[str, object] = {}
     if args.img_size:
-        build["img_size"] = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size[:2])
+        if len(args.img_size) > 2:
+            raise ValueError(f"--img-size takes H or H W; got {len(args.img_size)} numbers")
+        build["img_size"] = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size)
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
+    warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
-                       num_classes=args.num_classes, device=resolve_device(args.device), **build)
+                       trust_checkpoint=args.trust_checkpoint, num_classes=args.num_classes,
+                       device=resolve_device(args.device), **build)
     if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
@@ -107,7 +226,22 @@ def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelPro
     return ModelProvenance.of(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint, model=model)
 
 
+def check_input_size(model: nn.Module, input_size: tuple[int, int]) -> None:
+    """Refuse an ``--input-size`` that the model's patch embedding would reject in its first forward pass."""
+    embed = getattr(model, "patch_embed", None)
+    built = tuple(getattr(embed, "img_size", None) or ())
+    patch = tuple(getattr(embed, "patch_size", None) or ())
+    size = " ".join(map(str, input_size))
+    if getattr(embed, "strict_img_size", False) and built and tuple(input_size) != built:
+        raise ValueError(f"--input-size {size}: {type(model).__name__} was built for {built[0]}×{built[1]} inputs; "
+                         f"build it for this size with --img-size {size}, or for any size with --dynamic-img-size")
+    if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(input_size, patch)):
+        raise ValueError(f"--input-size {size}: not a multiple of the model's {patch[0]}×{patch[1]} patches")
+
+
 def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:
+    if args.input_size:
+        check_input_size(model, tuple(args.input_size))
     return Preprocessing.from_model(
         model, crop_pct=args.crop_pct, crop_mode=args.crop_mode, interpolation=args.interpolation,
         input_size=tuple(args.input_size) if args.input_size else None,

@@ -9,7 +9,10 @@ import csv
 import sys
 from pathlib import Path
 
-from vitroll.commands.common import add_method_arguments, add_render_arguments, resolve_device, settings_from_args
+from vitroll.commands.common import (
+    add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, output_folder,
+    resolve_device, settings_from_args, warn_if_trusting,
+)
 from vitroll.models import class_names, load_model
 from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
 from vitroll.preprocess import Preprocessing
@@ -22,9 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", action="append", required=True, help="a model to compare (repeat: two or more)")
     parser.add_argument("--checkpoint", action="append",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
+    add_trust_checkpoint_argument(parser)
     parser.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights for every model")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--out", type=Path, default=Path("compare"), help="output folder")
+    add_device_argument(parser)
+    parser.add_argument("--out", type=output_folder, default="compare", help="output folder")
     add_method_arguments(parser)
     add_render_arguments(parser)
     parser.set_defaults(run=run)
@@ -37,9 +41,11 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     if checkpoints and len(checkpoints) != len(args.model):
         raise ValueError(f"{len(checkpoints)} --checkpoint for {len(args.model)} --model; give one per model ('none' to skip)")
     checkpoints = [None if c in (None, "none") else c for c in checkpoints] or [None] * len(args.model)
+    warn_if_trusting(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
     for name, checkpoint in zip(args.model, checkpoints):
-        model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, device=resolve_device(args.device))
+        model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
+                           device=resolve_device(args.device))
         label = name if checkpoint is None else f"{name}:{Path(checkpoint).stem}"
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"

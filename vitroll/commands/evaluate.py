@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from vitroll.commands.common import (
-    add_method_options, add_model_arguments, method_options_from_args, model_from_args, preprocessing_from_args,
+    add_method_options, add_model_arguments, integer, method_options_from_args, model_from_args, number, output_folder,
+    preprocessing_from_args,
 )
 from vitroll.methods import METHODS
 from vitroll.pipelines.evaluate import (
@@ -30,12 +31,12 @@ def method_list(text: str) -> list[str]:
 
 def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str) -> None:
     parser.add_argument("folder", nargs="?", metavar="FOLDER", help=folder_help)
-    parser.add_argument("--testbed", type=int, metavar="N", default=None,
+    parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help="use N generated shapes images instead of a folder (default when no FOLDER: 200)")
     parser.add_argument("--seed", type=int, default=3, help="testbed split (3: the shipped model's held-out split)")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS),
                         help=f"comma-separated (default: {DEFAULT_METHODS}; also: flow)")
-    parser.add_argument("--out", type=Path, default=Path("evaluation"), help="output folder")
+    parser.add_argument("--out", type=output_folder, default="evaluation", help="output folder")
     add_method_options(parser.add_argument_group("method options"))
     add_model_arguments(parser)
 
@@ -49,14 +50,14 @@ def images_from_args(args: argparse.Namespace, default_count: int):
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
     add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
+    parser.add_argument("--batch-size", type=integer(1), default=16)
+    parser.add_argument("--steps", type=integer(1), default=16, help="deletion/insertion steps")
     parser.add_argument("--substrate", choices=("blur", "mean"), default="mean",
                         help="what deleted pixels become and insertion starts from: the image's mean colour (default) "
                              "or a Gaussian blur (RISE; uninformative when blurred objects stay recognisable)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=float, default=0.0,
+    parser.add_argument("--disagree-below", type=number(), default=0.0,
                         help="flag images whose --disagreement correlation is below this (default 0)")
     parser.set_defaults(run=run)
 

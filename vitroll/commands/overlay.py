@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
+from vitroll.commands.common import (
+    add_explain_arguments, integer, model_from_args, output_folder, preprocessing_from_args, settings_from_args,
+)
 from vitroll.models import class_names
 from vitroll.pipelines.single import explain_files
 
@@ -14,9 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("overlay", help="write saliency overlays for images and print top-5 classes",
                                    description=__doc__)
     parser.add_argument("images", nargs="+", metavar="IMAGE")
-    parser.add_argument("--out", default="out", help="output folder (default: out/)")
+    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=integer(1), default=8)
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Callable, Iterator, NamedTuple, Optional, Protocol
+from typing import Callable, Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -130,3 +130,20 @@ def record_attention(
     with eval_mode(model), torch.no_grad(), recorder:
         logits = model(images)
         return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits
+
+
+Layer = TypeVar("Layer")
+
+
+def layers_from(layers: Sequence[Layer], start_layer: int) -> list[Layer]:
+    """``layers[start_layer:]``, refusing a start that would leave no layer (a blank map) or count from the end.
+
+    Raises
+    ------
+    ValueError
+        When ``start_layer`` is not in ``0 … len(layers) − 1``.
+    """
+    if not 0 <= start_layer < len(layers):
+        raise ValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
+                         f"(0…{len(layers) - 1})")
+    return list(layers[start_layer:])

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, register_method
+from vitroll.methods.base import Saliency, layers_from, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 
@@ -27,11 +27,11 @@ def chefer(model: nn.Module, images: Images, *, target_class: TargetClass = None
     images : Images
         A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     target_class : None, int, or sequence of B ints
-    start_layer : int
-        First layer whose relevance is propagated (earlier layers count as identity).
+    start_layer : int in [0, L)
+        First layer whose relevance is propagated (earlier layers count as identity); out of range raises ValueError.
     """
     recorded = attention_gradients(model, images, target_class)
-    pairs = list(zip(recorded.attentions, recorded.gradients))[start_layer:]
+    pairs = layers_from(list(zip(recorded.attentions, recorded.gradients)), start_layer)
     v = class_row(recorded.layout, recorded.logits.shape[0], recorded.logits.device)
     for attention, gradient in reversed(pairs):
         fused = positive_weighted_heads(attention, gradient, clamp="before_mean")

@@ -25,7 +25,7 @@ from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, record_attention, register_method
+from vitroll.methods.base import Saliency, layers_from, record_attention, register_method
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
@@ -155,8 +155,8 @@ def rollout(
         Fraction of the weakest attention dropped per row; the class-token column is never dropped.
     attention_weight : float in (0, 1]
         ``α`` in ``Â = rownorm(α·A + (1−α)·I)``; 0.5 is the paper's equal split with the residual.
-    start_layer : int
-        First layer included (earlier layers are treated as identity).
+    start_layer : int in [0, L)
+        First layer included (earlier layers are treated as identity); out of range raises ValueError.
     dtype : torch.dtype
         Storage precision of the recorded attention; the chain is computed in float32.
     max_attention_memory : int, optional
@@ -174,7 +174,7 @@ def rollout(
                                                   max_attention_memory=max_attention_memory,
                                                   factored=head_fusion == "mean" and discard_ratio == 0.0)
     vector = rollout_vector(
-        attentions[start_layer:], layout, discard_ratio=discard_ratio, attention_weight=attention_weight
+        layers_from(attentions, start_layer), layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
     return Saliency(layout.patch_values(vector), logits)
 

@@ -1,0 +1,280 @@
+"""Every ordinary mistake, on every sub-command, ends in exactly one `vitroll: error: …` line and a non-zero exit.
+
+Each row of :data:`MISTAKES` is one command line (``{img}``, ``{file}``, ``{out}`` … stand for files made in
+``tmp_path``), the exit code it must end with and a piece of its single stderr line. The rows run in-process
+through :func:`vitroll.cli.main` on the shipped testbed model; most fail while parsing, before a model is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from PIL import Image
+
+from vitroll.cli import EXIT_BROKEN_PIPE, main
+from vitroll.commands.common import check_input_size
+from vitroll.methods import chefer, rollout
+from vitroll.models import save_as_safetensors
+from vitroll.testbed.model import load_testbed_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = ROOT / "sample_images" / "shapes_disk.png"
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+# (sub-command and arguments, exit code, a piece of the one error line); argparse's own errors exit 2 as well
+MISTAKES = [
+    # the device, checked while parsing: a machine without it says which devices it has
+    pytest.param("overlay {img} --device cuda:99", 2, "argument --device: cuda:99 is not available here", id="overlay-cuda:99"),
+    pytest.param("overlay {img} --device cuda", 2, "cuda is not available here (", id="overlay-cuda", marks=NO_CUDA),
+    pytest.param("annotate {dir} --out {out} --device cuda", 2, "; available: cpu", id="annotate-cuda", marks=NO_CUDA),
+    pytest.param("audit {img} --device cuda", 2, "; available: cpu", id="audit-cuda", marks=NO_CUDA),
+    pytest.param("compare {img} --model a --model b --device cuda", 2, "; available: cpu", id="compare-cuda", marks=NO_CUDA),
+    pytest.param("evaluate --device cuda", 2, "; available: cpu", id="evaluate-cuda", marks=NO_CUDA),
+    pytest.param("sanity --device cuda", 2, "; available: cpu", id="sanity-cuda", marks=NO_CUDA),
+    pytest.param("overlay {img} --device nonsense", 2, "unknown device 'nonsense'; available: cpu", id="device-nonsense"),
+    pytest.param("overlay {img} --device meta", 2, "vitroll does not run on 'meta'", id="device-meta"),
+    # preprocessing
+    pytest.param("overlay {img} --crop-pct 0", 2, "argument --crop-pct: must be in (0, 1]; got 0", id="crop-pct-0"),
+    pytest.param("overlay {img} --crop-pct -0.5", 2, "must be in (0, 1]; got -0.5", id="crop-pct-negative"),
+    pytest.param("overlay {img} --crop-pct 1.5", 2, "must be in (0, 1]; got 1.5", id="crop-pct-above-1"),
+    pytest.param("overlay {img} --crop-pct nan", 2, "argument --crop-pct: expected a finite number; got 'nan'",
+                 id="crop-pct-nan"),
+    pytest.param("overlay {img} --std 0.5 0 0.5", 2, "argument --std: must be > 0; got 0", id="std-0"),
+    pytest.param("overlay {img} --input-size 320 320", 2,
+                 "--input-size 320 320: VisionTransformer was built for 64×64 inputs; build it for this size with "
+                 "--img-size 320 320, or for any size with --dynamic-img-size", id="input-size-not-built"),
+    pytest.param("overlay {img} --input-size 0 64", 2, "argument --input-size: must be an integer ≥ 1; got 0",
+                 id="input-size-0"),
+    pytest.param("overlay {img} --img-size 32", 2, "--img-size does not apply to vitroll-shapes", id="img-size-testbed"),
+    # the method's options
+    pytest.param("overlay {img} --start-layer 99", 2,
+                 "start_layer 99 is out of range for a model with 4 layers (0…3)", id="start-layer-rollout"),
+    pytest.param("overlay {img} --start-layer 4 --method chefer", 2,
+                 "start_layer 4 is out of range for a model with 4 layers (0…3)", id="start-layer-chefer"),
+    pytest.param("overlay {img} --start-layer -1", 2, "argument --start-layer: must be an integer ≥ 0; got -1",
+                 id="start-layer-negative"),
+    pytest.param("overlay {img} --discard-ratio 1", 2, "argument --discard-ratio: must be in [0, 1); got 1", id="discard-1"),
+    pytest.param("overlay {img} --attention-weight 0", 2, "argument --attention-weight: must be in (0, 1]; got 0",
+                 id="attention-weight-0"),
+    pytest.param("overlay {img} --attention-weight 1.2", 2, "must be in (0, 1]; got 1.2", id="attention-weight-1.2"),
+    pytest.param("overlay {img} --target-class -1", 2, "argument --target-class: must be an integer ≥ 0", id="target-negative"),
+    pytest.param("overlay {img} --target-class 9 --method chefer", 2, "target_class [9] out of range for a model with 4 classes",
+                 id="target-too-large"),
+    pytest.param("overlay {img} --max-attention-memory 0", 2, "argument --max-attention-memory: must be > 0; got 0",
+                 id="attention-memory-0"),
+    pytest.param("overlay {img} --max-attention-memory -5", 2, "must be > 0; got -5", id="attention-memory-negative"),
+    pytest.param("overlay {img} --method magic", 2, "argument --method: invalid choice: 'magic'", id="unknown-method"),
+    # rendering
+    pytest.param("overlay {img} --alpha 1.5", 2, "argument --alpha: must be in [0, 1]; got 1.5", id="alpha-1.5"),
+    pytest.param("overlay {img} --alpha -0.1", 2, "must be in [0, 1]; got -0.1", id="alpha-negative"),
+    pytest.param("overlay {img} --key-patches -3", 2, "argument --key-patches: must be an integer ≥ 0; got -3", id="key-patches"),
+    pytest.param("overlay {img} --key-patches three", 2, "expected an integer; got 'three'", id="key-patches-word"),
+    # the model and its weights
+    pytest.param("overlay {img} --model vit_tiny_patch16_224 --num-classes 0", 2,
+                 "argument --num-classes: must be an integer ≥ 1; got 0", id="num-classes-0"),
+    pytest.param("overlay {img} --class-names {two_names}", 2, "2 class names for a model with 4 classes", id="class-names-few"),
+    pytest.param("overlay {img} --class-names {bad_json}", 2, "expected a JSON list of names", id="class-names-json"),
+    pytest.param("overlay {img} --checkpoint {namespace_checkpoint}", 2, "--trust-checkpoint", id="checkpoint-namespace"),
+    pytest.param("overlay {img} --checkpoint {file}", 2, "not a checkpoint that safetensors or torch can read",
+                 id="checkpoint-garbage"),
+    pytest.param("overlay {img} --checkpoint {missing}", 2, "no such checkpoint file", id="checkpoint-missing"),
+    pytest.param("overlay {img} --model vit_tiny_patch16_22", 2, "did you mean vit_tiny_patch16_224", id="model-typo"),
+    # output folders that are files
+    pytest.param("overlay {img} --out {file}", 2, "argument --out: ", id="overlay-out-file"),
+    pytest.param("overlay {img} --out {file}/sub", 2, "cannot be made: ", id="overlay-out-under-file"),
+    pytest.param("annotate {dir} --out {file}", 2, "is an existing file, not a folder", id="annotate-out-file"),
+    pytest.param("audit {img} --out {file}", 2, "is an existing file, not a folder", id="audit-out-file"),
+    pytest.param("compare {img} --model a --model b --out {file}", 2, "is an existing file, not a folder", id="compare-out-file"),
+    pytest.param("evaluate --out {file}", 2, "is an existing file, not a folder", id="evaluate-out-file"),
+    pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
+    pytest.param("overlay {img} --out /proc/vitroll-test/out", 2, "error: /proc/vitroll-test", id="out-not-makeable",
+                 marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
+    # batch sizes, workers, counts
+    pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0", id="overlay-batch-0"),
+    pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
+    pytest.param("annotate {dir} --out {out} --workers -1", 2, "argument --workers: must be an integer ≥ 0", id="annotate-workers"),
+    pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 0", id="annotate-limit"),
+    pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "--save takes overlay", id="annotate-save"),
+    pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
+                 id="annotate-disagree-nan"),
+    pytest.param("annotate {dir}", 2, "the following arguments are required: --out", id="annotate-no-out"),
+    pytest.param("audit {img} --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="audit-batch"),
+    pytest.param("audit {img} --workers -1", 2, "must be an integer ≥ 0; got -1", id="audit-workers"),
+    pytest.param("audit {img} --frame -1", 2, "argument --frame: must be an integer ≥ 0", id="audit-frame"),
+    pytest.param("audit {img} --top-percent 0", 2, "argument --top-percent: must be in (0, 100]; got 0", id="audit-top-0"),
+    pytest.param("audit {img} --top-percent 150", 2, "must be in (0, 100]; got 150", id="audit-top-150"),
+    pytest.param("audit {img} --border 0.5", 2, "argument --border: must be in [0, 0.5); got 0.5", id="audit-border"),
+    pytest.param("audit {img} --flag-threshold 1.5", 2, "argument --flag-threshold: must be in [0, 1]; got 1.5",
+                 id="audit-flag-threshold"),
+    pytest.param("audit {img} --window lungs", 2, "--window must be one of lung", id="audit-window"),
+    pytest.param("audit {empty_dir}", 2, "no DICOM or image files found", id="audit-nothing-to-read"),
+    pytest.param("evaluate --testbed 0", 2, "argument --testbed: must be an integer ≥ 1; got 0", id="evaluate-testbed-0"),
+    pytest.param("evaluate --steps 0", 2, "argument --steps: must be an integer ≥ 1; got 0", id="evaluate-steps"),
+    pytest.param("evaluate --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="evaluate-batch"),
+    pytest.param("evaluate --methods rollout,magic", 2, "unknown method 'magic'", id="evaluate-methods"),
+    pytest.param("evaluate {dir} --testbed 4", 2, "give a FOLDER or --testbed N, not both", id="evaluate-both"),
+    pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),
+    pytest.param("sanity --testbed -3", 2, "must be an integer ≥ 1; got -3", id="sanity-testbed"),
+    pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range", id="sanity-start"),
+    pytest.param("compare {img} --model vitroll-shapes", 2, "give at least two --model options", id="compare-one-model"),
+    pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --checkpoint x", 2,
+                 "1 --checkpoint for 2 --model", id="compare-checkpoints"),
+    pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --alpha 2", 2, "must be in [0, 1]; got 2",
+                 id="compare-alpha"),
+    pytest.param("models --pretrained --bogus", 2, "unrecognized arguments: --bogus", id="models-bogus"),
+    pytest.param("explain {img}", 2, "argument COMMAND: invalid choice: 'explain'", id="unknown-command"),
+    pytest.param("", 2, "the following arguments are required: COMMAND", id="no-command"),
+]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    """The paths a row's placeholders stand for."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (tmp_path / "empty").mkdir()
+    Image.open(SHAPE).save(folder / "disk.png")
+    (tmp_path / "a-file.txt").write_text("not a folder, not a checkpoint\n")
+    (tmp_path / "two.txt").write_text("circle\nsquare\n")
+    (tmp_path / "names.json").write_text("{not json")
+    torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "namespace.pth")
+    return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
+            "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
+            "two_names": str(tmp_path / "two.txt"), "bad_json": str(tmp_path / "names.json"),
+            "namespace_checkpoint": str(tmp_path / "namespace.pth")}
+
+
+def the_error_line(stderr: str) -> str:
+    """The one line on stderr, which must be a `vitroll: error: …` line."""
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("vitroll: error: "), stderr
+    return lines[0]
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's usage errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("command, expected_code, expected_text", MISTAKES)
+def test_mistake_is_one_error_line(command, expected_code, expected_text, files, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default output folders land here
+    argv = [part.format(**files) for part in command.split()]
+    code, _, err = run(capsys, argv)
+    assert code == expected_code, err
+    assert expected_text in the_error_line(err)
+
+
+def test_usage_errors_name_the_sub_command_and_its_help(files, capsys):
+    _, _, err = run(capsys, ["audit", files["img"], "--border", "-1"])
+    assert the_error_line(err) == ("vitroll: error: audit: argument --border: must be in [0, 0.5); got -1 "
+                                   "(see `vitroll audit --help`)")
+
+
+def test_namespace_checkpoint_is_refused_with_both_ways_forward(files, capsys):
+    checkpoint = files["namespace_checkpoint"]
+    _, _, err = run(capsys, ["overlay", files["img"], "--checkpoint", checkpoint])
+    line = the_error_line(err)
+    assert "\x1b" not in line
+    assert f"{checkpoint}: holds Python objects (argparse.Namespace) besides tensors" in line
+    assert f'python -c "import vitroll.models as m; m.save_as_safetensors({checkpoint!r})"' in line
+    assert "--trust-checkpoint" in line and "arbitrary code" in line
+
+
+def test_legacy_torch_file_with_objects_is_refused_too(files, tmp_path, capsys):
+    legacy = tmp_path / "legacy.pth"
+    torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, legacy,
+               _use_new_zipfile_serialization=False)
+    _, _, err = run(capsys, ["overlay", files["img"], "--checkpoint", str(legacy)])
+    assert f"{legacy}: holds Python objects besides tensors, and unpickling them can run arbitrary code" in the_error_line(err)
+
+
+def test_start_layer_out_of_range_in_the_python_api():
+    model, images = load_testbed_model(), torch.zeros(1, 3, 64, 64)
+    for method in (rollout, chefer):
+        for start_layer in (4, -1):
+            with pytest.raises(ValueError, match=rf"^start_layer {start_layer} is out of range for a model with 4 "
+                                                 r"layers \(0…3\)$"):
+                method(model, images, start_layer=start_layer)
+    assert rollout(model, images, start_layer=3).shape == (1, 8, 8)
+
+
+def test_input_size_must_be_whole_patches_on_a_dynamic_model():
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, dynamic_img_size=True)
+    check_input_size(model, (96, 160))
+    with pytest.raises(ValueError, match=r"^--input-size 100 160: not a multiple of the model's 16×16 patches$"):
+        check_input_size(model, (100, 160))
+
+
+def test_trust_checkpoint_loads_it_after_a_warning(files, tmp_path, capsys):
+    code, out, err = run(capsys, ["overlay", files["img"], "--checkpoint", files["namespace_checkpoint"],
+                                  "--trust-checkpoint", "--out", str(tmp_path / "trusted")])
+    assert code == 0, err
+    assert err.startswith("vitroll: warning: --trust-checkpoint: ") and "arbitrary code" in err
+    assert (tmp_path / "trusted" / "disk_rollout.png").is_file()
+    assert "1. disk" in out  # the shipped weights, read from the unpickled file: the disk is recognised
+
+
+def test_converted_checkpoint_loads_without_trust(files, tmp_path, capsys):
+    converted = save_as_safetensors(files["namespace_checkpoint"])
+    assert converted == tmp_path / "namespace.safetensors"
+    code, out, err = run(capsys, ["overlay", files["img"], "--checkpoint", str(converted), "--out", str(tmp_path / "o")])
+    assert (code, err) == (0, "")
+    assert "1. disk" in out
+
+
+@pytest.mark.parametrize("offline", [True, False], ids=["HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE unset"])
+def test_hub_model_without_network_is_one_line_within_seconds(offline, files, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setenv("HF_HOME", str(Path(files["dir"]).parent / "empty-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(Path(files["dir"]).parent / "empty-cache" / "hub"))
+    start = time.perf_counter()
+    code, _, err = run(capsys, ["overlay", files["img"], "--model", "hf-hub:vitroll-tests/no-such-model"])
+    elapsed = time.perf_counter() - start
+    assert code == 2
+    assert the_error_line(err).startswith("vitroll: error: hf-hub:vitroll-tests/no-such-model: configuration ")
+    assert elapsed < 10, f"{elapsed:.1f} s"
+
+
+def test_a_bad_file_in_a_batch_does_not_lose_the_good_ones(files, tmp_path, capsys):
+    bad = Path(files["dir"]) / "broken.png"
+    bad.write_bytes(b"not a png")
+    code, _, err = run(capsys, ["overlay", str(bad), files["img"], "--batch-size", "2", "--out", str(tmp_path / "o")])
+    assert code == 1
+    assert the_error_line(err).startswith(f"vitroll: error: {bad}: not an image")
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["disk_rollout.png"]
+
+
+def run_into_closed_pipe(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m vitroll ARGV`` with its stdout a pipe whose reader has already gone (``| head -0``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")  # the first print fails
+    process = subprocess.Popen([sys.executable, "-m", "vitroll", *argv], cwd=cwd, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()
+    stderr = process.stderr.read()
+    return subprocess.CompletedProcess(process.args, process.wait(), None, stderr)
+
+
+def test_closed_pipe_ends_quietly_and_keeps_the_files(files, tmp_path):
+    listing = run_into_closed_pipe("models", cwd=tmp_path)
+    assert (listing.returncode, listing.stderr) == (EXIT_BROKEN_PIPE, "")
+    overlay = run_into_closed_pipe("overlay", str(SHAPE), files["img"], "--out", "piped", cwd=tmp_path)
+    assert (overlay.returncode, overlay.stderr) == (EXIT_BROKEN_PIPE, "")
+    # the run stops at the first line it cannot print, after the first image's overlay was written; it stays
+    assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == ["shapes_disk_rollout.png"]
