@@ -195,13 +195,11 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
-        driver_api = getattr(torch._C, "_cuda_getDriverVersion", lambda: None)()
         info.update(
             device=properties.name, capability=f"{properties.major}.{properties.minor}",
             multiprocessors=properties.multi_processor_count, memory_gib=round(properties.total_memory / 2**30, 1),
             cuda_runtime=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
             driver=_command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-            cuda_driver_api=None if driver_api is None else f"{driver_api // 1000}.{driver_api % 1000 // 10}",
             tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
         )
     else:
@@ -488,6 +486,8 @@ def resolve(args: argparse.Namespace) -> tuple[torch.device, Plan, Path]:
     device = torch.device(args.device)
     if device.type == "cuda" and not cuda:
         raise ValueError("no CUDA device is available; run --device cpu --quick --out DIR for the smoke run")
+    if device.type == "cuda" and device.index is None:  # torch.cuda.set_device needs the index
+        device = torch.device("cuda", torch.cuda.current_device())
     if device.type != "cuda" and not args.quick:
         raise ValueError("the full check is sized for a GPU and would overwrite docs/ with CPU numbers; "
                          "use --device cpu --quick --out DIR")

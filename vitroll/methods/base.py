@@ -61,14 +61,6 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
-def without_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """A context with autocast off on ``device`` (CPU or CUDA), so the steps after a forward pass (rollout chains,
-    read-outs), documented as float32, stay float32 inside a caller's ``torch.autocast`` region."""
-    if device.type in ("cpu", "cuda"):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
-
-
 def model_device(model: nn.Module) -> torch.device:
     """Device of the model's first parameter (CPU for a parameter-less model)."""
     parameter = next(model.parameters(), None)

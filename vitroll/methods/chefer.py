@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitroll.methods.base import Saliency, register_method, without_autocast
+from vitroll.capture import without_autocast
+from vitroll.methods.base import Saliency, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 

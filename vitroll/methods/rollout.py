@@ -23,8 +23,8 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from vitroll.capture import FactoredAttention, TokenLayout
-from vitroll.methods.base import Saliency, record_attention, register_method, without_autocast
+from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
+from vitroll.methods.base import Saliency, record_attention, register_method
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
