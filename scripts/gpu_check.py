@@ -15,11 +15,12 @@ item whose estimate no longer fits in the time budget (``--budget``, 270 s) is s
    and input from ``torch.cuda.max_memory_allocated``, reset before each;
 3. annotate end to end vs the plain batched forward vs one image at a time (``bench_batch.measure``), fp32 and bf16.
 
-Estimate for an H200 (printed at the start as "estimate"): forward FLOPs 4·L·N·D·(6·D + N) per image, at an
-assumed 30 TFLOP/s in fp32 (TF32 off, PyTorch's default) and 200 TFLOP/s in bf16, with rollout at 4 forwards
-(a pessimistic guess: rollout materialises every attention map), 14 passes of each per row: 1.2 TFLOP … 84 TFLOP
-per row, about 40 s for all 16 rows; annotate about 10 s per precision (512 images); CUDA tests about 60 s;
-start-up, model building and CUDA initialisation about 30 s: about 2½ minutes in all. A watchdog writes what is done
+Estimate for an H200 (:func:`plan_estimate`, printed at the start and kept in the report): forward FLOPs
+4·L·N·D·(6·D + N) per image (0.5 … 10.5 TFLOP per batch), at an assumed 30 TFLOP/s in fp32 (TF32 off, PyTorch's
+default) and 200 TFLOP/s in bf16, rollout at 4 forwards (pessimistic: rollout materialises every attention map),
+14 passes of each per row: about 57 s for the 16 rows, plus 2 s for each of the 8 models built; annotate 10 s per
+precision (512 images); the CUDA tests 60 s; start-up 15 s: about 170 s in all, 100 s inside the budget. Once a row
+is measured, its FLOP rate and ratio replace the assumptions for the rows after it. A watchdog writes what is done
 and ends the process if an item hangs past the budget plus 60 s.
 """
 
@@ -30,6 +31,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -381,13 +383,24 @@ def rollout_rows(report: Report, plan: Plan, device: torch.device, rates: Rates)
 # -- annotate -------------------------------------------------------------------------------------------------
 
 
+def loader_workers(wanted: int) -> int:
+    """``wanted`` decoding workers, or none where /dev/shm cannot hold their batches in flight (containers often
+    mount 64 MiB; a worker's batch then dies with a bus error)."""
+    try:
+        free = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return wanted
+    return wanted if free >= 2 * 2**30 else 0
+
+
 def annotate_row(plan: Plan, precision: str, device: torch.device) -> dict[str, Any]:
     model = build(MODELS[0], plan.annotate_pixels, plan.depth, device)
+    workers = loader_workers(plan.annotate_workers)
     with tempfile.TemporaryDirectory() as scratch:
-        speeds = bench_batch.measure(model, Path(scratch), plan.annotate_images, plan.annotate_batch,
-                                     plan.annotate_workers, precision, plan.baseline_images)
+        speeds = bench_batch.measure(model, Path(scratch), plan.annotate_images, plan.annotate_batch, workers,
+                                     precision, plan.baseline_images)
     return {"model": MODELS[0], "pixels": plan.annotate_pixels, "precision": precision, "images": plan.annotate_images,
-            "batch": plan.annotate_batch, "workers": plan.annotate_workers, "baseline_images": plan.baseline_images,
+            "batch": plan.annotate_batch, "workers": workers, "baseline_images": plan.baseline_images,
             **{f"{key}_images_per_s": value for key, value in speeds.items()},
             "annotate_over_forward": speeds["annotate"] / speeds["forward"],
             "annotate_over_per_image": speeds["annotate"] / speeds["per_image"]}
