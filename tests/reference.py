@@ -131,3 +131,53 @@ def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid) -> 
     top = ("layer", len(per_layer_fused), 0)
     values = [nx.maximum_flow_value(graph, ("layer", 0, j), top) for j in range(num_prefix, n)]
     return np.array(values).reshape(grid)
+
+
+def reference_cait_attention_gradients(model: nn.Module, image: torch.Tensor, target: int
+                                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """CaiT, ONE image in float64: per layer the attention (H, N, N) and the gradient of logit ``target`` with
+    respect to it, written into the token space [class, patches…] entry by entry.
+
+    Talking-heads layers: the softmax output that ``proj_w`` receives (heads last), patch rows and columns; the
+    class token does not exist yet. Class-attention layers: the class token's row (unfused path). Entries a layer
+    does not have are the identity in the attention (those tokens pass through) and zero in the gradient.
+    """
+    from timm.models.cait import ClassAttn, TalkingHeadAttn
+
+    reference = copy.deepcopy(model).double().eval()
+    kept: list[torch.Tensor] = []
+
+    def keep_input(_module, inputs):
+        inputs[0].retain_grad()
+        kept.append(inputs[0])
+
+    def keep_output(_module, _inputs, output):
+        output.retain_grad()
+        kept.append(output)
+
+    for module in reference.modules():
+        if isinstance(module, TalkingHeadAttn):
+            module.proj_w.register_forward_pre_hook(keep_input)
+        elif isinstance(module, ClassAttn):
+            module.fused_attn = False
+            module.attn_drop.register_forward_hook(keep_output)
+    reference(image.double())[0, target].backward()
+
+    num_self, num_heads = len(reference.blocks), reference.blocks[0].attn.num_heads
+    num_tokens = kept[-1].shape[-1]
+    attentions, gradients = [], []
+    for layer, tensor in enumerate(kept):
+        value, grad = tensor[0].detach().numpy(), tensor.grad[0].numpy()
+        attention, gradient = np.zeros((2, num_heads, num_tokens, num_tokens))
+        for h in range(num_heads):
+            for i in range(num_tokens):
+                for j in range(num_tokens):
+                    if layer < num_self and i > 0 and j > 0:  # (N − 1, N − 1, H): patch i attends to patch j
+                        attention[h, i, j], gradient[h, i, j] = value[i - 1, j - 1, h], grad[i - 1, j - 1, h]
+                    elif layer >= num_self and i == 0:  # (H, 1, N): the class token attends to token j
+                        attention[h, i, j], gradient[h, i, j] = value[h, 0, j], grad[h, 0, j]
+                    else:
+                        attention[h, i, j] = float(i == j)
+        attentions.append(attention)
+        gradients.append(gradient)
+    return attentions, gradients

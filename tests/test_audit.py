@@ -25,6 +25,7 @@ from vitroll.audit.metrics import (
 from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
 from vitroll.cli import main
 from vitroll.methods import METHODS, Saliency
+from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
 
 MODEL = ["--model", "test_vit", "--img-size", "64", "--device", "cpu", "--crop-mode", "squash", "--crop-pct", "1"]
@@ -98,7 +99,7 @@ def png_chunks(data: bytes) -> list[str]:
 # --- (a) no identifier anywhere ---------------------------------------------------------------------------------------
 
 def test_no_identifier_in_any_output_file(audited):
-    assert audited["code"] == 0, audited["stderr"]
+    assert audited["code"] == 3, audited["stderr"]  # three files gave no image
     files = [p for p in audited["out"].rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"report.html", "report.csv", "report.json"}
     assert len([p for p in files if p.suffix == ".png"]) == 5  # 3 single-frame files + 2 frames
@@ -126,7 +127,7 @@ def test_keep_ids_is_opt_in_and_warns(tmp_path, checkpoint):
     inputs = write_inputs(tmp_path / "in")
     code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint", str(checkpoint[0]),
                               "--keep-ids", "--salt", "s3cret", *MODEL)
-    assert code == 0
+    assert code == 3
     assert "warning: --keep-ids" in stderr and "NOT de-identified" in stderr
     csv_text = (tmp_path / "out" / "report.csv").read_text()
     assert FAKE_IDS["PatientID"] in csv_text  # the check above would catch identifiers if they were written
@@ -153,7 +154,7 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
         out = tmp_path / workers
         code, _, _ = run_cli("audit", str(audited["inputs"]), "--out", str(out), "--checkpoint", str(checkpoint[0]),
                              "--salt", "pepper", "--workers", workers, "--batch-size", "3", *MODEL)
-        assert code == 0
+        assert code == 3
         cases = json.loads((out / "report.json").read_text())["cases"]
         reports.append({row["case"]: (row["status"], row["reason"], row["outside_body"], row["probability"])
                         for row in cases})
@@ -164,16 +165,26 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
 
 def test_unreadable_files_become_rows_with_reasons(audited):
+    """Each unreadable file is labelled by its number in the input list sorted as the report says (code points)."""
     rows = audited["json"]["cases"]
-    errors = [row for row in rows if row["status"] == "error"]
-    reasons = sorted(row["reason"] for row in errors)
-    assert len(errors) == 3, reasons
-    assert any("cannot decode pixel data" in r for r in reasons)  # truncated
-    assert any("no PixelData" in r for r in reasons)
-    assert any("cannot decode compressed pixel data" in r and "JPEG Baseline" in r for r in reasons)
-    assert len([row for row in rows if row["status"] != "error"]) == 5
+    names = sorted(path.name for path in audited["inputs"].iterdir())
+    reasons = {names[row["input"] - 1]: row["reason"] for row in rows if row["status"] == "error"}
+    assert sorted(reasons) == ["Grandvale_corrupt.dcm", "jpeg.dcm", "nopixels.dcm"]
+    assert reasons["Grandvale_corrupt.dcm"].startswith(
+        "The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian (UID 1.2.840.10008.1.2.1); "
+        "pydicom said: The number of bytes of pixel data is less than expected")
+    assert reasons["nopixels.dcm"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is "
+                                       "no image to explain.")
+    assert reasons["jpeg.dcm"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline "
+                                          "(Process 1) (UID 1.2.840.10008.1.2.4.50); pydicom said: ")
+    assert all(reason.endswith(".") and "\n" not in reason for reason in reasons.values())
+    images = [row for row in rows if row["status"] != "error"]
+    assert len(images) == 5 and {names[row["input"] - 1] for row in images} == set(names) - set(reasons)
+    for number, reason in ((names.index(name) + 1, reason) for name, reason in reasons.items()):
+        assert f"vitroll: unreadable: file {number} (case-" in audited["stderr"]
     assert audited["stderr"].count("vitroll: unreadable:") == 3
     assert "3 files could not be read" in audited["json"]["summary"][0]["text"]
+    assert audited["json"]["settings"]["input_order"].startswith("Files are numbered from 1 in this order")
 
 
 def test_measured_rows_carry_groups_metrics_and_predictions(audited):
@@ -220,7 +231,8 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     assert any(tag == "script" for tag, _ in parser.tags) and any(tag == "table" for tag, _ in parser.tags)
     for sentence in audited["json"]["summary"]:
         assert sentence["text"] in text
-    assert "The audit covers 5 images from 7 files in 1 study; 3 files could not be read." in text
+    assert ("The audit covers 5 images from 7 files in 1 study; 3 files could not be read (listed by number in the "
+            "input list).") in text
     links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
     assert links and set(links) <= parser.ids  # every summary link lands on a case or a section
     rows = [attrs for tag, attrs in parser.tags if tag == "tr" and attrs.get("id", "").startswith("case-")]
@@ -269,6 +281,8 @@ def test_off_anatomy_shortcut_is_flagged_and_named(tmp_path, shortcut_methods):
             "scanner model (Scanner 3000), which supplied 3 of all 4 images.") in said
     assert any("burned-in annotations" in s for s in said)
     assert any("In none of the 4 images does more than half" in s for s in (x.text for x in centre.sentences()))
+    assert corner.provenance == ModelProvenance("test_vit", "not stated", "not stated by the caller")
+    assert 'id="unstated-weights"' in (tmp_path / "corner" / "report.html").read_text()
     flagged_sentence = next(s for s in corner.sentences() if "outside the body" in s.text)
     assert sorted(flagged_sentence.cases) == sorted(row.case for row in corner.images)
 
@@ -310,6 +324,20 @@ def test_body_mask_fills_holes_and_ignores_markers():
     markers = annotation_mask(image, body)
     assert markers[3, 4] and not markers[32, 32] and not markers[32, 12]
     assert body_mask(np.full((8, 8), 7, np.uint8)).all()
+
+
+def test_the_body_outline_rule_by_modality_and_colour():
+    from vitroll.audit.metrics import body_outline_exemption
+
+    for modality, colour in (("CT", False), ("CT", True), ("PT", True), ("OT", False), ("unknown", False), ("", False)):
+        assert body_outline_exemption(modality, colour) is None, (modality, colour)
+    assert body_outline_exemption("us", False) == ("not measured: the body outline does not apply to ultrasound "
+                                                   "(Modality US); pass --body-masks to measure it")
+    assert "endoscopy (Modality ES)" in body_outline_exemption("ES", True)
+    assert body_outline_exemption("unknown", True) == (
+        "not measured: a colour image with no Modality (a photograph, screen capture or rendering) has no body "
+        "outline to threshold; pass --body-masks to measure it")
+    assert "a colour image with Modality OT" in body_outline_exemption("OT", True)
 
 
 def test_fractions_and_roi_metrics_by_hand():
@@ -357,3 +385,169 @@ def test_group_by_parsing():
 def test_thin_script_delegates_to_the_audit_command():
     script = Path(__file__).resolve().parents[1] / "scripts" / "medical_audit.py"
     assert 'main(["audit", *sys.argv[1:]])' in script.read_text()
+
+
+# --- every one of pydicom's bundled test files ------------------------------------------------------------------------
+
+def _pydicom_decodes(path: Path) -> bool:
+    """Whether pydicom itself, with the installed decoder plugins, gives the pixel array of ``path``."""
+    import warnings
+
+    import pydicom
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pydicom.dcmread(path).pixel_array
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory) -> dict:
+    """One audit (shipped testbed model, first frame only) of a folder linking every file pydicom ships for its tests."""
+    import pydicom.data
+
+    root = Path(pydicom.data.__file__).parent / "test_files"
+    folder = tmp_path_factory.mktemp("bundled") / "in"
+    for source in (Path(name) for name in pydicom.data.get_testdata_files()):
+        if source.is_file():
+            link = folder / (source.relative_to(root) if source.is_relative_to(root) else source.name)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source)
+    files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+    out = folder.parent / "out"
+    code, stdout, stderr = run_cli("audit", str(folder), "--out", str(out), "--frame", "0", "--batch-size", "16",
+                                   "--device", "cpu", "--group-by", "Modality")
+    return {"code": code, "stdout": stdout, "stderr": stderr, "files": files, "folder": folder, "out": out,
+            "json": json.loads((out / "report.json").read_text()), "csv": (out / "report.csv").read_text()}
+
+
+def test_every_bundled_file_is_a_row_and_every_file_pydicom_decodes_is_an_image(bundled):
+    """Files are numbered by their relative paths sorted in code-point order, as the report says."""
+    files, rows = bundled["files"], bundled["json"]["cases"]
+    by_file: dict[str, list[dict]] = {}
+    for row in rows:
+        by_file.setdefault(files[row["input"] - 1] if 1 <= row["input"] <= len(files) else "?", []).append(row)
+    assert sorted(by_file) == files and len(files) >= 100
+    decodable = {name for name in files if _pydicom_decodes(bundled["folder"] / name)}
+    images = {name for name, found in by_file.items() if all(row["status"] != "error" for row in found)}
+    assert decodable <= images, sorted(decodable - images)
+    assert all(len(found) == 1 for found in by_file.values())  # --frame 0: one row per file
+    unreadable = {name: found[0]["reason"] for name, found in by_file.items() if found[0]["status"] == "error"}
+    assert len(unreadable) + len(images) == len(files) and unreadable
+    print(f"{len(files)} files, {len(decodable)} decoded by pydicom, {len(images)} image rows, "
+          f"{len(unreadable)} error rows, {len(rows)} rows")
+    assert bundled["code"] == 3
+    assert bundled["json"]["summary"][0]["text"].startswith(
+        f"The audit covers {len(images)} images from {len(files)} files in ")
+
+
+def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bundled):
+    from vitroll.io.dicom import NOT_DICOM_OR_IMAGE
+
+    files = bundled["files"]
+    reasons = {files[row["input"] - 1]: row["reason"] for row in bundled["json"]["cases"] if row["status"] == "error"}
+    for name, reason in reasons.items():
+        assert reason[0].isupper() and reason.endswith(".") and "\n" not in reason and not reason.endswith(":."), reason
+        assert Path(name).name not in reason and "test_files" not in reason
+    # the four files that had no row at all before: no 'DICM' preamble
+    assert reasons["rtstruct.dcm"] == ("This DICOM file (RT Structure Set Storage) has no PixelData, so there is no "
+                                       "image to explain.")
+    for name in ("ExplVR_LitEndNoMeta.dcm", "ExplVR_BigEndNoMeta.dcm"):
+        assert reasons[name] == "This DICOM file (RT Ion Plan Storage) has no PixelData, so there is no image to explain."
+    assert reasons["no_meta.dcm"] == NOT_DICOM_OR_IMAGE  # one stray byte before its first element
+    assert reasons["README.txt"] == NOT_DICOM_OR_IMAGE
+    assert reasons["JPEG-lossy.dcm"].startswith(
+        "The compressed pixel data cannot be decoded: transfer syntax JPEG Extended (Process 2 and 4) "
+        "(UID 1.2.840.10008.1.2.4.51); pydicom said: Unable to decode as exceptions were raised by all available "
+        "plugins: gdcm: ")
+    assert reasons["JPEG-lossy.dcm"].endswith(
+        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
+        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")
+    stderr = bundled["stderr"]
+    number = files.index("rtstruct.dcm") + 1
+    assert f"vitroll: unreadable: file {number} (case-" in stderr and stderr.count("vitroll: unreadable:") == len(reasons)
+
+
+def test_ultrasound_and_colour_captures_are_not_measured_against_a_body_outline(bundled):
+    files, rows = bundled["files"], bundled["json"]["cases"]
+    ultrasound = [row for row in rows if row["Modality"] == "US"]
+    names = {files[row["input"] - 1] for row in ultrasound}
+    assert {"examples_palette.dcm", "examples_ybr_color.dcm", "examples_rgb_color.dcm", "examples_jpeg2k.dcm"} <= names
+    for row in ultrasound:
+        assert row["outside_body"] is None and not row["flagged"] and row["status"] == "ok"
+        assert row["not_measured"] == ("outside_body: not measured: the body outline does not apply to ultrasound "
+                                       "(Modality US); pass --body-masks to measure it")
+        assert row["border"] is not None
+    colour_ot = [row for row in rows if row["Modality"] == "OT" and row["not_measured"]]
+    assert colour_ot and all("a colour image with Modality OT" in row["not_measured"] for row in colour_ot)
+    measured = [row for row in rows if row["status"] != "error" and not row["not_measured"]]
+    assert measured and all(row["outside_body"] is not None for row in measured)
+    summary = [sentence["text"] for sentence in bundled["json"]["summary"]]
+    assert (f"For {len(ultrasound)} of {len(measured) + len([r for r in rows if r['not_measured']])} images "
+            in " ".join(summary))
+    flagged = sum(bool(row["flagged"]) for row in rows)
+    assert any(text.startswith(f"In {flagged} of {len(measured)} measured images") for text in summary)
+
+
+def test_a_body_mask_given_for_an_ultrasound_image_is_measured(tmp_path):
+    from pydicom.data import get_testdata_file
+
+    from vitroll.models import load_model
+
+    source = Path(get_testdata_file("examples_palette.dcm"))
+    (tmp_path / "masks").mkdir()
+    mask = np.zeros((64, 64), np.uint8)
+    mask[16:48, 16:48] = 255
+    Image.fromarray(mask).save(tmp_path / "masks" / "examples_palette.png")
+    report = run_audit([source], load_model("vitroll-shapes"), out_dir=tmp_path / "out", settings=ExplainSettings(),
+                       options=AuditOptions(body_masks=MaskSource(tmp_path / "masks"), salt="x"))
+    (row,) = report.images
+    assert row.metadata["Modality"] == "US" and not row.not_measured
+    assert 0.0 <= row.metrics["outside_body"] <= 1.0
+
+
+# --- provenance -------------------------------------------------------------------------------------------------------
+
+def test_report_names_the_shipped_model_and_the_sha256_of_its_weights(bundled):
+    import hashlib
+
+    from vitroll import __version__
+    from vitroll.testbed.model import WEIGHTS
+
+    settings = bundled["json"]["settings"]
+    digest = hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+    assert (settings["model"], settings["weights"], settings["weights_sha256"]) == ("vitroll-shapes", "testbed", digest)
+    assert settings["vitroll_version"] == __version__ and settings["method"] == "rollout"
+    assert settings["random_weights"] is False
+    header, first = bundled["csv"].splitlines()[:2]
+    assert header.endswith(",model,weights,weights_sha256,method,vitroll_version")
+    assert first.endswith(f",vitroll-shapes,testbed,{digest},rollout,{__version__}")
+    html = (bundled["out"] / "report.html").read_text()
+    assert "random-weights" not in html and f"SHA-256 {digest}" in html
+
+
+def test_checkpoint_provenance_is_its_sha256(audited, checkpoint):
+    import hashlib
+
+    settings = audited["json"]["settings"]
+    digest = hashlib.sha256(checkpoint[0].read_bytes()).hexdigest()
+    assert (settings["model"], settings["weights"], settings["weights_sha256"]) == ("test_vit", "checkpoint", digest)
+    assert settings["weights_description"] == "checkpoint file model.safetensors"
+    assert f"SHA-256 {digest}" in (audited["out"] / "report.html").read_text()
+
+
+def test_random_weights_get_a_banner_in_every_report_file(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "one.dcm", body_phantom())
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), *MODEL)
+    assert code == 0 and "test_vit has random weights" in stderr
+    settings = json.loads((tmp_path / "out" / "report.json").read_text())["settings"]
+    assert settings["random_weights"] is True and settings["weights"] == "random" and settings["weights_sha256"] is None
+    assert ",test_vit,random,,rollout," in (tmp_path / "out" / "report.csv").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained or '
+            "--checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>") in html

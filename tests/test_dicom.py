@@ -13,7 +13,8 @@ pytest.importorskip("pydicom", minversion="3.0")
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.errors import ImageReadError
 from vitroll.io.dicom import (
-    SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom, safe_metadata, salted_key,
+    NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom,
+    safe_metadata, salted_key,
 )
 
 # Hounsfield values stored as signed 16-bit with RescaleIntercept -1024 (stored = HU + 1024).
@@ -121,10 +122,29 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
             read_any(path)
         assert "\n" not in caught.value.reason
         reasons[path.stem] = caught.value.reason
-    assert "cannot decode pixel data" in reasons["truncated"]
-    assert "no PixelData" in reasons["nopixels"]
-    assert "cannot decode compressed pixel data" in reasons["jpeg"] and "JPEG Baseline" in reasons["jpeg"]
-    assert "not a readable DICOM file" in reasons["notes"]
+    assert reasons["truncated"].startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian")
+    assert reasons["nopixels"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no "
+                                   "image to explain.")
+    assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
+    assert reasons["notes"] == NOT_DICOM_OR_IMAGE
+
+
+@pytest.mark.parametrize(("implicit", "little"), [(True, True), (False, True), (False, False)])
+def test_a_data_set_without_preamble_or_file_meta_decodes_like_the_part_10_file(tmp_path, implicit, little):
+    import pydicom
+    from pydicom.dataset import FileMetaDataset
+
+    part10 = write_dicom(tmp_path / "part10.dcm", body_phantom())
+    dataset = pydicom.dcmread(part10)
+    if not little:  # pydicom writes pixel bytes as they are
+        dataset.PixelData = dataset.pixel_array.astype(dataset.pixel_array.dtype.newbyteorder(">")).tobytes()
+    dataset.file_meta, dataset.preamble = FileMetaDataset(), None
+    bare = tmp_path / "bare"
+    pydicom.dcmwrite(bare, dataset, implicit_vr=implicit, little_endian=little, enforce_file_format=False)
+    assert not is_dicom(bare) and bare.read_bytes()[:2] in (b"\x08\x00", b"\x00\x08")
+    decoded = read_any(bare)
+    assert decoded.dicom and not decoded.colour
+    np.testing.assert_array_equal(decoded.frames[0][1], read_any(part10).frames[0][1])
 
 
 def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):

@@ -7,12 +7,14 @@ import pytest
 import timm
 import torch
 
-from vitroll import METHODS, chefer, center, flow, grad_rollout, random_map
+from timm.models.cait import Cait
+
+from vitroll import METHODS, AttentionRecorder, chefer, center, flow, grad_rollout, random_map
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
-    reference_attention, reference_attention_gradients, reference_chefer, reference_flow, reference_grad_rollout,
-    sharpen_attention,
+    reference_attention, reference_attention_gradients, reference_cait_attention_gradients, reference_chefer,
+    reference_flow, reference_grad_rollout, sharpen_attention,
 )
 
 
@@ -24,26 +26,71 @@ def tiny():
     return model, images
 
 
+@pytest.fixture(scope="module")
+def tiny_cait():
+    """Two talking-heads layers and two class-attention layers, layer scale 1 and sharpened query/key weights, so
+    every layer moves the logits and no attention is near uniform; same input size and classes as ``tiny``."""
+    torch.manual_seed(5)
+    model = Cait(img_size=(48, 32), patch_size=16, embed_dim=48, depth=2, num_heads=3, depth_token_only=2,
+                 num_classes=5, init_values=1.0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("qkv.weight", "attn.q.weight", "attn.k.weight")):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return model.eval(), torch.randn(3, 3, 48, 32)
+
+
+# the model fixture and its float64 per-image reference for ∂ logit / ∂ attention
+GRADIENT_CASES = {"vit": ("tiny", reference_attention_gradients),
+                  "cait": ("tiny_cait", reference_cait_attention_gradients)}
+
+
+@pytest.mark.parametrize("family", GRADIENT_CASES)
 @pytest.mark.parametrize("target", [None, 2, [4, 0, 1]])
-def test_chefer_matches_per_image_autograd(tiny, target):
-    model, images = tiny
+def test_chefer_matches_per_image_autograd(request, family, target):
+    fixture, reference_gradients = GRADIENT_CASES[family]
+    model, images = request.getfixturevalue(fixture)
     maps = chefer(model, images, target_class=target)
     predicted = model(images).argmax(-1).tolist()
     targets = predicted if target is None else (target if isinstance(target, list) else [target] * 3)
     for i, t in enumerate(targets):
-        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], t)
+        attentions, gradients = reference_gradients(model, images[i:i + 1], t)
         expected = reference_chefer(attentions, gradients, 1, (3, 2))
-        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-4, atol=1e-6)
+        assert np.abs(expected).max() > 1e-3
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("family", GRADIENT_CASES)
 @pytest.mark.parametrize("discard_ratio", [0.0, 0.5])
-def test_grad_rollout_matches_per_image_autograd(tiny, discard_ratio):
-    model, images = tiny
+def test_grad_rollout_matches_per_image_autograd(request, family, discard_ratio):
+    fixture, reference_gradients = GRADIENT_CASES[family]
+    model, images = request.getfixturevalue(fixture)
     maps = grad_rollout(model, images, target_class=1, discard_ratio=discard_ratio)
     for i in range(len(images)):
-        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], 1)
+        attentions, gradients = reference_gradients(model, images[i:i + 1], 1)
         expected = reference_grad_rollout(attentions, gradients, 1, (3, 2), discard_ratio)
-        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-4, atol=1e-7)
+        assert np.abs(expected).max() > 1e-3
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_cait_gradients_are_zero_outside_each_stage(tiny_cait):
+    model, images = tiny_cait
+    with torch.enable_grad(), AttentionRecorder(model, keep_graph=True) as recorder:
+        logits = model(images)
+        gradients = recorder.gradients(logits[:, 0].sum())
+    assert [tuple(g.shape) for g in gradients] == [(3, 3, 7, 7)] * 4
+    for gradient in gradients[:2]:  # talking heads: the class token does not exist yet
+        assert gradient[..., 0, :].abs().sum() == 0 and gradient[..., :, 0].abs().sum() == 0
+        assert gradient[..., 1:, 1:].abs().sum() > 0
+    for gradient in gradients[2:]:  # class attention: only the class token's row
+        assert gradient[..., 1:, :].abs().sum() == 0 and gradient[..., 0, :].abs().sum() > 0
+
+
+def test_attention_gradients_need_keep_graph(tiny):
+    model, images = tiny
+    with AttentionRecorder(model) as recorder, pytest.raises(RuntimeError, match="need AttentionRecorder"):
+        recorder.gradients(model(images).sum())
 
 
 def test_gradient_methods_are_class_specific(tiny):

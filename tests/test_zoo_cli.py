@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import timm
 from PIL import Image
 
@@ -74,3 +75,13 @@ def test_offline_pretrained_fails_fast(tmp_path):
         "vitroll: error: vit_base_patch16_224: pretrained weights are not in the local cache and the hub cannot be "
         "reached; pass --checkpoint FILE (.safetensors/.pth) or run once with network access")
     assert elapsed < 25.0  # huggingface_hub retries for ~52 s when it is not told the hub is unreachable
+
+
+@pytest.mark.parametrize("method", ["chefer", "grad_rollout"])
+def test_cait_gradient_methods_overlay(tmp_path, capsys, method):
+    code = main(["overlay", str(PHOTO), "--model", "cait_xxs24_224", "--img-size", "64", "--method", method,
+                 "--out", str(tmp_path)])
+    assert code == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "vitroll: note: cait_xxs24_224 has random weights (no --pretrained or --checkpoint); its maps mean nothing"]
+    assert Image.open(tmp_path / f"cat_{method}.png").size == Image.open(PHOTO).size

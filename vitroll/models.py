@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import os
 import pickle
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 from urllib.parse import urlparse
@@ -239,3 +241,59 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
     if subset is None:
         return None
     return ImageNetInfo(subset).label_descriptions(detailed=False)
+
+
+def file_sha256(path: "str | os.PathLike[str]") -> str:
+    """SHA-256 of a file's bytes in hex, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def has_random_weights(name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None") -> bool:
+    """Whether :func:`load_model` with these arguments leaves the weights at their random initialisation."""
+    from vitroll.testbed.model import TESTBED_NAME
+
+    return not pretrained and checkpoint is None and name != TESTBED_NAME
+
+
+@dataclass(frozen=True)
+class ModelProvenance:
+    """What produced a map: the model's name and where its weights came from (for reports)."""
+
+    model: str
+    """The name given to :func:`load_model` (timm name, ``hf-hub:…`` or ``vitroll-shapes``)."""
+    weights: str
+    """``random``, ``timm-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
+    description: str
+    """One line for people: which pretrained tag, which checkpoint file, or the random-weights warning."""
+    sha256: Optional[str] = None
+    """SHA-256 of the weights file (checkpoint or shipped testbed weights), when there is one."""
+
+    @property
+    def random(self) -> bool:
+        return self.weights == "random"
+
+    @classmethod
+    def of(cls, name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None",
+           model: Optional[nn.Module] = None) -> "ModelProvenance":
+        """The provenance of ``load_model(name, pretrained=…, checkpoint=…)``; ``model`` names timm's pretrained tag."""
+        from vitroll.testbed.model import TESTBED_NAME, WEIGHTS
+
+        if checkpoint is not None:
+            return cls(name, "checkpoint", f"checkpoint file {Path(checkpoint).name}", file_sha256(checkpoint))
+        if name == TESTBED_NAME:
+            return cls(name, "testbed", f"the testbed weights shipped with vitroll ({WEIGHTS.name})", file_sha256(WEIGHTS))
+        if pretrained:
+            cfg = dict(getattr(model, "pretrained_cfg", None) or {})
+            source = cfg.get("hf_hub_id") or cfg.get("url") or cfg.get("tag") or "timm's default tag"
+            return cls(name, "timm-pretrained", f"timm pretrained weights ({source})")
+        return cls(name, "random", "RANDOM weights (no --pretrained or --checkpoint): the maps mean nothing")
+
+    @classmethod
+    def unstated(cls, model: nn.Module) -> "ModelProvenance":
+        """For callers that did not say where the weights came from: the architecture's name only."""
+        architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture") or type(model).__name__
+        return cls(str(architecture), "not stated", "not stated by the caller")

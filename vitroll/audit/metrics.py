@@ -17,6 +17,8 @@ from typing import Mapping, Optional
 import cv2
 import numpy as np
 
+from vitroll.io.dicom import UNKNOWN
+
 METRIC_NAMES = ("outside_body", "border", "annotation", "roi_energy", "pointing_hit", "topk_iou")
 """Per-image metrics, in report order (the last three only where an ROI is given)."""
 
@@ -56,6 +58,35 @@ def body_mask(image: np.ndarray) -> np.ndarray:
     blurred = cv2.GaussianBlur(grey, (5, 5), 0)
     _, binary = cv2.threshold(blurred, 0, 1, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
     return fill_holes(largest_component(binary > 0))
+
+
+NO_BODY_OUTLINE = {
+    "US": "ultrasound", "IVUS": "intravascular ultrasound", "XC": "external-camera photography",
+    "ES": "endoscopy", "OP": "ophthalmic photography", "OPT": "ophthalmic tomography", "IVOCT": "intravascular OCT",
+    "GM": "general microscopy", "SM": "slide microscopy",
+}
+"""Modalities whose images show no body against dark air: an Otsu outline traces tissue echoes, a lit scene or a
+stained slide, never the body's edge."""
+
+GREY_RADIOLOGY = frozenset({"CT", "MR", "CR", "DX", "MG", "RF", "XA", "PT", "NM", "PX", "IO", "RG", "DR"})
+"""Modalities whose colour images (fused or pseudo-colour displays) still show the body against dark air."""
+
+
+def body_outline_exemption(modality: str, colour: bool) -> Optional[str]:
+    """Why the automatic body outline does not apply to an image (so the share outside it is not measured), or None.
+
+    It does not apply to the modalities in :data:`NO_BODY_OUTLINE`, nor to colour images of any other modality
+    outside :data:`GREY_RADIOLOGY` (OT, SC, unstated: photographs, screen captures, renderings).
+    """
+    modality = modality.strip().upper()
+    if modality in NO_BODY_OUTLINE:
+        return (f"not measured: the body outline does not apply to {NO_BODY_OUTLINE[modality]} (Modality {modality}); "
+                "pass --body-masks to measure it")
+    if colour and modality not in GREY_RADIOLOGY:
+        stated = f"Modality {modality}" if modality and modality.lower() != UNKNOWN else "no Modality"
+        return (f"not measured: a colour image with {stated} (a photograph, screen capture or rendering) has no body "
+                "outline to threshold; pass --body-masks to measure it")
+    return None
 
 
 def border_band(shape_hw: tuple[int, int], fraction: float = 0.05) -> np.ndarray:
@@ -145,16 +176,17 @@ class MetricSettings:
 
 
 def image_metrics(
-    saliency: np.ndarray, body: np.ndarray, annotations: np.ndarray, roi: Optional[np.ndarray] = None,
+    saliency: np.ndarray, body: Optional[np.ndarray], annotations: np.ndarray, roi: Optional[np.ndarray] = None,
     settings: MetricSettings = MetricSettings(),
 ) -> dict[str, float]:
-    """All metrics of one image: fractions of the map's mass outside ``body``, in the border band, on ``annotations``,
-    and the ROI metrics when ``roi`` is given (else NaN). All NaN when the map has no mass."""
+    """All metrics of one image: fractions of the map's mass outside ``body`` (NaN without a body), in the border
+    band, on ``annotations``, and the ROI metrics when ``roi`` is given (else NaN). All NaN when the map has no mass."""
     metrics = {name: float("nan") for name in METRIC_NAMES}
     p = mass(saliency)
     if p is None:
         return metrics
-    metrics["outside_body"] = float(p[~body].sum())
+    if body is not None:
+        metrics["outside_body"] = float(p[~body].sum())
     metrics["border"] = float(p[border_band(p.shape, settings.border_fraction)].sum())
     metrics["annotation"] = float(p[annotations].sum())
     if roi is not None:

@@ -3,13 +3,15 @@
 Decoding (:func:`iter_items`, run by DataLoader workers through :func:`decoded_batches`) and measuring
 (:func:`audit_items`: the shared ``explain_batch`` / ``render`` steps of every pipeline) are separate steps.
 
-PHI: rows carry a salted case key and study key, the whitelisted header fields and numbers only. File paths,
-identifiers and error messages that could quote a path enter a row only with ``keep_ids``.
+PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`INPUT_ORDER`),
+the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
+enter a row only with ``keep_ids``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +23,14 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from vitroll.audit.metrics import MaskSource, MetricSettings, annotation_mask, body_mask, image_metrics
+from vitroll.audit.metrics import (
+    MaskSource, MetricSettings, annotation_mask, body_mask, body_outline_exemption, image_metrics,
+)
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.dicom import SAFE_FIELDS, is_dicom, read_any, salted_key
-from vitroll.io.images import IMAGE_SUFFIXES, encode_png, write_atomic
+from vitroll.io.dicom import SAFE_FIELDS, read_any, salted_key
+from vitroll.io.images import encode_png, write_atomic
 from vitroll.maps import peak_location
+from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
 from vitroll.pipelines.inputs import ignore_interrupts
 from vitroll.preprocess import Preprocessing
@@ -89,10 +94,15 @@ class AuditRow:
     """Salted key of the file (and frame): the row's anchor in the report."""
     study: str
     """Salted key of the StudyInstanceUID (else of the file path)."""
+    input_number: Optional[int] = None
+    """Position of the file in the input list, from 1 (:data:`INPUT_ORDER`): a label free of PHI."""
     frame: Optional[int] = None
     error: Optional[str] = None
+    """Why the file gave no image: one sentence, without the file's path or name (unless ``keep_ids``)."""
     metadata: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    not_measured: dict[str, str] = field(default_factory=dict)
+    """Metric name → why it is NaN by rule (not for lack of saliency), e.g. no body outline on ultrasound."""
     flagged: bool = False
     prediction: Optional[str] = None
     probability: Optional[float] = None
@@ -112,43 +122,68 @@ class AuditItem:
     row: AuditRow
     path: Path
     image: np.ndarray
+    colour: bool = False
+    """A colour image (see :attr:`vitroll.io.dicom.DicomImage.colour`)."""
+
+
+INPUT_ORDER = (
+    "Files are numbered from 1 in this order: the inputs as given on the command line; a folder stands for every "
+    "file below it (symbolic links to files included, links to folders not followed; names starting with '.' "
+    "skipped), sorted by the path relative to that folder, character by character in Unicode code-point order — "
+    "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names."
+)
+"""How :func:`collect_inputs` orders files, in words an auditor can reproduce with their own file list."""
 
 
 def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
-    """Files as given, plus every DICOM (by preamble) and image file under given folders, sorted, hidden files skipped."""
+    """Files as given, plus every file under given folders, in :data:`INPUT_ORDER`.
+
+    Every file is collected, whatever its name or content, so that each one becomes a report row: the reader
+    decides what is DICOM (preamble or not) or an image, and the rest become rows that say why.
+    """
     found: list[Path] = []
     for path in (Path(p) for p in paths):
         if not path.is_dir():
             found.append(path)
             continue
+        below = []
         for root, folders, files in os.walk(path):
-            folders[:] = sorted(f for f in folders if not f.startswith("."))
-            for name in sorted(files):
-                candidate = Path(root) / name
-                if not name.startswith(".") and (candidate.suffix.lower() in IMAGE_SUFFIXES or is_dicom(candidate)):
-                    found.append(candidate)
+            folders[:] = [name for name in folders if not name.startswith(".")]
+            below += [Path(root, name) for name in files if not name.startswith(".")]
+        files_below = (p for p in below if p.is_file() or p.is_symlink())  # no FIFOs, sockets, devices
+        found += sorted(files_below, key=lambda p: p.relative_to(path).as_posix())
     return found
 
 
 def _scrub(text: str, path: Path) -> str:
-    """Remove the file's path and name from an error message (they may carry names, IDs or dates)."""
+    """Remove the file's path and name from an error message (they may carry names, IDs or dates); a name inside a
+    longer word (stem ``jpeg`` in ``pylibjpeg``) is left alone."""
     for needle in sorted({str(path), str(path.resolve()), path.name, path.stem}, key=len, reverse=True):
         if needle:
-            text = text.replace(needle, "<file>")
+            text = re.sub(rf"(?<![0-9A-Za-z]){re.escape(needle)}(?![0-9A-Za-z])", "<file>", text)
     return text
 
 
-def iter_items(paths: Sequence[Path], options: AuditOptions) -> Iterator["AuditItem | AuditRow"]:
-    """Decode each file: one :class:`AuditItem` per frame, or one error :class:`AuditRow` for a file that fails."""
-    for path in paths:
+def _sentence(text: str) -> str:
+    """``text`` as a sentence: capital first letter, final full stop."""
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else "Unknown reason."
+
+
+def iter_items(numbered: Sequence[tuple[int, Path]], options: AuditOptions) -> Iterator["AuditItem | AuditRow"]:
+    """Decode each (input number, file): one :class:`AuditItem` per frame, or one error :class:`AuditRow` for a
+    file that gives no image."""
+    for number, path in numbered:
         file_key = salted_key(options.salt, "file:" + str(path.resolve()), 10)
         identifiers = {"file": str(path)} if options.keep_ids else {}
         try:
             decoded = read_any(path, window=options.window, frame=options.frame)
-        except VitrollError as error:
-            reason = getattr(error, "reason", str(error))
+        except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
+            reason = getattr(error, "reason", None) or (
+                str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
             yield AuditRow(case=f"case-{file_key}", study=salted_key(options.salt, str(path.resolve())),
-                           error=reason if options.keep_ids else _scrub(reason, path), identifiers=identifiers)
+                           input_number=number, error=_sentence(reason if options.keep_ids else _scrub(reason, path)),
+                           identifiers=identifiers)
             continue
         study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
         if options.keep_ids:
@@ -156,20 +191,20 @@ def iter_items(paths: Sequence[Path], options: AuditOptions) -> Iterator["AuditI
         many = len(decoded.frames) > 1 or options.frame is not None
         for index, image in decoded.frames:
             case = f"case-{file_key}" + (f"-f{index}" if many else "")
-            row = AuditRow(case=case, study=study, frame=index if is_dicom(path) else None,
+            row = AuditRow(case=case, study=study, input_number=number, frame=index if decoded.dicom else None,
                            metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2])
-            yield AuditItem(row=row, path=path, image=image)
+            yield AuditItem(row=row, path=path, image=image, colour=decoded.colour)
 
 
 class DecodedFiles(IterableDataset):
     """:func:`iter_items` in DataLoader workers, each taking every K-th file (frames of one file stay together)."""
 
     def __init__(self, paths: Sequence[Path], options: AuditOptions) -> None:
-        self.paths, self.options = list(paths), options
+        self.numbered, self.options = list(enumerate(paths, start=1)), options
 
     def __iter__(self) -> Iterator["AuditItem | AuditRow"]:
         worker = get_worker_info()
-        mine = self.paths if worker is None else self.paths[worker.id::worker.num_workers]
+        mine = self.numbered if worker is None else self.numbered[worker.id::worker.num_workers]
         return iter_items(mine, self.options)
 
 
@@ -190,15 +225,17 @@ def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) 
     cv2.drawContours(thumb, contours, -1, colour, 1)
 
 
-def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: np.ndarray, annotations: np.ndarray,
+def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndarray], annotations: np.ndarray,
               roi: Optional[np.ndarray], size: int) -> bytes:
-    """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines and a cross at the peak."""
+    """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines (no body outline where
+    ``body`` is None) and a cross at the peak."""
     height, width = overlaid.shape[:2]
     scale = size / max(height, width)
     thumb_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
     interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_NEAREST  # small images enlarged, pixels kept sharp
     thumb = np.ascontiguousarray(cv2.resize(overlaid, (thumb_hw[1], thumb_hw[0]), interpolation=interpolation))
-    _outline(thumb, body, (0, 255, 0))
+    if body is not None:
+        _outline(thumb, body, (0, 255, 0))
     _outline(thumb, annotations, (255, 0, 255))
     if roi is not None:
         _outline(thumb, roi, (0, 255, 255))
@@ -238,7 +275,11 @@ def _measure(item: AuditItem, grid_map: np.ndarray, geometry, probabilities: Opt
     saliency, overlaid = render(image, grid_map, geometry, settings)
     shape_hw = image.shape[:2]
     body = options.body_masks.get(item.path, shape_hw) if options.body_masks else None
-    body = body if body is not None else body_mask(image)
+    exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
+    if exemption is not None:
+        row.not_measured["outside_body"] = exemption
+    elif body is None:
+        body = body_mask(image)
     annotations = annotation_mask(image, body)
     roi = options.masks.get(item.path, shape_hw) if options.masks else None
     row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
@@ -260,8 +301,13 @@ def run_audit(
     options: Optional[AuditOptions] = None,
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
+    provenance: Optional[ModelProvenance] = None,
 ) -> "AuditReport":
-    """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``."""
+    """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
+
+    Every file found is one row or more (:func:`collect_inputs`); ``provenance`` (the model's name and weights
+    source) heads the report, else it says the weights were not stated.
+    """
     from vitroll.audit.report import AuditReport
 
     options = options or AuditOptions()
@@ -270,6 +316,7 @@ def run_audit(
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(decoded_batches(inputs, options), model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
-    report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs))
+    report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
+                         provenance=provenance or ModelProvenance.unstated(model))
     report.write(out_dir)
     return report

@@ -21,9 +21,10 @@ import numpy as np
 
 from vitroll import __version__
 from vitroll.audit.metrics import METRIC_NAMES
-from vitroll.audit.pipeline import GROUP_FIELDS, AuditOptions, AuditRow
+from vitroll.audit.pipeline import GROUP_FIELDS, INPUT_ORDER, AuditOptions, AuditRow
 from vitroll.audit.summary import group_table, sentences
 from vitroll.io.images import encode_png, write_atomic
+from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
 
 METRIC_LABELS = {
@@ -46,12 +47,18 @@ def _png_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
+PROVENANCE_COLUMNS = ("model", "weights", "weights_sha256", "method", "vitroll_version")
+"""Columns repeated on every CSV row so that a row copied out of its file still says what produced it."""
+
+
 @dataclass
 class AuditReport:
     rows: list[AuditRow]
     options: AuditOptions
     settings: ExplainSettings
     files: int
+    provenance: ModelProvenance = ModelProvenance("unknown", "not stated", "not stated by the caller")
+    """The model's name and weights source (:meth:`ModelProvenance.unstated` when the caller gave none)."""
 
     @property
     def images(self) -> list[AuditRow]:
@@ -61,7 +68,8 @@ class AuditReport:
 
     @property
     def errors(self) -> list[AuditRow]:
-        return [row for row in self.rows if row.error is not None]
+        """Files that gave no image, in input order."""
+        return sorted((row for row in self.rows if row.error is not None), key=lambda row: row.input_number or 0)
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -78,17 +86,18 @@ class AuditReport:
     # --- flat records (CSV, JSON) -------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        columns = ["case", "study", "frame", "status", "reason", "flagged", *GROUP_FIELDS, *self.metric_names,
-                   "prediction", "probability", "height", "width", "overlay"]
+        columns = ["case", "input", "study", "frame", "status", "reason", "flagged", *GROUP_FIELDS, *self.metric_names,
+                   "not_measured", "prediction", "probability", "height", "width", "overlay"]
         return columns + list(ID_FIELDS) if self.options.keep_ids else columns
 
     def record(self, row: AuditRow) -> dict[str, object]:
         record: dict[str, object] = {
-            "case": row.case, "study": row.study, "frame": row.frame,
+            "case": row.case, "input": row.input_number, "study": row.study, "frame": row.frame,
             "status": "error" if row.error else ("flagged" if row.flagged else "ok"), "reason": row.error,
             "flagged": row.flagged if row.error is None else None,
             **{name: row.metadata.get(name) for name in GROUP_FIELDS},
             **{name: _finite(row.metrics.get(name)) for name in self.metric_names},
+            "not_measured": "; ".join(f"{name}: {why}" for name, why in row.not_measured.items()) or None,
             "prediction": row.prediction, "probability": _finite(row.probability),
             "height": row.size_hw[0] if row.size_hw else None, "width": row.size_hw[1] if row.size_hw else None,
             "overlay": row.overlay_file,
@@ -103,12 +112,16 @@ class AuditReport:
     def settings_record(self) -> dict[str, object]:
         window = self.options.window
         return {
+            "vitroll_version": __version__, "model": self.provenance.model, "weights": self.provenance.weights,
+            "weights_description": self.provenance.description, "weights_sha256": self.provenance.sha256,
+            "random_weights": self.provenance.random,
             "method": self.settings.method, "method_options": self.settings.options_for_method(),
             "window_width_level": list(window) if window else None, "frame": self.options.frame,
             "flag_threshold": self.options.flag_threshold, "border_fraction": self.options.metrics.border_fraction,
             "top_percent": self.options.metrics.top_percent, "group_by": list(self.options.group_by),
             "keep_ids": self.options.keep_ids,
             "salt": "not stored (keys are comparable only between runs given the same --salt)",
+            "input_order": INPUT_ORDER,
         }
 
     def to_json(self) -> str:
@@ -123,10 +136,12 @@ class AuditReport:
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=self.columns(), lineterminator="\n")
+        writer = csv.DictWriter(buffer, fieldnames=[*self.columns(), *PROVENANCE_COLUMNS], lineterminator="\n")
         writer.writeheader()
+        provenance = dict(zip(PROVENANCE_COLUMNS, (self.provenance.model, self.provenance.weights,
+                                                   self.provenance.sha256, self.settings.method, __version__)))
         for record in self.records():
-            writer.writerow({key: "" if value is None else value for key, value in record.items()})
+            writer.writerow({key: "" if value is None else value for key, value in {**record, **provenance}.items()})
         return buffer.getvalue()
 
     def write(self, out_dir: "str | os.PathLike[str]") -> dict[str, Path]:
@@ -181,7 +196,9 @@ table{border-collapse:collapse;font-size:.85em}th,td{border:1px solid #ccc;paddi
 th{background:#eef;cursor:pointer;user-select:none;position:sticky;top:0}th.sorted-asc::after{content:" ▲"}th.sorted-desc::after{content:" ▼"}
 tr.flagged td{background:#fdecea}td.num{text-align:right;font-variant-numeric:tabular-nums}
 :target td{outline:2px solid #e67e22}img.thumb{display:block;max-width:192px}
-.legend{font-size:.85em;color:#555}.phi{font-size:.85em;color:#555;border-left:3px solid #4a7ab5;padding-left:.6em}
+.legend{font-size:.85em;color:#555}td.not-measured{color:#777;font-style:italic}
+.banner{background:#c0392b;color:#fff;font-weight:bold;padding:.6em .8em;font-size:1.1em}
+.phi{font-size:.85em;color:#555;border-left:3px solid #4a7ab5;padding-left:.6em}
 """
 
 _SORTER = """
@@ -237,6 +254,13 @@ def _groups_html(report: AuditReport) -> str:
     return f'<table class="sortable" id="group-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+def _metric_cell(row: AuditRow, name: str) -> str:
+    """A metric's cell; ``not measured`` (the reason on hover, sorted last) where a rule left it NaN."""
+    if name in row.not_measured:
+        return f'<td class="not-measured" title="{_e(row.not_measured[name])}" data-v="">not measured</td>'
+    return _num_cell(row.metrics.get(name))
+
+
 def _cases_html(report: AuditReport) -> str:
     names = report.metric_names
     ids = ID_FIELDS if report.options.keep_ids else ()
@@ -249,7 +273,7 @@ def _cases_html(report: AuditReport) -> str:
                  f'src="{_png_uri(row.thumbnail)}"></a>' if row.thumbnail else "")
         cells = (f"<td>{image}</td><td>{_e(row.case)}</td>"
                  f'<td data-v="{0 if row.flagged else 1}">{"FLAGGED" if row.flagged else ""}</td>'
-                 + "".join(_num_cell(row.metrics.get(n)) for n in names)
+                 + "".join(_metric_cell(row, n) for n in names)
                  + f"<td>{_e(row.prediction)}</td>" + _num_cell(row.probability)
                  + "".join(f"<td>{_e(row.metadata.get(f))}</td>" for f in GROUP_FIELDS)
                  + f"<td>{_e(row.study)}</td><td>{_e(row.frame)}</td>"
@@ -262,11 +286,29 @@ def _errors_html(report: AuditReport) -> str:
     if not report.errors:
         return "<p>Every file was read.</p>"
     extra = "<th>file</th>" if report.options.keep_ids else ""
-    rows = "".join(f'<tr id="{_e(row.case)}"><td>{_e(row.case)}</td><td>{_e(row.error)}</td>'
+    rows = "".join(f'<tr id="{_e(row.case)}">' + _num_cell(row.input_number, 0)
+                   + f"<td>{_e(row.case)}</td><td>{_e(row.error)}</td>"
                    + (f"<td>{_e(row.identifiers.get('file'))}</td>" if report.options.keep_ids else "") + "</tr>"
                    for row in report.errors)
-    return (f'<table class="sortable" id="error-table"><thead><tr><th>case</th><th>reason</th>{extra}</tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
+    return (f'<p class="legend">Each file is listed by its number in the input list. {_e(INPUT_ORDER)}</p>'
+            f'<table class="sortable" id="error-table"><thead><tr><th>file number</th><th>case</th><th>reason</th>'
+            f"{extra}</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _provenance_html(report: AuditReport) -> str:
+    """Who made the maps: vitroll's version, the model, its weights (a loud banner when random or unstated)."""
+    source = report.provenance
+    digest = f"; SHA-256 {source.sha256}" if source.sha256 else ""
+    line = (f'<p class="provenance" id="provenance">Produced by vitroll {_e(__version__)} with model '
+            f"<b>{_e(source.model)}</b>, weights: {_e(source.description)}{_e(digest)}.</p>")
+    if source.random:
+        return ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained '
+                "or --checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>"
+                + line)
+    if source.weights == "not stated":
+        return ('<p class="banner" id="unstated-weights">The caller did not state where the weights came from; '
+                "check them before trusting this report.</p>" + line)
+    return line
 
 
 def render_html(report: AuditReport) -> str:
@@ -283,6 +325,7 @@ def render_html(report: AuditReport) -> str:
 <style>{_STYLE}</style></head>
 <body>
 <h1>Saliency audit</h1>
+{_provenance_html(report)}
 <p class="phi">{_e(phi)}</p>
 <section class="summary" id="summary"><h2>Summary</h2>
 {_summary_html(report)}

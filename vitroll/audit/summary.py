@@ -35,6 +35,13 @@ def percent(value: float) -> str:
     return f"{100 * value:.0f} %"
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 file``, ``2 files``, ``3 studies``."""
+    if number == 1:
+        return f"{number} {noun}"
+    return f"{number} {noun[:-1]}ies" if noun.endswith("y") else f"{number} {noun}s"
+
+
 def share(part: int, whole: int, noun: str = "images") -> str:
     """``3 of 5 images (60 %)``."""
     return f"{part} of {whole} {noun} ({percent(part / whole) if whole else '–'})".replace("  ", " ")
@@ -70,19 +77,24 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     """The report's opening paragraph, each sentence with the cases it speaks of."""
     n = len(rows)
     said = [Sentence(
-        f"The audit covers {n} image{'s' if n != 1 else ''} from {files} file{'s' if files != 1 else ''}"
-        f" in {len({row.study for row in rows})} stud{'ies' if len({row.study for row in rows}) != 1 else 'y'}"
-        + (f"; {len(errors)} file{'s' if len(errors) != 1 else ''} could not be read." if errors else "."),
+        f"The audit covers {counted(n, 'image')} from {counted(files, 'file')} in "
+        f"{counted(len({row.study for row in rows}), 'study')}"
+        + (f"; {counted(len(errors), 'file')} could not be read (listed by number in the input list)."
+           if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
     if not n:
         return said
+    said.extend(_not_measured_sentences(rows, "outside_body", "the share of saliency outside the body"))
+    measured = [row for row in rows if "outside_body" not in row.not_measured]
     threshold = options.flag_threshold
     phrase = "more than half" if threshold == 0.5 else f"more than {percent(threshold)}"
-    flagged = [row for row in rows if row.flagged]
-    if not flagged:
-        said.append(Sentence(f"In none of the {n} images does {phrase} of the saliency lie outside the body.", [], "cases"))
-    else:
-        text = f"In {share(len(flagged), n)} {phrase} of the saliency lies outside the body"
+    flagged = [row for row in measured if row.flagged]
+    if measured and not flagged:
+        said.append(Sentence(f"In none of the {len(measured)} {'measured ' if len(measured) < n else ''}images does "
+                             f"{phrase} of the saliency lie outside the body.", [], "cases"))
+    elif flagged:
+        noun = "measured images" if len(measured) < n else "images"
+        text = f"In {share(len(flagged), len(measured), noun)} {phrase} of the saliency lies outside the body"
         model, count = Counter(row.metadata.get("ManufacturerModelName", UNKNOWN) for row in flagged).most_common(1)[0]
         if len(flagged) >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):
             overall = sum(row.metadata.get("ManufacturerModelName") == model for row in rows)
@@ -117,6 +129,17 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     return said
 
 
+def _not_measured_sentences(rows: list["AuditRow"], metric: str, what: str) -> list[Sentence]:
+    """One sentence per reason for which ``metric`` was left unmeasured by rule, with its images."""
+    by_reason: dict[str, list["AuditRow"]] = {}
+    for row in rows:
+        if metric in row.not_measured:
+            by_reason.setdefault(row.not_measured[metric], []).append(row)
+    return [Sentence(f"For {share(len(members), len(rows))} {what} is {reason} (these images are never flagged on it).",
+                     _cases(members), "cases")
+            for reason, members in sorted(by_reason.items(), key=lambda item: -len(item[1]))]
+
+
 def _group_sentence(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[Sentence]:
     """Which group (of at least two images) has the most and the least saliency outside the body."""
     if not fields:
@@ -139,4 +162,4 @@ def _group_sentence(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[Sen
         _cases(members), "groups")]
 
 
-__all__ = ["Sentence", "group_table", "sentences", "METRIC_NAMES"]
+__all__ = ["Sentence", "counted", "group_table", "sentences", "METRIC_NAMES"]

@@ -15,6 +15,10 @@ from torch import nn
 from vitroll.errors import UnsupportedModelError
 
 Readout = Literal["class_token", "patch_mean", "attention_pool"]
+Padding = Literal["identity", "zeros"]
+"""What :attr:`ModelFamily.assemble` puts where a layer has no entries of its own: the identity for attention (the
+tokens pass through that layer unchanged), zeros for gradients (those entries are no attention the model computed,
+so the score does not depend on them)."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,9 @@ class ModelFamily:
     readout_modules : callable
         ``model -> [modules]`` whose attention is the readout (the attention-pooling head); usually none.
     assemble : callable, optional
-        ``(model, records) -> records`` bringing per-layer records that live in different token spaces into
-        one (N, N) space (CaiT's class-attention stage).
+        ``(model, records, padding) -> records`` bringing per-layer records (..., Q, M) that live in different
+        token spaces into one (..., N, N) space (CaiT's class-attention stage), the rest filled as ``padding``
+        says (:data:`Padding`).
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -114,7 +119,7 @@ class ModelFamily:
     attention_modules: Callable[[nn.Module], list[nn.Module]]
     token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
     readout_modules: Callable[[nn.Module], list[nn.Module]] = _no_modules
-    assemble: Optional[Callable[[nn.Module, list[torch.Tensor]], list[torch.Tensor]]] = None
+    assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     notes: str = ""
 
 
@@ -139,18 +144,19 @@ def _cait_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [block.attn for block in model.blocks] + [block.attn for block in model.blocks_token_only]
 
 
-def _cait_assemble(model: nn.Module, records: list[torch.Tensor]) -> list[torch.Tensor]:
+def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
     """Put CaiT's two stages in one token space [class, patches…] of N = 1 + P tokens.
 
     Self-attention layers (P, P) run before the class token exists: the class token's row and column
-    become the identity. Class-attention layers (1, N) update only the class token: their row becomes row 0
-    and the patch tokens' rows the identity (patches pass through that stage unchanged).
+    are ``padding``. Class-attention layers (1, N) update only the class token: their row becomes row 0 and
+    the patch tokens' rows are ``padding`` (for attention the identity: patches pass through that stage unchanged).
     """
     num_tokens = records[-1].shape[-1]
     assembled = []
     for index, record in enumerate(records):
-        full = torch.eye(num_tokens, dtype=record.dtype, device=record.device)
-        full = full.expand(*record.shape[:-2], num_tokens, num_tokens).clone()
+        full = torch.zeros(*record.shape[:-2], num_tokens, num_tokens, dtype=record.dtype, device=record.device)
+        if padding == "identity":
+            full.diagonal(dim1=-2, dim2=-1).fill_(1.0)
         if index < len(model.blocks):
             full[..., 1:, 1:] = record
         else:

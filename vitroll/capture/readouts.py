@@ -48,7 +48,8 @@ class AttentionReadout:
         Attribute holding the logit scale (usually ``head_dim ** -0.5``).
     probs_from_input : callable, optional
         When set, the probabilities are this function of the *input* of ``probs_module`` (for modules that
-        take them in another layout), not its output.
+        take them in another layout), not its output. It must only rearrange elements (a permutation or
+        reshape), so that it also turns the gradient with respect to that input into the probabilities' gradient.
     """
 
     module_type: type

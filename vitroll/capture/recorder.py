@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import torch
 from torch import nn
 
 from vitroll.capture.blocking import rows_per_block
 from vitroll.capture.factored import AttentionKernelSwap, FactoredAttention, attention_with_log_normalizer
-from vitroll.capture.families import TokenLayout, family_of
+from vitroll.capture.families import Padding, TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.readouts import AttentionReadout, readout_for
 from vitroll.errors import UnsupportedModelError
+
+_Record = TypeVar("_Record")
 
 DEFAULT_CHUNK_BYTES = 2**30
 """Default attention memory budget: per-head probabilities (B, H, Q, N) are computed in query blocks within it, and
@@ -52,8 +54,8 @@ class AttentionRecorder:
     head_fusion : {"mean", "max", "min"} or None
         Heads are fused inside the hook, so only (B, N, N) per layer is kept; ``None`` keeps (B, H, N, N).
     keep_graph : bool
-        Keep the probabilities in the autograd graph (for gradient methods). Forces the unfused path and
-        stores per-head probabilities, ignoring ``head_fusion`` and ``dtype``.
+        Keep the probabilities in the autograd graph (for gradient methods; see :meth:`gradients`). Forces the
+        unfused path and stores per-head probabilities, ignoring ``head_fusion`` and ``dtype``.
     dtype : torch.dtype
         Storage precision of the recorded maps (fusion itself runs in the model's precision).
     chunk_bytes : int, optional
@@ -97,6 +99,10 @@ class AttentionRecorder:
         self.factored = factored and self.family.assemble is None  # assembling (CaiT) needs dense records
         self._modules = self.family.attention_modules(model)
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
+        # keep_graph: per layer, the tensor of the model's graph the probabilities were read from, and the
+        # rearrangement of its elements that gives them (B, H, Q, N); the same rearrangement maps its gradient
+        self._graph_sources: list[Optional[tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]] = (
+            [None] * len(self._modules))
         self._readout_modules = self.family.readout_modules(model)
         self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
@@ -125,11 +131,28 @@ class AttentionRecorder:
     def attentions(self) -> list[torch.Tensor]:
         """Per layer, in forward order: (B, N, N), or (B, H, N, N) for per-head / ``keep_graph`` records; with
         ``factored``, long sequences' layers are :class:`~vitroll.capture.factored.FactoredAttention`."""
-        missing = [i for i, record in enumerate(self._records) if record is None]
+        return self._in_token_space(self._recorded(self._records), "identity")
+
+    def gradients(self, score: torch.Tensor) -> list[torch.Tensor]:
+        """∂ ``score`` / ∂ attention for every layer, in the token space and shapes of :attr:`attentions`
+        (B, H, N, N), zero where a layer has no entries of its own (CaiT). Needs ``keep_graph``; ``score`` is a
+        scalar computed from the model's output in the recorded forward pass. Parameters' ``.grad`` stay untouched.
+        """
+        if not self.keep_graph:
+            raise RuntimeError("attention gradients need AttentionRecorder(model, keep_graph=True)")
+        sources = self._recorded(self._graph_sources)
+        gradients = torch.autograd.grad(score, [source for source, _ in sources])
+        return self._in_token_space(
+            [to_probabilities(gradient) for gradient, (_, to_probabilities) in zip(gradients, sources)], "zeros")
+
+    def _recorded(self, records: list[Optional[_Record]]) -> list[_Record]:
+        missing = [i for i, record in enumerate(records) if record is None]
         if missing:
             raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
-        records: list[torch.Tensor] = list(self._records)  # type: ignore[arg-type]
-        return self.family.assemble(self.model, records) if self.family.assemble else records
+        return list(records)  # type: ignore[arg-type]
+
+    def _in_token_space(self, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
+        return self.family.assemble(self.model, records, padding) if self.family.assemble else records
 
     def token_layout(self, image_hw: tuple[int, int]) -> TokenLayout:
         """Token layout of the model for an input of spatial size ``image_hw`` = (H, W).
@@ -286,10 +309,14 @@ class AttentionRecorder:
             setattr(module, readout.fused_flag, False)
             self._undo.append(lambda: setattr(module, readout.fused_flag, previous))
 
+        to_probabilities = readout.probs_from_input or _unchanged
+
         def record(_module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-            probs = readout.probs_from_input(args[0]) if readout.probs_from_input else output
+            source = args[0] if readout.probs_from_input else output
+            probs = to_probabilities(source)
             if self.keep_graph:
                 self._records[index] = probs
+                self._graph_sources[index] = (source, to_probabilities)
                 return
             with torch.no_grad():
                 self._store(self._records, index, tuple(probs.shape), lambda rows: probs[:, :, rows], probs.device,
@@ -297,6 +324,10 @@ class AttentionRecorder:
 
         handle = module.get_submodule(readout.probs_module).register_forward_hook(record)
         self._undo.append(handle.remove)
+
+
+def _unchanged(probs: torch.Tensor) -> torch.Tensor:
+    return probs
 
 
 def _mask_rows(mask: Optional[torch.Tensor], rows: slice) -> Optional[torch.Tensor]:

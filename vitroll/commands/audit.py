@@ -2,7 +2,10 @@
 
 Measures, per image, how much of the saliency lies outside the body, in the border band, on burned-in
 annotations and (with --masks/--boxes) inside a region of interest; flags images whose saliency lies mostly
-outside the body and summarises by scanner, body part, sex and age band.
+outside the body and summarises by scanner, body part, sex and age band. Every file under the inputs is a row:
+an image, or the reason it gave none (listed by its number in the sorted input list).
+
+Exit status: 0 every file gave an image, 3 some files gave none (the report is still written), 2 usage error.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitroll.commands.common import add_explain_arguments, model_from_args, preprocessing_from_args, settings_from_args
+from vitroll.commands.common import (
+    add_explain_arguments, model_from_args, preprocessing_from_args, provenance_from_args, settings_from_args,
+)
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
+from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--top-percent", type=float, default=5.0, help="top-k %% of the map compared with the ROI (IoU)")
     group.add_argument("--masks", help="folder of ROI masks: <image stem>.png, non-zero inside")
     group.add_argument("--boxes", help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
-    group.add_argument("--body-masks", help="folder of body masks <image stem>.png replacing the automatic one")
+    group.add_argument("--body-masks", help="folder of body masks <image stem>.png replacing the automatic one "
+                                            "(also for ultrasound and colour photographs, where it is not measured)")
     group.add_argument("--group-by", default="ManufacturerModelName",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
@@ -49,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitroll.audit.metrics import MaskSource, MetricSettings
     from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
+    from vitroll.audit.summary import counted
     from vitroll.models import class_names
 
     options = AuditOptions(
@@ -63,10 +71,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     model = model_from_args(args)
     report = run_audit(args.inputs, model, out_dir=args.out, settings=settings, options=options,
-                       preprocessing=preprocessing_from_args(model, args), class_names=class_names(model, args.class_names))
+                       preprocessing=preprocessing_from_args(model, args), class_names=class_names(model, args.class_names),
+                       provenance=provenance_from_args(args, model))
     for row in report.errors:
-        print(f"vitroll: unreadable: {row.case}: {row.error}", file=sys.stderr)
+        print(f"vitroll: unreadable: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)
     for sentence in report.sentences():
         print(sentence.text)
-    print(f"{len(report.images)} images, {len(report.errors)} unreadable -> {args.out}/report.html (.csv, .json)")
-    return 0 if report.images else 1
+    print(f"{counted(len(report.images), 'image')} from {counted(report.files, 'file')}, "
+          f"{len(report.errors)} unreadable -> {args.out}/report.html (.csv, .json)")
+    return EXIT_SOME_FAILED if report.errors else 0

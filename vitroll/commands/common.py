@@ -10,7 +10,7 @@ from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS
 from vitroll.methods import METHODS
-from vitroll.models import load_model
+from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
@@ -96,10 +96,15 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["dynamic_img_size"] = True
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
                        num_classes=args.num_classes, device=resolve_device(args.device), **build)
-    if not args.pretrained and args.checkpoint is None and args.model != TESTBED_NAME:
+    if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
     return model
+
+
+def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelProvenance:
+    """Model name and weights source (with the checkpoint's SHA-256) of the model :func:`model_from_args` built."""
+    return ModelProvenance.of(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint, model=model)
 
 
 def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:

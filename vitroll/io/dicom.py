@@ -1,6 +1,9 @@
 """DICOM (and 16-bit PNG/TIFF) decoding for audits: display-ready 8-bit RGB frames and PHI-free metadata.
 
-A DICOM file is recognised by ``DICM`` at byte 128 (any extension, ``.dcm`` or none). Grey images go
+A DICOM file is recognised by ``DICM`` at byte 128 (any extension, ``.dcm`` or none); a file without that
+preamble (an old ACR-NEMA style data set) is read when its first element belongs to group 0002 or 0008, and its
+transfer syntax is then the encoding pydicom found. Compressed pixel data goes through pydicom's decoder plugins
+(pylibjpeg with openjpeg and rle, python-gdcm, Pillow: the ``dicom`` extra). Grey images go
 through the modality LUT (Rescale Slope/Intercept), then a VOI transform — the user's window, else the file's
 VOI LUT or Window Center/Width, else the frame's own min–max — and MONOCHROME1 is inverted so that high
 values are bright. Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as
@@ -17,13 +20,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from vitroll.errors import ImageReadError
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
 
 DICOM_MAGIC_OFFSET = 128
 DICOM_MAGIC = b"DICM"
@@ -43,7 +50,9 @@ UNKNOWN = "unknown"
 
 
 def is_dicom(path: "str | os.PathLike[str]") -> bool:
-    """Whether ``path`` is a DICOM Part 10 file: the 4 bytes ``DICM`` after the 128-byte preamble."""
+    """Whether ``path`` is a DICOM Part 10 file: the 4 bytes ``DICM`` after the 128-byte preamble.
+
+    Files without the preamble are not recognised here; :func:`read_dicom` still reads them."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(DICOM_MAGIC_OFFSET + len(DICOM_MAGIC))
@@ -104,6 +113,10 @@ class DicomImage:
     """StudyInstanceUID — an identifier: hash it, print it only with the user's consent."""
     identifiers: dict[str, str] = field(default_factory=dict)
     """PatientID, StudyInstanceUID, SOPInstanceUID (for ``--keep-ids`` only)."""
+    dicom: bool = True
+    """Read as DICOM (frames numbered); False for PNG/TIFF/… images."""
+    colour: bool = False
+    """A colour image: a colour PhotometricInterpretation, or (for other images) channels that differ."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -189,14 +202,84 @@ def _colour_to_rgb(raw: np.ndarray, dataset: object) -> np.ndarray:
     return np.round(np.clip(raw.astype(np.float64) / (2 ** bits - 1), 0, 1) * 255).astype(np.uint8)
 
 
-def _transfer_syntax_name(dataset: object) -> str:
+def _error_text(error: BaseException) -> str:
+    """The whole message of ``error`` on one line (pydicom's per-plugin lines joined by ``; ``), else its type.
+
+    Memory addresses in object reprs (``<_io.BytesIO object at 0x7f…>``) are dropped: they differ per process.
+    """
+    text = re.sub(r" at 0x[0-9A-Fa-f]+", "", str(error))
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return " ".join(lines[:1] + ["; ".join(lines[1:])]).strip() if lines[0].endswith(":") else " ".join(lines)
+
+
+PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
+"""First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
+
+NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-byte preamble, and no DICOM data set "
+                      "at its start) nor an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM).")
+
+
+def _read_dataset(path: Path) -> "Dataset":
+    """The pydicom dataset of ``path``: Part 10 first, then a preamble-less data set (its encoding kept as its
+    transfer syntax so that native pixel data decodes)."""
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+    from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
+
+    try:
+        return pydicom.dcmread(path)
+    except InvalidDicomError:
+        pass
+    with warnings.catch_warnings():  # probing: a text file's bytes read as tags warn for every "element"
+        warnings.simplefilter("ignore")
+        dataset = pydicom.dcmread(path, force=True)
+        first = next(iter(dataset), None)
+    if first is None or first.tag.group not in PREAMBLE_LESS_GROUPS:
+        raise ImageReadError(path, NOT_DICOM_OR_IMAGE)
+    if "TransferSyntaxUID" not in dataset.file_meta:
+        implicit, little = dataset.original_encoding
+        dataset.file_meta.TransferSyntaxUID = (
+            ImplicitVRLittleEndian if implicit else ExplicitVRLittleEndian if little else ExplicitVRBigEndian)
+    return dataset
+
+
+def _sop_class_name(dataset: "Dataset") -> str:
+    uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+    return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
+
+
+UNBUNDLED_DECODERS = {"pylibjpeg-libjpeg": "GPL-3.0"}
+"""Decoder packages the ``dicom`` extra leaves out, with the licence that keeps them out."""
+
+
+def decoder_advice(uid: object) -> str:
+    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment)."""
+    from pydicom.pixels import get_decoder
+
+    try:
+        decoder = get_decoder(uid)
+    except NotImplementedError:
+        return "pydicom has no decoder for this transfer syntax"
+    wanted = [entry.split(" - requires ", 1) for entry in decoder.missing_dependencies]
+    if not wanted:
+        return "every pydicom decoder for it is installed, so the pixel data itself is damaged or unusual"
+    return "pydicom's " + "; ".join(
+        f"{plugin} plugin would also try it{f', with {need}' if need else ''}" + "".join(
+            f" ({package} is {licence}, so vitroll does not install it)"
+            for package, licence in UNBUNDLED_DECODERS.items() if package in need)
+        for plugin, need in ((pair[0], pair[1] if len(pair) > 1 else "") for pair in wanted))
+
+
+def decode_failure(dataset: "Dataset", error: BaseException) -> str:
+    """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might."""
     uid = getattr(getattr(dataset, "file_meta", None), "TransferSyntaxUID", None)
-    return f"{uid.name} ({uid})" if uid is not None else "unknown transfer syntax"
-
-
-def _short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+    if uid is None:
+        return f"The pixel data cannot be decoded: the file states no transfer syntax ({_error_text(error)})."
+    kind = "compressed " if uid.is_compressed else ""
+    return (f"The {kind}pixel data cannot be decoded: transfer syntax {uid.name} (UID {uid}); "
+            f"pydicom said: {_error_text(error).rstrip('.')}; {decoder_advice(uid)}.")
 
 
 def read_dicom(
@@ -207,67 +290,65 @@ def read_dicom(
     Raises
     ------
     ImageReadError
-        Not a readable DICOM file, no pixel data, a transfer syntax without an installed decoder, corrupt
-        pixel data, or ``frame`` out of range — with a one-line reason.
+        Not a DICOM file, no pixel data, pixel data no installed decoder reads (the reason names the transfer
+        syntax and what would decode it), corrupt pixel data, or ``frame`` out of range — one sentence.
     """
     path = Path(path)
     try:
-        import pydicom
         from pydicom.pixels import pixel_array
     except ImportError:
         raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
     try:
-        dataset = pydicom.dcmread(path, force=False)
-    except Exception as error:  # InvalidDicomError, EOFError, struct/ValueError from corrupt elements
-        raise ImageReadError(path, f"not a readable DICOM file ({_short(error)})") from None
-    metadata = safe_metadata(dataset)
+        dataset = _read_dataset(path)
+    except ImageReadError:
+        raise
+    except OSError as error:
+        raise ImageReadError(path, f"This file cannot be opened ({error.strerror or type(error).__name__}).") from None
+    except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
+        raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
     if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
-        raise ImageReadError(path, "DICOM file has no PixelData (no image to explain)")
+        raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
+                                   "image to explain.")
     try:
+        metadata = safe_metadata(dataset)
         count = int(dataset.get("NumberOfFrames", 1) or 1)
-    except (TypeError, ValueError):
-        count = 1
+    except (TypeError, ValueError) as error:
+        raise ImageReadError(path, f"This DICOM file has an unreadable header element ({_error_text(error)}).") from None
     if frame is not None and not 0 <= frame < count:
-        raise ImageReadError(path, f"--frame {frame} out of range: the file has {count} frame(s), numbered from 0")
+        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
     indices = [frame] if frame is not None else list(range(count))
+    samples = int(dataset.get("SamplesPerPixel", 1) or 1)
+    photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
+    grey = samples == 1 and photometric != "PALETTE COLOR"
     frames = []
     try:
         for index in indices:
             raw = pixel_array(dataset, index=index if count > 1 else None, raw=True)
-            samples = int(dataset.get("SamplesPerPixel", 1) or 1)
-            photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
-            if samples == 1 and photometric != "PALETTE COLOR":
-                rgb = _grey_to_rgb(raw, dataset, window)
-            else:
-                rgb = _colour_to_rgb(raw, dataset)
+            rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
             frames.append((index, np.ascontiguousarray(rgb)))
-    except ImageReadError:
-        raise
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
-        compressed = getattr(getattr(dataset, "file_meta", None), "TransferSyntaxUID", None)
-        kind = "compressed " if compressed is not None and compressed.is_compressed else ""
-        raise ImageReadError(
-            path, f"cannot decode {kind}pixel data, transfer syntax {_transfer_syntax_name(dataset)} ({_short(error)})"
-        ) from None
+        raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
-    return DicomImage(frames=frames, metadata=metadata, study_uid=study, identifiers=identifiers)
+    return DicomImage(frames=frames, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey)
 
 
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
 ) -> DicomImage:
-    """A DICOM file (by its preamble or a ``.dcm`` name) through :func:`read_dicom`, any other image through ``load_image``
-    (8/16-bit PNG/TIFF; 16-bit scaled by its range), with ``unknown`` metadata."""
-    from vitroll.io.images import load_image
+    """A file with an image suffix (``.png``, ``.tif``, …; 16-bit scaled by its range) through ``load_image`` with
+    ``unknown`` metadata; any other file through :func:`read_dicom` (which refuses what is not DICOM)."""
+    from vitroll.io.images import IMAGE_SUFFIXES, load_image
 
-    if is_dicom(path) or Path(path).suffix.lower() in (".dcm", ".dicom"):
+    if Path(path).suffix.lower() not in IMAGE_SUFFIXES or is_dicom(path):
         return read_dicom(path, window=window, frame=frame)
     image = np.asarray(load_image(path))
-    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None))
+    colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
+    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour)
 
 
 __all__ = [
-    "DicomImage", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "is_dicom", "parse_window", "read_any", "read_dicom",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice",
+    "is_dicom", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]

@@ -28,6 +28,12 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+def upright_rgb(image: Image.Image) -> Image.Image:
+    """An image turned upright by its EXIF orientation (if it has one) and converted to 8-bit RGB like a file
+    :func:`load_image` reads."""
+    return _to_rgb(ImageOps.exif_transpose(image))
+
+
 def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     """Decode an image file completely, apply its EXIF orientation and convert it to RGB.
 
@@ -49,8 +55,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as image:
                 image.load()
-                upright = ImageOps.exif_transpose(image)
-                return _to_rgb(upright)
+                return upright_rgb(image)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitroll.errors import VitrollError
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, eval_mode, predict, register_method
 from vitroll.methods.gradients import TargetClass, resolve_targets
 
@@ -40,7 +41,7 @@ def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign
     return F.adaptive_avg_pool2d(per_pixel.sum(dim=1, keepdim=True).float(), grid).squeeze(1)
 
 
-def _attribute(model: nn.Module, images: torch.Tensor, target_class: TargetClass, sign: Sign, explain) -> Saliency:
+def _attribute(model: nn.Module, images: Images, target_class: TargetClass, sign: Sign, explain) -> Saliency:
     """Shared frame: predictions, targets, captum call ``explain(inputs, targets)``, pooling to the grid."""
     images, logits, grid = predict(model, images)
     targets = resolve_targets(logits, target_class)
@@ -52,14 +53,15 @@ def _attribute(model: nn.Module, images: torch.Tensor, target_class: TargetClass
 @register_method("integrated_gradients")
 def integrated_gradients(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     target_class: TargetClass = None,
     steps: int = 32,
     sign: Sign = "absolute",
 ) -> Saliency:
     """Integrated Gradients (Sundararajan et al. 2017) from a zero baseline (the dataset-mean colour after
-    normalisation), ``steps`` Riemann steps; maps (B, h, w). Costs ``steps`` forward + backward passes."""
+    normalisation), ``steps`` Riemann steps; maps (B, h, w), float32 on the model's device. Costs ``steps``
+    forward + backward passes. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     attr = _captum_attr()
     method = attr.IntegratedGradients(model)
     return _attribute(model, images, target_class, sign, lambda x, t: method.attribute(
@@ -69,7 +71,7 @@ def integrated_gradients(
 @register_method("gradient_shap")
 def gradient_shap(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     target_class: TargetClass = None,
     samples: int = 16,
@@ -79,7 +81,8 @@ def gradient_shap(
 ) -> Saliency:
     """GradientSHAP (Lundberg & Lee 2017, captum's estimator): expected gradients × (input − baseline) over
     ``samples`` random points between the input (with Gaussian ``noise``) and baselines drawn from a black,
-    a mean-grey and a blurred copy; maps (B, h, w). Reproducible for a given ``seed``."""
+    a mean-grey and a blurred copy; maps (B, h, w), float32 on the model's device. Reproducible for a given
+    ``seed``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     attr = _captum_attr()
     method = attr.GradientShap(model)
 

@@ -3,19 +3,22 @@
 A method is written once as ``compute(model, images, **options) -> Saliency`` (maps and the logits of the
 same forward pass) and registered with :func:`register_method`. The registry :data:`METHODS` keeps that
 function for pipelines, which need the predictions too; the decorator returns the public verb, which takes
-the same arguments and returns only the maps (B, h, w).
+the same arguments and returns only the maps (B, h, w). ``images`` is anything :data:`Images` allows (a tensor,
+PIL images, paths, uint8 arrays); every method reaches the model through :func:`prepare_images`, which converts it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from typing import Callable, Iterator, NamedTuple, Optional, Protocol
 
 import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
+from vitroll.methods.image_batch import Images, image_batch
 
 
 class Saliency(NamedTuple):
@@ -28,7 +31,7 @@ class Saliency(NamedTuple):
 
 
 class SaliencyMethod(Protocol):
-    def __call__(self, model: nn.Module, images: torch.Tensor, **options: object) -> Saliency: ...
+    def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency: ...
 
 
 METHODS: dict[str, SaliencyMethod] = {}
@@ -41,9 +44,12 @@ def register_method(name: str) -> Callable[[SaliencyMethod], Callable[..., torch
         METHODS[name] = compute
 
         @functools.wraps(compute)
-        def maps_only(model: nn.Module, images: torch.Tensor, **options: object) -> torch.Tensor:
+        def maps_only(model: nn.Module, images: Images, **options: object) -> torch.Tensor:
             return compute(model, images, **options).maps
 
+        # help() and type checkers read these: compute's parameters, but the maps (B, h, w) as the return
+        maps_only.__signature__ = inspect.signature(compute).replace(return_annotation="torch.Tensor")
+        maps_only.__annotations__ = {**compute.__annotations__, "return": "torch.Tensor"}
         return maps_only
 
     return decorate
@@ -73,14 +79,16 @@ def model_dtype(model: nn.Module) -> torch.dtype:
     return parameter.dtype if parameter is not None else torch.float32
 
 
-def prepare_images(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
-    """Check a batch (B, C, H, W) and move it to the model's device and dtype."""
-    if images.ndim != 4:
-        raise ValueError(f"images must have shape (B, C, H, W); got {tuple(images.shape)}")
-    return images.to(device=model_device(model), dtype=model_dtype(model))
+def prepare_images(model: nn.Module, images: Images) -> torch.Tensor:
+    """``images`` as a batch (B, C, H, W) on the model's device and dtype: a tensor checked and moved, anything else
+    converted first (:func:`~vitroll.methods.image_batch.image_batch`)."""
+    batch = image_batch(model, images)
+    if batch.ndim != 4:
+        raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+    return batch.to(device=model_device(model), dtype=model_dtype(model))
 
 
-def predict(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+def predict(model: nn.Module, images: Images) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """One plain forward in eval mode without gradients, for methods that record no attention.
 
     Returns the images on the model's device and dtype, the logits (B, num_classes) and the patch grid (h, w).
@@ -93,7 +101,7 @@ def predict(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def record_attention(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     head_fusion: Optional[str] = "mean",
     dtype: torch.dtype = torch.float32,

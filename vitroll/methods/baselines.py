@@ -8,12 +8,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, predict, register_method
 
 
 @register_method("random")
-def random_map(model: nn.Module, images: torch.Tensor, *, seed: int = 0) -> Saliency:
-    """Uniform random maps (B, h, w), reproducible for a given ``seed``; image ``b`` gets stream ``seed + b``."""
+def random_map(model: nn.Module, images: Images, *, seed: int = 0) -> Saliency:
+    """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; image ``b`` gets
+    stream ``seed + b``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     _, logits, (h, w) = predict(model, images)
     maps = torch.stack([torch.rand(h, w, generator=torch.Generator().manual_seed(seed + b))
                         for b in range(logits.shape[0])])
@@ -21,8 +23,9 @@ def random_map(model: nn.Module, images: torch.Tensor, *, seed: int = 0) -> Sali
 
 
 @register_method("center")
-def center(model: nn.Module, images: torch.Tensor, *, sigma: float = 0.25) -> Saliency:
-    """A Gaussian centred on the patch grid, the same for every image (B, h, w).
+def center(model: nn.Module, images: Images, *, sigma: float = 0.25) -> Saliency:
+    """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``images``
+    as for every method (:data:`~vitroll.methods.image_batch.Images`).
 
     ``sigma`` is the standard deviation as a fraction of each side (photographers centre their subjects;
     a method that does not beat this has found nothing).

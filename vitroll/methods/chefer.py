@@ -13,17 +13,20 @@ import torch
 from torch import nn
 
 from vitroll.capture import without_autocast
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 
 @register_method("chefer")
-def chefer(model: nn.Module, images: torch.Tensor, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
-    """Chefer et al. relevance maps (B, h, w) for ``target_class`` (default: each image's prediction).
+def chefer(model: nn.Module, images: Images, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
+    """Chefer et al. relevance maps (B, h, w), float32 on the model's device, for ``target_class`` (default: each
+    image's prediction).
 
     Parameters
     ----------
-    images : Tensor, shape (B, 3, H, W)
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     target_class : None, int, or sequence of B ints
     start_layer : int
         First layer whose relevance is propagated (earlier layers count as identity).

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import TokenLayout
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, record_attention, register_method
 
 Solver = Literal["scipy", "networkx"]
@@ -107,17 +108,20 @@ def flow_values(attentions: list[torch.Tensor], layout: TokenLayout, *, attentio
 @register_method("flow")
 def flow(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     head_fusion: str = "mean",
     attention_weight: float = 0.5,
     solver: Solver = "scipy",
     max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> Saliency:
-    """Attention-flow maps (B, h, w). Slow: one max-flow problem per patch; see the module docstring.
+    """Attention-flow maps (B, h, w), float32 on the model's device. Slow: one max-flow problem per patch; see the
+    module docstring.
 
     Parameters
     ----------
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     solver : {"scipy", "networkx"}
         scipy's Dinic solver on capacities rounded to 2⁻²⁴, or networkx on the exact float capacities
         (the small-graph reference; far slower).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import nn
 import torch
 
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, positive_weighted_heads
 from vitroll.methods.rollout import rollout_vector
@@ -19,17 +20,19 @@ from vitroll.methods.rollout import rollout_vector
 @register_method("grad_rollout")
 def grad_rollout(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     target_class: TargetClass = None,
     discard_ratio: float = 0.9,
     attention_weight: float = 0.5,
 ) -> Saliency:
-    """Gradient-weighted rollout maps (B, h, w) for ``target_class`` (default: each image's prediction).
+    """Gradient-weighted rollout maps (B, h, w), float32 on the model's device, for ``target_class`` (default:
+    each image's prediction).
 
     Parameters
     ----------
-    images : Tensor, shape (B, 3, H, W)
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     target_class : None, int, or sequence of B ints
     discard_ratio : float in [0, 1)
         vit-explain's default 0.9: keep only the strongest 10 % of each row.

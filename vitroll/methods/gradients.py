@@ -9,6 +9,7 @@ from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
 from vitroll.methods.base import eval_mode, prepare_images
+from vitroll.methods.image_batch import Images
 
 TargetClass = Union[None, int, Sequence[int], torch.Tensor]
 """``None`` (each image's predicted class), one class for the whole batch, or one per image (B,)."""
@@ -42,9 +43,11 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     return targets
 
 
-def attention_gradients(model: nn.Module, images: torch.Tensor, target_class: TargetClass = None) -> AttentionGradients:
+def attention_gradients(model: nn.Module, images: Images, target_class: TargetClass = None) -> AttentionGradients:
     """One forward and one backward pass: every layer's per-head attention and its gradient with respect to
     the logit of ``target_class``, summed over the batch (images do not interact, so each image gets its own).
+    Both are in the token space of the recorded attention (:attr:`AttentionRecorder.attentions`); where a layer
+    has no entries of its own (CaiT's padding) the gradient is zero, so ∇A ⊙ A is zero there too.
 
     Parameter ``.grad`` fields and ``requires_grad`` flags are left untouched.
     """
@@ -56,8 +59,7 @@ def attention_gradients(model: nn.Module, images: torch.Tensor, target_class: Ta
         attentions = recorder.attentions
         layout = recorder.token_layout(tuple(images.shape[-2:]))
         targets = resolve_targets(logits.detach(), target_class)
-        score = logits.gather(1, targets[:, None]).sum()
-        gradients = torch.autograd.grad(score, attentions)
+        gradients = recorder.gradients(logits.gather(1, targets[:, None]).sum())
     return AttentionGradients(
         attentions=[a.detach().float() for a in attentions], gradients=[g.float() for g in gradients],
         layout=layout, logits=logits.detach(), targets=targets,

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
+from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, record_attention, register_method
 
 
@@ -133,7 +134,7 @@ def rollout_matrix(
 @register_method("rollout")
 def rollout(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     head_fusion: str = "mean",
     discard_ratio: float = 0.0,
@@ -148,8 +149,8 @@ def rollout(
     ----------
     model : nn.Module
         A timm Vision Transformer of a supported family, on any device.
-    images : Tensor, shape (B, 3, H, W)
-        Preprocessed images; moved to the model's device.
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     head_fusion : {"mean", "max", "min"}
         How each layer's heads are fused.
     discard_ratio : float in [0, 1)
@@ -183,7 +184,7 @@ def rollout(
 @register_method("attention")
 def attention(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Images,
     *,
     head_fusion: Optional[str] = "mean",
     layer: int = -1,
@@ -193,6 +194,8 @@ def attention(
 
     Parameters
     ----------
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     head_fusion : {"mean", "max", "min"} or None
         ``None`` gives one map per head.
 

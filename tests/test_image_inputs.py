@@ -1,0 +1,135 @@
+"""Every method takes images as users hold them: PIL images, paths, uint8 arrays, lists of them; tensors as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from vitroll import (
+    ImageReadError, Preprocessing, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients,
+    load_image, random_map, rollout,
+)
+from vitroll.methods.image_batch import ACCEPTED, image_batch
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
+VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, random_map, center]
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(2)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, num_classes=5).eval()
+
+
+def preprocessed(model, images: list[Image.Image]) -> torch.Tensor:
+    """The batch a user would build by hand: the model's own transform, image by image, stacked."""
+    return torch.stack([Preprocessing.from_model(model)(image)[0] for image in images])
+
+
+def rotated_jpeg(tmp_path) -> Path:
+    """A 40×24 JPEG whose EXIF says to display it rotated by 90° (upright: 24×40)."""
+    array = np.random.default_rng(1).integers(0, 256, (24, 40, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "rotated.jpg"
+    Image.fromarray(array).save(path, exif=exif)
+    return path
+
+
+@pytest.mark.parametrize("method", VERBS, ids=[verb.__name__ for verb in VERBS])
+def test_paths_pil_images_and_arrays_give_the_maps_of_their_preprocessed_tensor(model, tmp_path, method):
+    photo = SAMPLES / "cat.jpg"
+    grey = np.random.default_rng(0).integers(0, 256, (50, 30), dtype=np.uint8)
+    rgb = np.random.default_rng(1).integers(0, 256, (20, 70, 3), dtype=np.uint8)
+    rotated = rotated_jpeg(tmp_path)
+    images = [str(photo), Image.open(SAMPLES / "rocket.jpg"), grey, rgb, rotated, Image.open(rotated)]
+    expected_inputs = [load_image(photo), load_image(SAMPLES / "rocket.jpg"), Image.fromarray(grey).convert("RGB"),
+                       Image.fromarray(rgb), load_image(rotated), load_image(rotated)]
+
+    maps = method(model, images)
+
+    expected = method(model, preprocessed(model, expected_inputs))
+    assert maps.shape == (6, 2, 2) and maps.device == next(model.parameters()).device
+    assert torch.equal(maps, expected)
+
+
+def test_one_image_is_a_batch_of_one_in_any_form(model):
+    photo = SAMPLES / "coffee.jpg"
+    expected = rollout(model, preprocessed(model, [load_image(photo)]))
+    assert expected.shape == (1, 2, 2)
+    for form in (str(photo), photo, Image.open(photo), np.asarray(load_image(photo)), (photo,), [str(photo)]):
+        assert torch.equal(rollout(model, form), expected), type(form).__name__
+
+
+def test_a_grey_array_is_the_same_image_as_its_rgb_copy(model):
+    grey = np.random.default_rng(3).integers(0, 256, (33, 47), dtype=np.uint8)
+    assert torch.equal(chefer(model, grey), chefer(model, np.repeat(grey[..., None], 3, axis=-1)))
+
+
+def test_pil_modes_are_converted_like_files(model, tmp_path):
+    rgba = Image.new("RGBA", (40, 40), (255, 0, 0, 0))  # fully transparent: composited on white, as load_image does
+    rgba.save(tmp_path / "clear.png")
+    assert torch.equal(image_batch(model, rgba), image_batch(model, tmp_path / "clear.png"))
+    assert torch.equal(image_batch(model, rgba), image_batch(model, np.full((40, 40, 3), 255, dtype=np.uint8)))
+
+
+def test_tensors_are_taken_as_they_are(model):
+    batch = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    assert image_batch(model, batch) is batch
+    with pytest.raises(ValueError, match=r"^images must have shape \(B, C, H, W\); got \(3, 32, 32\)$"):
+        rollout(model, batch[0])
+
+
+@pytest.mark.parametrize("images,error,message", [
+    ({"image": "cat.jpg"}, TypeError, f"images has type dict; accepted: {ACCEPTED}"),
+    (42, TypeError, f"images has type int; accepted: {ACCEPTED}"),
+    (b"cat.jpg", TypeError, f"images has type bytes; accepted: {ACCEPTED}"),
+    ([], ValueError, f"images is an empty list; accepted: {ACCEPTED}"),
+    ((), ValueError, f"images is an empty tuple; accepted: {ACCEPTED}"),
+    ([str(SAMPLES / "cat.jpg"), torch.zeros(3, 32, 32)], TypeError, f"images[1] has type Tensor; accepted: {ACCEPTED}"),
+    ([[str(SAMPLES / "cat.jpg")]], TypeError, f"images[0] has type list; accepted: {ACCEPTED}"),
+    (np.zeros((8, 8, 3)), ValueError,
+     f"images is a float64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+    ([np.zeros((8, 8, 4), dtype=np.uint8)], ValueError,
+     f"images[0] is a uint8 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+    (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
+     f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+])
+def test_anything_else_is_refused_naming_what_is_accepted(model, images, error, message):
+    with pytest.raises(error) as raised:
+        rollout(model, images)
+    assert str(raised.value) == message
+
+
+def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):
+    (tmp_path / "notes.png").write_text("hello")
+    with pytest.raises(ImageReadError) as missing:
+        grad_rollout(model, [SAMPLES / "cat.jpg", tmp_path / "gone.jpg"])
+    assert str(missing.value) == f"{tmp_path / 'gone.jpg'}: no such file"
+    with pytest.raises(ImageReadError) as broken:
+        rollout(model, str(tmp_path / "notes.png"))
+    assert str(broken.value) == f"{tmp_path / 'notes.png'}: not an image Pillow can read"
+
+
+def test_accepted_message_names_every_accepted_form():
+    for form in ("tensor (B, 3, H, W)", "PIL image", "path (str or os.PathLike)", "uint8 array (H, W, 3) or (H, W)",
+                 "list or tuple"):
+        assert form in ACCEPTED
+
+
+@settings(max_examples=25, deadline=None)
+@given(height=st.integers(1, 90), width=st.integers(1, 90), grey=st.booleans(), seed=st.integers(0, 2**16))
+def test_any_uint8_array_is_preprocessed_by_the_models_transform(model, height, width, grey, seed):
+    shape = (height, width) if grey else (height, width, 3)
+    array = np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+    batch = image_batch(model, [array, Image.fromarray(array)])
+    expected = preprocessed(model, [Image.fromarray(array).convert("RGB")] * 2)
+    assert batch.shape == (2, 3, 32, 32) and batch.dtype == torch.float32
+    assert torch.equal(batch, expected)

@@ -1,0 +1,81 @@
+"""The images a saliency method accepts, and their conversion into one batch for the model.
+
+A method takes a preprocessed batch (B, 3, H, W) as it is, or images as users hold them: a PIL image, a path, a
+uint8 array, or a list or tuple of these (sizes may differ). Those are decoded like image files
+(:func:`vitroll.io.images.upright_rgb`: EXIF orientation applied, any mode converted to RGB) and preprocessed with
+the model's own evaluation transform (:meth:`vitroll.preprocess.Preprocessing.from_model`), which brings every
+image to the model's input size, so they stack into one batch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from vitroll.io import load_image
+from vitroll.io.images import upright_rgb
+from vitroll.preprocess import Preprocessing
+
+ImageLike = Union[Image.Image, str, os.PathLike[str], np.ndarray]
+"""One image: a PIL image, a path to an image file, or a uint8 array (H, W, 3) RGB or (H, W) grey."""
+
+Images = Union[torch.Tensor, ImageLike, list[ImageLike], tuple[ImageLike, ...]]
+"""What every method takes: a preprocessed tensor (B, 3, H, W), one :data:`ImageLike`, or a list or tuple of them."""
+
+ACCEPTED = ("a preprocessed tensor (B, 3, H, W), a PIL image, a path (str or os.PathLike), a uint8 array (H, W, 3) "
+            "or (H, W), or a list or tuple of images, paths and arrays")
+
+
+def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
+    """``images`` as one batch for ``model``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Supplies the preprocessing (:meth:`Preprocessing.from_model`) for anything that is not a tensor.
+    images : Images
+        A tensor is returned as it is (its shape is the caller's to check). Anything else is decoded and
+        preprocessed image by image.
+
+    Returns
+    -------
+    Tensor, shape (B, 3, H, W), float32 on the CPU for converted images (B = 1 for a single image).
+
+    Raises
+    ------
+    TypeError
+        For a value of any other type (a dict, a tensor inside a list, …), naming what is accepted.
+    ValueError
+        For an empty list or tuple, or an array that is not uint8 (H, W, 3) or (H, W).
+    ImageReadError
+        For a path that is missing or not a readable image.
+    """
+    if isinstance(images, torch.Tensor):
+        return images
+    if isinstance(images, (list, tuple)):
+        if not images:
+            raise ValueError(f"images is an empty {type(images).__name__}; accepted: {ACCEPTED}")
+        decoded = [_decode(image, f"images[{index}]") for index, image in enumerate(images)]
+    else:
+        decoded = [_decode(images, "images")]
+    tensors, _ = Preprocessing.from_model(model).batch(decoded)
+    return tensors
+
+
+def _decode(image: object, label: str) -> Image.Image:
+    """One :data:`ImageLike` as an upright RGB PIL image; ``label`` names it in errors."""
+    if isinstance(image, Image.Image):
+        return upright_rgb(image)
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image)
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or not (image.ndim == 2 or (image.ndim == 3 and image.shape[-1] == 3)):
+            raise ValueError(f"{label} is a {image.dtype} array of shape {image.shape}, not a uint8 image (H, W, 3) "
+                             f"or (H, W); accepted: {ACCEPTED}")
+        return Image.fromarray(image).convert("RGB")
+    raise TypeError(f"{label} has type {type(image).__name__}; accepted: {ACCEPTED}")
