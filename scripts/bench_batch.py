@@ -2,16 +2,20 @@
 
     python scripts/bench_batch.py              # 64 JPEGs of 224 px, vit_small_patch16_224 (random init), batch 16
     python scripts/bench_batch.py --quick      # 32 images
+    python scripts/bench_batch.py --device cuda --precision bf16 --images 512 --batch-size 64 --workers 8
 
 In one run, on the same images: (a) the plain model forward over the same DataLoader (decode + preprocess in
 workers, no saliency, nothing written); (b) ``annotate`` end to end (rollout, overlays + heatmaps + manifest
 written); (c) a jacobgil/vit-explain-style loop: per image, PIL decode, fused attention off and ``attn_drop``
-hooked, full-matrix rollout, OpenCV colormap and PNG. Prints images/s and the ratios b/a and b/c.
+hooked, full-matrix rollout, OpenCV colormap and PNG. Prints images/s and the ratios b/a and b/c. On a GPU every
+timing ends with a device synchronisation; ``--precision`` is annotate's autocast, applied to (a) and (d) alike
+(the baseline, like vit-explain, stays float32). ``scripts/gpu_check.py`` runs :func:`measure` too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import tempfile
 import time
@@ -24,8 +28,9 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import ExplainSettings
-from vitroll.pipelines.folder import AnnotateOptions, annotate
+from vitroll.pipelines.folder import PRECISIONS, AnnotateOptions, annotate
 from vitroll.pipelines.inputs import DecodedImages, collate, discover
 from vitroll.preprocess import Preprocessing
 
@@ -44,39 +49,59 @@ def make_images(folder: Path, count: int, size: int = 224) -> None:
         crop.save(folder / f"img{index:03d}.jpg", quality=90)
 
 
-def plain_forward(model, folder: Path, batch_size: int, workers: int) -> float:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued kernels, so a wall-clock time covers the work (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """The autocast region ``annotate --precision`` uses, for the model-only measurements."""
+    dtype = PRECISIONS[precision]
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def plain_forward(model, folder: Path, batch_size: int, workers: int, precision: str = "fp32") -> float:
+    """Images/s of the model's forward over the same DataLoader (and pinned transfers) as ``annotate``."""
+    device = model_device(model)
     loader = DataLoader(DecodedImages(discover(folder), Preprocessing.from_model(model)), batch_size=batch_size,
-                        num_workers=workers, collate_fn=collate)
+                        num_workers=workers, collate_fn=collate, pin_memory=device.type == "cuda")
     started = time.perf_counter()
     count = 0
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, precision):
         for batch in loader:
-            model(batch.tensor)
+            model(batch.tensor.to(device, non_blocking=True))
             count += len(batch.indices)
+    synchronize(device)
     return count / (time.perf_counter() - started)
 
 
-def forward_one_at_a_time(model, folder: Path, count: int) -> float:
-    """The model alone, batch 1, on preprocessed tensors: the ceiling of any per-image pipeline."""
+def forward_one_at_a_time(model, folder: Path, count: int, precision: str = "fp32") -> float:
+    """The model alone, batch 1, on preprocessed tensors already on its device: the ceiling of any per-image
+    pipeline."""
+    device = model_device(model)
     dataset = DecodedImages(discover(folder)[:count], Preprocessing.from_model(model))
-    tensors = [dataset[i]["tensor"][None] for i in range(len(dataset))]
+    tensors = [dataset[i]["tensor"][None].to(device) for i in range(len(dataset))]
+    synchronize(device)
     started = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, precision):
         for tensor in tensors:
             model(tensor)
+    synchronize(device)
     return len(tensors) / (time.perf_counter() - started)
 
 
-def vitroll_annotate(model, folder: Path, out: Path, batch_size: int, workers: int) -> float:
-    options = AnnotateOptions(batch_size=batch_size, workers=workers, resume=False, progress=False)
+def vitroll_annotate(model, folder: Path, out: Path, batch_size: int, workers: int, precision: str = "fp32") -> float:
+    options = AnnotateOptions(batch_size=batch_size, workers=workers, resume=False, progress=False, precision=precision)
     result = annotate(folder, out, model, ExplainSettings(), identity={"model": "bench"}, options=options)
     return result.ok / result.elapsed
 
 
 def per_image_baseline(model, folder: Path, out: Path, count: int) -> float:
     """vit-explain's recipe, one image at a time."""
-    config = timm.data.resolve_data_config({}, model=model)
-    transform = timm.data.create_transform(**config)
+    device = model_device(model)
+    built = {"input_size": (3, *model.patch_embed.img_size)}  # pretrained_cfg keeps 224 when built with img_size
+    transform = timm.data.create_transform(**timm.data.resolve_data_config(built, model=model))
     captured: list[torch.Tensor] = []
     handles = []
     for block in model.blocks:
@@ -88,7 +113,7 @@ def per_image_baseline(model, folder: Path, out: Path, count: int) -> float:
         for path in paths:
             image = Image.open(path).convert("RGB")
             captured.clear()
-            model(transform(image).unsqueeze(0))
+            model(transform(image).unsqueeze(0).to(device))
             result = torch.eye(captured[0].size(-1))
             for attention in captured:
                 fused = attention.mean(dim=1)
@@ -114,33 +139,43 @@ def per_image_baseline(model, folder: Path, out: Path, count: int) -> float:
     return len(paths) / elapsed
 
 
+def measure(model, scratch: Path, count: int, batch_size: int, workers: int, precision: str = "fp32",
+            baseline_count: int = 32) -> dict[str, float]:
+    """Images/s of (a) the plain forward, (b) annotate, (c) the per-image baseline and (d) the forward alone at
+    batch 1, on ``count`` generated JPEGs of the model's input size under ``scratch`` (after a warm-up batch)."""
+    size = model.patch_embed.img_size[0]
+    for name, images in (("in", count), ("warm", batch_size)):
+        (scratch / name).mkdir()
+        make_images(scratch / name, images, size)
+    plain_forward(model, scratch / "warm", batch_size, 0, precision)  # warm-up: first-call allocations
+    vitroll_annotate(model, scratch / "warm", scratch / "warm_out", batch_size, 0, precision)
+    forward = plain_forward(model, scratch / "in", batch_size, workers, precision)
+    vitroll = vitroll_annotate(model, scratch / "in", scratch / "out", batch_size, workers, precision)
+    (scratch / "baseline").mkdir()
+    baseline = per_image_baseline(model, scratch / "in", scratch / "baseline", min(count, baseline_count))
+    single = forward_one_at_a_time(model, scratch / "in", min(count, baseline_count), precision)
+    return {"forward": forward, "annotate": vitroll, "per_image": baseline, "single": single}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--model", default="vit_small_patch16_224")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32")
     parser.add_argument("--quick", action="store_true", help="32 images")
     args = parser.parse_args()
     count = 32 if args.quick else args.images
     torch.manual_seed(0)
-    model = timm.create_model(args.model).eval()
+    model = timm.create_model(args.model).eval().to(args.device)
     with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
-        (scratch / "in").mkdir()
-        make_images(scratch / "in", count)
-        warm = scratch / "warm"
-        warm.mkdir()
-        make_images(warm, args.batch_size)
-        plain_forward(model, warm, args.batch_size, 0)  # warm-up: first-call allocations
-        vitroll_annotate(model, warm, scratch / "warm_out", args.batch_size, 0)
-        forward = plain_forward(model, scratch / "in", args.batch_size, args.workers)
-        vitroll = vitroll_annotate(model, scratch / "in", scratch / "out", args.batch_size, args.workers)
-        (scratch / "baseline").mkdir()
-        baseline = per_image_baseline(model, scratch / "in", scratch / "baseline", min(count, 32))
-        single = forward_one_at_a_time(model, scratch / "in", min(count, 32))
-    print(f"{args.model} (random init), {count} JPEGs of 224 px, batch {args.batch_size}, {args.workers} workers; "
-          f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+        speeds = measure(model, Path(scratch), count, args.batch_size, args.workers, args.precision)
+    forward, vitroll, baseline, single = (speeds[k] for k in ("forward", "annotate", "per_image", "single"))
+    print(f"{args.model} (random init), {count} JPEGs of 224 px, batch {args.batch_size}, {args.workers} workers, "
+          f"{args.precision} on {args.device}; {platform.machine()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}")
     print("| pipeline | images/s |")
     print("|---|---|")
     print(f"| (a) plain forward over the DataLoader | {forward:.2f} |")

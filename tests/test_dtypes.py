@@ -1,4 +1,5 @@
-"""Half-precision model weights give maps close to float32 (CPU here; the same code runs on GPU)."""
+"""Half-precision model weights give maps close to float32, and the steps after an autocast forward stay float32
+(CPU here; the same code runs on GPU)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pytest
 import timm
 import torch
 
-from vitroll import rollout
+from vitroll import attention, chefer, rollout
+from vitroll.capture import FactoredAttention
+from vitroll.methods import record_attention, rollout_matrix, rollout_vector
+from vitroll.methods.gradients import attention_gradients, positive_weighted_heads
 
 # Measured on CPU (vit_tiny, 4 layers, 96 px, qkv std 0.06): max |Δ| = 7.7e-6 (fp16) and 4.4e-5 (bf16) on maps
 # whose largest value is 0.029; the tolerances leave a ~6× margin.
@@ -33,3 +37,34 @@ def test_half_precision_weights_stay_close_to_float32(model, dtype):
     print(f"{dtype}: max abs diff {difference:.2e} (map max {reference.max().item():.3f})")
     assert difference < TOLERANCE[dtype]
     assert torch.equal(low, rollout(copy.deepcopy(model).to(dtype), images)), "deterministic"
+
+
+@pytest.mark.parametrize("factored", [False, True], ids=["dense", "factored"])
+def test_rollout_chain_stays_float32_inside_an_autocast_region(model, factored):
+    """Under ``torch.autocast`` the forward runs in bfloat16, but the chain after it must not: the same records
+    give the same vector inside and outside the autocast region (on CPU, bmm under autocast moved it by 1e-4)."""
+    images = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attentions, layout, _ = record_attention(model, images, max_attention_memory=1, factored=factored)
+        inside = rollout_vector(attentions, layout)
+        matrix_inside = rollout_matrix(attentions[:2], layout) if not factored else None
+    assert isinstance(attentions[0], FactoredAttention) == factored
+    assert torch.equal(inside, rollout_vector(attentions, layout))
+    if matrix_inside is not None:
+        assert matrix_inside.dtype == torch.float32
+        assert torch.equal(matrix_inside, rollout_matrix(attentions[:2], layout))
+
+
+def test_chefer_and_attention_readouts_stay_float32_inside_an_autocast_region(model):
+    images = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        relevance = chefer(model, images)
+        recorded = attention_gradients(model, images)
+        last = attention(model, images)
+        attentions, layout, _ = record_attention(model, images)
+    v = layout.readout_vector().expand(2, -1).clone()
+    for weights, gradient in reversed(list(zip(recorded.attentions, recorded.gradients))):
+        v = v + torch.bmm(v.unsqueeze(1), positive_weighted_heads(weights, gradient, "before_mean")).squeeze(1)
+    assert torch.equal(relevance, layout.patch_values(v))
+    assert last.dtype == torch.float32
+    assert torch.equal(last, layout.patch_values(layout.readout_row(attentions[-1].float())))

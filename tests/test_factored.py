@@ -170,3 +170,18 @@ def test_factored_recording_refuses_or_falls_back_where_it_cannot_represent(long
     dropout = timm.create_model("vit_tiny_patch16_224", attn_drop_rate=0.1).train()
     with AttentionRecorder(dropout, factored=True), pytest.raises(UnsupportedModelError, match="eval mode only"):
         dropout(torch.randn(1, 3, 224, 224))
+
+
+def test_portable_log_normalizer_stays_float32_under_autocast(monkeypatch):
+    """The portable kernel (what CUDA uses) inside the model's bf16 autocast: ℓ from float32 logits, as
+    FactoredAttention recomputes them (bf16 logits would leave every row's mass off 1 by ~1e-2)."""
+    monkeypatch.setattr(factored_module, "_cpu_flash_kernel", lambda _tensor: None)
+    generator = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 37, 8, generator=generator).mul(3).bfloat16() for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, log_normalizer = attention_with_log_normalizer(q, k, v, 0.3)
+    assert out.dtype == torch.bfloat16
+    logits = q.float() @ k.float().transpose(-2, -1) * 0.3
+    torch.testing.assert_close(log_normalizer, logits.logsumexp(-1), atol=1e-5, rtol=0)
+    mass = FactoredAttention(q, k, log_normalizer, 0.3).rows(slice(None)).sum(-1)
+    torch.testing.assert_close(mass, torch.ones_like(mass), atol=1e-5, rtol=0)

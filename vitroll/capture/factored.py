@@ -23,6 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from vitroll.capture.blocking import rows_per_block
+from vitroll.capture.precision import without_autocast
 
 
 def _cpu_flash_kernel(q: torch.Tensor) -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
@@ -56,11 +57,13 @@ def attention_with_log_normalizer(
     log_normalizer = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     keys_t, values = k.float().transpose(-2, -1), v.float()
     step = rows_per_block(q.shape[0] * q.shape[1] * k.shape[-2] * 4, q.shape[-2], q.device)
-    for start in range(0, q.shape[-2], step):
-        rows = slice(start, start + step)
-        logits = (q[..., rows, :].float() @ keys_t) * scale
-        log_normalizer[..., rows] = logits.logsumexp(dim=-1)
-        out[..., rows, :] = (torch.exp(logits - log_normalizer[..., rows, None]) @ values).to(out.dtype)
+    # float32 logits under the model's autocast too: FactoredAttention recomputes them in float32 against ℓ
+    with without_autocast(q.device):
+        for start in range(0, q.shape[-2], step):
+            rows = slice(start, start + step)
+            logits = (q[..., rows, :].float() @ keys_t) * scale
+            log_normalizer[..., rows] = logits.logsumexp(dim=-1)
+            out[..., rows, :] = (torch.exp(logits - log_normalizer[..., rows, None]) @ values).to(out.dtype)
     return out, log_normalizer
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vitroll.capture import without_autocast
 from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, layers_from, register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
@@ -33,7 +34,8 @@ def chefer(model: nn.Module, images: Images, *, target_class: TargetClass = None
     recorded = attention_gradients(model, images, target_class)
     pairs = layers_from(list(zip(recorded.attentions, recorded.gradients)), start_layer)
     v = class_row(recorded.layout, recorded.logits.shape[0], recorded.logits.device)
-    for attention, gradient in reversed(pairs):
-        fused = positive_weighted_heads(attention, gradient, clamp="before_mean")
-        v = v + torch.bmm(v.unsqueeze(1), fused).squeeze(1)
+    with without_autocast(v.device):
+        for attention, gradient in reversed(pairs):
+            fused = positive_weighted_heads(attention, gradient, clamp="before_mean")
+            v = v + torch.bmm(v.unsqueeze(1), fused).squeeze(1)
     return Saliency(recorded.layout.patch_values(v), recorded.logits)

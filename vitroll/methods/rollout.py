@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from vitroll.capture import FactoredAttention, TokenLayout
+from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
 from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, layers_from, record_attention, register_method
 
@@ -100,14 +100,15 @@ def rollout_vector(
     _check_attention_weight(attention_weight)
     alpha = attention_weight
     batch = attentions[0].shape[0]
-    v = layout.readout_vector(device=attentions[0].device).expand(batch, -1).clone()
-    for attention in reversed(_prepared_layers(attentions, layout, discard_ratio)):
-        if isinstance(attention, FactoredAttention):  # softmax rows sum to 1, so d = 1
-            v = alpha * attention.left_multiply(v) + (1.0 - alpha) * v
-            continue
-        # v · rownorm(αA + (1−α)I) = α·(v/d)·A + (1−α)·(v/d), d = row sums of αA + (1−α)I
-        scaled = v / (alpha * attention.sum(dim=-1) + (1.0 - alpha))
-        v = alpha * torch.bmm(scaled.unsqueeze(1), attention).squeeze(1) + (1.0 - alpha) * scaled
+    with without_autocast(attentions[0].device):
+        v = layout.readout_vector(device=attentions[0].device).expand(batch, -1).clone()
+        for attention in reversed(_prepared_layers(attentions, layout, discard_ratio)):
+            if isinstance(attention, FactoredAttention):  # softmax rows sum to 1, so d = 1
+                v = alpha * attention.left_multiply(v) + (1.0 - alpha) * v
+                continue
+            # v · rownorm(αA + (1−α)I) = α·(v/d)·A + (1−α)·(v/d), d = row sums of αA + (1−α)I
+            scaled = v / (alpha * attention.sum(dim=-1) + (1.0 - alpha))
+            v = alpha * torch.bmm(scaled.unsqueeze(1), attention).squeeze(1) + (1.0 - alpha) * scaled
     return v
 
 
@@ -123,9 +124,10 @@ def rollout_matrix(
     layers = _prepared_layers(attentions, layout, discard_ratio)
     eye = torch.eye(layers[0].shape[-1], device=layers[0].device)
     result = eye.expand_as(layers[0]).clone()
-    for attention in layers:
-        mixed = attention_weight * attention + (1.0 - attention_weight) * eye
-        result = torch.bmm(mixed / mixed.sum(dim=-1, keepdim=True), result)
+    with without_autocast(eye.device):
+        for attention in layers:
+            mixed = attention_weight * attention + (1.0 - attention_weight) * eye
+            result = torch.bmm(mixed / mixed.sum(dim=-1, keepdim=True), result)
     return result
 
 
@@ -203,4 +205,6 @@ def attention(
     """
     attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
-    return Saliency(layout.patch_values(layout.readout_row(attentions[layer].float())), logits)
+    with without_autocast(logits.device):
+        row = layout.readout_row(attentions[layer].float())
+    return Saliency(layout.patch_values(row), logits)

@@ -67,11 +67,11 @@ def run_method(method: SaliencyMethod, model: nn.Module, images: torch.Tensor, o
     except (RuntimeError, MemoryError) as error:
         if not is_out_of_memory(error):
             raise
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
         if len(images) == 1:
             raise VitrollError(f"out of memory on a single image of {tuple(images.shape[-2:])} px; lower "
                                "--max-attention-memory or the input size") from None
+    if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
+        torch.cuda.empty_cache()
     half = (len(images) + 1) // 2
     print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
           file=sys.stderr)
