@@ -116,6 +116,7 @@ MISTAKES = [
                  id="audit-flag-threshold"),
     pytest.param("audit {img} --window lungs", 2, "--window must be one of lung", id="audit-window"),
     pytest.param("audit {empty_dir}", 2, "no DICOM or image files found", id="audit-nothing-to-read"),
+    pytest.param("audit {img} {missing}", 2, "missing.png: no such file or folder", id="audit-missing"),
     pytest.param("evaluate --testbed 0", 2, "argument --testbed: must be an integer ≥ 1; got 0", id="evaluate-testbed-0"),
     pytest.param("evaluate --steps 0", 2, "argument --steps: must be an integer ≥ 1; got 0", id="evaluate-steps"),
     pytest.param("evaluate --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="evaluate-batch"),

@@ -139,10 +139,13 @@ def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
     """Files as given, plus every file under given folders, in :data:`INPUT_ORDER`.
 
     Every file is collected, whatever its name or content, so that each one becomes a report row: the reader
-    decides what is DICOM (preamble or not) or an image, and the rest become rows that say why.
+    decides what is DICOM (preamble or not) or an image, and the rest become rows that say why. A path that does
+    not exist is the user's typo, not a file to report on: it stops the run before anything is read.
     """
     found: list[Path] = []
     for path in (Path(p) for p in paths):
+        if not path.exists() and not path.is_symlink():
+            raise VitrollError(f"{path}: no such file or folder")
         if not path.is_dir():
             found.append(path)
             continue

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume = parser.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="resume", action="store_true", default=True,
                         help="skip inputs already done with the same settings (default)")
-    resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo everything")
+    resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo the inputs (the first N with --limit) instead of skipping done ones; other rows are kept")
     parser.add_argument("--limit", type=integer(0), help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
@@ -52,9 +52,10 @@ def _init_distributed(args: argparse.Namespace) -> None:
     """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
         return
-    cuda = args.device in ("auto", "cuda") and torch.cuda.is_available()
+    cuda = (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
     if cuda:
-        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        if args.device in ("auto", "cuda"):
+            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(args.device)
     torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
 
