@@ -2,7 +2,8 @@
 
 Regions come from the text detector of rapidocr (PP-OCR's DB detector as ONNX, shipped inside the rapidocr
 wheel, so it runs offline). Detection only: no text is recognised, so none is held in memory or written.
-The detector is created once per process, on first use.
+The detector is created once per process, on first use (a forked DataLoader worker builds its own: an ONNX Runtime
+session's thread pool does not survive a fork).
 
 Polygons are (K, 4, 2) float32 arrays of (x, y) corners in the frame's pixels.
 """
@@ -10,14 +11,18 @@ Polygons are (K, 4, 2) float32 arrays of (x, y) corners in the frame's pixels.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import cv2
 import numpy as np
 
 from vitroll.errors import VitrollError
+
+if TYPE_CHECKING:
+    from rapidocr import RapidOCR
 
 INSTALL_HINT = 'pip install "vitroll[dicom]"'
 
@@ -84,8 +89,12 @@ def require_text_detector() -> None:
         ) from None
 
 
+def _detector() -> "RapidOCR":
+    return _detector_of_process(os.getpid())
+
+
 @lru_cache(maxsize=1)
-def _detector():
+def _detector_of_process(pid: int) -> "RapidOCR":
     """rapidocr's engine: detection only, its coloured log silenced, one ONNX thread per torch thread."""
     import torch
     from rapidocr import RapidOCR
@@ -100,9 +109,7 @@ def _detector():
 
 def _detection_scale(shape_hw: tuple[int, int]) -> float:
     short, long = min(shape_hw), max(shape_hw)
-    if short < DETECTION_SIDE:
-        return min(MAX_UPSCALE, DETECTION_SIDE / short)
-    return min(1.0, MAX_DETECTION_SIDE / long)
+    return min(MAX_UPSCALE, max(1.0, DETECTION_SIDE / short), MAX_DETECTION_SIDE / long)
 
 
 def find_text_regions(image: np.ndarray) -> np.ndarray:
