@@ -91,7 +91,8 @@ def test_region_margin_covers_anti_aliased_edges_and_no_more():
 
 
 @pytest.mark.parametrize("metadata, header, secondary, expected", [
-    ({"Modality": "CT", "BurnedInAnnotation": "NO"}, True, False, TextCheck(False, "not checked: BurnedInAnnotation NO")),
+    ({"Modality": "CT", "BurnedInAnnotation": "NO"}, True, False,
+     TextCheck(False, "not checked: BurnedInAnnotation NO")),
     ({"Modality": "CT", "BurnedInAnnotation": "YES"}, True, False, TextCheck(True, "BurnedInAnnotation YES")),
     ({"Modality": "CR", "BurnedInAnnotation": "unknown"}, True, False, TextCheck(True, "BurnedInAnnotation absent")),
     ({"Modality": "US", "BurnedInAnnotation": "NO"}, True, False, TextCheck(True, "ultrasound: always checked")),
@@ -114,7 +115,7 @@ def test_a_missing_detector_is_one_line_naming_the_extra(monkeypatch, tmp_path):
     assert not (tmp_path / "refused").exists()
 
 
-# --- the audit on pydicom's files: OCR finds no identifier in any image written ----------------------------------------
+# --- the audit on pydicom's files: OCR finds no identifier in any image written --------------------------------------
 
 @pytest.fixture(scope="module")
 def ocr():
@@ -199,7 +200,8 @@ def test_no_identifier_in_any_image_the_audit_writes(audited, ocr):
     out, paths = audited, [get_testdata_file(name) for name in AUDITED_FILES]
     rows = audit_rows(out)
     assert [row["status"] for row in rows if row["status"] == "error"] == []
-    assert sorted(row["text_check"] for row in rows) == ["secondary capture: always checked", *["ultrasound: always checked"] * 3]
+    assert sorted(row["text_check"] for row in rows) == [
+        "secondary capture: always checked", *["ultrasound: always checked"] * 3]
     assert all(int(row["text_regions_filled"]) >= 3 for row in rows)
 
     html = (out / "report.html").read_text()
@@ -213,13 +215,37 @@ def test_no_identifier_in_any_image_the_audit_writes(audited, ocr):
         assert not leaks(lines, needles), (number, lines)
 
 
+def test_the_report_says_per_image_why_pixels_were_or_were_not_searched(tmp_path):
+    from pydicom.uid import CTImageStorage
+
+    from dicom_factory import body_phantom, write_dicom
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_dicom(folder / "clean.dcm", body_phantom(), number=1, SOPClassUID=CTImageStorage, BurnedInAnnotation="NO")
+    write_dicom(folder / "marked.dcm", body_phantom(), number=2, SOPClassUID=CTImageStorage, BurnedInAnnotation="YES")
+    write_dicom(folder / "silent.dcm", body_phantom(), number=3, SOPClassUID=CTImageStorage)
+    image, _ = scan_with_text((255, 255, 255))
+    cv2.imwrite(str(folder / "photo.png"), image[..., ::-1])
+    code, _, stderr = run_cli("audit", str(folder), "--out", str(tmp_path / "out"), *MODEL)
+    assert code == 0, stderr
+    checks = sorted((row["text_check"], row["text_regions_filled"]) for row in audit_rows(tmp_path / "out"))
+    assert checks[:2] == [("BurnedInAnnotation YES", "0"), ("BurnedInAnnotation absent", "0")]  # phantoms: no text
+    assert checks[2][0] == "no DICOM header" and int(checks[2][1]) >= 3  # the PNG with three lines of text
+    assert checks[3] == ("not checked: BurnedInAnnotation NO", "")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Burned-in text: 3 of 4 images searched with a text detector" in html
+    assert "1 not searched because the header says BurnedInAnnotation NO" in html
+
+
 def test_keep_burned_in_text_warns_and_says_so_in_the_report(tmp_path, audited, ocr):
     out = tmp_path / "kept"
     code, _, stderr = run_cli("audit", get_testdata_file("examples_palette.dcm"), "--frame", "0", "--out", str(out),
                               "--keep-burned-in-text", *MODEL)
     assert code == 0
     assert stderr.startswith("vitroll: WARNING: --keep-burned-in-text: the pixels are NOT searched for burned-in text")
-    assert '<p class="banner" id="burned-in-text-kept">Burned-in text was NOT searched' in (out / "report.html").read_text()
+    html = (out / "report.html").read_text()
+    assert '<p class="banner" id="burned-in-text-kept">Burned-in text was NOT searched' in html
     [row] = audit_rows(out)
     assert (row["text_check"], row["text_regions_filled"]) == ("not checked: --keep-burned-in-text", "")
     [overlay] = (out / "images").glob("*.png")
