@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 
 from vitroll.errors import VitrollError
+from vitroll.io.dicom import UNKNOWN
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
@@ -71,10 +72,10 @@ def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_captu
         return TextCheck(True, "ultrasound: always checked")
     if secondary_capture:
         return TextCheck(True, "secondary capture: always checked")
-    burned_in = metadata.get("BurnedInAnnotation", "unknown")
+    burned_in = metadata.get("BurnedInAnnotation", UNKNOWN)
     if burned_in.upper() == "NO":
         return TextCheck(False, "not checked: BurnedInAnnotation NO")
-    return TextCheck(True, "BurnedInAnnotation absent" if burned_in == "unknown" else f"BurnedInAnnotation {burned_in}")
+    return TextCheck(True, "BurnedInAnnotation absent" if burned_in == UNKNOWN else f"BurnedInAnnotation {burned_in}")
 
 
 def require_text_detector() -> None:
