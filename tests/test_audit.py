@@ -195,6 +195,9 @@ def test_measured_rows_carry_groups_metrics_and_predictions(audited):
     assert {row["age-band"] for row in cine} == {"70-79"} and {row["BurnedInAnnotation"] for row in cine} == {"YES"}
     assert all(row["prediction"] in {"normal", "effusion", "nodule"} for row in images)
     assert all(0.0 <= row["outside_body"] <= 1.0 and 0.0 <= row["border"] <= 1.0 for row in images)
+    # the factory writes Secondary Capture files; the phantoms carry no text
+    assert {(row["text_check"], row["text_regions_filled"]) for row in images} == {("secondary capture: always checked", 0)}
+    assert data["settings"]["keep_burned_in_text"] is False
     assert data["settings"]["group_by"] == ["Manufacturer", "ManufacturerModelName", "PatientSex", "age-band"]
     assert sum(group["count"] for group in data["groups"]) == 5
     assert {tuple(g["group"].values()) for g in data["groups"]} == {

@@ -5,7 +5,8 @@ Decoding (:func:`iter_items`, run by DataLoader workers through :func:`decoded_b
 
 PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`INPUT_ORDER`),
 the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
-enter a row only with ``keep_ids``.
+enter a row only with ``keep_ids``. Burned-in text is found on the decoded frame (:mod:`vitroll.io.redact`) and
+filled in every image written, after the heatmap is blended; the model still sees the original pixels.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from vitroll.audit.metrics import (
     MaskSource, MetricSettings, annotation_mask, body_mask, body_outline_exemption, image_metrics,
 )
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.dicom import SAFE_FIELDS, read_any, salted_key
+from vitroll.io.dicom import SAFE_FIELDS, DicomImage, read_any, salted_key
 from vitroll.io.images import encode_png, write_atomic
+from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
+                               require_text_detector, text_check)
 from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
@@ -66,6 +69,8 @@ class AuditOptions:
     """Salt of the case and study keys; None: a random salt for this run, kept nowhere."""
     keep_ids: bool = False
     """Put file paths and DICOM identifiers into the report (no longer de-identified)."""
+    keep_burned_in_text: bool = False
+    """Write images without searching them for burned-in text (for pixels already cleaned)."""
     flag_threshold: float = 0.5
     """Flag an image when more than this fraction of its saliency lies outside the body."""
     metrics: MetricSettings = field(default_factory=MetricSettings)
@@ -113,6 +118,10 @@ class AuditRow:
     """Small PNG: overlay with the body outline (green), annotations (magenta), ROI (cyan) and peak (white)."""
     identifiers: dict[str, str] = field(default_factory=dict)
     """File path and DICOM identifiers, only with ``keep_ids``."""
+    text_check: Optional[str] = None
+    """Why the pixels were (or were not) searched for burned-in text."""
+    text_regions: Optional[int] = None
+    """Burned-in text regions filled in the written images; None when the pixels were not searched."""
 
 
 @dataclass
@@ -122,6 +131,8 @@ class AuditItem:
     row: AuditRow
     path: Path
     image: np.ndarray
+    text_mask: np.ndarray
+    """(H, W) bool: burned-in text to fill in every image written (all False when not searched)."""
     colour: bool = False
     """A colour image (see :attr:`vitroll.io.dicom.DicomImage.colour`)."""
 
@@ -192,11 +203,21 @@ def iter_items(numbered: Sequence[tuple[int, Path]], options: AuditOptions) -> I
         if options.keep_ids:
             identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
         many = len(decoded.frames) > 1 or options.frame is not None
+        check = _text_check_of(decoded, options)
         for index, image in decoded.frames:
             case = f"case-{file_key}" + (f"-f{index}" if many else "")
+            polygons = find_text_regions(image) if check.check else np.zeros((0, 4, 2), dtype=np.float32)
             row = AuditRow(case=case, study=study, input_number=number, frame=index if decoded.dicom else None,
-                           metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2])
-            yield AuditItem(row=row, path=path, image=image, colour=decoded.colour)
+                           metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
+                           text_check=check.reason, text_regions=len(polygons) if check.check else None)
+            yield AuditItem(row=row, path=path, image=image, text_mask=region_mask(polygons, image.shape[:2]),
+                            colour=decoded.colour)
+
+
+def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
+    if options.keep_burned_in_text:
+        return SKIPPED_ON_REQUEST
+    return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture)
 
 
 class DecodedFiles(IterableDataset):
@@ -257,7 +278,8 @@ def audit_items(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
 ) -> Iterator[AuditRow]:
-    """Explain decoded frames in batches, measure each map and write its overlay to ``OUT/images/<case>.png``."""
+    """Explain decoded frames in batches, measure each map and write its overlay to ``OUT/images/<case>.png``
+    (burned-in text filled)."""
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
     for batch, errors in batches:
@@ -283,15 +305,17 @@ def _measure(item: AuditItem, grid_map: np.ndarray, geometry, probabilities: Opt
         row.not_measured["outside_body"] = exemption
     elif body is None:
         body = body_mask(image)
-    annotations = annotation_mask(image, body)
+    # the detector's text regions find text of any colour; the heuristic adds bright markers and rulers
+    annotations = annotation_mask(image, body) | item.text_mask
     roi = options.masks.get(item.path, shape_hw) if options.masks else None
     row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
     row.flagged = bool(row.metrics["outside_body"] > options.flag_threshold)
     if probabilities is not None:
         _, row.prediction, row.probability = top_classes(probabilities, class_names, k=1)[0]
+    shown = fill_regions(overlaid, item.text_mask)  # after blending: a translucent heatmap would let text through
     row.overlay_file = f"images/{row.case}.png"
-    write_atomic(out_dir / row.overlay_file, encode_png(overlaid))
-    row.thumbnail = thumbnail(overlaid, saliency, body, annotations, roi, options.thumbnail_size)
+    write_atomic(out_dir / row.overlay_file, encode_png(shown))
+    row.thumbnail = thumbnail(shown, saliency, body, annotations, roi, options.thumbnail_size)
     return row
 
 
@@ -314,6 +338,8 @@ def run_audit(
     from vitroll.audit.report import AuditReport
 
     options = options or AuditOptions()
+    if not options.keep_burned_in_text:
+        require_text_detector()
     inputs = collect_inputs(paths)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")

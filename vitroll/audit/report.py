@@ -1,7 +1,9 @@
 """The audit report: one self-contained HTML page (inline PNGs, a tiny table sorter), a CSV and a JSON file.
 
 Nothing here reads a DICOM header: rows carry only salted keys, whitelisted fields and numbers, unless the user
-passed ``--keep-ids``. PNGs are encoded without metadata chunks.
+passed ``--keep-ids``. PNGs are encoded without metadata chunks; the thumbnails embedded here are made from overlays
+whose burned-in text is already filled, and each row says how many text regions were filled and why its pixels were
+(or were not) searched.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class AuditReport:
 
     def columns(self) -> list[str]:
         columns = ["case", "input", "study", "frame", "status", "reason", "flagged", *GROUP_FIELDS, *self.metric_names,
-                   "not_measured", "prediction", "probability", "height", "width", "overlay"]
+                   "not_measured", "prediction", "probability", "height", "width", "overlay",
+                   "text_regions_filled", "text_check"]
         return columns + list(ID_FIELDS) if self.options.keep_ids else columns
 
     def record(self, row: AuditRow) -> dict[str, object]:
@@ -101,6 +104,7 @@ class AuditReport:
             "prediction": row.prediction, "probability": _finite(row.probability),
             "height": row.size_hw[0] if row.size_hw else None, "width": row.size_hw[1] if row.size_hw else None,
             "overlay": row.overlay_file,
+            "text_regions_filled": row.text_regions, "text_check": row.text_check,
         }
         if self.options.keep_ids:
             record.update({name: row.identifiers.get(name) for name in ID_FIELDS})
@@ -119,7 +123,7 @@ class AuditReport:
             "window_width_level": list(window) if window else None, "frame": self.options.frame,
             "flag_threshold": self.options.flag_threshold, "border_fraction": self.options.metrics.border_fraction,
             "top_percent": self.options.metrics.top_percent, "group_by": list(self.options.group_by),
-            "keep_ids": self.options.keep_ids,
+            "keep_ids": self.options.keep_ids, "keep_burned_in_text": self.options.keep_burned_in_text,
             "salt": "not stored (keys are comparable only between runs given the same --salt)",
             "input_order": INPUT_ORDER,
         }
@@ -266,7 +270,8 @@ def _cases_html(report: AuditReport) -> str:
     ids = ID_FIELDS if report.options.keep_ids else ()
     head = ("<th>image</th><th>case</th><th>flag</th>" + "".join(f"<th>{_e(METRIC_LABELS[n])}</th>" for n in names)
             + "<th>prediction</th><th>p</th>" + "".join(f"<th>{_e(f)}</th>" for f in GROUP_FIELDS)
-            + "<th>study</th><th>frame</th>" + "".join(f"<th>{_e(f)}</th>" for f in ids))
+            + "<th>study</th><th>frame</th><th>text regions filled</th><th>pixels searched for text</th>"
+            + "".join(f"<th>{_e(f)}</th>" for f in ids))
     body = []
     for row in report.images:
         image = (f'<a href="{_e(row.overlay_file)}"><img class="thumb" alt="overlay {_e(row.case)}" '
@@ -277,6 +282,7 @@ def _cases_html(report: AuditReport) -> str:
                  + f"<td>{_e(row.prediction)}</td>" + _num_cell(row.probability)
                  + "".join(f"<td>{_e(row.metadata.get(f))}</td>" for f in GROUP_FIELDS)
                  + f"<td>{_e(row.study)}</td><td>{_e(row.frame)}</td>"
+                 + _num_cell(row.text_regions, 0) + f"<td>{_e(row.text_check)}</td>"
                  + "".join(f"<td>{_e(row.identifiers.get(f))}</td>" for f in ids))
         body.append(f'<tr id="{_e(row.case)}"{" class=flagged" if row.flagged else ""}>{cells}</tr>')
     return f'<table class="sortable" id="case-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
@@ -311,14 +317,33 @@ def _provenance_html(report: AuditReport) -> str:
     return line
 
 
+def _burned_in_text_html(report: AuditReport) -> str:
+    """The banner on burned-in text: a warning when it was kept, else what was searched and filled."""
+    if report.options.keep_burned_in_text:
+        return ('<p class="banner" id="burned-in-text-kept">Burned-in text was NOT searched for or removed '
+                "(--keep-burned-in-text): the pixels were not checked, and the images below may show names, IDs and "
+                "dates written into them.</p>")
+    searched = [row for row in report.images if row.text_regions is not None]
+    regions = sum(row.text_regions for row in searched)
+    with_text = sum(1 for row in searched if row.text_regions)
+    skipped = len(report.images) - len(searched)
+    return (f'<p class="phi">Burned-in text: {len(searched)} of {len(report.images)} images searched with a text '
+            f"detector; {regions} text region{'s' if regions != 1 else ''} in {with_text} of them filled black in "
+            f"every image of this report"
+            + (f"; {skipped} not searched because the header says BurnedInAnnotation NO" if skipped else "")
+            + ". The column “pixels searched for text” gives each image's reason.</p>")
+
+
 def render_html(report: AuditReport) -> str:
     """The whole report as one HTML document with everything inline."""
     hist = histograms(report)
     settings = report.settings_record()
     window = settings["window_width_level"]
     phi = ("Identifiers are included (--keep-ids): this report is NOT de-identified." if report.options.keep_ids else
-           "De-identified: no names, IDs, dates, institutions, accession numbers or file names. Cases and studies are "
-           "keys hashed with a salt that is not stored; only scanner, body part, modality, sex and age band are shown.")
+           ("Text de-identified (pixels not checked, see below)" if report.options.keep_burned_in_text else
+            "De-identified") + ": no names, IDs, dates, institutions, accession numbers or file names in the text. "
+           "Cases and studies are keys hashed with a salt that is not stored; only scanner, body part, modality, sex "
+           "and age band are shown.")
     method = ", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>vitroll saliency audit</title>
@@ -327,6 +352,7 @@ def render_html(report: AuditReport) -> str:
 <h1>Saliency audit</h1>
 {_provenance_html(report)}
 <p class="phi">{_e(phi)}</p>
+{_burned_in_text_html(report)}
 <section class="summary" id="summary"><h2>Summary</h2>
 {_summary_html(report)}
 </section>

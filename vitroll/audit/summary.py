@@ -111,7 +111,7 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     if on_text:
         said.append(Sentence(
             f"In {share(len(on_text), n)} more than {percent(ANNOTATION_NOTE)} of the saliency lies on likely "
-            "burned-in annotations (small bright text or markers).", _cases(on_text), "cases"))
+            "burned-in annotations (text the detector found, or small bright markers).", _cases(on_text), "cases"))
     marked = [row for row in rows if row.metadata.get("BurnedInAnnotation", "").upper() == "YES"]
     if marked:
         said.append(Sentence(f"{share(len(marked), n)} are marked BurnedInAnnotation = YES in their header.",

@@ -6,6 +6,10 @@ outside the body and summarises by scanner, body part, sex and age band. Every f
 an image, or the reason it gave none (listed by its number in the sorted input list).
 
 Exit status: 0 every file gave an image, 3 some files gave none (the report is still written), 2 usage error.
+
+Burned-in text (names, IDs, dates written into the pixels) is found with a text detector and filled black in
+every image the report shows; the model sees the original pixels. Pixels are searched unless the header says
+BurnedInAnnotation NO — ultrasound, secondary captures and PNG/TIFF inputs always.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                       "(default: random for this run, printed and stored nowhere)")
     group.add_argument("--keep-ids", action="store_true",
                        help="also write file paths, PatientID, StudyInstanceUID and SOPInstanceUID (NOT de-identified)")
+    group.add_argument("--keep-burned-in-text", action="store_true",
+                       help="do not search the pixels for burned-in text, only for images already cleaned: names, IDs "
+                            "and dates written into the pixels then appear in the report's images")
     group = parser.add_argument_group("audit")
     group.add_argument("--flag-threshold", type=number(0, 1), default=0.5,
                        help="flag images with more than this fraction of saliency outside the body (default 0.5)")
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from vitroll.audit.metrics import MaskSource, MetricSettings
     from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
     from vitroll.audit.summary import counted
+    from vitroll.io.redact import require_text_detector
     from vitroll.models import class_names
 
     options = AuditOptions(
@@ -67,7 +75,13 @@ def run(args: argparse.Namespace) -> int:
         flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
         group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
+        keep_burned_in_text=args.keep_burned_in_text,
     )
+    if args.keep_burned_in_text:
+        print("vitroll: WARNING: --keep-burned-in-text: the pixels are NOT searched for burned-in text; names, IDs and "
+              "dates written into the images will appear in the report's images", file=sys.stderr)
+    else:
+        require_text_detector()  # before the model loads: the audit cannot write images without it
     if args.keep_ids:
         print("vitroll: warning: --keep-ids writes file paths and DICOM identifiers (PatientID, StudyInstanceUID, "
               "SOPInstanceUID) into the report; it is NOT de-identified", file=sys.stderr)

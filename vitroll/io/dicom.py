@@ -48,6 +48,9 @@ SAFE_FIELDS = ("Manufacturer", "ManufacturerModelName", "BodyPartExamined", "Mod
 
 UNKNOWN = "unknown"
 
+SECONDARY_CAPTURE_CLASS_PREFIX = "1.2.840.10008.5.1.4.1.1.7"
+"""SOP classes of secondary captures (screenshots, scanned film, multi-frame SC): text often burned in."""
+
 
 def is_dicom(path: "str | os.PathLike[str]") -> bool:
     """Whether ``path`` is a DICOM Part 10 file: the 4 bytes ``DICM`` after the 128-byte preamble.
@@ -117,6 +120,8 @@ class DicomImage:
     """Read as DICOM (frames numbered); False for PNG/TIFF/… images."""
     colour: bool = False
     """A colour image: a colour PhotometricInterpretation, or (for other images) channels that differ."""
+    secondary_capture: bool = False
+    """The header marks a secondary capture (:func:`is_secondary_capture`)."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -124,6 +129,12 @@ def safe_metadata(dataset: object) -> dict[str, str]:
     metadata = {name: _clean(getattr(dataset, name, None)) for name in SAFE_FIELDS}
     metadata["age-band"] = age_band(getattr(dataset, "PatientAge", None))
     return metadata
+
+
+def is_secondary_capture(dataset: object) -> bool:
+    """A Secondary Capture SOP class (``1.2.840.10008.5.1.4.1.1.7…``) or a ConversionType: a captured image."""
+    sop_class = str(getattr(dataset, "SOPClassUID", "") or "")
+    return sop_class.startswith(SECONDARY_CAPTURE_CLASS_PREFIX) or bool(getattr(dataset, "ConversionType", None))
 
 
 def _voi_proxy(width: float, level: float, function: str = "LINEAR") -> object:
@@ -330,7 +341,8 @@ def read_dicom(
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
-    return DicomImage(frames=frames, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey)
+    return DicomImage(frames=frames, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey,
+                      secondary_capture=is_secondary_capture(dataset))
 
 
 def read_any(
@@ -349,6 +361,6 @@ def read_any(
 
 __all__ = [
     "DicomImage", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice",
-    "is_dicom", "parse_window", "read_any", "read_dicom",
+    "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]

@@ -1,0 +1,156 @@
+"""Burned-in text: decide whether a frame's pixels must be searched, find its text regions, and fill them.
+
+Regions come from the text detector of rapidocr (PP-OCR's DB detector as ONNX, shipped inside the rapidocr
+wheel, so it runs offline). Detection only: no text is recognised, so none is held in memory or written.
+The detector is created once per process, on first use (a forked DataLoader worker builds its own: an ONNX Runtime
+session's thread pool does not survive a fork).
+
+Polygons are (K, 4, 2) float32 arrays of (x, y) corners in the frame's pixels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Mapping
+
+import cv2
+import numpy as np
+
+from vitroll.errors import VitrollError
+from vitroll.io.dicom import UNKNOWN
+
+if TYPE_CHECKING:
+    from rapidocr import RapidOCR
+
+INSTALL_HINT = 'pip install "vitroll[dicom]"'
+
+DETECTION_SIDE = 736
+"""Shorter side the detector sees (rapidocr's default): smaller frames are enlarged towards it…"""
+MAX_UPSCALE = 2.0
+"""…by at most this factor: enlarged further, anatomy in small frames (64 × 64 MR) is read as one huge glyph."""
+MAX_DETECTION_SIDE = 2000
+"""Longer side beyond which frames are shrunk for detection (rapidocr's default bound)."""
+MAX_LINE_FRACTION = 1 / 3
+"""A region thicker than this share of the frame's shorter side is a blob of anatomy, not a line of text."""
+MARGIN_FRACTION = 0.25
+"""Each region is widened on every side by this share of its thickness (anti-aliased edges, descenders)…"""
+MIN_MARGIN_PX = 2
+"""…and by at least this many pixels."""
+FILL_RGB = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class TextCheck:
+    """Whether a frame's pixels are searched for burned-in text, and the reason shown in the report."""
+
+    check: bool
+    reason: str
+
+
+SKIPPED_ON_REQUEST = TextCheck(False, "not checked: --keep-burned-in-text")
+
+
+def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_capture: bool) -> TextCheck:
+    """The rule: ultrasound and secondary captures always; files without a DICOM header always; otherwise unless
+    the header says ``BurnedInAnnotation`` NO (absent or any other value: check).
+
+    Parameters
+    ----------
+    metadata
+        The file's safe header fields (``Modality``, ``BurnedInAnnotation``; ``unknown`` where absent).
+    has_header
+        False for PNG/TIFF inputs.
+    secondary_capture
+        The header marks a secondary capture (SOP class or ConversionType).
+    """
+    if not has_header:
+        return TextCheck(True, "no DICOM header")
+    if metadata.get("Modality", "").upper() == "US":
+        return TextCheck(True, "ultrasound: always checked")
+    if secondary_capture:
+        return TextCheck(True, "secondary capture: always checked")
+    burned_in = metadata.get("BurnedInAnnotation", UNKNOWN)
+    if burned_in.upper() == "NO":
+        return TextCheck(False, "not checked: BurnedInAnnotation NO")
+    return TextCheck(True, "BurnedInAnnotation absent" if burned_in == UNKNOWN else f"BurnedInAnnotation {burned_in}")
+
+
+def require_text_detector() -> None:
+    """Raise a one-line :class:`VitrollError` naming the install command when rapidocr or onnxruntime is missing."""
+    try:
+        import onnxruntime  # noqa: F401
+        import rapidocr  # noqa: F401
+    except ImportError as error:
+        raise VitrollError(
+            f"removing burned-in text from audit images needs rapidocr and onnxruntime ({error.name} is missing): "
+            f"{INSTALL_HINT}; or pass --keep-burned-in-text if the pixels are known to carry no identifiers"
+        ) from None
+
+
+def _detector() -> "RapidOCR":
+    return _detector_of_process(os.getpid())
+
+
+@lru_cache(maxsize=1)
+def _detector_of_process(pid: int) -> "RapidOCR":
+    """rapidocr's engine: detection only, its coloured log silenced, one ONNX thread per torch thread."""
+    import torch
+    from rapidocr import RapidOCR
+
+    return RapidOCR(params={
+        "Global.log_level": "critical", "Global.use_cls": False, "Global.use_rec": False,
+        # frames arrive already scaled by _detection_scale; no further resizing inside rapidocr
+        "Global.min_side_len": 1, "Global.max_side_len": 1_000_000, "Det.limit_side_len": 32,
+        "EngineConfig.onnxruntime.intra_op_num_threads": torch.get_num_threads(),
+    })
+
+
+def _detection_scale(shape_hw: tuple[int, int]) -> float:
+    short, long = min(shape_hw), max(shape_hw)
+    return min(MAX_UPSCALE, max(1.0, DETECTION_SIDE / short), MAX_DETECTION_SIDE / long)
+
+
+def find_text_regions(image: np.ndarray) -> np.ndarray:
+    """Text regions of an RGB uint8 frame (H, W, 3) as (K, 4, 2) float32 polygons in its pixels (K may be 0).
+
+    Regions thicker than :data:`MAX_LINE_FRACTION` of the frame's shorter side are dropped.
+    """
+    require_text_detector()
+    height, width = image.shape[:2]
+    scale = _detection_scale((height, width))
+    size = (max(32, round(width * scale)), max(32, round(height * scale)))
+    resized = cv2.resize(image, size, interpolation=cv2.INTER_CUBIC if scale > 1 else cv2.INTER_AREA)
+    result = _detector()(np.ascontiguousarray(resized[..., ::-1]))  # the engine takes BGR arrays
+    boxes = getattr(result, "boxes", None)
+    if boxes is None or len(boxes) == 0:
+        return np.zeros((0, 4, 2), dtype=np.float32)
+    polygons = np.asarray(boxes, dtype=np.float32) / np.array([size[0] / width, size[1] / height], dtype=np.float32)
+    thickness = np.array([min(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
+    return polygons[thickness <= MAX_LINE_FRACTION * min(height, width)]
+
+
+def region_mask(polygons: np.ndarray, shape_hw: tuple[int, int]) -> np.ndarray:
+    """(H, W) bool mask of ``polygons`` (K, 4, 2), each widened by :data:`MARGIN_FRACTION` of its thickness."""
+    mask = np.zeros(shape_hw, dtype=np.uint8)
+    for polygon in polygons:
+        centre, (side_a, side_b), angle = cv2.minAreaRect(np.asarray(polygon, dtype=np.float32))
+        margin = max(MIN_MARGIN_PX, math.ceil(MARGIN_FRACTION * min(side_a, side_b)))
+        corners = cv2.boxPoints((centre, (side_a + 2 * margin, side_b + 2 * margin), angle))
+        cv2.fillPoly(mask, [np.round(corners).astype(np.int32)], 1)
+    return mask.astype(bool)
+
+
+def fill_regions(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """A copy of the RGB frame (H, W, 3) with the pixels under ``mask`` (H, W) set to :data:`FILL_RGB`."""
+    filled = image.copy()
+    filled[mask] = FILL_RGB
+    return filled
+
+
+__all__ = [
+    "SKIPPED_ON_REQUEST", "TextCheck", "fill_regions", "find_text_regions", "region_mask", "require_text_detector",
+    "text_check",
+]
