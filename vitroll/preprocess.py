@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -23,6 +23,16 @@ _PIL_INTERPOLATION = {
     "nearest": Image.Resampling.NEAREST,
     "lanczos": Image.Resampling.LANCZOS,
 }
+
+
+_REGISTERED: list[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = []
+"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first."""
+
+
+def register_preprocessing(matches: Callable[[nn.Module], bool],
+                           preprocessing: Callable[[nn.Module], "Preprocessing"]) -> None:
+    """Make :meth:`Preprocessing.from_model` answer ``preprocessing(model)`` for every model that ``matches``."""
+    _REGISTERED.insert(0, (matches, preprocessing))
 
 
 def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
@@ -98,7 +108,11 @@ class Preprocessing:
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
-        """The model's own preprocessing (``pretrained_cfg``), with ``overrides`` (None values ignored)."""
+        """The model's own preprocessing, with ``overrides`` (None values ignored): the one registered for its
+        family (:func:`register_preprocessing`), else timm's from its ``pretrained_cfg``."""
+        for matches, preprocessing_of in _REGISTERED:
+            if matches(model):
+                return preprocessing_of(model).with_overrides(**overrides)
         from timm.data import resolve_data_config
 
         config = resolve_data_config({}, model=model)

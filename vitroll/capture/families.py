@@ -1,12 +1,13 @@
 """Model families: which modules hold a model's token attention and how its tokens are laid out.
 
-One :class:`ModelFamily` entry per kind of timm model. Supporting a new family means adding one entry to
-:data:`FAMILIES` (and, if its attention module is new, one entry in :mod:`vitroll.capture.readouts`).
+One :class:`ModelFamily` entry per kind of model: the timm families below, and those added through
+:func:`vitroll.register_family` (:func:`register_family` here), which is how a model from any other source enters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import sys
 from typing import Callable, Literal, Optional
 
 import torch
@@ -92,8 +93,9 @@ class ModelFamily:
     ----------
     name : str
         Short name shown to users.
-    model_types : tuple of type
-        Model classes of the family (subclasses match too).
+    model_types : tuple of (type or str)
+        Model classes of the family (subclasses match too); a class may be named ``"package.module.Class"``, so that
+        registering a family does not import its package (a model of that class exists only once it is imported).
     name_patterns : tuple of str
         timm name patterns of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -113,7 +115,7 @@ class ModelFamily:
     """
 
     name: str
-    model_types: tuple[type, ...]
+    model_types: tuple[type | str, ...]
     name_patterns: tuple[str, ...]
     timm_modules: tuple[str, ...]
     attention_modules: Callable[[nn.Module], list[nn.Module]]
@@ -121,6 +123,20 @@ class ModelFamily:
     readout_modules: Callable[[nn.Module], list[nn.Module]] = _no_modules
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     notes: str = ""
+
+    def matches(self, model: nn.Module) -> bool:
+        """Whether ``model`` is an instance of one of :attr:`model_types`."""
+        return any(isinstance(model, model_type) for model_type in self._imported_types())
+
+    def _imported_types(self) -> list[type]:
+        imported = []
+        for model_type in self.model_types:
+            if isinstance(model_type, str):
+                module_name, _, class_name = model_type.rpartition(".")
+                model_type = getattr(sys.modules.get(module_name), class_name, None)
+            if model_type is not None:
+                imported.append(model_type)
+        return imported
 
 
 def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
@@ -201,10 +217,15 @@ def _families() -> list[ModelFamily]:
 FAMILIES: list[ModelFamily] = _families()
 
 
+def add_family(family: ModelFamily) -> None:
+    """Add ``family``, replacing one of the same name; it is matched before the families registered earlier."""
+    FAMILIES[:] = [family] + [known for known in FAMILIES if known.name != family.name]
+
+
 def family_of(model: nn.Module) -> ModelFamily:
     """The registered family of ``model``; raises :class:`UnsupportedModelError` naming the supported ones."""
     for family in FAMILIES:
-        if isinstance(model, family.model_types):
+        if family.matches(model):
             return family
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
     raise UnsupportedModelError(
