@@ -284,6 +284,8 @@ def _build_torchvision(name: str, *, pretrained: bool, state: Optional[Mapping[s
                                  "access")
     try:
         return torchvision.models.get_model(architecture, weights="DEFAULT" if pretrained else None, **config)
+    except OSError as error:  # urllib's URLError included: the download started but failed
+        raise ModelLoadError(f"{name}: cannot download torchvision's pretrained weights ({error})") from None
     except (RuntimeError, TypeError, ValueError, AssertionError) as error:
         raise ModelLoadError(f"{name}: cannot build model ({error})") from None
 
