@@ -98,14 +98,22 @@ def test_recording_leaves_the_output_unchanged_and_every_hook_goes_on_exit():
         assert torch.equal(model(images), plain)
 
 
-def test_preprocessing_is_torchvisions_classification_transform():
-    model = torchvision.models.VisionTransformer(image_size=224, patch_size=16, num_layers=1, num_heads=1,
-                                                 hidden_dim=8, mlp_dim=8)
+@pytest.mark.parametrize("architecture, build", [("vit_b_16", {}), ("vit_l_16", {}), ("vit_h_14", {"image_size": 518})])
+def test_preprocessing_is_the_default_weights_transform(architecture, build):
+    with torch.device("meta"):  # the transform depends on the architecture only: no weights needed
+        model = torchvision.models.get_model(architecture, **build)
     image = Image.open(PHOTO).convert("RGB")
     tensor, geometry = vitroll.Preprocessing.from_model(model)(image)
-    expected = torchvision.models.ViT_B_16_Weights.DEFAULT.transforms()(image)
-    assert geometry.resized_hw[0] == 256 and geometry.input_hw == (224, 224)
-    assert (tensor - expected).abs().max().item() < 1e-5
+    transform = torchvision.models.get_model_weights(architecture).DEFAULT.transforms()
+    assert geometry.resized_hw[0] == transform.resize_size[0] and geometry.input_hw == (model.image_size,) * 2
+    assert (tensor - transform(image)).abs().max().item() < 1e-5
+
+
+def test_preprocessing_at_other_sizes_keeps_the_256_to_224_ratio():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    preprocessing = vitroll.Preprocessing.from_model(model)
+    assert (preprocessing.interpolation, preprocessing.mean) == ("bilinear", (0.485, 0.456, 0.406))
+    assert preprocessing.geometry((300, 400)).resized_hw == (73, 97)  # floor(64 · 256/224) = 73 on the short side
 
 
 def test_torchvision_names_refuse_non_square_inputs_in_one_line():

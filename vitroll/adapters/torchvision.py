@@ -13,7 +13,8 @@ one more attention per layer, which their backward pass outweighs.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+import math
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -127,12 +128,34 @@ def _token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
     return TokenLayout(num_prefix_tokens=1, readout="class_token", grid=(image_hw[0] // patch, image_hw[1] // patch))
 
 
+_SIZE_LETTERS = {(12, 768): "b", (24, 1024): "l", (32, 1280): "h"}
+"""(layers, width) of torchvision's ViT sizes → the letter in their names (vit_b_16, vit_l_32, vit_h_14)."""
+
+
+def _default_transform_sizes(model: nn.Module) -> Optional[tuple[int, str]]:
+    """(resize size, interpolation) of the ``DEFAULT`` weights' transform of the torchvision architecture ``model``
+    is, when there is one and its crop is the model's ``image_size`` (vit_l_16 resizes to 242, vit_h_14's weights
+    take 518 bicubic)."""
+    import torchvision
+
+    letter = _SIZE_LETTERS.get((len(model.encoder.layers), model.hidden_dim))
+    name = f"vit_{letter}_{model.patch_size}"
+    if letter is None or name not in torchvision.models.list_models(module=torchvision.models):
+        return None
+    transform = torchvision.models.get_model_weights(name).DEFAULT.transforms()
+    if list(transform.crop_size) != [model.image_size]:
+        return None
+    return transform.resize_size[0], transform.interpolation.value
+
+
 def _preprocessing(model: nn.Module) -> Preprocessing:
-    """torchvision's ``ImageClassification`` transform at the model's ``image_size``: resize (bilinear) the shorter
-    side to ``image_size · 256/224``, centre-crop, ImageNet mean and std."""
+    """torchvision's ``ImageClassification`` transform at the model's ``image_size``: the shorter side resized to
+    ``image_size · 256/224`` (bilinear), centre crop, ImageNet mean and std; for torchvision's own architectures at
+    their weights' crop size, those weights' resize size and interpolation."""
     size = model.image_size
-    return Preprocessing(input_size=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                         crop_pct=1 / RESIZE_PER_CROP, interpolation="bilinear")
+    resize, interpolation = _default_transform_sizes(model) or (math.floor(size * RESIZE_PER_CROP), "bilinear")
+    return Preprocessing(input_size=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=size / resize,
+                         interpolation=interpolation)
 
 
 register_family(
