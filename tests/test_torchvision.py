@@ -215,3 +215,23 @@ def test_a_hand_written_vit_registered_through_the_public_call(tmp_path):
     for row in rows:
         picture = Image.open(tmp_path / "out" / row["overlay"])
         assert (row["status"], picture.size) == ("ok", (row["width"], row["height"]))
+
+
+def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(vitroll.models, "_reachable", lambda host, port, timeout: False)
+    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_16", "--pretrained", "--out", str(tmp_path)])
+    assert code != 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: error: torchvision:vit_b_16: torchvision's pretrained weights are not in {tmp_path / 'checkpoints'} "
+        "and download.pytorch.org cannot be reached; pass --checkpoint FILE or run once with network access"]
+
+
+def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path, capsys):
+    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_32", "--img-size", "64", "--input-size", "96", "96",
+                 "--out", str(tmp_path)])
+    assert code != 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "vitroll: error: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
+        "--img-size N builds it for N×N")
+    assert not list(tmp_path.iterdir())

@@ -123,7 +123,14 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
 
 
 def _token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-    """The class token, then the patches row by row (torchvision concatenates the class token first)."""
+    """The class token, then the patches row by row (torchvision concatenates the class token first).
+
+    Raises ValueError for any input size but (``image_size``, ``image_size``), which torchvision's forward asserts.
+    """
+    if tuple(image_hw) != (model.image_size,) * 2:
+        size = model.image_size
+        raise ValueError(f"torchvision's VisionTransformer takes {size}×{size} inputs only (its image_size); "
+                         f"--img-size N builds it for N×N")
     patch = model.patch_size
     return TokenLayout(num_prefix_tokens=1, readout="class_token", grid=(image_hw[0] // patch, image_hw[1] // patch))
 

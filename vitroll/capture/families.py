@@ -218,13 +218,19 @@ FAMILIES: list[ModelFamily] = _families()
 
 
 def add_family(family: ModelFamily) -> None:
-    """Add ``family``, replacing one of the same name; it is matched before the families registered earlier."""
-    FAMILIES[:] = [family] + [known for known in FAMILIES if known.name != family.name]
+    """Add ``family`` (replacing one of the same name, in its place); it is matched before the families registered
+    earlier, so a family of subclasses of a known model class takes those models over."""
+    names = [known.name for known in FAMILIES]
+    if family.name in names:
+        FAMILIES[names.index(family.name)] = family
+    else:
+        FAMILIES.append(family)
 
 
 def family_of(model: nn.Module) -> ModelFamily:
-    """The registered family of ``model``; raises :class:`UnsupportedModelError` naming the supported ones."""
-    for family in FAMILIES:
+    """The registered family of ``model`` (the latest registered that matches); raises
+    :class:`UnsupportedModelError` naming the supported ones."""
+    for family in reversed(FAMILIES):
         if family.matches(model):
             return family
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)

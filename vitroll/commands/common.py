@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from vitroll.capture import HEAD_FUSIONS
+from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.methods import METHODS
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.pipelines.explain import ExplainSettings
@@ -227,7 +227,8 @@ def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelPro
 
 
 def check_input_size(model: nn.Module, input_size: tuple[int, int]) -> None:
-    """Refuse an ``--input-size`` that the model's patch embedding would reject in its first forward pass."""
+    """Refuse an ``--input-size`` that the model's family or patch embedding would reject in its first forward pass."""
+    family_of(model).token_layout(model, tuple(input_size))  # a family refuses sizes its model cannot take
     embed = getattr(model, "patch_embed", None)
     built = tuple(getattr(embed, "img_size", None) or ())
     patch = tuple(getattr(embed, "patch_size", None) or ())
