@@ -16,7 +16,7 @@ Each registered module type says which ways it supports:
 * **custom** – for a module none of these fit (``nn.MultiheadAttention``, a user's own module), an ``attach``
   function hooks the module itself and hands its probabilities to an :class:`AttentionSink`.
 
-Adding a module type is one :class:`AttentionReadout` entry in :data:`READOUTS`.
+A module type is added with one :class:`AttentionReadout` (``register_family(..., readout=...)``).
 """
 
 from __future__ import annotations
@@ -82,33 +82,8 @@ class AttentionReadout:
     attach: Optional[Callable[[nn.Module, AttentionSink], Callable[[], None]]] = None
 
 
-def _heads_last_to_first(probs: torch.Tensor) -> torch.Tensor:
-    """(B, Q, N, H) → (B, H, Q, N)."""
-    return probs.permute(0, 3, 1, 2)
-
-
-def _default_readouts() -> list[AttentionReadout]:
-    from timm.layers import Attention, AttentionPoolLatent, AttentionRope
-    from timm.models.beit import Attention as BeitAttention
-    from timm.models.cait import ClassAttn, TalkingHeadAttn
-    from timm.models.eva import EvaAttention
-
-    return [
-        AttentionReadout(Attention),
-        # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
-        AttentionReadout(AttentionPoolLatent, probs_module=None, query_key_modules=("q_norm", "k_norm")),
-        AttentionReadout(AttentionRope),
-        AttentionReadout(EvaAttention),
-        AttentionReadout(BeitAttention),
-        AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
-        # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the
-        # softmax output is the input of proj_w, heads last; there is no fused kernel
-        AttentionReadout(TalkingHeadAttn, probs_module="proj_w", fused_flag=None,
-                         probs_from_input=_heads_last_to_first),
-    ]
-
-
-READOUTS: list[AttentionReadout] = _default_readouts()
+READOUTS: list[AttentionReadout] = []
+"""Registered readouts, the most recent first (timm's attention types in :mod:`vitroll.adapters.timm`)."""
 
 
 def register_readout(readout: AttentionReadout) -> None:
@@ -117,13 +92,11 @@ def register_readout(readout: AttentionReadout) -> None:
 
 
 def readout_for(module: nn.Module) -> AttentionReadout:
-    """The most specific registered readout for ``module`` (exact type first, then by inheritance)."""
-    for readout in READOUTS:
-        if type(module) is readout.module_type:
-            return readout
-    for readout in READOUTS:
-        if isinstance(module, readout.module_type):
-            return readout
+    """The most specific registered readout for ``module``: of its own type, else of its nearest base class."""
+    for module_type in type(module).__mro__:
+        for readout in READOUTS:
+            if readout.module_type is module_type:
+                return readout
     known = ", ".join(r.module_type.__name__ for r in READOUTS)
     raise UnsupportedModelError(
         f"attention module {type(module).__name__} has no registered readout (known: {known})"

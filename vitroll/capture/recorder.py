@@ -103,7 +103,7 @@ class AttentionRecorder:
         # rearrangement of its elements that gives them (B, H, Q, N); the same rearrangement maps its gradient
         self._graph_sources: list[Optional[tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]] = (
             [None] * len(self._modules))
-        self._readout_modules = self.family.readout_modules(model)
+        self._readout_modules = self.family.readout_modules(model) if self.family.readout_modules else []
         self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
 

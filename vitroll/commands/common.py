@@ -218,6 +218,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
+    family_of(model)  # an unsupported model is refused before any input is read
     return model
 
 
