@@ -154,7 +154,8 @@ class TinyViT(nn.Module):
     def __init__(self, size: int = 32, patch: int = 8, dim: int = 32, depth: int = 3, heads: int = 4) -> None:
         super().__init__()
         self.patch, self.embed = patch, nn.Conv2d(3, dim, patch, patch)
-        self.cls, self.pos = nn.Parameter(torch.randn(1, 1, dim)), nn.Parameter(torch.randn(1, 1 + (size // patch) ** 2, dim))
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, 1 + (size // patch) ** 2, dim))
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
         self.attns = nn.ModuleList(TinyAttention(dim, heads) for _ in range(depth))
         self.head = nn.Linear(dim, 4)
@@ -228,8 +229,8 @@ def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, mon
 
 
 def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path, capsys):
-    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_32", "--img-size", "64", "--input-size", "96", "96",
-                 "--out", str(tmp_path)])
+    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_32", "--img-size", "64",
+                 "--input-size", "96", "96", "--out", str(tmp_path)])
     assert code != 0
     assert capsys.readouterr().err.splitlines()[-1] == (
         "vitroll: error: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "

@@ -2,12 +2,12 @@
 
 Its attention is ``nn.MultiheadAttention``, which the encoder blocks call with ``need_weights=False``. The readout
 leaves that call alone: a forward pre-hook on each instance recomputes the probabilities beside it, per head and in
-query blocks, from the call's input and the module's own ``in_proj_weight`` / ``in_proj_bias`` — one extra
-query-key product per layer, and the model's output is bit for bit what it is without vitroll. Gradient methods need
-the probabilities the output was computed from, so with ``keep_graph`` a forward hook replaces the call's output by
-the same attention recomputed from those in-graph probabilities (equal to PyTorch's up to float rounding), answering
-the caller's ``need_weights`` as asked. The call's own output is computed and dropped there: gradient methods pay
-one more attention per layer, which their backward pass outweighs.
+query blocks, from the call's input and the module's own ``in_proj_weight`` / ``in_proj_bias`` (one more query and
+key projection and query-key product per layer), so the model's output is bit for bit what it is without vitroll.
+Gradient methods need the probabilities the output was computed from, so with ``keep_graph`` a forward hook replaces
+the call's output by the same attention recomputed from those in-graph probabilities (equal to PyTorch's up to float
+rounding), answering the caller's ``need_weights`` as asked. The call's own output is computed and dropped there:
+gradient methods pay one more attention per layer, which their backward pass outweighs.
 """
 
 from __future__ import annotations
@@ -40,9 +40,11 @@ def _call_arguments(module: nn.MultiheadAttention, args: tuple, kwargs: dict) ->
 
 def _check_plain_self_attention(module: nn.MultiheadAttention, call: dict[str, object]) -> None:
     if call["attn_mask"] is not None or call["key_padding_mask"] is not None or call["is_causal"]:
-        raise UnsupportedModelError("nn.MultiheadAttention was called with a mask; vitroll reads unmasked attention only")
+        raise UnsupportedModelError(
+            "nn.MultiheadAttention was called with a mask; vitroll reads unmasked attention only")
     if module.bias_k is not None or module.add_zero_attn or call["query"].dim() != 3:
-        raise UnsupportedModelError("nn.MultiheadAttention with bias_k/add_zero_attn or unbatched inputs is not supported")
+        raise UnsupportedModelError(
+            "nn.MultiheadAttention with bias_k/add_zero_attn or unbatched inputs is not supported")
     if module.training and module.dropout > 0:
         raise UnsupportedModelError("nn.MultiheadAttention in training mode with dropout; call model.eval() first")
 
@@ -54,6 +56,17 @@ def _heads(module: nn.MultiheadAttention, tokens: torch.Tensor, weight: torch.Te
         tokens = tokens.transpose(0, 1)
     projected = nn.functional.linear(tokens, weight, bias)
     return projected.unflatten(-1, (module.num_heads, module.head_dim)).transpose(1, 2)
+
+
+def _projections(module: nn.MultiheadAttention) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(weight, bias) of the query, key and value projections."""
+    embed = module.embed_dim
+    biases = [None] * 3 if module.in_proj_bias is None else list(module.in_proj_bias.split(embed))
+    if module._qkv_same_embed_dim:
+        weights = list(module.in_proj_weight.split(embed))
+    else:
+        weights = [module.q_proj_weight, module.k_proj_weight, module.v_proj_weight]
+    return list(zip(weights, biases))
 
 
 def _recompute_beside(module: nn.MultiheadAttention, sink: AttentionSink) -> Callable[[], None]:
@@ -68,17 +81,6 @@ def _recompute_beside(module: nn.MultiheadAttention, sink: AttentionSink) -> Cal
                         q.device)
 
     return module.register_forward_pre_hook(record, with_kwargs=True).remove
-
-
-def _projections(module: nn.MultiheadAttention) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """(weight, bias) of the query, key and value projections."""
-    embed = module.embed_dim
-    biases = [None] * 3 if module.in_proj_bias is None else list(module.in_proj_bias.split(embed))
-    if module._qkv_same_embed_dim:
-        weights = list(module.in_proj_weight.split(embed))
-    else:
-        weights = [module.q_proj_weight, module.k_proj_weight, module.v_proj_weight]
-    return list(zip(weights, biases))
 
 
 def _recompute_in_graph(module: nn.MultiheadAttention, sink: AttentionSink) -> Callable[[], None]:

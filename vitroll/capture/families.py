@@ -136,7 +136,8 @@ class ModelFamily:
 
 
 FAMILIES: list[ModelFamily] = []
-"""Registered families in registration order (:func:`vitroll.register_family`; timm's in :mod:`vitroll.adapters.timm`)."""
+"""Registered families in registration order (:func:`vitroll.register_family`; timm's are in
+:mod:`vitroll.adapters.timm`)."""
 
 
 def add_family(family: ModelFamily) -> None:
