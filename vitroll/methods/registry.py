@@ -176,7 +176,10 @@ class Method:
     def options(self) -> dict[str, MethodOption]:
         """Its options in signature order: every parameter after ``model`` and ``images``."""
         parameters = list(inspect.signature(self.compute).parameters.values())[2:]
-        hints = typing.get_type_hints(self.compute)
+        try:
+            hints = typing.get_type_hints(self.compute)
+        except NameError:  # an annotation imported only for type checkers: such options take any value
+            hints = {}
         return {p.name: MethodOption(p.name, hints.get(p.name, Any), p.default) for p in parameters
                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 

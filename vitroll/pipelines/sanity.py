@@ -84,7 +84,7 @@ def sanity_check(
 
     def maps_of(current: nn.Module, method: str) -> np.ndarray:
         options = runs[method].among(shared)
-        if runs[method].takes("target_class"):
+        if "target_class" in runs[method].options:
             options["target_class"] = targets
         saliency = runs[method](current, images, **options)
         return saliency.maps.float().cpu().numpy()
