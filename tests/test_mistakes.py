@@ -82,6 +82,8 @@ MISTAKES = [
     pytest.param("overlay {img} --option steps", 2, "argument --option: expected KEY=VALUE; got 'steps'", id="option-no-value"),
     pytest.param("overlay {img} --discard-ratio 0.2 --option discard_ratio=0.3", 2,
                  "option 'discard_ratio' is given by --discard-ratio and --option; give it once", id="option-twice"),
+    pytest.param("overlay {img} --method attention --option head_fusion=none", 2,
+                 "head_fusion=none gives one map per head (B, H, h, w)", id="option-per-head-maps"),
     pytest.param("overlay {img} --method flow --option max_tokens=10", 2, "attention flow on 65 tokens is impractical",
                  id="option-flow-max-tokens"),
     pytest.param("annotate {dir} --out {out} --option steps=4", 2, "method 'rollout' takes no option 'steps'",

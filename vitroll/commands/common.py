@@ -171,7 +171,7 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
                             "(default 1024 MiB)")
     group.add_argument("--option", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="any option of the method, read as its type (repeatable; `vitroll methods NAME` lists "
-                            "them): e.g. steps=8, solver=networkx, seed=3, layer=-2, head_fusion=none")
+                            "them): e.g. steps=8, solver=networkx, seed=3, layer=-2, target_class=none")
 
 
 def option_flag(name: str) -> str:
@@ -207,6 +207,8 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
     ------
     MethodOptionError
         For an ``--option`` that none of ``methods`` takes, one given twice, or a value its type does not allow.
+    ValueError
+        For ``head_fusion=none``: per-head maps, which no sub-command can draw.
     """
     chosen = [method_named(name) for name in methods]
     options = {}
@@ -220,6 +222,10 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
             twice = f"{option_flag(name)} and --option" if name in flagged_options_from_args(args) else "--option twice"
             raise MethodOptionError(f"option {name!r} is given by {twice}; give it once")
         options[name] = methods_taking(chosen, name)[0].parse(name, text)
+    if "head_fusion" in options and options["head_fusion"] is None:
+        raise ValueError("head_fusion=none gives one map per head (B, H, h, w), which the sub-commands neither draw "
+                         "nor score; per-head maps are for the Python API: vitroll.attention(model, images, "
+                         "head_fusion=None)")
     return check_shared_options(chosen, options)
 
 
