@@ -64,8 +64,9 @@ def _matches(value: object, hint: object) -> bool:
     if hint is float:
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
     if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Sequence):
-        return (isinstance(value, origin) and not isinstance(value, str)
-                and all(_matches(item, arguments[0]) for item in value) if arguments else isinstance(value, origin))
+        if not isinstance(value, origin) or isinstance(value, str):
+            return False
+        return not arguments or all(_matches(item, arguments[0]) for item in value)
     if isinstance(hint, type) and hint is not object:
         return isinstance(value, hint)
     return True
