@@ -24,7 +24,7 @@ from vitroll.audit.metrics import (
 )
 from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
 from vitroll.cli import main
-from vitroll.methods import METHODS, Saliency
+from vitroll.methods import METHODS, Method, Saliency
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
 
@@ -254,8 +254,8 @@ def _fixed_map(cells: tuple[slice, slice]):
 
 @pytest.fixture
 def shortcut_methods(monkeypatch):
-    monkeypatch.setitem(METHODS, "corner", _fixed_map((slice(0, 1), slice(0, 1))))  # on the corner marker
-    monkeypatch.setitem(METHODS, "centre", _fixed_map((slice(1, 3), slice(1, 3))))  # on the body
+    monkeypatch.setitem(METHODS, "corner", Method("corner", _fixed_map((slice(0, 1), slice(0, 1)))))  # on the marker
+    monkeypatch.setitem(METHODS, "centre", Method("centre", _fixed_map((slice(1, 3), slice(1, 3)))))  # on the body
 
 
 def test_off_anatomy_shortcut_is_flagged_and_named(tmp_path, shortcut_methods):

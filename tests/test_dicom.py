@@ -194,3 +194,20 @@ def test_pydicom_bundled_test_files_if_present():
         assert decoded.frames[0][1].std() > 0
     if (folder / "SC_rgb_rle_2frame.dcm").is_file():
         assert len(read_dicom(folder / "SC_rgb_rle_2frame.dcm").frames) == 2
+
+
+def test_pydicom_warnings_which_may_quote_identifiers_do_not_leave_the_reader(tmp_path, monkeypatch, recwarn):
+    import pydicom.pixels
+
+    decode = pydicom.pixels.pixel_array
+
+    def quoting_decoder(*args, **kwargs):
+        import warnings
+
+        warnings.warn(f"Invalid value for VR PN: '{FAKE_IDS['PatientName']}'", UserWarning)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(pydicom.pixels, "pixel_array", quoting_decoder)
+    decoded = read_dicom(write_dicom(tmp_path / "a.dcm", body_phantom()))
+    assert len(decoded.frames) == 1
+    assert not [str(warning.message) for warning in recwarn]

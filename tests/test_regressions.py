@@ -133,8 +133,7 @@ def test_non_gradient_methods_work_without_autograd(model, images, context):
 def test_out_of_memory_batch_is_split_not_fatal(capsys):
     """A batch too large for memory is retried in halves with a note; the maps equal the unsplit ones."""
     from vitroll.errors import VitrollError
-    from vitroll.methods import METHODS
-    from vitroll.pipelines.explain import run_method
+    from vitroll.methods import METHODS, Method
 
     model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2).eval()
     images = torch.randn(5, 3, 32, 32)
@@ -147,7 +146,7 @@ def test_out_of_memory_batch_is_split_not_fatal(capsys):
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return METHODS["rollout"](model, batch, **options)
 
-    result = run_method(runs_out_above_two, model, images, {})
+    result = Method("runs_out_above_two", runs_out_above_two)(model, images)
     torch.testing.assert_close(result.maps, expected.maps)
     torch.testing.assert_close(result.logits, expected.logits)
     assert sizes == [5, 3, 2, 1, 2]
@@ -157,13 +156,13 @@ def test_out_of_memory_batch_is_split_not_fatal(capsys):
         raise MemoryError()
 
     with pytest.raises(VitrollError, match="out of memory on a single image"):
-        run_method(always_out, model, images[:1], {})
+        Method("always_out", always_out)(model, images[:1])
 
     def a_bug(model, batch, **options):
         raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_method(a_bug, model, images, {})
+        Method("a_bug", a_bug)(model, images)
 
 
 def test_max_attention_memory_bounds_chunks_without_changing_maps():

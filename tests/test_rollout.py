@@ -8,6 +8,7 @@ import timm
 import torch
 
 from vitroll import attention, rollout, rollout_matrix
+from vitroll.errors import MethodOptionError
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
 from reference import fuse, reference_case, reference_rollout
 
@@ -114,8 +115,9 @@ def test_head_fusions_differ_and_are_ordered(case):
 def test_invalid_options_raise_clear_errors():
     model = timm.create_model("vit_tiny_patch16_224").eval()
     images = torch.randn(1, 3, 224, 224)
-    with pytest.raises(ValueError, match="head_fusion must be one of"):
-        rollout(model, images, head_fusion="median")
+    with pytest.raises(MethodOptionError, match=r"option 'head_fusion' of method 'rollout' takes 'mean' \| 'max' \| "
+                                                 r"'min'; got 'median' \(str\)"):
+        rollout(model, images, head_fusion="median")  # checked by the registry against the signature's Literal
     with pytest.raises(ValueError, match="discard_ratio"):
         rollout(model, images, discard_ratio=1.0)
     with pytest.raises(ValueError, match="attention_weight"):

@@ -27,3 +27,7 @@ class ModelLoadError(VitrollError):
 
 class UnsupportedModelError(VitrollError):
     """The model has no token attention that vitroll knows how to read."""
+
+
+class MethodOptionError(VitrollError, TypeError):
+    """A saliency method was given an option it does not take, or a value of the wrong type for one."""

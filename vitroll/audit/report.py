@@ -119,7 +119,7 @@ class AuditReport:
             "vitroll_version": __version__, "model": self.provenance.model, "weights": self.provenance.weights,
             "weights_description": self.provenance.description, "weights_sha256": self.provenance.sha256,
             "random_weights": self.provenance.random,
-            "method": self.settings.method, "method_options": self.settings.options_for_method(),
+            "method": self.settings.method, "method_options": self.settings.method_options,
             "window_width_level": list(window) if window else None, "frame": self.options.frame,
             "flag_threshold": self.options.flag_threshold, "border_fraction": self.options.metrics.border_fraction,
             "top_percent": self.options.metrics.top_percent, "group_by": list(self.options.group_by),

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     identity = {"model": args.model, "checkpoint": str(args.checkpoint), "pretrained": args.pretrained,
-                "method": settings.method, "options": settings.options_for_method(), "preprocessing": preprocessing,
+                "method": settings.method, "options": settings.method_options, "preprocessing": preprocessing,
                 "render": [settings.cmap, settings.alpha, settings.interpolation, settings.normalization,
                            settings.key_patches], "save": options.save, "precision": options.precision,
                 "compare_with": [options.compare_with, options.disagree_below]}

@@ -6,13 +6,14 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS, family_of
-from vitroll.methods import METHODS
+from vitroll.errors import MethodOptionError
+from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
@@ -142,9 +143,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("method (options a method does not take are ignored; unset ones keep its default)")
+    group = parser.add_argument_group("method (unset options keep the method's default; a flag it does not take is "
+                                      "ignored with a warning; `vitroll methods` lists each method's options)")
     group.add_argument("--method", default="rollout", choices=sorted(METHODS))
     add_method_options(group)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for ``--option KEY=VALUE``: the option's name (``-`` read as ``_``) and its text."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE; got {text!r}")
+    return key.strip().replace("-", "_"), value.strip()
 
 
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
@@ -159,14 +169,64 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "
                             "(default 1024 MiB)")
+    group.add_argument("--option", type=key_value, action="append", default=[], metavar="KEY=VALUE",
+                       help="any option of the method, read as its type (repeatable; `vitroll methods NAME` lists "
+                            "them): e.g. steps=8, solver=networkx, seed=3, layer=-2, target_class=none")
 
 
-def method_options_from_args(args: argparse.Namespace) -> dict[str, object]:
-    return {
+def option_flag(name: str) -> str:
+    """The flag of a method option that has its own (``discard_ratio`` → ``--discard-ratio``)."""
+    return "--" + name.replace("_", "-")
+
+
+def flagged_options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The method options given with their own flags (``--head-fusion`` …), by option name; unset ones left out."""
+    given = {
         "head_fusion": args.head_fusion, "discard_ratio": args.discard_ratio, "attention_weight": args.attention_weight,
         "start_layer": args.start_layer, "target_class": args.target_class,
         "max_attention_memory": int(args.max_attention_memory * 2**20) if args.max_attention_memory else None,
     }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _warn_ignored(name: str, methods: list[Method]) -> None:
+    if len(methods) == 1:
+        whom = f"not an option of method {methods[0].name!r} (it takes: {methods[0].option_list()})"
+    else:
+        whom = f"an option of none of the methods {', '.join(m.name for m in methods)}"
+    print(f"vitroll: warning: {option_flag(name)} is {whom}; ignored", file=sys.stderr)
+
+
+def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -> dict[str, object]:
+    """The options for ``methods`` from their flags and ``--option``, checked before any model is built.
+
+    A flag that none of ``methods`` takes is one warning line on stderr and dropped (the run goes on). Each
+    ``--option`` value is read as the type of the option in the first method that takes it.
+
+    Raises
+    ------
+    MethodOptionError
+        For an ``--option`` that none of ``methods`` takes, one given twice, or a value its type does not allow.
+    ValueError
+        For ``head_fusion=none``: per-head maps, which no sub-command can draw.
+    """
+    chosen = [method_named(name) for name in methods]
+    options = {}
+    for name, value in flagged_options_from_args(args).items():
+        if any(method.takes(name) for method in chosen):
+            options[name] = value
+        else:
+            _warn_ignored(name, chosen)
+    for name, text in args.option:
+        if name in options:
+            twice = f"{option_flag(name)} and --option" if name in flagged_options_from_args(args) else "--option twice"
+            raise MethodOptionError(f"option {name!r} is given by {twice}; give it once")
+        options[name] = methods_taking(chosen, name)[0].parse(name, text)
+    if "head_fusion" in options and options["head_fusion"] is None:
+        raise ValueError("head_fusion=none gives one map per head (B, H, h, w), which the sub-commands neither draw "
+                         "nor score; per-head maps are for the Python API: vitroll.attention(model, images, "
+                         "head_fusion=None)")
+    return check_shared_options(chosen, options)
 
 
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
@@ -252,6 +312,8 @@ def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Prepr
 
 
 def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
-    return ExplainSettings(method=args.method, method_options=method_options_from_args(args), cmap=args.cmap,
-                           alpha=args.alpha, interpolation=args.upsample, normalization=args.normalize,
-                           key_patches=args.key_patches)
+    """The method, its checked options and the rendering; call it before building the model, so that a wrong option
+    costs no model load."""
+    return ExplainSettings(method=args.method, method_options=method_options_from_args(args, [args.method]),
+                           cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
+                           normalization=args.normalize, key_patches=args.key_patches)

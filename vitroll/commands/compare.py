@@ -54,7 +54,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = compare(args.images, explainers_from_args(args), settings_from_args(args))
+    settings = settings_from_args(args)
+    result = compare(args.images, explainers_from_args(args), settings)
     for error in result.errors:
         print(f"vitroll: error: {error}", file=sys.stderr)
     if not result.images:

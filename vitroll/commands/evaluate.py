@@ -13,7 +13,8 @@ from vitroll.commands.common import (
     add_method_options, add_model_arguments, integer, method_options_from_args, model_from_args, number, output_folder,
     preprocessing_from_args,
 )
-from vitroll.methods import METHODS
+from vitroll.errors import VitrollError
+from vitroll.methods import method_named
 from vitroll.pipelines.evaluate import (
     evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
 )
@@ -23,9 +24,11 @@ DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
 
 def method_list(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise argparse.ArgumentTypeError(f"unknown method {unknown[0] if unknown else text!r}; choose from {', '.join(sorted(METHODS))}")
+    try:
+        for name in methods or [text]:
+            method_named(name)
+    except VitrollError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return methods
 
 
@@ -84,9 +87,10 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
+    method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=200)
     model = model_from_args(args)
-    result = evaluate(model, images, args.methods, method_options=method_options_from_args(args),
+    result = evaluate(model, images, args.methods, method_options=method_options,
                       preprocessing=preprocessing_from_args(model, args), batch_size=args.batch_size,
                       steps=args.steps, substrate=args.substrate)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -21,11 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=32)
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(item.image) for item in images])
-    result = sanity_check(model, tensor, args.methods, method_options=method_options_from_args(args))
+    result = sanity_check(model, tensor, args.methods, method_options=method_options)
     table = result.table()
     header = "| method | " + " | ".join(result.stages) + " | flagged |"
     lines = [header, "|---" * (len(result.stages) + 2) + "|"]

@@ -243,10 +243,8 @@ def _read_dataset(path: Path) -> "Dataset":
         return pydicom.dcmread(path)
     except InvalidDicomError:
         pass
-    with warnings.catch_warnings():  # probing: a text file's bytes read as tags warn for every "element"
-        warnings.simplefilter("ignore")
-        dataset = pydicom.dcmread(path, force=True)
-        first = next(iter(dataset), None)
+    dataset = pydicom.dcmread(path, force=True)
+    first = next(iter(dataset), None)
     if first is None or first.tag.group not in PREAMBLE_LESS_GROUPS:
         raise ImageReadError(path, NOT_DICOM_OR_IMAGE)
     if "TransferSyntaxUID" not in dataset.file_meta:
@@ -304,7 +302,13 @@ def read_dicom(
         Not a DICOM file, no pixel data, pixel data no installed decoder reads (the reason names the transfer
         syntax and what would decode it), corrupt pixel data, or ``frame`` out of range — one sentence.
     """
-    path = Path(path)
+    # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _decode_dicom(Path(path), window=window, frame=frame)
+
+
+def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int]) -> DicomImage:
     try:
         from pydicom.pixels import pixel_array
     except ImportError:

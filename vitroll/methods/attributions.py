@@ -17,7 +17,8 @@ from torch import nn
 
 from vitroll.errors import VitrollError
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, eval_mode, predict, register_method
+from vitroll.methods.base import Saliency, eval_mode, predict
+from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, resolve_targets
 
 Sign = Literal["absolute", "positive", "signed"]
@@ -50,7 +51,7 @@ def _attribute(model: nn.Module, images: Images, target_class: TargetClass, sign
     return Saliency(pixels_to_grid(attributions.detach(), grid, sign), logits)
 
 
-@register_method("integrated_gradients")
+@register_method("integrated_gradients", needs_gradients=True, requires=("captum",))
 def integrated_gradients(
     model: nn.Module,
     images: Images,
@@ -68,7 +69,7 @@ def integrated_gradients(
         x, baselines=torch.zeros_like(x), target=t, n_steps=steps, internal_batch_size=max(len(x), 8) * 4))
 
 
-@register_method("gradient_shap")
+@register_method("gradient_shap", needs_gradients=True, requires=("captum",))
 def gradient_shap(
     model: nn.Module,
     images: Images,

@@ -1,23 +1,21 @@
-"""What every saliency method shares: the call signature, the method registry and the recording step.
+"""What every saliency method shares: its result, its call signature and the recording step.
 
 A method is written once as ``compute(model, images, **options) -> Saliency`` (maps and the logits of the
-same forward pass) and registered with :func:`register_method`. The registry :data:`METHODS` keeps that
-function for pipelines, which need the predictions too; the decorator returns the public verb, which takes
-the same arguments and returns only the maps (B, h, w). ``images`` is anything :data:`Images` allows (a tensor,
-PIL images, paths, uint8 arrays); every method reaches the model through :func:`prepare_images`, which converts it.
+same forward pass) and registered with :func:`~vitroll.methods.registry.register_method`, which reads its options
+from that signature. ``images`` is anything :data:`Images` allows (a tensor, PIL images, paths, uint8 arrays);
+every method reaches the model through :func:`prepare_images`, which converts it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
-from typing import Callable, Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
+from typing import Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
+from vitroll.capture.fusion import HeadFusion
 from vitroll.methods.image_batch import Images, image_batch
 
 
@@ -32,27 +30,6 @@ class Saliency(NamedTuple):
 
 class SaliencyMethod(Protocol):
     def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency: ...
-
-
-METHODS: dict[str, SaliencyMethod] = {}
-
-
-def register_method(name: str) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
-    """Register ``compute`` under ``name`` (for pipelines and ``--method``); return the maps-only public verb."""
-
-    def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
-        METHODS[name] = compute
-
-        @functools.wraps(compute)
-        def maps_only(model: nn.Module, images: Images, **options: object) -> torch.Tensor:
-            return compute(model, images, **options).maps
-
-        # help() and type checkers read these: compute's parameters, but the maps (B, h, w) as the return
-        maps_only.__signature__ = inspect.signature(compute).replace(return_annotation="torch.Tensor")
-        maps_only.__annotations__ = {**compute.__annotations__, "return": "torch.Tensor"}
-        return maps_only
-
-    return decorate
 
 
 @contextlib.contextmanager
@@ -103,7 +80,7 @@ def record_attention(
     model: nn.Module,
     images: Images,
     *,
-    head_fusion: Optional[str] = "mean",
+    head_fusion: Optional[HeadFusion] = "mean",
     dtype: torch.dtype = torch.float32,
     max_attention_memory: Optional[int] = None,
     factored: bool = False,

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, predict, register_method
+from vitroll.methods.base import Saliency, predict
+from vitroll.methods.registry import register_method
 
 
 @register_method("random")
@@ -17,7 +18,7 @@ def random_map(model: nn.Module, images: Images, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; image ``b`` gets
     stream ``seed + b``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     _, logits, (h, w) = predict(model, images)
-    maps = torch.stack([torch.rand(h, w, generator=torch.Generator().manual_seed(seed + b))
+    maps = torch.stack([torch.rand(h, w, generator=torch.Generator().manual_seed(int(seed) + b))
                         for b in range(logits.shape[0])])
     return Saliency(maps.to(logits.device), logits)
 

@@ -14,11 +14,12 @@ from torch import nn
 
 from vitroll.capture import without_autocast
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, layers_from, register_method
+from vitroll.methods.base import Saliency, layers_from
+from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 
-@register_method("chefer")
+@register_method("chefer", needs_gradients=True)
 def chefer(model: nn.Module, images: Images, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
     """Chefer et al. relevance maps (B, h, w), float32 on the model's device, for ``target_class`` (default: each
     image's prediction).

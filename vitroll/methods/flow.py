@@ -23,8 +23,10 @@ import torch
 from torch import nn
 
 from vitroll.capture import TokenLayout
+from vitroll.capture.fusion import HeadFusion
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, record_attention, register_method
+from vitroll.methods.base import Saliency, record_attention
+from vitroll.methods.registry import register_method
 
 Solver = Literal["scipy", "networkx"]
 
@@ -110,7 +112,7 @@ def flow(
     model: nn.Module,
     images: Images,
     *,
-    head_fusion: str = "mean",
+    head_fusion: HeadFusion = "mean",
     attention_weight: float = 0.5,
     solver: Solver = "scipy",
     max_tokens: int = DEFAULT_MAX_TOKENS,

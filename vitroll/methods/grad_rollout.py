@@ -12,12 +12,13 @@ from torch import nn
 import torch
 
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, register_method
+from vitroll.methods.base import Saliency
+from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, positive_weighted_heads
 from vitroll.methods.rollout import rollout_vector
 
 
-@register_method("grad_rollout")
+@register_method("grad_rollout", needs_gradients=True)
 def grad_rollout(
     model: nn.Module,
     images: Images,

@@ -24,8 +24,10 @@ import torch
 from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
+from vitroll.capture.fusion import HeadFusion
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, layers_from, record_attention, register_method
+from vitroll.methods.base import Saliency, layers_from, record_attention
+from vitroll.methods.registry import register_method
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
@@ -136,7 +138,7 @@ def rollout(
     model: nn.Module,
     images: Images,
     *,
-    head_fusion: str = "mean",
+    head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
     attention_weight: float = 0.5,
     start_layer: int = 0,
@@ -186,7 +188,7 @@ def attention(
     model: nn.Module,
     images: Images,
     *,
-    head_fusion: Optional[str] = "mean",
+    head_fusion: Optional[HeadFusion] = "mean",
     layer: int = -1,
     max_attention_memory: Optional[int] = None,
 ) -> Saliency:

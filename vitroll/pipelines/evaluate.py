@@ -19,9 +19,8 @@ from torch import nn
 from vitroll.errors import ImageReadError
 from vitroll.io import IMAGE_SUFFIXES, load_image
 from vitroll.maps import to_original
-from vitroll.methods import METHODS
+from vitroll.methods import check_shared_options, method_named
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
-from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 
 MASK_SUFFIX = "_mask"
@@ -117,9 +116,8 @@ def evaluate(
     """Run every method on every image and score it (see the module docstring)."""
     from PIL import Image
 
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown method {unknown[0]!r}; choose from {', '.join(sorted(METHODS))}")
+    runs = {name: method_named(name) for name in methods}
+    shared = check_shared_options(runs.values(), method_options or {})
     preprocessing = preprocessing or Preprocessing.from_model(model)
     result = Evaluation(examples={m: [] for m in methods}, grid_maps={m: [] for m in methods},
                         curves={m: {"deletion": [], "insertion": []} for m in methods})
@@ -127,8 +125,7 @@ def evaluate(
         chunk = images[start:start + batch_size]
         tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
         for method in methods:
-            options = ExplainSettings(method=method, method_options=method_options or {}).options_for_method()
-            saliency = METHODS[method](model, tensor, **options)
+            saliency = runs[method](model, tensor, **runs[method].among(shared))
             predicted = saliency.logits.argmax(dim=-1)
             curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
             result.fractions = curves.fractions

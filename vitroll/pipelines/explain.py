@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import inspect
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from vitroll.errors import VitrollError
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
-from vitroll.methods import METHODS, Saliency, SaliencyMethod
+from vitroll.methods import METHODS, method_named
 from vitroll.overlay import outline_boxes, overlay
 from vitroll.preprocess import CropGeometry
 
@@ -24,6 +21,7 @@ class ExplainSettings:
 
     method: str = "rollout"
     method_options: dict[str, Any] = field(default_factory=dict)
+    """Options the method takes (checked against its signature on creation: an unknown one is an error)."""
     cmap: str = "jet"
     alpha: float = 0.5
     interpolation: Interpolation = "bilinear"
@@ -32,13 +30,11 @@ class ExplainSettings:
     """Outline this many best patches on the overlay (0: none)."""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(sorted(METHODS))}")
+        object.__setattr__(self, "method_options", method_named(self.method).check(self.method_options))
 
-    def options_for_method(self) -> dict[str, Any]:
-        """The subset of ``method_options`` that the chosen method accepts (None values dropped)."""
-        accepted = inspect.signature(METHODS[self.method]).parameters
-        return {k: v for k, v in self.method_options.items() if k in accepted and v is not None}
+    def for_method(self, method: str) -> "ExplainSettings":
+        """These settings for another method, with the options of this one that it takes too."""
+        return replace(self, method=method, method_options=method_named(method).among(self.method_options))
 
 
 @dataclass
@@ -51,38 +47,9 @@ class BatchResult:
     """(B, num_classes) float32 softmax of the logits, or None."""
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is an allocation failure (CUDA or CPU), as opposed to a bug."""
-    if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
-
-
-def run_method(method: SaliencyMethod, model: nn.Module, images: torch.Tensor, options: dict[str, Any]) -> Saliency:
-    """``method(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
-    with a note on stderr, so a too-large ``--batch-size`` costs speed, not the run."""
-    try:
-        return method(model, images, **options)
-    except (RuntimeError, MemoryError) as error:
-        if not is_out_of_memory(error):
-            raise
-        if len(images) == 1:
-            raise VitrollError(f"out of memory on a single image of {tuple(images.shape[-2:])} px; lower "
-                               "--max-attention-memory or the input size") from None
-    if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
-        torch.cuda.empty_cache()
-    half = (len(images) + 1) // 2
-    print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
-          file=sys.stderr)
-    parts = [run_method(method, model, images[:half], options), run_method(method, model, images[half:], options)]
-    logits = None if parts[0].logits is None else torch.cat([p.logits for p in parts])
-    return Saliency(torch.cat([p.maps for p in parts]), logits)
-
-
 def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
     """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) (split automatically when out of memory)."""
-    saliency = run_method(METHODS[settings.method], model, images, settings.options_for_method())
+    saliency = METHODS[settings.method](model, images, **settings.method_options)
     probabilities = None
     if saliency.logits is not None:
         probabilities = as_numpy(saliency.logits.float().softmax(dim=-1))

@@ -17,7 +17,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -112,7 +112,7 @@ class _Annotator:
                  identity: dict[str, Any], class_names: Optional[list[str]]) -> None:
         self.out_dir, self.settings, self.options, self.class_names = out_dir, settings, options, class_names
         self.common = {"model": identity.get("model"), "method": settings.method,
-                       "method_options": settings.options_for_method(), "settings_hash": mf.settings_hash(identity),
+                       "method_options": settings.method_options, "settings_hash": mf.settings_hash(identity),
                        "vitroll_version": __version__}
 
     def error_row(self, item: InputItem, message: str) -> dict[str, Any]:
@@ -267,7 +267,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
                     explained = _explain(model, batch, annotator.settings, device, autocast_dtype)
                     other = None
                     if options.compare_with:
-                        other = _explain(model, batch, replace(annotator.settings, method=options.compare_with), device,
+                        other = _explain(model, batch, annotator.settings.for_method(options.compare_with), device,
                                          autocast_dtype).grid_maps
                     for slot, index in enumerate(batch.indices):
                         probabilities = None if explained.probabilities is None else explained.probabilities[slot]

@@ -9,7 +9,6 @@ it is flagged.
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -17,10 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitroll.methods import METHODS
+from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import eval_mode, model_device
 from vitroll.metrics import rank_correlation
-from vitroll.pipelines.explain import ExplainSettings
 
 FLAG_CORRELATION = 0.5
 """A method is flagged when its maps still correlate this much with the trained ones after all blocks are
@@ -85,12 +83,14 @@ def sanity_check(
     """
 
     def maps_of(current: nn.Module, method: str) -> np.ndarray:
-        options = ExplainSettings(method=method, method_options=method_options or {}).options_for_method()
-        if "target_class" in inspect.signature(METHODS[method]).parameters:
+        options = runs[method].among(shared)
+        if "target_class" in runs[method].options:
             options["target_class"] = targets
-        saliency = METHODS[method](current, images, **options)
+        saliency = runs[method](current, images, **options)
         return saliency.maps.float().cpu().numpy()
 
+    runs = {name: method_named(name) for name in methods}
+    shared = check_shared_options(runs.values(), method_options or {})
     with eval_mode(model), torch.no_grad():
         targets = model(images.to(model_device(model))).argmax(dim=-1)
     trained = {method: maps_of(model, method) for method in methods}

@@ -1,0 +1,302 @@
+"""The method registry: what each method takes, checking it, and calling the method.
+
+A method is written once as ``compute(model, images, *, option=default, …) -> Saliency`` and registered with
+:func:`register_method`. Its parameters after ``images``, with their annotations and defaults, *are* its options:
+:class:`Method` reads them from the signature (the signature is the contract, as in captum), so there is no
+second list to keep in step. Calling a registered method checks the options first (an unknown name or a value of
+the wrong type is one :class:`~vitroll.errors.MethodOptionError` that names the option, the method and what it
+takes), then runs it, retrying a batch that runs out of memory in halves.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+import functools
+import inspect
+import math
+import numbers
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
+
+import torch
+from torch import nn
+
+from vitroll.errors import MethodOptionError, VitrollError
+from vitroll.methods.base import Saliency, SaliencyMethod
+from vitroll.methods.image_batch import Images
+
+_NO_DEFAULT = inspect.Parameter.empty
+_NONE_WORDS = ("none", "None", "null")
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def type_name(hint: object) -> str:
+    """A type hint as a user reads it: ``int``, ``str | None``, ``'scipy' | 'networkx'``, ``Sequence[int]``."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(argument) for argument in arguments)
+    if origin is Literal:
+        return " | ".join(repr(argument) for argument in arguments)
+    if hint is type(None):
+        return "None"
+    if origin is not None and arguments:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in arguments)}]"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _matches(value: object, hint: object) -> bool:
+    """Whether ``value`` is of type ``hint``; a hint this check cannot read (a Protocol, a TypeVar) lets it pass."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, argument) for argument in arguments)
+    if origin is Literal:
+        return any(value == choice and type(value) is type(choice) for choice in arguments)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:  # NumPy's integers count, True does not
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Sequence):
+        if not isinstance(value, origin) or isinstance(value, str):
+            return False
+        return not arguments or all(_matches(item, arguments[0]) for item in value)
+    if isinstance(hint, type) and hint is not object:
+        return isinstance(value, hint)
+    return True
+
+
+def _parse(text: str, hint: object) -> object:
+    """``text`` as a value of type ``hint``; raises ValueError when it is not one."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if text in _NONE_WORDS and type(None) in arguments:
+            return None
+        for argument in arguments:
+            with contextlib.suppress(ValueError):
+                return _parse(text, argument)
+        raise ValueError(text)
+    if origin is Literal:
+        for choice in arguments:
+            with contextlib.suppress(ValueError):
+                if _parse(text, type(choice)) == choice:
+                    return choice
+        raise ValueError(text)
+    if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Sequence) and arguments:
+        return [_parse(part.strip(), arguments[0]) for part in text.split(",")]
+    if hint is type(None) and text in _NONE_WORDS:
+        return None
+    if hint is bool and text.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[text.lower()]
+    if hint is int:
+        return int(text)
+    if hint is float and math.isfinite(float(text)):
+        return float(text)
+    if hint is str or hint is Any or hint is object:
+        return text
+    if hint is torch.dtype and isinstance(getattr(torch, text, None), torch.dtype):
+        return getattr(torch, text)
+    raise ValueError(text)
+
+
+@dataclass(frozen=True)
+class MethodOption:
+    """One option of a method: a parameter of its ``compute`` after ``images``."""
+
+    name: str
+    hint: object
+    """The resolved annotation (``Any`` where the parameter has none)."""
+    default: object
+    """The default value, or :data:`inspect.Parameter.empty` where the option must be given."""
+
+    @property
+    def type_name(self) -> str:
+        return type_name(self.hint)
+
+    def describe(self) -> str:
+        """``name: type = default``, as ``vitroll methods`` lists it."""
+        default = "" if self.default is _NO_DEFAULT else f" = {self.default!r}"
+        return f"{self.name}: {self.type_name}{default}"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (CUDA or CPU), as opposed to a bug."""
+    if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: Images,
+                                  options: Mapping[str, object]) -> Saliency:
+    """``compute(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
+    with a note on stderr, so a too-large batch costs speed, not the run."""
+    try:
+        return compute(model, images, **options)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        if len(images) == 1:
+            size = f" of {tuple(images.shape[-2:])} px" if isinstance(images, torch.Tensor) else ""
+            raise VitrollError(f"out of memory on a single image{size}; lower --max-attention-memory or the "
+                               "input size") from None
+    if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
+        torch.cuda.empty_cache()
+    half = (len(images) + 1) // 2
+    print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
+          file=sys.stderr)
+    parts = [_in_halves_when_out_of_memory(compute, model, images[:half], options),
+             _in_halves_when_out_of_memory(compute, model, images[half:], options)]
+    logits = None if parts[0].logits is None else torch.cat([part.logits for part in parts])
+    return Saliency(torch.cat([part.maps for part in parts]), logits)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered saliency method: its ``compute`` function and what running it needs.
+
+    Call it as ``method(model, images, **options)``: the options are checked against ``compute``'s signature,
+    then ``compute`` runs, in halves of the batch while a batch runs out of memory. Returns :class:`Saliency`,
+    the maps (B, h, w) and the logits (B, num_classes) of the same forward pass.
+    """
+
+    name: str
+    compute: SaliencyMethod
+    needs_gradients: bool = False
+    """Whether it runs a backward pass (so the model's parameters must allow gradients)."""
+    requires: tuple[str, ...] = ()
+    """Optional packages it imports (``captum``)."""
+
+    @functools.cached_property
+    def options(self) -> dict[str, MethodOption]:
+        """Its options in signature order: every parameter after ``model`` and ``images``."""
+        parameters = list(inspect.signature(self.compute).parameters.values())[2:]
+        try:
+            hints = typing.get_type_hints(self.compute)
+        except NameError:  # an annotation imported only for type checkers: such options take any value
+            hints = {}
+        return {p.name: MethodOption(p.name, hints.get(p.name, Any), p.default) for p in parameters
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    @functools.cached_property
+    def takes_any_option(self) -> bool:
+        """A ``compute(model, images, **options)`` passes on whatever it is given: nothing to check."""
+        return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(self.compute).parameters.values())
+
+    def takes(self, name: str) -> bool:
+        return self.takes_any_option or name in self.options
+
+    def option_list(self) -> str:
+        """``head_fusion, layer, …``: the names of its options, or ``no options``."""
+        return ", ".join(self.options) or "no options"
+
+    def _option(self, name: str) -> MethodOption:
+        methods_taking([self], name)
+        return self.options[name]
+
+    def check(self, options: Mapping[str, object]) -> dict[str, object]:
+        """``options`` as a dict, after checking every name and value type.
+
+        Raises
+        ------
+        MethodOptionError
+            Naming the first option that this method does not take, or whose value is not of its type.
+        """
+        if self.takes_any_option:
+            return dict(options)
+        for name, value in options.items():
+            option = self._option(name)
+            if not _matches(value, option.hint):
+                raise MethodOptionError(f"option {name!r} of method {self.name!r} takes {option.type_name}; "
+                                        f"got {value!r} ({type(value).__name__})")
+        return dict(options)
+
+    def parse(self, name: str, text: str) -> object:
+        """The value ``text`` (as given on a command line) stands for, read as option ``name``'s type: ``none``,
+        ``true``/``false``, numbers, comma-separated lists and dtype names (``float16``) are understood."""
+        if self.takes_any_option and name not in self.options:
+            return text
+        option = self._option(name)
+        try:
+            return _parse(text, option.hint)
+        except ValueError:
+            raise MethodOptionError(f"option {name!r} of method {self.name!r} takes {option.type_name}; "
+                                    f"got {text!r}") from None
+
+    def among(self, shared: Mapping[str, object]) -> dict[str, object]:
+        """The entries of ``shared`` (options given to several methods at once) that this method takes."""
+        return {name: value for name, value in shared.items() if self.takes(name)}
+
+    def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency:
+        return _in_halves_when_out_of_memory(self.compute, model, images, self.check(options))
+
+
+METHODS: dict[str, Method] = {}
+"""Every registered method by name: what ``--method`` offers and ``vitroll methods`` lists."""
+
+
+def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = ()
+                    ) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
+    """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments,
+    goes through the same checks and returns only the maps (B, h, w)."""
+
+    def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
+        method = METHODS[name] = Method(name, compute, needs_gradients=needs_gradients, requires=requires)
+
+        @functools.wraps(compute)
+        def maps_only(model: nn.Module, images: Images, **options: object) -> torch.Tensor:
+            return method(model, images, **options).maps
+
+        # help() and get_type_hints read these: compute's parameters, but the maps (B, h, w) as the return
+        maps_only.__signature__ = inspect.signature(compute).replace(return_annotation=torch.Tensor)
+        maps_only.__annotations__ = {**compute.__annotations__, "return": torch.Tensor}
+        return maps_only
+
+    return decorate
+
+
+def method_named(name: str) -> Method:
+    """The registered method ``name``; an unknown name is one VitrollError listing the registered ones."""
+    if name not in METHODS:
+        raise VitrollError(f"unknown method {name!r}; choose from {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def check_shared_options(methods: Iterable[Method], shared: Mapping[str, object]) -> dict[str, object]:
+    """Check options given to several methods at once (each method gets those it takes, :meth:`Method.among`).
+
+    Raises
+    ------
+    MethodOptionError
+        For an option none of ``methods`` takes, or a value that a method taking it does not accept.
+    """
+    methods = list(methods)
+    for name in shared:
+        methods_taking(methods, name)
+    for method in methods:
+        method.check(method.among(shared))
+    return dict(shared)
+
+
+def methods_taking(methods: Sequence[Method], name: str) -> list[Method]:
+    """Those of ``methods`` that take option ``name``.
+
+    Raises
+    ------
+    MethodOptionError
+        When none does: for one method, naming the options it takes.
+    """
+    takers = [method for method in methods if method.takes(name)]
+    if takers:
+        return takers
+    if len(methods) == 1:
+        raise MethodOptionError(f"method {methods[0].name!r} takes no option {name!r} "
+                                f"(it takes: {methods[0].option_list()})")
+    raise MethodOptionError(f"none of the methods {', '.join(m.name for m in methods)} takes option {name!r} "
+                            "(`vitroll methods` lists what each takes)")
