@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import timm
@@ -181,3 +182,33 @@ def reference_cait_attention_gradients(model: nn.Module, image: torch.Tensor, ta
         attentions.append(attention)
         gradients.append(gradient)
     return attentions, gradients
+
+
+def reference_torchvision_forward(model: nn.Module, image: torch.Tensor, target: int
+                                  ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """ONE image (1, 3, H, W) through a torchvision ``VisionTransformer`` re-written by hand in float64, attention
+    from each layer's ``in_proj_weight`` / ``in_proj_bias`` head by head: the logits (C,), and per layer the
+    attention (H, N, N) and the gradient of logit ``target`` with respect to it."""
+    reference = copy.deepcopy(model).double().eval()
+    x = reference._process_input(image.double())
+    x = torch.cat([reference.class_token.expand(1, -1, -1), x], dim=1) + reference.encoder.pos_embedding
+    kept: list[torch.Tensor] = []
+    for layer in reference.encoder.layers:
+        mha = layer.self_attention
+        dim, heads = mha.embed_dim, mha.num_heads
+        head_dim = dim // heads
+        y = layer.ln_1(x)[0]  # (N, E)
+        q, k, v = (y @ mha.in_proj_weight[i * dim:(i + 1) * dim].T + mha.in_proj_bias[i * dim:(i + 1) * dim]
+                   for i in range(3))
+        attention = torch.stack([
+            torch.softmax(q[:, h * head_dim:(h + 1) * head_dim] @ k[:, h * head_dim:(h + 1) * head_dim].T
+                          / math.sqrt(head_dim), dim=-1)
+            for h in range(heads)])  # (H, N, N)
+        attention.retain_grad()
+        kept.append(attention)
+        mixed = torch.cat([attention[h] @ v[:, h * head_dim:(h + 1) * head_dim] for h in range(heads)], dim=-1)
+        x = x + (mixed @ mha.out_proj.weight.T + mha.out_proj.bias)[None]
+        x = x + layer.mlp(layer.ln_2(x))
+    logits = reference.heads(reference.encoder.ln(x)[:, 0])[0]
+    logits[target].backward()
+    return (logits.detach().numpy(), [a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept])

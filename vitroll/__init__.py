@@ -1,4 +1,5 @@
-"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm models.
+"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm and
+torchvision models, and any model family registered with :func:`register_family`.
 
 >>> from vitroll import rollout, overlay                    # doctest: +SKIP
 >>> maps = rollout(model, images)                           # (B, h, w) on the model's device
@@ -7,7 +8,8 @@
 
 __version__ = "0.1.0"
 
-from vitroll.capture import AttentionRecorder, TokenLayout
+from vitroll.adapters import register_family
+from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
@@ -20,9 +22,9 @@ from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
-    "METHODS", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
+    "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
     "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
-    "key_patches", "load_image", "load_model", "normalize", "outline_boxes", "overlay", "random_map", "rollout",
+    "key_patches", "load_image", "load_model", "normalize", "outline_boxes", "overlay", "random_map", "register_family", "rollout",
     "rollout_matrix", "to_original", "upsample",
 ]

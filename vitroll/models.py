@@ -1,4 +1,5 @@
-"""Loading models and their weights: timm names, the Hugging Face hub (offline-aware), local checkpoints.
+"""Loading models and their weights: timm names, the Hugging Face hub (offline-aware), torchvision names
+(``torchvision:vit_b_16``), local checkpoints.
 
 Checkpoints are read without unpickling arbitrary objects: ``.safetensors`` through safetensors, every
 other file through ``torch.load(..., weights_only=True)``.
@@ -25,6 +26,7 @@ from torch import nn
 from vitroll.errors import ModelLoadError
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
+TORCHVISION_PREFIX = "torchvision:"
 
 
 def _is_hub_name(name: str) -> bool:
@@ -49,11 +51,16 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if constants.HF_HUB_OFFLINE:
         return False
     endpoint = urlparse(constants.ENDPOINT)
+    return _reachable(endpoint.hostname, endpoint.port or 443, timeout)
+
+
+def _reachable(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout`` seconds."""
     answers: list[bool] = []
 
     def connect() -> None:
         try:
-            with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            with socket.create_connection((host, port), timeout=timeout):
                 answers.append(True)
         except OSError:
             pass
@@ -241,6 +248,48 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: obje
     model.load_state_dict(state, strict=True)
 
 
+def _build_torchvision(name: str, *, pretrained: bool, state: Optional[Mapping[str, torch.Tensor]],
+                       num_classes: Optional[int], **model_kwargs: object) -> nn.Module:
+    """Build ``torchvision:ARCH`` with torchvision (``img_size`` becomes its square ``image_size``)."""
+    import torchvision
+
+    architecture = name.removeprefix(TORCHVISION_PREFIX)
+    known = torchvision.models.list_models(module=torchvision.models)
+    if architecture not in known:
+        close = difflib.get_close_matches(architecture, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(TORCHVISION_PREFIX + c for c in close)}?" if close else ""
+        raise ModelLoadError(f"{name}: not a torchvision classification model{hint}")
+    config: dict[str, object] = {}
+    if model_kwargs.pop("dynamic_img_size", False):
+        raise ModelLoadError(f"{name}: torchvision's ViT takes one fixed square image size; use --img-size N")
+    size = model_kwargs.pop("img_size", None)
+    if size is not None:
+        sides = set(size) if isinstance(size, tuple) else {size}
+        if len(sides) != 1:
+            raise ModelLoadError(f"{name}: torchvision's ViT takes square inputs only; use --img-size N")
+        config["image_size"] = sides.pop()
+    if model_kwargs:
+        raise ModelLoadError(f"{name}: options {', '.join(model_kwargs)} do not apply to torchvision models")
+    head = None if state is None else state.get("heads.head.weight")
+    if num_classes is None and head is not None:
+        num_classes = int(head.shape[0])
+    if num_classes is not None:
+        config["num_classes"] = num_classes
+    if pretrained:
+        url = urlparse(torchvision.models.get_model_weights(architecture).DEFAULT.url)
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(url.path).name
+        if not cached.is_file() and not _reachable(url.hostname, url.port or 443, timeout=3.0):
+            raise ModelLoadError(f"{name}: torchvision's pretrained weights are not in {cached.parent} and "
+                                 f"{url.hostname} cannot be reached; pass --checkpoint FILE or run once with network "
+                                 "access")
+    try:
+        return torchvision.models.get_model(architecture, weights="DEFAULT" if pretrained else None, **config)
+    except OSError as error:  # urllib's URLError included: the download started but failed
+        raise ModelLoadError(f"{name}: cannot download torchvision's pretrained weights ({error})") from None
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        raise ModelLoadError(f"{name}: cannot build model ({error})") from None
+
+
 def load_model(
     name: str,
     *,
@@ -256,7 +305,8 @@ def load_model(
     Parameters
     ----------
     name : str
-        A timm model name, ``hf-hub:org/name``, or ``vitroll-shapes`` — the small testbed ViT shipped with
+        A timm model name, ``hf-hub:org/name``, ``torchvision:ARCH`` (``torchvision:vit_b_16``; ``img_size`` sets
+        its square ``image_size``), or ``vitroll-shapes`` — the small testbed ViT shipped with
         vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its weights).
     pretrained : bool
         Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
@@ -278,8 +328,14 @@ def load_model(
         model = build_testbed_model()
         load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
         return model.eval().to(device)
-    check_model_name(name)
     state = read_checkpoint(checkpoint, trust=trust_checkpoint) if checkpoint is not None else None
+    if name.startswith(TORCHVISION_PREFIX):
+        model = _build_torchvision(name, pretrained=pretrained and state is None, state=state,
+                                   num_classes=num_classes, **model_kwargs)
+        if state is not None:
+            load_state(model, state, checkpoint)
+        return model.eval().to(device)
+    check_model_name(name)
     if num_classes is None and state is not None:
         num_classes = _num_classes_of(state)
     if num_classes is not None:
@@ -350,7 +406,7 @@ class ModelProvenance:
     model: str
     """The name given to :func:`load_model` (timm name, ``hf-hub:…`` or ``vitroll-shapes``)."""
     weights: str
-    """``random``, ``timm-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
+    """``random``, ``timm-pretrained``, ``torchvision-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
     description: str
     """One line for people: which pretrained tag, which checkpoint file, or the random-weights warning."""
     sha256: Optional[str] = None
@@ -370,6 +426,8 @@ class ModelProvenance:
             return cls(name, "checkpoint", f"checkpoint file {Path(checkpoint).name}", file_sha256(checkpoint))
         if name == TESTBED_NAME:
             return cls(name, "testbed", f"the testbed weights shipped with vitroll ({WEIGHTS.name})", file_sha256(WEIGHTS))
+        if pretrained and name.startswith(TORCHVISION_PREFIX):
+            return cls(name, "torchvision-pretrained", "torchvision pretrained weights (DEFAULT)")
         if pretrained:
             cfg = dict(getattr(model, "pretrained_cfg", None) or {})
             source = cfg.get("hf_hub_id") or cfg.get("url") or cfg.get("tag") or "timm's default tag"

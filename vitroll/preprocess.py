@@ -1,20 +1,22 @@
 """Model preprocessing with its geometry kept, so maps can be put back on the original image.
 
-:class:`Preprocessing` reproduces timm's evaluation transform (resize, centre crop, normalise; the
-model's ``pretrained_cfg`` via ``timm.data.resolve_data_config``) and returns, with every tensor, the
-:class:`CropGeometry` that says which part of the original image the model saw.
+:class:`Preprocessing` is an evaluation transform (resize, centre crop, normalise: timm's and torchvision's
+conventions) that returns, with every tensor, the :class:`CropGeometry` that says which part of the original image
+the model saw. Each model family registers how its models' transform is found (:func:`register_preprocessing`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import nn
+
+from vitroll.errors import UnsupportedModelError
 
 CropMode = Literal["center", "squash"]
 _PIL_INTERPOLATION = {
@@ -25,10 +27,14 @@ _PIL_INTERPOLATION = {
 }
 
 
-def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
-    """The input size the model was built for (``img_size=`` at creation), which ``pretrained_cfg`` does not track."""
-    image_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
-    return tuple(image_size) if image_size is not None else None
+_REGISTERED: list[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = []
+"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first."""
+
+
+def register_preprocessing(matches: Callable[[nn.Module], bool],
+                           preprocessing: Callable[[nn.Module], "Preprocessing"]) -> None:
+    """Make :meth:`Preprocessing.from_model` answer ``preprocessing(model)`` for every model that ``matches``."""
+    _REGISTERED.insert(0, (matches, preprocessing))
 
 
 @dataclass(frozen=True)
@@ -98,20 +104,13 @@ class Preprocessing:
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
-        """The model's own preprocessing (``pretrained_cfg``), with ``overrides`` (None values ignored)."""
-        from timm.data import resolve_data_config
-
-        config = resolve_data_config({}, model=model)
-        crop_mode = config.get("crop_mode", "center")
-        preprocessing = cls(
-            input_size=_built_input_size(model) or tuple(config["input_size"][1:]),
-            mean=tuple(config["mean"]),
-            std=tuple(config["std"]),
-            crop_pct=config.get("crop_pct") or 0.875,
-            interpolation=config.get("interpolation", "bicubic"),
-            crop_mode=crop_mode if crop_mode in ("center", "squash") else "center",
-        )
-        return preprocessing.with_overrides(**overrides)
+        """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), with
+        ``overrides`` (None values ignored)."""
+        for matches, preprocessing_of in _REGISTERED:
+            if matches(model):
+                return preprocessing_of(model).with_overrides(**overrides)
+        raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
+                                    "preprocessing is unknown; see vitroll.register_family")
 
     def with_overrides(self, **overrides: object) -> "Preprocessing":
         """A copy with the given fields replaced; ``None`` values are ignored."""

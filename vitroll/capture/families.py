@@ -1,12 +1,13 @@
 """Model families: which modules hold a model's token attention and how its tokens are laid out.
 
-One :class:`ModelFamily` entry per kind of timm model. Supporting a new family means adding one entry to
-:data:`FAMILIES` (and, if its attention module is new, one entry in :mod:`vitroll.capture.readouts`).
+One :class:`ModelFamily` entry per kind of model, each added through :func:`vitroll.register_family`: timm's in
+:mod:`vitroll.adapters.timm`, torchvision's in :mod:`vitroll.adapters.torchvision`, and any a user registers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import sys
 from typing import Callable, Literal, Optional
 
 import torch
@@ -80,20 +81,17 @@ class TokenLayout:
         return token_values[..., self.num_prefix_tokens:].reshape(*token_values.shape[:-1], *self.grid)
 
 
-def _no_modules(_model: nn.Module) -> list[nn.Module]:
-    return []
-
-
 @dataclass(frozen=True)
 class ModelFamily:
-    """How to find and read the attention of one kind of timm model.
+    """How to find and read the attention of one kind of model.
 
     Attributes
     ----------
     name : str
         Short name shown to users.
-    model_types : tuple of type
-        Model classes of the family (subclasses match too).
+    model_types : tuple of (type or str)
+        Model classes of the family (subclasses match too); a class may be named ``"package.module.Class"``, so that
+        registering a family does not import its package (a model of that class exists only once it is imported).
     name_patterns : tuple of str
         timm name patterns of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -102,7 +100,7 @@ class ModelFamily:
         ``model -> [attention module per layer]`` in forward order.
     token_layout : callable
         ``(model, (H, W)) -> TokenLayout``.
-    readout_modules : callable
+    readout_modules : callable, optional
         ``model -> [modules]`` whose attention is the readout (the attention-pooling head); usually none.
     assemble : callable, optional
         ``(model, records, padding) -> records`` bringing per-layer records (..., Q, M) that live in different
@@ -113,98 +111,50 @@ class ModelFamily:
     """
 
     name: str
-    model_types: tuple[type, ...]
+    model_types: tuple[type | str, ...]
     name_patterns: tuple[str, ...]
     timm_modules: tuple[str, ...]
     attention_modules: Callable[[nn.Module], list[nn.Module]]
     token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
-    readout_modules: Callable[[nn.Module], list[nn.Module]] = _no_modules
+    readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     notes: str = ""
 
+    def matches(self, model: nn.Module) -> bool:
+        """Whether ``model`` is an instance of one of :attr:`model_types`."""
+        return any(isinstance(model, model_type) for model_type in self._imported_types())
 
-def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
-    return [block.attn for block in model.blocks]
-
-
-def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
-    grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
-    pool = getattr(model, "global_pool", "token")
-    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
-    return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
-
-
-def _attention_pool(model: nn.Module) -> list[nn.Module]:
-    pool = getattr(model, "attn_pool", None)
-    return [pool] if getattr(model, "global_pool", None) == "map" and pool is not None else []
+    def _imported_types(self) -> list[type]:
+        imported = []
+        for model_type in self.model_types:
+            if isinstance(model_type, str):
+                module_name, _, class_name = model_type.rpartition(".")
+                model_type = getattr(sys.modules.get(module_name), class_name, None)
+            if model_type is not None:
+                imported.append(model_type)
+        return imported
 
 
-def _cait_attention_modules(model: nn.Module) -> list[nn.Module]:
-    return [block.attn for block in model.blocks] + [block.attn for block in model.blocks_token_only]
+FAMILIES: list[ModelFamily] = []
+"""Registered families in registration order (:func:`vitroll.register_family`; timm's are in
+:mod:`vitroll.adapters.timm`)."""
 
 
-def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
-    """Put CaiT's two stages in one token space [class, patches…] of N = 1 + P tokens.
-
-    Self-attention layers (P, P) run before the class token exists: the class token's row and column
-    are ``padding``. Class-attention layers (1, N) update only the class token: their row becomes row 0 and
-    the patch tokens' rows are ``padding`` (for attention the identity: patches pass through that stage unchanged).
-    """
-    num_tokens = records[-1].shape[-1]
-    assembled = []
-    for index, record in enumerate(records):
-        full = torch.zeros(*record.shape[:-2], num_tokens, num_tokens, dtype=record.dtype, device=record.device)
-        if padding == "identity":
-            full.diagonal(dim1=-2, dim2=-1).fill_(1.0)
-        if index < len(model.blocks):
-            full[..., 1:, 1:] = record
-        else:
-            full[..., :1, :] = record
-        assembled.append(full)
-    return assembled
-
-
-def _families() -> list[ModelFamily]:
-    from timm.models.beit import Beit
-    from timm.models.cait import Cait
-    from timm.models.eva import Eva
-    from timm.models.vision_transformer import VisionTransformer
-
-    return [
-        ModelFamily(
-            name="vit", model_types=(VisionTransformer,),
-            name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vit_*_reg4*", "vit_*_dinov2*", "vit_*_siglip*"),
-            timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid"),
-            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-            readout_modules=_attention_pool,
-            notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention",
-        ),
-        ModelFamily(
-            name="eva", model_types=(Eva,), name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
-            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-            readout_modules=_attention_pool, notes="rotary embedding included (unfused path)",
-        ),
-        ModelFamily(
-            name="beit", model_types=(Beit,), name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
-            attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-            notes="relative position bias included (unfused path)",
-        ),
-        ModelFamily(
-            name="cait", model_types=(Cait,), name_patterns=("cait_*",), timm_modules=("cait",),
-            attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout, assemble=_cait_assemble,
-            notes="talking-heads softmax; class-attention stage rolled out as the class token's rows",
-        ),
-    ]
-
-
-FAMILIES: list[ModelFamily] = _families()
+def add_family(family: ModelFamily) -> None:
+    """Add ``family`` (replacing one of the same name, in its place); it is matched before the families registered
+    earlier, so a family of subclasses of a known model class takes those models over."""
+    names = [known.name for known in FAMILIES]
+    if family.name in names:
+        FAMILIES[names.index(family.name)] = family
+    else:
+        FAMILIES.append(family)
 
 
 def family_of(model: nn.Module) -> ModelFamily:
-    """The registered family of ``model``; raises :class:`UnsupportedModelError` naming the supported ones."""
-    for family in FAMILIES:
-        if isinstance(model, family.model_types):
+    """The registered family of ``model`` (the latest registered that matches); raises
+    :class:`UnsupportedModelError` naming the supported ones."""
+    for family in reversed(FAMILIES):
+        if family.matches(model):
             return family
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
     raise UnsupportedModelError(

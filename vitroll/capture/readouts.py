@@ -13,19 +13,36 @@ Each registered module type says which ways it supports:
 * **query/key** – for a module without a probabilities module (the attention-pooling head), hook the modules
   whose outputs are the final queries and keys (B, H, N, D) and compute ``softmax(q kᵀ · scale)`` beside the
   model, in query blocks.
+* **custom** – for a module none of these fit (``nn.MultiheadAttention``, a user's own module), an ``attach``
+  function hooks the module itself and hands its probabilities to an :class:`AttentionSink`.
 
-Adding a module type is one :class:`AttentionReadout` entry in :data:`READOUTS`.
+A module type is added with one :class:`AttentionReadout` (``register_family(..., readout=...)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import torch
 from torch import nn
 
 from vitroll.errors import UnsupportedModelError
+
+
+class AttentionSink(Protocol):
+    """Where a custom readout (:attr:`AttentionReadout.attach`) delivers one layer's attention."""
+
+    keep_graph: bool
+    """True when gradient methods need the probabilities that the model's output was computed from, in the graph."""
+
+    def record(self, shape: tuple[int, int, int, int], rows: Callable[[slice], torch.Tensor],
+               device: torch.device) -> None:
+        """Record attention of ``shape`` (B, H, Q, N) given as ``rows(query_slice) -> (B, H, q, N)`` probabilities,
+        asked for in query blocks within the recorder's memory budget and fused over heads as it was asked to."""
+
+    def record_graph(self, probabilities: torch.Tensor) -> None:
+        """Record the probabilities (B, H, Q, N) that the module's output was computed from (``keep_graph``)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,10 @@ class AttentionReadout:
         When set, the probabilities are this function of the *input* of ``probs_module`` (for modules that
         take them in another layout), not its output. It must only rearrange elements (a permutation or
         reshape), so that it also turns the gradient with respect to that input into the probabilities' gradient.
+    attach : callable, optional
+        A custom readout: ``attach(module, sink) -> detach`` hooks ``module`` so that each forward call hands its
+        probabilities to ``sink`` (:class:`AttentionSink`) without changing the module's output; ``detach()``
+        undoes every change. When set, the other fields are not used.
     """
 
     module_type: type
@@ -58,45 +79,24 @@ class AttentionReadout:
     query_key_modules: Optional[tuple[str, str]] = None
     scale_attr: str = "scale"
     probs_from_input: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    attach: Optional[Callable[[nn.Module, AttentionSink], Callable[[], None]]] = None
 
 
-def _heads_last_to_first(probs: torch.Tensor) -> torch.Tensor:
-    """(B, Q, N, H) → (B, H, Q, N)."""
-    return probs.permute(0, 3, 1, 2)
+READOUTS: list[AttentionReadout] = []
+"""Registered readouts, the most recent first (timm's attention types in :mod:`vitroll.adapters.timm`)."""
 
 
-def _default_readouts() -> list[AttentionReadout]:
-    from timm.layers import Attention, AttentionPoolLatent, AttentionRope
-    from timm.models.beit import Attention as BeitAttention
-    from timm.models.cait import ClassAttn, TalkingHeadAttn
-    from timm.models.eva import EvaAttention
-
-    return [
-        AttentionReadout(Attention),
-        # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
-        AttentionReadout(AttentionPoolLatent, probs_module=None, query_key_modules=("q_norm", "k_norm")),
-        AttentionReadout(AttentionRope),
-        AttentionReadout(EvaAttention),
-        AttentionReadout(BeitAttention),
-        AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
-        # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the
-        # softmax output is the input of proj_w, heads last; there is no fused kernel
-        AttentionReadout(TalkingHeadAttn, probs_module="proj_w", fused_flag=None,
-                         probs_from_input=_heads_last_to_first),
-    ]
-
-
-READOUTS: list[AttentionReadout] = _default_readouts()
+def register_readout(readout: AttentionReadout) -> None:
+    """Add ``readout``, replacing one registered for the same module type; it is found before those it inherits."""
+    READOUTS[:] = [readout] + [known for known in READOUTS if known.module_type is not readout.module_type]
 
 
 def readout_for(module: nn.Module) -> AttentionReadout:
-    """The most specific registered readout for ``module`` (exact type first, then by inheritance)."""
-    for readout in READOUTS:
-        if type(module) is readout.module_type:
-            return readout
-    for readout in READOUTS:
-        if isinstance(module, readout.module_type):
-            return readout
+    """The most specific registered readout for ``module``: of its own type, else of its nearest base class."""
+    for module_type in type(module).__mro__:
+        for readout in READOUTS:
+            if readout.module_type is module_type:
+                return readout
     known = ", ".join(r.module_type.__name__ for r in READOUTS)
     raise UnsupportedModelError(
         f"attention module {type(module).__name__} has no registered readout (known: {known})"

@@ -1,4 +1,4 @@
-"""AttentionRecorder: record every attention layer of a timm ViT during a forward pass."""
+"""AttentionRecorder: record every attention layer of a ViT of a registered family during a forward pass."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class AttentionRecorder:
     Parameters
     ----------
     model : nn.Module
-        A timm model of a supported family.
+        A model of a registered family (the timm families, or one added with :func:`vitroll.register_family`).
     head_fusion : {"mean", "max", "min"} or None
         Heads are fused inside the hook, so only (B, N, N) per layer is kept; ``None`` keeps (B, H, N, N).
     keep_graph : bool
@@ -103,7 +103,7 @@ class AttentionRecorder:
         # rearrangement of its elements that gives them (B, H, Q, N); the same rearrangement maps its gradient
         self._graph_sources: list[Optional[tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]] = (
             [None] * len(self._modules))
-        self._readout_modules = self.family.readout_modules(model)
+        self._readout_modules = self.family.readout_modules(model) if self.family.readout_modules else []
         self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
 
@@ -175,7 +175,9 @@ class AttentionRecorder:
     # -- hooks ---------------------------------------------------------------------------------------
     def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
         fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
-        if readout.probs_module is None:
+        if readout.attach is not None:
+            self._undo.append(readout.attach(module, _LayerSink(self, index)))
+        elif readout.probs_module is None:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion)
         elif self.keep_graph or not fused:
             self._attach_unfused(index, module, readout)
@@ -324,6 +326,24 @@ class AttentionRecorder:
 
         handle = module.get_submodule(readout.probs_module).register_forward_hook(record)
         self._undo.append(handle.remove)
+
+
+class _LayerSink:
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of one layer of a recorder, for custom readouts."""
+
+    def __init__(self, recorder: AttentionRecorder, index: int) -> None:
+        self._recorder, self._index = recorder, index
+        self.keep_graph = recorder.keep_graph
+
+    def record(self, shape: tuple[int, int, int, int], rows: Callable[[slice], torch.Tensor],
+               device: torch.device) -> None:
+        recorder = self._recorder
+        with torch.no_grad():
+            recorder._store(recorder._records, self._index, shape, rows, device, recorder.head_fusion)
+
+    def record_graph(self, probabilities: torch.Tensor) -> None:
+        self._recorder._records[self._index] = probabilities
+        self._recorder._graph_sources[self._index] = (probabilities, _unchanged)
 
 
 def _unchanged(probs: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from vitroll.capture import HEAD_FUSIONS
+from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
@@ -278,6 +278,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
+    family_of(model)  # an unsupported model is refused before any input is read
     return model
 
 
@@ -287,7 +288,8 @@ def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelPro
 
 
 def check_input_size(model: nn.Module, input_size: tuple[int, int]) -> None:
-    """Refuse an ``--input-size`` that the model's patch embedding would reject in its first forward pass."""
+    """Refuse an ``--input-size`` that the model's family or patch embedding would reject in its first forward pass."""
+    family_of(model).token_layout(model, tuple(input_size))  # a family refuses sizes its model cannot take
     embed = getattr(model, "patch_embed", None)
     built = tuple(getattr(embed, "img_size", None) or ())
     patch = tuple(getattr(embed, "patch_size", None) or ())

@@ -1,0 +1,238 @@
+"""torchvision's VisionTransformer through the public registration call, and a hand-written ViT registered by a test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from torch import nn
+
+import vitroll
+from reference import reference_chefer, reference_rollout, reference_torchvision_forward
+from vitroll.capture import AttentionRecorder
+from vitroll.cli import main
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.folder import annotate
+
+ROOT = Path(__file__).resolve().parents[1]
+PHOTO = ROOT / "sample_images" / "cat.jpg"
+
+SIZES = {
+    "2-layers-2-heads": dict(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                             num_classes=5),
+    "3-layers-4-heads": dict(image_size=96, patch_size=16, num_layers=3, num_heads=4, hidden_dim=48, mlp_dim=96,
+                             num_classes=7),
+    "4-layers-6-heads-patch-8": dict(image_size=48, patch_size=8, num_layers=4, num_heads=6, hidden_dim=48,
+                                     mlp_dim=64, num_classes=3),
+}
+
+
+def small_vit(config: dict) -> nn.Module:
+    """A torchvision ViT with peaked attention (larger in_proj weights) and a non-zero head (torchvision zeroes it)."""
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(**config)
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            layer.self_attention.in_proj_weight.normal_(0.0, 0.3)
+        model.heads.head.weight.normal_()
+    return model.eval()
+
+
+def images_for(model: nn.Module, batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 3, model.image_size, model.image_size, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_rollout_matches_the_float64_reference_built_from_in_proj_weight(size):
+    model = small_vit(SIZES[size])
+    images = images_for(model)
+    maps = vitroll.rollout(model, images)
+    grid = (model.image_size // model.patch_size,) * 2
+    assert maps.shape == (2, *grid)
+    with torch.no_grad():
+        logits = model(images)
+    for index in range(len(images)):
+        reference_logits, attentions, _ = reference_torchvision_forward(model, images[index:index + 1], 0)
+        assert np.abs(reference_logits - logits[index].numpy()).max() < 1e-4  # the hand-written forward is the model's
+        expected = reference_rollout(attentions, num_prefix=1, grid=grid, class_token=True)
+        assert expected.std() > 1e-3 * expected.mean()  # peaked enough for the comparison to mean something
+        assert np.abs(maps[index].numpy() - expected).max() < 1e-5
+
+
+@pytest.mark.parametrize("size", ["2-layers-2-heads", "3-layers-4-heads"])
+def test_chefer_matches_the_float64_reference_gradients(size):
+    model = small_vit(SIZES[size])
+    images = images_for(model)
+    maps = vitroll.chefer(model, images, target_class=1)
+    grid = (model.image_size // model.patch_size,) * 2
+    for index in range(len(images)):
+        _, attentions, gradients = reference_torchvision_forward(model, images[index:index + 1], 1)
+        expected = reference_chefer(attentions, gradients, 1, grid)
+        assert np.abs(maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
+
+
+def test_recording_leaves_the_output_unchanged_and_every_hook_goes_on_exit():
+    model = small_vit(SIZES["3-layers-4-heads"])
+    images = images_for(model)
+    with torch.no_grad():
+        plain = model(images)
+        with AttentionRecorder(model) as recorder:
+            recorded = model(images)
+    assert torch.equal(plain, recorded)  # bit for bit: the call itself is not touched
+    assert [tuple(a.shape) for a in recorder.attentions] == [(2, 37, 37)] * 3
+    with AttentionRecorder(model, keep_graph=True):
+        in_graph = model(images)
+    assert (in_graph - plain).abs().max().item() <= 1e-5  # recomputed attention: float rounding only
+    with pytest.raises(ZeroDivisionError), AttentionRecorder(model, keep_graph=True):
+        model(images)
+        1 / 0
+    hooks = [(m._forward_pre_hooks, m._forward_hooks) for m in model.modules()]
+    assert all(not pre and not post for pre, post in hooks)
+    with torch.no_grad():
+        assert torch.equal(model(images), plain)
+
+
+@pytest.mark.parametrize("architecture, build", [("vit_b_16", {}), ("vit_l_16", {}), ("vit_h_14", {"image_size": 518})])
+def test_preprocessing_is_the_default_weights_transform(architecture, build):
+    with torch.device("meta"):  # the transform depends on the architecture only: no weights needed
+        model = torchvision.models.get_model(architecture, **build)
+    image = Image.open(PHOTO).convert("RGB")
+    tensor, geometry = vitroll.Preprocessing.from_model(model)(image)
+    transform = torchvision.models.get_model_weights(architecture).DEFAULT.transforms()
+    assert geometry.resized_hw[0] == transform.resize_size[0] and geometry.input_hw == (model.image_size,) * 2
+    assert (tensor - transform(image)).abs().max().item() < 1e-5
+
+
+def test_preprocessing_at_other_sizes_keeps_the_256_to_224_ratio():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    preprocessing = vitroll.Preprocessing.from_model(model)
+    assert (preprocessing.interpolation, preprocessing.mean) == ("bilinear", (0.485, 0.456, 0.406))
+    assert preprocessing.geometry((300, 400)).resized_hw == (73, 97)  # floor(64 · 256/224) = 73 on the short side
+
+
+def test_torchvision_names_refuse_non_square_inputs_in_one_line():
+    # torchvision's VisionTransformer asserts height == width == image_size in its forward
+    with pytest.raises(vitroll.ModelLoadError) as raised:
+        vitroll.load_model("torchvision:vit_b_16", img_size=(64, 96))
+    assert str(raised.value) == ("torchvision:vit_b_16: torchvision's ViT takes square inputs only; "
+                                 "use --img-size N")
+
+
+@pytest.mark.parametrize("command", ["overlay", "annotate"])
+def test_cli_runs_on_a_torchvision_name(command, tmp_path, capsys):
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(PHOTO, source / "cat.jpg")
+    code = main([command, str(source if command == "annotate" else source / "cat.jpg"), "--model",
+                 "torchvision:vit_b_32", "--img-size", "64", "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    written = next((tmp_path / "out").rglob("cat*.png"))
+    assert np.asarray(Image.open(written)).shape == (*Image.open(PHOTO).size[::-1], 3)
+    assert "random weights" in err
+
+
+class TinyAttention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.qkv, self.probs, self.proj = heads, nn.Linear(dim, 3 * dim), nn.Identity(), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        q, k, v = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        attention = self.probs((q @ k.transpose(-2, -1) * (dim // self.heads) ** -0.5).softmax(dim=-1))
+        return self.proj((attention @ v).transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class TinyViT(nn.Module):
+    def __init__(self, size: int = 32, patch: int = 8, dim: int = 32, depth: int = 3, heads: int = 4) -> None:
+        super().__init__()
+        self.patch, self.embed = patch, nn.Conv2d(3, dim, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, 1 + (size // patch) ** 2, dim))
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
+        self.attns = nn.ModuleList(TinyAttention(dim, heads) for _ in range(depth))
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1) + self.pos
+        for norm, attention in zip(self.norms, self.attns):
+            x = x + attention(norm(x))
+        return self.head(x[:, 0])
+
+
+vitroll.register_family(
+    "tiny-test-vit", TinyViT,
+    attention_modules=lambda model: list(model.attns),
+    token_layout=lambda model, hw: vitroll.TokenLayout(1, "class_token", (hw[0] // model.patch, hw[1] // model.patch)),
+    preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3),
+    readout=vitroll.AttentionReadout(TinyAttention, probs_module="probs", fused_flag=None),
+)
+
+
+def tiny_reference(model: TinyViT, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """ONE image in float64: per layer the attention (H, N, N) and ∂ logit ``target`` / ∂ attention."""
+    reference = TinyViT()
+    reference.load_state_dict(model.state_dict())
+    reference.double()
+    kept: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, output):
+        output.retain_grad()
+        kept.append(output)
+
+    for attention in reference.attns:
+        attention.probs.register_forward_hook(keep)
+    reference(image.double())[0, target].backward()
+    return [a[0].detach().numpy() for a in kept], [a.grad[0].numpy() for a in kept]
+
+
+def test_a_hand_written_vit_registered_through_the_public_call(tmp_path):
+    torch.manual_seed(3)
+    model = TinyViT().eval()
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    rollout_maps, chefer_maps = vitroll.rollout(model, images), vitroll.chefer(model, images, target_class=2)
+    for index in range(2):
+        attentions, gradients = tiny_reference(model, images[index:index + 1], 2)
+        expected = reference_rollout(attentions, num_prefix=1, grid=(4, 4), class_token=True)
+        assert np.abs(rollout_maps[index].numpy() - expected).max() < 1e-5
+        expected = reference_chefer(attentions, gradients, 1, (4, 4))
+        assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for name in ("cat.jpg", "rocket.jpg"):
+        shutil.copy(ROOT / "sample_images" / name, source / name)
+    summary = annotate(source, tmp_path / "out", model, ExplainSettings(method="chefer"), identity={"model": "tiny"})
+    rows = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert summary.ok == 2 and sorted(row["path"] for row in rows) == ["cat.jpg", "rocket.jpg"]
+    for row in rows:
+        picture = Image.open(tmp_path / "out" / row["overlay"])
+        assert (row["status"], picture.size) == ("ok", (row["width"], row["height"]))
+
+
+def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(vitroll.models, "_reachable", lambda host, port, timeout: False)
+    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_16", "--pretrained", "--out", str(tmp_path)])
+    assert code != 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: error: torchvision:vit_b_16: torchvision's pretrained weights are not in {tmp_path / 'checkpoints'} "
+        "and download.pytorch.org cannot be reached; pass --checkpoint FILE or run once with network access"]
+
+
+def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path, capsys):
+    code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_32", "--img-size", "64",
+                 "--input-size", "96", "96", "--out", str(tmp_path)])
+    assert code != 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "vitroll: error: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
+        "--img-size N builds it for N×N")
+    assert not list(tmp_path.iterdir())

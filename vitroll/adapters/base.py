@@ -1,0 +1,78 @@
+"""The public registration call through which a model family from any source enters vitroll."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from torch import nn
+
+from vitroll.capture.families import ModelFamily, Padding, TokenLayout, add_family
+from vitroll.capture.readouts import AttentionReadout, register_readout
+from vitroll.preprocess import Preprocessing, register_preprocessing
+
+
+def register_family(
+    name: str,
+    model_type: type | str,
+    *,
+    attention_modules: Callable[[nn.Module], list[nn.Module]],
+    token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout],
+    preprocessing: Preprocessing | Callable[[nn.Module], Preprocessing],
+    readout: AttentionReadout | Sequence[AttentionReadout] = (),
+    readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
+    assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None,
+    name_patterns: tuple[str, ...] = (),
+    timm_modules: tuple[str, ...] = (),
+    notes: str = "",
+) -> ModelFamily:
+    """Teach vitroll a model family: every method and command then explains its models.
+
+    Parameters
+    ----------
+    name : str
+        Short name shown to users; registering the same name again replaces the family.
+    model_type : type or str
+        The model class (subclasses match too), or its dotted path ``"package.module.Class"`` so that registering
+        does not import the package. Families registered later are matched first (a family for a subclass of a
+        known model class takes those models over).
+    attention_modules : callable
+        ``model -> [attention module per layer]``, in forward order.
+    token_layout : callable
+        ``(model, (H, W)) -> TokenLayout`` for an input of that size: prefix tokens, readout row, patch grid.
+    preprocessing : Preprocessing or callable
+        The model's evaluation transform, or ``model -> Preprocessing`` when it depends on the model
+        (its input size, say). Its geometry is what puts maps back on the original image.
+    readout : AttentionReadout or sequence of them, optional
+        How to read the probabilities out of the attention modules' types, when vitroll does not know those types
+        yet (timm's attention modules and ``nn.MultiheadAttention`` are known). For a module that applies a
+        submodule to its softmax output (``attn_drop``), ``AttentionReadout(MyAttention, probs_module="attn_drop",
+        fused_flag=None)`` serves every method, gradient ones included.
+    readout_modules : callable, optional
+        ``model -> [modules]`` whose attention is the decision row (an attention-pooling head), for a layout whose
+        readout is ``"attention_pool"``.
+    assemble : callable, optional
+        ``(model, records, padding) -> records`` for layers whose attention lives in different token spaces
+        (:attr:`ModelFamily.assemble`).
+    name_patterns : tuple of str
+        Model names of the family, for messages and ``vitroll models``.
+    timm_modules : tuple of str
+        ``timm.models`` modules whose models all belong to the family (``vitroll models PATTERN``).
+    notes : str
+        One line for ``vitroll models``.
+
+    Returns
+    -------
+    ModelFamily
+        The registered family.
+    """
+    family = ModelFamily(name=name, model_types=(model_type,), name_patterns=name_patterns, timm_modules=timm_modules,
+                         attention_modules=attention_modules, token_layout=token_layout,
+                         readout_modules=readout_modules, assemble=assemble, notes=notes)
+    for each in [readout] if isinstance(readout, AttentionReadout) else readout:
+        register_readout(each)
+    fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None
+    register_preprocessing(family.matches, preprocessing if fixed is None else lambda _model: fixed)
+    add_family(family)
+    return family

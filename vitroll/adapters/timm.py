@@ -1,0 +1,130 @@
+"""timm's Vision Transformers (vit, eva, beit, cait), registered through the same public call a user has.
+
+Each family names its attention modules and token layout; each of timm's attention types gets its readout (the
+recipes are described in :mod:`vitroll.capture.readouts`); the preprocessing is timm's evaluation transform from the
+model's ``pretrained_cfg``.
+"""
+
+from __future__ import annotations
+
+import torch
+from timm.data import resolve_data_config
+from timm.layers import Attention, AttentionPoolLatent, AttentionRope
+from timm.models.beit import Attention as BeitAttention
+from timm.models.beit import Beit
+from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
+from timm.models.eva import Eva, EvaAttention
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from vitroll.adapters.base import register_family
+from vitroll.capture.families import Padding, Readout, TokenLayout
+from vitroll.capture.readouts import AttentionReadout
+from vitroll.preprocess import Preprocessing
+
+
+def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
+    """The input size the model was built for (``img_size=`` at creation), which ``pretrained_cfg`` does not track."""
+    image_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    return tuple(image_size) if image_size is not None else None
+
+
+def timm_preprocessing(model: nn.Module) -> Preprocessing:
+    """timm's evaluation transform of ``model`` (``timm.data.resolve_data_config``) at the size it was built for."""
+    config = resolve_data_config({}, model=model)
+    crop_mode = config.get("crop_mode", "center")
+    return Preprocessing(
+        input_size=_built_input_size(model) or tuple(config["input_size"][1:]),
+        mean=tuple(config["mean"]),
+        std=tuple(config["std"]),
+        crop_pct=config.get("crop_pct") or 0.875,
+        interpolation=config.get("interpolation", "bicubic"),
+        crop_mode=crop_mode if crop_mode in ("center", "squash") else "center",
+    )
+
+
+def _heads_last_to_first(probs: torch.Tensor) -> torch.Tensor:
+    """(B, Q, N, H) → (B, H, Q, N)."""
+    return probs.permute(0, 3, 1, 2)
+
+
+def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
+    return [block.attn for block in model.blocks]
+
+
+def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
+    grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
+    pool = getattr(model, "global_pool", "token")
+    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
+    return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
+
+
+def _attention_pool(model: nn.Module) -> list[nn.Module]:
+    pool = getattr(model, "attn_pool", None)
+    return [pool] if getattr(model, "global_pool", None) == "map" and pool is not None else []
+
+
+def _cait_attention_modules(model: nn.Module) -> list[nn.Module]:
+    return [block.attn for block in model.blocks] + [block.attn for block in model.blocks_token_only]
+
+
+def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
+    """Put CaiT's two stages in one token space [class, patches…] of N = 1 + P tokens.
+
+    Self-attention layers (P, P) run before the class token exists: the class token's row and column
+    are ``padding``. Class-attention layers (1, N) update only the class token: their row becomes row 0 and
+    the patch tokens' rows are ``padding`` (for attention the identity: patches pass through that stage unchanged).
+    """
+    num_tokens = records[-1].shape[-1]
+    assembled = []
+    for index, record in enumerate(records):
+        full = torch.zeros(*record.shape[:-2], num_tokens, num_tokens, dtype=record.dtype, device=record.device)
+        if padding == "identity":
+            full.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+        if index < len(model.blocks):
+            full[..., 1:, 1:] = record
+        else:
+            full[..., :1, :] = record
+        assembled.append(full)
+    return assembled
+
+
+register_family(
+    "vit", VisionTransformer, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    readout=[
+        AttentionReadout(Attention),
+        # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
+        AttentionReadout(AttentionPoolLatent, probs_module=None, query_key_modules=("q_norm", "k_norm")),
+        AttentionReadout(AttentionRope),
+    ],
+    name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vit_*_reg4*", "vit_*_dinov2*", "vit_*_siglip*"),
+    timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid"),
+    notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention",
+)
+register_family(
+    "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    preprocessing=timm_preprocessing, readout_modules=_attention_pool, readout=AttentionReadout(EvaAttention),
+    name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
+    notes="rotary embedding included (unfused path)",
+)
+register_family(
+    "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
+    name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
+    notes="relative position bias included (unfused path)",
+)
+register_family(
+    "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,
+    preprocessing=timm_preprocessing, assemble=_cait_assemble,
+    readout=[
+        AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
+        # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the
+        # softmax output is the input of proj_w, heads last; there is no fused kernel
+        AttentionReadout(TalkingHeadAttn, probs_module="proj_w", fused_flag=None,
+                         probs_from_input=_heads_last_to_first),
+    ],
+    name_patterns=("cait_*",), timm_modules=("cait",),
+    notes="talking-heads softmax; class-attention stage rolled out as the class token's rows",
+)
