@@ -50,7 +50,7 @@ import torch
 import bench_batch
 import vitroll
 from vitroll import rollout
-from vitroll.capture.recorder import DEFAULT_CHUNK_BYTES
+from vitroll.capture.recorder import default_attention_budget
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("vit_small_patch16_224", "vit_base_patch16_224")
@@ -337,7 +337,7 @@ def rollout_row(name: str, model: torch.nn.Module, batch: int, precision: str, p
         forward_times.append(time_call(forward, device))
         rollout_times.append(time_call(explain, device))
     dense_bytes = layers * batch * tokens * tokens * 4
-    budget = plan.attention_budget or DEFAULT_CHUNK_BYTES
+    budget = plan.attention_budget or default_attention_budget(device)
     flops = forward_flops(layers, dim, tokens) * batch
     return {
         "model": name, "tokens": tokens, "pixels": pixels, "batch": batch, "precision": precision, "layers": layers,

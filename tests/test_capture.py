@@ -189,3 +189,13 @@ def test_blocks_fit_the_device_and_the_budget():
     assert rows_per_block(1000, 10**6, gpu, limit=5000) == 5
     assert rows_per_block(10**9, 10, cpu) == 1, "at least one row, even over budget"
     assert rows_per_block(4, 10, cpu) == 10, "never more rows than there are"
+
+
+def test_default_attention_budget_is_a_quarter_of_free_gpu_memory_but_never_below_the_cpu_default(monkeypatch):
+    from vitroll.capture.recorder import DEFAULT_CHUNK_BYTES, default_attention_budget
+
+    assert default_attention_budget(torch.device("cpu")) == DEFAULT_CHUNK_BYTES == 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (24 * 2**30, 141 * 2**30))
+    assert default_attention_budget(torch.device("cuda", 0)) == 6 * 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2 * 2**30, 141 * 2**30))
+    assert default_attention_budget(torch.device("cuda", 0)) == DEFAULT_CHUNK_BYTES

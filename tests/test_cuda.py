@@ -176,7 +176,20 @@ def test_annotate_on_cuda_writes_the_maps_of_the_cpu_run(tmp_path, cpu_model, cu
     tolerance = {"fp32": 1e-4, "bf16": AUTOCAST_MAP_TOLERANCE[torch.bfloat16],
                  "fp16": AUTOCAST_MAP_TOLERANCE[torch.float16]}[precision]
     for index in range(5):
-        cpu_map = np.load(tmp_path / "cpu" / "heatmaps" / f"{index}.npy").astype(np.float32)
-        gpu_map = np.load(tmp_path / "gpu" / "heatmaps" / f"{index}.npy").astype(np.float32)
+        cpu_map = np.load(tmp_path / "cpu" / "heatmaps" / f"{index}.png.npy").astype(np.float32)
+        gpu_map = np.load(tmp_path / "gpu" / "heatmaps" / f"{index}.png.npy").astype(np.float32)
         # heatmaps are stored as float16: half a unit in the last place of the largest value on top of the tolerance
         assert np.abs(gpu_map - cpu_map).max() <= tolerance + float(np.spacing(np.float16(cpu_map.max())))
+
+
+
+def test_rollout_records_dense_on_a_gpu_with_room_where_the_cpu_budget_would_factor(cuda_model, monkeypatch):
+    from vitroll.capture import FactoredAttention
+    from vitroll.capture import recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "DEFAULT_CHUNK_BYTES", 4096)  # below these records: the CPU would factor
+    images = _images(batch=8).cuda()
+    dense, _, _ = record_attention(cuda_model, images, factored=True)
+    factored, _, _ = record_attention(cuda_model, images, factored=True, max_attention_memory=4096)
+    assert not any(isinstance(layer, FactoredAttention) for layer in dense)
+    assert all(isinstance(layer, FactoredAttention) for layer in factored)

@@ -168,7 +168,7 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "
-                            "(default 1024 MiB)")
+                            "(default 1024 MiB; on a GPU a quarter of its free memory where that is more)")
     group.add_argument("--option", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="any option of the method, read as its type (repeatable; `vitroll methods NAME` lists "
                             "them): e.g. steps=8, solver=networkx, seed=3, layer=-2, target_class=none")
