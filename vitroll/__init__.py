@@ -5,8 +5,7 @@
 >>> picture = overlay(image_rgb_uint8, maps[0])             # (H, W, 3) RGB uint8
 """
 
-__version__ = "0.1.0"
-
+from vitroll._version import __version__
 from vitroll.capture import AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
