@@ -21,8 +21,10 @@ from vitroll.io import IMAGE_SUFFIXES, load_image
 from vitroll.maps import to_original
 from vitroll.methods import METHODS
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
+from vitroll.overlay import overlay
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
+from vitroll.testbed.shapes import samples
 
 MASK_SUFFIX = "_mask"
 METRICS = {
@@ -49,8 +51,6 @@ class MaskedImage:
 
 def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
     """``count`` testbed images of split ``seed`` (3: the shipped model's held-out test split)."""
-    from vitroll.testbed import samples
-
     return [MaskedImage(f"shapes-{seed}-{i:04d}", s.image, s.mask, s.label) for i, s in enumerate(samples(seed, count))]
 
 
@@ -204,8 +204,6 @@ def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "
     """Images × methods grid of overlays (first column: the image with its mask outlined) as a PNG."""
     import cv2
     import matplotlib.pyplot as plt
-
-    from vitroll.overlay import overlay
 
     methods = list(evaluation.examples)
     count = min(len(images), min(len(v) for v in evaluation.examples.values()))
