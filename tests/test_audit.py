@@ -22,7 +22,8 @@ from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.audit.metrics import (
     MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, roi_metrics, top_region,
 )
-from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
+from vitroll.audit.pipeline import run_audit
+from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
 from vitroll.cli import main
 from vitroll.methods import METHODS, Method, Saliency
 from vitroll.models import ModelProvenance
@@ -363,7 +364,6 @@ def test_fractions_and_roi_metrics_by_hand():
 
 
 def test_flagged_cases_come_first_in_the_table():
-    from vitroll.audit.pipeline import AuditRow
     from vitroll.audit.report import AuditReport, render_html
 
     rows = [AuditRow(case=f"case-{i}", study="s", metrics={"outside_body": v, "border": 0.0, "annotation": 0.0},

@@ -22,7 +22,7 @@ from PIL import Image
 from vitroll.cli import EXIT_BROKEN_PIPE, main
 from vitroll.commands.common import check_input_size
 from vitroll.methods import chefer, rollout
-from vitroll.models import save_as_safetensors
+from vitroll.checkpoints import save_as_safetensors
 from vitroll.testbed.model import load_testbed_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +215,7 @@ def test_namespace_checkpoint_is_refused_with_both_ways_forward(files, capsys):
     line = the_error_line(err)
     assert "\x1b" not in line
     assert f"{checkpoint}: holds Python objects (argparse.Namespace) besides tensors" in line
-    assert f'python -c "import vitroll.models as m; m.save_as_safetensors({checkpoint!r})"' in line
+    assert f'python -c "import vitroll.checkpoints as c; c.save_as_safetensors({checkpoint!r})"' in line
     assert "--trust-checkpoint" in line and "arbitrary code" in line
 
 

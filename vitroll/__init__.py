@@ -6,8 +6,7 @@ torchvision models, and any model family registered with :func:`register_family`
 >>> picture = overlay(image_rgb_uint8, maps[0])             # (H, W, 3) RGB uint8
 """
 
-__version__ = "0.1.0"
-
+from vitroll._version import __version__
 from vitroll.adapters import register_family
 from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import NoReturn, Optional, Sequence
 
-from vitroll import __version__
+from vitroll._version import __version__
 from vitroll.commands import COMMANDS
 from vitroll.errors import VitrollError
 

@@ -3,7 +3,7 @@
 Decoding (:func:`iter_items`, run by DataLoader workers through :func:`decoded_batches`) and measuring
 (:func:`audit_items`: the shared ``explain_batch`` / ``render`` steps of every pipeline) are separate steps.
 
-PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`INPUT_ORDER`),
+PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`~vitroll.audit.records.INPUT_ORDER`),
 the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
 enter a row only with ``keep_ids``. Burned-in text is found on the decoded frame (:mod:`vitroll.io.redact`) and
 filled in every image written, after the heatmap is blended; the model still sees the original pixels.
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -24,11 +22,11 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from vitroll.audit.metrics import (
-    MaskSource, MetricSettings, annotation_mask, body_mask, body_outline_exemption, image_metrics,
-)
+from vitroll.audit.metrics import annotation_mask, body_mask, body_outline_exemption, image_metrics
+from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
+from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.dicom import SAFE_FIELDS, DicomImage, read_any, salted_key
+from vitroll.io.dicom import DicomImage, read_any, salted_key
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
@@ -38,116 +36,9 @@ from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, to
 from vitroll.pipelines.inputs import ignore_interrupts
 from vitroll.preprocess import Preprocessing
 
-GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
-_GROUP_ALIASES = {name.lower().replace("-", "").replace("_", ""): name for name in GROUP_FIELDS}
-_GROUP_ALIASES.update({"age": "age-band", "model": "ManufacturerModelName", "scanner": "ManufacturerModelName",
-                       "sex": "PatientSex", "bodypart": "BodyPartExamined"})
-
-
-def parse_group_by(text: Optional[str]) -> tuple[str, ...]:
-    """``Manufacturer,BodyPartExamined,age-band`` (any case; ``age``, ``sex``, ``model`` accepted) → field names."""
-    fields = []
-    for part in (text or "").split(","):
-        key = part.strip().lower().replace("-", "").replace("_", "")
-        if not key:
-            continue
-        if key not in _GROUP_ALIASES:
-            raise ValueError(f"--group-by: unknown field {part.strip()!r}; choose from {', '.join(GROUP_FIELDS)}")
-        fields.append(_GROUP_ALIASES[key])
-    return tuple(dict.fromkeys(fields))
-
-
-@dataclass
-class AuditOptions:
-    """Everything about an audit except the model and the method."""
-
-    window: Optional[tuple[float, float]] = None
-    """(width, level) applied to every grey DICOM instead of its own VOI."""
-    frame: Optional[int] = None
-    """Only this frame of multi-frame files (from 0); all frames when None."""
-    salt: Optional[str] = None
-    """Salt of the case and study keys; None: a random salt for this run, kept nowhere."""
-    keep_ids: bool = False
-    """Put file paths and DICOM identifiers into the report (no longer de-identified)."""
-    keep_burned_in_text: bool = False
-    """Write images without searching them for burned-in text (for pixels already cleaned)."""
-    flag_threshold: float = 0.5
-    """Flag an image when more than this fraction of its saliency lies outside the body."""
-    metrics: MetricSettings = field(default_factory=MetricSettings)
-    masks: MaskSource = field(default_factory=MaskSource)
-    """Regions of interest."""
-    body_masks: MaskSource = field(default_factory=MaskSource)
-    """User body masks (replace the Otsu body mask where present)."""
-    group_by: tuple[str, ...] = ("ManufacturerModelName",)
-    batch_size: int = 8
-    workers: int = 0
-    """Decoding processes (0: decode in the main process)."""
-    thumbnail_size: int = 192
-
-    def __post_init__(self) -> None:
-        if self.salt is None:
-            self.salt = secrets.token_hex(16)
-        if not 0 <= self.flag_threshold <= 1:
-            raise ValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
-
-
-@dataclass
-class AuditRow:
-    """One image (one frame of a file), or one file that could not be read."""
-
-    case: str
-    """Salted key of the file (and frame): the row's anchor in the report."""
-    study: str
-    """Salted key of the StudyInstanceUID (else of the file path)."""
-    input_number: Optional[int] = None
-    """Position of the file in the input list, from 1 (:data:`INPUT_ORDER`): a label free of PHI."""
-    frame: Optional[int] = None
-    error: Optional[str] = None
-    """Why the file gave no image: one sentence, without the file's path or name (unless ``keep_ids``)."""
-    metadata: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    not_measured: dict[str, str] = field(default_factory=dict)
-    """Metric name → why it is NaN by rule (not for lack of saliency), e.g. no body outline on ultrasound."""
-    flagged: bool = False
-    prediction: Optional[str] = None
-    probability: Optional[float] = None
-    size_hw: Optional[tuple[int, int]] = None
-    overlay_file: Optional[str] = None
-    """Path of the full-size overlay PNG relative to the report folder."""
-    thumbnail: Optional[bytes] = None
-    """Small PNG: overlay with the body outline (green), annotations (magenta), ROI (cyan) and peak (white)."""
-    identifiers: dict[str, str] = field(default_factory=dict)
-    """File path and DICOM identifiers, only with ``keep_ids``."""
-    text_check: Optional[str] = None
-    """Why the pixels were (or were not) searched for burned-in text."""
-    text_regions: Optional[int] = None
-    """Burned-in text regions filled in the written images; None when the pixels were not searched."""
-
-
-@dataclass
-class AuditItem:
-    """A decoded frame waiting for the model."""
-
-    row: AuditRow
-    path: Path
-    image: np.ndarray
-    text_mask: np.ndarray
-    """(H, W) bool: burned-in text to fill in every image written (all False when not searched)."""
-    colour: bool = False
-    """A colour image (see :attr:`vitroll.io.dicom.DicomImage.colour`)."""
-
-
-INPUT_ORDER = (
-    "Files are numbered from 1 in this order: the inputs as given on the command line; a folder stands for every "
-    "file below it (symbolic links to files included, links to folders not followed; names starting with '.' "
-    "skipped), sorted by the path relative to that folder, character by character in Unicode code-point order — "
-    "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names."
-)
-"""How :func:`collect_inputs` orders files, in words an auditor can reproduce with their own file list."""
-
 
 def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
-    """Files as given, plus every file under given folders, in :data:`INPUT_ORDER`.
+    """Files as given, plus every file under given folders, in :data:`~vitroll.audit.records.INPUT_ORDER`.
 
     Every file is collected, whatever its name or content, so that each one becomes a report row: the reader
     decides what is DICOM (preamble or not) or an image, and the rest become rows that say why. A path that does
@@ -329,14 +220,12 @@ def run_audit(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
     provenance: Optional[ModelProvenance] = None,
-) -> "AuditReport":
+) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
     Every file found is one row or more (:func:`collect_inputs`); ``provenance`` (the model's name and weights
     source) heads the report, else it says the weights were not stated.
     """
-    from vitroll.audit.report import AuditReport
-
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
         require_text_detector()

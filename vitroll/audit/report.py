@@ -21,9 +21,9 @@ from typing import Optional
 
 import numpy as np
 
-from vitroll import __version__
+from vitroll._version import __version__
 from vitroll.audit.metrics import METRIC_NAMES
-from vitroll.audit.pipeline import GROUP_FIELDS, INPUT_ORDER, AuditOptions, AuditRow
+from vitroll.audit.records import GROUP_FIELDS, INPUT_ORDER, AuditOptions, AuditRow
 from vitroll.audit.summary import group_table, sentences
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.models import ModelProvenance

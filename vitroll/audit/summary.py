@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
 from vitroll.audit.metrics import METRIC_NAMES, group_statistics
+from vitroll.audit.records import AuditOptions, AuditRow
 from vitroll.io.dicom import UNKNOWN
-
-if TYPE_CHECKING:
-    from vitroll.audit.pipeline import AuditOptions, AuditRow
 
 BORDER_NOTE = 0.25
 """An image is mentioned for its border band when more than this share of its saliency lies there."""
@@ -47,13 +45,13 @@ def share(part: int, whole: int, noun: str = "images") -> str:
     return f"{part} of {whole} {noun} ({percent(part / whole) if whole else '–'})".replace("  ", " ")
 
 
-def group_key(row: "AuditRow", fields: tuple[str, ...]) -> tuple[str, ...]:
+def group_key(row: AuditRow, fields: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(row.metadata.get(name, UNKNOWN) for name in fields)
 
 
-def group_table(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[dict]:
+def group_table(rows: list[AuditRow], fields: tuple[str, ...]) -> list[dict]:
     """Per combination of ``fields``: count, flagged count and mean/median/count of every metric; largest first."""
-    groups: dict[tuple[str, ...], list["AuditRow"]] = {}
+    groups: dict[tuple[str, ...], list[AuditRow]] = {}
     for row in rows:
         groups.setdefault(group_key(row, fields), []).append(row)
     table = [{
@@ -65,15 +63,15 @@ def group_table(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[dict]:
     return sorted(table, key=lambda entry: (-entry["count"], tuple(entry["group"].values())))
 
 
-def _above(rows: list["AuditRow"], metric: str, threshold: float) -> list["AuditRow"]:
+def _above(rows: list[AuditRow], metric: str, threshold: float) -> list[AuditRow]:
     return [row for row in rows if np.isfinite(row.metrics.get(metric, np.nan)) and row.metrics[metric] > threshold]
 
 
-def _cases(rows: list["AuditRow"]) -> list[str]:
+def _cases(rows: list[AuditRow]) -> list[str]:
     return [row.case for row in rows]
 
 
-def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, options: "AuditOptions") -> list[Sentence]:
+def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options: AuditOptions) -> list[Sentence]:
     """The report's opening paragraph, each sentence with the cases it speaks of."""
     n = len(rows)
     said = [Sentence(
@@ -129,9 +127,9 @@ def sentences(rows: list["AuditRow"], errors: list["AuditRow"], files: int, opti
     return said
 
 
-def _not_measured_sentences(rows: list["AuditRow"], metric: str, what: str) -> list[Sentence]:
+def _not_measured_sentences(rows: list[AuditRow], metric: str, what: str) -> list[Sentence]:
     """One sentence per reason for which ``metric`` was left unmeasured by rule, with its images."""
-    by_reason: dict[str, list["AuditRow"]] = {}
+    by_reason: dict[str, list[AuditRow]] = {}
     for row in rows:
         if metric in row.not_measured:
             by_reason.setdefault(row.not_measured[metric], []).append(row)
@@ -140,7 +138,7 @@ def _not_measured_sentences(rows: list["AuditRow"], metric: str, what: str) -> l
             for reason, members in sorted(by_reason.items(), key=lambda item: -len(item[1]))]
 
 
-def _group_sentence(rows: list["AuditRow"], fields: tuple[str, ...]) -> list[Sentence]:
+def _group_sentence(rows: list[AuditRow], fields: tuple[str, ...]) -> list[Sentence]:
     """Which group (of at least two images) has the most and the least saliency outside the body."""
     if not fields:
         return []

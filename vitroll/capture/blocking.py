@@ -7,13 +7,13 @@ from typing import Optional
 import torch
 
 CPU_BLOCK_BYTES = 12 * 2**20
-"""On CPU, blocks this size (128 query rows of 6 heads at N = 4097) keep both of the blocked kernel's matrix
-products efficient. Measured on 2 cores, vit_small, whole rollout / fused forward, 4 MiB → 12 MiB blocks:
-1.09 → 1.07 (N = 197, batch 8), 1.17 → 1.16 (1025), 1.30 → 1.22 (2305), 1.53 → 1.34 (4097); 16 MiB within noise
-of 12; an earlier kernel was slower with 32 MiB blocks than with 4 MiB."""
+"""On CPU, blocks this size (128 query rows of 6 heads at N = 4097) keep both matrix products of the blocked kernel
+efficient: smaller blocks lose time to per-block overhead, the more the longer the sequence, and larger ones are no
+faster. ``scripts/bench_rollout.py`` times the rollout that runs on them."""
 
 ACCELERATOR_BLOCK_BYTES = 64 * 2**20
-"""Elsewhere (GPU) larger blocks, so a block is worth a kernel launch; not measured here (no GPU was lent)."""
+"""On an accelerator larger blocks, so that each block's work outweighs launching its kernels. The size is not yet
+tuned by measurement; ``scripts/gpu_check.py`` times the factored path that uses it."""
 
 
 def rows_per_block(bytes_per_row: int, num_rows: int, device: torch.device, limit: Optional[int] = None) -> int:

@@ -17,11 +17,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitroll.audit.metrics import MaskSource, MetricSettings
+from vitroll.audit.pipeline import run_audit
+from vitroll.audit.records import AuditOptions, parse_group_by
+from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args, provenance_from_args,
     settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
+from vitroll.io.redact import require_text_detector
+from vitroll.models import class_names
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
 
@@ -64,12 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitroll.audit.metrics import MaskSource, MetricSettings
-    from vitroll.audit.pipeline import AuditOptions, parse_group_by, run_audit
-    from vitroll.audit.summary import counted
-    from vitroll.io.redact import require_text_detector
-    from vitroll.models import class_names
-
     options = AuditOptions(
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,
         flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),

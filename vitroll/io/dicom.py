@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from vitroll.errors import ImageReadError
+from vitroll.io.images import IMAGE_SUFFIXES, load_image
 
 if TYPE_CHECKING:
     from pydicom import Dataset
@@ -354,8 +355,6 @@ def read_any(
 ) -> DicomImage:
     """A file with an image suffix (``.png``, ``.tif``, …; 16-bit scaled by its range) through ``load_image`` with
     ``unknown`` metadata; any other file through :func:`read_dicom` (which refuses what is not DICOM)."""
-    from vitroll.io.images import IMAGE_SUFFIXES, load_image
-
     if Path(path).suffix.lower() not in IMAGE_SUFFIXES or is_dicom(path):
         return read_dicom(path, window=window, frame=frame)
     image = np.asarray(load_image(path))

@@ -21,7 +21,9 @@ from vitroll.io import IMAGE_SUFFIXES, load_image
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
+from vitroll.overlay import overlay
 from vitroll.preprocess import Preprocessing
+from vitroll.testbed.shapes import samples
 
 MASK_SUFFIX = "_mask"
 METRICS = {
@@ -48,8 +50,6 @@ class MaskedImage:
 
 def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
     """``count`` testbed images of split ``seed`` (3: the shipped model's held-out test split)."""
-    from vitroll.testbed import samples
-
     return [MaskedImage(f"shapes-{seed}-{i:04d}", s.image, s.mask, s.label) for i, s in enumerate(samples(seed, count))]
 
 
@@ -201,8 +201,6 @@ def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "
     """Images × methods grid of overlays (first column: the image with its mask outlined) as a PNG."""
     import cv2
     import matplotlib.pyplot as plt
-
-    from vitroll.overlay import overlay
 
     methods = list(evaluation.examples)
     count = min(len(images), min(len(v) for v in evaluation.examples.values()))

@@ -11,7 +11,7 @@ from torch import nn
 
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS, method_named
-from vitroll.overlay import outline_boxes, overlay
+from vitroll.overlay import figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry
 
 
@@ -84,8 +84,6 @@ def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: 
                top: Optional[tuple[int, str, float]] = None) -> bytes:
     """PNG bytes of the image | heatmap | overlay figure, titled with the file name and the top-1 class."""
     import io
-
-    from vitroll.overlay import figure
 
     title = path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})"
     buffer = io.BytesIO()

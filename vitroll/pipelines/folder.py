@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vitroll import __version__
+from vitroll._version import __version__
 from vitroll.io import encode_png, write_atomic
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from torch import nn
 
+from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
 from vitroll.testbed.shapes import CLASSES, ShapesConfig
 
@@ -44,12 +45,8 @@ def build_testbed_model() -> nn.Module:
 
 def load_testbed_model(device: str = "cpu") -> nn.Module:
     """The shipped, trained testbed model in eval mode on ``device``."""
-    from safetensors.torch import load_file
-
-    from vitroll.models import load_state
-
     if not WEIGHTS.is_file():
         raise ModelLoadError(f"{WEIGHTS}: the testbed weights are missing; run scripts/train_shapes.py")
     model = build_testbed_model()
-    load_state(model, load_file(str(WEIGHTS)), WEIGHTS)
+    load_state(model, read_checkpoint(WEIGHTS), WEIGHTS)
     return model.eval().to(device)
