@@ -52,6 +52,16 @@ def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [block.attn for block in model.blocks]
 
 
+def _head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
+    """The classifier (``get_classifier()``), then the blocks from the last to the first."""
+    return [model.get_classifier(), *reversed(model.blocks)]
+
+
+def _cait_head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
+    """The classifier, the class-attention blocks, then the self-attention blocks, each stage from the top down."""
+    return [model.get_classifier(), *reversed(model.blocks_token_only), *reversed(model.blocks)]
+
+
 def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
     """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
@@ -92,7 +102,7 @@ def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Paddi
 
 register_family(
     "vit", VisionTransformer, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
     readout=[
         AttentionReadout(Attention),
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
@@ -105,19 +115,20 @@ register_family(
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout_modules=_attention_pool, readout=AttentionReadout(EvaAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
     notes="rotary embedding included (unfused path)",
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
     notes="relative position bias included (unfused path)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, assemble=_cait_assemble,
+    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, assemble=_cait_assemble,
     readout=[
         AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
         # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the
