@@ -301,6 +301,25 @@ def test_a_hand_written_vit_registered_through_the_public_call(tmp_path):
         picture = Image.open(tmp_path / "out" / row["overlay"])
         assert (row["status"], picture.size) == ("ok", (row["width"], row["height"]))
 
+    torchvision_vit = small_vit(SIZES["2-layers-2-heads"])
+    explainers = [Explainer(label, each, vitroll.Preprocessing.from_model(each))
+                  for label, each in (("tiny", model), ("tiny-again", model), ("torchvision", torchvision_vit))]
+    compared = compare(sorted(source.iterdir()), explainers, ExplainSettings(method="chefer"))
+    assert not compared.errors and [path.name for path in compared.images] == ["cat.jpg", "rocket.jpg"]
+    assert [m.shape for m in compared.maps["tiny"]] == [p.shape[:2] for p in compared.pictures]
+    agreement = {(row["model_a"], row["model_b"], Path(row["image"]).name): row["spearman"] for row in compared.rows}
+    assert len(agreement) == 6
+    assert agreement["tiny", "tiny-again", "cat.jpg"] == pytest.approx(1.0)
+    assert agreement["tiny", "torchvision", "cat.jpg"] < 0.99
+
+
+def test_sanity_refuses_a_family_that_names_nothing_to_randomise_in_one_line():
+    with pytest.raises(UnsupportedModelError) as raised:
+        sanity_check(TinyViT().eval(), torch.zeros(1, 3, 32, 32), ["rollout"])
+    assert str(raised.value) == (
+        "sanity: the tiny-test-vit family does not say what a randomisation check re-initialises; register it with "
+        "register_family(..., randomizable=lambda model: [head, *blocks from the last to the first])")
+
 
 def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
@@ -317,6 +336,6 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path,
                  "--input-size", "96", "96", "--out", str(tmp_path)])
     assert code != 0
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "vitroll: error: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
+        "vitroll: error: --input-size 96 96: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
         "--img-size N builds it for N×N")
     assert not list(tmp_path.iterdir())

@@ -62,8 +62,26 @@ def _cait_head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
     return [model.get_classifier(), *reversed(model.blocks_token_only), *reversed(model.blocks)]
 
 
+def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
+    """Raise ValueError for an input size the model's patch embedding rejects (``strict_img_size``) or would crop
+    silently (not whole patches, without ``dynamic_img_pad``)."""
+    embed = model.patch_embed
+    built = tuple(getattr(embed, "img_size", None) or ())
+    patch = tuple(getattr(embed, "patch_size", None) or ())
+    if getattr(embed, "strict_img_size", False) and built and tuple(image_hw) != built:
+        size = " ".join(map(str, image_hw))
+        raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs; build it for this size "
+                         f"with --img-size {size}, or for any size with --dynamic-img-size")
+    if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(image_hw, patch)):
+        raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
+
+
 def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
+    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention.
+
+    Raises ValueError for an input size the model cannot take.
+    """
+    _check_input_size(model, image_hw)
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
     readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")

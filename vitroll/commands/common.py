@@ -288,17 +288,11 @@ def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelPro
 
 
 def check_input_size(model: nn.Module, input_size: tuple[int, int]) -> None:
-    """Refuse an ``--input-size`` that the model's family or patch embedding would reject in its first forward pass."""
-    family_of(model).token_layout(model, tuple(input_size))  # a family refuses sizes its model cannot take
-    embed = getattr(model, "patch_embed", None)
-    built = tuple(getattr(embed, "img_size", None) or ())
-    patch = tuple(getattr(embed, "patch_size", None) or ())
-    size = " ".join(map(str, input_size))
-    if getattr(embed, "strict_img_size", False) and built and tuple(input_size) != built:
-        raise ValueError(f"--input-size {size}: {type(model).__name__} was built for {built[0]}×{built[1]} inputs; "
-                         f"build it for this size with --img-size {size}, or for any size with --dynamic-img-size")
-    if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(input_size, patch)):
-        raise ValueError(f"--input-size {size}: not a multiple of the model's {patch[0]}×{patch[1]} patches")
+    """Refuse an ``--input-size`` that the model would reject in its first forward pass (its family says which)."""
+    try:
+        family_of(model).token_layout(model, tuple(input_size))
+    except ValueError as error:
+        raise ValueError(f"--input-size {' '.join(map(str, input_size))}: {error}") from None
 
 
 def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:
