@@ -120,10 +120,11 @@ def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=TESTBED_NAME,
-                       help=f"timm model name or hf-hub:org/name (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
+                       help=f"timm model name, hf-hub:org/name or torchvision:ARCH (default: {TESTBED_NAME}, the "
+                            "shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
-    group.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights (hub or local cache)")
+    group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", help="class names file: one per line, or JSON")
     add_device_argument(group)
