@@ -222,6 +222,22 @@ def test_audit_runs_on_a_torchvision_vit(tmp_path):
         assert Image.open(tmp_path / "out" / row.overlay_file).size == row.size_hw[::-1]
 
 
+def test_cli_audit_runs_on_a_torchvision_name(tmp_path, capsys):
+    import csv
+
+    import pydicom.data
+
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(pydicom.data.get_testdata_file("CT_small.dcm"), source / "ct.dcm")
+    code = main(["audit", str(source), "--model", "torchvision:vit_b_32", "--img-size", "64", "--keep-burned-in-text",
+                 "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert code == 0, capsys.readouterr().err
+    [row] = list(csv.DictReader((tmp_path / "out" / "report.csv").open(encoding="utf-8")))
+    assert (row["status"], row["model"], row["weights"], row["height"]) == ("ok", "torchvision:vit_b_32", "random", "128")
+    assert 0 < float(row["outside_body"]) < 1
+
+
 class TinyAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
