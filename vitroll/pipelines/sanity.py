@@ -2,8 +2,8 @@
 
 The classifier head, then each transformer block from the top down (as the model's family names them), is
 re-initialised in cascade; after every step each method's maps are compared with the trained model's maps by
-Spearman rank correlation. A method whose maps survive the destruction of the weights that they claim to explain is not explaining the model:
-it is flagged.
+Spearman rank correlation. A method whose maps survive the destruction of the weights that they claim to explain
+is not explaining the model: it is flagged.
 """
 
 from __future__ import annotations
