@@ -168,8 +168,9 @@ def test_sanity_on_a_torchvision_vit_keeps_the_baseline_and_changes_rollout():
 
 @pytest.mark.parametrize("command", ["sanity", "evaluate"])
 def test_cli_sanity_and_evaluate_run_on_a_torchvision_name(command, tmp_path, capsys):
+    steps = ["--steps", "4"] if command == "evaluate" else []
     code = main([command, "--testbed", "3", "--methods", "rollout,center", "--model", "torchvision:vit_b_32",
-                 "--img-size", "64", "--out", str(tmp_path), "--device", "cpu"])
+                 "--img-size", "64", *steps, "--out", str(tmp_path), "--device", "cpu"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     table = (tmp_path / f"{command if command == 'sanity' else 'summary'}.csv").read_text().splitlines()
