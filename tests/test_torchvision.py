@@ -17,8 +17,14 @@ import vitroll
 from reference import reference_chefer, reference_rollout, reference_torchvision_forward
 from vitroll.capture import AttentionRecorder
 from vitroll.cli import main
+from vitroll.audit.pipeline import run_audit
+from vitroll.audit.records import AuditOptions
+from vitroll.errors import UnsupportedModelError
+from vitroll.pipelines.compare import Explainer, compare
+from vitroll.pipelines.evaluate import evaluate, shapes_images
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import annotate
+from vitroll.pipelines.sanity import cascade, sanity_check
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO = ROOT / "sample_images" / "cat.jpg"
@@ -138,6 +144,101 @@ def test_cli_runs_on_a_torchvision_name(command, tmp_path, capsys):
     assert "random weights" in err
 
 
+def test_sanity_cascade_randomises_the_heads_then_the_encoder_layers_top_down():
+    model = small_vit(SIZES["3-layers-4-heads"])
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    stages = []
+    for stage, randomized in cascade(model):
+        changed = {name.split(".")[0] if name.startswith("heads") else ".".join(name.split(".")[:3])
+                   for name, value in randomized.state_dict().items() if not torch.equal(value, before[name])}
+        stages.append((stage, sorted(changed)))
+    layers = [f"encoder.layers.encoder_layer_{index}" for index in (2, 1, 0)]
+    assert [stage for stage, _ in stages] == ["heads", *layers]
+    assert stages[1][1] == sorted(["heads", layers[0]]) and stages[-1][1] == sorted(["heads", *layers])
+    assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+
+
+def test_sanity_on_a_torchvision_vit_keeps_the_baseline_and_changes_rollout():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    result = sanity_check(model, images_for(model, 3), ["rollout", "center"])
+    assert result.stages == ["heads", "encoder.layers.encoder_layer_1", "encoder.layers.encoder_layer_0"]
+    assert result.correlations["center"].shape == (3, 3) and np.allclose(result.correlations["center"], 1.0)
+    assert result.correlations["rollout"][-1].mean() < 0.9 and "center" in result.flagged()
+
+
+@pytest.mark.parametrize("command", ["sanity", "evaluate"])
+def test_cli_sanity_and_evaluate_run_on_a_torchvision_name(command, tmp_path, capsys):
+    steps = ["--steps", "4"] if command == "evaluate" else []
+    code = main([command, "--testbed", "3", "--methods", "rollout,center", "--model", "torchvision:vit_b_32",
+                 "--img-size", "64", *steps, "--out", str(tmp_path), "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    table = (tmp_path / f"{command if command == 'sanity' else 'summary'}.csv").read_text().splitlines()
+    assert table[0].startswith("method,") and sorted(line.split(",")[0] for line in table[1:]) == ["center", "rollout"]
+    if command == "sanity":
+        assert table[0].split(",")[1:3] == ["heads", "encoder.layers.encoder_layer_11"]
+
+
+def test_evaluate_scores_a_torchvision_vit_on_testbed_images():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    result = evaluate(model, shapes_images(3), ["rollout"], steps=4)
+    assert [row["image"] for row in result.rows] == [item.name for item in shapes_images(3)]
+    for row in result.rows:
+        assert 0 <= row["energy_in_mask"] <= 1 and row["predicted"] in range(5)
+        assert 0 <= row["deletion_auc"] <= 1 and 0 <= row["insertion_auc"] <= 1
+
+
+def test_compare_puts_a_timm_and_a_torchvision_vit_on_the_same_pixels():
+    import timm
+
+    torchvision_vit = small_vit(SIZES["3-layers-4-heads"])
+    timm_vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=5).eval()
+    explainers = [Explainer(label, model, vitroll.Preprocessing.from_model(model))
+                  for label, model in (("timm", timm_vit), ("torchvision", torchvision_vit),
+                                       ("torchvision-again", torchvision_vit))]
+    result = compare([PHOTO, ROOT / "sample_images" / "rocket.jpg"], explainers, ExplainSettings(method="rollout"))
+    assert not result.errors and len(result.images) == 2
+    for label in ("timm", "torchvision"):
+        assert [m.shape for m in result.maps[label]] == [p.shape[:2] for p in result.pictures]
+    pairs = {(row["model_a"], row["model_b"]): row for row in result.rows if row["image"] == str(PHOTO)}
+    assert pairs[("torchvision", "torchvision-again")]["spearman"] == pytest.approx(1.0)
+    assert -1 <= pairs[("timm", "torchvision")]["spearman"] < 0.99
+
+
+def test_audit_runs_on_a_torchvision_vit(tmp_path):
+    import pydicom.data
+
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(pydicom.data.get_testdata_file("CT_small.dcm"), source / "ct.dcm")
+    shutil.copy(PHOTO, source / "cat.jpg")
+    model = small_vit(SIZES["2-layers-2-heads"])
+    report = run_audit([source], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="rollout"),
+                       options=AuditOptions(keep_burned_in_text=True))
+    assert len(report.rows) == 2 and not report.errors
+    assert sorted(row.size_hw for row in report.rows) == [(128, 128), Image.open(PHOTO).size[::-1]]
+    ct = next(row for row in report.rows if row.size_hw == (128, 128))
+    assert 0 < ct.metrics["outside_body"] < 1 and ct.prediction.startswith("class ")
+    for row in report.rows:
+        assert Image.open(tmp_path / "out" / row.overlay_file).size == row.size_hw[::-1]
+
+
+def test_cli_audit_runs_on_a_torchvision_name(tmp_path, capsys):
+    import csv
+
+    import pydicom.data
+
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(pydicom.data.get_testdata_file("CT_small.dcm"), source / "ct.dcm")
+    code = main(["audit", str(source), "--model", "torchvision:vit_b_32", "--img-size", "64", "--keep-burned-in-text",
+                 "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert code == 0, capsys.readouterr().err
+    [row] = list(csv.DictReader((tmp_path / "out" / "report.csv").open(encoding="utf-8")))
+    assert (row["status"], row["model"], row["weights"], row["height"]) == ("ok", "torchvision:vit_b_32", "random", "128")
+    assert 0 < float(row["outside_body"]) < 1
+
+
 class TinyAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -217,6 +318,25 @@ def test_a_hand_written_vit_registered_through_the_public_call(tmp_path):
         picture = Image.open(tmp_path / "out" / row["overlay"])
         assert (row["status"], picture.size) == ("ok", (row["width"], row["height"]))
 
+    torchvision_vit = small_vit(SIZES["2-layers-2-heads"])
+    explainers = [Explainer(label, each, vitroll.Preprocessing.from_model(each))
+                  for label, each in (("tiny", model), ("tiny-again", model), ("torchvision", torchvision_vit))]
+    compared = compare(sorted(source.iterdir()), explainers, ExplainSettings(method="chefer"))
+    assert not compared.errors and [path.name for path in compared.images] == ["cat.jpg", "rocket.jpg"]
+    assert [m.shape for m in compared.maps["tiny"]] == [p.shape[:2] for p in compared.pictures]
+    agreement = {(row["model_a"], row["model_b"], Path(row["image"]).name): row["spearman"] for row in compared.rows}
+    assert len(agreement) == 6
+    assert agreement["tiny", "tiny-again", "cat.jpg"] == pytest.approx(1.0)
+    assert agreement["tiny", "torchvision", "cat.jpg"] < 0.99
+
+
+def test_sanity_refuses_a_family_that_names_nothing_to_randomise_in_one_line():
+    with pytest.raises(UnsupportedModelError) as raised:
+        sanity_check(TinyViT().eval(), torch.zeros(1, 3, 32, 32), ["rollout"])
+    assert str(raised.value) == (
+        "sanity: the tiny-test-vit family does not say what a randomisation check re-initialises; register it with "
+        "register_family(..., randomizable=lambda model: [head, *blocks from the last to the first])")
+
 
 def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
@@ -233,6 +353,6 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path,
                  "--input-size", "96", "96", "--out", str(tmp_path)])
     assert code != 0
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "vitroll: error: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
+        "vitroll: error: --input-size 96 96: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
         "--img-size N builds it for N×N")
     assert not list(tmp_path.iterdir())

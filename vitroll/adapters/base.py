@@ -23,6 +23,7 @@ def register_family(
     readout: AttentionReadout | Sequence[AttentionReadout] = (),
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None,
+    randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
     notes: str = "",
@@ -55,6 +56,10 @@ def register_family(
     assemble : callable, optional
         ``(model, records, padding) -> records`` for layers whose attention lives in different token spaces
         (:attr:`ModelFamily.assemble`).
+    randomizable : callable, optional
+        ``model -> [submodules]`` that ``vitroll sanity`` re-initialises in cascade, in that order: the classifier
+        head first, then the blocks from the last to the first (``lambda m: [m.head, *reversed(m.blocks)]``).
+        Without it, ``sanity`` refuses the family's models; every other command runs.
     name_patterns : tuple of str
         Model names of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -69,7 +74,8 @@ def register_family(
     """
     family = ModelFamily(name=name, model_types=(model_type,), name_patterns=name_patterns, timm_modules=timm_modules,
                          attention_modules=attention_modules, token_layout=token_layout,
-                         readout_modules=readout_modules, assemble=assemble, notes=notes)
+                         readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
+                         notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
     fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None

@@ -52,8 +52,36 @@ def _block_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [block.attn for block in model.blocks]
 
 
+def _head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
+    """The classifier (``get_classifier()``), then the blocks from the last to the first."""
+    return [model.get_classifier(), *reversed(model.blocks)]
+
+
+def _cait_head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
+    """The classifier, the class-attention blocks, then the self-attention blocks, each stage from the top down."""
+    return [model.get_classifier(), *reversed(model.blocks_token_only), *reversed(model.blocks)]
+
+
+def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
+    """Raise ValueError for an input size the model's patch embedding rejects (``strict_img_size``) or would crop
+    silently (not whole patches, without ``dynamic_img_pad``)."""
+    embed = model.patch_embed
+    built = tuple(getattr(embed, "img_size", None) or ())
+    patch = tuple(getattr(embed, "patch_size", None) or ())
+    if getattr(embed, "strict_img_size", False) and built and tuple(image_hw) != built:
+        size = " ".join(map(str, image_hw))
+        raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs; build it for this size "
+                         f"with --img-size {size}, or for any size with --dynamic-img-size")
+    if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(image_hw, patch)):
+        raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
+
+
 def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention."""
+    """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention.
+
+    Raises ValueError for an input size the model cannot take.
+    """
+    _check_input_size(model, image_hw)
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
     readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
@@ -92,7 +120,7 @@ def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Paddi
 
 register_family(
     "vit", VisionTransformer, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
     readout=[
         AttentionReadout(Attention),
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
@@ -105,19 +133,20 @@ register_family(
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout_modules=_attention_pool, readout=AttentionReadout(EvaAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
     notes="rotary embedding included (unfused path)",
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
     notes="relative position bias included (unfused path)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,
-    preprocessing=timm_preprocessing, assemble=_cait_assemble,
+    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, assemble=_cait_assemble,
     readout=[
         AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
         # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the

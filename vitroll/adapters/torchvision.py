@@ -124,6 +124,11 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
     return [layer.self_attention for layer in model.encoder.layers]
 
 
+def _heads_then_layers_down(model: nn.Module) -> list[nn.Module]:
+    """The classification heads, then the encoder layers from the last to the first."""
+    return [model.heads, *reversed(model.encoder.layers)]
+
+
 def _token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
     """The class token, then the patches row by row (torchvision concatenates the class token first).
 
@@ -170,6 +175,7 @@ def _preprocessing(model: nn.Module) -> Preprocessing:
 register_family(
     "torchvision-vit", "torchvision.models.vision_transformer.VisionTransformer",
     attention_modules=_attention_modules, token_layout=_token_layout, preprocessing=_preprocessing,
+    randomizable=_heads_then_layers_down,
     readout=AttentionReadout(nn.MultiheadAttention, probs_module=None, fused_flag=None,
                              attach=attach_multihead_attention),
     name_patterns=("torchvision:vit_*",),

@@ -1,4 +1,4 @@
-"""Attention capture: hooks on timm attention modules (recorder), per-family token layouts, readouts."""
+"""Attention capture: hooks on the registered attention modules (recorder), per-family token layouts, readouts."""
 
 from vitroll.capture.factored import FactoredAttention, attention_with_log_normalizer
 from vitroll.capture.families import FAMILIES, ModelFamily, TokenLayout, family_of

@@ -106,6 +106,10 @@ class ModelFamily:
         ``(model, records, padding) -> records`` bringing per-layer records (..., Q, M) that live in different
         token spaces into one (..., N, N) space (CaiT's class-attention stage), the rest filled as ``padding``
         says (:data:`Padding`).
+    randomizable : callable, optional
+        ``model -> [submodules]`` that a cascading randomisation check re-initialises, in that order: the
+        classifier head first, then the blocks from the last to the first. Without it ``vitroll sanity`` refuses
+        the family's models.
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -118,6 +122,7 @@ class ModelFamily:
     token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
+    randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     notes: str = ""
 
     def matches(self, model: nn.Module) -> bool:

@@ -120,10 +120,11 @@ def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=TESTBED_NAME,
-                       help=f"timm model name or hf-hub:org/name (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
+                       help=f"timm model name, hf-hub:org/name or torchvision:ARCH (default: {TESTBED_NAME}, the "
+                            "shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
-    group.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights (hub or local cache)")
+    group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", help="class names file: one per line, or JSON")
     add_device_argument(group)
@@ -288,17 +289,11 @@ def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelPro
 
 
 def check_input_size(model: nn.Module, input_size: tuple[int, int]) -> None:
-    """Refuse an ``--input-size`` that the model's family or patch embedding would reject in its first forward pass."""
-    family_of(model).token_layout(model, tuple(input_size))  # a family refuses sizes its model cannot take
-    embed = getattr(model, "patch_embed", None)
-    built = tuple(getattr(embed, "img_size", None) or ())
-    patch = tuple(getattr(embed, "patch_size", None) or ())
-    size = " ".join(map(str, input_size))
-    if getattr(embed, "strict_img_size", False) and built and tuple(input_size) != built:
-        raise ValueError(f"--input-size {size}: {type(model).__name__} was built for {built[0]}×{built[1]} inputs; "
-                         f"build it for this size with --img-size {size}, or for any size with --dynamic-img-size")
-    if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(input_size, patch)):
-        raise ValueError(f"--input-size {size}: not a multiple of the model's {patch[0]}×{patch[1]} patches")
+    """Refuse an ``--input-size`` that the model would reject in its first forward pass (its family says which)."""
+    try:
+        family_of(model).token_layout(model, tuple(input_size))
+    except ValueError as error:
+        raise ValueError(f"--input-size {' '.join(map(str, input_size))}: {error}") from None
 
 
 def preprocessing_from_args(model: nn.Module, args: argparse.Namespace) -> Preprocessing:

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", action="append",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
     add_trust_checkpoint_argument(parser)
-    parser.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights for every model")
+    parser.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
     parser.add_argument("--out", type=output_folder, default="compare", help="output folder")
     add_method_arguments(parser)

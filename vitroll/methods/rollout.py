@@ -150,7 +150,8 @@ def rollout(
     Parameters
     ----------
     model : nn.Module
-        A timm Vision Transformer of a supported family, on any device.
+        A model of a registered family (timm, torchvision, or one added with :func:`vitroll.register_family`),
+        on any device.
     images : Images
         A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
     head_fusion : {"mean", "max", "min"}

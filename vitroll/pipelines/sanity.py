@@ -1,9 +1,9 @@
 """Model-parameter randomisation test (Adebayo et al. 2018, "Sanity Checks for Saliency Maps").
 
-The classifier head, then each transformer block from the top down, is re-initialised in cascade; after every
-step each method's maps are compared with the trained model's maps by Spearman rank correlation. A method
-whose maps survive the destruction of the weights that they claim to explain is not explaining the model:
-it is flagged.
+The classifier head, then each transformer block from the top down (as the model's family names them), is
+re-initialised in cascade; after every step each method's maps are compared with the trained model's maps by
+Spearman rank correlation. A method whose maps survive the destruction of the weights that they claim to explain
+is not explaining the model: it is flagged.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitroll.capture.families import family_of
+from vitroll.errors import UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import eval_mode, model_device
 from vitroll.metrics import rank_correlation
@@ -38,18 +40,30 @@ def reinitialize(module: nn.Module, seed: int) -> None:
                 nn.init.normal_(child.gamma, std=0.02)
 
 
+def randomizable_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(qualified name, submodule) of what a randomisation check re-initialises in ``model``, in cascade order, as
+    its family registered (``randomizable=``); submodules without parameters are left out.
+
+    Raises :class:`UnsupportedModelError` for a family that registered none.
+    """
+    family = family_of(model)
+    if family.randomizable is None:
+        raise UnsupportedModelError(
+            f"sanity: the {family.name} family does not say what a randomisation check re-initialises; register it "
+            "with register_family(..., randomizable=lambda model: [head, *blocks from the last to the first])")
+    names = {id(module): name for name, module in model.named_modules()}
+    return [(names[id(module)], module) for module in family.randomizable(model)
+            if any(True for _ in module.parameters())]
+
+
 def cascade(model: nn.Module, seed: int = 0) -> Iterator[tuple[str, nn.Module]]:
-    """Yield (stage name, a copy of ``model`` randomised up to that stage): the head first, then the
-    blocks from the last to the first. The input model is not modified."""
+    """Yield (stage name, a copy of ``model`` randomised up to that stage), one stage per module of
+    :func:`randomizable_modules` (the head first, then the blocks from the last to the first), stage ``k`` drawn
+    with seed ``seed + k``. The input model is not modified."""
     randomized = copy.deepcopy(model)
-    head = randomized.get_classifier() if hasattr(randomized, "get_classifier") else None
-    if isinstance(head, nn.Module) and any(True for _ in head.parameters()):
-        reinitialize(head, seed)
-        yield "head", randomized
-    blocks = list(randomized.blocks)
-    for index in reversed(range(len(blocks))):
-        reinitialize(blocks[index], seed + 1 + index)
-        yield f"blocks.{index}", randomized
+    for offset, (name, module) in enumerate(randomizable_modules(randomized)):
+        reinitialize(module, seed + offset)
+        yield name, randomized
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,7 @@ def sanity_check(
         saliency = runs[method](current, images, **options)
         return saliency.maps.float().cpu().numpy()
 
+    randomizable_modules(model)  # a family that names nothing to randomise is refused before any map is computed
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     with eval_mode(model), torch.no_grad():
