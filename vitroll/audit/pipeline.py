@@ -108,8 +108,11 @@ def _split(records: list["AuditItem | AuditRow"]) -> tuple[list[AuditItem], list
 def decoded_batches(paths: Sequence[Path], options: AuditOptions) -> DataLoader:
     """Batches of (decoded frames, error rows), decoded by ``options.workers`` processes — the same DataLoader
     machinery as ``vitroll annotate`` (workers ignore Ctrl-C; failures travel beside the batch)."""
+    # Not forked from this process: once it has run the text detector (an ONNX session with its own threads), a
+    # forked worker can wait forever on a lock that a thread which did not survive the fork held.
     return DataLoader(DecodedFiles(paths, options), batch_size=options.batch_size, collate_fn=_split,
-                      num_workers=options.workers, worker_init_fn=ignore_interrupts)
+                      num_workers=options.workers, worker_init_fn=ignore_interrupts,
+                      multiprocessing_context="forkserver" if options.workers else None)
 
 
 def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
