@@ -27,6 +27,7 @@ from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.dicom import DicomImage, read_any, salted_key
+from vitroll.io.discovery import given_files
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
@@ -35,29 +36,6 @@ from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
 from vitroll.pipelines.inputs import ignore_interrupts
 from vitroll.preprocess import Preprocessing
-
-
-def collect_inputs(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
-    """Files as given, plus every file under given folders, in :data:`~vitroll.audit.records.INPUT_ORDER`.
-
-    Every file is collected, whatever its name or content, so that each one becomes a report row: the reader
-    decides what is DICOM (preamble or not) or an image, and the rest become rows that say why. A path that does
-    not exist is the user's typo, not a file to report on: it stops the run before anything is read.
-    """
-    found: list[Path] = []
-    for path in (Path(p) for p in paths):
-        if not path.exists() and not path.is_symlink():
-            raise VitrollError(f"{path}: no such file or folder")
-        if not path.is_dir():
-            found.append(path)
-            continue
-        below = []
-        for root, folders, files in os.walk(path):
-            folders[:] = [name for name in folders if not name.startswith(".")]
-            below += [Path(root, name) for name in files if not name.startswith(".")]
-        files_below = (p for p in below if p.is_file() or p.is_symlink())  # no FIFOs, sockets, devices
-        found += sorted(files_below, key=lambda p: p.relative_to(path).as_posix())
-    return found
 
 
 def _scrub(text: str, path: Path) -> str:
@@ -130,8 +108,11 @@ def _split(records: list["AuditItem | AuditRow"]) -> tuple[list[AuditItem], list
 def decoded_batches(paths: Sequence[Path], options: AuditOptions) -> DataLoader:
     """Batches of (decoded frames, error rows), decoded by ``options.workers`` processes — the same DataLoader
     machinery as ``vitroll annotate`` (workers ignore Ctrl-C; failures travel beside the batch)."""
+    # Not forked from this process: once it has run the text detector (an ONNX session with its own threads), a
+    # forked worker can wait forever on a lock that a thread which did not survive the fork held.
     return DataLoader(DecodedFiles(paths, options), batch_size=options.batch_size, collate_fn=_split,
-                      num_workers=options.workers, worker_init_fn=ignore_interrupts)
+                      num_workers=options.workers, worker_init_fn=ignore_interrupts,
+                      multiprocessing_context="forkserver" if options.workers else None)
 
 
 def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
@@ -223,13 +204,13 @@ def run_audit(
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
-    Every file found is one row or more (:func:`collect_inputs`); ``provenance`` (the model's name and weights
-    source) heads the report, else it says the weights were not stated.
+    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts) is one row or more;
+    ``provenance`` (the model's name and weights source) heads the report, else it says the weights were not stated.
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
         require_text_detector()
-    inputs = collect_inputs(paths)
+    inputs = given_files(paths)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(decoded_batches(inputs, options), model, out_dir=out_dir, settings=settings, options=options,

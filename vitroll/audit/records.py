@@ -119,4 +119,4 @@ INPUT_ORDER = (
     "skipped), sorted by the path relative to that folder, character by character in Unicode code-point order — "
     "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names."
 )
-"""How :func:`vitroll.audit.pipeline.collect_inputs` orders files, in words an auditor can reproduce with their own file list."""
+"""How :func:`vitroll.io.discovery.given_files` orders files, in words an auditor can reproduce with their own file list."""

@@ -17,7 +17,8 @@ import numpy as np
 from torch import nn
 
 from vitroll.errors import ImageReadError
-from vitroll.io import IMAGE_SUFFIXES, load_image
+from vitroll.io import load_image
+from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
@@ -56,24 +57,28 @@ def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
 def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
 
-    A mask is any image; its non-zero pixels are the object. Raises :class:`ImageReadError` for an unreadable
+    Files are found by the rules of :mod:`vitroll.io.discovery` (image suffixes, hidden names skipped, not
+    recursive). A mask is any image; its non-zero pixels are the object; of several masks of one image
+    (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
     file or a mask whose size differs from its image.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise ImageReadError(folder, "not a folder")
+    files = [file.path for file in folder_files(folder, accept=has_image_suffix, recursive=False)]
+    mask_of: dict[str, Path] = {}
+    for path in files:
+        if path.stem.endswith(MASK_SUFFIX):
+            mask_of.setdefault(path.stem[: -len(MASK_SUFFIX)], path)
     found = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() not in IMAGE_SUFFIXES or path.stem.endswith(MASK_SUFFIX):
-            continue
-        masks = [m for m in folder.glob(f"{path.stem}{MASK_SUFFIX}.*") if m.suffix.lower() in IMAGE_SUFFIXES]
-        if not masks:
+    for path in files:
+        if path.stem.endswith(MASK_SUFFIX) or path.stem not in mask_of:
             continue
         image = np.asarray(load_image(path))
-        mask = np.asarray(load_image(masks[0]).convert("L")) > 0
+        mask = np.asarray(load_image(mask_of[path.stem]).convert("L")) > 0
         if mask.shape != image.shape[:2]:
-            raise ImageReadError(masks[0], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
-                                           f"{image.shape[1]}×{image.shape[0]}")
+            raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
+                                                     f"{image.shape[1]}×{image.shape[0]}")
         found.append(MaskedImage(path.stem, image, mask))
     if not found:
         raise ImageReadError(folder, f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")

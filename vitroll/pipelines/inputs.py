@@ -10,7 +10,6 @@ cannot be read becomes an error record inside its batch, never an exception that
 
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +19,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io import IMAGE_SUFFIXES, load_image
+from vitroll.errors import VitrollError
+from vitroll.io import load_image
+from vitroll.io.discovery import has_image_suffix, source_files
 from vitroll.preprocess import CropGeometry, Preprocessing
 
-LIST_SUFFIXES = (".txt", ".csv", ".lst")
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
 ROOT_MARK = "@root"
@@ -66,50 +65,6 @@ def output_name(key: str) -> str:
     )
 
 
-def _folder_entries(folder: Path, recursive: bool, exclude: Optional[Path]) -> list[tuple[Path, str]]:
-    """(path, key) of the images in ``folder``: by suffix, hidden names and anything under ``exclude`` skipped.
-
-    A symbolic link to a file is an input of its own, keyed by the link's path (a broken one becomes an error
-    row rather than vanish); links to folders are not descended into, as ``Path.glob`` does not.
-    """
-    skip = exclude.resolve() if exclude is not None else None
-    entries = []
-    for path in folder.glob("**/*" if recursive else "*"):
-        if path.name.startswith(".") or path.suffix.lower() not in IMAGE_SUFFIXES:
-            continue
-        if not (path.is_file() or (path.is_symlink() and not path.exists())):
-            continue
-        parent = path.parent.resolve()
-        if skip is not None and (parent == skip or skip in parent.parents):
-            continue
-        entries.append((path, path.relative_to(folder).as_posix()))
-    return entries
-
-
-def _listed_entries(list_file: Path) -> list[tuple[Path, str]]:
-    """(path, key) of each path in a list file: one per line, or a CSV whose ``path`` column (else first column)
-    holds them, relative to the list file's folder or absolute, taken as given whatever their suffix."""
-    try:
-        text = list_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ImageReadError(list_file, f"cannot read the list of inputs ({error})") from None
-    rows = [row for row in csv.reader(text.splitlines()) if row and row[0].strip() and not row[0].startswith("#")]
-    column = 0
-    if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
-        column = [cell.strip().lower() for cell in rows[0]].index("path")
-        rows = rows[1:]
-    entries = []
-    for row in rows:
-        listed = row[column].strip()
-        # lexically normalised, so that the key joined to the list's folder is the very path that is read
-        path = os.path.normpath(os.path.join(list_file.parent, listed))
-        relative = os.path.relpath(path, list_file.parent)
-        outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
-        key = "/" + path.lstrip("/") if outside and os.path.isabs(listed) else Path(relative).as_posix()
-        entries.append((Path(path), key))
-    return entries
-
-
 def _stamped(path: Path, key: str) -> InputItem:
     try:
         status = path.stat()
@@ -123,20 +78,12 @@ def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit
     """The inputs of a run, one per key, sorted by key (so shards and resumes see the same order), the first
     ``limit`` of them.
 
-    ``source`` is a folder (images by suffix, sub-folders with ``recursive``; hidden files and anything under
-    ``exclude`` — the run's own output folder — skipped) or a list file (``.txt``/``.csv``/``.lst``; a path
-    listed twice is one input).
+    ``source`` is a folder (images by suffix, sub-folders with ``recursive``, anything under ``exclude`` — the run's
+    own output folder — skipped) or a list file (``.txt``/``.csv``/``.lst``; a path listed twice is one input), by
+    the rules of :mod:`vitroll.io.discovery`.
     """
-    source = Path(source)
-    if source.is_dir():
-        entries = _folder_entries(source, recursive, None if exclude is None else Path(exclude))
-    elif source.is_file() and source.suffix.lower() in LIST_SUFFIXES:
-        entries = _listed_entries(source)
-    elif source.exists():
-        raise ImageReadError(source, f"not a folder or a list file ({', '.join(LIST_SUFFIXES)})")
-    else:
-        raise ImageReadError(source, "no such folder or list file")
-    path_of = {key: path for path, key in entries}
+    found = source_files(source, accept=has_image_suffix, recursive=recursive, exclude=exclude)
+    path_of = {file.key: file.path for file in found}
     return [_stamped(path_of[key], key) for key in sorted(path_of)[:limit]]
 
 

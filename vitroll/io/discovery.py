@@ -1,0 +1,137 @@
+"""Finding a run's input files: one set of rules for every pipeline.
+
+A folder stands for the files below it (its sub-folders too when ``recursive``) that ``accept`` takes; a list file
+(``.txt``/``.csv``/``.lst``) for the paths it lists. The rules, whoever calls:
+
+- names starting with ``.`` (files and folders) are skipped;
+- a symbolic link to a file is a file of its own, found under the link's path (a broken link is found too, so that
+  it can be reported rather than vanish); links to folders are not followed;
+- a folder's files are sorted by their path relative to it (POSIX separators), character by character in Unicode
+  code-point order — the order of ``cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort`` on
+  UTF-8 names.
+
+What a file *is* (image, DICOM, neither) is the decoder's business: ``accept`` only decides which names count.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+from vitroll.errors import ImageReadError, VitrollError
+from vitroll.io.images import IMAGE_SUFFIXES
+
+LIST_SUFFIXES = (".txt", ".csv", ".lst")
+
+
+class FoundFile(NamedTuple):
+    path: Path
+    """Where the file is read (a symbolic link is read through)."""
+    key: str
+    """Its path relative to the folder searched or to the list file's folder, POSIX; for a listed path outside that
+    folder ``..``-led (as listed) or absolute."""
+
+
+Accept = Callable[[Path], bool]
+"""Which files count, judged by path alone (nothing is opened)."""
+
+
+def every_file(_path: Path) -> bool:
+    """Accept every file (the audit reports on each one, whatever it turns out to be)."""
+    return True
+
+
+def has_image_suffix(path: Path) -> bool:
+    """Accept the files whose suffix names an image format (:data:`~vitroll.io.images.IMAGE_SUFFIXES`)."""
+    return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_file, recursive: bool = True,
+                 exclude: "str | os.PathLike[str] | None" = None) -> list[FoundFile]:
+    """The files below ``folder`` that ``accept`` takes, by the module's rules, sorted by key.
+
+    ``exclude`` is a folder whose contents are never found (a run's own output folder inside its input folder).
+    """
+    folder = Path(folder)
+    skip = Path(exclude).resolve() if exclude is not None else None
+    found = []
+    for root, folders, files in os.walk(folder):  # links to folders are listed in ``folders`` and not entered
+        if skip is not None and _is_within(Path(root).resolve(), skip):
+            folders[:] = []
+            continue
+        folders[:] = [name for name in folders if recursive and not name.startswith(".")]
+        for name in files:
+            path = Path(root, name)
+            # a regular file or a broken link; not a FIFO, socket or device (reading one could block forever)
+            if name.startswith(".") or not (path.is_file() or (path.is_symlink() and not path.exists())):
+                continue
+            if accept(path):
+                found.append(FoundFile(path, path.relative_to(folder).as_posix()))
+    return sorted(found, key=lambda file: file.key)
+
+
+def listed_files(list_file: "str | os.PathLike[str]") -> list[FoundFile]:
+    """The paths a list file names, in its order: one per line, or a CSV whose ``path`` column (else its first)
+    holds them, relative to the list file's folder or absolute, taken as given whatever their suffix; empty lines
+    and lines starting with ``#`` are skipped."""
+    list_file = Path(list_file)
+    try:
+        text = list_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ImageReadError(list_file, f"cannot read the list of inputs ({error})") from None
+    rows = [row for row in csv.reader(text.splitlines()) if row and row[0].strip() and not row[0].startswith("#")]
+    column = 0
+    if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
+        column = [cell.strip().lower() for cell in rows[0]].index("path")
+        rows = rows[1:]
+    found = []
+    for row in rows:
+        listed = row[column].strip()
+        # lexically normalised, so that the key joined to the list's folder is the very path that is read
+        path = os.path.normpath(os.path.join(list_file.parent, listed))
+        relative = os.path.relpath(path, list_file.parent)
+        outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
+        key = "/" + path.lstrip("/") if outside and os.path.isabs(listed) else Path(relative).as_posix()
+        found.append(FoundFile(Path(path), key))
+    return found
+
+
+def source_files(source: "str | os.PathLike[str]", *, accept: Accept = every_file, recursive: bool = True,
+                 exclude: "str | os.PathLike[str] | None" = None) -> list[FoundFile]:
+    """The files of one source: a folder (:func:`folder_files`) or a list file (:func:`listed_files`).
+
+    Raises :class:`~vitroll.errors.ImageReadError` when ``source`` is neither or does not exist.
+    """
+    source = Path(source)
+    if source.is_dir():
+        return folder_files(source, accept=accept, recursive=recursive, exclude=exclude)
+    if source.is_file() and source.suffix.lower() in LIST_SUFFIXES:
+        return listed_files(source)
+    if source.exists():
+        raise ImageReadError(source, f"not a folder or a list file ({', '.join(LIST_SUFFIXES)})")
+    raise ImageReadError(source, "no such folder or list file")
+
+
+def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file) -> list[Path]:
+    """Files as given, plus the files under given folders (:func:`folder_files`, recursive), in the order given.
+
+    A file named on its own is taken whatever ``accept`` says: the user chose it. A path that does not exist is
+    the user's typo, not a file to report on: it raises :class:`~vitroll.errors.VitrollError` before anything is
+    read.
+    """
+    found: list[Path] = []
+    for path in (Path(p) for p in paths):
+        if not path.exists() and not path.is_symlink():
+            raise VitrollError(f"{path}: no such file or folder")
+        if path.is_dir():
+            found += [file.path for file in folder_files(path, accept=accept)]
+        else:
+            found.append(path)
+    return found
+
