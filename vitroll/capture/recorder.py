@@ -111,6 +111,9 @@ class AttentionRecorder:
         self.keep_graph = keep_graph
         self.dtype = dtype
         self.chunk_bytes = chunk_bytes
+        # the default is read once: free GPU memory shrinks as layers are recorded, and one forward pass must not
+        # switch from dense to factored records half-way
+        self._default_budget: Optional[int] = None
         self.factored = factored and self.family.assemble is None  # assembling (CaiT) needs dense records
         self._modules = self.family.attention_modules(model)
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
@@ -209,10 +212,16 @@ class AttentionRecorder:
         def kernel_for(args: tuple) -> Callable[..., torch.Tensor]:
             batch, num_tokens = args[0].shape[:2]
             dense_bytes = len(self._modules) * batch * num_tokens * num_tokens * self.dtype.itemsize
-            budget = self.chunk_bytes or default_attention_budget(args[0].device)
-            return factored if self.factored and dense_bytes > budget else blocked
+            return factored if self.factored and dense_bytes > self._budget(args[0].device) else blocked
 
         self._attach_kernel_swap(module, kernel_for)
+
+    def _budget(self, device: torch.device) -> int:
+        if self.chunk_bytes:
+            return self.chunk_bytes
+        if self._default_budget is None:
+            self._default_budget = default_attention_budget(device)
+        return self._default_budget
 
     def _store(self, records: list[Optional[torch.Tensor]], index: int, shape: tuple[int, int, int, int],
                rows: Callable[[slice], torch.Tensor], device: torch.device, head_fusion: Optional[str]) -> None:
