@@ -169,3 +169,25 @@ def test_max_attention_memory_bounds_chunks_without_changing_maps():
     model = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=2).eval()
     images = torch.randn(2, 3, 64, 64)
     torch.testing.assert_close(rollout(model, images, max_attention_memory=2048), rollout(model, images), atol=1e-7, rtol=0)
+
+
+def test_out_of_memory_halving_splits_a_list_of_paths_as_images_not_a_path_as_characters(tmp_path):
+    from vitroll.methods import METHODS, Method
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2).eval()
+    paths = []
+    for index in range(3):
+        paths.append(str(tmp_path / f"{index}.png"))
+        Image.fromarray(np.full((40, 30, 3), 60 * index, dtype=np.uint8)).save(paths[-1])
+    sizes = []
+
+    def runs_out_above_one(model, batch, **options):
+        sizes.append(len(batch))
+        if len(batch) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return METHODS["rollout"](model, batch, **options)
+
+    method = Method("runs_out_above_one", runs_out_above_one)
+    assert method(model, paths).maps.shape[0] == 3 and sizes == [3, 2, 1, 1, 1]
+    sizes.clear()
+    assert method(model, paths[0]).maps.shape[0] == 1 and sizes == [1]

@@ -88,8 +88,8 @@ def record_attention(
     """Run the model once in eval mode without gradients and record every layer's attention.
 
     ``max_attention_memory`` (bytes) is the attention memory budget while recording (default
-    :func:`~vitroll.capture.recorder.default_attention_budget`: 1 GiB, more on a GPU with room): per-head probabilities are computed in query blocks
-    within it; the recorded, head-fused maps take B·N²·4 bytes per layer. ``factored`` (head mean only) records
+    :func:`~vitroll.capture.recorder.default_attention_budget`: 1 GiB, more on a GPU with room): per-head
+    probabilities are computed in query blocks within it; the recorded, head-fused maps take B·N²·4 bytes per layer. ``factored`` (head mean only) records
     the layers as :class:`~vitroll.capture.FactoredAttention` instead, O(N·D) per layer, once all layers' maps
     would exceed the budget (see :class:`AttentionRecorder`).
 

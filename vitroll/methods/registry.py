@@ -27,7 +27,7 @@ from torch import nn
 
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods.base import Saliency, SaliencyMethod
-from vitroll.methods.image_batch import Images
+from vitroll.methods.image_batch import Images, image_batch
 
 _NO_DEFAULT = inspect.Parameter.empty
 _NONE_WORDS = ("none", "None", "null")
@@ -133,7 +133,7 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: Images,
+def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: torch.Tensor,
                                   options: Mapping[str, object]) -> Saliency:
     """``compute(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
     with a note on stderr, so a too-large batch costs speed, not the run."""
@@ -143,9 +143,8 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
         if not is_out_of_memory(error):
             raise
         if len(images) == 1:
-            size = f" of {tuple(images.shape[-2:])} px" if isinstance(images, torch.Tensor) else ""
-            raise VitrollError(f"out of memory on a single image{size}; lower --max-attention-memory or the "
-                               "input size") from None
+            raise VitrollError(f"out of memory on a single image of {tuple(images.shape[-2:])} px; lower "
+                               "--max-attention-memory or the input size") from None
     if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
         torch.cuda.empty_cache()
     half = (len(images) + 1) // 2
@@ -234,7 +233,9 @@ class Method:
         return {name: value for name, value in shared.items() if self.takes(name)}
 
     def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency:
-        return _in_halves_when_out_of_memory(self.compute, model, images, self.check(options))
+        options = self.check(options)
+        # converted once, before any halving: a batch of paths or PIL images is split as the tensor it becomes
+        return _in_halves_when_out_of_memory(self.compute, model, image_batch(model, images), options)
 
 
 METHODS: dict[str, Method] = {}
