@@ -20,6 +20,7 @@ from vitroll.cli import main
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions
 from vitroll.errors import UnsupportedModelError
+from vitroll.metrics import deletion_insertion
 from vitroll.pipelines.compare import Explainer, compare
 from vitroll.pipelines.evaluate import evaluate, shapes_images
 from vitroll.pipelines.explain import ExplainSettings
@@ -328,6 +329,39 @@ def test_a_hand_written_vit_registered_through_the_public_call(tmp_path):
     assert len(agreement) == 6
     assert agreement["tiny", "tiny-again", "cat.jpg"] == pytest.approx(1.0)
     assert agreement["tiny", "torchvision", "cat.jpg"] < 0.99
+
+
+class TinyViTWithOutputs(TinyViT):
+    """The same network, returning an output object as Hugging Face models do."""
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": super().forward(images)}
+
+
+vitroll.register_family(
+    "tiny-test-vit-outputs", TinyViTWithOutputs,
+    attention_modules=lambda model: list(model.attns),
+    token_layout=lambda model, hw: vitroll.TokenLayout(1, "class_token", (hw[0] // model.patch, hw[1] // model.patch)),
+    preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3),
+    logits=lambda model, images: model(images)["logits"],
+    class_names=lambda model: ["north", "east", "south", "west"],
+)
+
+
+def test_a_family_says_where_the_logits_of_an_output_object_are_and_what_the_classes_are_called():
+    torch.manual_seed(3)
+    plain = TinyViT().eval()
+    wrapped = TinyViTWithOutputs().eval()
+    wrapped.load_state_dict(plain.state_dict())
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    for method in ("rollout", "chefer", "grad_rollout"):
+        expected, got = getattr(vitroll, method)(plain, images), getattr(vitroll, method)(wrapped, images)
+        assert torch.equal(got, expected), method
+    plain_scores = deletion_insertion(plain, images, vitroll.rollout(plain, images), targets=[0, 1], steps=4)
+    wrapped_scores = deletion_insertion(wrapped, images, vitroll.rollout(wrapped, images), targets=[0, 1], steps=4)
+    np.testing.assert_array_equal(wrapped_scores.deletion, plain_scores.deletion)
+    assert vitroll.class_names(wrapped) == ["north", "east", "south", "west"]
+    assert vitroll.class_names(plain) is None
 
 
 def test_sanity_refuses_a_family_that_names_nothing_to_randomise_in_one_line():

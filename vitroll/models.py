@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
+from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
@@ -237,8 +238,11 @@ def load_model(
 
 def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = None) -> Optional[list[str]]:
     """Human-readable class names: from ``names_file`` (one per line, or a JSON list / {index: name}; at least
-    one name per class of the model), from the model's ``pretrained_cfg["label_names"]``, or ImageNet's from
-    timm's metadata."""
+    one name per class of the model), else what the model's family reads from the model
+    (:attr:`~vitroll.capture.ModelFamily.class_names`: timm's label names or ImageNet's, torchvision's weights'
+    categories).
+
+    Raises :class:`~vitroll.errors.UnsupportedModelError` for a model of no registered family."""
     if names_file is not None:
         path = Path(names_file)
         try:
@@ -258,15 +262,8 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
             raise ModelLoadError(f"{path}: {len(names)} class names for a model with {classes} classes; "
                                  "give one name per class, in the order of the model's outputs")
         return names
-    cfg = getattr(model, "pretrained_cfg", None) or {}
-    if cfg.get("label_names"):
-        return list(cfg["label_names"])
-    from timm.data import ImageNetInfo, infer_imagenet_subset
-
-    subset = infer_imagenet_subset(model)
-    if subset is None:
-        return None
-    return ImageNetInfo(subset).label_descriptions(detailed=False)
+    names_of = family_of(model).class_names
+    return names_of(model) if names_of is not None else None
 
 
 def has_random_weights(name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None") -> bool:

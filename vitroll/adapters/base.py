@@ -8,7 +8,7 @@ import torch
 
 from torch import nn
 
-from vitroll.capture.families import ModelFamily, Padding, TokenLayout, add_family
+from vitroll.capture.families import ModelFamily, Padding, TokenLayout, add_family, call_model
 from vitroll.capture.readouts import AttentionReadout, register_readout
 from vitroll.preprocess import Preprocessing, register_preprocessing
 
@@ -24,6 +24,8 @@ def register_family(
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None,
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
+    logits: Callable[[nn.Module, torch.Tensor], torch.Tensor] = call_model,
+    class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
     notes: str = "",
@@ -60,6 +62,12 @@ def register_family(
         ``model -> [submodules]`` that ``vitroll sanity`` re-initialises in cascade, in that order: the classifier
         head first, then the blocks from the last to the first (``lambda m: [m.head, *reversed(m.blocks)]``).
         Without it, ``sanity`` refuses the family's models; every other command runs.
+    logits : callable, optional
+        ``(model, images (B, C, H, W)) -> logits (B, num_classes)``, the scores every method explains and every
+        pipeline predicts from; by default ``model(images)``. For a model that returns an output object, say where
+        its logits are: ``lambda model, images: model(images).logits``.
+    class_names : callable, optional
+        ``model -> [name per class]`` (or None) from what the model carries; ``--class-names FILE`` overrides it.
     name_patterns : tuple of str
         Model names of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -75,7 +83,7 @@ def register_family(
     family = ModelFamily(name=name, model_types=(model_type,), name_patterns=name_patterns, timm_modules=timm_modules,
                          attention_modules=attention_modules, token_layout=token_layout,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
-                         notes=notes)
+                         logits=logits, class_names=class_names, notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
     fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None

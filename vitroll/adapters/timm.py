@@ -43,6 +43,18 @@ def timm_preprocessing(model: nn.Module) -> Preprocessing:
     )
 
 
+def timm_class_names(model: nn.Module) -> list[str] | None:
+    """The model's ``pretrained_cfg["label_names"]``, or ImageNet's (the subset its classifier size suggests) from
+    timm's metadata."""
+    from timm.data import ImageNetInfo, infer_imagenet_subset
+
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    if cfg.get("label_names"):
+        return list(cfg["label_names"])
+    subset = infer_imagenet_subset(model)
+    return None if subset is None else ImageNetInfo(subset).label_descriptions(detailed=False)
+
+
 def _heads_last_to_first(probs: torch.Tensor) -> torch.Tensor:
     """(B, Q, N, H) → (B, H, Q, N)."""
     return probs.permute(0, 3, 1, 2)
@@ -120,7 +132,7 @@ def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Paddi
 
 register_family(
     "vit", VisionTransformer, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
     readout=[
         AttentionReadout(Attention),
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
@@ -133,20 +145,20 @@ register_family(
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
     readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
     notes="rotary embedding included (unfused path)",
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, readout=AttentionReadout(BeitAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
     notes="relative position bias included (unfused path)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, assemble=_cait_assemble,
+    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, assemble=_cait_assemble,
     readout=[
         AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
         # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the

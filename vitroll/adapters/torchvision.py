@@ -172,10 +172,19 @@ def _preprocessing(model: nn.Module) -> Preprocessing:
                          interpolation=interpolation)
 
 
+def _class_names(model: nn.Module) -> Optional[list[str]]:
+    """ImageNet's categories (as torchvision's weights list them) for a model with 1000 outputs."""
+    from torchvision.models import ViT_B_16_Weights
+
+    categories = ViT_B_16_Weights.DEFAULT.meta["categories"]
+    head = getattr(model.heads, "head", None)
+    return list(categories) if getattr(head, "out_features", None) == len(categories) else None
+
+
 register_family(
     "torchvision-vit", "torchvision.models.vision_transformer.VisionTransformer",
     attention_modules=_attention_modules, token_layout=_token_layout, preprocessing=_preprocessing,
-    randomizable=_heads_then_layers_down,
+    randomizable=_heads_then_layers_down, class_names=_class_names,
     readout=AttentionReadout(nn.MultiheadAttention, probs_module=None, fused_flag=None,
                              attach=attach_multihead_attention),
     name_patterns=("torchvision:vit_*",),

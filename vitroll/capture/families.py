@@ -81,6 +81,11 @@ class TokenLayout:
         return token_values[..., self.num_prefix_tokens:].reshape(*token_values.shape[:-1], *self.grid)
 
 
+def call_model(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """``model(images)``: the logits (B, num_classes) of a model whose forward returns them."""
+    return model(images)
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """How to find and read the attention of one kind of model.
@@ -110,6 +115,11 @@ class ModelFamily:
         ``model -> [submodules]`` that a cascading randomisation check re-initialises, in that order: the
         classifier head first, then the blocks from the last to the first. Without it ``vitroll sanity`` refuses
         the family's models.
+    logits : callable
+        ``(model, images (B, C, H, W)) -> (B, num_classes)``: the forward pass whose scores are explained (default
+        ``model(images)``; a model that returns an output object or a dict says here where its logits are).
+    class_names : callable, optional
+        ``model -> [name per class] or None`` from what the model carries (its pretrained config, its labels).
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -123,6 +133,8 @@ class ModelFamily:
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None
+    logits: Callable[[nn.Module, torch.Tensor], torch.Tensor] = call_model
+    class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None
     notes: str = ""
 
     def matches(self, model: nn.Module) -> bool:
@@ -155,12 +167,17 @@ def add_family(family: ModelFamily) -> None:
         FAMILIES.append(family)
 
 
+def registered_family(model: nn.Module) -> Optional[ModelFamily]:
+    """The registered family of ``model`` (the latest registered that matches), or None."""
+    return next((family for family in reversed(FAMILIES) if family.matches(model)), None)
+
+
 def family_of(model: nn.Module) -> ModelFamily:
     """The registered family of ``model`` (the latest registered that matches); raises
     :class:`UnsupportedModelError` naming the supported ones."""
-    for family in reversed(FAMILIES):
-        if family.matches(model):
-            return family
+    family = registered_family(model)
+    if family is not None:
+        return family
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
     raise UnsupportedModelError(
         f"{type(model).__name__} has no token attention that vitroll can read; supported families: {supported}. "

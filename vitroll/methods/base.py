@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
+from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
 from vitroll.methods.image_batch import Images, image_batch
 
@@ -65,6 +66,14 @@ def prepare_images(model: nn.Module, images: Images) -> torch.Tensor:
     return batch.to(device=model_device(model), dtype=model_dtype(model))
 
 
+def model_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The logits (B, num_classes) of ``images`` (B, C, H, W), from the forward pass the model's family names
+    (:attr:`~vitroll.capture.ModelFamily.logits`); ``model(images)`` for a classifier of no registered family
+    (deletion/insertion scores any classifier)."""
+    family = registered_family(model)
+    return family.logits(model, images) if family is not None else call_model(model, images)
+
+
 def predict(model: nn.Module, images: Images) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """One plain forward in eval mode without gradients, for methods that record no attention.
 
@@ -72,7 +81,7 @@ def predict(model: nn.Module, images: Images) -> tuple[torch.Tensor, torch.Tenso
     """
     images = prepare_images(model, images)
     with eval_mode(model), torch.no_grad():
-        logits = model(images)
+        logits = model_logits(model, images)
     return images, logits, family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
 
 
@@ -105,7 +114,7 @@ def record_attention(
     recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,
                                  chunk_bytes=max_attention_memory or None)
     with eval_mode(model), torch.no_grad(), recorder:
-        logits = model(images)
+        logits = model_logits(model, images)
         return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits
 
 
