@@ -124,7 +124,12 @@ def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_a
     prefix = PREFIX.get(name, 1)
     for index in range(len(pixels)):
         attentions, gradients = reference_gradients(name, pixels[index:index + 1], 1)
-        if name == "data2vec-vision":  # mean-pooled: the decision row is the patch tokens' mean
+        if name == "data2vec-vision":  # mean-pooled: the decision row is the mean of the patch tokens' rows
+            relevance = np.eye(17)
+            for attention, gradient in zip(attentions, gradients):
+                relevance = relevance + np.maximum(attention * gradient, 0).mean(axis=0) @ relevance
+            expected = relevance[1:].mean(axis=0)[1:].reshape(4, 4)
+            assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
             continue
         expected = reference_chefer(attentions, gradients, prefix, (4, 4))
         assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
@@ -186,7 +191,7 @@ def test_a_backbone_explains_attention_and_refuses_class_scores_in_one_line():
 def test_attention_flow_and_integrated_gradients_run_on_a_classifier_and_the_classes_come_from_id2label():
     model, pixels = build("vit"), images()
     recorded = vitroll.attention(model, pixels)
-    expected = torch.stack(eager_attentions("vit", pixels)[-1].mean(dim=1)[:, 0, 1:].reshape(2, 4, 4))
+    expected = eager_attentions("vit", pixels)[-1].mean(dim=1)[:, 0, 1:].reshape(2, 4, 4)
     assert (recorded - expected).abs().max().item() < 1e-5
     assert vitroll.flow(model, pixels).shape == (2, 4, 4)
     assert vitroll.integrated_gradients(model, pixels, steps=4).shape == (2, 4, 4)
@@ -216,3 +221,22 @@ def test_pipelines_run_on_a_tiny_transformers_vit(tmp_path):
     assert not compared.errors
     agreement = {(row["model_a"], row["model_b"]): row["spearman"] for row in compared.rows}
     assert agreement["hf", "hf-again"] == pytest.approx(1.0) and agreement["timm", "hf"] < 0.99
+
+
+def test_only_the_recorded_modules_name_vitroll_while_recording_and_get_their_config_back_after_an_error():
+    model, pixels = build("vit"), images()
+    modules = [layer.attention for layer in model.vit.layers]
+    with pytest.raises(ZeroDivisionError), AttentionRecorder(model):
+        assert [m.config._attn_implementation for m in modules] == ["vitroll", "vitroll"]
+        assert model.config._attn_implementation == "sdpa" and model.config.output_attentions is False
+        1 / 0
+    assert all(m.config is model.config for m in modules) and model.config._attn_implementation == "sdpa"
+    assert transformers.ViTConfig(**SMALL)._attn_implementation is None  # nothing global switched
+
+
+def test_data2vec_built_eager_is_read_at_its_dropout():
+    pixels = images()
+    with AttentionRecorder(build("data2vec-vision", "eager"), head_fusion=None) as recorder, torch.no_grad():
+        recorder.model(pixel_values=pixels)
+    for got, want in zip(recorder.attentions, eager_attentions("data2vec-vision", pixels)):
+        assert (got - want).abs().max().item() < 1e-5
