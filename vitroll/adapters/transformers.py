@@ -27,7 +27,7 @@ from torch import nn
 
 from vitroll.adapters.base import register_family
 from vitroll.adapters.transformers_preprocessing import transformers_preprocessing
-from vitroll.capture.families import Readout, TokenLayout, add_refusal
+from vitroll.capture.families import Logits, Readout, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attach_kernel_swap
 from vitroll.errors import UnsupportedModelError
@@ -224,14 +224,16 @@ def _siglip_pool(model: nn.Module) -> list[nn.Module]:
     return [head.attention] if head is not None else []
 
 
-def _register(name: str, classes: tuple[str, ...], attention: tuple[str, ...], token_layout, *, notes: str,
-              logits=_logits, readout_modules=None) -> None:
+def _register(name: str, classes: tuple[str, ...], attention: tuple[str, ...],
+              token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout], *, notes: str,
+              logits: Logits = _logits, readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None) -> None:
+    """A family of ``classes`` whose attention modules (``attention``) go through the attention interface."""
     register_family(
         name, classes, attention_modules=_attention_modules_of(*attention), token_layout=token_layout,
         preprocessing=transformers_preprocessing, randomizable=_heads_then_layers_down(*attention), logits=logits,
         class_names=_class_names, readout_modules=readout_modules,
         readout=[AttentionReadout(each, probs_module=None, fused_flag=None, attach=attach_attention_interface)
-                 for each in attention if each in INTERFACE_ATTENTION.values()],
+                 for each in attention],
         name_patterns=tuple(each.rpartition(".")[2] for each in classes), notes=notes,
     )
 
