@@ -24,6 +24,8 @@ _PIL_INTERPOLATION = {
     "bilinear": Image.Resampling.BILINEAR,
     "nearest": Image.Resampling.NEAREST,
     "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
 }
 
 
