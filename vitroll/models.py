@@ -69,9 +69,6 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     local = folder.is_dir()
     if local and not (folder / "config.json").is_file():
         raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
-    if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
-        raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
-                             "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     offline = not local and not hub_reachable()
     try:
         with _hub_offline(offline):
@@ -85,6 +82,9 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     if kind not in _TRANSFORMERS_TYPES:
         why = _TRANSFORMERS_REFUSED.get(kind, "no vitroll family reads its attention")
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
+    if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
+        raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
+                             "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
     vision_tower = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(kind)
     auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
