@@ -88,6 +88,8 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     config._attn_implementation = "sdpa"
     vision_tower = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(kind)
     auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
     try:
         with _hub_offline(offline):
             for index, cls in enumerate(auto):
@@ -107,6 +109,9 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     except Exception as error:
         raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     _use_processor_of(model, source, offline=offline or local)
     return model
 
