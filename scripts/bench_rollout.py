@@ -11,6 +11,11 @@ of ratios and writes ``docs/bench_rollout.md`` and a log-log plot ``docs/bench_r
 
     python scripts/bench_rollout.py            # N = 197, 577, 1025, 2305, 4097 (several minutes on 2 cores)
     python scripts/bench_rollout.py --quick    # N = 197, 577
+    python scripts/bench_rollout.py --source transformers  # N = 197, 1025: transformers' ViT-S beside timm's
+
+With ``--source transformers`` it measures forward and forward + rollout on a ViT-S-sized transformers
+``ViTForImageClassification`` (hidden 384, 12 layers, 6 heads, patch 16, SDPA) and on timm's ``--model`` in the same
+run, and writes ``docs/bench_rollout_transformers.md`` with both rollout/forward ratios and their quotient.
 """
 
 from __future__ import annotations
@@ -85,7 +90,17 @@ def _per_image_maps(model, images, discard_ratio=0.9):
     return torch.stack(maps)
 
 
-def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> dict:
+def _transformers_vit_small(pixels: int):
+    """transformers' ViT at timm's vit_small_patch16 size, attention through SDPA."""
+    import transformers
+
+    config = transformers.ViTConfig(image_size=pixels, patch_size=16, hidden_size=384, num_hidden_layers=12,
+                                    num_attention_heads=6, intermediate_size=1536, num_labels=1000,
+                                    attn_implementation="sdpa")
+    return transformers.ViTForImageClassification(config).eval()
+
+
+def measure(tokens: int, implementation: str, model_name: str, repeats: int, source: str = "timm") -> dict:
     import timm
     import torch
 
@@ -93,11 +108,20 @@ def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> 
 
     torch.set_num_threads(torch.get_num_threads())
     pixels, batch = SIZES[tokens]
-    model = timm.create_model(model_name, img_size=pixels).eval()
+    if source == "transformers":
+        hf_model = _transformers_vit_small(pixels)
+
+        def model(images):
+            return hf_model(pixel_values=images)
+
+        explained, layers = hf_model, hf_model.config.num_hidden_layers
+    else:
+        model = explained = timm.create_model(model_name, img_size=pixels).eval()
+        layers = len(model.blocks)
     images = torch.randn(batch, 3, pixels, pixels)
     run = {
         "forward": lambda: model(images),
-        "vitroll": lambda: rollout(model, images),
+        "vitroll": lambda: rollout(explained, images),
         "naive": lambda: _naive_maps(model, images),
         "per_image": lambda: _per_image_maps(model, images),
     }[implementation]
@@ -122,7 +146,7 @@ def measure(tokens: int, implementation: str, model_name: str, repeats: int) -> 
     return {"tokens": tokens, "implementation": implementation, "seconds": min(times),
             "forward_seconds": min(forward_times), "median_seconds": statistics.median(times),
             "median_forward_seconds": statistics.median(forward_times),
-            "extra_peak_mib": (peak - baseline) / 1024, "batch": batch, "layers": len(model.blocks)}
+            "extra_peak_mib": (peak - baseline) / 1024, "batch": batch, "layers": layers, "source": source}
 
 
 def main() -> None:
@@ -132,11 +156,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-per-image-above", type=int, default=1025,
                         help="the per-image baseline equals naive at batch 1; skip it above this N")
+    parser.add_argument("--source", choices=("timm", "transformers"), default="timm",
+                        help="transformers: a transformers ViT-S beside timm's --model, N = 197 and 1025")
     parser.add_argument("--out", default="docs")
-    parser.add_argument("--worker", nargs=2, metavar=("N", "IMPL"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=3, metavar=("N", "IMPL", "SOURCE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(measure(int(args.worker[0]), args.worker[1], args.model, args.repeats)))
+        print(json.dumps(measure(int(args.worker[0]), args.worker[1], args.model, args.repeats, args.worker[2])))
+        return
+    if args.source == "transformers":
+        rows = [_run_worker(tokens, implementation, source, args)
+                for tokens in (197, 1025) for source in ("timm", "transformers") for implementation in ("forward", "vitroll")]
+        write_sources_report(rows, Path(args.out), args.model)
         return
 
     rows = []
@@ -144,12 +175,48 @@ def main() -> None:
         for implementation in IMPLEMENTATIONS:
             if implementation == "per_image" and tokens > args.skip_per_image_above:
                 continue
-            done = subprocess.run([sys.executable, __file__, "--worker", str(tokens), implementation, "--model", args.model,
-                                   "--repeats", str(args.repeats)], stdout=subprocess.PIPE, text=True, check=True)
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"N={tokens:5d} {implementation:10s} {rows[-1]['seconds']:.3f} s  +{rows[-1]['extra_peak_mib']:.0f} MiB",
-                  file=sys.stderr)
+            rows.append(_run_worker(tokens, implementation, "timm", args))
     write_report(rows, Path(args.out), args.model)
+
+
+def _run_worker(tokens: int, implementation: str, source: str, args: argparse.Namespace) -> dict:
+    """One measurement in a fresh subprocess (its own peak memory)."""
+    done = subprocess.run([sys.executable, __file__, "--worker", str(tokens), implementation, source, "--model",
+                           args.model, "--repeats", str(args.repeats)], stdout=subprocess.PIPE, text=True, check=True)
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"N={tokens:5d} {source:12s} {implementation:10s} {row['seconds']:.3f} s  +{row['extra_peak_mib']:.0f} MiB",
+          file=sys.stderr)
+    return row
+
+
+def write_sources_report(rows: list[dict], out: Path, model_name: str) -> None:
+    """The rollout/forward ratio of timm's model and of transformers' ViT-S at each N, and their quotient."""
+    by = {(r["tokens"], r["source"], r["implementation"]): r for r in rows}
+    lines = [
+        f"timm {model_name} beside transformers ViTForImageClassification (hidden 384, 12 layers, 6 heads, patch 16, "
+        f"SDPA), random init, one run; CPU: {platform.processor() or platform.machine()}, "
+        f"{__import__('os').cpu_count()} cores, torch {__import__('torch').__version__}, "
+        f"transformers {__import__('transformers').__version__}.",
+        "Ratios: fastest rollout over fastest forward interleaved in the same process (medians in brackets).",
+        "",
+        "| N | batch | timm forward s | timm rollout / forward | transformers forward s | transformers rollout / forward "
+        "| transformers ratio / timm ratio (medians) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for tokens in sorted({r["tokens"] for r in rows}):
+        ratio, median, forward = {}, {}, {}
+        for source in ("timm", "transformers"):
+            ours = by[(tokens, source, "vitroll")]
+            ratio[source] = ours["seconds"] / ours["forward_seconds"]
+            median[source] = ours["median_seconds"] / ours["median_forward_seconds"]
+            forward[source] = by[(tokens, source, "forward")]["seconds"]
+        lines.append(f"| {tokens} | {SIZES[tokens][1]} | {forward['timm']:.3f} | {ratio['timm']:.2f} ({median['timm']:.2f}) "
+                     f"| {forward['transformers']:.3f} | {ratio['transformers']:.2f} ({median['transformers']:.2f}) "
+                     f"| {ratio['transformers'] / ratio['timm']:.2f} ({median['transformers'] / median['timm']:.2f}) |")
+    table = "\n".join(lines)
+    print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_rollout_transformers.md").write_text(table + "\n")
 
 
 def write_report(rows: list[dict], out: Path, model_name: str) -> None:

@@ -124,8 +124,8 @@ def count_kernel_calls(monkeypatch) -> list[str]:
     for name in ("blocked", "factored"):
         make = getattr(AttentionRecorder, f"_{name}_kernel")
 
-        def counting(self, index, make=make, name=name):
-            kernel = make(self, index)
+        def counting(self, *where, make=make, name=name):
+            kernel = make(self, *where)
             return lambda *args: calls.append(name) or kernel(*args)
 
         monkeypatch.setattr(AttentionRecorder, f"_{name}_kernel", counting)

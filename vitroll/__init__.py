@@ -8,6 +8,7 @@ torchvision models, and any model family registered with :func:`register_family`
 
 from vitroll._version import __version__
 from vitroll.adapters import register_family
+from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
@@ -21,6 +22,7 @@ from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
+    "use_image_processor",
     "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
     "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",

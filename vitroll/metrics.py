@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.methods.base import model_logits
+from vitroll.methods.base import class_logits
 
 Substrate = Literal["blur", "mean"]
 
@@ -204,7 +204,7 @@ def deletion_insertion(
     for count in counts:
         changed = rank < count
         pair = torch.cat([torch.where(changed, background, images), torch.where(changed, images, background)])
-        probabilities = model_logits(model, pair.to(next(model.parameters()).dtype)).float().softmax(dim=-1)
+        probabilities = class_logits(model, pair.to(next(model.parameters()).dtype)).float().softmax(dim=-1)
         deletion.append(probabilities[:batch].gather(1, targets).squeeze(1))
         insertion.append(probabilities[batch:].gather(1, targets).squeeze(1))
     return DeletionInsertion(

@@ -24,10 +24,110 @@ from vitroll.errors import ModelLoadError
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
 
 TORCHVISION_PREFIX = "torchvision:"
+TRANSFORMERS_PREFIX = "transformers:"
+_TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                         "pytorch_model.bin.index.json")
+# model types whose attention vitroll reads (vitroll.adapters.transformers), and why others are refused
+_TRANSFORMERS_TYPES = {"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn", "vit_mae",
+                       "clip", "clip_vision_model", "siglip", "siglip_vision_model"}
+_TRANSFORMERS_REFUSED = {"swin": "hierarchical windowed attention (no token-to-token attention over the whole image)",
+                         "swinv2": "hierarchical windowed attention (no token-to-token attention over the whole image)",
+                         "convnext": "a convolutional network (no attention)",
+                         "bert": "a text model, not a vision transformer"}
 
 
 def _is_hub_name(name: str) -> bool:
     return name.startswith(("hf-hub:", "hf_hub:"))
+
+
+def is_transformers_name(name: str) -> bool:
+    """Whether ``--model NAME`` names a Hugging Face transformers model: the ``transformers:`` prefix always; an
+    existing folder (a ``save_pretrained`` folder); a bare ``ORG/NAME`` that is neither an existing path nor a timm
+    name (a transformers hub id)."""
+    if name.startswith(TRANSFORMERS_PREFIX) or Path(name).is_dir():
+        return True
+    if _is_hub_name(name) or name.startswith(TORCHVISION_PREFIX) or name.count("/") != 1 or Path(name).exists():
+        return False
+    import timm
+
+    return not timm.is_model(name)
+
+
+def _transformers_source(name: str) -> str:
+    return name.removeprefix(TRANSFORMERS_PREFIX)
+
+
+def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
+    """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
+    cannot be reached), with ``state`` on top of its config when given; register its image processor."""
+    try:
+        import transformers
+    except ImportError:
+        raise ModelLoadError(f'{name}: Hugging Face transformers is not installed; pip install "vitroll[hf]"') from None
+    source = _transformers_source(name)
+    folder = Path(source)
+    local = folder.is_dir()
+    if local and not (folder / "config.json").is_file():
+        raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
+    offline = not local and not hub_reachable()
+    try:
+        with _hub_offline(offline):
+            config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local)
+    except Exception as error:  # hub errors come in many types (OSError, HTTP errors, ValueError)
+        where = ("is not in the local cache and the hub cannot be reached" if offline
+                 else f"could not be read ({type(error).__name__})")
+        raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
+                             "pass a save_pretrained folder") from None
+    kind = config.model_type
+    if kind not in _TRANSFORMERS_TYPES:
+        why = _TRANSFORMERS_REFUSED.get(kind, "no vitroll family reads its attention")
+        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
+    if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
+        raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
+                             "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
+    config._attn_implementation = "sdpa"
+    vision_tower = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(kind)
+    auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
+    try:
+        with _hub_offline(offline):
+            for index, cls in enumerate(auto):
+                try:
+                    if state is not None:
+                        model = cls.from_config(config.vision_config if vision_tower else config)
+                        load_state(model, state, checkpoint)
+                    else:
+                        model = cls.from_pretrained(source, config=None if vision_tower else config,
+                                                    attn_implementation="sdpa", local_files_only=offline or local)
+                    break
+                except ValueError:  # this auto class has no mapping for the config (a backbone without a head)
+                    if index == len(auto) - 1:
+                        raise
+    except ModelLoadError:
+        raise
+    except Exception as error:
+        raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+    _use_processor_of(model, source, offline=offline or local)
+    return model
+
+
+def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
+    """Register the image processor saved with the model, when there is one."""
+    from transformers import AutoImageProcessor
+
+    from vitroll.adapters.transformers_preprocessing import use_image_processor
+
+    try:
+        with _hub_offline(offline):
+            processor = AutoImageProcessor.from_pretrained(source, local_files_only=offline)
+    except (OSError, ValueError, KeyError):  # no preprocessor_config.json: the model type's defaults apply
+        return
+    use_image_processor(model, processor)
 
 
 def check_model_name(name: str) -> None:
@@ -194,7 +294,8 @@ def load_model(
     Parameters
     ----------
     name : str
-        A timm model name, ``hf-hub:org/name``, ``torchvision:ARCH`` (``torchvision:vit_b_16``; ``img_size`` sets
+        A timm model name, ``hf-hub:org/name`` (timm weights on the hub), a transformers model
+        (see :func:`is_transformers_name`), ``torchvision:ARCH`` (``torchvision:vit_b_16``; ``img_size`` sets
         its square ``image_size``), or ``vitroll-shapes`` — the small testbed ViT shipped with
         vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its weights).
     pretrained : bool
@@ -216,6 +317,11 @@ def load_model(
         load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
         return model.eval().to(device)
     state = read_checkpoint(checkpoint, trust=trust_checkpoint) if checkpoint is not None else None
+    if is_transformers_name(name):
+        if pretrained or num_classes is not None or model_kwargs:
+            raise ModelLoadError(f"{name}: a transformers model takes its weights and size from its folder or hub id; "
+                                 "--pretrained, --num-classes and the timm size options do not apply")
+        return _load_transformers(name, state, checkpoint).eval().to(device)
     if name.startswith(TORCHVISION_PREFIX):
         model = _build_torchvision(name, pretrained=pretrained and state is None, state=state,
                                    num_classes=num_classes, **model_kwargs)
@@ -268,7 +374,7 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
 
 def has_random_weights(name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None") -> bool:
     """Whether :func:`load_model` with these arguments leaves the weights at their random initialisation."""
-    return not pretrained and checkpoint is None and name != TESTBED_NAME
+    return not pretrained and checkpoint is None and name != TESTBED_NAME and not is_transformers_name(name)
 
 
 @dataclass(frozen=True)
@@ -278,7 +384,7 @@ class ModelProvenance:
     model: str
     """The name given to :func:`load_model` (timm name, ``hf-hub:…`` or ``vitroll-shapes``)."""
     weights: str
-    """``random``, ``timm-pretrained``, ``torchvision-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
+    """``random``, ``timm-pretrained``, ``torchvision-pretrained``, ``transformers-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
     description: str
     """One line for people: which pretrained tag, which checkpoint file, or the random-weights warning."""
     sha256: Optional[str] = None
@@ -296,6 +402,8 @@ class ModelProvenance:
             return cls(name, "checkpoint", f"checkpoint file {Path(checkpoint).name}", file_sha256(checkpoint))
         if name == TESTBED_NAME:
             return cls(name, "testbed", f"the testbed weights shipped with vitroll ({WEIGHTS.name})", file_sha256(WEIGHTS))
+        if is_transformers_name(name):
+            return cls._of_transformers(name)
         if pretrained and name.startswith(TORCHVISION_PREFIX):
             return cls(name, "torchvision-pretrained", "torchvision pretrained weights (DEFAULT)")
         if pretrained:
@@ -303,6 +411,16 @@ class ModelProvenance:
             source = cfg.get("hf_hub_id") or cfg.get("url") or cfg.get("tag") or "timm's default tag"
             return cls(name, "timm-pretrained", f"timm pretrained weights ({source})")
         return cls(name, "random", "RANDOM weights (no --pretrained or --checkpoint): the maps mean nothing")
+
+    @classmethod
+    def _of_transformers(cls, name: str) -> "ModelProvenance":
+        """A ``save_pretrained`` folder (SHA-256 of its weights file) or a hub id."""
+        folder = Path(_transformers_source(name))
+        if folder.is_dir():
+            weights = next((folder / f for f in _TRANSFORMERS_WEIGHTS if (folder / f).is_file()), None)
+            return cls(name, "transformers-pretrained", f"transformers weights in {folder}",
+                       file_sha256(weights) if weights is not None else None)
+        return cls(name, "transformers-pretrained", f"transformers weights from the hub ({folder})")
 
     @classmethod
     def unstated(cls, model: nn.Module) -> "ModelProvenance":

@@ -24,6 +24,8 @@ _PIL_INTERPOLATION = {
     "bilinear": Image.Resampling.BILINEAR,
     "nearest": Image.Resampling.NEAREST,
     "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
 }
 
 
@@ -93,6 +95,8 @@ class Preprocessing:
     crop_mode : {"center", "squash"}
         ``center`` keeps the aspect ratio and centre-crops (timm's default); ``squash`` resizes both sides
         independently, so with ``crop_pct=1`` the model sees the whole image (no-crop mode).
+    crop_rounding : {"round", "floor"}
+        How a centre crop's odd margin is split: rounded (timm, torchvision) or floored (transformers' processors).
     """
 
     input_size: tuple[int, int]
@@ -101,6 +105,7 @@ class Preprocessing:
     crop_pct: float = 0.875
     interpolation: str = "bicubic"
     crop_mode: CropMode = "center"
+    crop_rounding: Literal["round", "floor"] = "round"
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
@@ -130,8 +135,8 @@ class Preprocessing:
         else:  # timm ResizeKeepRatio: the tighter of the two ratios, rounded
             ratio = min(height / scale_h, width / scale_w)
             resized = (round(height / ratio), round(width / ratio))
-        top = int(round((resized[0] - target_h) / 2.0))
-        left = int(round((resized[1] - target_w) / 2.0))
+        split = (lambda margin: margin // 2) if self.crop_rounding == "floor" else (lambda margin: int(round(margin / 2.0)))
+        top, left = split(resized[0] - target_h), split(resized[1] - target_w)
         return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
                             input_hw=(target_h, target_w))
 

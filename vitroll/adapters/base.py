@@ -8,14 +8,14 @@ import torch
 
 from torch import nn
 
-from vitroll.capture.families import ModelFamily, Padding, TokenLayout, add_family, call_model
+from vitroll.capture.families import Logits, ModelFamily, Padding, TokenLayout, add_family, call_model
 from vitroll.capture.readouts import AttentionReadout, register_readout
 from vitroll.preprocess import Preprocessing, register_preprocessing
 
 
 def register_family(
     name: str,
-    model_type: type | str,
+    model_type: type | str | tuple[type | str, ...],
     *,
     attention_modules: Callable[[nn.Module], list[nn.Module]],
     token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout],
@@ -24,7 +24,7 @@ def register_family(
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None,
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
-    logits: Callable[[nn.Module, torch.Tensor], torch.Tensor] = call_model,
+    logits: Logits = call_model,
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
@@ -36,9 +36,9 @@ def register_family(
     ----------
     name : str
         Short name shown to users; registering the same name again replaces the family.
-    model_type : type or str
+    model_type : type or str, or a tuple of them
         The model class (subclasses match too), or its dotted path ``"package.module.Class"`` so that registering
-        does not import the package. Families registered later are matched first (a family for a subclass of a
+        does not import the package; a tuple for several classes. Families registered later are matched first (a family for a subclass of a
         known model class takes those models over).
     attention_modules : callable
         ``model -> [attention module per layer]``, in forward order.
@@ -65,7 +65,9 @@ def register_family(
     logits : callable, optional
         ``(model, images (B, C, H, W)) -> logits (B, num_classes)``, the scores every method explains and every
         pipeline predicts from; by default ``model(images)``. For a model that returns an output object, say where
-        its logits are: ``lambda model, images: model(images).logits``.
+        its logits are: ``lambda model, images: model(images).logits``. A backbone without a classification head
+        runs its forward and returns None: attention methods (rollout, attention, flow) explain it, and the ones that
+        need class scores say it has none.
     class_names : callable, optional
         ``model -> [name per class]`` (or None) from what the model carries; ``--class-names FILE`` overrides it.
     name_patterns : tuple of str
@@ -80,7 +82,8 @@ def register_family(
     ModelFamily
         The registered family.
     """
-    family = ModelFamily(name=name, model_types=(model_type,), name_patterns=name_patterns, timm_modules=timm_modules,
+    model_types = model_type if isinstance(model_type, tuple) else (model_type,)
+    family = ModelFamily(name=name, model_types=model_types, name_patterns=name_patterns, timm_modules=timm_modules,
                          attention_modules=attention_modules, token_layout=token_layout,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
                          logits=logits, class_names=class_names, notes=notes)

@@ -86,6 +86,11 @@ def call_model(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return model(images)
 
 
+Logits = Callable[[nn.Module, torch.Tensor], Optional[torch.Tensor]]
+"""``(model, images (B, C, H, W)) -> logits (B, num_classes)``: runs the model's forward pass and returns its class
+scores, or None for a backbone without a classification head (its attention is still recorded in that pass)."""
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """How to find and read the attention of one kind of model.
@@ -116,8 +121,9 @@ class ModelFamily:
         classifier head first, then the blocks from the last to the first. Without it ``vitroll sanity`` refuses
         the family's models.
     logits : callable
-        ``(model, images (B, C, H, W)) -> (B, num_classes)``: the forward pass whose scores are explained (default
-        ``model(images)``; a model that returns an output object or a dict says here where its logits are).
+        ``(model, images (B, C, H, W)) -> (B, num_classes) or None`` (:data:`Logits`): the forward pass whose scores
+        are explained (default ``model(images)``; a model that returns an output object or a dict says here where its
+        logits are; a backbone runs its forward and returns None).
     class_names : callable, optional
         ``model -> [name per class] or None`` from what the model carries (its pretrained config, its labels).
     notes : str
@@ -133,7 +139,7 @@ class ModelFamily:
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None
-    logits: Callable[[nn.Module, torch.Tensor], torch.Tensor] = call_model
+    logits: Logits = call_model
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None
     notes: str = ""
 
@@ -142,14 +148,20 @@ class ModelFamily:
         return any(isinstance(model, model_type) for model_type in self._imported_types())
 
     def _imported_types(self) -> list[type]:
-        imported = []
-        for model_type in self.model_types:
-            if isinstance(model_type, str):
-                module_name, _, class_name = model_type.rpartition(".")
-                model_type = getattr(sys.modules.get(module_name), class_name, None)
-            if model_type is not None:
-                imported.append(model_type)
-        return imported
+        return imported_types(self.model_types)
+
+
+def imported_types(model_types: tuple[type | str, ...]) -> list[type]:
+    """The classes among ``model_types`` (classes, or dotted paths ``"package.module.Class"``) that exist: a dotted
+    path names a class only once its module is imported, which it is whenever a model of that class exists."""
+    imported = []
+    for model_type in model_types:
+        if isinstance(model_type, str):
+            module_name, _, class_name = model_type.rpartition(".")
+            model_type = getattr(sys.modules.get(module_name), class_name, None)
+        if model_type is not None:
+            imported.append(model_type)
+    return imported
 
 
 FAMILIES: list[ModelFamily] = []
@@ -167,6 +179,17 @@ def add_family(family: ModelFamily) -> None:
         FAMILIES.append(family)
 
 
+REFUSALS: list[tuple[type | str, str]] = []
+"""(model class or dotted path, reason) of the model kinds vitroll refuses with that reason (:func:`add_refusal`)."""
+
+
+def add_refusal(model_type: type | str, reason: str) -> None:
+    """Refuse models of ``model_type`` (a class, subclasses included, or its dotted path ``"package.module.Class"``)
+    with ``reason``, one line saying why their attention cannot be explained (windows or stages, not one token
+    sequence), instead of the list of supported families."""
+    REFUSALS.append((model_type, reason))
+
+
 def registered_family(model: nn.Module) -> Optional[ModelFamily]:
     """The registered family of ``model`` (the latest registered that matches), or None."""
     return next((family for family in reversed(FAMILIES) if family.matches(model)), None)
@@ -178,6 +201,9 @@ def family_of(model: nn.Module) -> ModelFamily:
     family = registered_family(model)
     if family is not None:
         return family
+    for model_type, reason in REFUSALS:
+        if any(isinstance(model, known) for known in imported_types((model_type,))):
+            raise UnsupportedModelError(f"{type(model).__name__}: {reason}")
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
     raise UnsupportedModelError(
         f"{type(model).__name__} has no token attention that vitroll can read; supported families: {supported}. "

@@ -44,6 +44,13 @@ class AttentionSink(Protocol):
     def record_graph(self, probabilities: torch.Tensor) -> None:
         """Record the probabilities (B, H, Q, N) that the module's output was computed from (``keep_graph``)."""
 
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                  scale: float) -> torch.Tensor:
+        """Compute ``softmax(q kᵀ · scale + mask) v`` → (B, H, Q, Dv) for queries (B, H, Q, D) and keys and values
+        (B, H, N, D), recording the probabilities in the same pass: the recorder's own kernel (blocked within its
+        memory budget, or factored), or with ``keep_graph`` the probabilities in the graph. ``attn_mask`` is
+        boolean (allowed positions) or additive, broadcastable to (B, H, Q, N)."""
+
 
 @dataclass(frozen=True)
 class AttentionReadout:
@@ -51,8 +58,9 @@ class AttentionReadout:
 
     Attributes
     ----------
-    module_type : type
-        The attention class (subclasses match too, unless registered themselves).
+    module_type : type or str
+        The attention class (subclasses match too, unless registered themselves), or its dotted path
+        ``"package.module.Class"``, so that registering does not import the package.
     probs_module : str or None
         Submodule whose output is the softmax probabilities (B, H, Q, N) on the unfused path; None when the
         module has no such submodule (then only the query/key path exists).
@@ -73,7 +81,7 @@ class AttentionReadout:
         undoes every change. When set, the other fields are not used.
     """
 
-    module_type: type
+    module_type: type | str
     probs_module: Optional[str] = "attn_drop"
     fused_flag: Optional[str] = "fused_attn"
     query_key_modules: Optional[tuple[str, str]] = None
@@ -88,16 +96,21 @@ READOUTS: list[AttentionReadout] = []
 
 def register_readout(readout: AttentionReadout) -> None:
     """Add ``readout``, replacing one registered for the same module type; it is found before those it inherits."""
-    READOUTS[:] = [readout] + [known for known in READOUTS if known.module_type is not readout.module_type]
+    READOUTS[:] = [readout] + [known for known in READOUTS if known.module_type != readout.module_type]
+
+
+def _names(module_type: type) -> tuple[type, str]:
+    """The ways a readout may name ``module_type``: the class, or its dotted path."""
+    return module_type, f"{module_type.__module__}.{module_type.__qualname__}"
 
 
 def readout_for(module: nn.Module) -> AttentionReadout:
     """The most specific registered readout for ``module``: of its own type, else of its nearest base class."""
     for module_type in type(module).__mro__:
         for readout in READOUTS:
-            if readout.module_type is module_type:
+            if readout.module_type in _names(module_type):
                 return readout
-    known = ", ".join(r.module_type.__name__ for r in READOUTS)
+    known = ", ".join(r.module_type if isinstance(r.module_type, str) else r.module_type.__name__ for r in READOUTS)
     raise UnsupportedModelError(
         f"attention module {type(module).__name__} has no registered readout (known: {known})"
     )

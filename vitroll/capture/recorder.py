@@ -53,6 +53,48 @@ def attention_probabilities(
     return logits.softmax(dim=-1)
 
 
+def attach_kernel_swap(module: nn.Module,
+                       kernel_for: Callable[[tuple], Callable[..., torch.Tensor]]) -> Callable[[], None]:
+    """For each forward call of ``module``, send its ``F.scaled_dot_product_attention`` call to the kernel
+    ``kernel_for(args)`` picks from the call's positional arguments, as ``kernel(q, k, v, attn_mask, scale) -> output``
+    (the kernel a recorder or an :class:`~vitroll.capture.readouts.AttentionSink` computes and records with).
+
+    Returns the function that undoes it, also after a forward that raised half-way.
+    """
+    swap = AttentionKernelSwap()
+
+    def start(_module: nn.Module, args: tuple) -> None:
+        kernel = kernel_for(args)
+
+        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                      dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                      **options: object) -> torch.Tensor:
+            if dropout_p or is_causal or options:
+                raise UnsupportedModelError(
+                    f"{type(module).__name__} called its attention kernel with dropout, a causal mask or other "
+                    "options; vitroll records plain self-attention in eval mode only"
+                )
+            return kernel(q, k, v, attn_mask, q.shape[-1] ** -0.5 if scale is None else scale)
+
+        swap.target = attention
+        swap.__enter__()
+
+    def stop(_module: nn.Module, _args: tuple, _output: object) -> None:
+        if swap.target is not None:
+            swap.target = None
+            swap.__exit__(None, None, None)
+
+    before = module.register_forward_pre_hook(start)
+    after = module.register_forward_hook(stop)
+
+    def detach() -> None:
+        before.remove()
+        after.remove()
+        stop(module, (), None)  # the forward raised between start and stop
+
+    return detach
+
+
 class AttentionRecorder:
     """Context manager that records the attention probabilities of every layer of a model.
 
@@ -131,7 +173,12 @@ class AttentionRecorder:
             for index, module in enumerate(self._modules):
                 self._attach(index, module, readout_for(module))
             for index, module in enumerate(self._readout_modules):
-                self._attach_query_key(self._readout_records, index, module, readout_for(module), "mean")
+                readout = readout_for(module)
+                if readout.attach is not None:  # the pooling query's attention is read beside the model, never in graph
+                    sink = _LayerSink(self, self._readout_records, index, keep_graph=False, head_fusion="mean")
+                    self._undo.append(readout.attach(module, sink))
+                else:
+                    self._attach_query_key(self._readout_records, index, module, readout, "mean")
         except BaseException:
             self._detach()
             raise
@@ -194,7 +241,8 @@ class AttentionRecorder:
     def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
         fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
         if readout.attach is not None:
-            self._undo.append(readout.attach(module, _LayerSink(self, index)))
+            sink = _LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
+            self._undo.append(readout.attach(module, sink))
         elif readout.probs_module is None:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion)
         elif self.keep_graph or not fused:
@@ -207,14 +255,16 @@ class AttentionRecorder:
         output and the record) or, with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``
         (chosen per forward call), to the factored kernel. Masked layers (relative position bias) always take the
         blocked kernel."""
-        blocked, factored = self._blocked_kernel(index), self._factored_kernel(index)
+        self._undo.append(attach_kernel_swap(module, lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
 
-        def kernel_for(args: tuple) -> Callable[..., torch.Tensor]:
-            batch, num_tokens = args[0].shape[:2]
-            dense_bytes = len(self._modules) * batch * num_tokens * num_tokens * self.dtype.itemsize
-            return factored if self.factored and dense_bytes > self._budget(args[0].device) else blocked
-
-        self._attach_kernel_swap(module, kernel_for)
+    def _kernel(self, index: int, batch: int, num_tokens: int, device: torch.device) -> Callable[..., torch.Tensor]:
+        """The kernel ``(q, k, v, attn_mask, scale) -> output (B, H, Q, Dv)`` that computes layer ``index``'s attention
+        and records it in the same pass, for a call on ``batch`` sequences of ``num_tokens`` tokens: the blocked
+        kernel, or with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``, the factored one."""
+        dense_bytes = len(self._modules) * batch * num_tokens * num_tokens * self.dtype.itemsize
+        if self.factored and dense_bytes > self._budget(device):
+            return self._factored_kernel(index)
+        return self._blocked_kernel(self._records, index, self.head_fusion)
 
     def _budget(self, device: torch.device) -> int:
         if self.chunk_bytes:
@@ -269,7 +319,7 @@ class AttentionRecorder:
     def _factored_kernel(self, index: int) -> Callable[..., torch.Tensor]:
         """Attention that keeps the layer's factors (:class:`FactoredAttention`) as its record; masked attention
         (which the factors cannot represent) goes to the blocked kernel."""
-        blocked = self._blocked_kernel(index)
+        blocked = self._blocked_kernel(self._records, index, self.head_fusion)
 
         def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
                       scale: float) -> torch.Tensor:
@@ -281,9 +331,10 @@ class AttentionRecorder:
 
         return attention
 
-    def _blocked_kernel(self, index: int) -> Callable[..., torch.Tensor]:
+    def _blocked_kernel(self, records: list[Optional[torch.Tensor]], index: int,
+                        head_fusion: Optional[str]) -> Callable[..., torch.Tensor]:
         """Attention computed in query blocks (:mod:`~vitroll.capture.blocking`), each block's probabilities fused
-        into the record on the way."""
+        (``head_fusion``) into ``records[index]`` on the way."""
 
         def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
                       scale: float) -> torch.Tensor:
@@ -294,41 +345,10 @@ class AttentionRecorder:
                 out[:, :, block] = probs.to(v.dtype) @ v  # in the autograd graph when gradients are on
                 return probs.detach()
 
-            self._store(self._records, index, (*q.shape[:3], k.shape[2]), rows, q.device, self.head_fusion)
+            self._store(records, index, (*q.shape[:3], k.shape[2]), rows, q.device, head_fusion)
             return out
 
         return attention
-
-    def _attach_kernel_swap(self, module: nn.Module,
-                            kernel_for: Callable[[tuple], Callable[..., torch.Tensor]]) -> None:
-        """For each forward call of ``module``, ``kernel_for(args)`` picks the kernel that its
-        ``scaled_dot_product_attention`` call goes to, as ``kernel(q, k, v, attn_mask, scale) -> output``."""
-        swap = AttentionKernelSwap()
-
-        def start(_module: nn.Module, args: tuple) -> None:
-            kernel = kernel_for(args)
-
-            def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                          dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
-                          **options: object) -> torch.Tensor:
-                if dropout_p or is_causal or options:
-                    raise UnsupportedModelError(
-                        f"{type(module).__name__} called its attention kernel with dropout, a causal mask or other "
-                        "options; vitroll records plain self-attention in eval mode only"
-                    )
-                return kernel(q, k, v, attn_mask, q.shape[-1] ** -0.5 if scale is None else scale)
-
-            swap.target = attention
-            swap.__enter__()
-
-        def stop(_module: nn.Module, _args: tuple, _output: object) -> None:
-            if swap.target is not None:
-                swap.target = None
-                swap.__exit__(None, None, None)
-
-        self._undo.append(lambda: stop(module, (), None))  # the forward raised between start and stop
-        self._undo.append(module.register_forward_pre_hook(start).remove)
-        self._undo.append(module.register_forward_hook(stop).remove)
 
     def _attach_unfused(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
         if readout.fused_flag is not None:
@@ -354,21 +374,35 @@ class AttentionRecorder:
 
 
 class _LayerSink:
-    """The :class:`~vitroll.capture.readouts.AttentionSink` of one layer of a recorder, for custom readouts."""
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of one record of a recorder (a layer, or an attention-pooling
+    module's), for custom readouts."""
 
-    def __init__(self, recorder: AttentionRecorder, index: int) -> None:
-        self._recorder, self._index = recorder, index
-        self.keep_graph = recorder.keep_graph
+    def __init__(self, recorder: AttentionRecorder, records: list, index: int, *, keep_graph: bool,
+                 head_fusion: Optional[str]) -> None:
+        self._recorder, self._records, self._index = recorder, records, index
+        self.keep_graph, self._head_fusion = keep_graph, head_fusion
 
     def record(self, shape: tuple[int, int, int, int], rows: Callable[[slice], torch.Tensor],
                device: torch.device) -> None:
-        recorder = self._recorder
         with torch.no_grad():
-            recorder._store(recorder._records, self._index, shape, rows, device, recorder.head_fusion)
+            self._recorder._store(self._records, self._index, shape, rows, device, self._head_fusion)
 
     def record_graph(self, probabilities: torch.Tensor) -> None:
-        self._recorder._records[self._index] = probabilities
+        self._records[self._index] = probabilities
         self._recorder._graph_sources[self._index] = (probabilities, _unchanged)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                  scale: float) -> torch.Tensor:
+        if self.keep_graph:
+            probabilities = attention_probabilities(q, k, scale, attn_mask)
+            self.record_graph(probabilities)
+            return probabilities.to(v.dtype) @ v
+        recorder = self._recorder
+        if self._records is recorder._records:
+            kernel = recorder._kernel(self._index, q.shape[0], q.shape[2], q.device)
+        else:
+            kernel = recorder._blocked_kernel(self._records, self._index, self._head_fusion)
+        return kernel(q, k, v, attn_mask, scale)
 
 
 def _unchanged(probs: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 
 from vitroll.errors import VitrollError
 from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, eval_mode, model_logits, predict
+from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, resolve_targets
 
@@ -44,7 +44,7 @@ def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign
 
 def _attribute(model: nn.Module, images: Images, target_class: TargetClass, sign: Sign, explain) -> Saliency:
     """Shared frame: predictions, targets, captum call ``explain(inputs, targets)``, pooling to the grid."""
-    images, logits, grid = predict(model, images)
+    images, logits, grid = predict(model, images, class_logits)
     targets = resolve_targets(logits, target_class)
     with eval_mode(model), torch.enable_grad():
         attributions = explain(images, targets)
@@ -64,7 +64,7 @@ def integrated_gradients(
     normalisation), ``steps`` Riemann steps; maps (B, h, w), float32 on the model's device. Costs ``steps``
     forward + backward passes. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     attr = _captum_attr()
-    method = attr.IntegratedGradients(lambda inputs: model_logits(model, inputs))
+    method = attr.IntegratedGradients(lambda inputs: class_logits(model, inputs))
     return _attribute(model, images, target_class, sign, lambda x, t: method.attribute(
         x, baselines=torch.zeros_like(x), target=t, n_steps=steps, internal_batch_size=max(len(x), 8) * 4))
 
@@ -85,7 +85,7 @@ def gradient_shap(
     a mean-grey and a blurred copy; maps (B, h, w), float32 on the model's device. Reproducible for a given
     ``seed``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
     attr = _captum_attr()
-    method = attr.GradientShap(lambda inputs: model_logits(model, inputs))
+    method = attr.GradientShap(lambda inputs: class_logits(model, inputs))
 
     def explain(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         blurred = F.avg_pool2d(x, 9, stride=1, padding=4, count_include_pad=False)

@@ -9,7 +9,7 @@ every method reaches the model through :func:`prepare_images`, which converts it
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
+from typing import Callable, Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -17,6 +17,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
+from vitroll.errors import UnsupportedModelError
 from vitroll.methods.image_batch import Images, image_batch
 
 
@@ -66,22 +67,42 @@ def prepare_images(model: nn.Module, images: Images) -> torch.Tensor:
     return batch.to(device=model_device(model), dtype=model_dtype(model))
 
 
-def model_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def model_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
     """The logits (B, num_classes) of ``images`` (B, C, H, W), from the forward pass the model's family names
-    (:attr:`~vitroll.capture.ModelFamily.logits`); ``model(images)`` for a classifier of no registered family
-    (deletion/insertion scores any classifier)."""
+    (:attr:`~vitroll.capture.ModelFamily.logits`), or None for a backbone without a classification head (the
+    forward still runs); ``model(images)`` for a classifier of no registered family (deletion/insertion scores any
+    classifier)."""
     family = registered_family(model)
     return family.logits(model, images) if family is not None else call_model(model, images)
 
 
-def predict(model: nn.Module, images: Images) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+def class_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """:func:`model_logits` for everything that needs class scores (gradient methods, attributions, deletion and
+    insertion, evaluation, sanity checks).
+
+    Raises
+    ------
+    UnsupportedModelError
+        For a backbone without a classification head, in one line.
+    """
+    logits = model_logits(model, images)
+    if logits is None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has no classification head: there are no class scores to explain or evaluate; "
+            "rollout, attention and flow explain its attention")
+    return logits
+
+
+def predict(model: nn.Module, images: Images, forward: Callable[[nn.Module, torch.Tensor], Optional[torch.Tensor]]
+            = model_logits) -> tuple[torch.Tensor, Optional[torch.Tensor], tuple[int, int]]:
     """One plain forward in eval mode without gradients, for methods that record no attention.
 
-    Returns the images on the model's device and dtype, the logits (B, num_classes) and the patch grid (h, w).
+    Returns the images on the model's device and dtype, the logits (B, num_classes) (None for a backbone, or
+    :func:`class_logits` as ``forward`` refuses it) and the patch grid (h, w).
     """
     images = prepare_images(model, images)
     with eval_mode(model), torch.no_grad():
-        logits = model_logits(model, images)
+        logits = forward(model, images)
     return images, logits, family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
 
 
@@ -93,7 +114,7 @@ def record_attention(
     dtype: torch.dtype = torch.float32,
     max_attention_memory: Optional[int] = None,
     factored: bool = False,
-) -> tuple[list[torch.Tensor], TokenLayout, torch.Tensor]:
+) -> tuple[list[torch.Tensor], TokenLayout, Optional[torch.Tensor]]:
     """Run the model once in eval mode without gradients and record every layer's attention.
 
     ``max_attention_memory`` (bytes) is the attention memory budget while recording (default
@@ -108,7 +129,8 @@ def record_attention(
         Per layer (B, N, N), or (B, H, N, N) when ``head_fusion`` is None.
     layout : TokenLayout
         Prefix tokens, readout and patch grid for this input size.
-    logits : Tensor, shape (B, num_classes)
+    logits : Tensor, shape (B, num_classes), or None
+        None for a backbone without a classification head.
     """
     images = prepare_images(model, images)
     recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,

@@ -137,4 +137,4 @@ def flow(
             f"{len(attentions)}·{layout.num_tokens}² edges); use a smaller input or pass max_tokens={layout.num_tokens} knowingly"
         )
     values = flow_values([a.cpu() for a in attentions], layout, attention_weight=attention_weight, solver=solver)
-    return Saliency(layout.patch_values(values).to(logits.device), logits)
+    return Saliency(layout.patch_values(values).to(attentions[0].device), logits)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
-from vitroll.methods.base import eval_mode, model_logits, prepare_images
+from vitroll.methods.base import class_logits, eval_mode, prepare_images
 from vitroll.methods.image_batch import Images
 
 TargetClass = Union[None, int, Sequence[int], torch.Tensor]
@@ -55,7 +55,7 @@ def attention_gradients(model: nn.Module, images: Images, target_class: TargetCl
         raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
     images = prepare_images(model, images).detach().requires_grad_(True)
     with eval_mode(model), torch.enable_grad(), AttentionRecorder(model, keep_graph=True) as recorder:
-        logits = model_logits(model, images)
+        logits = class_logits(model, images)
         attentions = recorder.attentions
         layout = recorder.token_layout(tuple(images.shape[-2:]))
         targets = resolve_targets(logits.detach(), target_class)

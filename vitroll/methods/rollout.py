@@ -208,6 +208,6 @@ def attention(
     """
     attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
-    with without_autocast(logits.device):
+    with without_autocast(attentions[layer].device):
         row = layout.readout_row(attentions[layer].float())
     return Saliency(layout.patch_values(row), logits)

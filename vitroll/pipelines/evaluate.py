@@ -21,6 +21,7 @@ from vitroll.io import load_image
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
+from vitroll.methods.base import class_logits, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.overlay import overlay
 from vitroll.preprocess import Preprocessing
@@ -129,9 +130,9 @@ def evaluate(
     for start in range(0, len(images), batch_size):
         chunk = images[start:start + batch_size]
         tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
+        predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
         for method in methods:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
-            predicted = saliency.logits.argmax(dim=-1)
             curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
             result.fractions = curves.fractions
             grid_maps = saliency.maps.float().cpu().numpy()

@@ -19,7 +19,7 @@ from torch import nn
 from vitroll.capture.families import family_of
 from vitroll.errors import UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
-from vitroll.methods.base import eval_mode, model_device, model_logits
+from vitroll.methods.base import class_logits, eval_mode, model_device
 from vitroll.metrics import rank_correlation
 
 FLAG_CORRELATION = 0.5
@@ -107,7 +107,7 @@ def sanity_check(
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     with eval_mode(model), torch.no_grad():
-        targets = model_logits(model, images.to(model_device(model))).argmax(dim=-1)
+        targets = class_logits(model, images.to(model_device(model))).argmax(dim=-1)
     trained = {method: maps_of(model, method) for method in methods}
     stages, correlations = [], {m: [] for m in methods}
     for stage, randomized in cascade(model, seed):

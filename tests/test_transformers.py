@@ -1,0 +1,242 @@
+"""Hugging Face transformers' vision models, built from small configs: capture through the attention interface."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import vitroll
+from reference import reference_chefer, reference_grad_rollout, reference_rollout
+from vitroll.capture import AttentionRecorder
+from vitroll.errors import UnsupportedModelError
+from vitroll.metrics import deletion_insertion
+from vitroll.methods.base import model_logits
+from vitroll.pipelines.compare import Explainer, compare
+from vitroll.pipelines.evaluate import evaluate, shapes_images
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.folder import annotate
+from vitroll.pipelines.sanity import sanity_check
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+             patch_size=8)
+
+MODELS = {
+    "vit": (transformers.ViTForImageClassification, transformers.ViTConfig, dict(num_labels=3)),
+    "deit-teacher": (transformers.DeiTForImageClassificationWithTeacher, transformers.DeiTConfig, dict(num_labels=3)),
+    "dinov2": (transformers.Dinov2ForImageClassification, transformers.Dinov2Config, dict(num_labels=3)),
+    "dinov2-registers": (transformers.Dinov2WithRegistersModel, transformers.Dinov2WithRegistersConfig,
+                         dict(num_register_tokens=4)),
+    "beit": (transformers.BeitForImageClassification, transformers.BeitConfig,
+             dict(num_labels=3, use_relative_position_bias=True)),
+    "data2vec-vision": (transformers.Data2VecVisionForImageClassification, transformers.Data2VecVisionConfig,
+                        dict(num_labels=3, use_relative_position_bias=True)),
+    "vit-msn": (transformers.ViTMSNForImageClassification, transformers.ViTMSNConfig, dict(num_labels=3)),
+    "vit-mae": (transformers.ViTMAEModel, transformers.ViTMAEConfig, dict(mask_ratio=0.0)),
+    "clip-vision": (transformers.CLIPVisionModelWithProjection, transformers.CLIPVisionConfig, dict(projection_dim=16)),
+    "siglip-vision": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig, {}),
+}
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "siglip-vision": 0}
+
+
+def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
+    """The model ``name`` with seeded weights, queries and keys drawn larger (peaked attention), relative position
+    bias tables non-zero; the same weights for every ``implementation``."""
+    model_class, config_class, extra = MODELS[name]
+    torch.manual_seed(0)
+    model = model_class(config_class(**SMALL, **extra, attn_implementation=implementation)).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            if any(part in parameter_name for part in ("q_proj.weight", "k_proj.weight", "query.weight", "key.weight",
+                                                       "relative_position_bias_table", "classifier.weight")):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
+    return model
+
+
+def images(batch: int = 2, size: int = 32) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(2))
+
+
+def eager_attentions(name: str, pixels: torch.Tensor, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """Per layer (B, H, N, N) from the model's own eager path, ``output_attentions=True``."""
+    model = build(name, "eager").to(dtype)
+    extra = {"noise": torch.arange(16, dtype=dtype).expand(len(pixels), -1)} if name == "vit-mae" else {}
+    with torch.no_grad():
+        return list(model(pixel_values=pixels.to(dtype), output_attentions=True, **extra).attentions)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchanged(name):
+    model, pixels = build(name), images()
+    with torch.no_grad():
+        plain = model_logits(model, pixels) if name not in ("vit-mae", "clip-vision", "siglip-vision") else None
+        with AttentionRecorder(model, head_fusion=None) as recorder:
+            recorded = model_logits(model, pixels)
+    expected = eager_attentions(name, pixels)
+    assert len(recorder.attentions) == len(expected) == 2
+    for got, want in zip(recorder.attentions, expected):
+        assert got.shape == want.shape and want.std() > 1e-2  # peaked enough to tell tokens apart
+        assert (got - want).abs().max().item() < 1e-5
+    layout = recorder.token_layout((32, 32))
+    assert (layout.num_prefix_tokens, layout.grid) == (PREFIX.get(name, 1), (4, 4))
+    if plain is not None:
+        assert (recorded - plain).abs().max().item() < 1e-5  # against the model's own SDPA path
+    else:
+        assert recorded is None  # a backbone: no classification head
+    assert all(module.config is model.config for module in recorder._modules if hasattr(module, "config"))
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "beit", "clip-vision"])
+def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
+    pixels = images()
+    maps = vitroll.rollout(build(name), pixels)
+    expected_layers = eager_attentions(name, pixels.double(), torch.float64)
+    class_token = name != "beit"  # BEiT pools the patch tokens' mean
+    for index in range(len(pixels)):
+        per_layer = [layer[index].numpy() for layer in expected_layers]
+        expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token)
+        assert np.abs(maps[index].numpy() - expected).max() < 1e-5
+
+
+def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """ONE image in float64 on the eager path: per layer the attention (H, N, N) and ∂ logit ``target`` / ∂ it,
+    retained on the attention tensors transformers returns."""
+    model = build(name, "eager").double()
+    output = model(pixel_values=image.double(), output_attentions=True)
+    for attention in output.attentions:
+        attention.retain_grad()
+    output.logits[0, target].backward()
+    return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
+
+
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "data2vec-vision"])
+def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_attentions(name):
+    model, pixels = build(name), images()
+    chefer_maps = vitroll.chefer(model, pixels, target_class=1)
+    grad_maps = vitroll.grad_rollout(model, pixels, target_class=1)
+    prefix = PREFIX.get(name, 1)
+    for index in range(len(pixels)):
+        attentions, gradients = reference_gradients(name, pixels[index:index + 1], 1)
+        if name == "data2vec-vision":  # mean-pooled: the decision row is the mean of the patch tokens' rows
+            relevance = np.eye(17)
+            for attention, gradient in zip(attentions, gradients):
+                relevance = relevance + np.maximum(attention * gradient, 0).mean(axis=0) @ relevance
+            expected = relevance[1:].mean(axis=0)[1:].reshape(4, 4)
+            assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
+            continue
+        expected = reference_chefer(attentions, gradients, prefix, (4, 4))
+        assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
+        expected = reference_grad_rollout(attentions, gradients, prefix, (4, 4), discard_ratio=0.9)
+        assert np.abs(grad_maps[index].numpy() - expected).max() < 1e-5
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_siglip_attention_pool_is_the_readout_row():
+    model, pixels = build("siglip-vision"), images()
+    head = model.head
+    with torch.no_grad():
+        hidden = {}
+        handle = head.register_forward_pre_hook(lambda _m, args: hidden.setdefault("x", args[0]))
+        model(pixel_values=pixels)
+        handle.remove()
+        _, weights = head.attention(head.probe.repeat(len(pixels), 1, 1), hidden["x"], hidden["x"])  # heads averaged
+    with AttentionRecorder(model) as recorder, torch.no_grad():
+        model(pixel_values=pixels)
+    layout = recorder.token_layout((32, 32))
+    assert layout.readout == "attention_pool"
+    assert (layout.pool_weights - weights[:, 0]).abs().max().item() < 1e-5
+    maps = vitroll.attention(model, pixels)
+    expected = torch.einsum("bn,bnm->bm", weights[:, 0], recorder.attentions[-1]).reshape(2, 4, 4)
+    assert (maps - expected).abs().max().item() < 1e-5
+
+
+def test_mae_with_masking_and_hierarchical_models_are_refused_in_one_line():
+    model = build("vit-mae")
+    model.config.mask_ratio = 0.75
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model, images())
+    assert str(raised.value) == ("ViTMAEModel with mask_ratio 0.75 keeps a random subset of the patches, so its tokens "
+                                 "are not the patch grid; set model.config.mask_ratio = 0.0")
+    swin = transformers.SwinModel(transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                          num_heads=[1, 2], window_size=4)).eval()
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(swin, images())
+    assert str(raised.value) == (
+        "SwinModel: Swin attends within shifted windows: a hierarchical model has no single token sequence that rollout "
+        "could follow from layer to layer; use Grad-CAM (pip install grad-cam)")
+
+
+def test_a_backbone_explains_attention_and_refuses_class_scores_in_one_line():
+    model, pixels = build("clip-vision"), images()
+    for method in ("rollout", "attention", "flow", "center"):
+        assert getattr(vitroll, method)(model, pixels).shape == (2, 4, 4)
+    message = ("CLIPVisionModelWithProjection has no classification head: there are no class scores to explain or "
+               "evaluate; rollout, attention and flow explain its attention")
+    for call in (lambda: vitroll.chefer(model, pixels), lambda: vitroll.integrated_gradients(model, pixels, steps=2),
+                 lambda: deletion_insertion(model, pixels, torch.rand(2, 4, 4), targets=[0, 1], steps=2),
+                 lambda: evaluate(model, shapes_images(1), ["rollout"], steps=2)):
+        with pytest.raises(UnsupportedModelError) as raised:
+            call()
+        assert str(raised.value) == message
+    assert vitroll.class_names(model) is None
+
+
+def test_attention_flow_and_integrated_gradients_run_on_a_classifier_and_the_classes_come_from_id2label():
+    model, pixels = build("vit"), images()
+    recorded = vitroll.attention(model, pixels)
+    expected = eager_attentions("vit", pixels)[-1].mean(dim=1)[:, 0, 1:].reshape(2, 4, 4)
+    assert (recorded - expected).abs().max().item() < 1e-5
+    assert vitroll.flow(model, pixels).shape == (2, 4, 4)
+    assert vitroll.integrated_gradients(model, pixels, steps=4).shape == (2, 4, 4)
+    assert vitroll.class_names(model) is None  # LABEL_0… are transformers' placeholders
+    named = copy.deepcopy(model)
+    named.config.id2label = {0: "cat", 1: "dog", 2: "rocket"}
+    assert vitroll.class_names(named) == ["cat", "dog", "rocket"]
+
+
+def test_pipelines_run_on_a_tiny_transformers_vit(tmp_path):
+    import timm
+
+    model = build("vit")
+    result = sanity_check(model, images(3), ["rollout"])
+    assert result.stages == ["classifier", "vit.layers.1", "vit.layers.0"]
+    scores = evaluate(model, shapes_images(2), ["rollout"], steps=2)
+    assert len(scores.rows) == 2 and all(0 <= row["deletion_auc"] <= 1 for row in scores.rows)
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "cat.jpg").write_bytes((ROOT / "sample_images" / "cat.jpg").read_bytes())
+    summary = annotate(source, tmp_path / "out", model, ExplainSettings(method="chefer"), identity={"model": "hf"})
+    assert summary.ok == 1
+    timm_vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, num_classes=3).eval()
+    explainers = [Explainer(label, each, vitroll.Preprocessing.from_model(each))
+                  for label, each in (("timm", timm_vit), ("hf", model), ("hf-again", model))]
+    compared = compare([source / "cat.jpg"], explainers, ExplainSettings(method="rollout"))
+    assert not compared.errors
+    agreement = {(row["model_a"], row["model_b"]): row["spearman"] for row in compared.rows}
+    assert agreement["hf", "hf-again"] == pytest.approx(1.0) and agreement["timm", "hf"] < 0.99
+
+
+def test_only_the_recorded_modules_name_vitroll_while_recording_and_get_their_config_back_after_an_error():
+    model, pixels = build("vit"), images()
+    modules = [layer.attention for layer in model.vit.layers]
+    with pytest.raises(ZeroDivisionError), AttentionRecorder(model):
+        assert [m.config._attn_implementation for m in modules] == ["vitroll", "vitroll"]
+        assert model.config._attn_implementation == "sdpa" and model.config.output_attentions is False
+        1 / 0
+    assert all(m.config is model.config for m in modules) and model.config._attn_implementation == "sdpa"
+    assert transformers.ViTConfig(**SMALL)._attn_implementation is None  # nothing global switched
+
+
+def test_data2vec_built_eager_is_read_at_its_dropout():
+    pixels = images()
+    with AttentionRecorder(build("data2vec-vision", "eager"), head_fusion=None) as recorder, torch.no_grad():
+        recorder.model(pixel_values=pixels)
+    for got, want in zip(recorder.attentions, eager_attentions("data2vec-vision", pixels)):
+        assert (got - want).abs().max().item() < 1e-5

@@ -1,0 +1,158 @@
+"""transformers models by name: save_pretrained folders through the CLI and the Python API, --checkpoint on a config,
+class names from id2label, provenance, and each loading mistake's one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+transformers = pytest.importorskip("transformers")
+
+import vitroll  # noqa: E402
+from vitroll.cli import main  # noqa: E402
+from vitroll.errors import ModelLoadError  # noqa: E402
+from vitroll.models import ModelProvenance, class_names, is_transformers_name, load_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PHOTO = ROOT / "sample_images" / "cat.jpg"
+LABELS = {0: "tabby", 1: "lynx", 2: "owl"}
+
+
+def tiny_config(**overrides: object) -> "transformers.ViTConfig":
+    settings = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
+    settings.update(overrides)
+    return transformers.ViTConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = transformers.ViTForImageClassification(tiny_config()).eval()
+    path = tmp_path_factory.mktemp("vit") / "tiny-vit"
+    model.save_pretrained(path)
+    return path
+
+
+def test_the_name_rule_tells_transformers_from_timm_and_paths(folder, tmp_path):
+    assert is_transformers_name(str(folder)) and is_transformers_name("transformers:vit_small_patch16_224")
+    assert is_transformers_name("google/vit-base-patch16-224")
+    assert not is_transformers_name("vit_small_patch16_224")
+    assert not is_transformers_name("hf-hub:timm/vit_small_patch16_224.augreg_in21k")
+    assert not is_transformers_name("torchvision:vit_b_16")
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    assert not is_transformers_name(str(weights))
+
+
+def test_a_folder_loads_with_its_weights_class_names_and_provenance(folder):
+    model = load_model(str(folder))
+    saved = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    images = torch.randn(2, 3, 32, 32)
+    assert torch.allclose(model(pixel_values=images).logits, saved(pixel_values=images).logits, atol=1e-6)
+    assert model.config._attn_implementation == "sdpa"
+    assert class_names(model) == ["tabby", "lynx", "owl"]
+    provenance = ModelProvenance.of(str(folder), pretrained=False, checkpoint=None)
+    assert provenance.weights == "transformers-pretrained" and not provenance.random
+    import hashlib
+    assert provenance.sha256 == hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_checkpoint_is_a_state_dict_on_top_of_a_config_folder(folder, tmp_path):
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    shutil.copy(folder / "config.json", config_only)
+    torch.manual_seed(1)
+    trained = transformers.ViTForImageClassification(tiny_config()).eval()
+    checkpoint = tmp_path / "trained.pth"
+    torch.save(trained.state_dict(), checkpoint)
+    model = load_model(str(config_only), checkpoint=checkpoint)
+    images = torch.randn(1, 3, 32, 32)
+    assert torch.equal(model(pixel_values=images).logits, trained(pixel_values=images).logits)
+    assert ModelProvenance.of(str(config_only), pretrained=False, checkpoint=checkpoint).weights == "checkpoint"
+
+
+def test_the_saved_image_processor_sets_the_preprocessing(folder, tmp_path):
+    with_processor = tmp_path / "with-processor"
+    shutil.copytree(folder, with_processor)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}, resample=3, image_mean=[0.1, 0.2, 0.3],
+                                   image_std=[0.4, 0.5, 0.6]).save_pretrained(with_processor)
+    preprocessing = vitroll.Preprocessing.from_model(load_model(str(with_processor)))
+    assert (preprocessing.input_size, preprocessing.interpolation, preprocessing.mean, preprocessing.std) == (
+        (32, 32), "bicubic", (0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+
+
+def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_path, capsys):
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(PHOTO, source / "cat.jpg")
+    assert main(["overlay", str(source / "cat.jpg"), "--model", str(folder), "--out", str(tmp_path / "ov"),
+                 "--device", "cpu"]) == 0, capsys.readouterr().err
+    written = next((tmp_path / "ov").rglob("cat*.png"))
+    assert np.asarray(Image.open(written)).shape == (*Image.open(PHOTO).size[::-1], 3)
+    out = capsys.readouterr()
+    assert "random weights" not in out.err
+    assert main(["annotate", str(source), "--model", str(folder), "--out", str(tmp_path / "an"), "--device", "cpu"]) == 0
+    saved = np.load(next((tmp_path / "an").rglob("cat.jpg.npy"))).astype(np.float32)
+    expected = vitroll.rollout(load_model(str(folder)), [str(source / "cat.jpg")])[0].numpy()
+    np.testing.assert_allclose(saved, expected, rtol=2e-3, atol=1e-3)
+    written_text = " ".join(p.read_text() for p in (tmp_path / "an").rglob("*") if p.suffix in {".csv", ".json", ".jsonl"})
+    assert any(name in written_text for name in LABELS.values())
+
+
+def cli_error(args: list[str], capsys) -> str:
+    assert main(args) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vitroll: error: "), lines
+    return lines[0].removeprefix("vitroll: error: ")
+
+
+def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
+    image = str(PHOTO)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli_error(["overlay", image, "--model", str(empty), "--out", str(tmp_path / "o")], capsys) == (
+        f"{empty}: no config.json in {empty}; give a folder written by save_pretrained")
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    shutil.copy(folder / "config.json", config_only)
+    assert cli_error(["overlay", image, "--model", str(config_only), "--out", str(tmp_path / "o")], capsys) == (
+        f"{config_only}: {config_only} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
+        "pass --checkpoint FILE for a state dict on top of the config")
+    for config, why in ((transformers.SwinConfig(), "hierarchical windowed attention"),
+                        (transformers.BertConfig(), "a text model")):
+        unsupported = tmp_path / config.model_type
+        config.save_pretrained(unsupported)
+        message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
+        assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
+
+
+def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "vitroll", "overlay", str(PHOTO), "--model",
+                           "vitroll-test/no-such-vit", "--out", str(tmp_path / "o")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - started
+    assert done.returncode != 0 and elapsed < 20
+    assert done.stderr.strip().splitlines() == [
+        "vitroll: error: vitroll-test/no-such-vit: the transformers configuration is not in the local cache and the "
+        "hub cannot be reached; run once with network access or pass a save_pretrained folder"]
+
+
+def test_transformers_not_installed_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("transformers:google/vit-base-patch16-224")
+    assert str(raised.value) == ('transformers:google/vit-base-patch16-224: Hugging Face transformers is not '
+                                 'installed; pip install "vitroll[hf]"')

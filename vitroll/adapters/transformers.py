@@ -1,0 +1,296 @@
+"""Hugging Face transformers' Vision Transformers, registered through the same public call a user has.
+
+Capture goes through transformers' own attention interface: the attention modules of these models call
+``ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager)``. vitroll registers one attention
+function under the name ``"vitroll"``; while a recorder is attached, each recorded attention module gets its own
+shallow copy of its config with ``_attn_implementation = "vitroll"`` (and its sink in a weak dictionary keyed by the
+module), and gets its own config back on exit. The function runs the recorder's kernel, which computes the model's
+output and the record in one pass, as timm's fused modules do. The model's other modules, other models and the
+shared config are never switched, and no ``output_attentions=True`` forces the whole model onto its eager path.
+
+Data2VecVision still picks its attention class when it is built: its SDPA class has its
+``scaled_dot_product_attention`` call swapped for the same kernel; its eager class is read at the dropout that
+receives the probabilities. Hierarchical models (Swin, ConvNeXt, …) are refused with the reason.
+
+Nothing here imports transformers until a model is recorded: families and readouts name classes by dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Callable, Optional
+from weakref import WeakKeyDictionary
+
+import torch
+from torch import nn
+
+from vitroll.adapters.base import register_family
+from vitroll.adapters.transformers_preprocessing import transformers_preprocessing
+from vitroll.capture.families import Logits, Readout, TokenLayout, add_refusal
+from vitroll.capture.readouts import AttentionReadout, AttentionSink
+from vitroll.capture.recorder import attach_kernel_swap
+from vitroll.errors import UnsupportedModelError
+
+IMPLEMENTATION = "vitroll"
+"""The name of vitroll's attention function in transformers' ``AttentionInterface``."""
+
+_SINKS: "WeakKeyDictionary[nn.Module, AttentionSink]" = WeakKeyDictionary()
+"""The sink of each attention module being recorded."""
+
+_MODELS = "transformers.models"
+
+
+def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, dropout: float = 0.0,
+                       **kwargs: object) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: queries (B, H, Q, D), keys and values (B, H, N, D) → the output
+    (B, Q, H, D) and no weights (the record went to the module's sink)."""
+    sink = _SINKS.get(module)
+    if sink is None:  # a module that kept the name past its recording (a copy of the model): plain SDPA
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    if dropout or getattr(module, "is_causal", False) or key.shape[1] != query.shape[1]:
+        raise UnsupportedModelError(
+            f"{type(module).__name__} attends with dropout, a causal mask or grouped keys; vitroll records plain "
+            "self-attention in eval mode only")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return sink.attention(query, key, value, attention_mask, scale).transpose(1, 2).contiguous(), None
+
+
+def _config_naming(config: object, implementation: str) -> object:
+    """A shallow copy of ``config`` (and of its sub-configs, which the setter also writes) that names
+    ``implementation``."""
+    renamed = copy.copy(config)
+    for name in getattr(config, "sub_configs", {}):
+        if getattr(config, name, None) is not None:
+            setattr(renamed, name, copy.copy(getattr(config, name)))
+    renamed._attn_implementation = implementation
+    return renamed
+
+
+def attach_attention_interface(module: nn.Module, sink: AttentionSink) -> Callable[[], None]:
+    """The readout of an attention module that goes through transformers' attention interface (see the module
+    docstring): returns the function that gives the module its own config back."""
+    from transformers import AttentionInterface
+
+    if IMPLEMENTATION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(IMPLEMENTATION, _vitroll_attention)
+    own = module.config
+    module.config = _config_naming(own, IMPLEMENTATION)
+    _SINKS[module] = sink
+
+    def detach() -> None:
+        module.config = own
+        _SINKS.pop(module, None)
+
+    return detach
+
+
+def attach_sdpa_call(module: nn.Module, sink: AttentionSink) -> Callable[[], None]:
+    """The readout of an attention module that calls ``F.scaled_dot_product_attention`` itself: that call goes to the
+    sink's kernel."""
+    return attach_kernel_swap(module, lambda _args: sink.attention)
+
+
+INTERFACE_ATTENTION = {
+    "vit": f"{_MODELS}.vit.modeling_vit.ViTAttention",
+    "deit": f"{_MODELS}.deit.modeling_deit.DeiTAttention",
+    "dinov2": f"{_MODELS}.dinov2.modeling_dinov2.Dinov2Attention",
+    "dinov2-registers": f"{_MODELS}.dinov2_with_registers.modeling_dinov2_with_registers.Dinov2WithRegistersAttention",
+    "beit": f"{_MODELS}.beit.modeling_beit.BeitAttention",
+    "vit-msn": f"{_MODELS}.vit_msn.modeling_vit_msn.ViTMSNAttention",
+    "vit-mae": f"{_MODELS}.vit_mae.modeling_vit_mae.ViTMAEAttention",
+    "clip-vision": f"{_MODELS}.clip.modeling_clip.CLIPAttention",
+    "siglip-vision": f"{_MODELS}.siglip.modeling_siglip.SiglipAttention",
+}
+"""Attention classes that go through the attention interface, per family."""
+
+_DATA2VEC = f"{_MODELS}.data2vec.modeling_data2vec_vision"
+DATA2VEC_ATTENTION = (f"{_DATA2VEC}.Data2VecVisionSelfAttention", f"{_DATA2VEC}.Data2VecVisionSdpaSelfAttention")
+
+HEADS = ("classifier", "cls_classifier", "distillation_classifier")
+"""Attribute names of the classification heads (DeiT's teacher model has two)."""
+
+_DEFAULT_LABEL = re.compile(r"LABEL_\d+")
+
+
+def _modules_named(model: nn.Module, dotted: tuple[str, ...]) -> list[tuple[str, nn.Module]]:
+    return [(name, module) for name, module in model.named_modules()
+            if f"{type(module).__module__}.{type(module).__qualname__}" in dotted]
+
+
+def _attention_modules_of(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
+    """``model -> [attention module per layer]``: the modules of the classes ``dotted`` in forward (module) order."""
+    return lambda model: [module for _name, module in _modules_named(model, dotted)]
+
+
+def _heads_then_layers_down(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
+    """``model -> [classification heads, encoder layers from the last to the first]``; an encoder layer is the
+    element of a module list that holds an attention module of the classes ``dotted``."""
+
+    def modules(model: nn.Module) -> list[nn.Module]:
+        heads = [getattr(model, name) for name in HEADS if isinstance(getattr(model, name, None), nn.Module)]
+        layers = []
+        for name, _module in _modules_named(model, dotted):
+            parts = name.split(".")
+            last_index = max(i for i, part in enumerate(parts) if part.isdigit())
+            layers.append(model.get_submodule(".".join(parts[:last_index + 1])))
+        return heads + layers[::-1]
+
+    return modules
+
+
+def _logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
+    """``model(pixel_values=images).logits``, or None for a backbone (its output has no ``logits``)."""
+    return getattr(model(pixel_values=images), "logits", None)
+
+
+def _check_unmasked(model: nn.Module) -> None:
+    ratio = model.config.mask_ratio
+    if ratio > 0:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} with mask_ratio {ratio} keeps a random subset of the patches, so its tokens are "
+            "not the patch grid; set model.config.mask_ratio = 0.0")
+
+
+def _mae_logits(model: nn.Module, images: torch.Tensor) -> None:
+    """ViT-MAE's encoder with its patches in grid order: the noise that orders them is the patch index (MAE shuffles
+    the tokens by it even with nothing masked). It has no classification head."""
+    _check_unmasked(model)
+    grid = _grid(model, tuple(images.shape[-2:]))
+    order = torch.arange(grid[0] * grid[1], device=images.device, dtype=images.dtype).expand(len(images), -1)
+    model(pixel_values=images, noise=order)
+
+
+def _class_names(model: nn.Module) -> Optional[list[str]]:
+    """``config.id2label`` of a model with a classification head, unless the names are transformers' placeholders
+    (LABEL_0, LABEL_1, …)."""
+    if not any(isinstance(getattr(model, name, None), nn.Module) for name in HEADS):
+        return None
+    labels = model.config.id2label or {}
+    names = [str(labels[index]) for index in sorted(labels)]
+    return None if not names or all(_DEFAULT_LABEL.fullmatch(name) for name in names) else names
+
+
+def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def _grid(model: nn.Module, image_hw: tuple[int, int], *, any_size: bool = False) -> tuple[int, int]:
+    """The patch grid of an input of ``image_hw``; raises ValueError for a size the model's embedding refuses (any
+    size but ``config.image_size`` unless ``any_size``) or would crop (not whole patches)."""
+    config = model.config
+    patch = _pair(config.patch_size)
+    built = _pair(config.image_size)
+    if not any_size and tuple(image_hw) != built:
+        raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs (config.image_size)")
+    if any(size % step for size, step in zip(image_hw, patch)):
+        raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
+    return image_hw[0] // patch[0], image_hw[1] // patch[1]
+
+
+def _layout(prefix: Callable[[nn.Module], int], readout: Callable[[nn.Module], Readout], *, any_size: bool = False,
+            check: Callable[[nn.Module], None] = lambda _model: None
+            ) -> Callable[[nn.Module, tuple[int, int]], TokenLayout]:
+    def layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+        check(model)
+        return TokenLayout(prefix(model), readout(model), _grid(model, image_hw, any_size=any_size))
+
+    return layout
+
+
+def _one(_model: nn.Module) -> int:
+    return 1
+
+
+def _class_token(_model: nn.Module) -> Readout:
+    return "class_token"
+
+
+def _mean_pooled(model: nn.Module) -> Readout:
+    """BEiT and Data2VecVision pool the patch tokens' mean when ``use_mean_pooling`` (their default)."""
+    return "patch_mean" if model.config.use_mean_pooling else "class_token"
+
+
+def _siglip_readout(model: nn.Module) -> Readout:
+    return "attention_pool" if getattr(model, "head", None) is not None else "patch_mean"
+
+
+def _siglip_pool(model: nn.Module) -> list[nn.Module]:
+    head = getattr(model, "head", None)
+    return [head.attention] if head is not None else []
+
+
+def _register(name: str, classes: tuple[str, ...], attention: tuple[str, ...],
+              token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout], *, notes: str,
+              logits: Logits = _logits, readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None) -> None:
+    """A family of ``classes`` whose attention modules (``attention``) go through the attention interface."""
+    register_family(
+        name, classes, attention_modules=_attention_modules_of(*attention), token_layout=token_layout,
+        preprocessing=transformers_preprocessing, randomizable=_heads_then_layers_down(*attention), logits=logits,
+        class_names=_class_names, readout_modules=readout_modules,
+        readout=[AttentionReadout(each, probs_module=None, fused_flag=None, attach=attach_attention_interface)
+                 for each in attention],
+        name_patterns=tuple(each.rpartition(".")[2] for each in classes), notes=notes,
+    )
+
+
+def _classes(module: str, *names: str) -> tuple[str, ...]:
+    return tuple(f"{_MODELS}.{module}.{name}" for name in names)
+
+
+_register("hf-vit", _classes("vit.modeling_vit", "ViTModel", "ViTForImageClassification"),
+          (INTERFACE_ATTENTION["vit"],), _layout(_one, _class_token), notes="class token read out")
+_register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageClassification",
+                              "DeiTForImageClassificationWithTeacher"),
+          (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
+          notes="class and distillation tokens skipped; the class token read out")
+_register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
+          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token, any_size=True),
+          notes="any multiple of the patch size; class token read out")
+_register("hf-dinov2-registers",
+          _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
+                   "Dinov2WithRegistersForImageClassification"),
+          (INTERFACE_ATTENTION["dinov2-registers"],),
+          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token, any_size=True),
+          notes="register tokens skipped; class token read out")
+_register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
+          (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
+          notes="relative position bias included (it reaches the kernel as the mask); mean pooling → patch mean")
+register_family(
+    "hf-data2vec-vision", _classes("data2vec.modeling_data2vec_vision", "Data2VecVisionModel",
+                                   "Data2VecVisionForImageClassification"),
+    attention_modules=_attention_modules_of(*DATA2VEC_ATTENTION), token_layout=_layout(_one, _mean_pooled),
+    preprocessing=transformers_preprocessing, randomizable=_heads_then_layers_down(*DATA2VEC_ATTENTION),
+    logits=_logits, class_names=_class_names,
+    readout=[AttentionReadout(DATA2VEC_ATTENTION[0], probs_module="dropout", fused_flag=None),
+             AttentionReadout(DATA2VEC_ATTENTION[1], probs_module=None, fused_flag=None, attach=attach_sdpa_call)],
+    name_patterns=("Data2VecVisionModel", "Data2VecVisionForImageClassification"),
+    notes="built before the attention interface: SDPA call swapped, eager path read at its dropout",
+)
+_register("hf-vit-msn", _classes("vit_msn.modeling_vit_msn", "ViTMSNModel", "ViTMSNForImageClassification"),
+          (INTERFACE_ATTENTION["vit-msn"],), _layout(_one, _class_token), notes="class token read out")
+_register("hf-vit-mae", _classes("vit_mae.modeling_vit_mae", "ViTMAEModel"), (INTERFACE_ATTENTION["vit-mae"],),
+          _layout(_one, _class_token, check=_check_unmasked), logits=_mae_logits,
+          notes="encoder only, with mask_ratio 0 (patches kept in grid order); backbone: attention methods only")
+_register("hf-clip-vision", _classes("clip.modeling_clip", "CLIPVisionModel", "CLIPVisionModelWithProjection"),
+          (INTERFACE_ATTENTION["clip-vision"],), _layout(_one, _class_token),
+          notes="vision tower; backbone: attention methods only")
+_register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionModel"),
+          (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _siglip_readout),
+          readout_modules=_siglip_pool,
+          notes="no class token; attention-pooling head → its probe's attention; backbone: attention methods only")
+
+for _model_type, _reason in (
+    (f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", "Swin attends within shifted windows"),
+    (f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel", "Swin V2 attends within shifted windows"),
+    (f"{_MODELS}.convnext.modeling_convnext.ConvNextPreTrainedModel", "ConvNeXt is a CNN without attention"),
+    (f"{_MODELS}.convnextv2.modeling_convnextv2.ConvNextV2PreTrainedModel", "ConvNeXt V2 is a CNN without attention"),
+    (f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", "PVT attends to pooled keys in stages"),
+    (f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel", "SegFormer attends to reduced keys in stages"),
+):
+    add_refusal(_model_type, f"{_reason}: a hierarchical model has no single token sequence that rollout could "
+                             "follow from layer to layer; use Grad-CAM (pip install grad-cam)")
