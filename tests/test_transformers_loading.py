@@ -110,6 +110,61 @@ def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_p
     assert any(name in written_text for name in LABELS.values())
 
 
+def shipped_model_as_transformers(folder: Path) -> Path:
+    """vitroll-shapes (a trained timm ViT) rewritten as a transformers ``ViTForImageClassification`` folder, with an
+    image processor that repeats timm's preprocessing."""
+    from vitroll.testbed.model import ARCHITECTURE, CLASSES, load_testbed_model
+
+    timm_state = load_testbed_model().state_dict()
+    depth, width = ARCHITECTURE["depth"], ARCHITECTURE["embed_dim"]
+    config = transformers.ViTConfig(
+        image_size=ARCHITECTURE["img_size"], patch_size=ARCHITECTURE["patch_size"], hidden_size=width,
+        num_hidden_layers=depth, num_attention_heads=ARCHITECTURE["num_heads"],
+        intermediate_size=int(width * ARCHITECTURE["mlp_ratio"]), layer_norm_eps=1e-6,
+        id2label=dict(enumerate(CLASSES)), label2id={name: index for index, name in enumerate(CLASSES)})
+    renamed = {"vit.embeddings.cls_token": "cls_token", "vit.embeddings.position_embeddings": "pos_embed",
+               "vit.embeddings.patch_embeddings.projection.weight": "patch_embed.proj.weight",
+               "vit.embeddings.patch_embeddings.projection.bias": "patch_embed.proj.bias",
+               "vit.layernorm.weight": "norm.weight", "vit.layernorm.bias": "norm.bias",
+               "classifier.weight": "head.weight", "classifier.bias": "head.bias"}
+    state = {ours: timm_state[theirs] for ours, theirs in renamed.items()}
+    for layer in range(depth):
+        timm_block, block = f"blocks.{layer}.", f"vit.layers.{layer}."
+        for kind in ("weight", "bias"):
+            for projection, part in zip(("q_proj", "k_proj", "v_proj"), timm_state[f"{timm_block}attn.qkv.{kind}"].chunk(3)):
+                state[f"{block}attention.{projection}.{kind}"] = part
+            for ours, theirs in (("attention.o_proj", "attn.proj"), ("layernorm_before", "norm1"),
+                                 ("layernorm_after", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+                state[f"{block}{ours}.{kind}"] = timm_state[f"{timm_block}{theirs}.{kind}"]
+    model = transformers.ViTForImageClassification(config)
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(folder)
+    size = ARCHITECTURE["img_size"]
+    transformers.ViTImageProcessor(size={"height": size, "width": size}).save_pretrained(folder)
+    return folder
+
+
+def test_the_shipped_model_rewritten_for_transformers_explains_as_its_timm_original(tmp_path, capsys):
+    """A trained model, not random weights: the same network through transformers' modules and attention interface
+    gives timm's logits, rollout and chefer maps, and the same overlay pixels from the CLI."""
+    from vitroll.testbed.model import load_testbed_model
+
+    folder = shipped_model_as_transformers(tmp_path / "shapes-hf")
+    ours, theirs = load_model(str(folder)), load_testbed_model()
+    image = str(ROOT / "sample_images" / "shapes_cross.png")
+    batch = torch.rand(3, 3, 64, 64) * 2 - 1
+    torch.testing.assert_close(ours(pixel_values=batch).logits, theirs(batch), atol=1e-5, rtol=0)
+    torch.testing.assert_close(vitroll.rollout(ours, image), vitroll.rollout(theirs, image), atol=1e-6, rtol=0)
+    torch.testing.assert_close(vitroll.chefer(ours, batch), vitroll.chefer(theirs, batch), atol=1e-5, rtol=0)
+    pixels = vitroll.Preprocessing.from_model(ours)(vitroll.load_image(image))[0][None]
+    assert vitroll.class_names(ours)[int(ours(pixel_values=pixels).logits.argmax())] == "cross"
+    for name, args in (("hf", ["--model", str(folder)]), ("timm", [])):
+        assert main(["overlay", image, *args, "--out", str(tmp_path / name), "--device", "cpu"]) == 0
+    capsys.readouterr()
+    pictures = [np.asarray(Image.open(next((tmp_path / name).glob("*rollout.png")))) for name in ("hf", "timm")]
+    assert np.array_equal(*pictures)
+
+
 def cli_error(args: list[str], capsys) -> str:
     assert main(args) != 0
     lines = capsys.readouterr().err.strip().splitlines()
