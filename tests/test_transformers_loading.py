@@ -184,8 +184,8 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
     assert cli_error(["overlay", image, "--model", str(config_only), "--out", str(tmp_path / "o")], capsys) == (
         f"{config_only}: {config_only} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
         "pass --checkpoint FILE for a state dict on top of the config")
-    for config, why in ((transformers.SwinConfig(), "hierarchical windowed attention"),
-                        (transformers.BertConfig(), "a text model")):
+    for config, why in ((transformers.SwinConfig(), "Swin attends within shifted windows: a hierarchical model"),
+                        (transformers.BertConfig(), "BERT is a text model")):
         unsupported = tmp_path / config.model_type
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)

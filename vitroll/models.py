@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
+from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
@@ -27,13 +28,6 @@ TORCHVISION_PREFIX = "torchvision:"
 TRANSFORMERS_PREFIX = "transformers:"
 _TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                          "pytorch_model.bin.index.json")
-# model types whose attention vitroll reads (vitroll.adapters.transformers), and why others are refused
-_TRANSFORMERS_TYPES = {"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn", "vit_mae",
-                       "clip", "clip_vision_model", "siglip", "siglip_vision_model"}
-_TRANSFORMERS_REFUSED = {"swin": "hierarchical windowed attention (no token-to-token attention over the whole image)",
-                         "swinv2": "hierarchical windowed attention (no token-to-token attention over the whole image)",
-                         "convnext": "a convolutional network (no attention)",
-                         "bert": "a text model, not a vision transformer"}
 
 
 def _is_hub_name(name: str) -> bool:
@@ -79,8 +73,8 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    if kind not in _TRANSFORMERS_TYPES:
-        why = _TRANSFORMERS_REFUSED.get(kind, "no vitroll family reads its attention")
+    if kind not in TRANSFORMERS_MODEL_TYPES:
+        why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
     if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "

@@ -284,13 +284,31 @@ _register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionMo
           readout_modules=_siglip_pool,
           notes="no class token; attention-pooling head → its probe's attention; backbone: attention methods only")
 
-for _model_type, _reason in (
-    (f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", "Swin attends within shifted windows"),
-    (f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel", "Swin V2 attends within shifted windows"),
-    (f"{_MODELS}.convnext.modeling_convnext.ConvNextPreTrainedModel", "ConvNeXt is a CNN without attention"),
-    (f"{_MODELS}.convnextv2.modeling_convnextv2.ConvNextV2PreTrainedModel", "ConvNeXt V2 is a CNN without attention"),
-    (f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", "PVT attends to pooled keys in stages"),
-    (f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel", "SegFormer attends to reduced keys in stages"),
-):
-    add_refusal(_model_type, f"{_reason}: a hierarchical model has no single token sequence that rollout could "
-                             "follow from layer to layer; use Grad-CAM (pip install grad-cam)")
+MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn",
+                         "vit_mae", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})
+"""The ``config.model_type`` values of the models registered above (CLIP and SigLIP: their vision towers), which
+loading checks before it builds a model."""
+
+_HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
+                 "use Grad-CAM (pip install grad-cam)")
+_REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
+    ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", f"Swin attends within shifted windows: {_HIERARCHICAL}"),
+    ("swinv2", f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel",
+     f"Swin V2 attends within shifted windows: {_HIERARCHICAL}"),
+    ("convnext", f"{_MODELS}.convnext.modeling_convnext.ConvNextPreTrainedModel",
+     f"ConvNeXt is a CNN without attention: {_HIERARCHICAL}"),
+    ("convnextv2", f"{_MODELS}.convnextv2.modeling_convnextv2.ConvNextV2PreTrainedModel",
+     f"ConvNeXt V2 is a CNN without attention: {_HIERARCHICAL}"),
+    ("pvt", f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", f"PVT attends to pooled keys in stages: {_HIERARCHICAL}"),
+    ("segformer", f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel",
+     f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
+    ("bert", None, "BERT is a text model; vitroll explains vision transformers"),
+)
+"""Models refused with their reason: ``(config.model_type, model class or None, why)``."""
+
+REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_class, why in _REFUSED}
+"""Why loading refuses a ``config.model_type``, for the types refused by name."""
+
+for _model_type, _model_class, _why in _REFUSED:
+    if _model_class is not None:
+        add_refusal(_model_class, _why)
