@@ -93,6 +93,35 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
+    """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
+    interpolate (DINOv2 always does), the logits of its SDPA path, and rollout equal to the float64 reference."""
+    pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
+    asked = {} if name.startswith("dinov2") else {"interpolate_pos_encoding": True}
+    if name == "vit-mae":
+        asked["noise"] = torch.arange(15, dtype=torch.float64).expand(2, -1)
+    with torch.no_grad():
+        with AttentionRecorder(build(name), head_fusion=None) as recorder:
+            recorded = model_logits(recorder.model, pixels)
+        eager = build(name, "eager").double()(pixel_values=pixels.double(), output_attentions=True, **asked)
+        sdpa = build(name)(pixel_values=pixels, **{key: value.float() if torch.is_tensor(value) else value
+                                                   for key, value in asked.items()})
+    for got, want in zip(recorder.attentions, eager.attentions):
+        assert got.shape == want.shape and (got.double() - want).abs().max().item() < 1e-5
+    layout = recorder.token_layout((24, 40))
+    assert layout.grid == (3, 5)
+    if recorded is not None:
+        assert (recorded - sdpa.logits).abs().max().item() < 1e-5
+    if layout.readout != "attention_pool":
+        maps = vitroll.rollout(build(name), pixels)
+        for index in range(len(pixels)):
+            expected = reference_rollout([layer[index].numpy() for layer in eager.attentions],
+                                         num_prefix=layout.num_prefix_tokens, grid=(3, 5),
+                                         class_token=layout.readout == "class_token")
+            assert np.abs(maps[index].numpy() - expected).max() < 1e-5
+
+
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "beit", "clip-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()

@@ -18,6 +18,8 @@ Nothing here imports transformers until a model is recorded: families and readou
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import re
 from typing import Callable, Optional
 from weakref import WeakKeyDictionary
@@ -145,7 +147,19 @@ def _heads_then_layers_down(*dotted: str) -> Callable[[nn.Module], list[nn.Modul
 
 def _logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
     """``model(pixel_values=images).logits``, or None for a backbone (its output has no ``logits``)."""
-    return getattr(model(pixel_values=images), "logits", None)
+    return getattr(model(pixel_values=images, **_size_options(model, images)), "logits", None)
+
+
+@functools.cache
+def _interpolates_on_request(model_class: type) -> bool:
+    return "interpolate_pos_encoding" in inspect.signature(model_class.forward).parameters
+
+
+def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
+    """``interpolate_pos_encoding=True`` for an input of another size than ``config.image_size`` (non-square
+    included), for the models that interpolate their position embeddings only when asked (DINOv2 always does)."""
+    other_size = tuple(images.shape[-2:]) != _pair(model.config.image_size)
+    return {"interpolate_pos_encoding": True} if other_size and _interpolates_on_request(type(model)) else {}
 
 
 def _check_unmasked(model: nn.Module) -> None:
@@ -162,7 +176,7 @@ def _mae_logits(model: nn.Module, images: torch.Tensor) -> None:
     _check_unmasked(model)
     grid = _grid(model, tuple(images.shape[-2:]))
     order = torch.arange(grid[0] * grid[1], device=images.device, dtype=images.dtype).expand(len(images), -1)
-    model(pixel_values=images, noise=order)
+    model(pixel_values=images, noise=order, **_size_options(model, images))
 
 
 def _class_names(model: nn.Module) -> Optional[list[str]]:
@@ -179,25 +193,21 @@ def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
-def _grid(model: nn.Module, image_hw: tuple[int, int], *, any_size: bool = False) -> tuple[int, int]:
-    """The patch grid of an input of ``image_hw``; raises ValueError for a size the model's embedding refuses (any
-    size but ``config.image_size`` unless ``any_size``) or would crop (not whole patches)."""
-    config = model.config
-    patch = _pair(config.patch_size)
-    built = _pair(config.image_size)
-    if not any_size and tuple(image_hw) != built:
-        raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs (config.image_size)")
+def _grid(model: nn.Module, image_hw: tuple[int, int]) -> tuple[int, int]:
+    """The patch grid of an input of ``image_hw`` (any size, position embeddings interpolated); raises ValueError for
+    a size that is not whole patches (the embedding would crop it)."""
+    patch = _pair(model.config.patch_size)
     if any(size % step for size, step in zip(image_hw, patch)):
-        raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
+        raise ValueError(f"{image_hw[0]}×{image_hw[1]} is not a multiple of the model's {patch[0]}×{patch[1]} patches")
     return image_hw[0] // patch[0], image_hw[1] // patch[1]
 
 
-def _layout(prefix: Callable[[nn.Module], int], readout: Callable[[nn.Module], Readout], *, any_size: bool = False,
+def _layout(prefix: Callable[[nn.Module], int], readout: Callable[[nn.Module], Readout], *,
             check: Callable[[nn.Module], None] = lambda _model: None
             ) -> Callable[[nn.Module, tuple[int, int]], TokenLayout]:
     def layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
         check(model)
-        return TokenLayout(prefix(model), readout(model), _grid(model, image_hw, any_size=any_size))
+        return TokenLayout(prefix(model), readout(model), _grid(model, image_hw))
 
     return layout
 
@@ -249,13 +259,13 @@ _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageCl
           (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
           notes="class and distillation tokens skipped; the class token read out")
 _register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
-          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token, any_size=True),
-          notes="any multiple of the patch size; class token read out")
+          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token),
+          notes="class token read out")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
                    "Dinov2WithRegistersForImageClassification"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
-          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token, any_size=True),
+          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token),
           notes="register tokens skipped; class token read out")
 _register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
           (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
