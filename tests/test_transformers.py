@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -41,7 +42,27 @@ MODELS = {
     "clip-vision": (transformers.CLIPVisionModelWithProjection, transformers.CLIPVisionConfig, dict(projection_dim=16)),
     "siglip-vision": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig, {}),
 }
-PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "siglip-vision": 0}
+
+
+def on_a_vision_tower(config_class: type, vision_class: type) -> Callable[..., object]:
+    """The config of an image–text model whose vision tower is built from the small settings (a classifier on it)."""
+
+    def config(*, attn_implementation: str, num_labels: int, **vision: object) -> object:
+        text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+        return config_class(vision_config=vision_class(**vision).to_dict(), text_config=text, num_labels=num_labels,
+                            attn_implementation=attn_implementation)
+
+    return config
+
+
+MODELS.update({
+    "clip-classifier": (transformers.CLIPForImageClassification,
+                        on_a_vision_tower(transformers.CLIPConfig, transformers.CLIPVisionConfig), dict(num_labels=3)),
+    "siglip-classifier": (transformers.SiglipForImageClassification,
+                          on_a_vision_tower(transformers.SiglipConfig, transformers.SiglipVisionConfig),
+                          dict(num_labels=3)),
+})
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "siglip-vision": 0, "siglip-classifier": 0}
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
@@ -89,7 +110,8 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
         assert (recorded - plain).abs().max().item() < 1e-5  # against the model's own SDPA path
     else:
         assert recorded is None  # a backbone: no classification head
-    assert all(module.config is model.config for module in recorder._modules if hasattr(module, "config"))
+    own = getattr(model.config, "vision_config", model.config)  # a classifier on an image–text model's tower
+    assert all(module.config is own for module in recorder._modules if hasattr(module, "config"))
     assert model.config._attn_implementation == "sdpa"
 
 
@@ -145,7 +167,10 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
     return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", "data2vec-vision"])
+MEAN_POOLED = ("data2vec-vision", "clip-classifier", "siglip-classifier")
+
+
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", *MEAN_POOLED])
 def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_attentions(name):
     model, pixels = build(name), images()
     chefer_maps = vitroll.chefer(model, pixels, target_class=1)
@@ -153,11 +178,11 @@ def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_a
     prefix = PREFIX.get(name, 1)
     for index in range(len(pixels)):
         attentions, gradients = reference_gradients(name, pixels[index:index + 1], 1)
-        if name == "data2vec-vision":  # mean-pooled: the decision row is the mean of the patch tokens' rows
-            relevance = np.eye(17)
+        if name in MEAN_POOLED:  # the decision row is the mean of the patch tokens' rows
+            relevance = np.eye(prefix + 16)
             for attention, gradient in zip(attentions, gradients):
                 relevance = relevance + np.maximum(attention * gradient, 0).mean(axis=0) @ relevance
-            expected = relevance[1:].mean(axis=0)[1:].reshape(4, 4)
+            expected = relevance[prefix:].mean(axis=0)[prefix:].reshape(4, 4)
             assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
             continue
         expected = reference_chefer(attentions, gradients, prefix, (4, 4))

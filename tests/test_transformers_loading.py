@@ -110,6 +110,21 @@ def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_p
     assert any(name in written_text for name in LABELS.values())
 
 
+def test_a_classifier_on_an_image_text_vision_tower_loads_with_its_head(tmp_path):
+    """A saved SiglipForImageClassification is that classifier (not the bare tower its model type usually loads)."""
+    vision = transformers.SiglipVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                             intermediate_size=64, image_size=32, patch_size=8)
+    config = transformers.SiglipConfig(vision_config=vision.to_dict(), id2label=LABELS,
+                                       label2id={v: k for k, v in LABELS.items()},
+                                       text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                        intermediate_size=64))
+    torch.manual_seed(0)
+    transformers.SiglipForImageClassification(config).save_pretrained(tmp_path / "siglip-cls")
+    model = load_model(str(tmp_path / "siglip-cls"))
+    assert type(model).__name__ == "SiglipForImageClassification" and class_names(model) == list(LABELS.values())
+    assert vitroll.chefer(model, [str(PHOTO)]).shape == (1, 4, 4)
+
+
 def shipped_model_as_transformers(folder: Path) -> Path:
     """vitroll-shapes (a trained timm ViT) rewritten as a transformers ``ViTForImageClassification`` folder, with an
     image processor that repeats timm's preprocessing."""

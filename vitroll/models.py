@@ -80,7 +80,9 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
-    vision_tower = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(kind)
+    classifier = any(architecture.endswith("ForImageClassification") for architecture in config.architectures or ())
+    vision_tower = None if classifier else {"clip": transformers.CLIPVisionModel,
+                                            "siglip": transformers.SiglipVisionModel}.get(kind)
     auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines

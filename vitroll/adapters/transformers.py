@@ -18,8 +18,6 @@ Nothing here imports transformers until a model is recorded: families and readou
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import re
 from typing import Callable, Optional
 from weakref import WeakKeyDictionary
@@ -28,7 +26,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.transformers_preprocessing import transformers_preprocessing
+from vitroll.adapters.transformers_preprocessing import image_config, transformers_preprocessing
 from vitroll.capture.families import Logits, Readout, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attach_kernel_swap
@@ -150,16 +148,16 @@ def _logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
     return getattr(model(pixel_values=images, **_size_options(model, images)), "logits", None)
 
 
-@functools.cache
-def _interpolates_on_request(model_class: type) -> bool:
-    return "interpolate_pos_encoding" in inspect.signature(model_class.forward).parameters
-
-
 def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
     """``interpolate_pos_encoding=True`` for an input of another size than ``config.image_size`` (non-square
-    included), for the models that interpolate their position embeddings only when asked (DINOv2 always does)."""
-    other_size = tuple(images.shape[-2:]) != _pair(model.config.image_size)
-    return {"interpolate_pos_encoding": True} if other_size and _interpolates_on_request(type(model)) else {}
+    included): these models interpolate their position embeddings only when asked."""
+    other_size = tuple(images.shape[-2:]) != _pair(image_config(model).image_size)
+    return {"interpolate_pos_encoding": True} if other_size else {}
+
+
+def _dinov2_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
+    """DINOv2 interpolates its position embeddings for any input size by itself (and takes no option for it)."""
+    return getattr(model(pixel_values=images), "logits", None)
 
 
 def _check_unmasked(model: nn.Module) -> None:
@@ -196,7 +194,7 @@ def _pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
 def _grid(model: nn.Module, image_hw: tuple[int, int]) -> tuple[int, int]:
     """The patch grid of an input of ``image_hw`` (any size, position embeddings interpolated); raises ValueError for
     a size that is not whole patches (the embedding would crop it)."""
-    patch = _pair(model.config.patch_size)
+    patch = _pair(image_config(model).patch_size)
     if any(size % step for size, step in zip(image_hw, patch)):
         raise ValueError(f"{image_hw[0]}×{image_hw[1]} is not a multiple of the model's {patch[0]}×{patch[1]} patches")
     return image_hw[0] // patch[0], image_hw[1] // patch[1]
@@ -218,6 +216,10 @@ def _one(_model: nn.Module) -> int:
 
 def _class_token(_model: nn.Module) -> Readout:
     return "class_token"
+
+
+def _patch_mean(_model: nn.Module) -> Readout:
+    return "patch_mean"
 
 
 def _mean_pooled(model: nn.Module) -> Readout:
@@ -259,13 +261,13 @@ _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageCl
           (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
           notes="class and distillation tokens skipped; the class token read out")
 _register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
-          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token),
+          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_dinov2_logits,
           notes="class token read out")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
                    "Dinov2WithRegistersForImageClassification"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
-          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token),
+          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
           notes="register tokens skipped; class token read out")
 _register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
           (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
@@ -289,10 +291,16 @@ _register("hf-vit-mae", _classes("vit_mae.modeling_vit_mae", "ViTMAEModel"), (IN
 _register("hf-clip-vision", _classes("clip.modeling_clip", "CLIPVisionModel", "CLIPVisionModelWithProjection"),
           (INTERFACE_ATTENTION["clip-vision"],), _layout(_one, _class_token),
           notes="vision tower; backbone: attention methods only")
+_register("hf-clip-classifier", _classes("clip.modeling_clip", "CLIPForImageClassification"),
+          (INTERFACE_ATTENTION["clip-vision"],), _layout(_one, _patch_mean),
+          notes="the vision tower with a classifier on the patch tokens' mean (class token skipped)")
 _register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionModel"),
           (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _siglip_readout),
           readout_modules=_siglip_pool,
           notes="no class token; attention-pooling head → its probe's attention; backbone: attention methods only")
+_register("hf-siglip-classifier", _classes("siglip.modeling_siglip", "SiglipForImageClassification"),
+          (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _patch_mean),
+          notes="the vision tower with a classifier on the tokens' mean (its pooling head unused)")
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn",
                          "vit_mae", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})

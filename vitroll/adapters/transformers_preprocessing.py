@@ -69,12 +69,18 @@ def use_image_processor(model: nn.Module, processor: object) -> None:
     _PROCESSORS[model] = processor_preprocessing(processor)
 
 
+def image_config(model: nn.Module) -> object:
+    """The configuration of the model's image tower: ``config.vision_config`` of a classifier built on an image–text
+    model's vision tower (``CLIPForImageClassification``, ``SiglipForImageClassification``), else ``config``."""
+    return getattr(model.config, "vision_config", None) or model.config
+
+
 def transformers_preprocessing(model: nn.Module) -> Preprocessing:
     """The preprocessing of ``model``: its registered image processor's (:func:`use_image_processor`), else the
     defaults of its ``config.model_type`` at ``config.image_size`` (ViTImageProcessor's for unknown types)."""
     if model in _PROCESSORS:
         return _PROCESSORS[model]
-    config = model.config
+    config = image_config(model)
     size = config.image_size
     height, width = (size, size) if isinstance(size, int) else tuple(size)
     crop_mode, crop_pct, interpolation, mean, std = _DEFAULTS.get(config.model_type, _DEFAULTS["vit"])
