@@ -33,6 +33,7 @@ from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
+from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover, ignore_interrupts
 from vitroll.preprocess import Preprocessing
 
@@ -304,22 +305,24 @@ def _barrier(world_size: int) -> None:
         torch.distributed.barrier()
 
 
-def _compact(out_dir: Path) -> None:
+def _compact(out_dir: Path) -> list[dict[str, Any]]:
     """Fold manifest.jsonl and the rank shards into manifest.jsonl / .csv, the latest row per input, after removing
-    what redone inputs left behind (in this order: a crash in between keeps the replaced rows that name the files)."""
+    what redone inputs left behind (in this order: a crash in between keeps the replaced rows that name the files);
+    returns the compacted rows."""
     rows = _previous_rows(out_dir)
     for output in mf.superseded_outputs(rows):
         (out_dir / output).unlink(missing_ok=True)
-    mf.write_final(out_dir, rows)
+    final = mf.write_final(out_dir, rows)
     for shard in mf.iter_shard_manifests(out_dir):
         shard.unlink()
+    return final
 
 
 def _merge(out_dir: Path, rank: int, world_size: int) -> None:
-    """Rank 0 compacts the manifests once every rank has finished."""
+    """Rank 0 compacts the manifests once every rank has finished and writes the gallery of all rows."""
     _barrier(world_size)
     if rank == 0:
-        _compact(out_dir)
+        write_gallery(out_dir, _compact(out_dir))
     _barrier(world_size)
 
 

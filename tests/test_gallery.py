@@ -1,0 +1,144 @@
+"""The annotate gallery: the page's rows and class summary against the manifest, and the page in a real browser
+(Debian's Chromium through Playwright) sorting, filtering, paging and loading every image."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.folder import annotate
+from vitroll.pipelines.gallery import PAGE_SIZE, class_summary, write_gallery
+from vitroll.pipelines.manifest import read_rows
+from vitroll.testbed.model import load_testbed_model
+from vitroll.testbed.shapes import samples
+
+CHROMIUM = Path("/usr/bin/chromium")
+ODD_NAME = "odd <b>name & co.png"
+
+
+def page_rows(out_dir: Path) -> list[dict]:
+    text = (out_dir / "gallery" / "rows.js").read_text()
+    prefix = "window.VITROLL_ROWS = "
+    assert text.startswith(prefix) and text.rstrip().endswith(";")
+    return json.loads(text[len(prefix):].rstrip().rstrip(";"))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    source = tmp_path_factory.mktemp("in")
+    for index, sample in enumerate(samples(5, 8)):
+        Image.fromarray(sample.image).save(source / f"shape_{index}.png")
+    shutil.copy(source / "shape_0.png", source / ODD_NAME)
+    (source / "broken.png").write_bytes(b"not a png")
+    out_dir = source.parent / "out"
+    annotate(source, out_dir, load_testbed_model(), ExplainSettings(method="rollout"), identity={"model": "shapes"})
+    return out_dir
+
+
+def test_annotate_writes_a_gallery_whose_rows_and_class_summary_are_the_manifest(run):
+    manifest = sorted(read_rows(run / "manifest.jsonl"), key=lambda row: row["path"])
+    rows = page_rows(run)
+    assert [row["path"] for row in rows] == [row["path"] for row in manifest] and len(rows) == 10
+    for shown, written in zip(rows, manifest):
+        assert shown["status"] == written["status"] and shown["overlay"] == written.get("overlay")
+        if written["status"] == "ok":
+            assert shown["entropy"] == pytest.approx(written["entropy"]) and (run / shown["overlay"]).is_file()
+    assert [row["error"] for row in rows if row["status"] != "ok"] == [next(
+        row["error"] for row in manifest if row["path"] == "broken.png")]
+    summary = {each["name"]: each for each in class_summary(manifest)}
+    ok = [row for row in manifest if row["status"] == "ok"]
+    assert {name: each["count"] for name, each in summary.items()} == {
+        name: sum(row["top1_name"] == name for row in ok) for name in {row["top1_name"] for row in ok}}
+    for name, each in summary.items():
+        members = [row for row in ok if row["top1_name"] == name]
+        assert each["entropy"] == pytest.approx(np.mean([row["entropy"] for row in members]))
+        assert max(each["entropy_histogram"]) == 1.0 and max(each["peak_histogram"]) == 1.0
+    page = (run / "index.html").read_text()
+    assert "<b>name" not in page and all(f"<td>{name}</td>" in page for name in summary)
+
+
+def test_non_finite_numbers_reach_the_page_as_null(tmp_path):
+    write_gallery(tmp_path, [{"path": "a.png", "status": "ok", "entropy": float("nan"), "top1_name": "x",
+                              "top1_probability": 0.5, "width": 10, "height": 10, "peak_x": 9, "peak_y": 0}])
+    assert page_rows(tmp_path)[0]["entropy"] is None
+    assert class_summary([{"status": "ok", "top1_name": "x", "entropy": 0.3, "width": 10, "height": 10,
+                           "peak_x": 9, "peak_y": 0}])[0]["peak_histogram"][4] == 1.0  # top-right cell
+
+
+def browser():
+    """A headless Chromium through Playwright; skipped where either is missing, unless VITROLL_BROWSER_TESTS=required
+    (CI installs both), where that is a failure."""
+    required = os.environ.get("VITROLL_BROWSER_TESTS") == "required"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if required:
+            raise
+        pytest.skip("playwright is not installed (pip install playwright)")
+    if not CHROMIUM.exists():
+        if required:
+            pytest.fail(f"{CHROMIUM} is missing")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    return sync_playwright
+
+
+def shown_paths(page) -> list[str]:
+    return page.eval_on_selector_all(".card", "cards => cards.map(card => card.dataset.path)")
+
+
+def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser(run, tmp_path):
+    sync_playwright = browser()
+    big = tmp_path / "big"
+    shutil.copytree(run, big)
+    rows = read_rows(run / "manifest.jsonl")
+    ok = [row for row in rows if row["status"] == "ok"]
+    many = rows + [{**ok[index % len(ok)], "path": f"copy_{index:03d}.png", "entropy": index / 1000}
+                   for index in range(PAGE_SIZE + 10)]
+    write_gallery(big, many)
+    expected = sorted(rows, key=lambda row: row["path"])
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM),
+                                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = chromium.new_page(viewport={"width": 1200, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto((run / "index.html").as_uri())
+        assert shown_paths(page) == [row["path"] for row in expected]
+        page.wait_for_function("[...document.images].every(image => image.complete)")
+        widths = page.eval_on_selector_all(".card img", "images => images.map(image => image.naturalWidth)")
+        assert len(widths) == sum(row["status"] == "ok" for row in rows) and min(widths) > 0
+        assert ODD_NAME in shown_paths(page)  # shown as text, not markup
+
+        page.select_option("#sort", "entropy")
+        page.check("#descending")
+        by_entropy = [row["path"] for row in sorted((row for row in rows if row["status"] == "ok"),
+                                                    key=lambda row: -row["entropy"])]
+        assert shown_paths(page)[:len(by_entropy)] == by_entropy
+        page.select_option("#status", "error")
+        assert shown_paths(page) == ["broken.png"]
+        page.select_option("#status", "")
+        some_class = ok[0]["top1_name"]
+        page.select_option("#class", some_class)
+        assert sorted(shown_paths(page)) == sorted(row["path"] for row in ok if row["top1_name"] == some_class)
+        page.select_option("#class", "")
+        page.fill("#search", "shape_3")
+        assert shown_paths(page) == ["shape_3.png"]
+        page.click(".card.ok")
+        assert page.eval_on_selector("#detail", "dialog => dialog.open")
+        page.wait_for_function("document.querySelector('#detail img').complete")
+        assert page.eval_on_selector("#detail img", "image => image.naturalWidth") > 0
+        page.screenshot(path=str(tmp_path / "gallery.png"))
+
+        page.goto((big / "index.html").as_uri())
+        assert len(shown_paths(page)) == PAGE_SIZE and page.inner_text("#page").strip() == "page 1 / 2"
+        page.click("#next")
+        assert len(shown_paths(page)) == len(many) - PAGE_SIZE
+        assert not errors
+        chromium.close()

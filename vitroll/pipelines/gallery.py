@@ -1,0 +1,90 @@
+"""The gallery of an annotate run: ``OUT/index.html``, a page that opens from the file system (no server, no network)
+with the overlays in a grid, sorted and filtered in the browser, and a per-class summary.
+
+The rows travel in ``OUT/gallery/rows.js`` (a script the page loads, since a ``file://`` page may not fetch JSON), and
+the page shows them a page of :data:`PAGE_SIZE` cards at a time, thumbnails loaded lazily, so that 10^5 rows stay
+fast; the per-class summary is computed here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import jinja2
+import numpy as np
+
+from vitroll.io.images import write_atomic
+
+PAGE_SIZE = 60
+ENTROPY_BINS = 10
+PEAK_BINS = 5
+FIELDS = ("path", "status", "error", "top1_name", "top1_probability", "entropy", "top10_mass", "agreement", "peak_x",
+          "peak_y", "width", "height", "overlay", "heatmap", "figure")
+"""The manifest columns the page shows."""
+SORT_KEYS = (("path", "name"), ("top1_probability", "probability"), ("entropy", "entropy"),
+             ("top10_mass", "top-10 % mass"), ("agreement", "agreement"), ("top1_name", "class"))
+
+_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("vitroll.pipelines", "templates"),
+                                autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def _finite(value: object) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _page_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields the page shows; numbers that are not finite become null."""
+    kept = {key: row.get(key) for key in FIELDS}
+    return {key: (_finite(value) if isinstance(value, float) else value) for key, value in kept.items()}
+
+
+def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per predicted class of the explained rows: count, mean probability and entropy, the entropy histogram
+    (:data:`ENTROPY_BINS` bins over [0, 1], as shares of the fullest bin) and where the peaks lie
+    (:data:`PEAK_BINS` × :data:`PEAK_BINS` cells of the image, row-major, as shares of the fullest cell)."""
+    by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row.get("status") == "ok":
+            by_class[str(row.get("top1_name"))].append(row)
+    summaries = []
+    for name in sorted(by_class):
+        members = by_class[name]
+        entropies = np.array([e for e in (_finite(r.get("entropy")) for r in members) if e is not None])
+        probabilities = np.array([p for p in (_finite(r.get("top1_probability")) for r in members) if p is not None])
+        entropy_counts = np.histogram(entropies, bins=ENTROPY_BINS, range=(0.0, 1.0))[0]
+        peaks = np.zeros((PEAK_BINS, PEAK_BINS))
+        for row in members:
+            if all(_finite(row.get(key)) for key in ("width", "height")) and row.get("peak_x") is not None:
+                column = min(int(row["peak_x"] / row["width"] * PEAK_BINS), PEAK_BINS - 1)
+                line = min(int(row["peak_y"] / row["height"] * PEAK_BINS), PEAK_BINS - 1)
+                peaks[line, column] += 1
+        summaries.append({
+            "name": name, "count": len(members),
+            "probability": float(probabilities.mean()) if probabilities.size else float("nan"),
+            "entropy": float(entropies.mean()) if entropies.size else float("nan"),
+            "entropy_histogram": (entropy_counts / max(entropy_counts.max(), 1)).tolist(),
+            "peak_histogram": (peaks / max(peaks.max(), 1)).ravel().tolist(),
+        })
+    return summaries
+
+
+def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``out_dir/index.html`` and ``out_dir/gallery/rows.js`` for the manifest ``rows`` of an annotate run
+    (their paths relative to ``out_dir``, as the manifest has them); returns the page's path."""
+    out_dir = Path(out_dir)
+    page_rows = [_page_row(row) for row in rows]
+    data = "window.VITROLL_ROWS = " + json.dumps(page_rows, default=str, allow_nan=False) + ";\n"
+    write_atomic(out_dir / "gallery" / "rows.js", data.encode())
+    failed = sum(row["status"] != "ok" for row in page_rows)
+    first = next((row for row in rows if row.get("status") == "ok"), {})
+    html = _TEMPLATES.get_template("gallery.html.j2").render(
+        title=out_dir.resolve().name, model=first.get("model", "—"), method=first.get("method", "—"),
+        counts={"ok": len(page_rows) - failed, "failed": failed, "total": len(page_rows)},
+        classes=class_summary(rows), statuses=sorted({row['status'] for row in page_rows}), sort_keys=SORT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS,
+        entropy_max=1.0)
+    write_atomic(out_dir / "index.html", html.encode())
+    return out_dir / "index.html"
