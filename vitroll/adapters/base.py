@@ -38,8 +38,8 @@ def register_family(
         Short name shown to users; registering the same name again replaces the family.
     model_type : type or str, or a tuple of them
         The model class (subclasses match too), or its dotted path ``"package.module.Class"`` so that registering
-        does not import the package; a tuple for several classes. Families registered later are matched first (a family for a subclass of a
-        known model class takes those models over).
+        does not import the package; a tuple for several classes. Families registered later are matched first (a
+        family for a subclass of a known model class takes those models over).
     attention_modules : callable
         ``model -> [attention module per layer]``, in forward order.
     token_layout : callable

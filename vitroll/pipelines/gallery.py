@@ -27,6 +27,8 @@ FIELDS = ("path", "status", "error", "top1_name", "top1_probability", "entropy",
 """The manifest columns the page shows."""
 SORT_KEYS = (("path", "name"), ("top1_probability", "probability"), ("entropy", "entropy"),
              ("top10_mass", "top-10 % mass"), ("agreement", "agreement"), ("top1_name", "class"))
+TEXT_KEYS = ("path", "top1_name")
+"""Sort keys whose values are text: a missing value sorts as "" among them, as −∞ among numbers."""
 
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("vitroll.pipelines", "templates"),
                                 autoescape=True, undefined=jinja2.StrictUndefined)
@@ -84,7 +86,7 @@ def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]]) -> Path
     html = _TEMPLATES.get_template("gallery.html.j2").render(
         title=out_dir.resolve().name, model=first.get("model", "—"), method=first.get("method", "—"),
         counts={"ok": len(page_rows) - failed, "failed": failed, "total": len(page_rows)},
-        classes=class_summary(rows), statuses=sorted({row['status'] for row in page_rows}), sort_keys=SORT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS,
-        entropy_max=1.0)
+        classes=class_summary(rows), statuses=sorted({row["status"] for row in page_rows}), sort_keys=SORT_KEYS,
+        text_keys=TEXT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS)
     write_atomic(out_dir / "index.html", html.encode())
     return out_dir / "index.html"
