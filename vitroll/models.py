@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
+from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
@@ -115,8 +116,6 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
 def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
     """Register the image processor saved with the model, when there is one."""
     from transformers import AutoImageProcessor
-
-    from vitroll.adapters.transformers_preprocessing import use_image_processor
 
     try:
         with _hub_offline(offline):
@@ -380,7 +379,8 @@ class ModelProvenance:
     model: str
     """The name given to :func:`load_model` (timm name, ``hf-hub:…`` or ``vitroll-shapes``)."""
     weights: str
-    """``random``, ``timm-pretrained``, ``torchvision-pretrained``, ``transformers-pretrained``, ``checkpoint``, ``testbed`` or ``not stated``."""
+    """``random``, ``timm-pretrained``, ``torchvision-pretrained``, ``transformers-pretrained``, ``checkpoint``,
+    ``testbed`` or ``not stated``."""
     description: str
     """One line for people: which pretrained tag, which checkpoint file, or the random-weights warning."""
     sha256: Optional[str] = None
