@@ -113,11 +113,13 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 button = gr.Button("Explain", variant="primary")
             with gr.Column(scale=2):
                 with gr.Row():
-                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False)
-                    grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", interactive=False)
+                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
+                    grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
+                                    interactive=False, elem_id="heads")  # each tile is labelled
                 with gr.Row():
-                    top = gr.Label(num_top_classes=5, label="top classes")
-                    note = gr.Markdown(ignored_note("rollout", ignored_controls("rollout"), outline.layers - 1))
+                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
+                    note = gr.Markdown(ignored_note("rollout", ignored_controls("rollout"), outline.layers - 1),
+                                       elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls], outputs=[overlay, grid, top, note],
                              concurrency_limit=1, concurrency_id="model")
@@ -143,19 +145,22 @@ def _device_of(model: nn.Module) -> str:
 
 
 def _control_widgets(gr: Any, outline: ModelOutline) -> list:
-    """method, head fusion, discard ratio, start layer, layer, head, target class — in that order."""
+    """method, head fusion, discard ratio, start layer, layer, head, target class — in that order, those that the
+    first method (rollout) ignores greyed out."""
     last = outline.layers - 1
+    used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
     return [
         gr.Dropdown(sorted(METHODS), value="rollout", label="method"),
-        gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion"),
-        gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio"),
-        gr.Slider(0, last, value=0, step=1, label="start layer"),
+        gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion", interactive=used["head fusion"]),
+        gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio",
+                  interactive=used["discard ratio"]),
+        gr.Slider(0, last, value=0, step=1, label="start layer", interactive=used["start layer"]),
         gr.Slider(0, last, value=last, step=1, label="layer (per-head grid, single head)"),
         gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],
-                    value=ALL_HEADS, label="head"),
+                    value=ALL_HEADS, label="head", interactive=used["head"]),
         gr.Dropdown([("predicted class", PREDICTED)] + [(f"{k}: {name}", str(k))
                                                          for k, name in enumerate(outline.class_names)],
-                    value=PREDICTED, label="target class"),
+                    value=PREDICTED, label="target class", interactive=used["target class"]),
     ]
 
 
@@ -174,8 +179,11 @@ def _widget_updates(method: str, head: str, *, method_changed: bool) -> list:
 _WIDGET_ORDER = ("head fusion", "discard ratio", "start layer", "layer", "head", "target class")
 
 
-def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Sequence[Path] = ()) -> None:
-    """Serve ``app`` at ``host:port`` (``port`` None: Gradio's first free one from 7860) until Ctrl-C. Never
-    through Gradio's public share link."""
-    app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-               allowed_paths=sorted({str(path.parent) for path in examples}))
+def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Sequence[Path] = (),
+          block: bool = True) -> str:
+    """Serve ``app`` at ``host:port`` (``port`` None: Gradio's first free one from 7860), never through Gradio's
+    public share link; with ``block``, until Ctrl-C. Returns the page's local URL."""
+    _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
+                                 prevent_thread_lock=not block, quiet=not block,
+                                 allowed_paths=sorted({str(path.parent) for path in examples}))
+    return local_url

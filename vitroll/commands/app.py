@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("app", help="interactive explorer in the browser (needs vitroll[app])",
                                    description=__doc__)
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to serve on (default 127.0.0.1: this machine only; others need --share-on-network)")
+                        help="address to serve on (default 127.0.0.1: this machine only; another needs "
+                             "--share-on-network)")
     parser.add_argument("--port", type=port_number, help="port (default: the first free one from 7860)")
     parser.add_argument("--share-on-network", action="store_true",
                         help="allow a --host that other machines can reach (no password: anyone there can use it)")

@@ -69,8 +69,10 @@ class ModelOutline:
 class Exploration:
     """What the explorer shows for one image."""
 
+    grid_map: np.ndarray
+    """(h, w) float32: the method's map on the model's patch grid (the chosen head's, with a single head)."""
     overlay: np.ndarray
-    """(H0, W0, 3) uint8: the method's map on the image."""
+    """(H0, W0, 3) uint8: ``grid_map`` on the image."""
     head_grid: np.ndarray
     """uint8 RGB: one small overlay per head of the chosen layer, tiled, labelled, the chosen head framed."""
     top: list[tuple[int, str, float]]
@@ -161,8 +163,9 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
         grid_map = grid_map[controls.head]
     _, overlaid = render(image, grid_map, geometry, settings)
     top = [] if result.probabilities is None else top_classes(result.probabilities[0], class_names)
-    return Exploration(overlay=overlaid, head_grid=head_grid(image, heads, geometry, settings, chosen=controls.head),
-                       top=top, ignored=ignored_controls(controls.method, single_head=controls.head is not None))
+    return Exploration(grid_map=grid_map, overlay=overlaid,
+                       head_grid=head_grid(image, heads, geometry, settings, chosen=controls.head), top=top,
+                       ignored=ignored_controls(controls.method, single_head=controls.head is not None))
 
 
 def _check_head(head: Optional[int], heads: int) -> None:
