@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 import vitroll
+from browser import browser_page
 from reference import reference_attention, reference_attention_gradients, reference_chefer
-from test_gallery import CHROMIUM, browser
 from vitroll.cli import main
 from vitroll.io import load_image
 from vitroll.models import class_names
@@ -114,6 +114,8 @@ def test_a_method_gets_only_the_options_it_takes_and_the_rest_is_named_as_ignore
 def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
     with pytest.raises(ValueError, match=r"^head 4 is out of range for a layer with 4 heads \(0…3\)$"):
         explore(model, image, ExplorerControls(method="attention", head=4))
+    with pytest.raises(ValueError, match=r"^layer 4 is out of range for a model with 4 layers \(-4…3\)$"):
+        explore(model, image, ExplorerControls(layer=4))
     with pytest.raises(ValueError, match=r"^start_layer 4 is out of range for a model with 4 layers \(0…3\)$"):
         explore(model, image, ExplorerControls(start_layer=4))
     with pytest.raises(ValueError, match=r"target_class \[7\] out of range for a model with 4 classes"):
@@ -170,15 +172,8 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
     """Picks an example, then a single head of ``attention``, then ``rollout``, each time waiting for a new overlay;
     saves the screenshot under $VITROLL_SCREENSHOT_DIR (the README's docs/app.png:
     ``VITROLL_SCREENSHOT_DIR=docs pytest tests/test_explorer.py -k browser``), else in tmp_path."""
-    sync_playwright = browser()
     screenshot = Path(os.environ.get("VITROLL_SCREENSHOT_DIR", tmp_path)) / "app.png"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(served)
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
         overlay = page.locator("#overlay img")
         sources = []
 
@@ -202,7 +197,6 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert "cross" in page.locator("#top-classes").inner_text()
         page.screenshot(path=str(screenshot), full_page=True)
         assert not errors
-        chromium.close()
 
 
 def test_the_command_refuses_to_serve_beyond_localhost_without_the_flag(capsys):
