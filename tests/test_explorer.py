@@ -219,6 +219,11 @@ def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeyp
         path.stem.endswith("_mask") for path in served_at[0][2])
 
 
+def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):
+    assert main(["app", "--examples", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"vitroll: error: app: --examples {tmp_path / 'nope'} is not a folder\n"
+
+
 def test_without_gradio_the_command_names_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` now raises ImportError
     assert main(["app"]) == 2

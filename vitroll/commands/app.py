@@ -65,6 +65,8 @@ def check_host(host: str, share_on_network: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_host(args.host, args.share_on_network)
+    if args.examples != SAMPLE_IMAGES and not args.examples.is_dir():
+        raise ValueError(f"app: --examples {args.examples} is not a folder")
     require_gradio()
     model = model_from_args(args)
     examples = example_images(args.examples)
