@@ -8,19 +8,23 @@ from __future__ import annotations
 import copy
 import json
 import string
+from pathlib import Path
 
 import numpy as np
 import open_clip
 import pytest
 import torch
 import transformers
+from PIL import Image
 
 import vitroll
 from reference import multihead_attention_by_hand, reference_chefer
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import AttentionRecorder
+from vitroll.cli import main
 from vitroll.errors import MethodOptionError, UnsupportedModelError
 from vitroll.methods import Method
+from vitroll.models import load_model
 
 VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
               patch_size=8)
@@ -240,3 +244,58 @@ def test_models_that_are_not_image_text_models_or_take_no_mask_say_so():
         vitroll.image_text_maps(vision, images(), INPUT_IDS)
     with pytest.raises(UnsupportedModelError, match="CLIPModel is an image–text model: its scores need texts"):
         vitroll.chefer(hf_model("clip"), images())
+
+
+PHOTO = Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg"
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory) -> Path:
+    """A CLIPModel saved with its (tiny) tokenizer, as save_pretrained writes them."""
+    folder = tmp_path_factory.mktemp("clip")
+    hf_model("clip").save_pretrained(folder)
+    clip_tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+def test_overlay_with_texts_writes_one_overlay_per_text_and_a_grid(clip_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "A photo of a cat!",
+                 "--method", "chefer", "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    written = sorted(path.name for path in out.iterdir())
+    assert written == ["cat_chefer_a-dog.png", "cat_chefer_a-photo-of-a-cat.png", "cat_chefer_texts.png"]
+    dog, cat = (np.asarray(Image.open(out / name)) for name in written[:2])
+    assert dog.shape == cat.shape == (*Image.open(PHOTO).size[::-1], 3) and not np.array_equal(dog, cat)
+    model = load_model(str(clip_folder))
+    logits = PromptedModel(model, text_inputs(model, ["a dog", "A photo of a cat!"]))(
+        vitroll.Preprocessing.from_model(model).batch([vitroll.load_image(PHOTO)])[0])[0]
+    printed = capsys.readouterr().out
+    assert f"'a dog'  S = {logits[0]:.3f}  -> {out / 'cat_chefer_a-dog.png'}" in printed
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "a cat",
+                 "--method", "rollout", "--out", str(tmp_path / "roll"), "--device", "cpu"]) == 0
+    assert np.array_equal(*(np.asarray(Image.open(tmp_path / "roll" / f"cat_rollout_{slug}.png"))
+                            for slug in ("a-dog", "a-cat")))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--model", "CLIP"], "CLIP is an image–text model: give the texts to explain with --text"),
+    (["--text", "a dog"], "--text needs an image–text model (CLIP, SigLIP, open_clip); vitroll-shapes "
+                          "(VisionTransformer) scores classes, not texts"),
+    (["--model", "CLIP", "--text", "a dog", "--target-class", "1"], "--target-class does not go with --text"),
+    (["--model", "open_clip:ViT-B-99", "--text", "a dog"], "unknown open_clip model 'ViT-B-99'; did you mean"),
+    (["--model", "open_clip:ViT-B-32", "--pretrained", "--text", "a dog"],
+     "open_clip:ViT-B-32: open_clip's pretrained weights are downloaded by tag; pass the weights as --checkpoint FILE "
+     "(open_clip_model.safetensors)"),
+])
+def test_overlay_mistakes_with_texts_are_one_line(clip_folder, tmp_path, capsys, arguments, message):
+    arguments = [str(clip_folder) if argument == "CLIP" else argument for argument in arguments]
+    message = message.replace("CLIP", str(clip_folder), 1) if message.startswith("CLIP") else message
+    assert main(["overlay", str(PHOTO), *arguments, "--out", str(tmp_path), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"vitroll: error: {message}")
+
+
+def test_a_clip_folder_loads_the_image_text_model_with_its_tokenizer(clip_folder):
+    model = load_model(str(clip_folder))
+    assert type(model).__name__ == "CLIPModel"
+    assert text_inputs(model, ["a dog"]).input_ids.tolist() == [[BOS, 26, 3, 14, 32, EOS]]

@@ -81,18 +81,24 @@ def _tower_of(inner: Callable[[nn.Module], nn.Module]) -> dict[str, object]:
 
 def register_dual_encoder(name: str, model_type: Union[type, str, tuple[Union[type, str], ...]], *,
                           vision_tower: Callable[[nn.Module], nn.Module], image_text: ImageTextScore,
-                          name_patterns: tuple[str, ...], notes: str) -> None:
+                          name_patterns: tuple[str, ...], notes: str,
+                          preprocessing: Optional[Callable[[nn.Module], Preprocessing]] = None) -> None:
     """Register an image–text model whose vision tower ``vision_tower(model)`` is a model of a registered family.
 
     Its attention is the tower's; run alone (rollout, attention, flow), it runs the tower's forward and has no class
-    scores; against texts it scores as ``image_text`` says (:func:`vitroll.image_text_maps`).
+    scores; against texts it scores as ``image_text`` says (:func:`vitroll.image_text_maps`). Its preprocessing is
+    the tower's unless ``preprocessing`` (``model -> Preprocessing``) says otherwise (an image processor saved with
+    the whole model).
     """
 
     def tower_forward(model: nn.Module, images: torch.Tensor) -> None:
         tower = vision_tower(model)
         family_of(tower).logits(tower, images)
 
-    register_family(name, model_type, **_tower_of(vision_tower), logits=tower_forward, image_text=image_text,
+    capture = _tower_of(vision_tower)
+    if preprocessing is not None:
+        capture["preprocessing"] = preprocessing
+    register_family(name, model_type, **capture, logits=tower_forward, image_text=image_text,
                     name_patterns=name_patterns, notes=notes)
 
 

@@ -329,12 +329,12 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
 
 register_dual_encoder("hf-clip", _classes("clip.modeling_clip", "CLIPModel"), vision_tower=lambda model: model.vision_model,
                       image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest")),
-                      name_patterns=("CLIPModel",),
+                      preprocessing=transformers_preprocessing, name_patterns=("CLIPModel",),
                       notes="image–text: logits_per_image explained on the vision tower (class token read out)")
 register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipModel"),
                       vision_tower=lambda model: model.vision_model,
                       image_text=ImageTextScore(_image_text_logits, _tokenize_padded("max_length")),
-                      name_patterns=("SiglipModel",),
+                      preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")
 
