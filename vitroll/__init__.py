@@ -1,5 +1,5 @@
-"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm and
-torchvision models, and any model family registered with :func:`register_family`.
+"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm, torchvision and Hugging Face
+transformers models (text ones too: token scores (B, L)), and any model family registered with :func:`register_family`.
 
 >>> from vitroll import rollout, overlay                    # doctest: +SKIP
 >>> maps = rollout(model, images)                           # (B, h, w) on the model's device
@@ -7,11 +7,12 @@ torchvision models, and any model family registered with :func:`register_family`
 """
 
 from vitroll._version import __version__
-from vitroll.adapters import register_family
+from vitroll.adapters import register_family, use_tokenizer
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
+from vitroll.io.text import TokenBatch
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
 from vitroll.methods import (
     METHODS, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients, random_map, rollout,
@@ -24,8 +25,8 @@ from vitroll.preprocess import CropGeometry, Preprocessing
 __all__ = [
     "use_image_processor",
     "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
-    "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
+    "TokenBatch", "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
     "key_patches", "load_image", "load_model", "normalize", "outline_boxes", "overlay", "random_map", "register_family", "rollout",
-    "rollout_matrix", "to_original", "upsample",
+    "rollout_matrix", "to_original", "upsample", "use_tokenizer",
 ]

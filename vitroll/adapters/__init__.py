@@ -1,8 +1,10 @@
-"""Model sources: each enters vitroll through :func:`register_family`; timm's, torchvision's and transformers' are registered here."""
+"""Model sources: each enters vitroll through :func:`register_family`; timm's, torchvision's and transformers' (vision and text) are registered here."""
 
 from vitroll.adapters import timm as _timm  # noqa: F401  (registers timm's families)
 from vitroll.adapters import torchvision as _torchvision  # noqa: F401  (registers the torchvision family)
 from vitroll.adapters import transformers as _transformers  # noqa: F401  (registers transformers' families)
+from vitroll.adapters import transformers_text as _transformers_text  # noqa: F401  (registers its text families)
 from vitroll.adapters.base import register_family
+from vitroll.adapters.transformers_text import use_tokenizer
 
-__all__ = ["register_family"]
+__all__ = ["register_family", "use_tokenizer"]
