@@ -232,4 +232,112 @@ def wordpiece_tokenizer(folder) -> transformers.PreTrainedTokenizerFast:
              "un", "##believ", "##able", "##s", "play", "##ing", ",", "!"]
     path = folder / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    return transformers.BertTokenizerFast(vocab_file=str(path))
+    return transformers.BertTokenizerFast(vocab=str(path))
+
+
+def bpe_tokenizer(folder) -> transformers.PreTrainedTokenizerFast:
+    """A real GPT-2 byte-level BPE tokenizer from a tiny vocabulary and merges file written here (no download)."""
+    import json
+
+    pieces = ["<|endoftext|>", "c", "a", "t", "s", "Ġ", "d", "o", "g", "ca", "cat", "Ġs", "Ġsa", "Ġsat", "Ġd", "Ġdo",
+              "Ġdog"]
+    (folder / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    merges = ["c a", "ca t", "Ġ s", "Ġs a", "Ġsa t", "Ġ d", "Ġd o", "Ġdo g"]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return transformers.GPT2TokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+
+
+def test_wordpiece_pieces_merge_into_words_by_summing(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.words import word_scores
+
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    _, _, [encoded] = encode_texts(tokenizer, ["Unbelievable cats, playing!"])
+    assert encoded.tokens == ["[CLS]", "un", "##believ", "##able", "cat", "##s", ",", "play", "##ing", "!", "[SEP]"]
+    scores = [0.5, 0.1, 0.2, 0.3, 0.05, 0.15, 0.01, 0.02, 0.03, 0.04, 0.6]
+    words = word_scores(scores, encoded)
+    assert [(w.word, w.start, w.end, w.pieces) for w in words] == [
+        ("Unbelievable", 0, 12, 3), ("cats", 13, 17, 2), (",", 17, 18, 1), ("playing", 19, 26, 2), ("!", 26, 27, 1)]
+    np.testing.assert_allclose([w.score for w in words], [0.6, 0.2, 0.01, 0.05, 0.04])
+    with pytest.raises(ValueError, match="3 scores for 11 tokens"):
+        word_scores(scores[:3], encoded)
+
+
+def test_byte_level_bpe_pieces_merge_into_words_without_their_leading_space(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.words import word_scores
+
+    _, _, [encoded] = encode_texts(bpe_tokenizer(tmp_path), ["cats sat dog"])
+    assert encoded.tokens == ["cat", "s", "Ġsat", "Ġdog"]
+    words = word_scores([0.25, 0.5, 0.125, 0.125], encoded)
+    assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
+        ("cats", 0, 4, 0.75, 2), ("sat", 5, 8, 0.125, 1), ("dog", 9, 12, 0.125, 1)]
+
+
+def test_the_text_view_shades_each_token_of_the_original_text(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.text_view import segments, terminal_text
+
+    _, _, [encoded] = encode_texts(wordpiece_tokenizer(tmp_path), ["the  cat <b>"])
+    shown = segments(encoded, [0.0, 1.0, 0.5, 0.25, 0.25, 0.25, 0.5])
+    assert [(s.text, s.special) for s in shown] == [
+        ("[CLS]", True), ("the", False), ("  ", False), ("cat", False), (" ", False), ("<", False), ("b", False),
+        (">", False), ("[SEP]", True)]
+    assert shown[1].colour == "#e64628" and shown[0].colour == "#ffffff" and shown[2].score is None
+    assert terminal_text(shown).plain == "[CLS]the  cat <b>[SEP]"
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert-classifier")
+    model = bert(num_labels=2)
+    model.config.id2label, model.config.label2id = {0: "negative", 1: "positive"}, {"negative": 0, "positive": 1}
+    model.save_pretrained(folder)
+    wordpiece_tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_path, capsys):
+    import csv
+    import json
+
+    from vitroll.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a dog ran on the mat\n\nunbelievable <script>alert(1)</script>\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["text", "the cat sat", "--file", str(texts), "--model", str(saved_classifier), "--out", str(out),
+                 "--method", "chefer", "--batch-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("prediction: ") == 3 and "[CLS]the cat sat[SEP]" in printed
+    report = json.loads((out / "scores.json").read_text())
+    assert [entry["text"] for entry in report["texts"]] == [
+        "the cat sat", "a dog ran on the mat", "unbelievable <script>alert(1)</script>"]
+    model = transformers.BertForSequenceClassification.from_pretrained(saved_classifier).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(saved_classifier)
+    expected = vitroll.chefer(model, [entry["text"] for entry in report["texts"]], tokenizer=tokenizer)
+    for b, entry in enumerate(report["texts"]):
+        np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])], atol=1e-6)
+        assert entry["prediction"] in ("negative", "positive") and entry["explained"] == entry["prediction"]
+    rows = list(csv.DictReader((out / "scores.csv").open()))
+    assert {row["level"] for row in rows} == {"token", "word"} and rows[0]["piece"] == "[CLS]"
+    page = (out / "text.html").read_text()
+    assert "<script" not in page and ">&lt;</span>" in page
+
+
+def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
+    from vitroll.cli import main
+
+    def error(argv: list[str]) -> str:
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vitroll: error: ")
+        return lines[0]
+
+    assert "no text to explain" in error(["text", "--model", str(saved_classifier)])
+    assert "missing.txt: cannot read texts" in error(["text", "--file", str(tmp_path / "missing.txt"),
+                                                      "--model", str(saved_classifier)])
+    assert "is a text model" in error(["overlay", "x.png", "--model", str(saved_classifier)])
+    assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
+    assert "position 9 is outside text 0's 4 real tokens" in error(
+        ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--readout", "position"])

@@ -20,6 +20,7 @@ from torch import nn
 
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
 from vitroll.adapters.transformers_preprocessing import use_image_processor
+from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES, use_tokenizer
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
@@ -54,7 +55,8 @@ def _transformers_source(name: str) -> str:
 
 def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
     """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
-    cannot be reached), with ``state`` on top of its config when given; register its image processor."""
+    cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
+    model its tokenizer."""
     try:
         import transformers
     except ImportError:
@@ -74,17 +76,14 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    if kind not in TRANSFORMERS_MODEL_TYPES:
+    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES:
         why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
     if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
-    classifier = any(architecture.endswith("ForImageClassification") for architecture in config.architectures or ())
-    vision_tower = None if classifier else {"clip": transformers.CLIPVisionModel,
-                                            "siglip": transformers.SiglipVisionModel}.get(kind)
-    auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
+    auto, vision_tower = _auto_classes(transformers, config)
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
     try:
@@ -109,8 +108,43 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
-    _use_processor_of(model, source, offline=offline or local)
+    if kind in TEXT_MODEL_TYPES:
+        _use_tokenizer_of(model, source, offline=offline or local)
+    else:
+        _use_processor_of(model, source, offline=offline or local)
     return model
+
+
+def _auto_classes(transformers: object, config: object) -> tuple[list[type], Optional[type]]:
+    """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins), and the
+    vision tower class of an image–text model (None otherwise). A text model is what its saved architecture says:
+    a sequence classifier, a causal language model, else the bare encoder or decoder."""
+    architectures = config.architectures or ()
+    if config.model_type in TEXT_MODEL_TYPES:
+        if any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
+            return [transformers.AutoModelForSequenceClassification], None
+        if any(architecture.endswith("LMHeadModel") for architecture in architectures):
+            return [transformers.AutoModelForCausalLM], None
+        return [transformers.AutoModel], None
+    classifier = any(architecture.endswith("ForImageClassification") for architecture in architectures)
+    vision_tower = None if classifier else {"clip": transformers.CLIPVisionModel,
+                                            "siglip": transformers.SiglipVisionModel}.get(config.model_type)
+    if vision_tower:
+        return [vision_tower], vision_tower
+    return [transformers.AutoModelForImageClassification, transformers.AutoModel], None
+
+
+def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool) -> None:
+    """Attach the tokenizer saved with a text model (it turns strings into tokens for every method)."""
+    from transformers import AutoTokenizer
+
+    try:
+        with _hub_offline(offline):
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelLoadError(f"{source}: no tokenizer saved with the text model ({type(error).__name__}); save it "
+                             "beside the model with tokenizer.save_pretrained") from None
+    use_tokenizer(model, tokenizer)
 
 
 def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
