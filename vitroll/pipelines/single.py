@@ -1,4 +1,5 @@
-"""Explain a handful of image files: decode, batch, run the method, save overlays (and figures)."""
+"""Explain a handful of image files through the batch stream (decoded in this process) and save overlays (and
+figures)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-import numpy as np
 from torch import nn
 
-from vitroll.errors import VitrollError
-from vitroll.io import encode_png, load_image, write_atomic
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
+from vitroll.io import encode_png, write_atomic
+from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
+from vitroll.pipelines.stream import Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
 
 
@@ -49,7 +49,8 @@ def explain_files(
     batch_size: int = 8,
     save_figure: bool = False,
 ) -> Iterator[ImageExplanation]:
-    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input.
+    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input in
+    input order.
 
     Unreadable files yield a result with ``error`` set; the others are still processed.
     """
@@ -57,27 +58,19 @@ def explain_files(
     out_dir = Path(out_dir)
     paths = [Path(p) for p in paths]
     stems = output_stems(paths)
-    for start in range(0, len(paths), batch_size):
-        decoded, failed = [], []
-        for path, stem in zip(paths[start:start + batch_size], stems[start:start + batch_size]):
-            try:
-                decoded.append((path, stem, load_image(path)))
-            except VitrollError as error:
-                failed.append(ImageExplanation(path=path, error=str(error)))
-        yield from failed
-        if not decoded:
+    for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
+        if isinstance(record, Failed):
+            yield ImageExplanation(path=record.item, error=record.message)
             continue
-        tensor, geometries = preprocessing.batch([image for _, _, image in decoded])
-        result = explain_batch(model, tensor, settings)
-        for index, ((path, stem, image), geometry) in enumerate(zip(decoded, geometries)):
-            rgb = np.asarray(image)
-            saliency, overlaid = render(rgb, result.grid_maps[index], geometry, settings)
-            explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
-            write_atomic(explanation.overlay_path, encode_png(overlaid))
-            if result.probabilities is not None:
-                explanation.top = top_classes(result.probabilities[index], class_names)
-            if save_figure:
-                explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
-                top = explanation.top[0] if explanation.top else None
-                write_atomic(explanation.figure_path, figure_png(path.name, rgb, saliency, overlaid, settings, top))
-            yield explanation
+        path, stem = record.item, stems[record.index]
+        saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
+        explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+        write_atomic(explanation.overlay_path, encode_png(overlaid))
+        if record.probabilities is not None:
+            explanation.top = top_classes(record.probabilities, class_names)
+        if save_figure:
+            explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
+            top = explanation.top[0] if explanation.top else None
+            write_atomic(explanation.figure_path,
+                         figure_png(path.name, record.image, saliency, overlaid, settings, top))
+        yield explanation
