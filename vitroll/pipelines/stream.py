@@ -44,7 +44,7 @@ class Frame:
     """One decoded image of an input, with what its reader knows about it."""
 
     image: np.ndarray
-    """(H, W, 3) uint8 RGB: what the model sees after preprocessing, and what maps are drawn on."""
+    """(H, W, 3) uint8 RGB: preprocessed for the model, and what its map is drawn on."""
     info: Any = None
     """Per-frame metadata carried to the record unchanged (the audit's row and burned-in text mask); picklable."""
 
@@ -69,6 +69,7 @@ class Failed:
     index: int
     """Position of the input in the stream's inputs."""
     item: Any
+    """The input as given (a path, or whatever the reader takes)."""
     message: str
     """One line: the reader's error, or ``ITEM: cannot be processed (…)`` for an unexpected one."""
 
@@ -92,6 +93,7 @@ class Explained:
     index: int
     """Position of the input in the stream's inputs (the frames of a multi-frame input share it)."""
     item: Any
+    """The input as given."""
     image: np.ndarray
     """(H0, W0, 3) uint8 RGB, the original frame."""
     grid_map: np.ndarray
