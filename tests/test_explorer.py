@@ -324,6 +324,26 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu(served_clip):
+    """Upload the cat, choose chefer, type three prompts, leave the box: the top classes are the new prompts' and the
+    target menu lists them after the best-scoring one."""
+    with browser_page(served_clip, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(ROOT / "sample_images" / "cat.jpg"))
+        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a photo of a dog')",
+                               timeout=30_000)
+        page.get_by_label("method", exact=True).click()
+        page.get_by_role("option", name="chefer", exact=True).click()
+        page.wait_for_function("document.querySelector('#note').innerText.includes('chefer does not use')")
+        page.locator("#prompts textarea").fill("a bird\na dog\na photo of a cat")
+        page.locator("#note").click()  # leaves the box
+        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a bird')", timeout=30_000)
+        assert "a photo of a dog" not in page.locator("#top-classes").inner_text()
+        page.get_by_label("target class", exact=True).click()
+        assert [option.strip("✓\n") for option in page.get_by_role("option").all_inner_texts()] == [
+            "best-scoring prompt", "0: a bird", "1: a dog", "2: a photo of a cat"]
+        assert not errors
+
+
 def test_the_command_refuses_to_serve_beyond_localhost_without_the_flag(capsys):
     assert main(["app", "--host", "0.0.0.0"]) == 2
     assert capsys.readouterr().err == (
