@@ -291,6 +291,7 @@ def test_the_target_menu_follows_the_prompts():
     assert update["choices"] == [("best-scoring prompt", "predicted"), ("0: a dog", "0"), ("1: a cat", "1"),
                                  ("2: a bird", "2")] and update["value"] == "2"
     assert target_menu_update("a dog\na cat", "2")["value"] == "predicted"  # that prompt is gone
+    assert target_menu_update("a dog", "a dog")["value"] == "predicted"  # typed into the menu: not an index
 
 
 def test_the_page_runs_in_a_real_browser(served, tmp_path):

@@ -68,7 +68,8 @@ def target_choices(class_names: Sequence[str], *, image_text: bool) -> list[tupl
 def target_menu_update(prompts: str, target_class: str) -> "Any":
     """The target-class menu for new prompts: their choices, the chosen prompt kept while it still exists."""
     lines = prompt_lines(prompts)
-    kept = target_class if target_class == PREDICTED or int(target_class) < len(lines) else PREDICTED
+    still_there = target_class.isdigit() and int(target_class) < len(lines)
+    kept = target_class if still_there else PREDICTED
     return require_gradio().update(choices=target_choices(lines, image_text=True), value=kept)
 
 
@@ -161,7 +162,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         explain_event = dict(fn=run, inputs=[image, *controls, *prompts], outputs=[overlay, grid, top, note],
                              concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
-        gr.on([image.change, head_fusion.change, target.change, discard_ratio.release, start_layer.release,
+        # the target menu's own input only: when new prompts reset it, their event explains once
+        gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
                layer.release], **explain_event, api_name=False)
         widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
         method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],
