@@ -11,17 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import vitroll
 from browser import browser_page
+from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
 from vitroll.io import load_image
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.explorer import (
-    ExplorerControls, explore, head_grid, ignored_controls, method_options, model_outline,
+    ExplorerControls, explore, head_grid, ignored_controls, method_options, model_outline, scored_model,
 )
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.model import load_testbed_model
@@ -130,6 +132,81 @@ def test_the_model_outline_gives_the_ranges_of_the_controls(model):
     assert model_outline(model).class_names == ["class 0", "class 1", "class 2", "class 3"]
 
 
+PROMPTS = ("a dog", "a photo of a cat")
+JET_STEP = 2
+"""Most that one step of the colormap moves a colour of the overlay (jet, opacity 0.5): a map equal within float32
+rounding may land one step away."""
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    """A small-config transformers CLIPModel that reads strings through a tiny tokenizer."""
+    model, tokenizer = hf_model("clip"), clip_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+    vitroll.use_tokenizer(model, tokenizer)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def photo() -> np.ndarray:
+    return np.asarray(load_image(ROOT / "sample_images" / "cat.jpg"))
+
+
+def prompt_probabilities(clip, tensor: torch.Tensor, prompts: tuple[str, ...]) -> np.ndarray:
+    """softmax of the model's own ``logits_per_image`` (1, T) over ``prompts``, tokenised as CLIP's processor does."""
+    model, tokenizer = clip
+    with torch.no_grad():
+        logits = model(pixel_values=tensor, **tokenizer(list(prompts), padding="longest", return_tensors="pt"))
+    return logits.logits_per_image.softmax(-1)[0].numpy()
+
+
+def test_an_image_text_models_prompts_are_its_classes_and_chefer_explains_the_chosen_ones_score(clip, photo):
+    model, _ = clip
+    tensor, (geometry,) = Preprocessing.from_model(model).batch([Image.fromarray(photo)])
+    maps = vitroll.image_text_maps(model, tensor, list(PROMPTS)).numpy()  # (1, T, h, w)
+    probabilities = prompt_probabilities(clip, tensor, PROMPTS)
+    shown = [explore(model, photo, ExplorerControls(method="chefer", prompts=PROMPTS, target_class=t)) for t in (0, 1)]
+    for t, each in enumerate(shown):
+        assert np.allclose(each.grid_map, maps[0, t], rtol=1e-5, atol=1e-6 * np.abs(maps).max())
+        _, expected = render(photo, maps[0, t], geometry, ExplainSettings())
+        assert np.abs(each.overlay.astype(int) - expected).max() <= JET_STEP
+        assert [(k, name) for k, name, _ in each.top] == [(k, PROMPTS[k]) for k in np.argsort(probabilities)[::-1]]
+        assert np.allclose([p for *_, p in each.top], np.sort(probabilities)[::-1], atol=1e-6)
+        assert each.ignored == ["head fusion", "discard ratio", "layer", "head"]
+    assert np.abs(shown[0].grid_map - shown[1].grid_map).max() > 0.05 * np.abs(maps).max()  # two prompts, two maps
+    best = explore(model, photo, ExplorerControls(method="chefer", prompts=PROMPTS))
+    assert np.array_equal(best.grid_map, shown[int(np.argmax(probabilities))].grid_map)
+
+
+def test_rollout_on_an_image_text_model_is_its_vision_towers_whatever_the_prompts(clip, photo):
+    model, _ = clip
+    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(photo)])
+    shown = explore(model, photo, ExplorerControls(method="rollout", prompts=PROMPTS))
+    other = explore(model, photo, ExplorerControls(method="rollout", prompts=("a bird", "a car", "a tree")))
+    assert np.array_equal(shown.grid_map, vitroll.rollout(model, tensor)[0].numpy())
+    assert np.array_equal(shown.overlay, other.overlay)
+    assert shown.ignored == ["layer", "target class", "head", "prompts"]
+    assert [name for _, name, _ in other.top] == [("a bird", "a car", "a tree")[k] for k in np.argsort(
+        prompt_probabilities(clip, tensor, ("a bird", "a car", "a tree")))[::-1]]
+    outline = model_outline(model)
+    assert (outline.layers, outline.heads, outline.class_names, outline.image_text) == (2, 2, [], True)
+    assert ignored_controls("grad_rollout", image_text=True) == ["head fusion", "start layer", "layer", "head"]
+
+
+def test_prompts_that_do_not_fit_the_model_are_refused_with_their_reason(clip, photo, model, image):
+    with pytest.raises(ValueError, match="^CLIPModel is an image–text model: give at least one prompt"):
+        explore(clip[0], photo, ExplorerControls())
+    with pytest.raises(ValueError, match=r"^prompts need an image–text model \(CLIP, SigLIP, open_clip\); "
+                                         "VisionTransformer scores classes, not texts$"):
+        explore(model, image, ExplorerControls(prompts=("a cross",)))
+    with pytest.raises(ValueError, match="none of them blank"):
+        scored_model(clip[0], ("a dog", " "))
+    with pytest.raises(ValueError, match=r"target_class \[2\] out of range for a model with 2 classes"):
+        explore(clip[0], photo, ExplorerControls(method="chefer", prompts=PROMPTS, target_class=2))
+    without_tokenizer = hf_model("clip")
+    with pytest.raises(ValueError, match="CLIPModel reads strings through its tokenizer"):
+        explore(without_tokenizer, photo, ExplorerControls(prompts=PROMPTS))
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -168,6 +245,55 @@ def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, m
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head.")
 
 
+@pytest.fixture(scope="module")
+def served_clip(clip):
+    """The explorer page for the small CLIP model, served on 127.0.0.1 at a free port."""
+    pytest.importorskip("gradio")
+    from vitroll.app import build_app, serve
+
+    app = build_app(clip[0], model_label="tiny CLIP")
+    url = serve(app, host="127.0.0.1", port=free_port(), block=False)
+    yield url
+    app.close()
+
+
+def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(served_clip, clip, photo):
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served_clip, verbose=False)
+    parameters = client.view_api(return_format="dict")["named_endpoints"]["/explain"]["parameters"]
+    assert parameters[-1]["parameter_name"] == "prompts" and parameters[-1]["parameter_default"] == (
+        "a photo of a cat\na photo of a dog")
+    cat = handle_file(ROOT / "sample_images" / "cat.jpg")
+    three = ("a bird", "a dog", "a photo of a cat")
+    overlay_path, _, top, note = client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "2",
+                                                " a bird\n\na dog \na photo of a cat\n", api_name="/explain")
+    expected = explore(clip[0], photo, ExplorerControls(method="chefer", head_fusion="mean", discard_ratio=0.0,
+                                                        start_layer=0, layer=1, target_class=2, prompts=three))
+    assert np.array_equal(np.asarray(Image.open(overlay_path)), expected.overlay)
+    assert [(entry["label"], round(entry["confidence"], 6)) for entry in top["confidences"]] == [
+        (name, round(probability, 6)) for _, name, probability in expected.top] and len(expected.top) == 3
+    assert note == "**chefer** does not use: head fusion, discard ratio, layer, head. The per-head grid shows layer 1."
+    _, _, _, rollout_note = client.predict(cat, "rollout", "mean", 0.0, 0, 1, "all", "predicted", "a dog",
+                                           api_name="/explain")
+    assert rollout_note.startswith("**rollout** does not use: layer, target class, head, prompts.")
+    with pytest.raises(AppError, match="CLIPModel is an image–text model: give at least one prompt"):
+        client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", " \n ", api_name="/explain")
+
+
+def test_the_target_menu_follows_the_prompts():
+    pytest.importorskip("gradio")
+    from vitroll.app import prompt_lines, target_menu_update
+
+    assert prompt_lines(" a dog \n\n\ta cat\n") == ("a dog", "a cat")
+    update = target_menu_update("a dog\na cat\na bird", "2")
+    assert update["choices"] == [("best-scoring prompt", "predicted"), ("0: a dog", "0"), ("1: a cat", "1"),
+                                 ("2: a bird", "2")] and update["value"] == "2"
+    assert target_menu_update("a dog\na cat", "2")["value"] == "predicted"  # that prompt is gone
+    assert target_menu_update("a dog", "a dog")["value"] == "predicted"  # typed into the menu: not an index
+
+
 def test_the_page_runs_in_a_real_browser(served, tmp_path):
     """Picks an example, then a single head of ``attention``, then ``rollout``, each time waiting for a new overlay;
     saves the screenshot under $VITROLL_SCREENSHOT_DIR (the README's docs/app.png:
@@ -199,6 +325,26 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu(served_clip):
+    """Upload the cat, choose chefer, type three prompts, leave the box: the top classes are the new prompts' and the
+    target menu lists them after the best-scoring one."""
+    with browser_page(served_clip, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(ROOT / "sample_images" / "cat.jpg"))
+        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a photo of a dog')",
+                               timeout=30_000)
+        page.get_by_label("method", exact=True).click()
+        page.get_by_role("option", name="chefer", exact=True).click()
+        page.wait_for_function("document.querySelector('#note').innerText.includes('chefer does not use')")
+        page.locator("#prompts textarea").fill("a bird\na dog\na photo of a cat")
+        page.locator("#note").click()  # leaves the box
+        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a bird')", timeout=30_000)
+        assert "a photo of a dog" not in page.locator("#top-classes").inner_text()
+        page.get_by_label("target class", exact=True).click()
+        assert [option.strip("✓\n") for option in page.get_by_role("option").all_inner_texts()] == [
+            "best-scoring prompt", "0: a bird", "1: a dog", "2: a photo of a cat"]
+        assert not errors
+
+
 def test_the_command_refuses_to_serve_beyond_localhost_without_the_flag(capsys):
     assert main(["app", "--host", "0.0.0.0"]) == 2
     assert capsys.readouterr().err == (
@@ -217,6 +363,19 @@ def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeyp
                                        "anyone who can reach this machine (no password)\n")
     assert served_at[0][:2] == ("0.0.0.0", 8123) and CROSS in served_at[0][2] and not any(
         path.stem.endswith("_mask") for path in served_at[0][2])
+
+
+def test_the_command_serves_a_saved_clip_folder_with_a_prompts_box(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("gradio")
+    import vitroll.commands.app as command
+
+    hf_model("clip").save_pretrained(tmp_path)
+    clip_tokenizer(tmp_path).save_pretrained(tmp_path)
+    served_pages = []
+    monkeypatch.setattr(command, "serve", lambda app, **_: served_pages.append(app))
+    assert main(["app", "--model", str(tmp_path)]) == 0, capsys.readouterr().err
+    boxes = [block for block in served_pages[0].blocks.values() if getattr(block, "elem_id", None) == "prompts"]
+    assert len(boxes) == 1 and boxes[0].value == "a photo of a cat\na photo of a dog"
 
 
 def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):

@@ -6,8 +6,6 @@ alone, and bad inputs are refused with their messages."""
 from __future__ import annotations
 
 import copy
-import json
-import string
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import transformers
 from PIL import Image
 
 import vitroll
+from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened
 from reference import multihead_attention_by_hand, reference_chefer
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import AttentionRecorder
@@ -26,32 +25,8 @@ from vitroll.errors import MethodOptionError, UnsupportedModelError
 from vitroll.methods import Method
 from vitroll.models import load_model
 
-VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
-              patch_size=8)
-BOS, EOS = 53, 54
-TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
-            max_position_embeddings=16, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
 INPUT_IDS = torch.tensor([[BOS, 3, 14, 6, EOS, EOS, EOS], [BOS, 2, 0, 19, 40, 9, EOS], [BOS, 26, 11, 12, 8, EOS, EOS]])
 ATTENTION_MASK = (torch.arange(7) <= (INPUT_IDS == EOS).int().argmax(-1, keepdim=True)).long()
-HF_MODELS = {"clip": (transformers.CLIPModel, transformers.CLIPConfig),
-             "siglip": (transformers.SiglipModel, transformers.SiglipConfig)}
-
-
-def sharpened(model: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:
-    """Queries and keys drawn larger (peaked attention), so that maps tell patches apart."""
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if any(part in name for part in names):
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
-    return model.eval()
-
-
-def hf_model(name: str, implementation: str = "sdpa") -> torch.nn.Module:
-    model_class, config_class = HF_MODELS[name]
-    torch.manual_seed(0)
-    config = config_class(vision_config=VISION, text_config=TEXT, attn_implementation=implementation)
-    return sharpened(model_class(config), ("q_proj.weight", "k_proj.weight", "in_proj_weight"))
 
 
 def open_clip_model() -> torch.nn.Module:
@@ -184,16 +159,6 @@ def test_a_batch_that_runs_out_of_memory_splits_its_pairs_with_their_texts(monke
     monkeypatch.setitem(vitroll.METHODS, "chefer", Method("chefer", small_memory, needs_gradients=True))
     torch.testing.assert_close(vitroll.image_text_maps(model, images(), INPUT_IDS), expected)
     assert "a batch of 6 ran out of memory; retrying as 3 + 3" in capsys.readouterr().err
-
-
-def clip_tokenizer(folder) -> transformers.CLIPTokenizer:
-    """A CLIP tokenizer with a tiny vocabulary: the letters, the letters ending a word, start and end of text."""
-    letters = list(string.ascii_lowercase)
-    vocab = {token: index for index, token in enumerate(letters + [f"{c}</w>" for c in letters])}
-    vocab.update({"<|startoftext|>": BOS, "<|endoftext|>": EOS})
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
 
 
 def test_strings_are_tokenised_with_the_models_tokenizer(tmp_path):

@@ -18,7 +18,7 @@ from vitroll.errors import VitrollError
 from vitroll.io import load_image
 from vitroll.methods import METHODS, method_named
 from vitroll.pipelines.explorer import (
-    ExplorerControls, ModelOutline, explore, ignored_controls, model_outline,
+    ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, scored_model,
 )
 from vitroll.preprocess import Preprocessing
 
@@ -30,6 +30,8 @@ PREDICTED = "predicted"
 API_NAME = "explain"
 """The endpoint a ``gradio_client.Client`` calls: ``client.predict(image, method, …, api_name="/explain")``."""
 MAX_DISCARD_RATIO = 0.99
+DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
+"""The prompts an image–text model's page starts with."""
 
 
 def require_gradio() -> "Any":
@@ -42,13 +44,33 @@ def require_gradio() -> "Any":
 
 
 def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, start_layer: float, layer: float,
-                          head: str, target_class: str) -> ExplorerControls:
-    """The widgets' values (sliders give floats, dropdowns strings) as controls."""
+                          head: str, target_class: str, prompts: str = "") -> ExplorerControls:
+    """The widgets' values (sliders give floats, dropdowns strings, the prompts box one prompt per line) as
+    controls."""
     return ExplorerControls(
         method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=int(start_layer),
         layer=int(layer), head=None if head == ALL_HEADS else int(head),
-        target_class=None if target_class == PREDICTED else int(target_class),
+        target_class=None if target_class == PREDICTED else int(target_class), prompts=prompt_lines(prompts),
     )
+
+
+def prompt_lines(text: str) -> tuple[str, ...]:
+    """The prompts of the prompts box: one per line, surrounding blanks and blank lines dropped."""
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def target_choices(class_names: Sequence[str], *, image_text: bool) -> list[tuple[str, str]]:
+    """The target-class menu as (label, value) pairs: the best-scoring class (or prompt), then each by index."""
+    best = ("best-scoring prompt" if image_text else "predicted class", PREDICTED)
+    return [best] + [(f"{k}: {name}", str(k)) for k, name in enumerate(class_names)]
+
+
+def target_menu_update(prompts: str, target_class: str) -> "Any":
+    """The target-class menu for new prompts: their choices, the chosen prompt kept while it still exists."""
+    lines = prompt_lines(prompts)
+    still_there = target_class.isdigit() and int(target_class) < len(lines)
+    kept = target_class if still_there else PREDICTED
+    return require_gradio().update(choices=target_choices(lines, image_text=True), value=kept)
 
 
 def ignored_note(method: str, ignored: Sequence[str], layer: int) -> str:
@@ -83,17 +105,30 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         Names for the top classes and the target-class menu.
     examples : sequence of Path
         Images offered under the upload box.
+
+    Raises
+    ------
+    ValueError
+        For an image–text model that cannot read prompts (no tokenizer).
+
+    Notes
+    -----
+    For an image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the
+    last input of :data:`API_NAME`; the target-class menu lists the prompts.
     """
     gr = require_gradio()
     preprocessing = preprocessing or Preprocessing.from_model(model)
     outline = model_outline(model, preprocessing, class_names)
+    if outline.image_text:
+        scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
 
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
-            layer: float, head: str, target_class: str) -> tuple:
+            layer: float, head: str, target_class: str, prompts: str = "") -> tuple:
         if image is None:
             return None, None, None, "Upload an image or pick an example."
         try:
-            controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class)
+            controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
+                                             prompts)
             exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
                                   class_names=class_names)
         except (VitrollError, ValueError) as error:
@@ -101,6 +136,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         top = {name: probability for _, name, probability in exploration.top}
         return (exploration.overlay, exploration.head_grid, top or None,
                 ignored_note(method, exploration.ignored, controls.layer))
+
+    first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
     with gr.Blocks(title="vitroll explorer", analytics_enabled=False) as app:
         gr.Markdown(f"### vitroll explorer — {model_label}: {_describe(outline)}, on {_device_of(model)}")
@@ -110,6 +147,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
                 controls = _control_widgets(gr, outline)
+                prompts = [gr.Textbox("\n".join(DEFAULT_PROMPTS), lines=3, label="prompts (one per line)",
+                                      elem_id="prompts")] if outline.image_text else []
                 button = gr.Button("Explain", variant="primary")
             with gr.Column(scale=2):
                 with gr.Row():
@@ -118,24 +157,30 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                     interactive=False, elem_id="heads")  # each tile is labelled
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
-                    note = gr.Markdown(ignored_note("rollout", ignored_controls("rollout"), outline.layers - 1),
-                                       elem_id="note")
+                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        explain_event = dict(fn=run, inputs=[image, *controls], outputs=[overlay, grid, top, note],
+        explain_event = dict(fn=run, inputs=[image, *controls, *prompts], outputs=[overlay, grid, top, note],
                              concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
-        gr.on([image.change, head_fusion.change, target.change, discard_ratio.release, start_layer.release,
+        # the target menu's own input only: when new prompts reset it, their event explains once
+        gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
                layer.release], **explain_event, api_name=False)
         widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
         method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],
                       outputs=widgets, api_name=False).then(**explain_event, api_name=False)
         head.change(lambda name, one: _widget_updates(name, one, method_changed=False), inputs=[method, head],
                     outputs=widgets, api_name=False).then(**explain_event, api_name=False)
+        for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
+            box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
+                **explain_event, api_name=False)
     return app
 
 
 def _describe(outline: ModelOutline) -> str:
-    classes = f"{len(outline.class_names)} classes" if outline.class_names else "no classification head"
+    if outline.image_text:
+        classes = "image–text: its classes are the prompts"
+    else:
+        classes = f"{len(outline.class_names)} classes" if outline.class_names else "no classification head"
     return f"{outline.layers} layers, {outline.heads} heads, {classes}"
 
 
@@ -146,8 +191,9 @@ def _device_of(model: nn.Module) -> str:
 
 def _control_widgets(gr: Any, outline: ModelOutline) -> list:
     """method, head fusion, discard ratio, start layer, layer, head, target class — in that order, those that the
-    first method (rollout) ignores greyed out."""
+    first method (rollout) ignores greyed out; an image–text model's target classes are its first prompts."""
     last = outline.layers - 1
+    classes = DEFAULT_PROMPTS if outline.image_text else outline.class_names
     used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
     return [
         gr.Dropdown(sorted(METHODS), value="rollout", label="method"),
@@ -158,9 +204,8 @@ def _control_widgets(gr: Any, outline: ModelOutline) -> list:
         gr.Slider(0, last, value=last, step=1, label="layer (per-head grid, single head)"),
         gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],
                     value=ALL_HEADS, label="head", interactive=used["head"]),
-        gr.Dropdown([("predicted class", PREDICTED)] + [(f"{k}: {name}", str(k))
-                                                         for k, name in enumerate(outline.class_names)],
-                    value=PREDICTED, label="target class", interactive=used["target class"]),
+        gr.Dropdown(target_choices(classes, image_text=outline.image_text), value=PREDICTED, label="target class",
+                    interactive=used["target class"], allow_custom_value=outline.image_text),  # any prompt's index
     ]
 
 

@@ -60,6 +60,14 @@ def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSetti
         saliency = prompted_saliency(model, images, settings.method, **settings.method_options)
         return BatchResult(grid_maps=as_numpy(saliency.maps), probabilities=None,
                            text_logits=as_numpy(saliency.logits.float()))
+    return explain_classes(model, images, settings)
+
+
+def explain_classes(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
+    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) with the model's outputs as its classes: one
+    map per image, for its ``target_class`` (default: the best-scoring class). An image–text model with its texts
+    bound (:class:`PromptedModel`) counts as a classifier of its texts here, where :func:`explain_batch` explains
+    every text."""
     saliency = METHODS[settings.method](model, images, **settings.method_options)
     probabilities = None
     if saliency.logits is not None:

@@ -1,13 +1,16 @@
 """What the interactive explorer (``vitroll app``) computes for one image, as plain functions (no UI here).
 
 The explorer offers a fixed set of controls — method, head fusion, discard ratio, start layer, layer, a single head,
-target class. Each control stands for the method option of the same name (:data:`CONTROL_OPTIONS`); a method gets
-only the options it takes (its signature in :data:`vitroll.methods.METHODS` says which), and the controls it does
-not take are reported as ignored. A single head is shown by methods that give one map per head
-(``head_fusion=None``, today ``attention``); the per-head grid always shows every head of the chosen layer.
+target class, and for an image–text model (CLIP, SigLIP, open_clip) its prompts. Each control but the prompts stands
+for the method option of the same name (:data:`CONTROL_OPTIONS`); a method gets only the options it takes (its
+signature in :data:`vitroll.methods.METHODS` says which), and the controls it does not take are reported as ignored.
+A single head is shown by methods that give one map per head (``head_fusion=None``, today ``attention``); the
+per-head grid always shows every head of the chosen layer.
 
-Image–text models (a prompt as the explained score) are not supported yet (issue 22): when their adapter lands, a
-prompt becomes one more control here, passed on to the method like the others.
+The prompts become the classes of the image–text model (:class:`~vitroll.adapters.image_text.PromptedModel`): the top
+classes are the softmax of ``logits_per_image`` over the prompts, the target class is a prompt (default: the
+best-scoring one), and a method with a target explains that prompt's score ``S[0, t]``; a method without one (rollout,
+attention, flow) gives the same map for every prompt, so it is reported as ignoring them.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import numpy as np
 from PIL import Image, ImageDraw
 from torch import nn
 
+from vitroll.adapters.image_text import PromptedModel, text_inputs
+from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
 from vitroll.methods import Method, method_named, record_attention
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, explain_classes, render, top_classes
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 CONTROL_OPTIONS = {
@@ -31,6 +36,9 @@ CONTROL_OPTIONS = {
     "target class": "target_class",
 }
 """Each control (as the UI labels it) and the method option it sets."""
+
+PROMPTS = "prompts"
+"""The label of the image–text model's prompts, among the ignored controls."""
 
 HEAD_TILE_SIDE = 160
 """Long side, in pixels, of each head's overlay in the per-head grid."""
@@ -52,6 +60,10 @@ class ExplorerControls:
     head: Optional[int] = None
     """One head of ``layer`` alone, for methods with per-head maps; None: all heads."""
     target_class: Optional[int] = None
+    """For an image–text model, the index of a prompt."""
+    prompts: tuple[str, ...] = ()
+    """For an image–text model, at least one: the texts it scores the image against, which become its classes;
+    empty for any other model."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,10 @@ class ModelOutline:
     heads: int
     """Heads per layer (of the last layer, which the per-head grid shows by default)."""
     class_names: list[str]
-    """One per class (``class K`` where the model names none); empty for a backbone without classes."""
+    """One per class (``class K`` where the model names none); empty for a backbone without classes and for an
+    image–text model (its classes are the prompts)."""
+    image_text: bool = False
+    """Whether the model scores images against prompts (CLIP, SigLIP, open_clip): the controls include prompts."""
 
 
 @dataclass
@@ -78,7 +93,8 @@ class Exploration:
     top: list[tuple[int, str, float]]
     """The five most probable classes as (index, name, probability); empty for a backbone."""
     ignored: list[str]
-    """The controls (labels of :data:`CONTROL_OPTIONS`, and ``head``) that this method does not use."""
+    """The controls (labels of :data:`CONTROL_OPTIONS`, ``head``, and :data:`PROMPTS` for an image–text model) that
+    this method's map does not use."""
 
 
 def gives_per_head_maps(method: Method) -> bool:
@@ -87,10 +103,12 @@ def gives_per_head_maps(method: Method) -> bool:
     return option is not None and type(None) in typing.get_args(option.hint)
 
 
-def ignored_controls(method_name: str, *, single_head: bool = False) -> list[str]:
-    """The controls that method ``method_name`` does not use (``single_head``: a single head is chosen).
+def ignored_controls(method_name: str, *, single_head: bool = False, image_text: bool = False) -> list[str]:
+    """The controls that method ``method_name`` does not use (``single_head``: a single head is chosen;
+    ``image_text``: the model is an image–text model, with prompts).
 
-    ``head`` is ignored by methods without per-head maps; ``head fusion`` is ignored while a single head is shown.
+    ``head`` is ignored by methods without per-head maps; ``head fusion`` is ignored while a single head is shown;
+    the prompts, by methods without a target class (their map is the same for every prompt).
     """
     method = method_named(method_name)
     ignored = [label for label, option in CONTROL_OPTIONS.items() if not method.takes(option)]
@@ -98,7 +116,35 @@ def ignored_controls(method_name: str, *, single_head: bool = False) -> list[str
         ignored.append("head")
     elif single_head and "head fusion" not in ignored:
         ignored.append("head fusion")
+    if image_text and not method.takes("target_class"):
+        ignored.append(PROMPTS)
     return ignored
+
+
+def is_image_text_model(model: nn.Module) -> bool:
+    """Whether ``model`` scores images against texts (CLIP, SigLIP, open_clip), so that it needs prompts."""
+    return family_of(model).image_text is not None
+
+
+def scored_model(model: nn.Module, prompts: tuple[str, ...]) -> nn.Module:
+    """The model whose classes the explorer shows: an image–text model with ``prompts`` bound, its classes the
+    prompts (:class:`~vitroll.adapters.image_text.PromptedModel`), or any other model as it is.
+
+    Raises
+    ------
+    ValueError
+        For an image–text model without prompts, prompts for any other model, a blank prompt, or an image–text
+        model without a tokenizer (from :func:`~vitroll.adapters.image_text.text_inputs`).
+    """
+    if not is_image_text_model(model):
+        if prompts:
+            raise ValueError(f"prompts need an image–text model (CLIP, SigLIP, open_clip); {type(model).__name__} "
+                             "scores classes, not texts")
+        return model
+    if not prompts:
+        raise ValueError(f"{type(model).__name__} is an image–text model: give at least one prompt (one per line) to "
+                         "score the image against")
+    return PromptedModel(model, text_inputs(model, list(prompts)))
 
 
 def method_options(controls: ExplorerControls) -> dict[str, object]:
@@ -121,14 +167,16 @@ def method_options(controls: ExplorerControls) -> dict[str, object]:
 
 def model_outline(model: nn.Module, preprocessing: Optional[Preprocessing] = None,
                   class_names: Optional[list[str]] = None) -> ModelOutline:
-    """Layers, heads and classes of ``model``, from one forward pass on a grey image of its input size."""
+    """Layers, heads and classes of ``model`` and whether it takes prompts, from one forward pass on a grey image of
+    its input size."""
     preprocessing = preprocessing or Preprocessing.from_model(model)
     grey = Image.new("RGB", preprocessing.input_size[::-1], (128, 128, 128))
     tensor, _ = preprocessing.batch([grey])
     attentions, _, logits = record_attention(model, tensor, head_fusion=None)
     num_classes = 0 if logits is None else logits.shape[-1]
     names = [class_names[k] if class_names and k < len(class_names) else f"class {k}" for k in range(num_classes)]
-    return ModelOutline(layers=len(attentions), heads=attentions[-1].shape[1], class_names=names)
+    return ModelOutline(layers=len(attentions), heads=attentions[-1].shape[1], class_names=names,
+                        image_text=is_image_text_model(model))
 
 
 def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
@@ -137,35 +185,39 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
     """Explain one RGB image (H0, W0, 3) uint8 with ``controls``, on the model's device.
 
     ``settings`` gives the drawing (colormap, opacity, …); its method and options are replaced by the controls'.
+    For an image–text model the classes are ``controls.prompts`` (``class_names`` unused).
 
     Raises
     ------
     ValueError
         For a ``head`` or ``layer`` out of range, a ``start_layer`` or ``target_class`` out of range (from the
-        method), or an image that is not RGB uint8.
+        method), an image that is not RGB uint8, or prompts that do not fit the model (:func:`scored_model`).
     MethodOptionError
         For a control value of the wrong type.
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"image must be RGB uint8 of shape (H, W, 3); got {image.dtype} {image.shape}")
+    scored = scored_model(model, controls.prompts)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     tensor, (geometry,) = preprocessing.batch([Image.fromarray(image)])
-    per_head = explain_batch(model, tensor, ExplainSettings(method="attention", method_options=dict(
+    per_head = explain_classes(model, tensor, ExplainSettings(method="attention", method_options=dict(
         head_fusion=None, layer=-1 if controls.layer is None else controls.layer)))
     heads = per_head.grid_maps[0]
     _check_head(controls.head, len(heads))
 
     settings = replace(settings, method=controls.method, method_options=method_options(controls))
-    result = explain_batch(model, tensor, settings)
+    result = explain_classes(scored, tensor, settings)
     grid_map = result.grid_maps[0]
     if grid_map.ndim == 3:  # one map per head: the chosen one
         grid_map = grid_map[controls.head]
     _, overlaid = render(image, grid_map, geometry, settings)
-    top = [] if result.probabilities is None else top_classes(result.probabilities[0], class_names)
+    names = list(controls.prompts) if controls.prompts else class_names
+    top = [] if result.probabilities is None else top_classes(result.probabilities[0], names)
     return Exploration(grid_map=grid_map, overlay=overlaid,
                        head_grid=head_grid(image, heads, geometry, settings, chosen=controls.head), top=top,
-                       ignored=ignored_controls(controls.method, single_head=controls.head is not None))
+                       ignored=ignored_controls(controls.method, single_head=controls.head is not None,
+                                                image_text=bool(controls.prompts)))
 
 
 def _check_head(head: Optional[int], heads: int) -> None:

@@ -1,0 +1,47 @@
+"""Small image–text models for the tests: transformers CLIPModel and SiglipModel from tiny configs (2 vision layers of
+2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import torch
+import transformers
+
+VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+              patch_size=8)
+BOS, EOS = 53, 54
+TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+            max_position_embeddings=16, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
+HF_MODELS = {"clip": (transformers.CLIPModel, transformers.CLIPConfig),
+             "siglip": (transformers.SiglipModel, transformers.SiglipConfig)}
+
+
+def sharpened(model: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:
+    """Queries and keys drawn larger (peaked attention), so that maps tell patches apart."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in names):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
+    return model.eval()
+
+
+def hf_model(name: str, implementation: str = "sdpa") -> torch.nn.Module:
+    model_class, config_class = HF_MODELS[name]
+    torch.manual_seed(0)
+    config = config_class(vision_config=VISION, text_config=TEXT, attn_implementation=implementation)
+    return sharpened(model_class(config), ("q_proj.weight", "k_proj.weight", "in_proj_weight"))
+
+
+def clip_tokenizer(folder: Path) -> transformers.CLIPTokenizer:
+    """A CLIP tokenizer with a tiny vocabulary: the letters, the letters ending a word, start and end of text
+    (its files are written to ``folder``)."""
+    letters = list(string.ascii_lowercase)
+    vocab = {token: index for index, token in enumerate(letters + [f"{c}</w>" for c in letters])}
+    vocab.update({"<|startoftext|>": BOS, "<|endoftext|>": EOS})
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
