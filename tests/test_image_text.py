@@ -19,6 +19,7 @@ import vitroll
 from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened
 from reference import multihead_attention_by_hand, reference_chefer
 from vitroll.adapters.image_text import PromptedModel, text_inputs
+from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture import AttentionRecorder
 from vitroll.cli import main
 from vitroll.errors import MethodOptionError, UnsupportedModelError
@@ -264,3 +265,15 @@ def test_a_clip_folder_loads_the_image_text_model_with_its_tokenizer(clip_folder
     model = load_model(str(clip_folder))
     assert type(model).__name__ == "CLIPModel"
     assert text_inputs(model, ["a dog"]).input_ids.tolist() == [[BOS, 26, 3, 14, 32, EOS]]
+
+
+def test_a_clip_folder_without_tokenizer_files_loads_without_a_tokenizer_and_texts_ask_for_one(tmp_path, capsys):
+    folder = tmp_path / "clip-no-tokenizer"
+    hf_model("clip").save_pretrained(folder)
+    model = load_model(str(folder))
+    assert registered_tokenizer(model) is None
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--text", "a dog", "--out", str(tmp_path / "out"),
+                 "--device", "cpu"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("vitroll: error: ") and "tokenizer" in error[0]

@@ -32,6 +32,9 @@ OPEN_CLIP_PREFIX = "open_clip:"
 TRANSFORMERS_PREFIX = "transformers:"
 _TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                          "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+"""A saved tokenizer has one of these (``tokenizer_config.json`` alone does not make one: from a config alone,
+transformers 5 builds a tokenizer that knows no words)."""
 
 
 def _is_hub_name(name: str) -> bool:
@@ -161,7 +164,10 @@ def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, required:
     refused in one line that asks for a tokenizer)."""
     from transformers import AutoTokenizer
 
+    folder = Path(source)
     try:
+        if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            raise FileNotFoundError(f"none of {', '.join(_TOKENIZER_FILES)}")
         with _hub_offline(offline):
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
     except (OSError, ValueError, KeyError, TypeError) as error:
