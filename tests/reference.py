@@ -96,13 +96,16 @@ def reference_attention_gradients(model: nn.Module, image: torch.Tensor, target:
     return [a[0].detach().numpy() for a in kept], [a.grad[0].numpy() for a in kept]
 
 
-def reference_chefer(attentions: list[np.ndarray], gradients: list[np.ndarray], num_prefix: int, grid) -> np.ndarray:
-    """R = I; R ← R + mean_h((∇A ⊙ A)⁺) @ R per layer; the class token's row over patches."""
+def reference_chefer(attentions: list[np.ndarray], gradients: list[np.ndarray], num_prefix: int, grid,
+                     readout: np.ndarray | None = None) -> np.ndarray:
+    """R = I; R ← R + mean_h((∇A ⊙ A)⁺) @ R per layer; the class token's row over patches (or ``readout @ R``, an
+    attention-pooling query's row (N,))."""
     n = attentions[0].shape[-1]
     relevance = np.eye(n)
     for attention, gradient in zip(attentions, gradients):
         relevance = relevance + np.maximum(attention * gradient, 0).mean(axis=0) @ relevance
-    return relevance[0, num_prefix:].reshape(grid)
+    row = relevance[0] if readout is None else readout @ relevance
+    return row[num_prefix:].reshape(grid)
 
 
 def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard_ratio: float) -> np.ndarray:
@@ -184,6 +187,22 @@ def reference_cait_attention_gradients(model: nn.Module, image: torch.Tensor, ta
     return attentions, gradients
 
 
+def multihead_attention_by_hand(mha: nn.MultiheadAttention, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention of ONE sequence of tokens ``y`` (N, E) through ``mha``'s ``in_proj_weight`` / ``in_proj_bias``,
+    head by head: the output (N, E) and the attention (H, N, N), its gradient retained."""
+    dim, heads = mha.embed_dim, mha.num_heads
+    head_dim = dim // heads
+    q, k, v = (y @ mha.in_proj_weight[i * dim:(i + 1) * dim].T + mha.in_proj_bias[i * dim:(i + 1) * dim]
+               for i in range(3))
+    attention = torch.stack([
+        torch.softmax(q[:, h * head_dim:(h + 1) * head_dim] @ k[:, h * head_dim:(h + 1) * head_dim].T
+                      / math.sqrt(head_dim), dim=-1)
+        for h in range(heads)])  # (H, N, N)
+    attention.retain_grad()
+    mixed = torch.cat([attention[h] @ v[:, h * head_dim:(h + 1) * head_dim] for h in range(heads)], dim=-1)
+    return mixed @ mha.out_proj.weight.T + mha.out_proj.bias, attention
+
+
 def reference_torchvision_forward(model: nn.Module, image: torch.Tensor, target: int
                                   ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """ONE image (1, 3, H, W) through a torchvision ``VisionTransformer`` re-written by hand in float64, attention
@@ -194,20 +213,9 @@ def reference_torchvision_forward(model: nn.Module, image: torch.Tensor, target:
     x = torch.cat([reference.class_token.expand(1, -1, -1), x], dim=1) + reference.encoder.pos_embedding
     kept: list[torch.Tensor] = []
     for layer in reference.encoder.layers:
-        mha = layer.self_attention
-        dim, heads = mha.embed_dim, mha.num_heads
-        head_dim = dim // heads
-        y = layer.ln_1(x)[0]  # (N, E)
-        q, k, v = (y @ mha.in_proj_weight[i * dim:(i + 1) * dim].T + mha.in_proj_bias[i * dim:(i + 1) * dim]
-                   for i in range(3))
-        attention = torch.stack([
-            torch.softmax(q[:, h * head_dim:(h + 1) * head_dim] @ k[:, h * head_dim:(h + 1) * head_dim].T
-                          / math.sqrt(head_dim), dim=-1)
-            for h in range(heads)])  # (H, N, N)
-        attention.retain_grad()
+        out, attention = multihead_attention_by_hand(layer.self_attention, layer.ln_1(x)[0])
         kept.append(attention)
-        mixed = torch.cat([attention[h] @ v[:, h * head_dim:(h + 1) * head_dim] for h in range(heads)], dim=-1)
-        x = x + (mixed @ mha.out_proj.weight.T + mha.out_proj.bias)[None]
+        x = x + out[None]
         x = x + layer.mlp(layer.ln_2(x))
     logits = reference.heads(reference.encoder.ln(x)[:, 0])[0]
     logits[target].backward()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from browser import browser_page
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import annotate
 from vitroll.pipelines.gallery import PAGE_SIZE, class_summary, write_gallery
@@ -19,7 +19,6 @@ from vitroll.pipelines.manifest import read_rows
 from vitroll.testbed.model import load_testbed_model
 from vitroll.testbed.shapes import samples
 
-CHROMIUM = Path("/usr/bin/chromium")
 ODD_NAME = "odd <b>name & co.png"
 
 
@@ -72,29 +71,11 @@ def test_non_finite_numbers_reach_the_page_as_null(tmp_path):
                            "peak_x": 9, "peak_y": 0}])[0]["peak_histogram"][4] == 1.0  # top-right cell
 
 
-def browser():
-    """A headless Chromium through Playwright; skipped where either is missing, unless VITROLL_BROWSER_TESTS=required
-    (CI installs both), where that is a failure."""
-    required = os.environ.get("VITROLL_BROWSER_TESTS") == "required"
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if required:
-            raise
-        pytest.skip("playwright is not installed (pip install playwright)")
-    if not CHROMIUM.exists():
-        if required:
-            pytest.fail(f"{CHROMIUM} is missing")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    return sync_playwright
-
-
 def shown_paths(page) -> list[str]:
     return page.eval_on_selector_all(".card", "cards => cards.map(card => card.dataset.path)")
 
 
 def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser(run, tmp_path):
-    sync_playwright = browser()
     big = tmp_path / "big"
     shutil.copytree(run, big)
     rows = read_rows(run / "manifest.jsonl")
@@ -103,13 +84,7 @@ def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser
                    for index in range(PAGE_SIZE + 10)]
     write_gallery(big, many)
     expected = sorted(rows, key=lambda row: row["path"])
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = chromium.new_page(viewport={"width": 1200, "height": 900})
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto((run / "index.html").as_uri())
+    with browser_page((run / "index.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
         assert shown_paths(page) == [row["path"] for row in expected]
         page.wait_for_function("[...document.images].every(image => image.complete)")
         widths = page.eval_on_selector_all(".card img", "images => images.map(image => image.naturalWidth)")
@@ -141,4 +116,3 @@ def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser
         page.click("#next")
         assert len(shown_paths(page)) == len(many) - PAGE_SIZE
         assert not errors
-        chromium.close()

@@ -158,13 +158,14 @@ LAYERS = [
     ("vitroll.methods",),
     ("vitroll.maps", "vitroll.overlay", "vitroll.metrics"),
     ("vitroll.pipelines", "vitroll.audit"),
+    ("vitroll.app",),
     ("vitroll.commands",),
     ("vitroll.cli", "vitroll.__main__"),
 ]
 """Floors of the data path, lowest first: reading files; the model, its adapters, its input transform and the
-capture of its attention; methods; maps and overlays; pipelines; commands; the command line. A module may import its
-own floor and those below, never one above. A name stands for the module and everything under it; the longest name that
-matches decides (``vitroll.testbed.shapes`` sits below the rest of ``vitroll.testbed``)."""
+capture of its attention; methods; maps and overlays; pipelines; the explorer's page; commands; the command line. A
+module may import its own floor and those below, never one above. A name stands for the module and everything under
+it; the longest name that matches decides (``vitroll.testbed.shapes`` sits below the rest of ``vitroll.testbed``)."""
 
 FACADE = "vitroll"
 """``vitroll/__init__.py`` re-exports the public names of every floor, so it sits above them all."""

@@ -1,5 +1,6 @@
-"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm and
-torchvision models, and any model family registered with :func:`register_family`.
+"""vitroll — explain Vision Transformers: attention rollout and its relatives for timm, torchvision, transformers
+and open_clip models (image–text models against each text: :func:`image_text_maps`), and any model family registered
+with :func:`register_family`.
 
 >>> from vitroll import rollout, overlay                    # doctest: +SKIP
 >>> maps = rollout(model, images)                           # (B, h, w) on the model's device
@@ -8,21 +9,22 @@ torchvision models, and any model family registered with :func:`register_family`
 
 from vitroll._version import __version__
 from vitroll.adapters import register_family
+from vitroll.adapters.image_text import PromptedModel, register_dual_encoder, use_tokenizer
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
 from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
 from vitroll.io import load_image
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
 from vitroll.methods import (
-    METHODS, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients, random_map, rollout,
-    rollout_matrix,
+    METHODS, attention, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, random_map,
+    rollout, rollout_matrix,
 )
 from vitroll.models import class_names, load_model
 from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
-    "use_image_processor",
+    "use_image_processor", "use_tokenizer", "image_text_maps", "PromptedModel", "register_dual_encoder",
     "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
     "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
+from vitroll.adapters.image_text import use_tokenizer
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
@@ -26,6 +27,7 @@ from vitroll.errors import ModelLoadError
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
 
 TORCHVISION_PREFIX = "torchvision:"
+OPEN_CLIP_PREFIX = "open_clip:"
 TRANSFORMERS_PREFIX = "transformers:"
 _TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                          "pytorch_model.bin.index.json")
@@ -41,7 +43,8 @@ def is_transformers_name(name: str) -> bool:
     name (a transformers hub id)."""
     if name.startswith(TRANSFORMERS_PREFIX) or Path(name).is_dir():
         return True
-    if _is_hub_name(name) or name.startswith(TORCHVISION_PREFIX) or name.count("/") != 1 or Path(name).exists():
+    if (_is_hub_name(name) or name.startswith((TORCHVISION_PREFIX, OPEN_CLIP_PREFIX)) or name.count("/") != 1
+            or Path(name).exists()):
         return False
     import timm
 
@@ -82,9 +85,8 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
     classifier = any(architecture.endswith("ForImageClassification") for architecture in config.architectures or ())
-    vision_tower = None if classifier else {"clip": transformers.CLIPVisionModel,
-                                            "siglip": transformers.SiglipVisionModel}.get(kind)
-    auto = [vision_tower] if vision_tower else [transformers.AutoModelForImageClassification, transformers.AutoModel]
+    image_text = None if classifier else {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel}.get(kind)
+    auto = [image_text] if image_text else [transformers.AutoModelForImageClassification, transformers.AutoModel]
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
     try:
@@ -92,11 +94,11 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
             for index, cls in enumerate(auto):
                 try:
                     if state is not None:
-                        model = cls.from_config(config.vision_config if vision_tower else config)
+                        model = cls.from_config(config)
                         load_state(model, state, checkpoint)
                     else:
-                        model = cls.from_pretrained(source, config=None if vision_tower else config,
-                                                    attn_implementation="sdpa", local_files_only=offline or local)
+                        model = cls.from_pretrained(source, config=config, attn_implementation="sdpa",
+                                                    local_files_only=offline or local)
                     break
                 except ValueError:  # this auto class has no mapping for the config (a backbone without a head)
                     if index == len(auto) - 1:
@@ -110,6 +112,8 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         if bars:
             transformers.utils.logging.enable_progress_bar()
     _use_processor_of(model, source, offline=offline or local)
+    if image_text:
+        _use_tokenizer_of(model, source, offline=offline or local)
     return model
 
 
@@ -123,6 +127,36 @@ def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
     except (OSError, ValueError, KeyError):  # no preprocessor_config.json: the model type's defaults apply
         return
     use_image_processor(model, processor)
+
+
+def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool) -> None:
+    """Register the tokenizer saved with an image–text model, when there is one (without it, texts are refused in
+    one line that asks for one)."""
+    from transformers import AutoTokenizer
+
+    try:
+        with _hub_offline(offline):
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+    except (OSError, ValueError, KeyError, TypeError):  # no tokenizer files saved with the model
+        return
+    use_tokenizer(model, tokenizer)
+
+
+def _build_open_clip(name: str, *, pretrained: bool) -> nn.Module:
+    """``open_clip.create_model(ARCH)`` for ``open_clip:ARCH`` (random weights; ``--checkpoint`` gives them)."""
+    architecture = name.removeprefix(OPEN_CLIP_PREFIX)
+    try:
+        import open_clip
+    except ImportError:
+        raise ModelLoadError(f"{name}: open_clip is not installed; pip install open-clip-torch") from None
+    if pretrained:
+        raise ModelLoadError(f"{name}: open_clip's pretrained weights are downloaded by tag; pass the weights as "
+                             "--checkpoint FILE (open_clip_model.safetensors)")
+    if architecture not in open_clip.list_models():
+        close = difflib.get_close_matches(architecture, open_clip.list_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ModelLoadError(f"unknown open_clip model {architecture!r}{hint}")
+    return open_clip.create_model(architecture, pretrained=None)
 
 
 def check_model_name(name: str) -> None:
@@ -290,9 +324,11 @@ def load_model(
     ----------
     name : str
         A timm model name, ``hf-hub:org/name`` (timm weights on the hub), a transformers model
-        (see :func:`is_transformers_name`), ``torchvision:ARCH`` (``torchvision:vit_b_16``; ``img_size`` sets
-        its square ``image_size``), or ``vitroll-shapes`` — the small testbed ViT shipped with
-        vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its weights).
+        (see :func:`is_transformers_name`; CLIP and SigLIP folders load the image–text model with its tokenizer),
+        ``open_clip:ARCH`` (``open_clip:ViT-B-32``, random weights unless ``checkpoint``), ``torchvision:ARCH``
+        (``torchvision:vit_b_16``; ``img_size`` sets its square ``image_size``), or ``vitroll-shapes`` — the small
+        testbed ViT shipped with vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its
+        weights).
     pretrained : bool
         Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
         seconds with a clear message when they are not cached).
@@ -317,6 +353,14 @@ def load_model(
             raise ModelLoadError(f"{name}: a transformers model takes its weights and size from its folder or hub id; "
                                  "--pretrained, --num-classes and the timm size options do not apply")
         return _load_transformers(name, state, checkpoint).eval().to(device)
+    if name.startswith(OPEN_CLIP_PREFIX):
+        if num_classes is not None or model_kwargs:
+            raise ModelLoadError(f"{name}: an open_clip model takes its size from its architecture; --num-classes "
+                                 "and the timm size options do not apply")
+        model = _build_open_clip(name, pretrained=pretrained)
+        if state is not None:
+            load_state(model, state, checkpoint)
+        return model.eval().to(device)
     if name.startswith(TORCHVISION_PREFIX):
         model = _build_torchvision(name, pretrained=pretrained and state is None, state=state,
                                    num_classes=num_classes, **model_kwargs)

@@ -116,3 +116,20 @@ def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, tit
     if title:
         fig.suptitle(title)
     return fig
+
+
+def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = ""):
+    """A matplotlib Figure: the image, then each overlay (H, W, 3) under its title, in one row (one map per text)."""
+    from matplotlib.figure import Figure
+
+    height, width = image.shape[:2]
+    panel = 3.2
+    fig = Figure(figsize=(panel * (1 + len(overlays)), panel * height / width + 0.8), layout="constrained")
+    axes = fig.subplots(1, 1 + len(overlays), squeeze=False)[0]
+    for ax, picture, caption in zip(axes, [image, *overlays], ["image", *titles]):
+        ax.imshow(picture)
+        ax.set_title(caption, fontsize=10, wrap=True)
+        ax.set_axis_off()
+    if title:
+        fig.suptitle(title)
+    return fig

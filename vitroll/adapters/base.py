@@ -8,7 +8,9 @@ import torch
 
 from torch import nn
 
-from vitroll.capture.families import Logits, ModelFamily, Padding, TokenLayout, add_family, call_model
+from vitroll.capture.families import (
+    ImageTextScore, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
+)
 from vitroll.capture.readouts import AttentionReadout, register_readout
 from vitroll.preprocess import Preprocessing, register_preprocessing
 
@@ -26,6 +28,7 @@ def register_family(
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     logits: Logits = call_model,
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None,
+    image_text: Optional[ImageTextScore] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
     notes: str = "",
@@ -70,6 +73,9 @@ def register_family(
         need class scores say it has none.
     class_names : callable, optional
         ``model -> [name per class]`` (or None) from what the model carries; ``--class-names FILE`` overrides it.
+    image_text : ImageTextScore, optional
+        For an image–text model (CLIP-like): how it scores images against texts; ``vitroll.image_text_maps`` and
+        ``vitroll overlay --text`` explain that score. Its ``logits`` then run the vision tower and return None.
     name_patterns : tuple of str
         Model names of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -86,7 +92,7 @@ def register_family(
     family = ModelFamily(name=name, model_types=model_types, name_patterns=name_patterns, timm_modules=timm_modules,
                          attention_modules=attention_modules, token_layout=token_layout,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
-                         logits=logits, class_names=class_names, notes=notes)
+                         logits=logits, class_names=class_names, image_text=image_text, notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
     fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None

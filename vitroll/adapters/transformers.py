@@ -26,8 +26,9 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
+from vitroll.adapters.image_text import register_dual_encoder, registered_tokenizer
 from vitroll.adapters.transformers_preprocessing import image_config, transformers_preprocessing
-from vitroll.capture.families import Logits, Readout, TokenLayout, add_refusal
+from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attach_kernel_swap
 from vitroll.errors import UnsupportedModelError
@@ -301,6 +302,41 @@ _register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionMo
 _register("hf-siglip-classifier", _classes("siglip.modeling_siglip", "SiglipForImageClassification"),
           (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _patch_mean),
           notes="the vision tower with a classifier on the tokens' mean (its pooling head unused)")
+
+
+
+def _image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs) -> torch.Tensor:
+    """``logits_per_image`` (B, T) of CLIPModel and SiglipModel, from their own forward."""
+    return model(pixel_values=images, input_ids=texts.input_ids, attention_mask=texts.attention_mask,
+                 **_size_options(model, images)).logits_per_image
+
+
+def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[object]], TextInputs]:
+    """Tokenise with the model's transformers tokenizer, padded as its processor pads (``"longest"`` for CLIP, whose
+    text tower pools the end-of-text token; ``"max_length"`` for SigLIP, which pools the last position)."""
+
+    def tokenize(model: nn.Module, texts: list[str], tokenizer: Optional[object]) -> TextInputs:
+        tokenizer = tokenizer or registered_tokenizer(model)
+        if tokenizer is None:
+            raise ValueError(f"{type(model).__name__} reads strings through its tokenizer: pass tokenizer="
+                             "AutoTokenizer.from_pretrained(<its folder or hub id>), or input_ids")
+        encoded = tokenizer(texts, padding=padding, truncation=True,
+                            max_length=model.config.text_config.max_position_embeddings, return_tensors="pt")
+        return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts))
+
+    return tokenize
+
+
+register_dual_encoder("hf-clip", _classes("clip.modeling_clip", "CLIPModel"), vision_tower=lambda model: model.vision_model,
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest")),
+                      preprocessing=transformers_preprocessing, name_patterns=("CLIPModel",),
+                      notes="image–text: logits_per_image explained on the vision tower (class token read out)")
+register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipModel"),
+                      vision_tower=lambda model: model.vision_model,
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("max_length")),
+                      preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
+                      notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
+                            "attention-pool row read out)")
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn",
                          "vit_mae", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})

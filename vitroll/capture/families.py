@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import sys
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, Sequence
 
 import torch
 from torch import nn
@@ -92,6 +92,49 @@ scores, or None for a backbone without a classification head (its attention is s
 
 
 @dataclass(frozen=True)
+class TextInputs:
+    """Tokenised texts for an image–text model, one row per text.
+
+    Attributes
+    ----------
+    input_ids : Tensor, shape (T, L), int64
+    attention_mask : Tensor, shape (T, L), or None
+        None where the model's tokenizer gives none (open_clip, SigLIP's padding to its full length).
+    labels : tuple of str
+        What each text is called in messages and file names: the text itself, or ``input_ids[t]``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: Optional[torch.Tensor]
+    labels: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class ImageTextScore:
+    """How an image–text model (a dual encoder) scores images against texts: the score its maps explain.
+
+    Attributes
+    ----------
+    logits : callable
+        ``(model, images (B, C, H, W), texts) -> (B, T)``: the image–text logits, ``logits_per_image`` (the scaled
+        cosine similarity, plus the bias for SigLIP), from the model's own forward pass, which records the vision
+        tower's attention.
+    tokenize : callable
+        ``(model, texts, tokenizer or None) -> TextInputs``: the strings through ``tokenizer``, else the model's own
+        (one registered with it, or its library's default); raises ValueError when it has none.
+    takes_attention_mask : bool
+        Whether the text tower reads an attention mask beside the input ids.
+    """
+
+    logits: Callable[[nn.Module, torch.Tensor, TextInputs], torch.Tensor]
+    tokenize: Callable[[nn.Module, Sequence[str], Optional[object]], TextInputs]
+    takes_attention_mask: bool = True
+
+
+@dataclass(frozen=True)
 class ModelFamily:
     """How to find and read the attention of one kind of model.
 
@@ -126,6 +169,9 @@ class ModelFamily:
         logits are; a backbone runs its forward and returns None).
     class_names : callable, optional
         ``model -> [name per class] or None`` from what the model carries (its pretrained config, its labels).
+    image_text : ImageTextScore, optional
+        For an image–text model: how it scores images against texts (its ``logits`` then run the vision tower
+        alone and return None: texts are needed for a score).
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -141,6 +187,7 @@ class ModelFamily:
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     logits: Logits = call_model
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None
+    image_text: Optional[ImageTextScore] = None
     notes: str = ""
 
     def matches(self, model: nn.Module) -> bool:

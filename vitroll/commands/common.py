@@ -120,8 +120,8 @@ def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=TESTBED_NAME,
-                       help=f"timm model name, hf-hub:org/name or torchvision:ARCH (default: {TESTBED_NAME}, the "
-                            "shapes testbed ViT shipped with vitroll)")
+                       help=f"timm model name, hf-hub:org/name, a transformers folder or hub id, torchvision:ARCH or "
+                            f"open_clip:ARCH (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
     group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")

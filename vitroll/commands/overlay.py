@@ -1,15 +1,20 @@
-"""``vitroll overlay IMAGE…``: saliency overlays for a few images, with the top-5 predictions."""
+"""``vitroll overlay IMAGE…``: saliency overlays for a few images, with the top-5 predictions; for an image–text
+model, one overlay per ``--text`` and their grid."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from torch import nn
+
+from vitroll.adapters.image_text import PromptedModel, text_inputs
+from vitroll.capture import family_of
 from vitroll.commands.common import (
     add_explain_arguments, integer, model_from_args, output_folder, preprocessing_from_args, settings_from_args,
 )
 from vitroll.models import class_names
-from vitroll.pipelines.single import explain_files
+from vitroll.pipelines.single import ImageExplanation, explain_files
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,13 +24,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
     parser.add_argument("--batch-size", type=integer(1), default=8)
+    parser.add_argument("--text", action="append", default=[], metavar="TEXT",
+                        help="for an image–text model (CLIP, SigLIP, open_clip): explain its score for this text "
+                             "(repeatable); writes IMAGE_METHOD_TEXT.png per text and IMAGE_METHOD_texts.png")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
 
+def _with_texts(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+    """The model with ``--text`` bound when it is an image–text model; refuses texts without one and the reverse."""
+    if family_of(model).image_text is None:
+        if args.text:
+            raise ValueError(f"--text needs an image–text model (CLIP, SigLIP, open_clip); {args.model} "
+                             f"({type(model).__name__}) scores classes, not texts")
+        return model
+    if not args.text:
+        raise ValueError(f"{args.model} is an image–text model: give the texts to explain with --text \"a photo of "
+                         "a dog\" (repeatable)")
+    return PromptedModel(model, text_inputs(model, args.text))
+
+
+def _report(result: ImageExplanation) -> None:
+    if result.text_overlays is not None:
+        print(f"{result.path} -> {result.figure_path}")
+        for each in result.text_overlays:
+            print(f"  {each.text!r}  S = {each.logit:.3f}  -> {each.path}")
+        return
+    print(f"{result.path} -> {result.overlay_path}")
+    for rank, (_, name, probability) in enumerate(result.top or [], start=1):
+        print(f"  {rank}. {name}  {probability:.3f}")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.text and args.target_class is not None:
+        raise ValueError("--target-class does not go with --text: each text is the target of its own map")
     settings = settings_from_args(args)
-    model = model_from_args(args)
+    model = _with_texts(model_from_args(args), args)
     names = class_names(model, args.class_names)
     failures = 0
     for result in explain_files(args.images, model, out_dir=args.out, settings=settings,
@@ -35,7 +69,5 @@ def run(args: argparse.Namespace) -> int:
             failures += 1
             print(f"vitroll: error: {result.error}", file=sys.stderr)
             continue
-        print(f"{result.path} -> {result.overlay_path}")
-        for rank, (_, name, probability) in enumerate(result.top or [], start=1):
-            print(f"  {rank}. {name}  {probability:.3f}")
+        _report(result)
     return 1 if failures else 0

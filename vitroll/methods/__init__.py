@@ -8,6 +8,7 @@ from vitroll.methods.flow import flow
 from vitroll.methods.grad_rollout import grad_rollout
 from vitroll.methods.gradients import attention_gradients
 from vitroll.methods.image_batch import Images, image_batch
+from vitroll.methods.image_text import image_text_maps, prompted_saliency
 from vitroll.methods.registry import (
     METHODS, Method, MethodOption, check_shared_options, method_named, methods_taking, register_method,
 )
@@ -16,6 +17,6 @@ from vitroll.methods.rollout import attention, discard_lowest, rollout, rollout_
 __all__ = [
     "METHODS", "Images", "Method", "MethodOption", "Saliency", "SaliencyMethod", "attention", "attention_gradients",
     "center", "check_shared_options", "chefer", "discard_lowest", "flow", "grad_rollout", "gradient_shap",
-    "image_batch", "integrated_gradients", "method_named", "methods_taking", "random_map", "record_attention", "register_method",
+    "image_batch", "image_text_maps", "integrated_gradients", "method_named", "methods_taking", "prompted_saliency", "random_map", "record_attention", "register_method",
     "rollout", "rollout_matrix", "rollout_vector",
 ]

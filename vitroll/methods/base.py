@@ -86,6 +86,10 @@ def class_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
         For a backbone without a classification head, in one line.
     """
     logits = model_logits(model, images)
+    if logits is None and getattr(registered_family(model), "image_text", None) is not None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} is an image–text model: its scores need texts; vitroll.image_text_maps(model, "
+            "images, texts) explains them (rollout, attention and flow explain its vision tower alone)")
     if logits is None:
         raise UnsupportedModelError(
             f"{type(model).__name__} has no classification head: there are no class scores to explain or evaluate; "

@@ -133,6 +133,23 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
+PER_IMAGE_OPTIONS = ("target_class",)
+"""Options that may hold one value per image; a batch split in parts splits them with it."""
+
+
+def _options_of_rows(options: Mapping[str, object], rows: slice, batch: int) -> dict[str, object]:
+    """``options`` for the images ``rows`` of a batch of ``batch``: a per-image option with one value per image
+    (a sequence or 1-D tensor of length ``batch``) is sliced, everything else kept."""
+
+    def per_image(value: object) -> bool:
+        if isinstance(value, torch.Tensor):
+            return value.ndim == 1 and len(value) == batch
+        return isinstance(value, collections.abc.Sequence) and not isinstance(value, str) and len(value) == batch
+
+    return {name: value[rows] if name in PER_IMAGE_OPTIONS and per_image(value) else value
+            for name, value in options.items()}
+
+
 def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: torch.Tensor,
                                   options: Mapping[str, object]) -> Saliency:
     """``compute(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
@@ -150,8 +167,8 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
     half = (len(images) + 1) // 2
     print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
           file=sys.stderr)
-    parts = [_in_halves_when_out_of_memory(compute, model, images[:half], options),
-             _in_halves_when_out_of_memory(compute, model, images[half:], options)]
+    parts = [_in_halves_when_out_of_memory(compute, model, images[rows], _options_of_rows(options, rows, len(images)))
+             for rows in (slice(None, half), slice(half, None))]
     logits = None if parts[0].logits is None else torch.cat([part.logits for part in parts])
     return Saliency(torch.cat([part.maps for part in parts]), logits)
 

@@ -202,12 +202,18 @@ def attention(
     head_fusion : {"mean", "max", "min"} or None
         ``None`` gives one map per head.
 
+    layer : int
+        Which layer, counted from 0 or from the end (−1: the last); out of range raises ValueError.
+
     Returns
     -------
     Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
     """
     attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
+    if not -len(attentions) <= layer < len(attentions):
+        raise ValueError(f"layer {layer} is out of range for a model with {len(attentions)} layers "
+                         f"({-len(attentions)}…{len(attentions) - 1})")
     with without_autocast(attentions[layer].device):
         row = layout.readout_row(attentions[layer].float())
     return Saliency(layout.patch_values(row), logits)

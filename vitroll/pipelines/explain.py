@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
+from vitroll.adapters.image_text import PromptedModel
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
-from vitroll.methods import METHODS, method_named
-from vitroll.overlay import figure, outline_boxes, overlay
+from vitroll.methods import METHODS, method_named, prompted_saliency
+from vitroll.overlay import figure, outline_boxes, overlay, overlay_grid
 from vitroll.preprocess import CropGeometry
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,20 @@ class BatchResult:
     """Maps and predictions for one batch, on the CPU as NumPy."""
 
     grid_maps: np.ndarray
-    """(B, h, w) float32."""
+    """(B, h, w) float32, or (B, T, h, w) for an image–text model, one map per text."""
     probabilities: Optional[np.ndarray]
-    """(B, num_classes) float32 softmax of the logits, or None."""
+    """(B, num_classes) float32 softmax of the logits, or None (always for an image–text model)."""
+    text_logits: Optional[np.ndarray] = None
+    """(B, T) float32 image–text logits of an image–text model, else None."""
 
 
 def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
-    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) (split automatically when out of memory)."""
+    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) (split automatically when out of memory); for an
+    image–text model with its texts bound (:class:`PromptedModel`), on every image and text."""
+    if isinstance(model, PromptedModel):
+        saliency = prompted_saliency(model, images, settings.method, **settings.method_options)
+        return BatchResult(grid_maps=as_numpy(saliency.maps), probabilities=None,
+                           text_logits=as_numpy(saliency.logits.float()))
     saliency = METHODS[settings.method](model, images, **settings.method_options)
     probabilities = None
     if saliency.logits is not None:
@@ -80,12 +91,23 @@ def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 
     return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]
 
 
+def _png(fig: "Figure") -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
 def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, settings: ExplainSettings,
                top: Optional[tuple[int, str, float]] = None) -> bytes:
     """PNG bytes of the image | heatmap | overlay figure, titled with the file name and the top-1 class."""
-    import io
-
     title = path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})"
-    buffer = io.BytesIO()
-    figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap).savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return _png(figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap))
+
+
+def text_grid_png(path_name: str, rgb: np.ndarray, overlays: list[np.ndarray], texts: list[str], logits: np.ndarray,
+                  settings: ExplainSettings) -> bytes:
+    """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit."""
+    titles = [f"{text!r}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
+    return _png(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))

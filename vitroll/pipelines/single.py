@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -12,8 +13,18 @@ from torch import nn
 
 from vitroll.errors import VitrollError
 from vitroll.io import encode_png, load_image, write_atomic
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
-from vitroll.preprocess import Preprocessing
+from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, text_grid_png, top_classes
+from vitroll.preprocess import CropGeometry, Preprocessing
+
+
+@dataclass(frozen=True)
+class TextOverlay:
+    """The overlay of one text on one image (an image–text model)."""
+
+    text: str
+    path: Path
+    logit: float
+    """The image–text logit ``S[i, t]`` that the map explains."""
 
 
 @dataclass
@@ -23,19 +34,34 @@ class ImageExplanation:
     path: Path
     overlay_path: Optional[Path] = None
     figure_path: Optional[Path] = None
+    """The image | heatmap | overlay figure, or for an image–text model the grid of one overlay per text."""
     top: Optional[list[tuple[int, str, float]]] = None
+    text_overlays: Optional[list[TextOverlay]] = None
+    """For an image–text model: one overlay per text, in the order of the texts."""
     error: Optional[str] = None
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` made unique by suffixing ``-2``, ``-3``… to repeats."""
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        count = seen.get(name, 0) + 1
+        seen[name] = count
+        unique.append(name if count == 1 else f"{name}-{count}")
+    return unique
 
 
 def output_stems(paths: Sequence[Path]) -> list[str]:
     """File stems for outputs, made unique by suffixing ``-2``, ``-3``… when inputs share a name."""
-    seen: dict[str, int] = {}
-    stems = []
-    for path in paths:
-        count = seen.get(path.stem, 0) + 1
-        seen[path.stem] = count
-        stems.append(path.stem if count == 1 else f"{path.stem}-{count}")
-    return stems
+    return unique_names([path.stem for path in paths])
+
+
+def text_slugs(texts: Sequence[str], max_length: int = 40) -> list[str]:
+    """File-name parts for texts: lower case, runs of anything but letters and digits as one ``-``, at most
+    ``max_length`` characters, unique (``a dog`` → ``a-dog``; ``A dog!`` after it → ``a-dog-2``)."""
+    return unique_names([re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:max_length].strip("-") or "text"
+                         for text in texts])
 
 
 def explain_files(
@@ -49,7 +75,9 @@ def explain_files(
     batch_size: int = 8,
     save_figure: bool = False,
 ) -> Iterator[ImageExplanation]:
-    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input.
+    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input; for an
+    image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per text
+    and their grid.
 
     Unreadable files yield a result with ``error`` set; the others are still processed.
     """
@@ -71,6 +99,10 @@ def explain_files(
         result = explain_batch(model, tensor, settings)
         for index, ((path, stem, image), geometry) in enumerate(zip(decoded, geometries)):
             rgb = np.asarray(image)
+            if result.text_logits is not None:
+                yield _explain_texts(path, stem, rgb, result.grid_maps[index], result.text_logits[index], geometry,
+                                     list(model.texts.labels), out_dir, settings)
+                continue
             saliency, overlaid = render(rgb, result.grid_maps[index], geometry, settings)
             explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
             write_atomic(explanation.overlay_path, encode_png(overlaid))
@@ -81,3 +113,21 @@ def explain_files(
                 top = explanation.top[0] if explanation.top else None
                 write_atomic(explanation.figure_path, figure_png(path.name, rgb, saliency, overlaid, settings, top))
             yield explanation
+
+
+def _explain_texts(path: Path, stem: str, rgb: np.ndarray, grid_maps: np.ndarray, logits: np.ndarray,
+                   geometry: CropGeometry, texts: list[str], out_dir: Path,
+                   settings: ExplainSettings) -> ImageExplanation:
+    """Write ``OUT/<stem>_<method>_<text-slug>.png`` per text and the grid ``OUT/<stem>_<method>_texts.png`` for
+    one image's maps (T, h, w) against ``texts``."""
+    explanation = ImageExplanation(path=path, text_overlays=[],
+                                   figure_path=out_dir / f"{stem}_{settings.method}_texts.png")
+    overlays = []
+    for text, slug, grid_map, logit in zip(texts, text_slugs(texts), grid_maps, logits):
+        _saliency, overlaid = render(rgb, grid_map, geometry, settings)
+        overlays.append(overlaid)
+        written = TextOverlay(text, out_dir / f"{stem}_{settings.method}_{slug}.png", float(logit))
+        write_atomic(written.path, encode_png(overlaid))
+        explanation.text_overlays.append(written)
+    write_atomic(explanation.figure_path, text_grid_png(path.name, rgb, overlays, texts, logits, settings))
+    return explanation

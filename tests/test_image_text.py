@@ -1,0 +1,301 @@
+"""Image–text maps for CLIP-like dual encoders (transformers CLIPModel and SiglipModel, open_clip's CLIP), on models
+built from small configs: chefer equals a per-pair float64 reference computed with autograd on the eager attentions
+(``logits_per_image[i, t]`` as the score), texts matter for chefer and not for rollout, capture leaves the logits
+alone, and bad inputs are refused with their messages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import string
+from pathlib import Path
+
+import numpy as np
+import open_clip
+import pytest
+import torch
+import transformers
+from PIL import Image
+
+import vitroll
+from reference import multihead_attention_by_hand, reference_chefer
+from vitroll.adapters.image_text import PromptedModel, text_inputs
+from vitroll.capture import AttentionRecorder
+from vitroll.cli import main
+from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.methods import Method
+from vitroll.models import load_model
+
+VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+              patch_size=8)
+BOS, EOS = 53, 54
+TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+            max_position_embeddings=16, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
+INPUT_IDS = torch.tensor([[BOS, 3, 14, 6, EOS, EOS, EOS], [BOS, 2, 0, 19, 40, 9, EOS], [BOS, 26, 11, 12, 8, EOS, EOS]])
+ATTENTION_MASK = (torch.arange(7) <= (INPUT_IDS == EOS).int().argmax(-1, keepdim=True)).long()
+HF_MODELS = {"clip": (transformers.CLIPModel, transformers.CLIPConfig),
+             "siglip": (transformers.SiglipModel, transformers.SiglipConfig)}
+
+
+def sharpened(model: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:
+    """Queries and keys drawn larger (peaked attention), so that maps tell patches apart."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in names):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
+    return model.eval()
+
+
+def hf_model(name: str, implementation: str = "sdpa") -> torch.nn.Module:
+    model_class, config_class = HF_MODELS[name]
+    torch.manual_seed(0)
+    config = config_class(vision_config=VISION, text_config=TEXT, attn_implementation=implementation)
+    return sharpened(model_class(config), ("q_proj.weight", "k_proj.weight", "in_proj_weight"))
+
+
+def open_clip_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = open_clip.model.CLIP(16, dict(layers=2, width=32, head_width=16, image_size=32, patch_size=8),
+                                 dict(context_length=7, vocab_size=100, width=32, heads=2, layers=1))
+    return sharpened(model, ("visual.transformer.resblocks.0.attn.in_proj_weight",
+                             "visual.transformer.resblocks.1.attn.in_proj_weight"))
+
+
+def images(batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+
+
+def hf_reference(name: str, image: torch.Tensor, text: int) -> np.ndarray:
+    """ONE pair in float64 on the model's eager path: ``logits_per_image[0, text]`` backpropagated to each vision
+    layer's attention (``output_attentions=True``, gradients retained); chefer's relevance read out at the class row
+    (CLIP) or at SigLIP's attention-pool row (its pooling attention, heads averaged, as nn.MultiheadAttention
+    returns it)."""
+    model = hf_model(name, "eager").double()
+    pooled = []
+    if name == "siglip":
+        model.vision_model.head.attention.register_forward_hook(lambda _m, _i, out: pooled.append(out[1]))
+    out = model(pixel_values=image.double(), input_ids=INPUT_IDS, attention_mask=ATTENTION_MASK, output_attentions=True)
+    attentions = out.vision_model_output.attentions
+    for attention in attentions:
+        attention.retain_grad()
+    out.logits_per_image[0, text].backward()
+    readout = pooled[0][0, 0].detach().numpy() if pooled else None
+    return reference_chefer([a[0].detach().numpy() for a in attentions], [a.grad[0].numpy() for a in attentions],
+                            0 if pooled else 1, (4, 4), readout)
+
+
+def open_clip_reference(image: torch.Tensor, text: int) -> np.ndarray:
+    """ONE pair in float64 through open_clip's vision tower written out by hand (attention head by head), the text
+    features from the model; ``logit_scale.exp()`` times the cosine similarity backpropagated to each attention."""
+    model = copy.deepcopy(open_clip_model()).double().eval()
+    tower = model.visual
+    x = tower.conv1(image.double()).flatten(2).transpose(1, 2)
+    x = tower.ln_pre(torch.cat([tower.class_embedding.expand(1, 1, -1), x], dim=1) + tower.positional_embedding)
+    kept = []
+    for block in tower.transformer.resblocks:
+        out, attention = multihead_attention_by_hand(block.attn, block.ln_1(x)[0])
+        kept.append(attention)
+        x = x + out[None]
+        x = x + block.mlp(block.ln_2(x))
+    image_features = torch.nn.functional.normalize(tower.ln_post(x)[:, 0] @ tower.proj, dim=-1)
+    text_features = torch.nn.functional.normalize(model.encode_text(INPUT_IDS), dim=-1)
+    (model.logit_scale.exp() * image_features @ text_features.T)[0, text].backward()
+    return reference_chefer([a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept], 1, (4, 4))
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+def test_chefer_maps_equal_the_per_pair_float64_reference(name):
+    pixels = images()
+    model = open_clip_model() if name == "open_clip" else hf_model(name)
+    mask = None if name == "open_clip" else ATTENTION_MASK
+    maps = vitroll.image_text_maps(model, pixels, INPUT_IDS, attention_mask=mask)
+    assert maps.shape == (2, 3, 4, 4) and maps.dtype == torch.float32
+    for i in range(2):
+        for t in range(3):
+            expected = (open_clip_reference(pixels[i:i + 1], t) if name == "open_clip"
+                        else hf_reference(name, pixels[i:i + 1], t))
+            np.testing.assert_allclose(maps[i, t].numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert (maps[:, 0] - maps[:, 1]).abs().max() > 1e-2 * maps.abs().max()  # two texts, two maps
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+def test_rollout_is_the_same_for_every_text_and_is_the_vision_towers(name):
+    pixels = images()
+    model = open_clip_model() if name == "open_clip" else hf_model(name)
+    maps = vitroll.image_text_maps(model, pixels, INPUT_IDS, method="rollout")
+    assert maps.shape == (2, 3, 4, 4)
+    assert torch.equal(maps[:, 0], maps[:, 1]) and torch.equal(maps[:, 0], maps[:, 2])
+    torch.testing.assert_close(maps[:, 0], vitroll.rollout(model, pixels))
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+def test_capture_leaves_the_image_text_logits_unchanged(name):
+    pixels = images()
+    model = open_clip_model() if name == "open_clip" else hf_model(name)
+    with torch.no_grad():
+        if name == "open_clip":
+            plain = model.get_logits(pixels, INPUT_IDS)[0]
+        else:
+            plain = model(pixel_values=pixels, input_ids=INPUT_IDS, attention_mask=ATTENTION_MASK).logits_per_image
+    prompted = PromptedModel(model, text_inputs(model, INPUT_IDS, attention_mask=None if name == "open_clip"
+                                                else ATTENTION_MASK))
+    for keep_graph in (False, True):
+        with torch.set_grad_enabled(keep_graph), AttentionRecorder(prompted, keep_graph=keep_graph):
+            recorded = prompted(pixels)
+        assert (recorded - plain).abs().max().item() < 1e-5
+    saliency = vitroll.METHODS["chefer"](prompted, pixels, target_class=1)
+    assert (saliency.logits - plain).abs().max().item() < 1e-5
+
+
+def test_open_clip_and_transformers_clip_agree_in_shape_and_behaviour():
+    """The same (B, T) order in both: pair (i, t) is image i against text t, whatever else is in the batch; chefer
+    depends on the text, rollout does not; grad_rollout too gives one map per pair."""
+    pixels = images(3)
+    for model, mask in ((hf_model("clip"), ATTENTION_MASK), (open_clip_model(), None)):
+        for method in ("chefer", "grad_rollout"):
+            maps = vitroll.image_text_maps(model, pixels, INPUT_IDS, attention_mask=mask, method=method)
+            assert maps.shape == (3, 3, 4, 4) and torch.isfinite(maps).all()
+            alone = vitroll.image_text_maps(model, pixels[2:], INPUT_IDS[1:2],
+                                            attention_mask=None if mask is None else mask[1:2], method=method)
+            torch.testing.assert_close(alone[0, 0], maps[2, 1], rtol=1e-4, atol=1e-5)
+            assert not torch.allclose(maps[:, 0], maps[:, 2])
+
+
+def test_the_texts_are_the_classes_of_the_prompted_model():
+    model = hf_model("clip")
+    prompted = PromptedModel(model, text_inputs(model, INPUT_IDS, attention_mask=ATTENTION_MASK))
+    maps = vitroll.image_text_maps(model, images(), INPUT_IDS, attention_mask=ATTENTION_MASK)
+    torch.testing.assert_close(vitroll.chefer(prompted, images(), target_class=2), maps[:, 2])
+    assert vitroll.class_names(prompted) == ["input_ids[0]", "input_ids[1]", "input_ids[2]"]
+
+
+def test_a_batch_that_runs_out_of_memory_splits_its_pairs_with_their_texts(monkeypatch, capsys):
+    """The registry's halving slices the per-pair targets with the pairs, so the maps are those of one pass."""
+    model = open_clip_model()
+    expected = vitroll.image_text_maps(model, images(), INPUT_IDS)
+    original = vitroll.METHODS["chefer"].compute
+
+    def small_memory(model, pairs, **options):
+        if len(pairs) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(model, pairs, **options)
+
+    monkeypatch.setitem(vitroll.METHODS, "chefer", Method("chefer", small_memory, needs_gradients=True))
+    torch.testing.assert_close(vitroll.image_text_maps(model, images(), INPUT_IDS), expected)
+    assert "a batch of 6 ran out of memory; retrying as 3 + 3" in capsys.readouterr().err
+
+
+def clip_tokenizer(folder) -> transformers.CLIPTokenizer:
+    """A CLIP tokenizer with a tiny vocabulary: the letters, the letters ending a word, start and end of text."""
+    letters = list(string.ascii_lowercase)
+    vocab = {token: index for index, token in enumerate(letters + [f"{c}</w>" for c in letters])}
+    vocab.update({"<|startoftext|>": BOS, "<|endoftext|>": EOS})
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+
+
+def test_strings_are_tokenised_with_the_models_tokenizer(tmp_path):
+    model, tokenizer = hf_model("clip"), clip_tokenizer(tmp_path)
+    texts = ["a dog", "a photo of a cat"]
+    encoded = tokenizer(texts, padding="longest", return_tensors="pt")
+    expected = vitroll.image_text_maps(model, images(), encoded["input_ids"], attention_mask=encoded["attention_mask"])
+    torch.testing.assert_close(vitroll.image_text_maps(model, images(), texts, tokenizer=tokenizer), expected)
+    vitroll.use_tokenizer(model, tokenizer)
+    torch.testing.assert_close(vitroll.image_text_maps(model, images(), texts), expected)
+    assert text_inputs(model, "a dog").labels == ("a dog",)
+
+
+def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_context_length():
+    model = open_clip.model.CLIP(16, dict(layers=1, width=32, head_width=16, image_size=32, patch_size=8),
+                                 dict(context_length=9, width=32, heads=2, layers=1)).eval()
+    inputs = text_inputs(model, ["a dog", "a cat"])
+    torch.testing.assert_close(inputs.input_ids, open_clip.tokenize(["a dog", "a cat"], context_length=9))
+    assert vitroll.image_text_maps(model, images(1), ["a dog", "a cat"]).shape == (1, 2, 4, 4)
+
+
+@pytest.mark.parametrize("texts, options, error, message", [
+    ([], {}, ValueError, "needs at least one text"),
+    (["a dog", " "], {}, ValueError, "none of them blank"),
+    ({"a": 1}, {}, TypeError, "must be a string, a list of strings or input ids"),
+    (["a dog", 3], {}, TypeError, "must be a string, a list of strings or input ids"),
+    (["a dog"], {}, ValueError, r"reads strings through its tokenizer: pass tokenizer=AutoTokenizer"),
+    (["a dog"], {"attention_mask": ATTENTION_MASK}, ValueError, "attention_mask goes with input_ids"),
+    (INPUT_IDS.float(), {}, TypeError, "input_ids must be integer token ids; got torch.float32"),
+    (INPUT_IDS[None], {}, ValueError, r"input_ids must have shape \(T, L\)"),
+    (INPUT_IDS, {"attention_mask": ATTENTION_MASK[:2]}, ValueError, r"attention_mask has shape \(2, 7\)"),
+    (INPUT_IDS, {"target_class": 1}, MethodOptionError, "the target of pair \\(i, t\\) is text t"),
+    (INPUT_IDS, {"discard_ratio": 0.5}, MethodOptionError, "method 'chefer' takes no option 'discard_ratio'"),
+])
+def test_bad_inputs_are_refused_with_their_messages(texts, options, error, message):
+    with pytest.raises(error, match=message):
+        vitroll.image_text_maps(hf_model("clip"), images(), texts, **options)
+
+
+def test_models_that_are_not_image_text_models_or_take_no_mask_say_so():
+    with pytest.raises(ValueError, match="takes no attention_mask"):
+        vitroll.image_text_maps(open_clip_model(), images(), INPUT_IDS, attention_mask=ATTENTION_MASK)
+    with pytest.raises(ValueError, match="vocabulary has 100 tokens.*open_clip.get_tokenizer"):
+        vitroll.image_text_maps(open_clip_model(), images(), ["a dog"])
+    vision = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**VISION)).eval()
+    with pytest.raises(UnsupportedModelError, match=r"CLIPVisionModel \(hf-clip-vision\) is not an image–text model"
+                                                    r".*hf-clip \(CLIPModel\)"):
+        vitroll.image_text_maps(vision, images(), INPUT_IDS)
+    with pytest.raises(UnsupportedModelError, match="CLIPModel is an image–text model: its scores need texts"):
+        vitroll.chefer(hf_model("clip"), images())
+
+
+PHOTO = Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg"
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory) -> Path:
+    """A CLIPModel saved with its (tiny) tokenizer, as save_pretrained writes them."""
+    folder = tmp_path_factory.mktemp("clip")
+    hf_model("clip").save_pretrained(folder)
+    clip_tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+def test_overlay_with_texts_writes_one_overlay_per_text_and_a_grid(clip_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "A photo of a cat!",
+                 "--method", "chefer", "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    written = sorted(path.name for path in out.iterdir())
+    assert written == ["cat_chefer_a-dog.png", "cat_chefer_a-photo-of-a-cat.png", "cat_chefer_texts.png"]
+    dog, cat = (np.asarray(Image.open(out / name)) for name in written[:2])
+    assert dog.shape == cat.shape == (*Image.open(PHOTO).size[::-1], 3) and not np.array_equal(dog, cat)
+    model = load_model(str(clip_folder))
+    logits = PromptedModel(model, text_inputs(model, ["a dog", "A photo of a cat!"]))(
+        vitroll.Preprocessing.from_model(model).batch([vitroll.load_image(PHOTO)])[0])[0]
+    printed = capsys.readouterr().out
+    assert f"'a dog'  S = {logits[0]:.3f}  -> {out / 'cat_chefer_a-dog.png'}" in printed
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "a cat",
+                 "--method", "rollout", "--out", str(tmp_path / "roll"), "--device", "cpu"]) == 0
+    assert np.array_equal(*(np.asarray(Image.open(tmp_path / "roll" / f"cat_rollout_{slug}.png"))
+                            for slug in ("a-dog", "a-cat")))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--model", "CLIP"], "CLIP is an image–text model: give the texts to explain with --text"),
+    (["--text", "a dog"], "--text needs an image–text model (CLIP, SigLIP, open_clip); vitroll-shapes "
+                          "(VisionTransformer) scores classes, not texts"),
+    (["--model", "CLIP", "--text", "a dog", "--target-class", "1"], "--target-class does not go with --text"),
+    (["--model", "open_clip:ViT-B-99", "--text", "a dog"], "unknown open_clip model 'ViT-B-99'; did you mean"),
+    (["--model", "open_clip:ViT-B-32", "--pretrained", "--text", "a dog"],
+     "open_clip:ViT-B-32: open_clip's pretrained weights are downloaded by tag; pass the weights as --checkpoint FILE "
+     "(open_clip_model.safetensors)"),
+])
+def test_overlay_mistakes_with_texts_are_one_line(clip_folder, tmp_path, capsys, arguments, message):
+    arguments = [str(clip_folder) if argument == "CLIP" else argument for argument in arguments]
+    message = message.replace("CLIP", str(clip_folder), 1) if message.startswith("CLIP") else message
+    assert main(["overlay", str(PHOTO), *arguments, "--out", str(tmp_path), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"vitroll: error: {message}")
+
+
+def test_a_clip_folder_loads_the_image_text_model_with_its_tokenizer(clip_folder):
+    model = load_model(str(clip_folder))
+    assert type(model).__name__ == "CLIPModel"
+    assert text_inputs(model, ["a dog"]).input_ids.tolist() == [[BOS, 26, 3, 14, 32, EOS]]

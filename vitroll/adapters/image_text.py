@@ -1,0 +1,189 @@
+"""Image–text models (CLIP-like dual encoders) in the adapter seam.
+
+A dual encoder's attention lives in its vision tower, a model of a registered family (transformers'
+``CLIPVisionModel``, open_clip's ``VisionTransformer``); :func:`register_dual_encoder` registers the dual encoder as
+a family that records that tower and adds how the model scores images against texts (:class:`ImageTextScore`).
+
+The score being explained is the image–text logit ``S[i, t]``. :class:`PromptedModel` binds tokenised texts to the
+model, so that its forward maps images (B, C, H, W) to logits (B, T): the texts become its classes, and every
+class-specific method (chefer, grad_rollout, …) explains ``S[i, t]`` as the logit of class ``t``, through the same
+code that explains a classifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional, Sequence, Union
+from weakref import WeakKeyDictionary
+
+import torch
+from torch import nn
+
+from vitroll.adapters.base import register_family
+from vitroll.capture.families import FAMILIES, ImageTextScore, TextInputs, TokenLayout, family_of
+from vitroll.errors import UnsupportedModelError
+from vitroll.preprocess import Preprocessing
+
+Texts = Union[str, Sequence[str], torch.Tensor]
+"""What :func:`text_inputs` takes: one string, a list or tuple of strings, or input ids (T, L) (or (L,) for one)."""
+
+_TOKENIZERS: "WeakKeyDictionary[nn.Module, object]" = WeakKeyDictionary()
+
+
+def use_tokenizer(model: nn.Module, tokenizer: object) -> None:
+    """Tell vitroll that ``model`` reads strings through ``tokenizer`` (a transformers tokenizer, or an open_clip
+    one); held for as long as the model lives. :func:`vitroll.load_model` does this for a model folder with one."""
+    _TOKENIZERS[model] = tokenizer
+
+
+def registered_tokenizer(model: nn.Module) -> Optional[object]:
+    """The tokenizer given to :func:`use_tokenizer` for ``model``, or None."""
+    return _TOKENIZERS.get(model)
+
+
+def image_text_score(model: nn.Module) -> ImageTextScore:
+    """How ``model`` scores images against texts.
+
+    Raises
+    ------
+    UnsupportedModelError
+        For a model of a family without one (a classifier, a vision tower), naming the image–text families.
+    """
+    family = family_of(model)
+    if family.image_text is None:
+        known = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES
+                          if f.image_text is not None and f.name_patterns)
+        raise UnsupportedModelError(f"{type(model).__name__} ({family.name}) is not an image–text model: it has no "
+                                    f"texts to score images against; image–text models: {known}")
+    return family.image_text
+
+
+def _tower_of(inner: Callable[[nn.Module], nn.Module]) -> dict[str, object]:
+    """:func:`register_family`'s capture arguments for a model whose attention is that of ``inner(model)``, a model
+    of a registered family: its modules, token layout, readout modules and preprocessing."""
+
+    def attention_modules(model: nn.Module) -> list[nn.Module]:
+        tower = inner(model)
+        return family_of(tower).attention_modules(tower)
+
+    def token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+        tower = inner(model)
+        return family_of(tower).token_layout(tower, image_hw)
+
+    def readout_modules(model: nn.Module) -> list[nn.Module]:
+        tower = inner(model)
+        modules = family_of(tower).readout_modules
+        return modules(tower) if modules else []
+
+    return dict(attention_modules=attention_modules, token_layout=token_layout, readout_modules=readout_modules,
+                preprocessing=lambda model: Preprocessing.from_model(inner(model)))
+
+
+def register_dual_encoder(name: str, model_type: Union[type, str, tuple[Union[type, str], ...]], *,
+                          vision_tower: Callable[[nn.Module], nn.Module], image_text: ImageTextScore,
+                          name_patterns: tuple[str, ...], notes: str,
+                          preprocessing: Optional[Callable[[nn.Module], Preprocessing]] = None) -> None:
+    """Register an image–text model whose vision tower ``vision_tower(model)`` is a model of a registered family.
+
+    Its attention is the tower's; run alone (rollout, attention, flow), it runs the tower's forward and has no class
+    scores; against texts it scores as ``image_text`` says (:func:`vitroll.image_text_maps`). Its preprocessing is
+    the tower's unless ``preprocessing`` (``model -> Preprocessing``) says otherwise (an image processor saved with
+    the whole model).
+    """
+
+    def tower_forward(model: nn.Module, images: torch.Tensor) -> None:
+        tower = vision_tower(model)
+        family_of(tower).logits(tower, images)
+
+    capture = _tower_of(vision_tower)
+    if preprocessing is not None:
+        capture["preprocessing"] = preprocessing
+    register_family(name, model_type, **capture, logits=tower_forward, image_text=image_text,
+                    name_patterns=name_patterns, notes=notes)
+
+
+class PromptedModel(nn.Module):
+    """An image–text model with its texts bound: ``forward(images (B, C, H, W))`` gives the image–text logits
+    (B, T), so the texts are its classes and ``target_class=t`` explains ``S[:, t]``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        An image–text model (:func:`register_dual_encoder`): transformers ``CLIPModel``, ``SiglipModel``, an
+        open_clip ``CLIP``.
+    texts : TextInputs
+        From :func:`text_inputs`; moved to the images' device on each forward.
+    """
+
+    def __init__(self, model: nn.Module, texts: TextInputs) -> None:
+        super().__init__()
+        self.model = model
+        self.texts = texts
+        self._score = image_text_score(model)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        mask = self.texts.attention_mask
+        texts = replace(self.texts, input_ids=self.texts.input_ids.to(images.device),
+                        attention_mask=None if mask is None else mask.to(images.device))
+        return self._score.logits(self.model, images, texts)
+
+
+register_family("image-text-prompted", PromptedModel, **_tower_of(lambda prompted: prompted.model),
+                logits=lambda prompted, images: prompted(images),
+                class_names=lambda prompted: list(prompted.texts.labels),
+                notes="an image–text model with its texts bound (vitroll.image_text_maps, overlay --text)")
+
+
+def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: Optional[torch.Tensor] = None,
+                tokenizer: Optional[object] = None) -> TextInputs:
+    """The texts for ``model``: strings tokenised with ``tokenizer`` or the model's own, or input ids checked.
+
+    Parameters
+    ----------
+    texts_or_input_ids : str, sequence of str, or Tensor (T, L) / (L,) of integers
+    attention_mask : Tensor (T, L), optional
+        Only with input ids, for a model whose text tower reads one.
+    tokenizer : optional
+        A transformers tokenizer, or an open_clip tokenizer (``open_clip.get_tokenizer(name)``); default: the one
+        :func:`use_tokenizer` registered, else open_clip's default BPE for an open_clip model of its vocabulary.
+
+    Raises
+    ------
+    TypeError
+        For texts of another type, or input ids that are not integers.
+    ValueError
+        For no texts, an empty string, strings without a tokenizer, ids or a mask of the wrong shape, or a mask for a
+        model that takes none.
+    UnsupportedModelError
+        For a model that is not an image–text model.
+    """
+    score = image_text_score(model)
+    if isinstance(texts_or_input_ids, torch.Tensor):
+        return _checked_ids(model, texts_or_input_ids, attention_mask, score)
+    if attention_mask is not None:
+        raise ValueError("attention_mask goes with input_ids; strings are tokenised with their own mask")
+    texts = [texts_or_input_ids] if isinstance(texts_or_input_ids, str) else texts_or_input_ids
+    if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
+        raise TypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
+                        f"{type(texts_or_input_ids).__name__}")
+    if not texts or not all(text.strip() for text in texts):
+        raise ValueError(f"texts_or_input_ids needs at least one text, none of them blank; got {list(texts)!r}")
+    return score.tokenize(model, list(texts), tokenizer)
+
+
+def _checked_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                 score: ImageTextScore) -> TextInputs:
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must be integer token ids; got {input_ids.dtype}")
+    ids = input_ids[None] if input_ids.ndim == 1 else input_ids
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"input_ids must have shape (T, L) with T, L ≥ 1; got {tuple(input_ids.shape)}")
+    if attention_mask is not None:
+        if not score.takes_attention_mask:
+            raise ValueError(f"{type(model).__name__}'s text tower takes no attention_mask (it reads its input ids "
+                             "up to the end-of-text token); pass input_ids alone")
+        attention_mask = attention_mask[None] if attention_mask.ndim == 1 else attention_mask
+        if attention_mask.shape != ids.shape:
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids {tuple(ids.shape)}; "
+                             "they must match")
+    return TextInputs(ids.long(), attention_mask, tuple(f"input_ids[{t}]" for t in range(len(ids))))

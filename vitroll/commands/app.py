@@ -1,0 +1,76 @@
+"""``vitroll app``: the interactive explorer in the browser (Gradio; ``pip install "vitroll[app]"``). Upload or pick an
+image, choose the method and its options, a single head or a target class, and see the overlay, every head of a
+layer and the top classes. Served on this machine only (127.0.0.1) unless --share-on-network is given."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from pathlib import Path
+
+from vitroll.app import build_app, example_images, require_gradio, serve
+from vitroll.commands.common import add_model_arguments, integer, model_from_args, preprocessing_from_args
+from vitroll.models import class_names
+
+SAMPLE_IMAGES = Path(__file__).resolve().parents[2] / "sample_images"
+"""The repository's sample images, offered as examples when vitroll runs from a checkout."""
+
+LARGEST_PORT = 65535
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("app", help="interactive explorer in the browser (needs vitroll[app])",
+                                   description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to serve on (default 127.0.0.1: this machine only; another needs "
+                             "--share-on-network)")
+    parser.add_argument("--port", type=port_number, help="port (default: the first free one from 7860)")
+    parser.add_argument("--share-on-network", action="store_true",
+                        help="allow a --host that other machines can reach (no password: anyone there can use it)")
+    parser.add_argument("--examples", default=SAMPLE_IMAGES, type=Path, metavar="FOLDER",
+                        help="images offered as examples (default: the repository's sample_images/, when present)")
+    add_model_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def port_number(text: str) -> int:
+    """An argparse ``type`` for ``--port``: 1 … 65535."""
+    port = integer(1)(text)
+    if port > LARGEST_PORT:
+        raise argparse.ArgumentTypeError(f"must be a port number ≤ {LARGEST_PORT}; got {port}")
+    return port
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_host(host: str, share_on_network: bool) -> None:
+    """Refuse a ``host`` beyond this machine unless ``share_on_network``; with it, one warning line on stderr."""
+    if is_loopback(host):
+        return
+    if not share_on_network:
+        raise ValueError(f"app: --host {host} would serve the explorer to other machines, without a password; pass "
+                         "--share-on-network to allow it, or leave --host at 127.0.0.1 (this machine only)")
+    print(f"vitroll: warning: --share-on-network: the explorer on {host} can be used by anyone who can reach this "
+          "machine (no password)", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_host(args.host, args.share_on_network)
+    if args.examples != SAMPLE_IMAGES and not args.examples.is_dir():
+        raise ValueError(f"app: --examples {args.examples} is not a folder")
+    require_gradio()
+    model = model_from_args(args)
+    examples = example_images(args.examples)
+    app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
+                    class_names=class_names(model, args.class_names), examples=examples)
+    serve(app, host=args.host, port=args.port, examples=examples)
+    return 0
