@@ -47,7 +47,18 @@ class PairSample:
     """The two targets' classes (different)."""
     named: int
     """Which of the two targets (0 or 1) the prompt names."""
-    prompt: str
+    template: int
+    """Which of :data:`PROMPTS` the prompt fills in."""
+
+    @property
+    def prompt(self) -> str:
+        """The text naming the named target."""
+        return prompt_for(self.labels[self.named], self.template)
+
+    @property
+    def other_prompt(self) -> str:
+        """The same template naming the other target: its map should cover the other shape."""
+        return prompt_for(self.labels[1 - self.named], self.template)
 
     @property
     def named_mask(self) -> np.ndarray:
@@ -80,9 +91,9 @@ def sample(seed: int, index: int, config: PairsConfig = PairsConfig()) -> PairSa
         canvas = canvas * (1 - mask_canvas[..., None]) + shape_colour(rng) * mask_canvas[..., None]
         masks[which] = mask_canvas >= 0.5
     named = int(rng.integers(2))
-    prompt = prompt_for(labels[named], int(rng.integers(len(PROMPTS))))
+    template = int(rng.integers(len(PROMPTS)))
     image = np.clip(canvas * 255 + 0.5, 0, 255).astype(np.uint8)
-    return PairSample(image=image, masks=masks, labels=labels, named=named, prompt=prompt)
+    return PairSample(image=image, masks=masks, labels=labels, named=named, template=template)
 
 
 def samples(seed: int, count: int, config: PairsConfig = PairsConfig(), start: int = 0) -> Iterator[PairSample]:
