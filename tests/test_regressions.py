@@ -155,7 +155,7 @@ def test_out_of_memory_batch_is_split_not_fatal(capsys):
     def always_out(model, batch, **options):
         raise MemoryError()
 
-    with pytest.raises(VitrollError, match="out of memory on a single image"):
+    with pytest.raises(VitrollError, match="out of memory on a single input"):
         Method("always_out", always_out)(model, images[:1])
 
     def a_bug(model, batch, **options):

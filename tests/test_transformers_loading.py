@@ -200,7 +200,7 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         f"{config_only}: {config_only} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
         "pass --checkpoint FILE for a state dict on top of the config")
     for config, why in ((transformers.SwinConfig(), "Swin attends within shifted windows: a hierarchical model"),
-                        (transformers.BertConfig(), "BERT is a text model")):
+                        (transformers.T5Config(), "no vitroll family reads its attention")):
         unsupported = tmp_path / config.model_type
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
-from vitroll.adapters.image_text import use_tokenizer
 from vitroll.adapters.transformers_preprocessing import use_image_processor
+from vitroll.adapters.tokenizers import use_tokenizer
+from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
@@ -57,7 +58,8 @@ def _transformers_source(name: str) -> str:
 
 def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
     """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
-    cannot be reached), with ``state`` on top of its config when given; register its image processor."""
+    cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
+    model its tokenizer."""
     try:
         import transformers
     except ImportError:
@@ -77,16 +79,14 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    if kind not in TRANSFORMERS_MODEL_TYPES:
+    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES:
         why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
     if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
-    classifier = any(architecture.endswith("ForImageClassification") for architecture in config.architectures or ())
-    image_text = None if classifier else {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel}.get(kind)
-    auto = [image_text] if image_text else [transformers.AutoModelForImageClassification, transformers.AutoModel]
+    auto = _auto_classes(transformers, config)
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
     try:
@@ -111,10 +111,36 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
-    _use_processor_of(model, source, offline=offline or local)
-    if image_text:
-        _use_tokenizer_of(model, source, offline=offline or local)
+    if kind in TEXT_MODEL_TYPES:
+        _use_tokenizer_of(model, source, offline=offline or local, required=True)
+    else:
+        _use_processor_of(model, source, offline=offline or local)
+        if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
+            _use_tokenizer_of(model, source, offline=offline or local, required=False)
     return model
+
+
+def _image_text_classes(transformers: object) -> dict[str, type]:
+    """The image–text model class of each model type that has one."""
+    return {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel}
+
+
+def _auto_classes(transformers: object, config: object) -> list[type]:
+    """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
+    model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
+    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model."""
+    architectures = config.architectures or ()
+    if config.model_type in TEXT_MODEL_TYPES:
+        if any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
+            return [transformers.AutoModelForSequenceClassification]
+        if any(architecture.endswith("LMHeadModel") for architecture in architectures):
+            return [transformers.AutoModelForCausalLM]
+        return [transformers.AutoModel]
+    classifier = any(architecture.endswith("ForImageClassification") for architecture in architectures)
+    image_text = None if classifier else _image_text_classes(transformers).get(config.model_type)
+    if image_text:
+        return [image_text]
+    return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
 def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
@@ -129,16 +155,20 @@ def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
     use_image_processor(model, processor)
 
 
-def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool) -> None:
-    """Register the tokenizer saved with an image–text model, when there is one (without it, texts are refused in
-    one line that asks for one)."""
+def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, required: bool) -> None:
+    """Attach the tokenizer saved with the model: it turns strings into tokens for every method. A text model
+    (``required``) cannot do without one; an image–text model can (its texts then come as ids, or strings are
+    refused in one line that asks for a tokenizer)."""
     from transformers import AutoTokenizer
 
     try:
         with _hub_offline(offline):
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
-    except (OSError, ValueError, KeyError, TypeError):  # no tokenizer files saved with the model
-        return
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        if not required:
+            return
+        raise ModelLoadError(f"{source}: no tokenizer saved with the text model ({type(error).__name__}); save it "
+                             "beside the model with tokenizer.save_pretrained") from None
     use_tokenizer(model, tokenizer)
 
 

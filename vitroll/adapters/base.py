@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from torch import nn
 
 from vitroll.capture.families import (
-    ImageTextScore, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
+    ImageTextScore, InputKind, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
 )
 from vitroll.capture.readouts import AttentionReadout, register_readout
 from vitroll.preprocess import Preprocessing, register_preprocessing
@@ -20,8 +20,9 @@ def register_family(
     model_type: type | str | tuple[type | str, ...],
     *,
     attention_modules: Callable[[nn.Module], list[nn.Module]],
-    token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout],
-    preprocessing: Preprocessing | Callable[[nn.Module], Preprocessing],
+    token_layout: Callable[[nn.Module, Any], TokenLayout],
+    preprocessing: Optional[Preprocessing | Callable[[nn.Module], Preprocessing]] = None,
+    inputs: InputKind = "images",
     readout: AttentionReadout | Sequence[AttentionReadout] = (),
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None,
@@ -46,10 +47,16 @@ def register_family(
     attention_modules : callable
         ``model -> [attention module per layer]``, in forward order.
     token_layout : callable
-        ``(model, (H, W)) -> TokenLayout`` for an input of that size: prefix tokens, readout row, patch grid.
+        ``(model, (H, W)) -> TokenLayout`` for an input of that size: prefix tokens, readout row, patch grid. For a
+        text family (``inputs="tokens"``), ``(model, TokenBatch) -> TokenLayout`` with ``grid=None`` and the
+        batch's ``token_mask``.
     preprocessing : Preprocessing or callable
         The model's evaluation transform, or ``model -> Preprocessing`` when it depends on the model
-        (its input size, say). Its geometry is what puts maps back on the original image.
+        (its input size, say). Its geometry is what puts maps back on the original image. Required for image
+        families; text families have none.
+    inputs : {"images", "tokens"}
+        What the models take: image batches (B, C, H, W), or token batches
+        (:class:`~vitroll.io.text.TokenBatch`, built from ids and masks or from strings with a tokenizer).
     readout : AttentionReadout or sequence of them, optional
         How to read the probabilities out of the attention modules' types, when vitroll does not know those types
         yet (timm's attention modules and ``nn.MultiheadAttention`` are known). For a module that applies a
@@ -70,7 +77,8 @@ def register_family(
         pipeline predicts from; by default ``model(images)``. For a model that returns an output object, say where
         its logits are: ``lambda model, images: model(images).logits``. A backbone without a classification head
         runs its forward and returns None: attention methods (rollout, attention, flow) explain it, and the ones that
-        need class scores say it has none.
+        need class scores say it has none. A text family's takes the TokenBatch: a classifier's class logits, or a
+        language model's next-token log-probabilities (B, vocabulary) at each text's explained position.
     class_names : callable, optional
         ``model -> [name per class]`` (or None) from what the model carries; ``--class-names FILE`` overrides it.
     image_text : ImageTextScore, optional
@@ -88,14 +96,17 @@ def register_family(
     ModelFamily
         The registered family.
     """
+    if (preprocessing is None) != (inputs == "tokens"):
+        raise ValueError(f"family {name!r}: an image family needs its preprocessing; a text family takes none")
     model_types = model_type if isinstance(model_type, tuple) else (model_type,)
     family = ModelFamily(name=name, model_types=model_types, name_patterns=name_patterns, timm_modules=timm_modules,
-                         attention_modules=attention_modules, token_layout=token_layout,
+                         attention_modules=attention_modules, token_layout=token_layout, inputs=inputs,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
                          logits=logits, class_names=class_names, image_text=image_text, notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
-    fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None
-    register_preprocessing(family.matches, preprocessing if fixed is None else lambda _model: fixed)
+    if preprocessing is not None:
+        fixed = preprocessing if isinstance(preprocessing, Preprocessing) else None
+        register_preprocessing(family.matches, preprocessing if fixed is None else lambda _model: fixed)
     add_family(family)
     return family

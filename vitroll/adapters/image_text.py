@@ -14,32 +14,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable, Optional, Sequence, Union
-from weakref import WeakKeyDictionary
 
 import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
+from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture.families import FAMILIES, ImageTextScore, TextInputs, TokenLayout, family_of
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing
 
 Texts = Union[str, Sequence[str], torch.Tensor]
 """What :func:`text_inputs` takes: one string, a list or tuple of strings, or input ids (T, L) (or (L,) for one)."""
-
-_TOKENIZERS: "WeakKeyDictionary[nn.Module, object]" = WeakKeyDictionary()
-
-
-def use_tokenizer(model: nn.Module, tokenizer: object) -> None:
-    """Tell vitroll that ``model`` reads strings through ``tokenizer`` (a transformers tokenizer, or an open_clip
-    one); held for as long as the model lives. :func:`vitroll.load_model` does this for a model folder with one."""
-    _TOKENIZERS[model] = tokenizer
-
-
-def registered_tokenizer(model: nn.Module) -> Optional[object]:
-    """The tokenizer given to :func:`use_tokenizer` for ``model``, or None."""
-    return _TOKENIZERS.get(model)
-
 
 def image_text_score(model: nn.Module) -> ImageTextScore:
     """How ``model`` scores images against texts.
@@ -145,7 +131,7 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
         Only with input ids, for a model whose text tower reads one.
     tokenizer : optional
         A transformers tokenizer, or an open_clip tokenizer (``open_clip.get_tokenizer(name)``); default: the one
-        :func:`use_tokenizer` registered, else open_clip's default BPE for an open_clip model of its vocabulary.
+        :func:`~vitroll.adapters.tokenizers.use_tokenizer` registered, else open_clip's default BPE for an open_clip model of its vocabulary.
 
     Raises
     ------

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.image_text import register_dual_encoder, registered_tokenizer
+from vitroll.adapters.image_text import register_dual_encoder
+from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing

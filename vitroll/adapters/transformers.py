@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.image_text import register_dual_encoder, registered_tokenizer
+from vitroll.adapters.image_text import register_dual_encoder
+from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers_preprocessing import image_config, transformers_preprocessing
 from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
@@ -53,10 +54,13 @@ def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    if dropout or getattr(module, "is_causal", False) or key.shape[1] != query.shape[1]:
+    if dropout or key.shape[1] != query.shape[1] or key.shape[2] != query.shape[2]:
         raise UnsupportedModelError(
-            f"{type(module).__name__} attends with dropout, a causal mask or grouped keys; vitroll records plain "
-            "self-attention in eval mode only")
+            f"{type(module).__name__} attends with dropout, grouped or cached keys; vitroll records self-attention "
+            "in eval mode without a cache only")
+    if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
+        # transformers leaves an unpadded causal batch's mask to the kernel's is_causal flag
+        attention_mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     return sink.attention(query, key, value, attention_mask, scale).transpose(1, 2).contiguous(), None
 
@@ -123,12 +127,12 @@ def _modules_named(model: nn.Module, dotted: tuple[str, ...]) -> list[tuple[str,
             if f"{type(module).__module__}.{type(module).__qualname__}" in dotted]
 
 
-def _attention_modules_of(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
+def attention_modules_of(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
     """``model -> [attention module per layer]``: the modules of the classes ``dotted`` in forward (module) order."""
     return lambda model: [module for _name, module in _modules_named(model, dotted)]
 
 
-def _heads_then_layers_down(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
+def heads_then_layers_down(*dotted: str) -> Callable[[nn.Module], list[nn.Module]]:
     """``model -> [classification heads, encoder layers from the last to the first]``; an encoder layer is the
     element of a module list that holds an attention module of the classes ``dotted``."""
 
@@ -178,7 +182,7 @@ def _mae_logits(model: nn.Module, images: torch.Tensor) -> None:
     model(pixel_values=images, noise=order, **_size_options(model, images))
 
 
-def _class_names(model: nn.Module) -> Optional[list[str]]:
+def config_class_names(model: nn.Module) -> Optional[list[str]]:
     """``config.id2label`` of a model with a classification head, unless the names are transformers' placeholders
     (LABEL_0, LABEL_1, …)."""
     if not any(isinstance(getattr(model, name, None), nn.Module) for name in HEADS):
@@ -242,9 +246,9 @@ def _register(name: str, classes: tuple[str, ...], attention: tuple[str, ...],
               logits: Logits = _logits, readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None) -> None:
     """A family of ``classes`` whose attention modules (``attention``) go through the attention interface."""
     register_family(
-        name, classes, attention_modules=_attention_modules_of(*attention), token_layout=token_layout,
-        preprocessing=transformers_preprocessing, randomizable=_heads_then_layers_down(*attention), logits=logits,
-        class_names=_class_names, readout_modules=readout_modules,
+        name, classes, attention_modules=attention_modules_of(*attention), token_layout=token_layout,
+        preprocessing=transformers_preprocessing, randomizable=heads_then_layers_down(*attention), logits=logits,
+        class_names=config_class_names, readout_modules=readout_modules,
         readout=[AttentionReadout(each, probs_module=None, fused_flag=None, attach=attach_attention_interface)
                  for each in attention],
         name_patterns=tuple(each.rpartition(".")[2] for each in classes), notes=notes,
@@ -276,9 +280,9 @@ _register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageCl
 register_family(
     "hf-data2vec-vision", _classes("data2vec.modeling_data2vec_vision", "Data2VecVisionModel",
                                    "Data2VecVisionForImageClassification"),
-    attention_modules=_attention_modules_of(*DATA2VEC_ATTENTION), token_layout=_layout(_one, _mean_pooled),
-    preprocessing=transformers_preprocessing, randomizable=_heads_then_layers_down(*DATA2VEC_ATTENTION),
-    logits=_logits, class_names=_class_names,
+    attention_modules=attention_modules_of(*DATA2VEC_ATTENTION), token_layout=_layout(_one, _mean_pooled),
+    preprocessing=transformers_preprocessing, randomizable=heads_then_layers_down(*DATA2VEC_ATTENTION),
+    logits=_logits, class_names=config_class_names,
     readout=[AttentionReadout(DATA2VEC_ATTENTION[0], probs_module="dropout", fused_flag=None),
              AttentionReadout(DATA2VEC_ATTENTION[1], probs_module=None, fused_flag=None, attach=attach_sdpa_call)],
     name_patterns=("Data2VecVisionModel", "Data2VecVisionForImageClassification"),
@@ -356,7 +360,6 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("pvt", f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", f"PVT attends to pooled keys in stages: {_HIERARCHICAL}"),
     ("segformer", f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel",
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
-    ("bert", None, "BERT is a text model; vitroll explains vision transformers"),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 

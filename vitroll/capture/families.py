@@ -8,65 +8,87 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import sys
-from typing import Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 from torch import nn
 
 from vitroll.errors import UnsupportedModelError
 
-Readout = Literal["class_token", "patch_mean", "attention_pool"]
+Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "position"]
 Padding = Literal["identity", "zeros"]
 """What :attr:`ModelFamily.assemble` puts where a layer has no entries of its own: the identity for attention (the
 tokens pass through that layer unchanged), zeros for gradients (those entries are no attention the model computed,
 so the score does not depend on them)."""
 
+InputKind = Literal["images", "tokens"]
+"""What a family's models take: image batches (B, C, H, W), or token batches (:class:`vitroll.io.text.TokenBatch`)."""
+
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """Where the patch tokens sit in a model's token sequence, for one input size.
+    """Where the explained tokens sit in a model's token sequence, for one input.
+
+    An image layout has a patch ``grid``: its values come out as maps (..., h, w). A sequence layout (text) has
+    ``grid=None`` and a ``token_mask``: its values come out as scores (..., L) over every position, padding 0.
 
     Attributes
     ----------
     num_prefix_tokens : int
-        Tokens before the patch tokens: class, distillation and register tokens.
-    readout : {"class_token", "patch_mean", "attention_pool"}
+        Tokens before the patch tokens: class, distillation and register tokens (0 for sequences, whose scores
+        cover every position).
+    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "position"}
         Which row of the attention is the model's "decision" row: the class token's (index 0); for models
-        that average the tokens, the mean of the patch tokens' rows; for models with an attention-pooling
-        head (``global_pool='map'``), the pooling query's own attention over the tokens.
-    grid : (int, int)
-        Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens.
+        that average the tokens, the mean of the patch (or real) tokens' rows (``"patch_mean"``, and its name for
+        text, ``"token_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
+        query's own attention over the tokens; for a language model, the row of the explained ``positions``.
+    grid : (int, int) or None
+        Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens. None for a sequence.
     pool_weights : Tensor, shape (B, N), optional
         The pooling query's attention (heads and latent queries averaged); set when ``readout`` is
         ``"attention_pool"``.
+    token_mask : Tensor, shape (B, N), bool, optional
+        True for real tokens, False for padding; set for sequences.
+    positions : Tensor, shape (B,), optional
+        Index of each sequence's explained token; set when ``readout`` is ``"position"``.
     """
 
     num_prefix_tokens: int
     readout: Readout
-    grid: tuple[int, int]
+    grid: Optional[tuple[int, int]]
     pool_weights: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
+    token_mask: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
+    positions: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
 
-    @property
-    def num_patches(self) -> int:
-        return self.grid[0] * self.grid[1]
+    def __post_init__(self) -> None:
+        if (self.grid is None) == (self.token_mask is None):
+            raise ValueError("a TokenLayout has either a patch grid (images) or a token_mask (sequences)")
+        if self.readout == "position" and self.positions is None:
+            raise ValueError("a 'position' readout needs the explained positions")
 
     @property
     def num_tokens(self) -> int:
-        return self.num_prefix_tokens + self.num_patches
+        if self.token_mask is not None:
+            return self.token_mask.shape[-1]
+        return self.num_prefix_tokens + self.grid[0] * self.grid[1]
 
     def readout_vector(self, *, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The row vector that selects the decision row of an (N, N) matrix: shape (N,), or (B, N) per image
-        for attention pooling."""
+        """The row vector that selects the decision row of an (N, N) matrix: shape (N,), or (B, N) per input
+        (attention pooling, sequences read at a position or as the mean of their real tokens)."""
         if self.readout == "attention_pool":
             if self.pool_weights is None:
                 raise RuntimeError("an attention_pool layout needs the recorded pool_weights")
             return self.pool_weights.to(device=device, dtype=dtype)
+        if self.readout == "position":
+            return torch.nn.functional.one_hot(self.positions.to(device), self.num_tokens).to(dtype)
         v = torch.zeros(self.num_tokens, device=device, dtype=dtype)
         if self.readout == "class_token":
             v[0] = 1.0
-        else:
-            v[self.num_prefix_tokens:] = 1.0 / self.num_patches
-        return v
+            return v
+        v[self.num_prefix_tokens:] = 1.0
+        if self.token_mask is not None:
+            v = v * self.token_mask.to(device=device, dtype=dtype)
+        return v / v.sum(dim=-1, keepdim=True)
 
     def readout_row(self, matrices: torch.Tensor) -> torch.Tensor:
         """Decision row of matrices (B, N, N) or per head (B, H, N, N) → (B, N) or (B, H, N)."""
@@ -77,8 +99,13 @@ class TokenLayout:
         return (v @ matrices).squeeze(-2)
 
     def patch_values(self, token_values: torch.Tensor) -> torch.Tensor:
-        """Reshape values over tokens (..., N) to the patch grid (..., h, w), dropping prefix tokens."""
-        return token_values[..., self.num_prefix_tokens:].reshape(*token_values.shape[:-1], *self.grid)
+        """Values over tokens (B, ..., N) as the layout's result: the patch grid (B, ..., h, w), prefix tokens
+        dropped; for a sequence every position (B, ..., N), padded positions set to exactly 0."""
+        if self.token_mask is None:
+            return token_values[..., self.num_prefix_tokens:].reshape(*token_values.shape[:-1], *self.grid)
+        mask = self.token_mask.to(token_values.device)
+        mask = mask.reshape(mask.shape[0], *([1] * (token_values.ndim - 2)), mask.shape[-1])
+        return token_values.masked_fill(~mask, 0.0)
 
 
 def call_model(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -86,9 +113,10 @@ def call_model(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return model(images)
 
 
-Logits = Callable[[nn.Module, torch.Tensor], Optional[torch.Tensor]]
+Logits = Callable[[nn.Module, Any], Optional[torch.Tensor]]
 """``(model, images (B, C, H, W)) -> logits (B, num_classes)``: runs the model's forward pass and returns its class
-scores, or None for a backbone without a classification head (its attention is still recorded in that pass)."""
+scores, or None for a backbone without a classification head (its attention is still recorded in that pass). A
+family of text models takes a :class:`~vitroll.io.text.TokenBatch` instead of images."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +180,10 @@ class ModelFamily:
     attention_modules : callable
         ``model -> [attention module per layer]`` in forward order.
     token_layout : callable
-        ``(model, (H, W)) -> TokenLayout``.
+        ``(model, (H, W)) -> TokenLayout`` for image families; ``(model, TokenBatch) -> TokenLayout`` for text
+        families (the layout depends on each text's padding and explained row).
+    inputs : {"images", "tokens"}
+        What the family's models take (:data:`InputKind`).
     readout_modules : callable, optional
         ``model -> [modules]`` whose attention is the readout (the attention-pooling head); usually none.
     assemble : callable, optional
@@ -181,7 +212,8 @@ class ModelFamily:
     name_patterns: tuple[str, ...]
     timm_modules: tuple[str, ...]
     attention_modules: Callable[[nn.Module], list[nn.Module]]
-    token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
+    token_layout: Callable[[nn.Module, Any], TokenLayout]
+    inputs: InputKind = "images"
     readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None
     assemble: Optional[Callable[[nn.Module, list[torch.Tensor], Padding], list[torch.Tensor]]] = None
     randomizable: Optional[Callable[[nn.Module], list[nn.Module]]] = None

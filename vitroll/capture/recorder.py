@@ -42,15 +42,17 @@ def attention_probabilities(
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + mask)`` for queries (B, H, Q, D) and keys (B, H, N, D) → (B, H, Q, N).
 
-    A boolean ``attn_mask`` marks allowed positions; a float one is added to the logits.
+    A boolean ``attn_mask`` marks allowed positions; a float one is added to the logits. A query row with no allowed
+    key (a padded query under a causal mask with left padding) gets all zeros, as PyTorch's fused kernel gives it,
+    not NaN.
     """
     logits = (q * scale) @ k.transpose(-2, -1)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            logits = logits.masked_fill(~attn_mask, float("-inf"))
-        else:
-            logits = logits + attn_mask
-    return logits.softmax(dim=-1)
+    if attn_mask is None:
+        return logits.softmax(dim=-1)
+    if attn_mask.dtype != torch.bool:
+        return (logits + attn_mask).softmax(dim=-1)
+    probabilities = logits.masked_fill(~attn_mask, float("-inf")).softmax(dim=-1)
+    return probabilities.masked_fill(~attn_mask.any(dim=-1, keepdim=True), 0.0)
 
 
 def attach_kernel_swap(module: nn.Module,
@@ -219,13 +221,14 @@ class AttentionRecorder:
     def _in_token_space(self, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
         return self.family.assemble(self.model, records, padding) if self.family.assemble else records
 
-    def token_layout(self, image_hw: tuple[int, int]) -> TokenLayout:
-        """Token layout of the model for an input of spatial size ``image_hw`` = (H, W).
+    def token_layout(self, image_hw: object) -> TokenLayout:
+        """Token layout of the model for an input of spatial size ``image_hw`` = (H, W) (for a text family, the
+        :class:`~vitroll.io.text.TokenBatch` that was run).
 
         For attention-pooling models it carries the pooling query's attention (B, N), averaged over heads and
         latent queries, recorded in the same forward pass (without gradient).
         """
-        layout = self.family.token_layout(self.model, tuple(image_hw))
+        layout = self.family.token_layout(self.model, image_hw)
         if layout.readout == "attention_pool":
             if not self._readout_records or self._readout_records[0] is None:
                 raise RuntimeError("no attention-pool attention was recorded; run a forward pass inside the context")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS, family_of
-from vitroll.errors import MethodOptionError
+from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.pipelines.explain import ExplainSettings
@@ -279,7 +279,8 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
-    family_of(model)  # an unsupported model is refused before any input is read
+    if family_of(model).inputs == "tokens":  # an unsupported model is refused before any input is read
+        raise VitrollError(f"{args.model} is a text model ({type(model).__name__}); explain it with `vitroll text`")
     return model
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.errors import VitrollError
+from vitroll.errors import UnsupportedModelError, VitrollError
 from vitroll.methods.image_batch import Images
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.registry import register_method
@@ -44,7 +44,11 @@ def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign
 
 def _attribute(model: nn.Module, images: Images, target_class: TargetClass, sign: Sign, explain) -> Saliency:
     """Shared frame: predictions, targets, captum call ``explain(inputs, targets)``, pooling to the grid."""
-    images, logits, grid = predict(model, images, class_logits)
+    images, logits, layout = predict(model, images, class_logits)
+    if layout.grid is None:
+        raise UnsupportedModelError(f"{type(model).__name__} takes tokens: integrated_gradients and gradient_shap "
+                                    "attribute pixels and do not explain text models yet")
+    grid = layout.grid
     targets = resolve_targets(logits, target_class)
     with eval_mode(model), torch.enable_grad():
         attributions = explain(images, targets)

@@ -1,9 +1,10 @@
 """What every saliency method shares: its result, its call signature and the recording step.
 
-A method is written once as ``compute(model, images, **options) -> Saliency`` (maps and the logits of the
+A method is written once as ``compute(model, inputs, **options) -> Saliency`` (maps and the logits of the
 same forward pass) and registered with :func:`~vitroll.methods.registry.register_method`, which reads its options
-from that signature. ``images`` is anything :data:`Images` allows (a tensor, PIL images, paths, uint8 arrays);
-every method reaches the model through :func:`prepare_images`, which converts it.
+from that signature. ``inputs`` is anything :data:`~vitroll.methods.inputs.Inputs` allows (for vision models a
+tensor, PIL images, paths, uint8 arrays; for text models token ids or strings); every method reaches the model
+through :func:`prepare_inputs`, which converts it into the batch the model's family runs.
 """
 
 from __future__ import annotations
@@ -18,20 +19,22 @@ from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
 from vitroll.errors import UnsupportedModelError
-from vitroll.methods.image_batch import Images, image_batch
+from vitroll.io.text import TokenBatch
+from vitroll.methods.inputs import Batch, Inputs, model_batch
 
 
 class Saliency(NamedTuple):
     """Result of one method call on a batch."""
 
     maps: torch.Tensor
-    """(B, h, w) float32 on the model's device (some methods also offer (B, H, h, w) per head)."""
+    """(B, h, w) float32 on the model's device (some methods also offer (B, H, h, w) per head); for a text model
+    token scores (B, L), padded positions 0."""
     logits: Optional[torch.Tensor]
     """(B, num_classes) from the same forward pass, or None for methods that run no forward (baselines)."""
 
 
 class SaliencyMethod(Protocol):
-    def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency: ...
+    def __call__(self, model: nn.Module, inputs: Inputs, **options: object) -> Saliency: ...
 
 
 @contextlib.contextmanager
@@ -58,17 +61,26 @@ def model_dtype(model: nn.Module) -> torch.dtype:
     return parameter.dtype if parameter is not None else torch.float32
 
 
-def prepare_images(model: nn.Module, images: Images) -> torch.Tensor:
-    """``images`` as a batch (B, C, H, W) on the model's device and dtype: a tensor checked and moved, anything else
-    converted first (:func:`~vitroll.methods.image_batch.image_batch`)."""
-    batch = image_batch(model, images)
+def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
+    """``inputs`` as a batch on the model's device: images (B, C, H, W) in the model's dtype (a tensor checked and
+    moved, anything else converted first), or a :class:`~vitroll.io.text.TokenBatch`
+    (:func:`~vitroll.methods.inputs.model_batch`)."""
+    batch = model_batch(model, inputs)
+    if isinstance(batch, TokenBatch):
+        return batch.to(model_device(model))
     if batch.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
     return batch.to(device=model_device(model), dtype=model_dtype(model))
 
 
-def model_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
-    """The logits (B, num_classes) of ``images`` (B, C, H, W), from the forward pass the model's family names
+def layout_input(batch: Batch) -> object:
+    """What a family's ``token_layout`` reads from a batch: the input size (H, W) of images, the batch itself for
+    tokens (padding and explained rows differ per text)."""
+    return batch if isinstance(batch, TokenBatch) else tuple(batch.shape[-2:])
+
+
+def model_logits(model: nn.Module, images: Batch) -> Optional[torch.Tensor]:
+    """The logits (B, num_classes) of ``images`` (B, C, H, W) or of a TokenBatch, from the forward pass the model's family names
     (:attr:`~vitroll.capture.ModelFamily.logits`), or None for a backbone without a classification head (the
     forward still runs); ``model(images)`` for a classifier of no registered family (deletion/insertion scores any
     classifier)."""
@@ -76,7 +88,7 @@ def model_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tenso
     return family.logits(model, images) if family is not None else call_model(model, images)
 
 
-def class_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def class_logits(model: nn.Module, images: Batch) -> torch.Tensor:
     """:func:`model_logits` for everything that needs class scores (gradient methods, attributions, deletion and
     insertion, evaluation, sanity checks).
 
@@ -97,22 +109,23 @@ def class_logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def predict(model: nn.Module, images: Images, forward: Callable[[nn.Module, torch.Tensor], Optional[torch.Tensor]]
-            = model_logits) -> tuple[torch.Tensor, Optional[torch.Tensor], tuple[int, int]]:
+def predict(model: nn.Module, images: Inputs, forward: Callable[[nn.Module, Batch], Optional[torch.Tensor]]
+            = model_logits) -> tuple[Batch, Optional[torch.Tensor], TokenLayout]:
     """One plain forward in eval mode without gradients, for methods that record no attention.
 
-    Returns the images on the model's device and dtype, the logits (B, num_classes) (None for a backbone, or
-    :func:`class_logits` as ``forward`` refuses it) and the patch grid (h, w).
+    Returns the batch on the model's device (images also in its dtype), the logits (B, num_classes) (None for a
+    backbone, or :func:`class_logits` as ``forward`` refuses it) and the token layout (the patch grid, or a
+    sequence's real tokens).
     """
-    images = prepare_images(model, images)
+    images = prepare_inputs(model, images)
     with eval_mode(model), torch.no_grad():
         logits = forward(model, images)
-    return images, logits, family_of(model).token_layout(model, tuple(images.shape[-2:])).grid
+    return images, logits, family_of(model).token_layout(model, layout_input(images))
 
 
 def record_attention(
     model: nn.Module,
-    images: Images,
+    images: Inputs,
     *,
     head_fusion: Optional[HeadFusion] = "mean",
     dtype: torch.dtype = torch.float32,
@@ -132,16 +145,16 @@ def record_attention(
     attentions : list of Tensor (or FactoredAttention)
         Per layer (B, N, N), or (B, H, N, N) when ``head_fusion`` is None.
     layout : TokenLayout
-        Prefix tokens, readout and patch grid for this input size.
+        Prefix tokens, readout and patch grid for this input size (or the texts' real tokens and readout).
     logits : Tensor, shape (B, num_classes), or None
         None for a backbone without a classification head.
     """
-    images = prepare_images(model, images)
+    images = prepare_inputs(model, images)
     recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,
                                  chunk_bytes=max_attention_memory or None)
     with eval_mode(model), torch.no_grad(), recorder:
         logits = model_logits(model, images)
-        return recorder.attentions, recorder.token_layout(tuple(images.shape[-2:])), logits
+        return recorder.attentions, recorder.token_layout(layout_input(images)), logits
 
 
 Layer = TypeVar("Layer")

@@ -6,32 +6,41 @@ They still run the model once (no attention recorded) so pipelines can report it
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from vitroll.methods.image_batch import Images
-from vitroll.methods.base import Saliency, predict
+from vitroll.errors import UnsupportedModelError
+from vitroll.methods.inputs import Inputs
+from vitroll.methods.base import Saliency, model_device, predict
 from vitroll.methods.registry import register_method
 
 
 @register_method("random")
-def random_map(model: nn.Module, images: Images, *, seed: int = 0) -> Saliency:
-    """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; image ``b`` gets
-    stream ``seed + b``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
-    images, logits, (h, w) = predict(model, images)
-    maps = torch.stack([torch.rand(h, w, generator=torch.Generator().manual_seed(int(seed) + b))
-                        for b in range(len(images))])
-    return Saliency(maps.to(images.device), logits)
+def random_map(model: nn.Module, images: Inputs, *, seed: int = 0) -> Saliency:
+    """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; input ``b`` gets
+    stream ``seed + b``. For a text model, random token scores (B, L), padded positions 0. ``images`` as for every
+    method (:data:`~vitroll.methods.inputs.Inputs`)."""
+    images, logits, layout = predict(model, images)
+    explained = layout.num_tokens - layout.num_prefix_tokens
+    values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(int(seed) + b))
+                          for b in range(len(images))])
+    values = F.pad(values, (layout.num_prefix_tokens, 0))  # the prefix tokens, which the layout drops
+    return Saliency(layout.patch_values(values.to(model_device(model))), logits)
 
 
 @register_method("center")
-def center(model: nn.Module, images: Images, *, sigma: float = 0.25) -> Saliency:
+def center(model: nn.Module, images: Inputs, *, sigma: float = 0.25) -> Saliency:
     """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``images``
-    as for every method (:data:`~vitroll.methods.image_batch.Images`).
+    as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     ``sigma`` is the standard deviation as a fraction of each side (photographers centre their subjects;
     a method that does not beat this has found nothing).
     """
-    images, logits, (h, w) = predict(model, images)
+    images, logits, layout = predict(model, images)
+    if layout.grid is None:
+        raise UnsupportedModelError(f"{type(model).__name__} takes tokens, not images: the center baseline has no "
+                                    "centre to put its Gaussian on; use random")
+    h, w = layout.grid
     rows = (torch.arange(h) + 0.5) / h - 0.5
     cols = (torch.arange(w) + 0.5) / w - 0.5
     gaussian = torch.exp(-(rows[:, None] ** 2 + cols[None, :] ** 2) / (2 * sigma**2))

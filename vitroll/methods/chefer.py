@@ -13,26 +13,27 @@ import torch
 from torch import nn
 
 from vitroll.capture import without_autocast
-from vitroll.methods.image_batch import Images
+from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from
 from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, class_row, positive_weighted_heads
 
 
 @register_method("chefer", needs_gradients=True)
-def chefer(model: nn.Module, images: Images, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
+def chefer(model: nn.Module, inputs: Inputs, *, target_class: TargetClass = None, start_layer: int = 0) -> Saliency:
     """Chefer et al. relevance maps (B, h, w), float32 on the model's device, for ``target_class`` (default: each
     image's prediction).
 
     Parameters
     ----------
-    images : Images
-        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
+    inputs : Inputs
+        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
+        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     target_class : None, int, or sequence of B ints
     start_layer : int in [0, L)
         First layer whose relevance is propagated (earlier layers count as identity); out of range raises ValueError.
     """
-    recorded = attention_gradients(model, images, target_class)
+    recorded = attention_gradients(model, inputs, target_class)
     pairs = layers_from(list(zip(recorded.attentions, recorded.gradients)), start_layer)
     v = class_row(recorded.layout, recorded.logits.shape[0], recorded.logits.device)
     with without_autocast(v.device):

@@ -24,7 +24,7 @@ from torch import nn
 
 from vitroll.capture import TokenLayout
 from vitroll.capture.fusion import HeadFusion
-from vitroll.methods.image_batch import Images
+from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, record_attention
 from vitroll.methods.registry import register_method
 
@@ -110,7 +110,7 @@ def flow_values(attentions: list[torch.Tensor], layout: TokenLayout, *, attentio
 @register_method("flow")
 def flow(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     head_fusion: HeadFusion = "mean",
     attention_weight: float = 0.5,
@@ -122,15 +122,16 @@ def flow(
 
     Parameters
     ----------
-    images : Images
-        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
+    inputs : Inputs
+        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
+        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     solver : {"scipy", "networkx"}
         scipy's Dinic solver on capacities rounded to 2⁻²⁴, or networkx on the exact float capacities
         (the small-graph reference; far slower).
     max_tokens : int
         Refuse inputs with more tokens than this (default 257; see the measured cost above).
     """
-    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion)
+    attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion)
     if layout.num_tokens > max_tokens:
         raise ValueError(
             f"attention flow on {layout.num_tokens} tokens is impractical (one max-flow per patch over "

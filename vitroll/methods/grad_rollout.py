@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import nn
 import torch
 
-from vitroll.methods.image_batch import Images
+from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency
 from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, positive_weighted_heads
@@ -21,7 +21,7 @@ from vitroll.methods.rollout import rollout_vector
 @register_method("grad_rollout", needs_gradients=True)
 def grad_rollout(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     target_class: TargetClass = None,
     discard_ratio: float = 0.9,
@@ -32,15 +32,16 @@ def grad_rollout(
 
     Parameters
     ----------
-    images : Images
-        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
+    inputs : Inputs
+        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
+        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     target_class : None, int, or sequence of B ints
     discard_ratio : float in [0, 1)
         vit-explain's default 0.9: keep only the strongest 10 % of each row.
     attention_weight : float in (0, 1]
         ``α`` in ``Â = rownorm(α·A + (1−α)·I)``.
     """
-    recorded = attention_gradients(model, images, target_class)
+    recorded = attention_gradients(model, inputs, target_class)
     fused = [positive_weighted_heads(a, g, clamp="after_mean")
              for a, g in zip(recorded.attentions, recorded.gradients)]
     vector = rollout_vector(fused, recorded.layout, discard_ratio=discard_ratio, attention_weight=attention_weight)

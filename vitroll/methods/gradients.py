@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Union
+import contextlib
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
-from vitroll.methods.base import class_logits, eval_mode, prepare_images
-from vitroll.methods.image_batch import Images
+from vitroll.io.text import TokenBatch
+from vitroll.methods.base import class_logits, eval_mode, layout_input, prepare_inputs
+from vitroll.methods.inputs import Batch, Inputs
 
 TargetClass = Union[None, int, Sequence[int], torch.Tensor]
 """``None`` (each image's predicted class), one class for the whole batch, or one per image (B,)."""
@@ -43,7 +45,26 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     return targets
 
 
-def attention_gradients(model: nn.Module, images: Images, target_class: TargetClass = None) -> AttentionGradients:
+@contextlib.contextmanager
+def differentiable(model: nn.Module, batch: Batch) -> Iterator[Batch]:
+    """The batch, made the start of an autograd graph even when the model's parameters need no gradient: images
+    as a leaf that requires grad; for tokens (integer ids have no gradient), the input embeddings' output, made such
+    a leaf by a forward hook while the context lasts."""
+    if not isinstance(batch, TokenBatch):
+        yield batch.detach().requires_grad_(True)
+        return
+
+    def start_graph(_module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return output if output.requires_grad else output.detach().requires_grad_(True)
+
+    handle = model.get_input_embeddings().register_forward_hook(start_graph)
+    try:
+        yield batch
+    finally:
+        handle.remove()
+
+
+def attention_gradients(model: nn.Module, images: Inputs, target_class: TargetClass = None) -> AttentionGradients:
     """One forward and one backward pass: every layer's per-head attention and its gradient with respect to
     the logit of ``target_class``, summed over the batch (images do not interact, so each image gets its own).
     Both are in the token space of the recorded attention (:attr:`AttentionRecorder.attentions`); where a layer
@@ -53,11 +74,12 @@ def attention_gradients(model: nn.Module, images: Images, target_class: TargetCl
     """
     if torch.is_inference_mode_enabled():
         raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
-    images = prepare_images(model, images).detach().requires_grad_(True)
-    with eval_mode(model), torch.enable_grad(), AttentionRecorder(model, keep_graph=True) as recorder:
+    batch = prepare_inputs(model, images)
+    with eval_mode(model), torch.enable_grad(), differentiable(model, batch) as images, \
+            AttentionRecorder(model, keep_graph=True) as recorder:
         logits = class_logits(model, images)
         attentions = recorder.attentions
-        layout = recorder.token_layout(tuple(images.shape[-2:]))
+        layout = recorder.token_layout(layout_input(images))
         targets = resolve_targets(logits.detach(), target_class)
         gradients = recorder.gradients(logits.gather(1, targets[:, None]).sum())
     return AttentionGradients(

@@ -20,14 +20,16 @@ import sys
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods.base import Saliency, SaliencyMethod
-from vitroll.methods.image_batch import Images, image_batch
+from vitroll.io.text import TextReadout
+from vitroll.methods.inputs import Batch, Inputs, model_batch
+from vitroll.methods.text_batch import Position
 
 _NO_DEFAULT = inspect.Parameter.empty
 _NONE_WORDS = ("none", "None", "null")
@@ -150,7 +152,7 @@ def _options_of_rows(options: Mapping[str, object], rows: slice, batch: int) -> 
             for name, value in options.items()}
 
 
-def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: torch.Tensor,
+def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, images: Batch,
                                   options: Mapping[str, object]) -> Saliency:
     """``compute(model, images, **options)``; when the batch runs out of memory, retry it in halves (recursively)
     with a note on stderr, so a too-large batch costs speed, not the run."""
@@ -160,7 +162,7 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
         if not is_out_of_memory(error):
             raise
         if len(images) == 1:
-            raise VitrollError(f"out of memory on a single image of {tuple(images.shape[-2:])} px; lower "
+            raise VitrollError(f"out of memory on a single input of shape {tuple(images.shape[1:])}; lower "
                                "--max-attention-memory or the input size") from None
     if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
         torch.cuda.empty_cache()
@@ -177,9 +179,11 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
 class Method:
     """A registered saliency method: its ``compute`` function and what running it needs.
 
-    Call it as ``method(model, images, **options)``: the options are checked against ``compute``'s signature,
+    Call it as ``method(model, inputs, **options)``: the options are checked against ``compute``'s signature,
     then ``compute`` runs, in halves of the batch while a batch runs out of memory. Returns :class:`Saliency`,
-    the maps (B, h, w) and the logits (B, num_classes) of the same forward pass.
+    the maps (B, h, w) (token scores (B, L) for a text model) and the logits (B, num_classes) of the same forward
+    pass. For a text model, the keywords ``attention_mask``, ``tokenizer``, ``readout`` and ``position`` say how
+    ``inputs`` become tokens and which row is explained (:func:`~vitroll.methods.text_batch.text_batch`).
     """
 
     name: str
@@ -249,11 +253,20 @@ class Method:
         """The entries of ``shared`` (options given to several methods at once) that this method takes."""
         return {name: value for name, value in shared.items() if self.takes(name)}
 
-    def __call__(self, model: nn.Module, images: Images, **options: object) -> Saliency:
+    def __call__(self, model: nn.Module, inputs: Inputs, *, attention_mask: Optional[torch.Tensor] = None,
+                 tokenizer: Optional[Any] = None, readout: Optional[TextReadout] = None,
+                 position: Optional[Position] = None, **options: object) -> Saliency:
         options = self.check(options)
-        # converted once, before any halving: a batch of paths or PIL images is split as the tensor it becomes
-        return _in_halves_when_out_of_memory(self.compute, model, image_batch(model, images), options)
+        # converted once, before any halving: a batch of paths, PIL images or strings is split as the batch it becomes
+        batch = model_batch(model, inputs, attention_mask=attention_mask, tokenizer=tokenizer, readout=readout,
+                            position=position)
+        return _in_halves_when_out_of_memory(self.compute, model, batch, options)
 
+
+_TEXT_KEYWORDS = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+                  for name, hint in typing.get_type_hints(Method.__call__).items()
+                  if name in ("attention_mask", "tokenizer", "readout", "position")]
+"""The keywords of :meth:`Method.__call__` that turn texts into tokens, as every public verb takes them too."""
 
 METHODS: dict[str, Method] = {}
 """Every registered method by name: what ``--method`` offers and ``vitroll methods`` lists."""
@@ -261,19 +274,23 @@ METHODS: dict[str, Method] = {}
 
 def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = ()
                     ) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
-    """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments,
-    goes through the same checks and returns only the maps (B, h, w)."""
+    """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments
+    and the text keywords of :meth:`Method.__call__`, goes through the same checks and returns only the maps
+    (B, h, w), or the token scores (B, L) of a text model."""
 
     def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
         method = METHODS[name] = Method(name, compute, needs_gradients=needs_gradients, requires=requires)
 
         @functools.wraps(compute)
-        def maps_only(model: nn.Module, images: Images, **options: object) -> torch.Tensor:
-            return method(model, images, **options).maps
+        def maps_only(model: nn.Module, inputs: Inputs, **options: object) -> torch.Tensor:
+            return method(model, inputs, **options).maps
 
-        # help() and get_type_hints read these: compute's parameters, but the maps (B, h, w) as the return
-        maps_only.__signature__ = inspect.signature(compute).replace(return_annotation=torch.Tensor)
-        maps_only.__annotations__ = {**compute.__annotations__, "return": torch.Tensor}
+        # help() and get_type_hints read these: compute's parameters with the text keywords, the maps as the return
+        own = list(inspect.signature(compute).parameters.values())
+        maps_only.__signature__ = inspect.signature(compute).replace(
+            parameters=[*own[:2], *_TEXT_KEYWORDS, *own[2:]], return_annotation=torch.Tensor)
+        maps_only.__annotations__ = {**compute.__annotations__, **{p.name: p.annotation for p in _TEXT_KEYWORDS},
+                                     "return": torch.Tensor}
         return maps_only
 
     return decorate

@@ -11,6 +11,14 @@ patch tokens. Only that row is needed, so it is computed as a vector–matrix ch
 ``v ← v · Â_L``, then ``v · Â_{L−1}``, …, in O(L·N²) instead of the O(L·N³) full product, with the residual
 applied algebraically so no N×N temporaries are built per layer.
 
+**Text.** For a text model the same chain runs over token positions and its decision row is the class token's,
+the mean of the real tokens' rows, or a language model's explained position (:class:`~vitroll.capture.TokenLayout`).
+Padding needs no special case in the chain: the model's mask gives padded keys zero attention, so the real rows
+never reach a padded column, and a padded row (zero attention, or none at all under a causal mask) becomes the
+identity row after ``rownorm``, which the row vector, zero there, never reads. The scores (B, L) cover every
+position, padded ones exactly 0. ``discard_ratio`` ranks only the real tokens of each row (``n`` real tokens, not
+the padded length); in a causal model the masked (later) tokens of a row count among its smallest.
+
 For long sequences with the head mean and no discarding, :func:`rollout` does not store the N×N maps at all:
 each layer is kept as its factors (:class:`~vitroll.capture.FactoredAttention`) and ``v · A_l`` is one more
 fused attention pass per layer, in O(N·D) memory.
@@ -25,22 +33,26 @@ from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
 from vitroll.capture.fusion import HeadFusion
-from vitroll.methods.image_batch import Images
+from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.registry import register_method
 
 
-def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int]) -> torch.Tensor:
+def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int],
+                   token_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Zero the weakest attention in every row.
 
     Parameters
     ----------
     attention : Tensor, shape (B, N, N)
     discard_ratio : float in [0, 1)
-        Fraction of each row's N entries to drop: every entry ``<=`` the row's ``k``-th smallest value,
-        ``k = int(N · discard_ratio)``, is set to 0.
+        Fraction of each row's entries to drop: every entry ``<=`` the row's ``k``-th smallest value,
+        ``k = int(n · discard_ratio)`` with ``n`` the number of real tokens (N without padding), is set to 0.
     protected_column : int or None
         Column never dropped (the class token's), nor counted among the smallest.
+    token_mask : Tensor, shape (B, N), bool, optional
+        Real tokens of each sequence: padded columns (zero attention) are neither counted in ``n`` nor ranked, so
+        the same text padded to any length keeps the same entries.
 
     Returns
     -------
@@ -48,17 +60,26 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     """
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
-    num_tokens = attention.shape[-1]
-    k = int(num_tokens * discard_ratio)
+    batch, num_tokens = attention.shape[0], attention.shape[-1]
+    counts = (torch.full((batch,), num_tokens, device=attention.device) if token_mask is None
+              else token_mask.sum(dim=-1).to(attention.device))
+    k = (counts * discard_ratio).long()
     if protected_column is not None:
-        k = min(k, num_tokens - 1)
-    if k == 0:
+        k = torch.minimum(k, counts - 1)
+    if not bool((k > 0).any()):
         return attention
-    ranked = attention
+    ignored = torch.zeros(batch, num_tokens, dtype=torch.bool, device=attention.device)
+    if token_mask is not None:
+        ignored |= ~token_mask.to(attention.device)
     if protected_column is not None:
-        ranked = attention.clone()
-        ranked[..., protected_column] = float("inf")
-    threshold = ranked.kthvalue(k, dim=-1, keepdim=True).values
+        ignored[:, protected_column] = True
+    ranked = attention.masked_fill(ignored[:, None, :], float("inf"))
+    if bool((k == k[0]).all()):  # one k for the whole batch (always for images): a selection, not a sort
+        threshold = ranked.kthvalue(int(k[0]), dim=-1, keepdim=True).values
+    else:
+        ordered = ranked.sort(dim=-1).values
+        threshold = ordered.gather(-1, (k - 1).clamp(min=0)[:, None, None].expand(-1, attention.shape[1], 1))
+        threshold = threshold.masked_fill((k == 0)[:, None, None], float("-inf"))
     return attention.masked_fill(ranked <= threshold, 0.0)
 
 
@@ -73,7 +94,8 @@ def _prepared_layers(
     if discard_ratio and any(isinstance(a, FactoredAttention) for a in attentions):
         raise ValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
     protected = 0 if layout.readout == "class_token" else None
-    return [a if isinstance(a, FactoredAttention) else discard_lowest(a.float(), discard_ratio, protected)
+    return [a if isinstance(a, FactoredAttention) else discard_lowest(a.float(), discard_ratio, protected,
+                                                                     layout.token_mask)
             for a in attentions]
 
 
@@ -136,7 +158,7 @@ def rollout_matrix(
 @register_method("rollout")
 def rollout(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
@@ -152,8 +174,9 @@ def rollout(
     model : nn.Module
         A model of a registered family (timm, torchvision, or one added with :func:`vitroll.register_family`),
         on any device.
-    images : Images
-        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
+    inputs : Inputs
+        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
+        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     head_fusion : {"mean", "max", "min"}
         How each layer's heads are fused.
     discard_ratio : float in [0, 1)
@@ -173,9 +196,10 @@ def rollout(
     -------
     Tensor, shape (B, h, w), float32, on the model's device
         Rollout mass of each patch. Models with a class token read out its row; models without one
-        (average or attention pooling) read out the mean of the patch tokens' rows.
+        (average or attention pooling) read out the mean of the patch tokens' rows. For a text model, token
+        scores (B, L) over every position, padded ones exactly 0 (see the module docstring).
     """
-    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion, dtype=dtype,
+    attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion, dtype=dtype,
                                                   max_attention_memory=max_attention_memory,
                                                   factored=head_fusion == "mean" and discard_ratio == 0.0)
     vector = rollout_vector(
@@ -187,7 +211,7 @@ def rollout(
 @register_method("attention")
 def attention(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     head_fusion: Optional[HeadFusion] = "mean",
     layer: int = -1,
@@ -197,8 +221,9 @@ def attention(
 
     Parameters
     ----------
-    images : Images
-        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (:data:`~vitroll.methods.image_batch.Images`).
+    inputs : Inputs
+        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
+        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     head_fusion : {"mean", "max", "min"} or None
         ``None`` gives one map per head.
 
@@ -207,9 +232,10 @@ def attention(
 
     Returns
     -------
-    Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device.
+    Tensor, shape (B, h, w), or (B, H, h, w) per head, float32, on the model's device; for a text model (B, L) or
+    (B, H, L), padded positions 0.
     """
-    attentions, layout, logits = record_attention(model, images, head_fusion=head_fusion,
+    attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
     if not -len(attentions) <= layer < len(attentions):
         raise ValueError(f"layer {layer} is out of range for a model with {len(attentions)} layers "

@@ -1,0 +1,343 @@
+"""Text transformers (BERT-style encoders, GPT-2) built from small configs: token scores (B, L) through the same verbs,
+against float64 references computed by hand from the eager attentions of each text alone (no padding at all)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import vitroll
+from reference import discard_rows, reference_flow
+from vitroll.capture import AttentionRecorder
+from vitroll.io.text import TokenBatch
+from vitroll.methods.base import model_logits
+
+SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+             initializer_range=0.3)
+IDS = [[2, 11, 12, 13, 14, 15, 3], [2, 21, 22, 3, 0, 0, 0], [2, 31, 32, 33, 34, 3, 0]]
+MASK = [[1] * 7, [1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0]]
+
+
+def bert(num_labels: int = 3) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**SMALL, num_labels=num_labels, attn_implementation="sdpa")
+    return transformers.BertForSequenceClassification(config).eval()
+
+
+def gpt2() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=2, n_positions=16,
+                                     initializer_range=0.3, bos_token_id=1, eos_token_id=1,
+                                     attn_implementation="sdpa")
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def left_padded() -> tuple[torch.Tensor, torch.Tensor]:
+    """IDS with their padding moved to the left (how batched generation pads a language model)."""
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    order = torch.argsort(mask, dim=-1, stable=True)
+    return ids.gather(1, order), mask.gather(1, order)
+
+
+def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = None
+                ) -> tuple[list[np.ndarray], list[np.ndarray] | None, torch.Tensor]:
+    """ONE text, unpadded, through a float64 eager copy with ``output_attentions=True``: per layer (H, n, n), and with
+    ``target`` the gradient of the explained score (class logit, or the last token's next-token log-probability)."""
+    reference = copy.deepcopy(model).double()
+    reference.config._attn_implementation = "eager"
+    for module in reference.modules():
+        if hasattr(module, "config"):
+            module.config = reference.config
+    with torch.set_grad_enabled(target is not None):
+        output = reference(input_ids=torch.tensor([ids]), output_attentions=True)
+        attentions = output.attentions
+        scores = output.logits[0] if output.logits.ndim == 2 else output.logits[0, -1].log_softmax(-1)
+        gradients = None
+        if target is not None:
+            gradients = [g[0].numpy() for g in torch.autograd.grad(scores[target], attentions)]
+    return [a[0].detach().numpy() for a in attentions], gradients, scores.detach()
+
+
+def chain(layers: list[np.ndarray], row: int | None) -> np.ndarray:
+    """Full-matrix rollout of the head-fused ``layers`` (n, n) with α = 0.5; its row ``row`` (None: the mean row)."""
+    n = layers[0].shape[-1]
+    result = np.eye(n)
+    for fused in layers:
+        mixed = 0.5 * fused + 0.5 * np.eye(n)
+        result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
+    return result.mean(axis=0) if row is None else result[row]
+
+
+def compare(scores: torch.Tensor, expected: list[np.ndarray], mask: torch.Tensor) -> None:
+    """Real positions equal the references (in order), padded positions are exactly 0."""
+    assert scores.shape == mask.shape and scores.dtype == torch.float32
+    for b, reference in enumerate(expected):
+        np.testing.assert_allclose(scores[b][mask[b].bool()].numpy(), reference, atol=1e-5)
+    assert (scores[~mask.bool()] == 0).all()
+
+
+def real_ids(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    return [row[keep.bool()].tolist() for row, keep in zip(ids, mask)]
+
+
+@pytest.mark.parametrize("readout", ["class_token", "token_mean"])
+def test_bert_rollout_equals_the_eager_reference_with_padding(readout):
+    model = bert()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    scores = vitroll.rollout(model, ids, attention_mask=mask, readout=readout)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0 if readout == "class_token" else None)
+                for text in IDS_REAL]
+    compare(scores, expected, mask)
+
+
+IDS_REAL = real_ids(torch.tensor(IDS), torch.tensor(MASK))
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_gpt2_rollout_reads_the_last_real_token_with_padding_on_either_side(padding):
+    model = gpt2()
+    ids, mask = (torch.tensor(IDS), torch.tensor(MASK)) if padding == "right" else left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], len(text) - 1) for text in IDS_REAL]
+    compare(scores, expected, mask)
+    first_token_row = vitroll.rollout(model, ids, attention_mask=mask, position=0)
+    assert torch.allclose(first_token_row[mask.bool()].reshape(-1)[:1], torch.ones(1))  # it sees only itself
+
+
+def test_a_position_is_counted_among_the_real_tokens():
+    model = gpt2()
+    ids, mask = left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask, position=[2, 1, -2])
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], row)
+                for text, row in zip(IDS_REAL, [2, 1, len(IDS_REAL[2]) - 2])]
+    compare(scores, expected, mask)
+
+
+@pytest.mark.parametrize("build", [bert, gpt2])
+def test_capture_leaves_the_logits_unchanged(build):
+    model = build()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    batch = TokenBatch(ids, mask)
+    with torch.no_grad():
+        plain = model_logits(model, batch)
+        with AttentionRecorder(model):
+            recorded = model_logits(model, batch)
+    assert torch.allclose(plain, recorded, atol=1e-5)
+    assert model.config._attn_implementation == "sdpa"
+    assert all(getattr(m, "config", model.config)._attn_implementation == "sdpa" for m in model.modules())
+
+
+def test_the_language_model_score_is_the_next_token_log_probability_of_each_text_alone():
+    model = gpt2()
+    ids, mask = left_padded()
+    with torch.no_grad():
+        scores = model_logits(model, TokenBatch(ids, mask))
+    for b, text in enumerate(IDS_REAL):
+        np.testing.assert_allclose(scores[b].numpy(), eager_alone(model, text)[2].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [bert, gpt2])
+def test_chefer_and_grad_rollout_equal_per_text_float64_autograd(build):
+    model = build()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=1)
+    grad_rollout = vitroll.grad_rollout(model, ids, attention_mask=mask, target_class=1)
+    expected_chefer, expected_grad_rollout = [], []
+    for text in IDS_REAL:
+        attentions, gradients, _ = eager_alone(model, text, target=1)
+        n, row = len(text), (0 if build is bert else len(text) - 1)
+        relevance = np.eye(n)
+        for a, g in zip(attentions, gradients):
+            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+        expected_chefer.append(relevance[row])
+        protected = 0 if build is bert else None
+        fused = [discard_rows(np.maximum((a * g).mean(axis=0), 0), 0.9, protected) for a, g in zip(attentions, gradients)]
+        expected_grad_rollout.append(chain(fused, row))
+    compare(chefer, expected_chefer, mask)
+    compare(grad_rollout, expected_grad_rollout, mask)
+
+
+def test_attention_and_flow_follow_the_class_row_of_each_text_alone():
+    model = bert()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    last = vitroll.attention(model, ids, attention_mask=mask)
+    per_head = vitroll.attention(model, ids, attention_mask=mask, head_fusion=None)
+    flow = vitroll.flow(model, ids, attention_mask=mask, solver="networkx")
+    expected_last, expected_flow = [], []
+    for text in IDS_REAL:
+        attentions = eager_alone(model, text)[0]
+        expected_last.append(attentions[-1].mean(axis=0)[0])
+        expected_flow.append(reference_flow([a.mean(axis=0) for a in attentions], 0, (len(text),)))
+    compare(last, expected_last, mask)
+    assert per_head.shape == (3, 2, 7) and (per_head.permute(1, 0, 2)[:, ~mask.bool()] == 0).all()
+    compare(flow, expected_flow, mask)
+
+
+def test_strings_go_through_the_tokenizer_given_or_attached(tmp_path):
+    model, tokenizer = bert(), wordpiece_tokenizer(tmp_path)
+    texts = ["the cat sat", "a dog ran on the mat"]
+    direct = vitroll.rollout(model, texts, tokenizer=tokenizer)
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    assert torch.equal(direct, vitroll.rollout(model, encoded))
+    vitroll.use_tokenizer(model, tokenizer)
+    assert torch.equal(direct, vitroll.rollout(model, texts))
+    assert vitroll.rollout(model, "the cat sat").shape == (1, 5)
+
+
+def test_mistakes_are_named():
+    model = bert()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(3, 6\); it must match input_ids \(3, 7\)"):
+        vitroll.rollout(model, ids, attention_mask=mask[:, :6])
+    with pytest.raises(ValueError, match="strings need a tokenizer"):
+        vitroll.rollout(model, ["no tokenizer here"])
+    with pytest.raises(ValueError, match="input_ids must be integer token ids"):
+        vitroll.rollout(model, ids.float(), attention_mask=mask)
+    with pytest.raises(ValueError, match=r"texts \[1\] have no real token"):
+        vitroll.rollout(model, ids, attention_mask=mask * torch.tensor([[1], [0], [1]]))
+    left_ids, left_mask = left_padded()
+    with pytest.raises(ValueError, match="class token .* is padding"):
+        vitroll.rollout(model, left_ids, attention_mask=left_mask)
+    with pytest.raises(ValueError, match="the model takes at most 512"):
+        vitroll.rollout(model, torch.ones(1, 513, dtype=torch.long))
+    with pytest.raises(ValueError, match="position 4 is outside text 1's 4 real tokens"):
+        vitroll.rollout(gpt2(), ids, attention_mask=mask, position=4)
+    with pytest.raises(ValueError, match="a causal language model is explained at one position"):
+        vitroll.rollout(gpt2(), ids, attention_mask=mask, readout="token_mean")
+    with pytest.raises(ValueError, match="attention_mask is for text models; VisionTransformer takes images"):
+        import timm
+        vitroll.rollout(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1), torch.randn(1, 3, 32, 32),
+                        attention_mask=mask)
+    with pytest.raises(vitroll.UnsupportedModelError, match="integrated_gradients and gradient_shap attribute pixels"):
+        vitroll.integrated_gradients(model, ids, attention_mask=mask)
+
+
+def test_the_verbs_signature_names_the_text_keywords():
+    import inspect
+    import typing
+
+    parameters = inspect.signature(vitroll.rollout).parameters
+    assert list(parameters)[:6] == ["model", "inputs", "attention_mask", "tokenizer", "readout", "position"]
+    assert typing.get_type_hints(vitroll.chefer)["readout"] == typing.Optional[
+        typing.Literal["class_token", "token_mean", "position"]]
+
+
+def wordpiece_tokenizer(folder) -> transformers.PreTrainedTokenizerFast:
+    """A real WordPiece tokenizer from a vocabulary file written here (no download)."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "a", "dog", "ran", "on", "mat",
+             "un", "##believ", "##able", "##s", "play", "##ing", ",", "!"]
+    path = folder / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return transformers.BertTokenizerFast(vocab=str(path))
+
+
+def bpe_tokenizer(folder) -> transformers.PreTrainedTokenizerFast:
+    """A real GPT-2 byte-level BPE tokenizer from a tiny vocabulary and merges file written here (no download)."""
+    import json
+
+    pieces = ["<|endoftext|>", "c", "a", "t", "s", "Ġ", "d", "o", "g", "ca", "cat", "Ġs", "Ġsa", "Ġsat", "Ġd", "Ġdo",
+              "Ġdog"]
+    (folder / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    merges = ["c a", "ca t", "Ġ s", "Ġs a", "Ġsa t", "Ġ d", "Ġd o", "Ġdo g"]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return transformers.GPT2TokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+
+
+def test_wordpiece_pieces_merge_into_words_by_summing(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.words import word_scores
+
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    _, _, [encoded] = encode_texts(tokenizer, ["Unbelievable cats, playing!"])
+    assert encoded.tokens == ["[CLS]", "un", "##believ", "##able", "cat", "##s", ",", "play", "##ing", "!", "[SEP]"]
+    scores = [0.5, 0.1, 0.2, 0.3, 0.05, 0.15, 0.01, 0.02, 0.03, 0.04, 0.6]
+    words = word_scores(scores, encoded)
+    assert [(w.word, w.start, w.end, w.pieces) for w in words] == [
+        ("Unbelievable", 0, 12, 3), ("cats", 13, 17, 2), (",", 17, 18, 1), ("playing", 19, 26, 2), ("!", 26, 27, 1)]
+    np.testing.assert_allclose([w.score for w in words], [0.6, 0.2, 0.01, 0.05, 0.04])
+    with pytest.raises(ValueError, match="3 scores for 11 tokens"):
+        word_scores(scores[:3], encoded)
+
+
+def test_byte_level_bpe_pieces_merge_into_words_without_their_leading_space(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.words import word_scores
+
+    _, _, [encoded] = encode_texts(bpe_tokenizer(tmp_path), ["cats sat dog"])
+    assert encoded.tokens == ["cat", "s", "Ġsat", "Ġdog"]
+    words = word_scores([0.25, 0.5, 0.125, 0.125], encoded)
+    assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
+        ("cats", 0, 4, 0.75, 2), ("sat", 5, 8, 0.125, 1), ("dog", 9, 12, 0.125, 1)]
+
+
+def test_the_text_view_shades_each_token_of_the_original_text(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.text_view import segments, terminal_text
+
+    _, _, [encoded] = encode_texts(wordpiece_tokenizer(tmp_path), ["the  cat <b>"])
+    shown = segments(encoded, [0.0, 1.0, 0.5, 0.25, 0.25, 0.25, 0.5])
+    assert [(s.text, s.special) for s in shown] == [
+        ("[CLS]", True), ("the", False), ("  ", False), ("cat", False), (" ", False), ("<", False), ("b", False),
+        (">", False), ("[SEP]", True)]
+    assert shown[1].colour == "#e64628" and shown[0].colour == "#ffffff" and shown[2].score is None
+    assert terminal_text(shown).plain == "[CLS]the  cat <b>[SEP]"
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert-classifier")
+    model = bert(num_labels=2)
+    model.config.id2label, model.config.label2id = {0: "negative", 1: "positive"}, {"negative": 0, "positive": 1}
+    model.save_pretrained(folder)
+    wordpiece_tokenizer(folder).save_pretrained(folder)
+    return folder
+
+
+def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_path, capsys):
+    import csv
+    import json
+
+    from vitroll.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a dog ran on the mat\n\nunbelievable <script>alert(1)</script>\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["text", "the cat sat", "--file", str(texts), "--model", str(saved_classifier), "--out", str(out),
+                 "--method", "chefer", "--batch-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("prediction: ") == 3 and "[CLS]the cat sat[SEP]" in printed
+    report = json.loads((out / "scores.json").read_text())
+    assert [entry["text"] for entry in report["texts"]] == [
+        "the cat sat", "a dog ran on the mat", "unbelievable <script>alert(1)</script>"]
+    model = transformers.BertForSequenceClassification.from_pretrained(saved_classifier).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(saved_classifier)
+    expected = vitroll.chefer(model, [entry["text"] for entry in report["texts"]], tokenizer=tokenizer)
+    for b, entry in enumerate(report["texts"]):
+        np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])], atol=1e-6)
+        assert entry["prediction"] in ("negative", "positive") and entry["explained"] == entry["prediction"]
+    rows = list(csv.DictReader((out / "scores.csv").open()))
+    assert {row["level"] for row in rows} == {"token", "word"} and rows[0]["piece"] == "[CLS]"
+    page = (out / "text.html").read_text()
+    assert "<script" not in page and ">&lt;</span>" in page
+
+
+def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
+    from vitroll.cli import main
+
+    def error(argv: list[str]) -> str:
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vitroll: error: ")
+        return lines[0]
+
+    assert "no text to explain" in error(["text", "--model", str(saved_classifier)])
+    assert "missing.txt: cannot read texts" in error(["text", "--file", str(tmp_path / "missing.txt"),
+                                                      "--model", str(saved_classifier)])
+    assert "is a text model" in error(["overlay", "x.png", "--model", str(saved_classifier)])
+    assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
+    assert "position 9 is outside text 0's 4 real tokens" in error(
+        ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--readout", "position"])

@@ -1,0 +1,108 @@
+"""Hugging Face transformers' text models: BERT-style encoders and GPT-2 language models, through the same seam.
+
+Their attention modules go through transformers' attention interface like the vision models'
+(:func:`~vitroll.adapters.transformers.attach_attention_interface`), so the capture kernel receives the model's own
+attention mask: padded keys get zero attention, and GPT-2's causal mask (built by the kernel when transformers
+leaves it to the ``is_causal`` flag of an unpadded batch) hides later tokens.
+
+The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
+
+* encoders (BERT, RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``): the class
+  token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the real
+  tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
+* language models (GPT-2): the row of the explained position, the last real token by default. The score that
+  gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
+  (B, vocabulary): the predicted token, or the token id given as ``target_class``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from vitroll.adapters.base import register_family
+from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.adapters.transformers import (
+    attach_attention_interface, attention_modules_of, config_class_names, heads_then_layers_down,
+)
+from vitroll.capture.families import TokenLayout
+from vitroll.capture.readouts import AttentionReadout
+from vitroll.io.text import TokenBatch
+
+_MODELS = "transformers.models"
+
+def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    readout = batch.readout or "class_token"
+    if readout == "class_token" and not bool(batch.real[:, 0].all()):
+        raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
+    positions = batch.explained_positions() if readout == "position" else None
+    return TokenLayout(0, readout, None, token_mask=batch.real, positions=positions)
+
+
+def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    if batch.readout not in (None, "position"):
+        raise ValueError(f"a causal language model is explained at one position (readout='position'); a "
+                         f"{batch.readout!r} readout mixes rows that see different prefixes")
+    return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
+
+
+def _encoder_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
+    """The class logits (B, num_classes), or None for a bare encoder."""
+    return getattr(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask), "logits", None)
+
+
+def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
+    """The next-token log-probabilities (B, vocabulary) at each text's explained position, or None for a bare decoder.
+
+    Position ids count real tokens only, so left padding changes nothing (GPT-2 would number the padding too)."""
+    position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+                   use_cache=False)
+    logits = getattr(output, "logits", None)
+    if logits is None:
+        return None
+    rows = logits[torch.arange(len(batch), device=logits.device), batch.explained_positions().to(logits.device)]
+    return rows.float().log_softmax(dim=-1)
+
+
+def _vocabulary(model: nn.Module) -> Optional[list[str]]:
+    """The tokens of the attached tokenizer, in id order (the "classes" of a language model), or None."""
+    tokenizer = registered_tokenizer(model)
+    if tokenizer is None:
+        return None
+    return tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
+
+
+def _register(name: str, module: str, attention: str, classes: tuple[str, ...], *,
+              token_layout: Callable[[nn.Module, TokenBatch], TokenLayout],
+              logits: Callable[[nn.Module, TokenBatch], Optional[torch.Tensor]],
+              class_names: Callable[[nn.Module], Optional[list[str]]], notes: str) -> None:
+    dotted = f"{_MODELS}.{module}.{attention}"
+    register_family(
+        name, tuple(f"{_MODELS}.{module}.{each}" for each in classes), inputs="tokens",
+        attention_modules=attention_modules_of(dotted), token_layout=token_layout, logits=logits,
+        randomizable=heads_then_layers_down(dotted), class_names=class_names,
+        readout=AttentionReadout(dotted, probs_module=None, fused_flag=None, attach=attach_attention_interface),
+        name_patterns=classes, notes=notes,
+    )
+
+
+_ENCODERS = {
+    "bert": ("bert.modeling_bert", "BertSelfAttention", ("BertModel", "BertForSequenceClassification")),
+    "roberta": ("roberta.modeling_roberta", "RobertaSelfAttention", ("RobertaModel", "RobertaForSequenceClassification")),
+    "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
+                   ("DistilBertModel", "DistilBertForSequenceClassification")),
+    "electra": ("electra.modeling_electra", "ElectraSelfAttention", ("ElectraModel", "ElectraForSequenceClassification")),
+}
+for _kind, (_module, _attention, _classes) in _ENCODERS.items():
+    _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
+              class_names=config_class_names,
+              notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
+_register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", ("GPT2Model", "GPT2LMHeadModel"),
+          token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
+          notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
+
+MODEL_TYPES = frozenset({*_ENCODERS, "gpt2"})
+"""The ``config.model_type`` values of the text models registered above, which loading checks."""

@@ -1,0 +1,68 @@
+"""``vitroll text "a sentence" … [--file texts.txt] --model FOLDER_OR_ID``: token and word scores of a Hugging Face
+text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers or encoders; GPT-2 language models), shaded in the
+terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv. The model is a save_pretrained folder with
+its tokenizer files, or a hub id in the local cache."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from vitroll.commands.common import (
+    add_device_argument, add_method_arguments, integer, method_options_from_args, output_folder, resolve_device,
+)
+from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.capture.families import family_of
+from vitroll.errors import VitrollError
+from vitroll.io.text import read_texts
+from vitroll.models import load_model
+from vitroll.pipelines.text import explain_texts, write_text_report
+from vitroll.text_view import terminal_text
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("text", help="token and word scores of a text model, in the terminal and as HTML",
+                                   description=__doc__)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
+    parser.add_argument("--file", help="a UTF-8 file with one text per line (after any TEXT given)")
+    parser.add_argument("--model", required=True,
+                        help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
+    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
+    parser.add_argument("--batch-size", type=integer(1), default=16)
+    parser.add_argument("--readout", choices=("class_token", "token_mean", "position"),
+                        help="the explained row: class token (encoders' default), mean of the real tokens "
+                             "(mean-pooled embeddings), or one position (language models' default: the last token)")
+    parser.add_argument("--position", type=int,
+                        help="with --readout position: which real token (0 the first, -1 the last)")
+    add_device_argument(parser)
+    add_method_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    texts = list(args.texts) + (read_texts(args.file) if args.file else [])
+    if not texts:
+        raise VitrollError("no text to explain: give TEXT arguments or --file")
+    options = method_options_from_args(args, [args.method])
+    model = load_model(args.model, device=resolve_device(args.device))
+    if family_of(model).inputs != "tokens":
+        raise VitrollError(f"{args.model} is a vision model ({type(model).__name__}); `vitroll text` explains text "
+                           "models (`vitroll overlay` explains images)")
+    tokenizer = registered_tokenizer(model)
+    results = list(explain_texts(model, texts, tokenizer, method=args.method, options=options,
+                                 batch_size=args.batch_size, readout=args.readout, position=args.position))
+    console = Console(highlight=False, soft_wrap=True)
+    for index, result in enumerate(results, start=1):
+        heading = f"#{index}"
+        if result.prediction is not None:
+            heading += f"  {result.prediction_kind}: {result.prediction} ({result.probability:.3f})"
+        if result.target is not None:
+            heading += f"  explained: {result.target}"
+        console.print(heading, markup=False)
+        console.print(terminal_text(result.segments))
+        console.print("  words: " + ", ".join(f"{word.word} {word.score:.3f}" for word in result.top_words),
+                      markup=False)
+    html, scores_json, _scores_csv = write_text_report(args.out, results, model=args.model, method=args.method)
+    console.print(f"{len(results)} texts -> {html} (scores: {scores_json} and .csv)", markup=False)
+    return 0

@@ -1,0 +1,190 @@
+"""Text inputs: a batch of token ids with its attention mask, and reading texts from a file.
+
+A :class:`TokenBatch` is to text models what a preprocessed image tensor (B, 3, H, W) is to vision models: the
+batch a model's family runs, explains and splits in halves when it runs out of memory. It also says which row of
+the attention is explained (:data:`TextReadout`), since for text that depends on how the model is used (a bare
+encoder read at its class token or mean-pooled, a language model at one position), not only on the model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+import torch
+
+from vitroll.errors import VitrollError
+
+TextReadout = Literal["class_token", "token_mean", "position"]
+"""Which row of the attention a text model's scores are read from: the class token's (position 0: BERT-style
+classifiers), the mean of the real tokens' rows (mean-pooled sentence embeddings), or the row of one position (a
+language model's next-token prediction)."""
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Token ids with their attention mask, and the row to explain.
+
+    Attributes
+    ----------
+    input_ids : Tensor, shape (B, L), int64
+    attention_mask : Tensor, shape (B, L)
+        1 (or True) for real tokens, 0 for padding, on either side.
+    readout : {"class_token", "token_mean", "position"} or None
+        None: the model family's default (the class token for encoders, the position for language models).
+    position : Tensor, shape (B,), int64, or None
+        For ``readout="position"``: which real token, counted among the real tokens only (0 the first, −1 the
+        last), so that padding on either side does not change it. None: the last real token.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    readout: Optional[TextReadout] = None
+    position: Optional[torch.Tensor] = None
+
+    def __post_init__(self) -> None:
+        if self.input_ids.ndim != 2 or self.input_ids.dtype.is_floating_point or self.input_ids.is_complex():
+            raise ValueError(f"input_ids must be integer token ids of shape (B, L); got {self.input_ids.dtype} "
+                             f"of shape {tuple(self.input_ids.shape)}")
+        if tuple(self.attention_mask.shape) != tuple(self.input_ids.shape):
+            raise ValueError(f"attention_mask has shape {tuple(self.attention_mask.shape)}; it must match input_ids "
+                             f"{tuple(self.input_ids.shape)}")
+        if not bool(((self.attention_mask == 0) | (self.attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
+        empty = (self.attention_mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
+        if self.readout not in (None, "class_token", "token_mean", "position"):
+            raise ValueError(f"readout must be 'class_token', 'token_mean' or 'position'; got {self.readout!r}")
+        if self.position is not None and tuple(self.position.shape) != (len(self),):
+            raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text ({len(self)})")
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def shape(self) -> torch.Size:
+        """(B, L), as for a tensor batch."""
+        return self.input_ids.shape
+
+    def __getitem__(self, rows: slice) -> "TokenBatch":
+        """The texts ``rows`` (a slice), for splitting a batch."""
+        position = None if self.position is None else self.position[rows]
+        return replace(self, input_ids=self.input_ids[rows], attention_mask=self.attention_mask[rows],
+                       position=position)
+
+    def to(self, device: torch.device) -> "TokenBatch":
+        position = None if self.position is None else self.position.to(device)
+        return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
+                       position=position)
+
+    @property
+    def real(self) -> torch.Tensor:
+        """(B, L) bool, True for real tokens."""
+        return self.attention_mask.bool()
+
+    def explained_positions(self) -> torch.Tensor:
+        """(B,) the index in the padded sequence of each text's explained position (:attr:`position`, default
+        the last real token).
+
+        Raises
+        ------
+        ValueError
+            When a position lies outside a text's real tokens.
+        """
+        counts = self.real.sum(dim=-1)
+        wanted = torch.full_like(counts, -1) if self.position is None else self.position.to(counts.device).long()
+        among_real = torch.where(wanted < 0, wanted + counts, wanted)
+        outside = ((among_real < 0) | (among_real >= counts)).nonzero().flatten().tolist()
+        if outside:
+            text = outside[0]
+            raise ValueError(f"position {int(wanted[text])} is outside text {text}'s {int(counts[text])} real tokens")
+        ordinal = self.real.long().cumsum(dim=-1) - 1  # each real token's index among the real tokens
+        return (self.real & (ordinal == among_real[:, None])).long().argmax(dim=-1)
+
+
+def read_texts(path: "str | os.PathLike[str]") -> list[str]:
+    """The non-empty lines of a UTF-8 text file, one text each (surrounding white space removed).
+
+    Raises
+    ------
+    VitrollError
+        For a file that cannot be read or decoded, or that holds no text.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise VitrollError(f"{path}: cannot read texts ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise VitrollError(f"{path}: not UTF-8 text") from None
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise VitrollError(f"{path}: no text in the file (one text per line)")
+    return texts
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """One text as its tokenizer split it: what merging sub-word pieces into words needs.
+
+    Attributes
+    ----------
+    text : str
+    tokens : list of str
+        The pieces, special tokens included, in order (the real tokens of its row in the batch).
+    word_ids : list of (int or None)
+        The word each piece belongs to (the tokenizer's ``word_ids``); None for special tokens.
+    offsets : list of (int, int)
+        Each piece's character span in ``text``.
+    """
+
+    text: str
+    tokens: list[str]
+    word_ids: list[Optional[int]]
+    offsets: list[tuple[int, int]]
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[EncodedText]]:
+    """Tokenise ``texts`` with a transformers *fast* tokenizer (special tokens added) and pad them on the right.
+
+    Returns
+    -------
+    input_ids : Tensor, shape (B, L), int64
+        Padded with the tokenizer's pad id (0 when it has none: padding is masked, so any id serves).
+    attention_mask : Tensor, shape (B, L), int64
+    encoded : list of EncodedText
+        Each text's pieces, word ids and character offsets, for :func:`vitroll.words.word_scores`.
+
+    Raises
+    ------
+    ValueError
+        For an empty list, a text that gives no token, or a slow tokenizer (no offsets).
+    TypeError
+        For a text that is not a string.
+    """
+    texts = list(texts)
+    if not texts:
+        raise ValueError("no texts to explain (an empty list)")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{index}] has type {type(text).__name__}; give strings")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: word offsets need a "
+                         "PreTrainedTokenizerFast (AutoTokenizer gives one)")
+    encoding = tokenizer(texts, return_offsets_mapping=True)
+    encoded = [EncodedText(text, encoding.tokens(index), encoding.word_ids(index),
+                           [tuple(span) for span in encoding["offset_mapping"][index]])
+               for index, text in enumerate(texts)]
+    lengths = [len(each.tokens) for each in encoded]
+    for index, length in enumerate(lengths):
+        if length == 0:
+            raise ValueError(f"texts[{index}] gives no token")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((len(texts), max(lengths)), pad, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(encoding["input_ids"]):
+        input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, :len(ids)] = 1
+    return input_ids, attention_mask, encoded

@@ -1,0 +1,125 @@
+"""Explaining many texts: batches through a method, token and word scores, and the files people read
+(``text.html``, ``scores.json``, ``scores.csv``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import jinja2
+from torch import nn
+
+from vitroll.io.images import write_atomic
+from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts
+from vitroll.maps import as_numpy
+from vitroll.methods import method_named
+from vitroll.methods.gradients import resolve_targets
+from vitroll.methods.text_batch import Position, text_batch
+from vitroll.models import class_names
+from vitroll.text_view import HIGH, LOW, Segment, segments
+from vitroll.words import WordScore, word_scores
+
+_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("vitroll.pipelines", "templates"),
+                                autoescape=True, undefined=jinja2.StrictUndefined)
+TOP_WORDS = 5
+
+
+@dataclass(frozen=True)
+class TextResult:
+    """One explained text."""
+
+    encoded: EncodedText
+    scores: list[float]
+    """One per token of ``encoded`` (its real tokens)."""
+    words: list[WordScore]
+    prediction: Optional[str]
+    """The predicted class, or a language model's most likely next token; None for a bare model."""
+    probability: Optional[float]
+    target: Optional[str]
+    """What a gradient method explained (the class or next token); None for attention-only methods."""
+    language_model: bool
+
+    @property
+    def segments(self) -> list[Segment]:
+        return segments(self.encoded, self.scores)
+
+    @property
+    def prediction_kind(self) -> str:
+        return "next token" if self.language_model else "prediction"
+
+    @property
+    def top_words(self) -> list[WordScore]:
+        return sorted(self.words, key=lambda word: -word.score)[:TOP_WORDS]
+
+    def as_record(self) -> dict[str, Any]:
+        """The result as ``scores.json`` holds it."""
+        return {
+            "text": self.encoded.text, self.prediction_kind.replace(" ", "_"): self.prediction,
+            "probability": self.probability, "explained": self.target,
+            "tokens": [{"token": token, "start": start, "end": end, "score": score}
+                       for token, (start, end), score in zip(self.encoded.tokens, self.encoded.offsets, self.scores)],
+            "words": [{"word": w.word, "start": w.start, "end": w.end, "score": w.score, "pieces": w.pieces}
+                      for w in self.words],
+        }
+
+
+def _name(names: Optional[list[str]], index: int) -> str:
+    return names[index] if names is not None and index < len(names) else str(index)
+
+
+def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, method: str = "rollout",
+                  options: Optional[Mapping[str, object]] = None, batch_size: int = 16,
+                  readout: Optional[TextReadout] = None, position: Optional[Position] = None) -> Iterator[TextResult]:
+    """Explain ``texts`` with ``method`` in batches of ``batch_size``; one :class:`TextResult` per text, in order.
+
+    ``options`` are the method's; ``readout`` and ``position`` choose the explained row
+    (:class:`~vitroll.io.text.TokenBatch`). A language model's "classes" are its tokenizer's tokens."""
+    chosen = method_named(method)
+    options = chosen.check(dict(options or {}))
+    names = class_names(model)
+    language_model = bool(getattr(model, "can_generate", lambda: False)())
+    for first in range(0, len(texts), batch_size):
+        input_ids, attention_mask, encoded = encode_texts(tokenizer, texts[first:first + batch_size])
+        batch = text_batch(model, TokenBatch(input_ids, attention_mask), readout=readout, position=position)
+        saliency = chosen(model, batch, **options)
+        scores = as_numpy(saliency.maps)
+        probabilities = None if saliency.logits is None else as_numpy(saliency.logits.float().softmax(dim=-1))
+        targets = None
+        if chosen.needs_gradients and saliency.logits is not None:
+            targets = resolve_targets(saliency.logits, options.get("target_class")).tolist()
+        for row, each in enumerate(encoded):
+            real = scores[row][attention_mask[row].bool().numpy()].tolist()
+            prediction = probability = target = None
+            if probabilities is not None:
+                best = int(probabilities[row].argmax())
+                prediction, probability = _name(names, best), float(probabilities[row, best])
+            if targets is not None:
+                target = _name(names, int(targets[row]))
+            yield TextResult(each, real, word_scores(real, each), prediction, probability, target, language_model)
+
+
+def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, model: str, method: str
+                      ) -> tuple[Path, Path, Path]:
+    """Write ``text.html`` (shaded tokens and predictions), ``scores.json`` (every token and word with its score) and
+    ``scores.csv`` (one row per token and per word) into ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    html = _TEMPLATES.get_template("text.html.j2").render(
+        results=results, model=model, method=method, low="#%02x%02x%02x" % LOW, high="#%02x%02x%02x" % HIGH)
+    records = [result.as_record() for result in results]
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["text_index", "level", "index", "piece", "start", "end", "score"])
+    for text_index, record in enumerate(records):
+        for level, key, piece in (("token", "tokens", "token"), ("word", "words", "word")):
+            for index, entry in enumerate(record[key]):
+                writer.writerow([text_index, level, index, entry[piece], entry["start"], entry["end"],
+                                 f"{entry['score']:.6g}"])
+    paths = out_dir / "text.html", out_dir / "scores.json", out_dir / "scores.csv"
+    write_atomic(paths[0], html.encode())
+    write_atomic(paths[1], json.dumps({"model": model, "method": method, "texts": records}, indent=1).encode())
+    write_atomic(paths[2], table.getvalue().encode())
+    return paths
