@@ -26,12 +26,12 @@ import numpy as np
 import timm
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
 
 from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import PRECISIONS, AnnotateOptions, annotate
-from vitroll.pipelines.inputs import DecodedImages, collate, discover
+from vitroll.pipelines.inputs import discover
+from vitroll.pipelines.stream import decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
@@ -62,16 +62,16 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def plain_forward(model, folder: Path, batch_size: int, workers: int, precision: str = "fp32") -> float:
-    """Images/s of the model's forward over the same DataLoader (and pinned transfers) as ``annotate``."""
+    """Images/s of the model's forward over the same batch stream (DataLoader, pinned transfers) as ``annotate``."""
     device = model_device(model)
-    loader = DataLoader(DecodedImages(discover(folder), Preprocessing.from_model(model)), batch_size=batch_size,
-                        num_workers=workers, collate_fn=collate, pin_memory=device.type == "cuda")
+    batches = decoded_batches([item.path for item in discover(folder)], read_image, Preprocessing.from_model(model),
+                              batch_size=batch_size, workers=workers, device=device)
     started = time.perf_counter()
     count = 0
     with torch.no_grad(), autocast(device, precision):
-        for batch in loader:
-            model(batch.tensor.to(device, non_blocking=True))
-            count += len(batch.indices)
+        for batch in batches:
+            model(batch.tensor)
+            count += len(batch.tensor)
     synchronize(device)
     return count / (time.perf_counter() - started)
 
@@ -80,8 +80,8 @@ def forward_one_at_a_time(model, folder: Path, count: int, precision: str = "fp3
     """The model alone, batch 1, on preprocessed tensors already on its device: the ceiling of any per-image
     pipeline."""
     device = model_device(model)
-    dataset = DecodedImages(discover(folder)[:count], Preprocessing.from_model(model))
-    tensors = [dataset[i]["tensor"][None].to(device) for i in range(len(dataset))]
+    tensors = [batch.tensor for batch in decoded_batches([item.path for item in discover(folder)[:count]], read_image,
+                                                         Preprocessing.from_model(model), batch_size=1, device=device)]
     synchronize(device)
     started = time.perf_counter()
     with torch.no_grad(), autocast(device, precision):

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from vitroll.cli import main
-from vitroll.pipelines import folder
+from vitroll.pipelines import folder, stream
 from vitroll.pipelines.inputs import discover
 from manifest_check import assert_manifest_matches_folder
 
@@ -88,7 +88,7 @@ def test_every_input_gets_a_row_and_every_good_image_its_outputs(messy, tmp_path
 
 def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    real = folder.explain_batch
+    real = stream.explain_batch
     calls = {"n": 0}
 
     def interrupt_second_batch(*args, **kwargs):
@@ -97,14 +97,14 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(folder, "explain_batch", interrupt_second_batch)
+    monkeypatch.setattr(stream, "explain_batch", interrupt_second_batch)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 130
     first = rows(out)
     assert 0 < len([r for r in first if r["status"] == "ok"]) < len(GOOD)
     assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
     assert not (out / ".vitroll.lock").exists()
 
-    monkeypatch.setattr(folder, "explain_batch", real)
+    monkeypatch.setattr(stream, "explain_batch", real)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     final = assert_manifest_matches_folder(out)
     assert [r["path"] for r in final] == sorted(GOOD + list(BAD))  # one row per input

@@ -1,7 +1,7 @@
 """The audit pipeline: collect inputs, decode DICOM/PNG/TIFF frames, explain them in batches, measure, report.
 
-Decoding (:func:`iter_items`, run by DataLoader workers through :func:`decoded_batches`) and measuring
-(:func:`audit_items`: the shared ``explain_batch`` / ``render`` steps of every pipeline) are separate steps.
+Decoding is :func:`audit_frames`, the reader the batch stream (:mod:`vitroll.pipelines.stream`) runs in its
+workers; :func:`audit_items` measures what the stream explained and builds the rows.
 
 PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`~vitroll.audit.records.INPUT_ORDER`),
 the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
@@ -11,16 +11,15 @@ filled in every image written, after the heatmap is blended; the model still see
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import cv2
 import numpy as np
-from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from vitroll.audit.metrics import annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
@@ -33,8 +32,8 @@ from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find
                                require_text_detector, text_check)
 from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
-from vitroll.pipelines.inputs import ignore_interrupts
+from vitroll.pipelines.explain import ExplainSettings, render, top_classes
+from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
 from vitroll.preprocess import Preprocessing
 
 
@@ -53,66 +52,52 @@ def _sentence(text: str) -> str:
     return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else "Unknown reason."
 
 
-def iter_items(numbered: Sequence[tuple[int, Path]], options: AuditOptions) -> Iterator["AuditItem | AuditRow"]:
-    """Decode each (input number, file): one :class:`AuditItem` per frame, or one error :class:`AuditRow` for a
-    file that gives no image."""
-    for number, path in numbered:
-        file_key = salted_key(options.salt, "file:" + str(path.resolve()), 10)
-        identifiers = {"file": str(path)} if options.keep_ids else {}
-        try:
-            decoded = read_any(path, window=options.window, frame=options.frame)
-        except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
-            reason = getattr(error, "reason", None) or (
-                str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
-            yield AuditRow(case=f"case-{file_key}", study=salted_key(options.salt, str(path.resolve())),
-                           input_number=number, error=_sentence(reason if options.keep_ids else _scrub(reason, path)),
-                           identifiers=identifiers)
-            continue
-        study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
-        if options.keep_ids:
-            identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
-        many = len(decoded.frames) > 1 or options.frame is not None
-        check = _text_check_of(decoded, options)
-        for index, image in decoded.frames:
-            case = f"case-{file_key}" + (f"-f{index}" if many else "")
-            polygons = find_text_regions(image) if check.check else np.zeros((0, 4, 2), dtype=np.float32)
-            row = AuditRow(case=case, study=study, input_number=number, frame=index if decoded.dicom else None,
-                           metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
-                           text_check=check.reason, text_regions=len(polygons) if check.check else None)
-            yield AuditItem(row=row, path=path, image=image, text_mask=region_mask(polygons, image.shape[:2]),
-                            colour=decoded.colour)
+def _file_key(path: Path, options: AuditOptions) -> str:
+    return salted_key(options.salt, "file:" + str(path.resolve()), 10)
+
+
+def audit_frames(path: Path, options: AuditOptions) -> list[Frame]:
+    """Decode one file for the batch stream: one :class:`Frame` per frame, its :class:`AuditItem` (row without
+    input number, burned-in text mask) as ``info``; for a file that gives no image, a :class:`VitrollError` whose
+    message is the reason (not yet scrubbed of the path: :func:`_error_row` does that)."""
+    try:
+        decoded = read_any(path, window=options.window, frame=options.frame)
+    except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
+        reason = getattr(error, "reason", None) or (
+            str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
+        raise VitrollError(reason) from None
+    file_key = _file_key(path, options)
+    identifiers = {"file": str(path)} if options.keep_ids else {}
+    study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
+    if options.keep_ids:
+        identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
+    many = len(decoded.frames) > 1 or options.frame is not None
+    check = _text_check_of(decoded, options)
+    frames = []
+    for index, image in decoded.frames:
+        case = f"case-{file_key}" + (f"-f{index}" if many else "")
+        polygons = find_text_regions(image) if check.check else np.zeros((0, 4, 2), dtype=np.float32)
+        row = AuditRow(case=case, study=study, frame=index if decoded.dicom else None,
+                       metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
+                       text_check=check.reason, text_regions=len(polygons) if check.check else None)
+        frames.append(Frame(image, AuditItem(row=row, text_mask=region_mask(polygons, image.shape[:2]),
+                                             colour=decoded.colour)))
+    return frames
+
+
+def _error_row(failed: Failed, options: AuditOptions) -> AuditRow:
+    """The row of a file that gave no image; its reason scrubbed of the file's path and name unless ``keep_ids``."""
+    path = failed.item
+    return AuditRow(case=f"case-{_file_key(path, options)}", study=salted_key(options.salt, str(path.resolve())),
+                    input_number=failed.index + 1,
+                    error=_sentence(failed.message if options.keep_ids else _scrub(failed.message, path)),
+                    identifiers={"file": str(path)} if options.keep_ids else {})
 
 
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
     if options.keep_burned_in_text:
         return SKIPPED_ON_REQUEST
     return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture)
-
-
-class DecodedFiles(IterableDataset):
-    """:func:`iter_items` in DataLoader workers, each taking every K-th file (frames of one file stay together)."""
-
-    def __init__(self, paths: Sequence[Path], options: AuditOptions) -> None:
-        self.numbered, self.options = list(enumerate(paths, start=1)), options
-
-    def __iter__(self) -> Iterator["AuditItem | AuditRow"]:
-        worker = get_worker_info()
-        mine = self.numbered if worker is None else self.numbered[worker.id::worker.num_workers]
-        return iter_items(mine, self.options)
-
-
-def _split(records: list["AuditItem | AuditRow"]) -> tuple[list[AuditItem], list[AuditRow]]:
-    return [r for r in records if isinstance(r, AuditItem)], [r for r in records if isinstance(r, AuditRow)]
-
-
-def decoded_batches(paths: Sequence[Path], options: AuditOptions) -> DataLoader:
-    """Batches of (decoded frames, error rows), decoded by ``options.workers`` processes — the same DataLoader
-    machinery as ``vitroll annotate`` (workers ignore Ctrl-C; failures travel beside the batch)."""
-    # Not forked from this process: once it has run the text detector (an ONNX session with its own threads), a
-    # forked worker can wait forever on a lock that a thread which did not survive the fork held.
-    return DataLoader(DecodedFiles(paths, options), batch_size=options.batch_size, collate_fn=_split,
-                      num_workers=options.workers, worker_init_fn=ignore_interrupts,
-                      multiprocessing_context="forkserver" if options.workers else None)
 
 
 def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
@@ -141,7 +126,7 @@ def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndar
 
 
 def audit_items(
-    batches: Iterable[tuple[list[AuditItem], list[AuditRow]]],
+    paths: Sequence[Path],
     model: nn.Module,
     *,
     out_dir: "str | os.PathLike[str]",
@@ -150,28 +135,29 @@ def audit_items(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
 ) -> Iterator[AuditRow]:
-    """Explain decoded frames in batches, measure each map and write its overlay to ``OUT/images/<case>.png``
-    (burned-in text filled)."""
-    preprocessing = preprocessing or Preprocessing.from_model(model)
-    out_dir = Path(out_dir)
-    for batch, errors in batches:
-        yield from errors
-        if not batch:
-            continue
-        tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in batch])
-        result = explain_batch(model, tensor, settings)
-        for index, (item, geometry) in enumerate(zip(batch, geometries)):
-            yield _measure(item, result.grid_maps[index], geometry,
-                           None if result.probabilities is None else result.probabilities[index],
-                           out_dir=out_dir, settings=settings, options=options, class_names=class_names)
+    """One row per frame of ``paths`` (numbered from 1 in their order), or per file that gives none: each frame
+    explained in the batch stream, measured, and its overlay written to ``OUT/images/<case>.png`` (burned-in text
+    filled)."""
+    # Workers not forked from this process: once it has run the text detector (an ONNX session with its own
+    # threads), a forked worker can wait forever on a lock that a thread which did not survive the fork held.
+    stream = explain_stream(model, paths, functools.partial(audit_frames, options=options),
+                            preprocessing or Preprocessing.from_model(model), settings, batch_size=options.batch_size,
+                            workers=options.workers, multiprocessing_context="forkserver")
+    for record in stream:
+        if isinstance(record, Failed):
+            yield _error_row(record, options)
+        else:
+            yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options, class_names=class_names)
 
 
-def _measure(item: AuditItem, grid_map: np.ndarray, geometry, probabilities: Optional[np.ndarray], *, out_dir: Path,
-             settings: ExplainSettings, options: AuditOptions, class_names: Optional[list[str]]) -> AuditRow:
-    row, image = item.row, item.image
-    saliency, overlaid = render(image, grid_map, geometry, settings)
+def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, options: AuditOptions,
+             class_names: Optional[list[str]]) -> AuditRow:
+    item, image, path = record.info, record.image, record.item
+    row = item.row
+    row.input_number = record.index + 1
+    saliency, overlaid = render(image, record.grid_map, record.geometry, settings)
     shape_hw = image.shape[:2]
-    body = options.body_masks.get(item.path, shape_hw) if options.body_masks else None
+    body = options.body_masks.get(path, shape_hw) if options.body_masks else None
     exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
     if exemption is not None:
         row.not_measured["outside_body"] = exemption
@@ -179,11 +165,11 @@ def _measure(item: AuditItem, grid_map: np.ndarray, geometry, probabilities: Opt
         body = body_mask(image)
     # the detector's text regions find text of any colour; the heuristic adds bright markers and rulers
     annotations = annotation_mask(image, body) | item.text_mask
-    roi = options.masks.get(item.path, shape_hw) if options.masks else None
+    roi = options.masks.get(path, shape_hw) if options.masks else None
     row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
     row.flagged = bool(row.metrics["outside_body"] > options.flag_threshold)
-    if probabilities is not None:
-        _, row.prediction, row.probability = top_classes(probabilities, class_names, k=1)[0]
+    if record.probabilities is not None:
+        _, row.prediction, row.probability = top_classes(record.probabilities, class_names, k=1)[0]
     shown = fill_regions(overlaid, item.text_mask)  # after blending: a translucent heatmap would let text through
     row.overlay_file = f"images/{row.case}.png"
     write_atomic(out_dir / row.overlay_file, encode_png(shown))
@@ -213,7 +199,7 @@ def run_audit(
     inputs = given_files(paths)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
-    rows = list(audit_items(decoded_batches(inputs, options), model, out_dir=out_dir, settings=settings, options=options,
+    rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
     report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
                          provenance=provenance or ModelProvenance.unstated(model))

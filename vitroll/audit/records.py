@@ -1,12 +1,12 @@
 """What an audit is made of: its options (and the fields it can group by), one row per image or unreadable file,
-and a decoded frame on its way to the model. The pipeline fills these records; the summary and the report read them.
+and what is known about a decoded frame on its way to the model. The pipeline fills these records; the summary and
+the report read them.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -102,11 +102,10 @@ class AuditRow:
 
 @dataclass
 class AuditItem:
-    """A decoded frame waiting for the model."""
+    """What the audit's reader knows about a decoded frame, carried beside it through the batch stream."""
 
     row: AuditRow
-    path: Path
-    image: np.ndarray
+    """The frame's row, its measurements still to be filled in."""
     text_mask: np.ndarray
     """(H, W) bool: burned-in text to fill in every image written (all False when not searched)."""
     colour: bool = False

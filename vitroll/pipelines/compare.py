@@ -17,10 +17,9 @@ import cv2
 import numpy as np
 from torch import nn
 
-from vitroll.errors import VitrollError
-from vitroll.io import load_image
 from vitroll.metrics import rank_correlation, top_fraction_iou
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, render, top_classes
+from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
 
 AGREEMENT_SIDE = 256
@@ -64,29 +63,33 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
             *, batch_size: int = 8) -> Comparison:
     """Explain every image with every model and measure their agreement pair by pair.
 
-    Unreadable images are listed in ``errors`` (one line each) and skipped.
+    Each model reads the images through the batch stream with its own preprocessing; unreadable images are listed
+    in ``errors`` (one line each) and skipped.
     """
-    result = Comparison(maps={e.label: [] for e in explainers}, overlays={e.label: [] for e in explainers},
-                        predictions={e.label: [] for e in explainers})
-    decoded = []
-    for path in map(Path, paths):
-        try:
-            decoded.append(load_image(path))
-            result.images.append(path)
-        except VitrollError as error:
-            result.errors.append(str(error))
-    result.pictures = [np.asarray(image) for image in decoded]
+    paths = [Path(p) for p in paths]
+    explained: dict[str, dict[int, Explained]] = {}
+    failures: dict[int, str] = {}
     for explainer in explainers:
-        for start in range(0, len(decoded), batch_size):
-            pictures = result.pictures[start:start + batch_size]
-            tensor, geometries = explainer.preprocessing.batch(decoded[start:start + batch_size])
-            batch = explain_batch(explainer.model, tensor, settings)
-            for i, (picture, geometry) in enumerate(zip(pictures, geometries)):
-                saliency, overlaid = render(picture, batch.grid_maps[i], geometry, settings)
-                result.maps[explainer.label].append(saliency)
-                result.overlays[explainer.label].append(overlaid)
-                best = top_classes(batch.probabilities[i], explainer.class_names, k=1)[0]
-                result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
+        explained[explainer.label] = {}
+        for record in explain_stream(explainer.model, paths, read_image, explainer.preprocessing, settings,
+                                     batch_size=batch_size):
+            if isinstance(record, Failed):
+                failures.setdefault(record.index, record.message)
+            else:
+                explained[explainer.label][record.index] = record
+    good = [index for index in range(len(paths)) if index not in failures]
+    result = Comparison(images=[paths[index] for index in good], errors=[failures[i] for i in sorted(failures)],
+                        maps={e.label: [] for e in explainers}, overlays={e.label: [] for e in explainers},
+                        predictions={e.label: [] for e in explainers})
+    for explainer in explainers:
+        for index in good:
+            record = explained[explainer.label][index]
+            saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
+            result.maps[explainer.label].append(saliency)
+            result.overlays[explainer.label].append(overlaid)
+            best = top_classes(record.probabilities, explainer.class_names, k=1)[0]
+            result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
+    result.pictures = [explained[explainers[0].label][index].image for index in good] if explainers else []
     for index, path in enumerate(result.images):
         for first, second in itertools.combinations([e.label for e in explainers], 2):
             spearman, iou = agreement(result.maps[first][index], result.maps[second][index])

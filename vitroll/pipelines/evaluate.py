@@ -1,8 +1,9 @@
 """Measure methods on images with ground-truth masks: localisation against the mask, faithfulness against the model.
 
 Images come from a folder (``name.png`` beside ``name_mask.png``) or from the synthetic testbed. Every method
-runs on the same batches; each image gets, per method, the pointing game, the energy in the mask, the IoU of
-the map's top pixels with the mask, and deletion / insertion AUC for the class the model predicts.
+runs on the same batches of the batch stream (:func:`~vitroll.pipelines.stream.decoded_batches`); each image
+gets, per method, the pointing game, the energy in the mask, the IoU of the map's top pixels with the mask, and
+deletion / insertion AUC for the class the model predicts.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from torch import nn
 
-from vitroll.errors import ImageReadError
+from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
-from vitroll.methods.base import class_logits, predict
+from vitroll.methods.base import class_logits, model_device, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.overlay import overlay
+from vitroll.pipelines.stream import Failed, Frame, decoded_batches
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shapes import samples
 
@@ -48,6 +50,14 @@ class MaskedImage:
     mask: np.ndarray
     """(H, W) bool."""
     label: Optional[int] = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def masked_image_frames(item: MaskedImage) -> list[Frame]:
+    """The batch stream's reader for an image already in memory: one frame, its mask left behind."""
+    return [Frame(item.image)]
 
 
 def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
@@ -120,24 +130,25 @@ def evaluate(
     keep_examples: int = 6,
 ) -> Evaluation:
     """Run every method on every image and score it (see the module docstring)."""
-    from PIL import Image
-
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     preprocessing = preprocessing or Preprocessing.from_model(model)
     result = Evaluation(examples={m: [] for m in methods}, grid_maps={m: [] for m in methods},
                         curves={m: {"deletion": [], "insertion": []} for m in methods})
-    for start in range(0, len(images), batch_size):
-        chunk = images[start:start + batch_size]
-        tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
+    for batch in decoded_batches(images, masked_image_frames, preprocessing, batch_size=batch_size,
+                                 device=model_device(model)):
+        failed = [record for record in batch.records if isinstance(record, Failed)]
+        if failed:
+            raise VitrollError(failed[0].message)
+        tensor, decoded = batch.tensor, batch.decoded
         predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
         for method in methods:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
             curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
             result.fractions = curves.fractions
             grid_maps = saliency.maps.float().cpu().numpy()
-            for i, (item, geometry) in enumerate(zip(chunk, geometries)):
-                in_pixels = to_original(grid_maps[i], geometry)
+            for i, frame in enumerate(decoded):
+                item, in_pixels = frame.item, to_original(grid_maps[i], frame.geometry)
                 result.rows.append(dict(
                     image=item.name, method=method, label=item.label, predicted=int(predicted[i]),
                     pointing_game=float(pointing_game(in_pixels, item.mask)[0]),
@@ -148,7 +159,7 @@ def evaluate(
                 result.grid_maps[method].append(grid_maps[i])
                 result.curves[method]["deletion"].append(curves.deletion[i])
                 result.curves[method]["insertion"].append(curves.insertion[i])
-                if start + i < keep_examples:
+                if frame.index < keep_examples:
                     result.examples[method].append(in_pixels)
     return result
 

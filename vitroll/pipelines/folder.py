@@ -1,8 +1,9 @@
 """Annotate a whole folder: decode in worker processes, explain in batches on the device, write outputs off the
 critical path, and keep a manifest that makes the run resumable.
 
-    loader workers (decode + preprocess) ──► main thread (model + saliency, batched) ──► writer threads
-    (render, encode, atomic writes) ──► manifest rows, appended and fsync'ed once a batch's files are on disk
+    the batch stream (:mod:`vitroll.pipelines.stream`: loader workers decode + preprocess, the main
+    thread runs the model + saliency, batched) ──► writer threads (render, encode, atomic writes)
+    ──► manifest rows, appended and fsync'ed once a batch's files are on disk
 
 So a crash or Ctrl-C loses at most the batches in flight, and their files are either complete or absent. Under
 ``torchrun`` every rank takes every K-th input of the sorted list, writes its own manifest shard, and rank 0
@@ -24,7 +25,6 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from vitroll._version import __version__
 from vitroll.io import encode_png, write_atomic
@@ -32,9 +32,10 @@ from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
 from vitroll.pipelines.gallery import write_gallery
-from vitroll.pipelines.inputs import Batch, DecodedImages, InputItem, collate, discover, ignore_interrupts
+from vitroll.pipelines.inputs import InputItem, discover
+from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
 
 SAVE_KINDS = mf.OUTPUT_COLUMNS
@@ -123,11 +124,11 @@ class _Annotator:
         suffix = ".npy" if kind == "heatmap" else ".png"
         return self.out_dir / f"{kind}s" / f"{item.output_name}{suffix}"
 
-    def finish(self, item: InputItem, image: torch.Tensor, grid_map: np.ndarray, geometry, probabilities,
-               other_map: Optional[np.ndarray] = None) -> dict[str, Any]:
+    def finish(self, item: InputItem, explained: Explained) -> dict[str, Any]:
         """Render and write one image's outputs (in a writer thread); return its manifest row."""
+        rgb, grid_map, geometry, probabilities = (explained.image, explained.grid_map, explained.geometry,
+                                                  explained.probabilities)
         try:
-            rgb = image.numpy()
             saliency, overlaid = render(rgb, grid_map, geometry, self.settings)
             top = top_classes(probabilities, self.class_names, k=1)[0] if probabilities is not None else None
             outputs: dict[str, str] = {}
@@ -148,8 +149,8 @@ class _Annotator:
                        for p in key_patches(grid_map, geometry, self.options.key_patches)]
         except OSError as error:
             return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
-        if other_map is not None:
-            agreement = float(rank_correlation(grid_map, other_map)[0])
+        if explained.compared_maps:
+            agreement = float(rank_correlation(grid_map, explained.compared_maps[0])[0])
             outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
         return {
             **_identity(item), "status": "ok", "error": "", "width": geometry.original_hw[1],
@@ -237,15 +238,15 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
          writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool) -> None:
     from tqdm import tqdm
 
-    device = model_device(model)
-    loader = DataLoader(
-        DecodedImages(todo, preprocessing), batch_size=options.batch_size, shuffle=False, collate_fn=collate,
-        num_workers=options.workers, pin_memory=device.type == "cuda", worker_init_fn=ignore_interrupts,
-        prefetch_factor=4 if options.workers else None,
-    )
     autocast_dtype = PRECISIONS[options.precision]
-    if autocast_dtype is torch.float16 and device.type != "cuda":
+    if autocast_dtype is torch.float16 and model_device(model).type != "cuda":
         raise ValueError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+    settings = annotator.settings
+    decoded = decoded_batches([item.path for item in todo], read_image, preprocessing, batch_size=options.batch_size,
+                              workers=options.workers, device=model_device(model))
+    batches = explained_batches(
+        model, decoded, settings, autocast_dtype=autocast_dtype,
+        compare_with=[settings.for_method(options.compare_with)] if options.compare_with else [])
     pending: deque[list[Future]] = deque()
     progress = tqdm(total=len(todo), unit="img", disable=not (options.progress and show_progress), smoothing=0.1)
 
@@ -262,20 +263,10 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
 
     with ThreadPoolExecutor(max_workers=max(1, options.writer_threads), thread_name_prefix="vitroll-writer") as pool:
         try:
-            for batch in loader:
-                futures = [_resolved(annotator.error_row(todo[i], message)) for i, message in batch.errors]
-                if batch.tensor is not None:
-                    explained = _explain(model, batch, annotator.settings, device, autocast_dtype)
-                    other = None
-                    if options.compare_with:
-                        other = _explain(model, batch, annotator.settings.for_method(options.compare_with), device,
-                                         autocast_dtype).grid_maps
-                    for slot, index in enumerate(batch.indices):
-                        probabilities = None if explained.probabilities is None else explained.probabilities[slot]
-                        futures.append(pool.submit(annotator.finish, todo[index], batch.images[slot],
-                                                   explained.grid_maps[slot], batch.geometries[slot], probabilities,
-                                                   None if other is None else other[slot]))
-                pending.append(futures)
+            for records in batches:
+                pending.append([
+                    _resolved(annotator.error_row(todo[record.index], record.message)) if isinstance(record, Failed)
+                    else pool.submit(annotator.finish, todo[record.index], record) for record in records])
                 while len(pending) > 1:  # keep one batch encoding while the next one computes
                     settle(pending.popleft())
         except KeyboardInterrupt:
@@ -284,14 +275,6 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
             while pending:
                 settle(pending.popleft())
             progress.close()
-
-
-def _explain(model: nn.Module, batch: Batch, settings: ExplainSettings, device: torch.device, autocast_dtype):
-    tensor = batch.tensor.to(device, non_blocking=True)
-    if autocast_dtype is None:
-        return explain_batch(model, tensor, settings)
-    with torch.autocast(device_type=device.type, dtype=autocast_dtype):
-        return explain_batch(model, tensor, settings)
 
 
 def _resolved(row: dict[str, Any]) -> Future:

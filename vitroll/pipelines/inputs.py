@@ -4,8 +4,7 @@ Inputs are a folder (optionally recursive) or a text/CSV file listing image path
 path — relative to the folder or to the list file's folder, ``..``-led or absolute for a listed path outside that
 folder — and the key is the manifest's ``path``: joined to that folder it names the file again. Outputs are named
 by :func:`output_name`, a reversible function of the key alone, so two inputs never share an output and no output
-lies outside the output folder. Decoding and preprocessing happen in DataLoader worker processes; a file that
-cannot be read becomes an error record inside its batch, never an exception that stops the batch.
+lies outside the output folder. Decoding and batching are :mod:`vitroll.pipelines.stream`'s.
 """
 
 from __future__ import annotations
@@ -13,16 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional
 
-import numpy as np
-import torch
-from torch.utils.data import Dataset
-
-from vitroll.errors import VitrollError
-from vitroll.io import load_image
 from vitroll.io.discovery import has_image_suffix, source_files
-from vitroll.preprocess import CropGeometry, Preprocessing
 
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
@@ -85,60 +77,3 @@ def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit
     found = source_files(source, accept=has_image_suffix, recursive=recursive, exclude=exclude)
     path_of = {file.key: file.path for file in found}
     return [_stamped(path_of[key], key) for key in sorted(path_of)[:limit]]
-
-
-class DecodedImages(Dataset):
-    """Decode + preprocess one input per item (runs in DataLoader workers)."""
-
-    def __init__(self, items: Sequence[InputItem], preprocessing: Preprocessing) -> None:
-        self.items, self.preprocessing = list(items), preprocessing
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        try:
-            image = load_image(self.items[index].path)
-            tensor, geometry = self.preprocessing(image)
-        except VitrollError as error:
-            return {"index": index, "error": str(error)}
-        except Exception as error:  # noqa: BLE001 — a worker must report, not die, on any one file
-            return {"index": index, "error": f"{self.items[index].path}: cannot be processed ({error})"}
-        return {"index": index, "tensor": tensor, "geometry": geometry, "image": torch.from_numpy(np.array(image))}
-
-
-@dataclass
-class Batch:
-    """Good images stacked for the model; failures kept beside them."""
-
-    indices: list[int]
-    tensor: Optional[torch.Tensor]
-    """(B, 3, H, W) or None when every image of the batch failed."""
-    geometries: list[CropGeometry]
-    images: list[torch.Tensor]
-    """Original RGB images (H0, W0, 3) uint8, for rendering."""
-    errors: list[tuple[int, str]]
-
-    def pin_memory(self) -> "Batch":
-        if self.tensor is not None:
-            self.tensor = self.tensor.pin_memory()
-        return self
-
-
-def ignore_interrupts(_worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: Ctrl-C is the main process's to handle (it finishes the batch in flight);
-    a worker killed by it would turn a clean stop into a crash."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def collate(records: list[dict[str, Any]]) -> Batch:
-    good = [r for r in records if "error" not in r]
-    return Batch(
-        indices=[r["index"] for r in good],
-        tensor=torch.stack([r["tensor"] for r in good]) if good else None,
-        geometries=[r["geometry"] for r in good],
-        images=[r["image"] for r in good],
-        errors=[(r["index"], r["error"]) for r in records if "error" in r],
-    )

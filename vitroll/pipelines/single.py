@@ -1,4 +1,5 @@
-"""Explain a handful of image files: decode, batch, run the method, save overlays (and figures)."""
+"""Explain a handful of image files through the batch stream (decoded in this process) and save overlays (and
+figures)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-import numpy as np
 from torch import nn
 
-from vitroll.errors import VitrollError
-from vitroll.io import encode_png, load_image, write_atomic
-from vitroll.pipelines.explain import ExplainSettings, explain_batch, figure_png, render, text_grid_png, top_classes
-from vitroll.preprocess import CropGeometry, Preprocessing
+from vitroll.io import encode_png, write_atomic
+from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
+from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
+from vitroll.preprocess import Preprocessing
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ def explain_files(
     batch_size: int = 8,
     save_figure: bool = False,
 ) -> Iterator[ImageExplanation]:
-    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input; for an
-    image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per text
-    and their grid.
+    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input in
+    input order; for an image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`),
+    one overlay per text and their grid.
 
     Unreadable files yield a result with ``error`` set; the others are still processed.
     """
@@ -85,49 +85,41 @@ def explain_files(
     out_dir = Path(out_dir)
     paths = [Path(p) for p in paths]
     stems = output_stems(paths)
-    for start in range(0, len(paths), batch_size):
-        decoded, failed = [], []
-        for path, stem in zip(paths[start:start + batch_size], stems[start:start + batch_size]):
-            try:
-                decoded.append((path, stem, load_image(path)))
-            except VitrollError as error:
-                failed.append(ImageExplanation(path=path, error=str(error)))
-        yield from failed
-        if not decoded:
+    for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
+        if isinstance(record, Failed):
+            yield ImageExplanation(path=record.item, error=record.message)
             continue
-        tensor, geometries = preprocessing.batch([image for _, _, image in decoded])
-        result = explain_batch(model, tensor, settings)
-        for index, ((path, stem, image), geometry) in enumerate(zip(decoded, geometries)):
-            rgb = np.asarray(image)
-            if result.text_logits is not None:
-                yield _explain_texts(path, stem, rgb, result.grid_maps[index], result.text_logits[index], geometry,
-                                     list(model.texts.labels), out_dir, settings)
-                continue
-            saliency, overlaid = render(rgb, result.grid_maps[index], geometry, settings)
-            explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
-            write_atomic(explanation.overlay_path, encode_png(overlaid))
-            if result.probabilities is not None:
-                explanation.top = top_classes(result.probabilities[index], class_names)
-            if save_figure:
-                explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
-                top = explanation.top[0] if explanation.top else None
-                write_atomic(explanation.figure_path, figure_png(path.name, rgb, saliency, overlaid, settings, top))
-            yield explanation
+        path, stem = record.item, stems[record.index]
+        if record.text_logits is not None:
+            yield _explain_texts(record, stem, list(model.texts.labels), out_dir, settings)
+            continue
+        saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
+        explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+        write_atomic(explanation.overlay_path, encode_png(overlaid))
+        if record.probabilities is not None:
+            explanation.top = top_classes(record.probabilities, class_names)
+        if save_figure:
+            explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
+            top = explanation.top[0] if explanation.top else None
+            write_atomic(explanation.figure_path,
+                         figure_png(path.name, record.image, saliency, overlaid, settings, top))
+        yield explanation
 
 
-def _explain_texts(path: Path, stem: str, rgb: np.ndarray, grid_maps: np.ndarray, logits: np.ndarray,
-                   geometry: CropGeometry, texts: list[str], out_dir: Path,
+def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path,
                    settings: ExplainSettings) -> ImageExplanation:
     """Write ``OUT/<stem>_<method>_<text-slug>.png`` per text and the grid ``OUT/<stem>_<method>_texts.png`` for
     one image's maps (T, h, w) against ``texts``."""
+    path = record.item
     explanation = ImageExplanation(path=path, text_overlays=[],
                                    figure_path=out_dir / f"{stem}_{settings.method}_texts.png")
     overlays = []
-    for text, slug, grid_map, logit in zip(texts, text_slugs(texts), grid_maps, logits):
-        _saliency, overlaid = render(rgb, grid_map, geometry, settings)
+    for text, slug, grid_map, logit in zip(texts, text_slugs(texts), record.grid_map, record.text_logits):
+        _saliency, overlaid = render(record.image, grid_map, record.geometry, settings)
         overlays.append(overlaid)
         written = TextOverlay(text, out_dir / f"{stem}_{settings.method}_{slug}.png", float(logit))
         write_atomic(written.path, encode_png(overlaid))
         explanation.text_overlays.append(written)
-    write_atomic(explanation.figure_path, text_grid_png(path.name, rgb, overlays, texts, logits, settings))
+    write_atomic(explanation.figure_path,
+                 text_grid_png(path.name, record.image, overlays, texts, record.text_logits, settings))
     return explanation
