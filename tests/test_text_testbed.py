@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+import vitroll
+from vitroll.cli import main
 from vitroll.errors import ModelLoadError
+from vitroll.pipelines.evaluate_text import evaluate_text, text_sentences
 from vitroll.testbed.text import GROUP_WORDS, KEY_WORDS, KEYWORD, SHORTCUT, VOCABULARY, sample, samples
 from vitroll.testbed.text_model import build_text_tokenizer, load_text_testbed
 
@@ -72,3 +75,64 @@ def test_shipped_models_learned_what_their_data_teaches():
 def test_unknown_testbed_name_is_refused():
     with pytest.raises(ModelLoadError, match="no text testbed model 'sentiment'; there are: keyword, shortcut"):
         load_text_testbed("sentiment")
+
+
+def test_rollout_finds_the_key_word_of_the_keyword_model_and_the_group_word_of_the_shortcut_model():
+    sentences = text_sentences(40)
+    keyword, tokenizer = load_text_testbed("keyword")
+    shortcut, _ = load_text_testbed("shortcut")
+    clean = evaluate_text(keyword, tokenizer, sentences, ["rollout", "random"])
+    biased = evaluate_text(shortcut, tokenizer, sentences, ["rollout"])
+    clean_rollout = [row for row in clean if row["method"] == "rollout"]
+    assert np.mean([row["pointing_game"] for row in clean_rollout]) >= 0.95
+    assert np.mean([row["group_share"] for row in clean_rollout]) < 0.1
+    assert np.mean([row["group_share"] for row in biased]) > 0.4
+    random_rows = [row for row in clean if row["method"] == "random"]
+    assert np.mean([row["pointing_game"] for row in random_rows]) < 0.4
+
+
+def test_deletion_and_insertion_areas_equal_masking_word_by_word_by_hand():
+    model, tokenizer = load_text_testbed("keyword")
+    sentences = text_sentences(3, seed=8)
+    rows = evaluate_text(model, tokenizer, sentences, ["rollout"])
+    for row, drawn in zip(rows, sentences):
+        batch = tokenizer(drawn.text, return_tensors="pt")
+        scores = vitroll.rollout(model, batch["input_ids"], attention_mask=batch["attention_mask"])[0, 1:-1]
+        order = np.argsort(-scores.numpy(), kind="stable")  # one token per word, after [CLS]
+
+        def probability(kept_words: set[int]) -> float:
+            ids = batch["input_ids"].clone()
+            for word in range(len(drawn.words)):
+                if word not in kept_words:
+                    ids[0, word + 1] = tokenizer.mask_token_id
+            with torch.no_grad():
+                return model(input_ids=ids, attention_mask=batch["attention_mask"]).logits.softmax(-1)[0, row["predicted"]].item()
+
+        everything = set(range(len(drawn.words)))
+        deletion = [probability(everything - set(order[:k])) for k in range(len(order) + 1)]
+        insertion = [probability(set(order[:k])) for k in range(len(order) + 1)]
+        fractions = np.linspace(0, 1, len(order) + 1)
+        assert row["deletion_auc"] == pytest.approx(np.trapezoid(deletion, fractions), abs=1e-6)
+        assert row["insertion_auc"] == pytest.approx(np.trapezoid(insertion, fractions), abs=1e-6)
+        mass = np.clip(scores.numpy().astype(np.float64), 0, None)
+        assert row["key_share"] == pytest.approx(mass[drawn.key_position] / mass.sum(), abs=1e-6)
+        assert row["pointing_game"] == float(order[0] == drawn.key_position)
+
+
+def test_evaluate_command_scores_the_text_testbed(tmp_path, capsys):
+    assert main(["evaluate", "--testbed-kind", "text", "--testbed", "6", "--methods", "rollout,random",
+                 "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "summary.md").read_text()
+    assert "6 key-word sentences, seed 3, model vitroll-text-keyword" in table
+    assert "| rollout | 1.000 ± 0.000 |" in table and "| random |" in table
+    assert (tmp_path / "per_input.csv").read_text().count("\n") == 1 + 2 * 6
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["some_folder"], "--testbed-kind text draws its inputs itself; give --testbed N, not a FOLDER"),
+    (["--methods", "rollout,random", "--disagreement", "rollout,random"],
+     "--disagreement compares maps of the shapes testbed or a folder"),
+])
+def test_evaluate_command_refuses_what_the_text_testbed_cannot_do(arguments, message, capsys):
+    assert main(["evaluate", "--testbed-kind", "text", *arguments]) != 0
+    assert capsys.readouterr().err.strip() == f"vitroll: error: {message}"

@@ -11,13 +11,14 @@ the maps for that prompt and for the same template naming the other shape are sc
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from PIL import Image
 from torch import nn
 
 from vitroll.maps import to_original
+from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.image_text import image_text_maps
 from vitroll.metrics import energy_in_mask, pointing_game
 from vitroll.preprocess import Preprocessing
@@ -37,8 +38,8 @@ def pair_images(count: int, seed: int = 3) -> list[PairSample]:
 
 
 def evaluate_pairs(model: nn.Module, images: Sequence[PairSample], methods: Sequence[str], *,
-                   tokenizer: Optional[object] = None, preprocessing: Optional[Preprocessing] = None,
-                   batch_size: int = 16) -> list[dict[str, Any]]:
+                   method_options: Optional[Mapping[str, object]] = None, tokenizer: Optional[object] = None,
+                   preprocessing: Optional[Preprocessing] = None, batch_size: int = 16) -> list[dict[str, Any]]:
     """One row per image and method with the :data:`PAIR_METRICS` (see the module docstring).
 
     Parameters
@@ -48,9 +49,13 @@ def evaluate_pairs(model: nn.Module, images: Sequence[PairSample], methods: Sequ
     images : sequence of PairSample
     methods : sequence of str
         Method names, each run through :func:`vitroll.image_text_maps`.
+    method_options : mapping, optional
+        Options for several methods at once: each method gets those it takes (an option none takes is an error).
     tokenizer : optional
         For the prompts; default: the model's own.
     """
+    runs = {name: method_named(name) for name in methods}
+    shared = check_shared_options(runs.values(), method_options or {})
     preprocessing = preprocessing or Preprocessing.from_model(model)
     rows = []
     for start in range(0, len(images), batch_size):
@@ -59,7 +64,8 @@ def evaluate_pairs(model: nn.Module, images: Sequence[PairSample], methods: Sequ
         texts = sorted({text for item in chunk for text in (item.prompt, item.other_prompt)})
         column = {text: t for t, text in enumerate(texts)}
         for method in methods:
-            maps = image_text_maps(model, tensor, texts, tokenizer=tokenizer, method=method).float().cpu().numpy()
+            maps = image_text_maps(model, tensor, texts, tokenizer=tokenizer, method=method,
+                                   **runs[method].among(shared)).float().cpu().numpy()
             for i, (item, geometry) in enumerate(zip(chunk, geometries)):
                 named = to_original(maps[i, column[item.prompt]], geometry)
                 other = to_original(maps[i, column[item.other_prompt]], geometry)
