@@ -94,7 +94,8 @@ A tiny transformers `CLIPModel` trained from scratch by `scripts/train_image_tex
 `vitroll.testbed.shape_pairs`: two large shapes of different classes ({", ".join(CLASSES)}), one in each half of
 a textured 64 px image. Each step scores the images against the four prompts naming the shapes (templates:
 {"; ".join(f"`{p}`" for p in PROMPTS)}) and trains towards the two shapes present, so a prompt's image–text
-logit has to come from where its shape is — the right map for "a square" covers the square, not the other shape.
+logit has to depend on its shape — so the right map for "a square" covers the square, not the other shape, and
+whether an explanation's map follows the prompt is what `vitroll evaluate --testbed-kind pairs` measures.
 
 - Vision tower: `CLIPVisionConfig({", ".join(f"{k}={v}" for k, v in summary["vision"].items())})`; text tower:
   `CLIPTextConfig({", ".join(f"{k}={v}" for k, v in summary["text"].items())})` over a whole-word vocabulary of
