@@ -25,7 +25,9 @@ from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
+from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
+from vitroll.testbed.text_model import FOLDERS as TEXT_TESTBED_FOLDERS
 
 TORCHVISION_PREFIX = "torchvision:"
 OPEN_CLIP_PREFIX = "open_clip:"
@@ -37,6 +39,14 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
 transformers 5 builds a tokenizer that knows no words)."""
 
 
+SHIPPED_TRANSFORMERS = {
+    "vitroll-clip-shapes": PAIRS_FOLDER,
+    "vitroll-text-keyword": TEXT_TESTBED_FOLDERS["keyword"],
+    "vitroll-text-shortcut": TEXT_TESTBED_FOLDERS["shortcut"],
+}
+"""The transformers testbed models shipped with vitroll (:mod:`vitroll.testbed`), by the name ``--model`` takes."""
+
+
 def _is_hub_name(name: str) -> bool:
     return name.startswith(("hf-hub:", "hf_hub:"))
 
@@ -45,7 +55,7 @@ def is_transformers_name(name: str) -> bool:
     """Whether ``--model NAME`` names a Hugging Face transformers model: the ``transformers:`` prefix always; an
     existing folder (a ``save_pretrained`` folder); a bare ``ORG/NAME`` that is neither an existing path nor a timm
     name (a transformers hub id)."""
-    if name.startswith(TRANSFORMERS_PREFIX) or Path(name).is_dir():
+    if name in SHIPPED_TRANSFORMERS or name.startswith(TRANSFORMERS_PREFIX) or Path(name).is_dir():
         return True
     if (_is_hub_name(name) or name.startswith((TORCHVISION_PREFIX, OPEN_CLIP_PREFIX)) or name.count("/") != 1
             or Path(name).exists()):
@@ -56,7 +66,9 @@ def is_transformers_name(name: str) -> bool:
 
 
 def _transformers_source(name: str) -> str:
-    return name.removeprefix(TRANSFORMERS_PREFIX)
+    """The folder or hub id that ``from_pretrained`` reads for ``--model NAME``."""
+    shipped = SHIPPED_TRANSFORMERS.get(name)
+    return str(shipped) if shipped is not None else name.removeprefix(TRANSFORMERS_PREFIX)
 
 
 def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
@@ -364,7 +376,8 @@ def load_model(
         ``open_clip:ARCH`` (``open_clip:ViT-B-32``, random weights unless ``checkpoint``), ``torchvision:ARCH``
         (``torchvision:vit_b_16``; ``img_size`` sets its square ``image_size``), or ``vitroll-shapes`` — the small
         testbed ViT shipped with vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its
-        weights).
+        weights), or one of the transformers testbed models shipped with it (:data:`SHIPPED_TRANSFORMERS`:
+        ``vitroll-clip-shapes``, ``vitroll-text-keyword``, ``vitroll-text-shortcut``).
     pretrained : bool
         Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
         seconds with a clear message when they are not cached).
@@ -492,6 +505,10 @@ class ModelProvenance:
     def _of_transformers(cls, name: str) -> "ModelProvenance":
         """A ``save_pretrained`` folder (SHA-256 of its weights file) or a hub id."""
         folder = Path(_transformers_source(name))
+        if name in SHIPPED_TRANSFORMERS:
+            weights = folder / "model.safetensors"
+            return cls(name, "testbed", f"the testbed weights shipped with vitroll ({folder.name}/{weights.name})",
+                       file_sha256(weights))
         if folder.is_dir():
             weights = next((folder / f for f in _TRANSFORMERS_WEIGHTS if (folder / f).is_file()), None)
             return cls(name, "transformers-pretrained", f"transformers weights in {folder}",

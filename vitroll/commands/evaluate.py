@@ -1,5 +1,6 @@
 """``vitroll evaluate [FOLDER]``: score methods against ground-truth masks (folder of NAME.png + NAME_mask.png,
-or the generated shapes testbed): pointing game, energy in mask, top-10 % IoU, deletion and insertion AUC."""
+or the generated shapes testbed): pointing game, energy in mask, top-10 % IoU, deletion and insertion AUC.
+``--testbed-kind pairs`` / ``text`` score the image–text and text testbeds instead (their own metrics)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,30 @@ from pathlib import Path
 
 import numpy as np
 
+from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
     add_method_options, add_model_arguments, integer, method_options_from_args, model_from_args, number, output_folder,
-    preprocessing_from_args,
+    preprocessing_from_args, resolve_device,
 )
 from vitroll.errors import VitrollError
 from vitroll.methods import method_named
+from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
     evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
 )
+from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
+from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
+from vitroll.testbed.model import TESTBED_NAME
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
+TESTBEDS = {
+    "shapes": (TESTBED_NAME, DEFAULT_METHODS),
+    "pairs": ("vitroll-clip-shapes", "chefer,grad_rollout,rollout,random"),
+    "text": ("vitroll-text-keyword", "rollout,attention,flow,chefer,grad_rollout,random"),
+}
+"""Each testbed's shipped model (the default ``--model``) and default methods: the shapes images with their
+classifier, the two-shape images with a prompt naming one (an image–text model), the key-word sentences (a text
+classifier)."""
 
 
 def method_list(text: str) -> list[str]:
@@ -62,6 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=number(), default=0.0,
                         help="flag images whose --disagreement correlation is below this (default 0)")
+    parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
+                        help="which generated testbed --testbed N draws from: shapes (default), pairs (two shapes and "
+                             "a prompt naming one; default model vitroll-clip-shapes: pointing game on the named shape) "
+                             "or text (a planted key word among fillers and a group word; default model "
+                             "vitroll-text-keyword: pointing game on the key word, share on the group word)")
     parser.set_defaults(run=run)
 
 
@@ -85,6 +104,8 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.testbed_kind != "shapes":
+        return run_generated(args)
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
     method_options = method_options_from_args(args, args.methods)
@@ -107,4 +128,37 @@ def run(args: argparse.Namespace) -> int:
     plot_examples(result, images, args.out / "examples.png")
     print(table)
     print(f"wrote {args.out}/: per_image.csv summary.csv summary.md curves.png examples.png")
+    return 0
+
+
+def run_generated(args: argparse.Namespace) -> int:
+    """``--testbed-kind pairs`` or ``text``: the generated image–text or text testbed, its own metrics."""
+    if args.folder:
+        raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
+    if args.disagreement:
+        raise ValueError("--disagreement compares maps of the shapes testbed or a folder")
+    default_model, default_methods = TESTBEDS[args.testbed_kind]
+    model_name = default_model if args.model == TESTBED_NAME else args.model
+    methods = method_list(default_methods) if args.methods == method_list(DEFAULT_METHODS) else args.methods
+    method_options = method_options_from_args(args, methods)
+    model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
+                       device=resolve_device(args.device))
+    count = args.testbed or 200
+    if args.testbed_kind == "pairs":
+        rows = evaluate_pairs(model, pair_images(count, args.seed), methods, method_options=method_options,
+                              batch_size=args.batch_size)
+        metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {args.seed}"
+    else:
+        rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, args.seed), methods,
+                             method_options=method_options, batch_size=args.batch_size)
+        metrics, source = TEXT_METRICS, f"{count} key-word sentences, seed {args.seed}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows, metrics)
+    table = markdown_table(summary, metrics)
+    write_csv(args.out / "per_input.csv", rows)
+    write_csv(args.out / "summary.csv", summary)
+    (args.out / "summary.md").write_text(f"{source}, model {model_name}; mean ± 95 % CI\n\n{table}\n",
+                                         encoding="utf-8")
+    print(table)
+    print(f"wrote {args.out}/: per_input.csv summary.csv summary.md")
     return 0

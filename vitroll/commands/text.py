@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             heading += f"  explained: {result.target}"
         console.print(heading, markup=False)
         console.print(terminal_text(result.segments))
-        console.print("  words: " + ", ".join(f"{word.word} {word.score:.3f}" for word in result.top_words),
+        console.print("  words: " + ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words),
                       markup=False)
     html, scores_json, _scores_csv = write_text_report(args.out, results, model=args.model, method=args.method)
     console.print(f"{len(results)} texts -> {html} (scores: {scores_json} and .csv)", markup=False)

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from torch import nn
@@ -172,25 +172,26 @@ def mean_and_ci(values: Sequence[float]) -> tuple[float, float]:
     return float(values.mean()), float(1.96 * values.std(ddof=1) / math.sqrt(len(values)))
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per method: ``<metric>`` mean and ``<metric>_ci95`` for every metric, plus ``images``."""
+def summarize(rows: Sequence[dict[str, Any]], metrics: Mapping[str, str] = METRICS) -> list[dict[str, Any]]:
+    """One row per method: ``<metric>`` mean and ``<metric>_ci95`` for every metric of ``metrics`` (column → heading;
+    the image testbed's by default), plus ``images`` (how many rows it has)."""
     methods = list(dict.fromkeys(row["method"] for row in rows))
     table = []
     for method in methods:
         mine = [row for row in rows if row["method"] == method]
         entry: dict[str, Any] = {"method": method, "images": len(mine)}
-        for metric in METRICS:
+        for metric in metrics:
             entry[metric], entry[f"{metric}_ci95"] = mean_and_ci([row[metric] for row in mine])
         table.append(entry)
     return table
 
 
-def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
-    """The summary as a Markdown table, ``mean ± ci95`` per cell."""
-    header = "| method | " + " | ".join(METRICS.values()) + " |"
-    lines = [header, "|---" * (len(METRICS) + 1) + "|"]
+def markdown_table(summary: Sequence[dict[str, Any]], metrics: Mapping[str, str] = METRICS) -> str:
+    """The summary as a Markdown table, ``mean ± ci95`` per cell, a column per metric of ``metrics``."""
+    header = "| method | " + " | ".join(metrics.values()) + " |"
+    lines = [header, "|---" * (len(metrics) + 1) + "|"]
     for entry in summary:
-        cells = [f"{entry[m]:.3f} ± {entry[f'{m}_ci95']:.3f}" for m in METRICS]
+        cells = [f"{entry[m]:.3f} ± {entry[f'{m}_ci95']:.3f}" for m in metrics]
         lines.append(f"| {entry['method']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -45,7 +45,7 @@ class ShapeSample:
     """Target bounding box (top, left, bottom, right), bottom/right exclusive."""
 
 
-def _draw(canvas: np.ndarray, shape: int, center: tuple[float, float], size: float, angle: float, color) -> None:
+def draw_shape(canvas: np.ndarray, shape: int, center: tuple[float, float], size: float, angle: float, color) -> None:
     """Draw ``CLASSES[shape]`` filled, ``size`` = side of its bounding box, rotated by ``angle`` radians."""
     cy, cx = center
     half = size / 2
@@ -67,7 +67,8 @@ def _draw(canvas: np.ndarray, shape: int, center: tuple[float, float], size: flo
     cv2.fillPoly(canvas, [np.round(points * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
 
 
-def _background(rng: np.random.Generator, size: int, clutter: float) -> np.ndarray:
+def background(rng: np.random.Generator, size: int, clutter: float) -> np.ndarray:
+    """A dim (size, size, 3) float canvas in [0, 1], with coarse and fine texture noise scaled by ``clutter``."""
     base = rng.uniform(0.15, 0.45, size=3)
     coarse = rng.normal(0, 1, size=(size // 8, size // 8, 3))
     texture = cv2.resize(coarse, (size, size), interpolation=cv2.INTER_CUBIC)
@@ -75,7 +76,8 @@ def _background(rng: np.random.Generator, size: int, clutter: float) -> np.ndarr
     return base + clutter * (0.06 * texture + 0.04 * fine)
 
 
-def _colour(rng: np.random.Generator) -> np.ndarray:
+def shape_colour(rng: np.random.Generator) -> np.ndarray:
+    """A bright RGB colour (3,) in [0.55, 1]: every shape, target or distractor, draws from the same range."""
     return rng.uniform(0.55, 1.0, size=3)
 
 
@@ -84,7 +86,7 @@ def sample(seed: int, index: int, config: ShapesConfig = ShapesConfig()) -> Shap
     rng = np.random.default_rng([seed, index])
     size = config.image_size
     label = int(rng.integers(len(CLASSES)))
-    canvas = _background(rng, size, config.clutter)
+    canvas = background(rng, size, config.clutter)
 
     target_side = rng.uniform(*config.target_size)
     margin = target_side / 2 + 1
@@ -99,11 +101,11 @@ def sample(seed: int, index: int, config: ShapesConfig = ShapesConfig()) -> Shap
         # keep distractors off the target so its mask stays its own
         if np.hypot(*(where - center)) < (target_side + side) / 2 + 2:
             continue
-        _draw(canvas, int(rng.integers(len(CLASSES))), tuple(where), side, rng.uniform(0, np.pi), tuple(_colour(rng)))
+        draw_shape(canvas, int(rng.integers(len(CLASSES))), tuple(where), side, rng.uniform(0, np.pi), tuple(shape_colour(rng)))
 
     mask_canvas = np.zeros((size, size), dtype=np.float64)
-    _draw(mask_canvas, label, center, target_side, angle, 1.0)
-    colour = _colour(rng)
+    draw_shape(mask_canvas, label, center, target_side, angle, 1.0)
+    colour = shape_colour(rng)
     canvas = canvas * (1 - mask_canvas[..., None]) + colour * mask_canvas[..., None]
     image = np.clip(canvas * 255 + 0.5, 0, 255).astype(np.uint8)
     mask = mask_canvas >= 0.5
