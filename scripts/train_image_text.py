@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 
 import numpy as np
@@ -27,14 +26,10 @@ from vitroll.testbed.image_text_model import (
 )
 from vitroll.testbed.shape_pairs import PROMPTS, PairsConfig, prompt_for, samples
 from vitroll.testbed.shapes import CLASSES
+from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = PairsConfig()
-
-
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """(n, S, S, 3) uint8 → (n, 3, S, S) float normalised with mean = std = 0.5 (the saved image processor)."""
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
 def split(seed: int, count: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,13 +56,6 @@ def prompt_ids(tokenizer, template: int) -> dict[str, torch.Tensor]:
     return dict(tokenizer(texts, padding=True, return_tensors="pt"))
 
 
-def augment(images: torch.Tensor) -> torch.Tensor:
-    """Random flips and quarter turns: which shapes an image holds does not depend on them."""
-    if torch.rand(()) < 0.5:
-        images = images.flip(-1)
-    return torch.rot90(images, int(torch.randint(4, ())), dims=(-2, -1))
-
-
 @torch.no_grad()
 def pair_accuracy(model, tokenizer, images: torch.Tensor, targets: torch.Tensor) -> float:
     """Share of images whose two best prompts (every template, logits averaged) name their two shapes."""
@@ -77,12 +65,6 @@ def pair_accuracy(model, tokenizer, images: torch.Tensor, targets: torch.Tensor)
     model.train()
     chosen = torch.zeros_like(targets).scatter_(1, logits.topk(2, dim=1).indices, 1.0)
     return (chosen == targets).all(dim=1).float().mean().item()
-
-
-def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 def write_model_card(record: dict) -> None:
@@ -123,14 +105,8 @@ Not a model of anything real: use it to check that an image–text explanation f
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.05)
-    parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--eval-every", type=int, default=250)
+    add_training_arguments(parser, steps=2000, batch_size=64, lr=1e-3, weight_decay=0.05, warmup=200, eval_every=250)
     parser.add_argument("--test-images", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -142,16 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     loader = DataLoader(TrainingBatches(args.batch_size, args.steps), batch_size=None, num_workers=1, prefetch_factor=4)
     curve, running_loss, started = [], 0.0, time.perf_counter()
     for step, (images, targets) in enumerate(loader):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
         texts = prompt_ids(tokenizer, int(torch.randint(len(PROMPTS), ())))
         logits = model(pixel_values=augment(images), **texts).logits_per_image
         loss = F.cross_entropy(logits, targets / targets.sum(1, keepdim=True))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        running_loss += loss.item()
+        running_loss += optimise(model, optimizer, loss, step, args)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             point = dict(step=step + 1, minutes=round((time.perf_counter() - started) / 60, 2),
                          train_loss=round(running_loss / args.eval_every, 4),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,13 +24,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from vitroll.testbed.model import ARCHITECTURE, DATA, WEIGHTS, build_testbed_model
 from vitroll.testbed.shapes import CLASSES, arrays
+from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
-
-
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """(n, S, S, 3) uint8 → (n, 3, S, S) float normalised with mean = std = 0.5 (the model's pretrained_cfg)."""
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
 
 class TrainingBatches(IterableDataset):
@@ -50,26 +45,12 @@ class TrainingBatches(IterableDataset):
             yield to_tensor(images), torch.from_numpy(labels)
 
 
-def augment(images: torch.Tensor) -> torch.Tensor:
-    """Random flips and quarter turns: the class of a shape does not depend on them."""
-    if torch.rand(()) < 0.5:
-        images = images.flip(-1)
-    return torch.rot90(images, int(torch.randint(4, ())), dims=(-2, -1))
-
-
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
     model.eval()
     predictions = torch.cat([model(chunk).argmax(-1) for chunk in images.split(256)])
     model.train()
     return (predictions == labels).float().mean().item()
-
-
-def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def write_model_card(curve_file: Path) -> None:
@@ -110,15 +91,9 @@ Not a model of anything real: use it to check that an explanation method finds a
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.05)
-    parser.add_argument("--warmup", type=int, default=300)
+    add_training_arguments(parser, steps=3000, batch_size=128, lr=1e-3, weight_decay=0.05, warmup=300, eval_every=250)
     parser.add_argument("--ramp", type=float, default=0.3, help="fraction of steps over which clutter rises to full")
-    parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument("--test-images", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--curve", type=Path, default=WEIGHTS.with_name("training_curve.json"))
     parser.add_argument("--card-only", action="store_true", help="rewrite MODEL_CARD.md from --curve and stop")
@@ -141,14 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     running_loss = 0.0
     for step, (images, labels) in enumerate(loader):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
         loss = F.cross_entropy(model(augment(images)), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        running_loss += loss.item()
+        running_loss += optimise(model, optimizer, loss, step, args)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             point = dict(
                 step=step + 1, minutes=round((time.perf_counter() - started) / 60, 2),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 
 from vitroll.testbed.text import CLASSES, KEYWORD, SHORTCUT, TextConfig, samples
 from vitroll.testbed.text_model import ARCHITECTURE, FOLDERS, build_text_model, build_text_tokenizer
+from vitroll.testbed.training import add_training_arguments, optimise
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = {"keyword": KEYWORD, "shortcut": SHORTCUT}
@@ -39,12 +39,6 @@ def accuracy(model, data: dict[str, torch.Tensor]) -> float:
     logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"]).logits
     model.train()
     return (logits.argmax(-1) == data["labels"]).float().mean().item()
-
-
-def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
 def write_model_card(folder: Path) -> None:
@@ -95,16 +89,10 @@ def train(name: str, args: argparse.Namespace) -> None:
     validation = {kind: encode(tokenizer, VALIDATION_SEED, 1000, data) for kind, data in DATA.items()}
     curve, running_loss, started = [], 0.0, time.perf_counter()
     for step in range(args.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
         batch = encode(tokenizer, TRAIN_SEED, args.batch_size, config, start=step * args.batch_size)
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         loss = F.cross_entropy(logits, batch["labels"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        running_loss += loss.item()
+        running_loss += optimise(model, optimizer, loss, step, args)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             point = dict(step=step + 1, minutes=round((time.perf_counter() - started) / 60, 2),
                          train_loss=round(running_loss / args.eval_every, 4),
@@ -137,14 +125,8 @@ def train(name: str, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(DATA), help="train one of the two models")
-    parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.01)
-    parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--eval-every", type=int, default=100)
+    add_training_arguments(parser, steps=1500, batch_size=128, lr=2e-3, weight_decay=0.01, warmup=100, eval_every=100)
     parser.add_argument("--test-sentences", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
