@@ -196,7 +196,7 @@ def _build_open_clip(name: str, *, pretrained: bool) -> nn.Module:
     try:
         import open_clip
     except ImportError:
-        raise ModelLoadError(f"{name}: open_clip is not installed; pip install "vitroll[clip]"") from None
+        raise ModelLoadError(f'{name}: open_clip is not installed; pip install "vitroll[clip]"') from None
     if pretrained:
         raise ModelLoadError(f"{name}: open_clip's pretrained weights are downloaded by tag; pass the weights as "
                              "--checkpoint FILE (open_clip_model.safetensors)")
