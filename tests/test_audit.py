@@ -374,7 +374,7 @@ def test_flagged_cases_come_first_in_the_table():
     html = render_html(report)
     table = html[html.index('id="case-table"'):]
     assert [m for m in re.findall(r'<tr id="(case-[^"]+)"', table)] == ["case-1", "case-3", "case-2", "case-0", "case-bad"]
-    assert table.count("class=flagged") == 2
+    assert table.count('class="flagged"') == 2
 
 
 def test_group_by_parsing():
