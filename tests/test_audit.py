@@ -243,6 +243,26 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     assert len(rows) == 8
 
 
+
+def test_every_value_in_the_html_report_is_escaped():
+    from vitroll.audit.report import AuditReport, render_html
+
+    hostile = '<script>alert("x")</script> & \'q\''
+    rows = [AuditRow(case="case-0", study="s", input_number=1, metadata={"ManufacturerModelName": hostile},
+                     metrics={"outside_body": 0.2, "border": 0.0, "annotation": 0.0}, not_measured={"border": hostile},
+                     prediction=hostile, text_check=hostile, text_regions=0),
+            AuditRow(case="case-bad", study="s", input_number=2, error=hostile)]
+    report = AuditReport(rows=rows, options=AuditOptions(salt="x"), settings=ExplainSettings(), files=2,
+                         provenance=ModelProvenance(hostile, "checkpoint", hostile))
+    parser = Collector()
+    parser.feed(render_html(report))
+    parser.close()
+    assert [tag for tag, _ in parser.tags].count("script") == 1  # the table sorter, nothing injected
+    # group cell, scanner cell, prediction, text check, error reason, model, weights; the hover title of "not measured"
+    assert "".join(parser.text).count(hostile) == 7
+    assert [attrs["title"] for tag, attrs in parser.tags if attrs.get("class") == "not-measured"] == [hostile]
+    assert "None" not in "".join(parser.text)  # an absent value is an empty cell
+
 # --- (d) an off-anatomy shortcut is flagged ---------------------------------------------------------------------------
 
 def _fixed_map(cells: tuple[slice, slice]):
@@ -374,7 +394,7 @@ def test_flagged_cases_come_first_in_the_table():
     html = render_html(report)
     table = html[html.index('id="case-table"'):]
     assert [m for m in re.findall(r'<tr id="(case-[^"]+)"', table)] == ["case-1", "case-3", "case-2", "case-0", "case-bad"]
-    assert table.count("class=flagged") == 2
+    assert table.count('class="flagged"') == 2
 
 
 def test_group_by_parsing():

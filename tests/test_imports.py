@@ -157,15 +157,16 @@ LAYERS = [
     ("vitroll.models", "vitroll.testbed", "vitroll.preprocess", "vitroll.capture", "vitroll.adapters"),
     ("vitroll.methods",),
     ("vitroll.maps", "vitroll.overlay", "vitroll.metrics", "vitroll.words", "vitroll.text_view"),
-    ("vitroll.pipelines", "vitroll.audit"),
+    ("vitroll.pipelines", "vitroll.audit", "vitroll.templates"),
     ("vitroll.app",),
     ("vitroll.commands",),
     ("vitroll.cli", "vitroll.__main__"),
 ]
 """Floors of the data path, lowest first: reading files; the model, its adapters, its input transform and the
-capture of its attention; methods; maps and overlays; pipelines; the explorer's page; commands; the command line. A
-module may import its own floor and those below, never one above. A name stands for the module and everything under
-it; the longest name that matches decides (``vitroll.testbed.shapes`` sits below the rest of ``vitroll.testbed``)."""
+capture of its attention; methods; maps and overlays; pipelines, the audit and the HTML pages' templates; the
+explorer's page; commands; the command line. A module may import its own floor and those below, never one above. A
+name stands for the module and everything under it; the longest name that matches decides (``vitroll.testbed.shapes``
+sits below the rest of ``vitroll.testbed``)."""
 
 FACADE = "vitroll"
 """``vitroll/__init__.py`` re-exports the public names of every floor, so it sits above them all."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import html
 import io
 import json
 import math
@@ -28,6 +27,7 @@ from vitroll.audit.summary import group_table, sentences
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
+from vitroll.templates import render
 
 METRIC_LABELS = {
     "outside_body": "outside body", "border": "border band", "annotation": "on annotations",
@@ -192,151 +192,8 @@ def histograms(report: AuditReport) -> Optional[bytes]:
     return encode_png(np.ascontiguousarray(np.asarray(canvas.buffer_rgba())[..., :3]), compression=6)
 
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1400px}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
-.summary p{margin:.35em 0;line-height:1.45}.summary .cases{font-size:.85em;color:#555}
-table{border-collapse:collapse;font-size:.85em}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:middle}
-th{background:#eef;cursor:pointer;user-select:none;position:sticky;top:0}th.sorted-asc::after{content:" ▲"}th.sorted-desc::after{content:" ▼"}
-tr.flagged td{background:#fdecea}td.num{text-align:right;font-variant-numeric:tabular-nums}
-:target td{outline:2px solid #e67e22}img.thumb{display:block;max-width:192px}
-.legend{font-size:.85em;color:#555}td.not-measured{color:#777;font-style:italic}
-.banner{background:#c0392b;color:#fff;font-weight:bold;padding:.6em .8em;font-size:1.1em}
-.phi{font-size:.85em;color:#555;border-left:3px solid #4a7ab5;padding-left:.6em}
-"""
-
-_SORTER = """
-document.querySelectorAll("table.sortable th").forEach(function (th) {
-  th.addEventListener("click", function () {
-    var table = th.closest("table"), body = table.tBodies[0], col = th.cellIndex;
-    var up = !th.classList.contains("sorted-asc");
-    table.querySelectorAll("th").forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
-    th.classList.add(up ? "sorted-asc" : "sorted-desc");
-    function key(row) { var c = row.cells[col], v = c.getAttribute("data-v"); v = v === null ? c.textContent.trim() : v;
-      var n = parseFloat(v); return isNaN(n) ? [1, v.toLowerCase()] : [0, n]; }
-    Array.prototype.slice.call(body.rows).map(function (r) { return [key(r), r]; }).sort(function (a, b) {
-      var x = a[0], y = b[0], s = x[0] !== y[0] ? x[0] - y[0] : (x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0);
-      return x[0] !== y[0] ? s : (up ? s : -s);
-    }).forEach(function (p) { body.appendChild(p[1]); });
-  });
-});
-"""
-
-
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num_cell(value: object, digits: int = 3) -> str:
-    number = _finite(value)
-    return f'<td class="num" data-v="{"" if number is None else number!r}">{_fmt(number, digits)}</td>'
-
-
-def _summary_html(report: AuditReport) -> str:
-    parts = []
-    for sentence in report.sentences():
-        text = f'<a href="#{_e(sentence.anchor)}">{_e(sentence.text)}</a>' if sentence.anchor else _e(sentence.text)
-        links = ", ".join(f'<a href="#{_e(case)}">{_e(case)}</a>' for case in sentence.cases[:12])
-        more = f" and {len(sentence.cases) - 12} more" if len(sentence.cases) > 12 else ""
-        parts.append(f"<p>{text}" + (f' <span class="cases">({links}{more})</span>' if links else "") + "</p>")
-    return "\n".join(parts)
-
-
-def _groups_html(report: AuditReport) -> str:
-    fields = report.options.group_by
-    if not fields or not report.images:
-        return "<p>No grouping (pass --group-by).</p>" if not fields else "<p>No images.</p>"
-    names = report.metric_names
-    head = "".join(f"<th>{_e(f)}</th>" for f in fields) + "<th>images</th><th>flagged</th>" + "".join(
-        f"<th>{_e(METRIC_LABELS[n])} mean</th><th>{_e(METRIC_LABELS[n])} median</th>" for n in names)
-    body = []
-    for entry in report.groups():
-        cells = "".join(f"<td>{_e(v)}</td>" for v in entry["group"].values())
-        cells += _num_cell(entry["count"], 0) + _num_cell(entry["flagged"], 0)
-        cells += "".join(_num_cell(entry["metrics"][n]["mean"]) + _num_cell(entry["metrics"][n]["median"]) for n in names)
-        body.append(f"<tr>{cells}</tr>")
-    return f'<table class="sortable" id="group-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _metric_cell(row: AuditRow, name: str) -> str:
-    """A metric's cell; ``not measured`` (the reason on hover, sorted last) where a rule left it NaN."""
-    if name in row.not_measured:
-        return f'<td class="not-measured" title="{_e(row.not_measured[name])}" data-v="">not measured</td>'
-    return _num_cell(row.metrics.get(name))
-
-
-def _cases_html(report: AuditReport) -> str:
-    names = report.metric_names
-    ids = ID_FIELDS if report.options.keep_ids else ()
-    head = ("<th>image</th><th>case</th><th>flag</th>" + "".join(f"<th>{_e(METRIC_LABELS[n])}</th>" for n in names)
-            + "<th>prediction</th><th>p</th>" + "".join(f"<th>{_e(f)}</th>" for f in GROUP_FIELDS)
-            + "<th>study</th><th>frame</th><th>text regions filled</th><th>pixels searched for text</th>"
-            + "".join(f"<th>{_e(f)}</th>" for f in ids))
-    body = []
-    for row in report.images:
-        image = (f'<a href="{_e(row.overlay_file)}"><img class="thumb" alt="overlay {_e(row.case)}" '
-                 f'src="{_png_uri(row.thumbnail)}"></a>' if row.thumbnail else "")
-        cells = (f"<td>{image}</td><td>{_e(row.case)}</td>"
-                 f'<td data-v="{0 if row.flagged else 1}">{"FLAGGED" if row.flagged else ""}</td>'
-                 + "".join(_metric_cell(row, n) for n in names)
-                 + f"<td>{_e(row.prediction)}</td>" + _num_cell(row.probability)
-                 + "".join(f"<td>{_e(row.metadata.get(f))}</td>" for f in GROUP_FIELDS)
-                 + f"<td>{_e(row.study)}</td><td>{_e(row.frame)}</td>"
-                 + _num_cell(row.text_regions, 0) + f"<td>{_e(row.text_check)}</td>"
-                 + "".join(f"<td>{_e(row.identifiers.get(f))}</td>" for f in ids))
-        body.append(f'<tr id="{_e(row.case)}"{" class=flagged" if row.flagged else ""}>{cells}</tr>')
-    return f'<table class="sortable" id="case-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _errors_html(report: AuditReport) -> str:
-    if not report.errors:
-        return "<p>Every file was read.</p>"
-    extra = "<th>file</th>" if report.options.keep_ids else ""
-    rows = "".join(f'<tr id="{_e(row.case)}">' + _num_cell(row.input_number, 0)
-                   + f"<td>{_e(row.case)}</td><td>{_e(row.error)}</td>"
-                   + (f"<td>{_e(row.identifiers.get('file'))}</td>" if report.options.keep_ids else "") + "</tr>"
-                   for row in report.errors)
-    return (f'<p class="legend">Each file is listed by its number in the input list. {_e(INPUT_ORDER)}</p>'
-            f'<table class="sortable" id="error-table"><thead><tr><th>file number</th><th>case</th><th>reason</th>'
-            f"{extra}</tr></thead><tbody>{rows}</tbody></table>")
-
-
-def _provenance_html(report: AuditReport) -> str:
-    """Who made the maps: vitroll's version, the model, its weights (a loud banner when random or unstated)."""
-    source = report.provenance
-    digest = f"; SHA-256 {source.sha256}" if source.sha256 else ""
-    line = (f'<p class="provenance" id="provenance">Produced by vitroll {_e(__version__)} with model '
-            f"<b>{_e(source.model)}</b>, weights: {_e(source.description)}{_e(digest)}.</p>")
-    if source.random:
-        return ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained '
-                "or --checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>"
-                + line)
-    if source.weights == "not stated":
-        return ('<p class="banner" id="unstated-weights">The caller did not state where the weights came from; '
-                "check them before trusting this report.</p>" + line)
-    return line
-
-
-def _burned_in_text_html(report: AuditReport) -> str:
-    """The banner on burned-in text: a warning when it was kept, else what was searched and filled."""
-    if report.options.keep_burned_in_text:
-        return ('<p class="banner" id="burned-in-text-kept">Burned-in text was NOT searched for or removed '
-                "(--keep-burned-in-text): the pixels were not checked, and the images below may show names, IDs and "
-                "dates written into them.</p>")
-    searched = [row for row in report.images if row.text_regions is not None]
-    regions = sum(row.text_regions for row in searched)
-    with_text = sum(1 for row in searched if row.text_regions)
-    skipped = len(report.images) - len(searched)
-    return (f'<p class="phi">Burned-in text: {len(searched)} of {len(report.images)} images searched with a text '
-            f"detector; {regions} text region{'s' if regions != 1 else ''} in {with_text} of them filled black in "
-            f"every image of this report"
-            + (f"; {skipped} not searched because the header says BurnedInAnnotation NO" if skipped else "")
-            + ". The column “pixels searched for text” gives each image's reason.</p>")
-
-
 def render_html(report: AuditReport) -> str:
-    """The whole report as one HTML document with everything inline."""
-    hist = histograms(report)
+    """The whole report as one HTML document with everything inline (``audit.html.j2``, every value escaped)."""
     settings = report.settings_record()
     window = settings["window_width_level"]
     phi = ("Identifiers are included (--keep-ids): this report is NOT de-identified." if report.options.keep_ids else
@@ -344,34 +201,15 @@ def render_html(report: AuditReport) -> str:
             "De-identified") + ": no names, IDs, dates, institutions, accession numbers or file names in the text. "
            "Cases and studies are keys hashed with a salt that is not stored; only scanner, body part, modality, sex "
            "and age band are shown.")
-    method = ", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>vitroll saliency audit</title>
-<style>{_STYLE}</style></head>
-<body>
-<h1>Saliency audit</h1>
-{_provenance_html(report)}
-<p class="phi">{_e(phi)}</p>
-{_burned_in_text_html(report)}
-<section class="summary" id="summary"><h2>Summary</h2>
-{_summary_html(report)}
-</section>
-<p class="legend">Method {_e(report.settings.method)} ({_e(method)}); window {_e(f"W {window[0]:g}, L {window[1]:g}" if window else "from each file")};
-an image is flagged when more than {_e(_fmt(report.options.flag_threshold, 2))} of its saliency lies outside the body;
-the border band is {_e(_fmt(report.options.metrics.border_fraction, 2))} of each side.
-Thumbnails: body outline green, likely burned-in annotations magenta, region of interest cyan, peak white cross.</p>
-<section id="groups"><h2>By {_e(", ".join(report.options.group_by) or "group")}</h2>
-{_groups_html(report)}
-</section>
-<section id="histograms"><h2>Distributions</h2>
-{f'<img alt="histograms of the metrics" src="{_png_uri(hist)}">' if hist else "<p>No images.</p>"}
-</section>
-<section id="cases"><h2>Images ({len(report.images)}; flagged first; click a column to sort)</h2>
-{_cases_html(report)}
-</section>
-<section id="errors"><h2>Files that could not be read ({len(report.errors)})</h2>
-{_errors_html(report)}
-</section>
-<script>{_SORTER}</script>
-</body></html>
-"""
+    searched = [row for row in report.images if row.text_regions is not None]
+    text_search = {"searched": len(searched), "regions": sum(row.text_regions for row in searched),
+                   "with_text": sum(1 for row in searched if row.text_regions),
+                   "skipped": len(report.images) - len(searched)}
+    return render(
+        "audit.html.j2", report=report, options=report.options, settings=report.settings,
+        provenance=report.provenance, version=__version__, phi=phi, text_search=text_search,
+        sentences=report.sentences(), groups=report.groups(), histograms=histograms(report),
+        method_options=", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options",
+        window=f"W {window[0]:g}, L {window[1]:g}" if window else "from each file",
+        labels=METRIC_LABELS, group_fields=GROUP_FIELDS, id_fields=ID_FIELDS if report.options.keep_ids else (),
+        input_order=INPUT_ORDER, as_finite=_finite, formatted=_fmt, png_uri=_png_uri)

@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import jinja2
 import numpy as np
 
 from vitroll.io.images import write_atomic
+from vitroll.templates import render
 
 PAGE_SIZE = 60
 ENTROPY_BINS = 10
@@ -29,9 +29,6 @@ SORT_KEYS = (("path", "name"), ("top1_probability", "probability"), ("entropy", 
              ("top10_mass", "top-10 % mass"), ("agreement", "agreement"), ("top1_name", "class"))
 TEXT_KEYS = ("path", "top1_name")
 """Sort keys whose values are text: a missing value sorts as "" among them, as −∞ among numbers."""
-
-_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("vitroll.pipelines", "templates"),
-                                autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 def _finite(value: object) -> Optional[float]:
@@ -83,7 +80,7 @@ def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]]) -> Path
     write_atomic(out_dir / "gallery" / "rows.js", data.encode())
     failed = sum(row["status"] != "ok" for row in page_rows)
     first = next((row for row in rows if row.get("status") == "ok"), {})
-    html = _TEMPLATES.get_template("gallery.html.j2").render(
+    html = render("gallery.html.j2",
         title=out_dir.resolve().name, model=first.get("model", "—"), method=first.get("method", "—"),
         counts={"ok": len(page_rows) - failed, "failed": failed, "total": len(page_rows)},
         classes=class_summary(rows), statuses=sorted({row["status"] for row in page_rows}), sort_keys=SORT_KEYS,

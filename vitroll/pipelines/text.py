@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-import jinja2
 from torch import nn
 
 from vitroll.io.images import write_atomic
@@ -20,11 +19,10 @@ from vitroll.methods import method_named
 from vitroll.methods.gradients import resolve_targets
 from vitroll.methods.text_batch import Position, text_batch
 from vitroll.models import class_names
+from vitroll.templates import render
 from vitroll.text_view import HIGH, LOW, Segment, segments
 from vitroll.words import WordScore, word_scores
 
-_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("vitroll.pipelines", "templates"),
-                                autoescape=True, undefined=jinja2.StrictUndefined)
 TOP_WORDS = 5
 
 
@@ -107,7 +105,7 @@ def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, m
     """Write ``text.html`` (shaded tokens and predictions), ``scores.json`` (every token and word with its score) and
     ``scores.csv`` (one row per token and per word) into ``out_dir``; returns their paths."""
     out_dir = Path(out_dir)
-    html = _TEMPLATES.get_template("text.html.j2").render(
+    html = render("text.html.j2",
         results=results, model=model, method=method, low="#%02x%02x%02x" % LOW, high="#%02x%02x%02x" % HIGH)
     records = [result.as_record() for result in results]
     table = io.StringIO()

@@ -1,0 +1,29 @@
+"""The HTML pages vitroll writes — the annotate gallery, the text page and the audit report — as jinja2 templates that
+extend one base page (``base.html.j2``: skeleton and shared style), and the one environment that renders them."""
+
+from __future__ import annotations
+
+import functools
+
+import jinja2
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The environment of vitroll's templates, built once.
+
+    Autoescape is on, so every value a renderer passes is HTML-escaped unless it is marked safe; a name a template
+    uses but the renderer did not pass is an error (``StrictUndefined``), not an empty string; ``None`` prints as
+    nothing (an empty cell), not as the word.
+    """
+    return jinja2.Environment(loader=jinja2.PackageLoader("vitroll", "templates"), autoescape=True,
+                              undefined=jinja2.StrictUndefined, finalize=_blank_none)
+
+
+def _blank_none(value: object) -> object:
+    return "" if value is None else value
+
+
+def render(template: str, **context: object) -> str:
+    """The page ``template`` (a file name in this folder, e.g. ``"audit.html.j2"``) filled with ``context``."""
+    return environment().get_template(template).render(**context)
