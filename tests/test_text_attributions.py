@@ -96,3 +96,11 @@ def test_the_cli_explains_texts_with_integrated_gradients(saved_classifier, tmp_
     for b, entry in enumerate(report["texts"]):
         np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])],
                                    atol=1e-6)
+
+
+def test_no_steps_or_samples_is_named():
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    with pytest.raises(ValueError, match="steps must be at least 1; got 0"):
+        vitroll.integrated_gradients(bert(), ids, attention_mask=mask, steps=0)
+    with pytest.raises(ValueError, match="samples must be at least 1; got -2"):
+        vitroll.gradient_shap(bert(), ids, attention_mask=mask, samples=-2)

@@ -40,6 +40,12 @@ def _captum_attr():
     return captum.attr
 
 
+def _check_at_least_one(**counts: int) -> None:
+    for name, count in counts.items():
+        if count < 1:
+            raise ValueError(f"{name} must be at least 1; got {count}")
+
+
 def _signed(attributions: torch.Tensor, sign: Sign) -> torch.Tensor:
     if sign not in _SIGNS:
         raise ValueError(f"sign must be one of {', '.join(_SIGNS)}; got {sign!r}")
@@ -147,6 +153,7 @@ def integrated_gradients(
     its other tokens (end-of-text included) are words it reads. With ``sign="signed"`` the scores sum to
     score(input) − score(baseline) up to the Riemann error. Float32 on the model's device.
     """
+    _check_at_least_one(steps=steps)
     attr = _captum_attr()
 
     def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:
@@ -178,6 +185,7 @@ def gradient_shap(
     ``noise`` relative to the standard deviation of the texts' word embeddings; token scores (B, L), padded
     positions 0.
     """
+    _check_at_least_one(samples=samples)
     attr = _captum_attr()
 
     def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:
