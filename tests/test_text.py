@@ -212,8 +212,6 @@ def test_mistakes_are_named():
         import timm
         vitroll.rollout(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1), torch.randn(1, 3, 32, 32),
                         attention_mask=mask)
-    with pytest.raises(vitroll.UnsupportedModelError, match="integrated_gradients and gradient_shap attribute pixels"):
-        vitroll.integrated_gradients(model, ids, attention_mask=mask)
 
 
 def test_the_verbs_signature_names_the_text_keywords():

@@ -1,27 +1,35 @@
 """Attribution baselines that ignore attention: Integrated Gradients and GradientSHAP, through captum.
 
-They attribute the target class's logit to input pixels; the absolute attribution, summed over colour
-channels and averaged over each patch, becomes a (B, h, w) map on the same patch grid as every attention
-method, so the same pipelines, metrics and comparisons apply. captum is an optional extra:
+They attribute the target class's logit to the model's continuous inputs. For a vision model these are the
+pixels: the attribution, summed over colour channels and averaged over each patch, becomes a (B, h, w) map on the
+same patch grid as every attention method. For a text model (token ids have no gradient) they are the word
+embeddings (B, L, D), the output of ``model.get_input_embeddings()`` — position and segment embeddings are added
+after it and stay as they are: the attribution summed over the embedding dimension is one score per token (B, L),
+padded positions 0. So the same pipelines, metrics and comparisons apply. captum is an optional extra:
 ``pip install "vitroll[attr]"``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import replace
+from typing import Callable, Literal, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.errors import UnsupportedModelError, VitrollError
-from vitroll.methods.image_batch import Images
+from vitroll.errors import VitrollError
+from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
-from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, resolve_targets
+from vitroll.methods.inputs import Inputs
+from vitroll.methods.registry import register_method
 
 Sign = Literal["absolute", "positive", "signed"]
+
+_SIGNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "absolute": torch.abs, "positive": lambda a: a.clamp(min=0), "signed": lambda a: a}
 
 
 def _captum_attr():
@@ -32,51 +40,135 @@ def _captum_attr():
     return captum.attr
 
 
+def _check_at_least_one(**counts: int) -> None:
+    for name, count in counts.items():
+        if count < 1:
+            raise ValueError(f"{name} must be at least 1; got {count}")
+
+
+def _signed(attributions: torch.Tensor, sign: Sign) -> torch.Tensor:
+    if sign not in _SIGNS:
+        raise ValueError(f"sign must be one of {', '.join(_SIGNS)}; got {sign!r}")
+    return _SIGNS[sign](attributions)
+
+
 def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign) -> torch.Tensor:
     """Pixel attributions (B, C, H, W) → patch-grid map (B, h, w): |a|, a⁺ or a (``sign``) summed over
     channels, averaged per patch."""
-    transforms = {"absolute": torch.abs, "positive": lambda a: a.clamp(min=0), "signed": lambda a: a}
-    if sign not in transforms:
-        raise ValueError(f"sign must be one of {', '.join(transforms)}; got {sign!r}")
-    per_pixel = transforms[sign](attributions)
-    return F.adaptive_avg_pool2d(per_pixel.sum(dim=1, keepdim=True).float(), grid).squeeze(1)
+    return F.adaptive_avg_pool2d(_signed(attributions, sign).sum(dim=1, keepdim=True).float(), grid).squeeze(1)
 
 
-def _attribute(model: nn.Module, images: Images, target_class: TargetClass, sign: Sign, explain) -> Saliency:
-    """Shared frame: predictions, targets, captum call ``explain(inputs, targets)``, pooling to the grid."""
-    images, logits, layout = predict(model, images, class_logits)
-    if layout.grid is None:
-        raise UnsupportedModelError(f"{type(model).__name__} takes tokens: integrated_gradients and gradient_shap "
-                                    "attribute pixels and do not explain text models yet")
-    grid = layout.grid
+def embeddings_to_tokens(attributions: torch.Tensor, real: torch.Tensor, sign: Sign) -> torch.Tensor:
+    """Embedding attributions (B, L, D) → token scores (B, L): summed over the embedding dimension (a token's
+    share of the score difference), then |s|, s⁺ or s (``sign``); padded positions (``real`` False) exactly 0."""
+    return torch.where(real, _signed(attributions.sum(dim=-1).float(), sign), 0.0)
+
+
+class AttributionSpace(NamedTuple):
+    """Where an attribution method moves: the inputs it attributes to and the forward from them to class scores."""
+
+    inputs: torch.Tensor
+    """(B, C, H, W) pixels, or (B, L, D) word embeddings."""
+    forward: Callable[..., torch.Tensor]
+    """``forward(inputs, *extra)`` → class scores (B, num_classes), for any batch of rows of ``inputs``."""
+    extra: tuple[torch.Tensor, ...]
+    """Per-row tensors the forward also needs (token ids, mask, explained position), which captum repeats with
+    the rows it builds."""
+    baseline: torch.Tensor
+    """(1, …) the point Integrated Gradients starts from, broadcast over the batch."""
+    baselines: torch.Tensor
+    """(K, …) the baselines GradientSHAP draws from."""
+    scale: float
+    """The inputs' typical magnitude, which GradientSHAP's ``noise`` is relative to."""
+    to_maps: Callable[[torch.Tensor, Sign], torch.Tensor]
+    """Attributions shaped as ``inputs`` → maps (B, h, w) or token scores (B, L)."""
+
+
+def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -> AttributionSpace:
+    """Pixels from the zero baseline (the dataset-mean colour after normalisation); GradientSHAP also draws a
+    mean-grey and a blurred copy."""
+    black = torch.zeros_like(images[:1])
+    grey = images.mean(dim=(0, 2, 3), keepdim=True).expand_as(black)
+    blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False).mean(dim=0, keepdim=True)
+    return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
+                            torch.cat([black, grey, blurred]), 1.0,
+                            lambda attributions, sign: pixels_to_grid(attributions, grid, sign))
+
+
+def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
+    """Word embeddings from the padding token's embedding (zeros for a model without one, as GPT-2)."""
+    embedding = model.get_input_embeddings()
+    with torch.no_grad():
+        words = embedding(batch.input_ids)
+    pad = getattr(model.config, "pad_token_id", None)
+    baseline = (embedding.weight[pad].detach() if pad is not None else words.new_zeros(words.shape[-1]))
+    baseline = baseline.expand_as(words[:1])
+    positions = batch.position if batch.position is not None else torch.full_like(batch.input_ids[:, 0], -1)
+
+    def forward(inputs: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position: torch.Tensor) -> torch.Tensor:
+        handle = embedding.register_forward_hook(lambda _module, _args, _output: inputs)
+        try:
+            return class_logits(model, replace(batch, input_ids=input_ids, attention_mask=attention_mask,
+                                               position=position))
+        finally:
+            handle.remove()
+
+    return AttributionSpace(
+        words, forward, (batch.input_ids, batch.attention_mask, positions), baseline, baseline,
+        float(words[batch.real].std()),
+        lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign))
+
+
+def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
+               explain: Callable[[AttributionSpace, torch.Tensor], torch.Tensor]) -> Saliency:
+    """Shared frame: predictions, targets, the space to attribute in, captum call ``explain(space, targets)``,
+    maps."""
+    batch, logits, layout = predict(model, inputs, class_logits)
     targets = resolve_targets(logits, target_class)
+    space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout.grid)
     with eval_mode(model), torch.enable_grad():
-        attributions = explain(images, targets)
-    return Saliency(pixels_to_grid(attributions.detach(), grid, sign), logits)
+        attributions = explain(space, targets)
+    return Saliency(space.to_maps(attributions.detach(), sign), logits)
 
 
 @register_method("integrated_gradients", needs_gradients=True, requires=("captum",))
 def integrated_gradients(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     target_class: TargetClass = None,
     steps: int = 32,
     sign: Sign = "absolute",
 ) -> Saliency:
-    """Integrated Gradients (Sundararajan et al. 2017) from a zero baseline (the dataset-mean colour after
-    normalisation), ``steps`` Riemann steps; maps (B, h, w), float32 on the model's device. Costs ``steps``
-    forward + backward passes. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
+    """Integrated Gradients (Sundararajan et al. 2017), ``steps`` Riemann steps (captum's Gauss–Legendre rule);
+    costs ``steps`` forward + backward passes. ``inputs`` as for every method
+    (:data:`~vitroll.methods.inputs.Inputs`).
+
+    Images: from a zero baseline (the dataset-mean colour after normalisation); maps (B, h, w). Texts: along the
+    straight path from the padding token's embedding, at every real position, to the word embeddings (position and
+    segment embeddings untouched); token scores (B, L), the attribution summed over the embedding dimension,
+    padded positions 0. The padding token because it is the model's own "no word here" (BERT's ``[PAD]`` row is
+    zero at initialisation and gets no gradient in training); a model without one (GPT-2) starts from zeros, since
+    its other tokens (end-of-text included) are words it reads. With ``sign="signed"`` the scores sum to
+    score(input) − score(baseline) up to the Riemann error. Float32 on the model's device.
+    """
+    _check_at_least_one(steps=steps)
     attr = _captum_attr()
-    method = attr.IntegratedGradients(lambda inputs: class_logits(model, inputs))
-    return _attribute(model, images, target_class, sign, lambda x, t: method.attribute(
-        x, baselines=torch.zeros_like(x), target=t, n_steps=steps, internal_batch_size=max(len(x), 8) * 4))
+
+    def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:
+        method = attr.IntegratedGradients(space.forward)
+        return method.attribute(space.inputs, baselines=space.baseline, target=targets,
+                                additional_forward_args=space.extra, n_steps=steps,
+                                internal_batch_size=max(len(space.inputs), 8) * 4)
+
+    return _attribute(model, inputs, target_class, sign, explain)
 
 
 @register_method("gradient_shap", needs_gradients=True, requires=("captum",))
 def gradient_shap(
     model: nn.Module,
-    images: Images,
+    inputs: Inputs,
     *,
     target_class: TargetClass = None,
     samples: int = 16,
@@ -85,23 +177,28 @@ def gradient_shap(
     sign: Sign = "absolute",
 ) -> Saliency:
     """GradientSHAP (Lundberg & Lee 2017, captum's estimator): expected gradients × (input − baseline) over
-    ``samples`` random points between the input (with Gaussian ``noise``) and baselines drawn from a black,
-    a mean-grey and a blurred copy; maps (B, h, w), float32 on the model's device. Reproducible for a given
-    ``seed``. ``images`` as for every method (:data:`~vitroll.methods.image_batch.Images`)."""
-    attr = _captum_attr()
-    method = attr.GradientShap(lambda inputs: class_logits(model, inputs))
+    ``samples`` random points between the input (with Gaussian ``noise``) and a baseline. Reproducible for a given
+    ``seed``; float32 on the model's device. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
-    def explain(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        blurred = F.avg_pool2d(x, 9, stride=1, padding=4, count_include_pad=False)
-        baselines = torch.cat([torch.zeros_like(x[:1]), x.mean(dim=(0, 2, 3), keepdim=True).expand_as(x[:1]),
-                               blurred.mean(dim=0, keepdim=True)])
+    Images: baselines drawn from a black, a mean-grey and a blurred copy, ``noise`` in normalised pixel units;
+    maps (B, h, w). Texts: the baseline of :func:`integrated_gradients` (the padding token's embedding, or zeros),
+    ``noise`` relative to the standard deviation of the texts' word embeddings; token scores (B, L), padded
+    positions 0.
+    """
+    _check_at_least_one(samples=samples)
+    attr = _captum_attr()
+
+    def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:
+        x = space.inputs
+        method = attr.GradientShap(space.forward)
         numpy_state = np.random.get_state()  # captum draws the baselines with NumPy, the noise with torch
         try:
             np.random.seed(seed)
             with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
                 torch.manual_seed(seed)
-                return method.attribute(x, baselines=baselines, target=targets, n_samples=samples, stdevs=noise)
+                return method.attribute(x, baselines=space.baselines, target=targets, additional_forward_args=space.extra,
+                                        n_samples=samples, stdevs=noise * space.scale)
         finally:
             np.random.set_state(numpy_state)
 
-    return _attribute(model, images, target_class, sign, explain)
+    return _attribute(model, inputs, target_class, sign, explain)
