@@ -27,7 +27,7 @@ from vitroll.audit.summary import group_table, sentences
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
-from vitroll.templates import render
+from vitroll.templates import finite, render
 
 METRIC_LABELS = {
     "outside_body": "outside body", "border": "border band", "annotation": "on annotations",
@@ -36,12 +36,8 @@ METRIC_LABELS = {
 ID_FIELDS = ("file", "PatientID", "StudyInstanceUID", "SOPInstanceUID")
 
 
-def _finite(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
 def _fmt(value: object, digits: int = 3) -> str:
-    number = _finite(value)
+    number = finite(value)
     return "" if number is None else f"{number:.{digits}f}"
 
 
@@ -66,7 +62,7 @@ class AuditReport:
     def images(self) -> list[AuditRow]:
         """Measured images: flagged first, each part by decreasing share outside the body."""
         measured = [row for row in self.rows if row.error is None]
-        return sorted(measured, key=lambda row: (not row.flagged, -(_finite(row.metrics.get("outside_body")) or 0.0)))
+        return sorted(measured, key=lambda row: (not row.flagged, -(finite(row.metrics.get("outside_body")) or 0.0)))
 
     @property
     def errors(self) -> list[AuditRow]:
@@ -77,7 +73,7 @@ class AuditReport:
     def metric_names(self) -> tuple[str, ...]:
         """The metrics with at least one value (ROI metrics only when ROIs were given)."""
         return tuple(name for name in METRIC_NAMES
-                     if any(_finite(row.metrics.get(name)) is not None for row in self.images)) or METRIC_NAMES[:3]
+                     if any(finite(row.metrics.get(name)) is not None for row in self.images)) or METRIC_NAMES[:3]
 
     def sentences(self):
         return sentences(self.images, self.errors, self.files, self.options)
@@ -99,9 +95,9 @@ class AuditReport:
             "status": "error" if row.error else ("flagged" if row.flagged else "ok"), "reason": row.error,
             "flagged": row.flagged if row.error is None else None,
             **{name: row.metadata.get(name) for name in GROUP_FIELDS},
-            **{name: _finite(row.metrics.get(name)) for name in self.metric_names},
+            **{name: finite(row.metrics.get(name)) for name in self.metric_names},
             "not_measured": "; ".join(f"{name}: {why}" for name, why in row.not_measured.items()) or None,
-            "prediction": row.prediction, "probability": _finite(row.probability),
+            "prediction": row.prediction, "probability": finite(row.probability),
             "height": row.size_hw[0] if row.size_hw else None, "width": row.size_hw[1] if row.size_hw else None,
             "overlay": row.overlay_file,
             "text_regions_filled": row.text_regions, "text_check": row.text_check,
@@ -181,7 +177,7 @@ def histograms(report: AuditReport) -> Optional[bytes]:
     figure = Figure(figsize=(3.2 * len(names), 2.6), dpi=100, layout="constrained")
     canvas = FigureCanvasAgg(figure)
     for axes, name in zip(figure.subplots(1, len(names), squeeze=False)[0], names):
-        values = [v for v in (_finite(row.metrics.get(name)) for row in report.images) if v is not None]
+        values = [v for v in (finite(row.metrics.get(name)) for row in report.images) if v is not None]
         axes.hist(values, bins=20, range=(0.0, 1.0), color="#4a7ab5", edgecolor="white")
         axes.set_title(f"saliency {METRIC_LABELS[name]}", fontsize=10)
         axes.set_xlabel("fraction of the map's mass" if name != "topk_iou" else "IoU", fontsize=8)
@@ -212,4 +208,4 @@ def render_html(report: AuditReport) -> str:
         method_options=", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options",
         window=f"W {window[0]:g}, L {window[1]:g}" if window else "from each file",
         labels=METRIC_LABELS, group_fields=GROUP_FIELDS, id_fields=ID_FIELDS if report.options.keep_ids else (),
-        input_order=INPUT_ORDER, as_finite=_finite, formatted=_fmt, png_uri=_png_uri)
+        input_order=INPUT_ORDER, as_finite=finite, formatted=_fmt, png_uri=_png_uri)

@@ -9,15 +9,14 @@ fast; the per-class summary is computed here, once.
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from vitroll.io.images import write_atomic
-from vitroll.templates import render
+from vitroll.templates import finite, render
 
 PAGE_SIZE = 60
 ENTROPY_BINS = 10
@@ -31,14 +30,10 @@ TEXT_KEYS = ("path", "top1_name")
 """Sort keys whose values are text: a missing value sorts as "" among them, as −∞ among numbers."""
 
 
-def _finite(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
 def _page_row(row: dict[str, Any]) -> dict[str, Any]:
     """The fields the page shows; numbers that are not finite become null."""
     kept = {key: row.get(key) for key in FIELDS}
-    return {key: (_finite(value) if isinstance(value, float) else value) for key, value in kept.items()}
+    return {key: (finite(value) if isinstance(value, float) else value) for key, value in kept.items()}
 
 
 def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,12 +47,12 @@ def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     summaries = []
     for name in sorted(by_class):
         members = by_class[name]
-        entropies = np.array([e for e in (_finite(r.get("entropy")) for r in members) if e is not None])
-        probabilities = np.array([p for p in (_finite(r.get("top1_probability")) for r in members) if p is not None])
+        entropies = np.array([e for e in (finite(r.get("entropy")) for r in members) if e is not None])
+        probabilities = np.array([p for p in (finite(r.get("top1_probability")) for r in members) if p is not None])
         entropy_counts = np.histogram(entropies, bins=ENTROPY_BINS, range=(0.0, 1.0))[0]
         peaks = np.zeros((PEAK_BINS, PEAK_BINS))
         for row in members:
-            if all(_finite(row.get(key)) for key in ("width", "height")) and row.get("peak_x") is not None:
+            if all(finite(row.get(key)) for key in ("width", "height")) and row.get("peak_x") is not None:
                 column = min(int(row["peak_x"] / row["width"] * PEAK_BINS), PEAK_BINS - 1)
                 line = min(int(row["peak_y"] / row["height"] * PEAK_BINS), PEAK_BINS - 1)
                 peaks[line, column] += 1

@@ -4,6 +4,8 @@ extend one base page (``base.html.j2``: skeleton and shared style), and the one 
 from __future__ import annotations
 
 import functools
+import math
+from typing import Optional
 
 import jinja2
 
@@ -27,3 +29,8 @@ def _blank_none(value: object) -> object:
 def render(template: str, **context: object) -> str:
     """The page ``template`` (a file name in this folder, e.g. ``"audit.html.j2"``) filled with ``context``."""
     return environment().get_template(template).render(**context)
+
+
+def finite(value: object) -> Optional[float]:
+    """A number a page can show: ``value`` as a float, or None for NaN, infinities and anything not a number."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
