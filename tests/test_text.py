@@ -305,12 +305,15 @@ def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_p
     texts.write_text("a dog ran on the mat\n\nunbelievable <script>alert(1)</script>\n", encoding="utf-8")
     out = tmp_path / "out"
     assert main(["text", "the cat sat", "--file", str(texts), "--model", str(saved_classifier), "--out", str(out),
-                 "--method", "chefer", "--batch-size", "2"]) == 0
-    printed = capsys.readouterr().out
-    assert printed.count("prediction: ") == 3 and "[CLS]the cat sat[SEP]" in printed
+                 "--method", "chefer", "--batch-size", "2"]) == 3  # the empty line failed, the others went on
+    captured = capsys.readouterr()
+    assert captured.out.count("prediction: ") == 3 and "[CLS]the cat sat[SEP]" in captured.out
+    assert captured.err == "vitroll: failed: #3: empty text\n"
     report = json.loads((out / "scores.json").read_text())
     assert [entry["text"] for entry in report["texts"]] == [
         "the cat sat", "a dog ran on the mat", "unbelievable <script>alert(1)</script>"]
+    assert [entry["index"] for entry in report["texts"]] == [0, 1, 3]
+    assert report["failed"] == [{"index": 2, "text": "", "error": "empty text"}]
     model = transformers.BertForSequenceClassification.from_pretrained(saved_classifier).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(saved_classifier)
     expected = vitroll.chefer(model, [entry["text"] for entry in report["texts"]], tokenizer=tokenizer)
@@ -337,5 +340,8 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
                                                       "--model", str(saved_classifier)])
     assert "is a text model" in error(["overlay", "x.png", "--model", str(saved_classifier)])
     assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
-    assert "position 9 is outside text 0's 4 real tokens" in error(
-        ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--readout", "position"])
+    assert "takes no option 'nope'" in error(["text", "the cat", "--model", str(saved_classifier), "--option", "nope=1"])
+    # a position outside one text is that text's failure: an error row, the run goes on
+    assert main(["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--readout", "position",
+                 "--out", str(tmp_path / "out")]) == 3
+    assert capsys.readouterr().err == "vitroll: failed: #1: cannot explain it: position 9 is outside text 0's 4 real tokens\n"

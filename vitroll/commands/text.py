@@ -1,13 +1,21 @@
 """``vitroll text "a sentence" … [--file texts.txt] --model FOLDER_OR_ID``: token and word scores of a Hugging Face
 text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers or encoders; GPT-2 language models), shaded in the
 terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv. The model is a save_pretrained folder with
-its tokenizer files, or a hub id in the local cache."""
+its tokenizer files, or a hub id in the local cache.
+
+Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
+already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C. An empty
+line, or a text the model cannot take, is an error row and the others go on. Up to 20 texts are printed shaded;
+more get a progress bar.
+Exit status: 0 all ok, 3 some texts failed (listed in scores.json), 2 usage error, 130 interrupted."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
+from tqdm import tqdm
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, integer, method_options_from_args, output_folder, resolve_device,
@@ -17,8 +25,11 @@ from vitroll.capture.families import family_of
 from vitroll.errors import VitrollError
 from vitroll.io.text import read_texts
 from vitroll.models import load_model
-from vitroll.pipelines.text import explain_texts, write_text_report
+from vitroll.pipelines.text_run import TextReport, run_texts
 from vitroll.text_view import terminal_text
+
+PRINTED_TEXTS = 20
+"""Up to this many texts are printed shaded in the terminal; more get a progress bar instead."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__)
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", help="a UTF-8 file with one text per line (after any TEXT given)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--model", required=True,
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
@@ -50,11 +62,31 @@ def run(args: argparse.Namespace) -> int:
         raise VitrollError(f"{args.model} is a vision model ({type(model).__name__}); `vitroll text` explains text "
                            "models (`vitroll overlay` explains images)")
     tokenizer = registered_tokenizer(model)
-    results = list(explain_texts(model, texts, tokenizer, method=args.method, options=options,
-                                 batch_size=args.batch_size, readout=args.readout, position=args.position))
+    identity = {"model": args.model, "method": args.method, "options": options, "readout": args.readout,
+                "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
-    for index, result in enumerate(results, start=1):
-        heading = f"#{index}"
+    progress = tqdm(total=len(texts), unit="text", disable=args.no_progress or len(texts) <= PRINTED_TEXTS)
+    summary, report = run_texts(
+        model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
+        batch_size=args.batch_size, readout=args.readout, position=args.position,
+        announce=lambda before: (console.print(before.skip_line(), markup=False), progress.update(before.done_before)),
+        on_batch=progress.update)
+    progress.close()
+    if len(texts) <= PRINTED_TEXTS:
+        _print_texts(console, report)
+    for failure in report.failures[:10]:
+        print(f"vitroll: failed: #{failure['index'] + 1}: {failure['error']}", file=sys.stderr)
+    if len(report.failures) > 10:
+        print(f"vitroll: … and {len(report.failures) - 10} more (see {args.out}/scores.json)", file=sys.stderr)
+    state = "interrupted — rerun the same command to resume; " if summary.interrupted else ""
+    console.print(f"{state}{summary.ok} texts ok, {summary.failed} failed -> {args.out / 'text.html'} "
+                  f"(scores: {args.out / 'scores.json'} and .csv)", markup=False)
+    return summary.exit_code
+
+
+def _print_texts(console: Console, report: TextReport) -> None:
+    for index, result in zip(report.indices, report.results):
+        heading = f"#{index + 1}"
         if result.prediction is not None:
             heading += f"  {result.prediction_kind}: {result.prediction} ({result.probability:.3f})"
         if result.target is not None:
@@ -63,6 +95,3 @@ def run(args: argparse.Namespace) -> int:
         console.print(terminal_text(result.segments))
         console.print("  words: " + ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words),
                       markup=False)
-    html, scores_json, _scores_csv = write_text_report(args.out, results, model=args.model, method=args.method)
-    console.print(f"{len(results)} texts -> {html} (scores: {scores_json} and .csv)", markup=False)
-    return 0

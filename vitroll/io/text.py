@@ -106,7 +106,8 @@ class TokenBatch:
 
 
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
-    """The non-empty lines of a UTF-8 text file, one text each (surrounding white space removed).
+    """The lines of a UTF-8 text file, one text each (surrounding white space removed), empty ones kept as ``""``
+    so that a text's place is its line number (a batch run reports an empty line rather than skipping it).
 
     Raises
     ------
@@ -119,8 +120,8 @@ def read_texts(path: "str | os.PathLike[str]") -> list[str]:
         raise VitrollError(f"{path}: cannot read texts ({error.strerror})") from None
     except UnicodeDecodeError:
         raise VitrollError(f"{path}: not UTF-8 text") from None
-    texts = [line.strip() for line in lines if line.strip()]
-    if not texts:
+    texts = [line.strip() for line in lines]
+    if not any(texts):
         raise VitrollError(f"{path}: no text in the file (one text per line)")
     return texts
 

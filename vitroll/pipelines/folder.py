@@ -199,7 +199,7 @@ def annotate(
             _remove_leftovers(out_dir)
             _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
         _barrier(world_size)
-        latest = mf.latest_by_path(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
+        latest = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
         todo = [item for item in mine
                 if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
                                   out_dir)]

@@ -1,7 +1,7 @@
 """The manifest of a batch run — one JSON line per input, appended and fsync'ed per batch — and the lock that
 keeps two runs out of one output folder.
 
-Rows are keyed by the input's ``path``; a later row of the same input replaces the earlier ones. Resuming reads
+Rows are keyed by the input's ``path`` (a text's ``key`` in :mod:`vitroll.pipelines.text_run`); a later row of the same input replaces the earlier ones. Resuming reads
 the manifest back: an input is done when its latest row is ``ok`` with the same settings hash and the same content
 (size and modification time). At the end the manifest is compacted (the latest row per input, sorted by path, the
 rows of inputs this run did not touch included) and also written as CSV.
@@ -48,10 +48,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def latest_by_path(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def latest_rows(rows: Iterable[dict[str, Any]], key: str = "path") -> dict[str, dict[str, Any]]:
+    """The latest row of each input, by the input's identity ``row[key]`` (an image's path, a text's key)."""
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:
-        latest[row["path"]] = row
+        latest[row[key]] = row
     return latest
 
 
@@ -74,7 +75,7 @@ def superseded_outputs(rows: Iterable[dict[str, Any]]) -> set[str]:
     """Output files named by a replaced row and by no input's latest row: what a redone input left behind (the
     outputs its new row no longer lists, or all of them when it now failed)."""
     rows = list(rows)
-    current = {name for row in latest_by_path(rows).values() for name in outputs_of(row)}
+    current = {name for row in latest_rows(rows).values() for name in outputs_of(row)}
     return {name for row in rows for name in outputs_of(row)} - current
 
 
@@ -100,10 +101,15 @@ class ManifestWriter:
 def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Compact ``rows`` (the latest per input, sorted by path) into ``manifest.jsonl`` and ``manifest.csv``
     atomically; returns the compacted rows."""
-    final = sorted(latest_by_path(rows).values(), key=lambda row: row["path"])
-    write_atomic(out_dir / MANIFEST, "".join(json.dumps(row, default=str) + "\n" for row in final).encode())
+    final = sorted(latest_rows(rows).values(), key=lambda row: row["path"])
+    write_rows(out_dir / MANIFEST, final)
     write_atomic(out_dir / "manifest.csv", _csv_text(final).encode())
     return final
+
+
+def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Replace the JSON Lines file ``path`` with ``rows``, atomically."""
+    write_atomic(path, "".join(json.dumps(row, default=str) + "\n" for row in rows).encode())
 
 
 def _csv_text(rows: list[dict[str, Any]]) -> str:

@@ -58,11 +58,23 @@ class TextResult:
         return {
             "text": self.encoded.text, self.prediction_kind.replace(" ", "_"): self.prediction,
             "probability": self.probability, "explained": self.target,
-            "tokens": [{"token": token, "start": start, "end": end, "score": score}
-                       for token, (start, end), score in zip(self.encoded.tokens, self.encoded.offsets, self.scores)],
+            "tokens": [{"token": token, "start": start, "end": end, "score": score, "word_id": word_id}
+                       for token, (start, end), score, word_id in zip(
+                           self.encoded.tokens, self.encoded.offsets, self.scores, self.encoded.word_ids)],
             "words": [{"word": w.word, "start": w.start, "end": w.end, "score": w.score, "pieces": w.pieces}
                       for w in self.words],
         }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "TextResult":
+        """The result that :meth:`as_record` gave ``record`` (read back from a manifest)."""
+        tokens = record["tokens"]
+        encoded = EncodedText(record["text"], [t["token"] for t in tokens], [t["word_id"] for t in tokens],
+                              [(t["start"], t["end"]) for t in tokens])
+        words = [WordScore(w["word"], w["start"], w["end"], w["score"], w["pieces"]) for w in record["words"]]
+        language_model = "next_token" in record
+        return cls(encoded, [t["score"] for t in tokens], words, record["next_token" if language_model else "prediction"],
+                   record["probability"], record["explained"], language_model)
 
 
 def _name(names: Optional[list[str]], index: int) -> str:
@@ -100,24 +112,35 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
             yield TextResult(each, real, word_scores(real, each), prediction, probability, target, language_model)
 
 
-def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, model: str, method: str
+def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, model: str, method: str,
+                      indices: Optional[Sequence[int]] = None, failures: Sequence[Mapping[str, Any]] = ()
                       ) -> tuple[Path, Path, Path]:
     """Write ``text.html`` (shaded tokens and predictions), ``scores.json`` (every token and word with its score) and
-    ``scores.csv`` (one row per token and per word) into ``out_dir``; returns their paths."""
+    ``scores.csv`` (one row per token and per word) into ``out_dir``; returns their paths.
+
+    ``indices`` are the results' places among the texts given (0-based; default 0, 1, …): the ``text_index`` of the
+    CSV and the ``#N`` (index + 1) of the page. ``failures`` are the texts that could not be explained, each a
+    mapping with ``index``, ``text`` and ``error``: listed on the page and under ``failed`` in ``scores.json``."""
     out_dir = Path(out_dir)
+    indices = list(range(len(results))) if indices is None else list(indices)
+    if len(indices) != len(results):
+        raise ValueError(f"{len(indices)} indices for {len(results)} results")
+    failures = [{"index": failure["index"], "text": failure["text"], "error": failure["error"]} for failure in failures]
     html = render("text.html.j2",
-        results=results, model=model, method=method, low="#%02x%02x%02x" % LOW, high="#%02x%02x%02x" % HIGH)
-    records = [result.as_record() for result in results]
+        numbered=list(zip(indices, results)), failures=failures, model=model, method=method,
+        low="#%02x%02x%02x" % LOW, high="#%02x%02x%02x" % HIGH)
+    records = [{"index": text_index, **result.as_record()} for text_index, result in zip(indices, results)]
     table = io.StringIO()
     writer = csv.writer(table)
     writer.writerow(["text_index", "level", "index", "piece", "start", "end", "score"])
-    for text_index, record in enumerate(records):
+    for record in records:
         for level, key, piece in (("token", "tokens", "token"), ("word", "words", "word")):
             for index, entry in enumerate(record[key]):
-                writer.writerow([text_index, level, index, entry[piece], entry["start"], entry["end"],
+                writer.writerow([record["index"], level, index, entry[piece], entry["start"], entry["end"],
                                  f"{entry['score']:.6g}"])
     paths = out_dir / "text.html", out_dir / "scores.json", out_dir / "scores.csv"
     write_atomic(paths[0], html.encode())
-    write_atomic(paths[1], json.dumps({"model": model, "method": method, "texts": records}, indent=1).encode())
+    write_atomic(paths[1], json.dumps({"model": model, "method": method, "texts": records, "failed": failures},
+                                      indent=1).encode())
     write_atomic(paths[2], table.getvalue().encode())
     return paths

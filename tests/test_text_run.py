@@ -1,0 +1,81 @@
+"""`vitroll text` over many texts: the manifest, resuming after an interrupt, and error rows for bad texts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from vitroll.cli import main
+from vitroll.pipelines import text_run
+
+TEXTS = ["the film was great", "terrible acting", "a fine day", "the plot was dull", "good fun", "an awful mess"]
+
+
+def run_text(out, texts_file, *extra: str) -> int:
+    return main(["text", "--file", str(texts_file), "--model", "vitroll-text-keyword", "--out", str(out),
+                 "--batch-size", "2", *extra])
+
+
+@pytest.fixture()
+def texts_file(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_interrupted_run_resumes_to_the_scores_of_an_uninterrupted_one(tmp_path, texts_file, monkeypatch, capsys):
+    assert run_text(tmp_path / "whole", texts_file) == 0
+    whole = json.loads((tmp_path / "whole" / "scores.json").read_text())
+
+    explain_texts, calls = text_run.explain_texts, []
+
+    def interrupted_in_the_second_batch(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return explain_texts(*args, **kwargs)
+
+    monkeypatch.setattr(text_run, "explain_texts", interrupted_in_the_second_batch)
+    out = tmp_path / "resumed"
+    assert run_text(out, texts_file) == 130
+    assert "interrupted — rerun the same command to resume; 2 texts ok" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [(row["index"], row["status"]) for row in rows] == [(0, "ok"), (1, "ok")]
+    assert len(json.loads((out / "scores.json").read_text())["texts"]) == 2  # the report of what was done
+
+    assert run_text(out, texts_file) == 0
+    assert capsys.readouterr().out.startswith("2 of 6 texts already done\n")
+    assert calls[2:] == [TEXTS[2:4], TEXTS[4:6]]  # only the texts not done were explained
+    assert json.loads((out / "scores.json").read_text()) == whole
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [row["index"] for row in rows] == list(range(6))
+    assert rows[3]["key"] == "4:" + hashlib.sha256(b"the plot was dull").hexdigest()
+
+
+def test_a_bad_line_is_an_error_row_and_the_others_are_scored(tmp_path, capsys):
+    texts_file = tmp_path / "texts.txt"
+    too_long = " ".join(["word"] * 600)  # more tokens than the model has positions
+    texts_file.write_text(f"good fun\n\n{too_long}\nterrible acting\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert run_text(out, texts_file) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "vitroll: failed: #2: empty text" and err[1].startswith("vitroll: failed: #3: cannot explain it: ")
+    report = json.loads((out / "scores.json").read_text())
+    assert [(entry["index"], entry["prediction"]) for entry in report["texts"]] == [(0, "positive"), (3, "negative")]
+    assert [(failure["index"], failure["error"]) for failure in report["failed"]] == [
+        (1, "empty text"), (2, err[1].split(": ", 3)[3])]
+    rows = {row["index"]: row for row in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
+    assert [rows[index]["status"] for index in range(4)] == ["ok", "error", "error", "ok"]
+    # a rerun redoes only the failed texts
+    assert run_text(out, texts_file) == 3
+    assert capsys.readouterr().out.startswith("2 of 4 texts already done\n")
+
+
+def test_other_settings_redo_every_text(tmp_path, texts_file, capsys):
+    out = tmp_path / "out"
+    assert run_text(out, texts_file) == 0
+    assert run_text(out, texts_file, "--method", "attention") == 0
+    assert capsys.readouterr().out.count("0 of 6 texts already done") == 2
+    assert json.loads((out / "scores.json").read_text())["method"] == "attention"
