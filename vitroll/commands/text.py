@@ -25,7 +25,7 @@ from vitroll.capture.families import family_of
 from vitroll.errors import VitrollError
 from vitroll.io.text import read_texts
 from vitroll.models import load_model
-from vitroll.pipelines.text_run import TextReport, run_texts
+from vitroll.pipelines.text_run import TextReport, TextRunSummary, run_texts
 from vitroll.text_view import terminal_text
 
 PRINTED_TEXTS = 20
@@ -69,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
     summary, report = run_texts(
         model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
         batch_size=args.batch_size, readout=args.readout, position=args.position,
-        announce=lambda before: (console.print(before.skip_line(), markup=False), progress.update(before.done_before)),
-        on_batch=progress.update)
+        announce=lambda before: _announce(console, progress, before), on_batch=progress.update)
     progress.close()
     if len(texts) <= PRINTED_TEXTS:
         _print_texts(console, report)
@@ -82,6 +81,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{state}{summary.ok} texts ok, {summary.failed} failed -> {args.out / 'text.html'} "
                   f"(scores: {args.out / 'scores.json'} and .csv)", markup=False)
     return summary.exit_code
+
+
+def _announce(console: Console, progress: tqdm, before: TextRunSummary) -> None:
+    if before.done_before:
+        console.print(before.skip_line(), markup=False)
+        progress.update(before.done_before)
 
 
 def _print_texts(console: Console, report: TextReport) -> None:
