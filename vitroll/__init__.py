@@ -1,7 +1,7 @@
 """vitroll — explain transformers, Vision Transformers first: attention rollout and its relatives for timm,
 torchvision, transformers and open_clip models — image classifiers, image–text models against each text
-(:func:`image_text_maps`), text models as token scores (B, L) — and any model family registered with
-:func:`register_family`.
+(:func:`image_text_maps`), captioners per generated token (:func:`caption_maps`), text models as token scores
+(B, L) — and any model family registered with :func:`register_family`.
 
 >>> from vitroll import rollout, overlay                    # doctest: +SKIP
 >>> maps = rollout(model, images)                           # (B, h, w) on the model's device
@@ -18,7 +18,7 @@ from vitroll.io import load_image
 from vitroll.io.text import TokenBatch
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
 from vitroll.methods import (
-    METHODS, attention, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, random_map,
+    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, random_map,
     rollout, rollout_matrix,
 )
 from vitroll.models import class_names, load_model
@@ -26,7 +26,7 @@ from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
-    "use_image_processor", "image_text_maps", "PromptedModel", "register_dual_encoder",
+    "use_image_processor", "image_text_maps", "caption_maps", "CaptionMaps", "PromptedModel", "register_dual_encoder",
     "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
     "TokenBatch", "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",

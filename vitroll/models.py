@@ -22,6 +22,7 @@ from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPE
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
+from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
@@ -94,7 +95,7 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES:
+    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
         why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
     if local and state is None and not any((folder / f).is_file() for f in _TRANSFORMERS_WEIGHTS):
@@ -128,6 +129,9 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
             transformers.utils.logging.enable_progress_bar()
     if kind in TEXT_MODEL_TYPES:
         _use_tokenizer_of(model, source, offline=offline or local, required=True)
+    elif kind in CAPTIONER_MODEL_TYPES:
+        _use_processor_of(model, source, offline=offline or local)
+        _use_tokenizer_of(model, source, offline=offline or local, required=True)
     else:
         _use_processor_of(model, source, offline=offline or local)
         if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
@@ -145,6 +149,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
     or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model."""
     architectures = config.architectures or ()
+    if config.model_type in CAPTIONER_MODEL_TYPES:
+        return [transformers.VisionEncoderDecoderModel]
     if config.model_type in TEXT_MODEL_TYPES:
         if any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
             return [transformers.AutoModelForSequenceClassification]

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vitroll.capture.families import (
-    ImageTextScore, InputKind, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
+    CaptionScore, ImageTextScore, InputKind, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
 )
 from vitroll.capture.readouts import AttentionReadout, register_readout
 from vitroll.preprocess import Preprocessing, register_preprocessing
@@ -30,6 +30,7 @@ def register_family(
     logits: Logits = call_model,
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None,
     image_text: Optional[ImageTextScore] = None,
+    captioner: Optional[CaptionScore] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
     notes: str = "",
@@ -84,6 +85,9 @@ def register_family(
     image_text : ImageTextScore, optional
         For an image–text model (CLIP-like): how it scores images against texts; ``vitroll.image_text_maps`` and
         ``vitroll overlay --text`` explain that score. Its ``logits`` then run the vision tower and return None.
+    captioner : CaptionScore, optional
+        For a captioner (image encoder, text decoder with cross-attention): how it generates and scores a caption;
+        ``vitroll.caption_maps`` and ``vitroll caption`` explain each generated token.
     name_patterns : tuple of str
         Model names of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -102,7 +106,8 @@ def register_family(
     family = ModelFamily(name=name, model_types=model_types, name_patterns=name_patterns, timm_modules=timm_modules,
                          attention_modules=attention_modules, token_layout=token_layout, inputs=inputs,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
-                         logits=logits, class_names=class_names, image_text=image_text, notes=notes)
+                         logits=logits, class_names=class_names, image_text=image_text, captioner=captioner,
+                         notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
     if preprocessing is not None:

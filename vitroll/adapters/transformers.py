@@ -54,15 +54,22 @@ def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
-    if dropout or key.shape[1] != query.shape[1] or key.shape[2] != query.shape[2]:
+    cross = is_cross_attention(module)
+    if dropout or key.shape[1] != query.shape[1] or (key.shape[2] != query.shape[2] and not cross):
         raise UnsupportedModelError(
-            f"{type(module).__name__} attends with dropout, grouped or cached keys; vitroll records self-attention "
+            f"{type(module).__name__} attends with dropout, grouped or cached keys; vitroll records attention "
             "in eval mode without a cache only")
     if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
         # transformers leaves an unpadded causal batch's mask to the kernel's is_causal flag
         attention_mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     return sink.attention(query, key, value, attention_mask, scale).transpose(1, 2).contiguous(), None
+
+
+def is_cross_attention(module: nn.Module) -> bool:
+    """Whether ``module`` attends from one sequence to another (a decoder's cross-attention: GPT-2's flag, BERT's
+    ``BertCrossAttention`` class), whose queries and keys have different lengths by design."""
+    return bool(getattr(module, "is_cross_attention", False)) or type(module).__name__.endswith("CrossAttention")
 
 
 def _config_naming(config: object, implementation: str) -> object:

@@ -71,7 +71,10 @@ def use_image_processor(model: nn.Module, processor: object) -> None:
 
 def image_config(model: nn.Module) -> object:
     """The configuration of the model's image tower: ``config.vision_config`` of a classifier built on an image–text
-    model's vision tower (``CLIPForImageClassification``, ``SiglipForImageClassification``), else ``config``."""
+    model's vision tower (``CLIPForImageClassification``, ``SiglipForImageClassification``), ``config.encoder`` of a
+    captioner (``VisionEncoderDecoderModel``), else ``config``."""
+    if model.config.model_type == "vision-encoder-decoder":
+        return model.config.encoder
     return getattr(model.config, "vision_config", None) or model.config
 
 

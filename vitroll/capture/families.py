@@ -162,6 +162,39 @@ class ImageTextScore:
     takes_attention_mask: bool = True
 
 
+AttentionRole = Literal["encoder", "self", "cross"]
+"""What one attention module of an encoder–decoder model is: the image encoder's self-attention, the text decoder's
+(causal) self-attention, or the decoder's cross-attention from its tokens to the encoder's."""
+
+
+@dataclass(frozen=True)
+class CaptionScore:
+    """How a captioner (an image encoder with a text decoder that cross-attends to it) generates and scores a
+    caption: the scores its per-token maps explain.
+
+    Attributes
+    ----------
+    roles : callable
+        ``model -> [AttentionRole per attention module]``, aligned with the family's ``attention_modules``.
+    encoder_layout : callable
+        ``(model, (H, W)) -> TokenLayout`` of the encoder's tokens: prefix tokens and patch grid.
+    generate : callable
+        ``(model, images (B, C, H, W), max_new_tokens) -> (B, K)``: the greedy caption's token ids, without the
+        decoder's start token, padded with the pad token after the end token.
+    token_logits : callable
+        ``(model, images, caption_ids (B, K)) -> (B, K, vocabulary)``: teacher-forced, the logits that predicted
+        each caption token (position k reads the start token and tokens 0 … k−1); its forward pass is recorded.
+    special_ids : callable
+        ``model -> (start, end, pad)`` token ids.
+    """
+
+    roles: Callable[[nn.Module], list[AttentionRole]]
+    encoder_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout]
+    generate: Callable[[nn.Module, torch.Tensor, int], torch.Tensor]
+    token_logits: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+    special_ids: Callable[[nn.Module], tuple[int, int, int]]
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """How to find and read the attention of one kind of model.
@@ -203,6 +236,8 @@ class ModelFamily:
     image_text : ImageTextScore, optional
         For an image–text model: how it scores images against texts (its ``logits`` then run the vision tower
         alone and return None: texts are needed for a score).
+    captioner : CaptionScore, optional
+        For a captioner: how it generates and scores captions (maps per generated token).
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -220,6 +255,7 @@ class ModelFamily:
     logits: Logits = call_model
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None
     image_text: Optional[ImageTextScore] = None
+    captioner: Optional[CaptionScore] = None
     notes: str = ""
 
     def matches(self, model: nn.Module) -> bool:

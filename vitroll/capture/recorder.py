@@ -200,15 +200,19 @@ class AttentionRecorder:
         ``factored``, long sequences' layers are :class:`~vitroll.capture.factored.FactoredAttention`."""
         return self._in_token_space(self._recorded(self._records), "identity")
 
-    def gradients(self, score: torch.Tensor) -> list[torch.Tensor]:
+    def gradients(self, score: torch.Tensor, *, retain_graph: bool = False) -> list[torch.Tensor]:
         """∂ ``score`` / ∂ attention for every layer, in the token space and shapes of :attr:`attentions`
         (B, H, N, N), zero where a layer has no entries of its own (CaiT). Needs ``keep_graph``; ``score`` is a
         scalar computed from the model's output in the recorded forward pass. Parameters' ``.grad`` stay untouched.
+        ``retain_graph`` keeps the graph for the gradient of another score of the same pass.
         """
         if not self.keep_graph:
             raise RuntimeError("attention gradients need AttentionRecorder(model, keep_graph=True)")
         sources = self._recorded(self._graph_sources)
-        gradients = torch.autograd.grad(score, [source for source, _ in sources])
+        gradients = torch.autograd.grad(score, [source for source, _ in sources], retain_graph=retain_graph,
+                                        allow_unused=True)
+        gradients = [torch.zeros_like(source) if gradient is None else gradient
+                     for gradient, (source, _) in zip(gradients, sources)]
         return self._in_token_space(
             [to_probabilities(gradient) for gradient, (_, to_probabilities) in zip(gradients, sources)], "zeros")
 

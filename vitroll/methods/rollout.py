@@ -83,7 +83,7 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     return attention.masked_fill(ranked <= threshold, 0.0)
 
 
-def _check_attention_weight(attention_weight: float) -> None:
+def check_attention_weight(attention_weight: float) -> None:
     if not 0.0 < attention_weight <= 1.0:
         raise ValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
 
@@ -121,7 +121,7 @@ def rollout_vector(
     -------
     Tensor, shape (B, N), float32 — a probability vector over all tokens (prefix tokens included).
     """
-    _check_attention_weight(attention_weight)
+    check_attention_weight(attention_weight)
     alpha = attention_weight
     batch = attentions[0].shape[0]
     with without_autocast(attentions[0].device):
@@ -144,15 +144,21 @@ def rollout_matrix(
     attention_weight: float = 0.5,
 ) -> torch.Tensor:
     """The full rollout matrix ``R = Â_L ··· Â_1``, shape (B, N, N). O(L·N³): use only when all rows are needed."""
-    _check_attention_weight(attention_weight)
+    check_attention_weight(attention_weight)
     layers = _prepared_layers(attentions, layout, discard_ratio)
     eye = torch.eye(layers[0].shape[-1], device=layers[0].device)
     result = eye.expand_as(layers[0]).clone()
     with without_autocast(eye.device):
         for attention in layers:
-            mixed = attention_weight * attention + (1.0 - attention_weight) * eye
-            result = torch.bmm(mixed / mixed.sum(dim=-1, keepdim=True), result)
+            result = torch.bmm(with_residual(attention, attention_weight), result)
     return result
+
+
+def with_residual(attention: torch.Tensor, attention_weight: float) -> torch.Tensor:
+    """``Â = rownorm(α·A + (1−α)·I)`` of head-fused attention (B, N, N) → (B, N, N): one layer of rollout."""
+    mixed = attention_weight * attention + (1.0 - attention_weight) * torch.eye(attention.shape[-1],
+                                                                                device=attention.device)
+    return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
 @register_method("rollout")

@@ -1,0 +1,180 @@
+"""Caption maps (vitroll.caption_maps) on captioners built from small configs: every map equals a float64 reference
+computed per image and per token from transformers' own eager attentions, by the documented rules."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import vitroll
+from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.methods.caption import caption_lengths, caption_maps
+
+transformers = pytest.importorskip("transformers")
+
+START, END, PAD = 2, 3, 0
+VOCABULARY = 40
+
+
+def _encoder_config(kind: str):
+    common = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, initializer_range=0.2)
+    return transformers.DeiTConfig(**common) if kind == "deit" else transformers.ViTConfig(**common)
+
+
+def _decoder_config(kind: str):
+    if kind == "gpt2":
+        return transformers.GPT2Config(vocab_size=VOCABULARY, n_embd=32, n_layer=2, n_head=2, n_positions=16,
+                                       add_cross_attention=True, is_decoder=True, bos_token_id=START,
+                                       eos_token_id=END, initializer_range=0.2)
+    return transformers.BertConfig(vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=16, is_decoder=True,
+                                   add_cross_attention=True, initializer_range=0.2)
+
+
+def build_captioner(encoder: str = "vit", decoder: str = "gpt2", seed: int = 0):
+    config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(
+        _encoder_config(encoder), _decoder_config(decoder))
+    config.decoder_start_token_id, config.eos_token_id, config.pad_token_id = START, END, PAD
+    torch.manual_seed(seed)
+    return transformers.VisionEncoderDecoderModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+CAPTIONS = torch.tensor([[5, 9, 14, 7, END, PAD], [11, 6, 6, 20, 8, 13]])
+"""The first caption ends after 5 tokens (its end token), the second runs to K = 6 without one."""
+
+
+def _fused(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
+    return {"mean": attention.mean(dim=1), "max": attention.amax(dim=1), "min": attention.amin(dim=1)}[head_fusion][0]
+
+
+def _rownorm(matrix: torch.Tensor) -> torch.Tensor:
+    return matrix / matrix.sum(dim=-1, keepdim=True)
+
+
+def _residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
+    eye = torch.eye(len(relevance), dtype=relevance.dtype)
+    accumulated = relevance - eye
+    for row in range(len(accumulated)):
+        total = accumulated[row].sum()
+        accumulated[row] = accumulated[row] / total if total != 0 else 0.0
+    return accumulated + eye
+
+
+def reference_maps(model, image: torch.Tensor, caption: torch.Tensor, method: str, *, prefix: int,
+                   head_fusion: str = "mean", alpha: float = 0.5) -> torch.Tensor:
+    """(K, N − prefix) float64 for one image: eager attentions straight from transformers, the rule of the method
+    written out on full matrices (rollout over the joint caption + image tokens)."""
+    reference = copy.deepcopy(model).double()
+    reference.set_attn_implementation("eager")
+    decoder_input = torch.cat([torch.tensor([START]), caption[:-1]])[None]
+    out = reference(pixel_values=image[None].double(), decoder_input_ids=decoder_input, output_attentions=True,
+                    use_cache=False)
+    encoder, selfs, crosses = out.encoder_attentions, out.decoder_attentions, out.cross_attentions
+    num_tokens, num_image = len(caption), encoder[0].shape[-1]
+    eye_t, eye_i = torch.eye(num_tokens, dtype=torch.float64), torch.eye(num_image, dtype=torch.float64)
+    if method == "rollout":
+        image_rollout = eye_i
+        for attention in encoder:
+            image_rollout = _rownorm(alpha * _fused(attention, head_fusion) + (1 - alpha) * eye_i) @ image_rollout
+        joint = torch.block_diag(eye_t, image_rollout)
+        for self_attention, cross_attention in zip(selfs, crosses):
+            mixing = torch.block_diag(_rownorm(alpha * _fused(self_attention, head_fusion) + (1 - alpha) * eye_t), eye_i)
+            crossing = torch.block_diag((1 - alpha) * eye_t, eye_i)
+            crossing[:num_tokens, num_tokens:] = alpha * _fused(cross_attention, head_fusion)
+            joint = _rownorm(crossing) @ (mixing @ joint)
+        assert torch.allclose(joint.sum(dim=-1), torch.ones(num_tokens + num_image, dtype=torch.float64))
+        return joint[:num_tokens, num_tokens + prefix:]
+    rows = []
+    recorded = [*encoder, *selfs, *crosses]
+    for k in range(num_tokens):
+        score = out.logits[0, k, caption[k]]
+        gradients = torch.autograd.grad(score, recorded, retain_graph=True)
+        weighted = [(gradient * attention).clamp(min=0).mean(dim=1)[0] for gradient, attention in zip(gradients, recorded)]
+        encoder_w, selfs_w, crosses_w = (weighted[:len(encoder)], weighted[len(encoder):len(encoder) + len(selfs)],
+                                         weighted[len(encoder) + len(selfs):])
+        image_relevance = eye_i.clone()
+        for attention in encoder_w:
+            image_relevance = image_relevance + attention @ image_relevance
+        text, text_image = eye_t.clone(), torch.zeros(num_tokens, num_image, dtype=torch.float64)
+        for self_attention, cross_attention in zip(selfs_w, crosses_w):
+            text = text + self_attention @ text
+            text_image = text_image + self_attention @ text_image
+            text_image = (text_image + _residual_normalised(text).T @ cross_attention
+                          @ _residual_normalised(image_relevance))
+        rows.append(text_image[k, prefix:])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("encoder, decoder", [("vit", "gpt2"), ("vit", "bert"), ("deit", "gpt2")])
+@pytest.mark.parametrize("method", ["rollout", "chefer"])
+def test_caption_maps_equal_the_per_token_float64_reference(encoder, decoder, method, images):
+    model = build_captioner(encoder, decoder)
+    prefix = 2 if encoder == "deit" else 1
+    result = caption_maps(model, images, method=method, caption_ids=CAPTIONS)
+    assert result.maps.shape == (2, 6, 4, 4) and result.maps.dtype == torch.float32
+    assert result.lengths.tolist() == [5, 6]
+    for index in range(2):
+        length = int(result.lengths[index])
+        expected = reference_maps(model, images[index], CAPTIONS[index], method, prefix=prefix)
+        got = result.maps[index].reshape(6, -1).double()
+        torch.testing.assert_close(got[:length], expected[:length], rtol=1e-4, atol=1e-6)
+        assert torch.all(got[length:] == 0)
+        assert expected[:length].amax() > 10 * expected[:length].amin().clamp(min=1e-12) or method == "rollout"
+
+
+@pytest.mark.parametrize("head_fusion", ["max", "min"])
+def test_caption_rollout_fuses_heads_as_asked(head_fusion, images):
+    model = build_captioner("vit", "bert", seed=3)
+    result = caption_maps(model, images[:1], method="rollout", caption_ids=CAPTIONS[1:], head_fusion=head_fusion,
+                          attention_weight=0.7)
+    expected = reference_maps(model, images[0], CAPTIONS[1], "rollout", prefix=1, head_fusion=head_fusion, alpha=0.7)
+    torch.testing.assert_close(result.maps[0].reshape(6, -1).double(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_each_token_gets_its_own_chefer_map(images):
+    maps = caption_maps(build_captioner(), images[:1], caption_ids=CAPTIONS[1:]).maps[0].reshape(6, -1)
+    normalised = maps / maps.sum(dim=-1, keepdim=True)
+    assert (normalised[1:] - normalised[:-1]).abs().sum(dim=-1).min() > 1e-2
+
+
+def test_the_generated_caption_is_the_greedy_one_and_capture_leaves_the_logits_unchanged(images):
+    model = build_captioner("vit", "gpt2", seed=5)
+    greedy = model.generate(pixel_values=images, max_new_tokens=5, do_sample=False, num_beams=1)[:, 1:]
+    for method in ("rollout", "chefer"):
+        result = caption_maps(model, images, method=method, max_new_tokens=5)
+        assert torch.equal(result.token_ids, greedy)
+        decoder_input = torch.cat([torch.full((2, 1), START), greedy[:, :-1]], dim=1)
+        with torch.no_grad():
+            plain = model(pixel_values=images, decoder_input_ids=decoder_input).logits
+        torch.testing.assert_close(result.token_logits, plain.gather(2, greedy[..., None]).squeeze(-1),
+                                   rtol=1e-5, atol=1e-5)
+        assert model.config._attn_implementation == "sdpa"
+        assert all(not parameter.requires_grad or parameter.grad is None for parameter in model.parameters())
+
+
+def test_caption_lengths_stop_at_the_first_end_token():
+    ids = torch.tensor([[END, 4, END], [4, 4, 4], [4, END, PAD]])
+    assert caption_lengths(ids, END).tolist() == [1, 3, 2]
+
+
+def test_captioner_mistakes_are_named(images):
+    model = build_captioner()
+    with pytest.raises(UnsupportedModelError, match="captioner: it has no class scores.*caption_maps"):
+        vitroll.rollout(model, images)
+    with pytest.raises(MethodOptionError, match="unknown caption method 'flow'"):
+        caption_maps(model, images, method="flow")
+    with pytest.raises(MethodOptionError, match="head_fusion is for rollout"):
+        caption_maps(model, images, head_fusion="max")
+    with pytest.raises(ValueError, match=r"caption_ids must have shape \(B, K\) with B = 2"):
+        caption_maps(model, images, caption_ids=CAPTIONS[:1])
+    vit = transformers.ViTModel(_encoder_config("vit")).eval()
+    with pytest.raises(UnsupportedModelError, match="ViTModel is not a captioner"):
+        caption_maps(vit, images)

@@ -1,0 +1,245 @@
+"""Caption maps: for each token a captioner generates, a map over the image of what drove it.
+
+A captioner (:class:`~vitroll.capture.families.CaptionScore`) has three kinds of attention: the image encoder's
+self-attention (N image tokens), and per decoder layer its causal self-attention over the caption's K positions,
+then its cross-attention from those positions to the encoder's output tokens. Position ``k`` of the teacher-forced
+decoder reads the start token and caption tokens 0 … k−1 and predicts token ``k``; its row is token k's map.
+
+Both methods keep a relevance matrix ``R_ti`` (K, N) from caption positions to image tokens, ``R_ii`` (N, N) among
+image tokens and ``R_tt`` (K, K) among caption positions, update them layer by layer in forward order (encoder
+first, then each decoder layer's self-attention, then its cross-attention), and read ``R_ti[k]`` over the patch
+tokens (the encoder's prefix tokens dropped).
+
+``chefer`` — Chefer, Gur & Wolf 2021b, the encoder–decoder rules, gradient-weighted. For the score
+``s_k`` = the logit of caption token k at position k, every layer's ``Ā = mean_h (∂s_k/∂A ⊙ A)⁺``; then, starting
+from ``R_ii = I``, ``R_tt = I``, ``R_ti = 0``:
+
+* encoder layer:            ``R_ii ← R_ii + Ā · R_ii``
+* decoder self-attention:   ``R_tt ← R_tt + Ā · R_tt``;   ``R_ti ← R_ti + Ā · R_ti``
+* decoder cross-attention:  ``R_ti ← R_ti + R̄_ttᵀ · Ā · R̄_ii``  (Ā is (K, N))
+
+with ``R̄ = rownorm(R − I) + I`` (rows of ``R − I`` that sum to 0 stay 0): the paper's rule (10) with its
+normalisation of the self-relevance matrices; the image tokens never attend to the caption, so ``R_it`` stays 0
+and rule (11) adds nothing. One backward pass per caption token.
+
+``rollout`` — pure attention, the residual stream counted as in :mod:`~vitroll.methods.rollout`, with head-fused
+attention ``A`` and ``α = attention_weight``:
+
+* encoder:                  ``R_ii = Â_L ··· Â_1``,  ``Â = rownorm(α·A + (1−α)·I)``  (later layers on the left)
+* decoder self-attention:   ``R_ti ← Â · R_ti``
+* decoder cross-attention:  ``R_ti ← ((1−α)·R_ti + α · A · R_ii) / m``,  ``m = (1−α) + α·rowsum(A)`` (1 for the
+  head mean; max and min fusion leave rows that do not sum to 1)
+
+that is, over the joint (K + N) tokens, ``R = X_D · S_D ··· X_1 · S_1 · diag(I_K, R_ii)`` with ``S_d = diag(Â_d,
+I_N)`` and ``X_d = rownorm([[(1−α)·I_K, α·A_d], [0, I_N]])``: a position's output keeps (1−α) of itself and takes α
+from the encoder tokens it attends to, each of which stands for the patches the encoder rolled into it. Rows of the
+joint ``R`` sum to 1; the map is the image block's row k. It needs no gradient and serves every token at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from vitroll.capture import AttentionRecorder, family_of, without_autocast
+from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
+from vitroll.capture.fusion import HeadFusion, check_head_fusion
+from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.methods.base import eval_mode, prepare_inputs
+from vitroll.methods.gradients import differentiable, positive_weighted_heads
+from vitroll.methods.image_batch import Images
+from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
+
+CAPTION_METHODS = ("chefer", "rollout")
+"""The methods :func:`caption_maps` runs."""
+
+
+@dataclass(frozen=True)
+class CaptionMaps:
+    """One caption per image and a map per caption token.
+
+    Attributes
+    ----------
+    token_ids : Tensor, shape (B, K), int64
+        The caption tokens (without the decoder's start token), the pad token after each caption's end.
+    lengths : Tensor, shape (B,), int64
+        Tokens per caption, its end token included (K when it has none within K).
+    maps : Tensor, shape (B, K, h, w), float32
+        Token k's map over the patch grid; zero for k ≥ length.
+    token_logits : Tensor, shape (B, K), float32
+        The logit of each caption token where it was predicted (the score ``chefer`` explains).
+    """
+
+    token_ids: torch.Tensor
+    lengths: torch.Tensor
+    maps: torch.Tensor
+    token_logits: torch.Tensor
+
+
+def captioner_of(model: nn.Module) -> CaptionScore:
+    """The :class:`CaptionScore` of ``model``'s family; raises :class:`UnsupportedModelError` for a model that is
+    not a captioner."""
+    captioner = family_of(model).captioner
+    if captioner is None:
+        raise UnsupportedModelError(f"{type(model).__name__} is not a captioner (an image encoder with a text decoder "
+                                    "that cross-attends to it, such as transformers' VisionEncoderDecoderModel)")
+    return captioner
+
+
+def caption_lengths(token_ids: torch.Tensor, end_id: int) -> torch.Tensor:
+    """Tokens per caption (B,), through the first ``end_id`` (K where there is none)."""
+    is_end = token_ids == end_id
+    first_end = torch.where(is_end.any(dim=1), is_end.float().argmax(dim=1), token_ids.shape[1] - 1)
+    return first_end + 1
+
+
+def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
+                 caption_ids: Optional[torch.Tensor] = None, max_new_tokens: int = 20,
+                 head_fusion: Optional[HeadFusion] = None, attention_weight: float = 0.5) -> CaptionMaps:
+    """Generate a caption for each image (greedy) or take ``caption_ids``, and map each of its tokens on the image.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A captioner: transformers ``VisionEncoderDecoderModel`` (ViT/DeiT encoder; GPT-2 or BERT decoder with
+        cross-attention), or a model of a family registered with a ``captioner``.
+    images : Images
+        A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays.
+    method : {"chefer", "rollout"}
+        See the module docstring for each rule and the order its products are taken in.
+    caption_ids : Tensor (B, K), optional
+        The captions to explain, without the decoder's start token (padded after their end token); by default the
+        model's greedy caption of at most ``max_new_tokens`` tokens.
+    head_fusion : {"mean", "max", "min"}, optional
+        How ``rollout`` fuses heads (default mean); ``chefer`` weights each head by its gradient and takes none.
+    attention_weight : float in (0, 1]
+        ``α`` of ``rollout``.
+
+    Returns
+    -------
+    CaptionMaps
+        On the model's device.
+    """
+    captioner = captioner_of(model)
+    if method not in CAPTION_METHODS:
+        raise MethodOptionError(f"unknown caption method {method!r}; choose from {', '.join(CAPTION_METHODS)}")
+    if method == "chefer" and head_fusion is not None:
+        raise MethodOptionError("chefer weights each head by its gradient: head_fusion is for rollout")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
+    check_attention_weight(attention_weight)
+    head_fusion = head_fusion or "mean"
+    check_head_fusion(head_fusion)
+    batch = prepare_inputs(model, images)
+    _start, end, _pad = captioner.special_ids(model)
+    with eval_mode(model):
+        if caption_ids is None:
+            with torch.no_grad():
+                caption_ids = captioner.generate(model, batch, max_new_tokens)
+        caption_ids = _checked_captions(caption_ids, len(batch), batch.device)
+        lengths = caption_lengths(caption_ids, end)
+        roles = captioner.roles(model)
+        layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
+        if method == "rollout":
+            with torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion) as recorder:
+                logits = captioner.token_logits(model, batch, caption_ids)
+                relevance = rollout_relevance([a.float() for a in recorder.attentions], roles, layout,
+                                              attention_weight)
+            token_logits = logits.gather(2, caption_ids[..., None]).squeeze(-1)
+        else:
+            relevance, token_logits = _chefer(model, captioner, batch, caption_ids, lengths, roles)
+    explained = torch.arange(caption_ids.shape[1], device=lengths.device) < lengths[:, None]  # (B, K)
+    maps = layout.patch_values(relevance.float()) * explained[..., None, None]
+    return CaptionMaps(caption_ids, lengths, maps, token_logits.detach().float())
+
+
+def _checked_captions(caption_ids: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    caption_ids = torch.as_tensor(caption_ids, device=device).long()
+    if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
+        raise ValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
+                         f"{tuple(caption_ids.shape)}")
+    return caption_ids
+
+
+def _chefer(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, caption_ids: torch.Tensor,
+            lengths: torch.Tensor, roles: Sequence[AttentionRole]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chefer relevance rows (B, K, N), one backward pass per caption token, and the token logits (B, K)."""
+    num_tokens = caption_ids.shape[1]
+    with torch.enable_grad(), differentiable(model, batch) as images, \
+            AttentionRecorder(model, keep_graph=True) as recorder:
+        logits = captioner.token_logits(model, images, caption_ids)
+        token_logits = logits.gather(2, caption_ids[..., None]).squeeze(-1)  # (B, K)
+        attentions = [attention.detach().float() for attention in recorder.attentions]
+        explained = int(lengths.max())
+        relevance = torch.zeros(len(caption_ids), num_tokens, attentions[0].shape[-1], device=caption_ids.device)
+        for k in range(explained):
+            score = (token_logits[:, k] * (k < lengths)).sum()
+            gradients = recorder.gradients(score, retain_graph=k < explained - 1)
+            weighted = [positive_weighted_heads(attention, gradient.float(), clamp="before_mean")
+                        for attention, gradient in zip(attentions, gradients)]
+            relevance[:, k] = chefer_relevance(weighted, roles)[:, k]
+    return relevance, token_logits
+
+
+def _split(layers: Sequence[torch.Tensor], roles: Sequence[AttentionRole]
+           ) -> tuple[list[torch.Tensor], list[tuple[AttentionRole, torch.Tensor]]]:
+    if len(layers) != len(roles):
+        raise ValueError(f"{len(layers)} attention records for {len(roles)} roles")
+    encoder = [layer for layer, role in zip(layers, roles) if role == "encoder"]
+    decoder = [(role, layer) for layer, role in zip(layers, roles) if role != "encoder"]
+    return encoder, decoder
+
+
+def _eye_like(matrices: torch.Tensor) -> torch.Tensor:
+    """Identity matrices (B, N, N) for square ``matrices`` (B, N, N)."""
+    return torch.eye(matrices.shape[-1], device=matrices.device, dtype=matrices.dtype).expand_as(matrices).clone()
+
+
+def residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
+    """``R̄ = rownorm(R − I) + I`` of self-relevance (B, N, N), rows of ``R − I`` that sum to 0 kept at 0."""
+    eye = _eye_like(relevance)
+    accumulated = relevance - eye
+    sums = accumulated.sum(dim=-1, keepdim=True)
+    return torch.where(sums != 0, accumulated / torch.where(sums != 0, sums, 1.0), 0.0) + eye
+
+
+def chefer_relevance(weighted: Sequence[torch.Tensor], roles: Sequence[AttentionRole]) -> torch.Tensor:
+    """``R_ti`` (B, K, N) from gradient-weighted, head-fused attention per module (encoder (B, N, N), decoder
+    self (B, K, K), cross (B, K, N)) in forward order, by Chefer et al. 2021b's rules (module docstring)."""
+    encoder, decoder = _split(weighted, roles)
+    with without_autocast(weighted[0].device):
+        image = _eye_like(encoder[0])
+        for attention in encoder:
+            image = image + torch.bmm(attention, image)
+        image_bar = residual_normalised(image)
+        cross = next(attention for role, attention in decoder if role == "cross")
+        text = torch.eye(cross.shape[1], device=cross.device, dtype=cross.dtype).expand(len(cross), -1, -1).clone()
+        text_image = torch.zeros_like(cross)
+        for role, attention in decoder:
+            if role == "self":
+                text, text_image = text + torch.bmm(attention, text), text_image + torch.bmm(attention, text_image)
+            else:
+                text_image = text_image + residual_normalised(text).transpose(1, 2) @ attention @ image_bar
+    return text_image
+
+
+def rollout_relevance(attentions: Sequence[torch.Tensor], roles: Sequence[AttentionRole], layout: TokenLayout,
+                      attention_weight: float = 0.5) -> torch.Tensor:
+    """``R_ti`` (B, K, N) from head-fused attention per module in forward order, by the pure-attention rule
+    (module docstring)."""
+    encoder, decoder = _split(attentions, roles)
+    alpha = attention_weight
+    with without_autocast(attentions[0].device):
+        image = rollout_matrix(encoder, layout, attention_weight=alpha)
+        cross = next(attention for role, attention in decoder if role == "cross")
+        text_image = torch.zeros_like(cross)
+        for role, attention in decoder:
+            if role == "self":
+                text_image = torch.bmm(with_residual(attention, alpha), text_image)
+            else:
+                mass = (1.0 - alpha) + alpha * attention.sum(dim=-1, keepdim=True)  # 1 for the head mean
+                text_image = ((1.0 - alpha) * text_image + alpha * torch.bmm(attention, image)) / mass
+    return text_image
