@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -178,3 +179,83 @@ def test_captioner_mistakes_are_named(images):
     vit = transformers.ViTModel(_encoder_config("vit")).eval()
     with pytest.raises(UnsupportedModelError, match="ViTModel is not a captioner"):
         caption_maps(vit, images)
+
+
+def test_caption_words_group_wordpiece_and_byte_level_pieces(tmp_path):
+    from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
+    from vitroll.pipelines.caption import caption_words
+
+    wordpiece = wordpiece_tokenizer(tmp_path)
+    ids = wordpiece.convert_tokens_to_ids(["the", "cat", "##s", "play", "##ing", "!", "[SEP]", "[PAD]"])
+    words = caption_words(ids, wordpiece, special_ids=[wordpiece.sep_token_id, wordpiece.pad_token_id])
+    assert [(w.word, w.tokens) for w in words] == [("the", (0,)), ("cats", (1, 2)), ("playing!", (3, 4, 5))]
+    bpe = bpe_tokenizer(tmp_path)
+    ids = bpe.convert_tokens_to_ids(["cat", "s", "Ġsat", "Ġdog", "<|endoftext|>"])
+    words = caption_words(ids, bpe, special_ids=[bpe.convert_tokens_to_ids("<|endoftext|>")])
+    assert [(w.word, w.tokens) for w in words] == [("cats", (0, 1)), ("sat", (2,)), ("dog", (3,))]
+
+
+@pytest.fixture(scope="module")
+def saved_captioner(tmp_path_factory):
+    """A BERT-decoder captioner saved with its WordPiece tokenizer and image processor, as a user's folder is."""
+    from small_tokenizers import wordpiece_tokenizer
+
+    folder = tmp_path_factory.mktemp("captioner")
+    tokenizer = wordpiece_tokenizer(folder)
+    model = build_captioner("vit", "bert", seed=2)
+    model.config.decoder_start_token_id = tokenizer.cls_token_id
+    model.config.eos_token_id, model.config.pad_token_id = tokenizer.sep_token_id, tokenizer.pad_token_id
+    model.config.decoder.vocab_size = VOCABULARY
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3,
+                                   image_std=[0.5] * 3).save_pretrained(folder)
+    return folder
+
+
+def test_the_cli_writes_a_strip_per_image_and_the_captions_json(saved_captioner, tmp_path, capsys):
+    import json
+
+    from PIL import Image
+
+    from vitroll.cli import main
+    from vitroll.io import load_image
+
+    rng = np.random.default_rng(0)
+    good = tmp_path / "good.png"
+    Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(good)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    out = tmp_path / "out"
+    code = main(["caption", str(good), str(broken), "--model", str(saved_captioner), "--out", str(out),
+                 "--max-new-tokens", "5", "--method", "rollout"])
+    captured = capsys.readouterr()
+    assert code == 3 and "vitroll: failed:" in captured.err and "broken.png" in captured.err
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))
+    first, second = written["images"]
+    assert second["error"] and second["strip"] is None
+    assert f"“{first['caption']}”" in captured.out
+
+    model = vitroll.load_model(str(saved_captioner))
+    expected = caption_maps(model, [load_image(good)], method="rollout", max_new_tokens=5)
+    tokenizer = vitroll.adapters.tokenizers.registered_tokenizer(model)
+    length = int(expected.lengths[0])
+    assert first["caption"] == tokenizer.decode(expected.token_ids[0, :length], skip_special_tokens=True)
+    pieces = [piece for word in first["words"] for piece in word["tokens"]]
+    assert pieces == [piece for piece in tokenizer.convert_ids_to_tokens(expected.token_ids[0, :length])
+                      if piece not in ("[SEP]", "[PAD]")]
+    strip = np.asarray(Image.open(out / "good_caption_rollout.png"))
+    assert strip.shape[1] > strip.shape[0] * (1 + len(first["words"])) / 2  # one panel per word beside the image
+
+
+def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
+    from vitroll.cli import main
+
+    image = tmp_path / "image.png"
+    from PIL import Image
+
+    Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)).save(image)
+    assert main(["overlay", str(image), "--model", str(saved_captioner), "--out", str(tmp_path)]) == 2
+    assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
+    assert main(["caption", str(image), "--model", "vitroll-text-keyword", "--out", str(tmp_path)]) == 2
+    assert "is not a captioner (BertForSequenceClassification)" in capsys.readouterr().err

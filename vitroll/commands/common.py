@@ -281,6 +281,8 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
               file=sys.stderr)
     if family_of(model).inputs == "tokens":  # an unsupported model is refused before any input is read
         raise VitrollError(f"{args.model} is a text model ({type(model).__name__}); explain it with `vitroll text`")
+    if family_of(model).captioner is not None:
+        raise VitrollError(f"{args.model} is a captioner ({type(model).__name__}); explain it with `vitroll caption`")
     return model
 
 

@@ -99,7 +99,8 @@ def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 
     return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]
 
 
-def _png(fig: "Figure") -> bytes:
+def figure_bytes(fig: "Figure") -> bytes:
+    """PNG bytes of a matplotlib figure at 100 dpi."""
     import io
 
     buffer = io.BytesIO()
@@ -111,11 +112,11 @@ def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: 
                top: Optional[tuple[int, str, float]] = None) -> bytes:
     """PNG bytes of the image | heatmap | overlay figure, titled with the file name and the top-1 class."""
     title = path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})"
-    return _png(figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap))
+    return figure_bytes(figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap))
 
 
 def text_grid_png(path_name: str, rgb: np.ndarray, overlays: list[np.ndarray], texts: list[str], logits: np.ndarray,
                   settings: ExplainSettings) -> bytes:
     """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit."""
     titles = [f"{text!r}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
-    return _png(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))
+    return figure_bytes(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))

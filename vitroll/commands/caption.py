@@ -1,0 +1,56 @@
+"""``vitroll caption IMAGE… --model FOLDER_OR_ID``: caption each image with a captioner (transformers
+VisionEncoderDecoderModel: ViT/DeiT encoder, GPT-2/BERT decoder) and map every word of its caption on the image.
+
+Writes OUT/<stem>_caption_<method>.png (the image, then one overlay per word under its word) and OUT/captions.json
+(captions, words, their tokens, logits and map peaks). Methods: chefer (Chefer et al. 2021b's encoder–decoder
+relevance for each token's logit, the default) or rollout (pure attention through encoder, decoder and
+cross-attention). Exit status: 0 all ok, 3 some images failed, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.capture import family_of
+from vitroll.commands.common import add_device_argument, integer, number, output_folder, resolve_device
+from vitroll.errors import VitrollError
+from vitroll.methods.caption import CAPTION_METHODS
+from vitroll.models import load_model
+from vitroll.pipelines.caption import caption_files
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("caption", help="caption images and map each word of the caption on the image",
+                                   description=__doc__)
+    parser.add_argument("images", nargs="+", metavar="IMAGE")
+    parser.add_argument("--model", required=True,
+                        help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
+                             "processor files), a cached hub id, or vitroll-caption-shapes")
+    parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer")
+    parser.add_argument("--max-new-tokens", type=integer(1), default=20, help="longest caption, in tokens (default 20)")
+    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
+    parser.add_argument("--batch-size", type=integer(1), default=8)
+    parser.add_argument("--cmap", default="jet", help="matplotlib colormap")
+    parser.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
+    add_device_argument(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model = load_model(args.model, device=resolve_device(args.device))
+    if family_of(model).captioner is None:
+        raise VitrollError(f"{args.model} is not a captioner ({type(model).__name__}); `vitroll caption` explains "
+                           "image-to-text models (`vitroll overlay` explains image classifiers)")
+    tokenizer = registered_tokenizer(model)
+    failed = 0
+    for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,
+                                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, cmap=args.cmap,
+                                alpha=args.alpha):
+        if result.error is not None:
+            failed += 1
+            print(f"vitroll: failed: {result.error}", file=sys.stderr)
+            continue
+        print(f"{result.path}: “{result.caption}” -> {result.strip_path}")
+    print(f"captions: {args.out / 'captions.json'}")
+    return 3 if failed else 0

@@ -1,0 +1,126 @@
+"""``vitroll caption``: caption images with a captioner and map each word of the caption on the image.
+
+Images go through the one batch loop (:func:`~vitroll.pipelines.stream.decoded_batches`); each batch is captioned
+and mapped by :func:`~vitroll.methods.caption.caption_maps`. A word's map is the sum of its tokens' maps (a word of
+several sub-word pieces, as the tokenizer splits it); special tokens (the end token) get none. Per image:
+``OUT/<stem>_caption_<method>.png``, the image and one overlay per word under its word, the caption as its title;
+for the run, ``OUT/captions.json`` with each caption, its words, their tokens and logits and each map's peak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from torch import nn
+
+from vitroll.io.images import encode_png, write_atomic
+from vitroll.maps import as_numpy, peak_location, to_original
+from vitroll.methods.caption import caption_maps, captioner_of
+from vitroll.overlay import overlay, overlay_grid
+from vitroll.pipelines.explain import figure_bytes
+from vitroll.pipelines.single import output_stems
+from vitroll.pipelines.stream import Decoded, Failed, decoded_batches, read_image
+from vitroll.preprocess import Preprocessing
+
+
+@dataclass(frozen=True)
+class CaptionWord:
+    """One word of a caption and the caption tokens it is made of."""
+
+    word: str
+    tokens: tuple[int, ...]
+    """Positions of its tokens in the caption."""
+
+
+@dataclass
+class CaptionedImage:
+    """The caption of one input and where its strip went, or why it failed."""
+
+    path: Path
+    caption: str = ""
+    words: list[dict[str, Any]] = field(default_factory=list)
+    strip_path: Optional[Path] = None
+    error: Optional[str] = None
+
+
+def caption_words(token_ids: Sequence[int], tokenizer: Any, special_ids: Sequence[int]) -> list[CaptionWord]:
+    """Group a caption's tokens into the words the tokenizer decodes them to: token j starts a new word when the
+    text decoded from tokens 0 … j has more whitespace-separated words than the text before it (WordPiece's ``##``
+    pieces and byte-level BPE's pieces without a leading space continue a word; punctuation the decoder attaches to
+    a word, as BERT's does ``playing!``, stays with it). Special tokens belong to none."""
+    words: list[list[int]] = []
+    count = 0
+    for position, token in enumerate(token_ids):
+        if token in special_ids:
+            continue
+        decoded = tokenizer.decode(list(token_ids[:position + 1]), skip_special_tokens=True)
+        now = len(decoded.split())
+        if now > count or not words:
+            words.append([position])
+        else:
+            words[-1].append(position)
+        count = now
+    return [CaptionWord(tokenizer.decode([token_ids[i] for i in group], skip_special_tokens=True).strip(),
+                        tuple(group)) for group in words]
+
+
+def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, tokenizer: Any, *,
+                  out_dir: "str | os.PathLike[str]", method: str = "chefer", max_new_tokens: int = 20,
+                  batch_size: int = 8, preprocessing: Optional[Preprocessing] = None, cmap: str = "jet",
+                  alpha: float = 0.5) -> Iterator[CaptionedImage]:
+    """Caption each file and write its strip; one result per input in input order, unreadable files with ``error``
+    set (the others go on). Writes ``OUT/captions.json`` once every input is done."""
+    captioner = captioner_of(model)
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    out_dir = Path(out_dir)
+    paths = [Path(p) for p in paths]
+    stems = output_stems(paths)
+    special = set(captioner.special_ids(model))
+    device = next(model.parameters()).device
+    results = []
+    for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size, device=device):
+        result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
+                                                                 max_new_tokens=max_new_tokens)
+        slot = 0
+        for record in batch.records:
+            if isinstance(record, Failed):
+                captioned = CaptionedImage(path=record.item, error=record.message)
+            else:
+                captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
+                                         method, cmap, alpha)
+                slot += 1
+            results.append(captioned)
+            yield captioned
+    summary = [{"path": str(each.path), "caption": each.caption, "words": each.words,
+                "strip": str(each.strip_path) if each.strip_path else None, "error": each.error} for each in results]
+    write_atomic(out_dir / "captions.json",
+                 json.dumps({"method": method, "images": summary}, indent=1, ensure_ascii=False).encode())
+
+
+def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: Any, special: set[int],
+                 out_dir: Path, method: str, cmap: str, alpha: float) -> CaptionedImage:
+    length = int(result.lengths[slot])
+    token_ids = result.token_ids[slot, :length].tolist()
+    token_maps = as_numpy(result.maps[slot, :length])  # (K, h, w)
+    logits = result.token_logits[slot, :length].tolist()
+    words = caption_words(token_ids, tokenizer, sorted(special))
+    caption = tokenizer.decode(token_ids, skip_special_tokens=True).strip()
+    overlays, described = [], []
+    for word in words:
+        grid_map = token_maps[list(word.tokens)].sum(axis=0)
+        saliency = to_original(grid_map, record.geometry)
+        overlays.append(overlay(record.image, saliency, cmap=cmap, alpha=alpha))
+        row, column = peak_location(saliency)
+        described.append({"word": word.word, "tokens": [tokenizer.convert_ids_to_tokens(token_ids[i])
+                                                          for i in word.tokens],
+                          "token_logits": [round(logits[i], 4) for i in word.tokens], "peak_xy": [column, row]})
+    strip_path = out_dir / f"{stem}_caption_{method}.png"
+    title = f"{record.item.name} — {method}: “{caption}”"
+    write_atomic(strip_path, figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
+                 if overlays else encode_png(record.image))
+    return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path)
+
