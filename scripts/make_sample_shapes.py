@@ -1,5 +1,6 @@
 """Write the testbed sample images shipped in sample_images/: the first held-out image (seed 3) of each class,
-enlarged 4× (nearest neighbour) so overlays are easy to see, with its target mask beside it (NAME_mask.png)."""
+enlarged 4× (nearest neighbour) so overlays are easy to see, with its target mask beside it (NAME_mask.png); and
+the first held-out two-shape image (:mod:`vitroll.testbed.shape_pairs`, seed 3) as two_shapes.png, enlarged alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from vitroll.testbed import CLASSES, sample
+from vitroll.testbed import shape_pairs
 
 OUT = Path(__file__).resolve().parents[1] / "sample_images"
 SCALE = 4
@@ -29,6 +31,9 @@ def main() -> None:
         mask = Image.fromarray(item.mask.astype(np.uint8) * 255).resize((64 * SCALE, 64 * SCALE), Image.NEAREST)
         mask.save(OUT / f"{name}_mask.png")
         print(f"{name}.png: seed 3, image {index}")
+    pair = shape_pairs.sample(3, 0)
+    Image.fromarray(pair.image).resize((64 * SCALE, 64 * SCALE), Image.NEAREST).save(OUT / "two_shapes.png")
+    print("two_shapes.png: two-shape split seed 3, image 0")
 
 
 if __name__ == "__main__":
