@@ -85,8 +85,9 @@ A tiny transformers `VisionEncoderDecoderModel` (ViT encoder, BERT decoder with 
 scratch by `scripts/train_captioner.py` on the images of `vitroll.testbed.shape_pairs`: two large shapes of
 different classes ({", ".join(CLASSES)}), one in each half (left/right or top/bottom) of a textured 64 px image.
 Its captions (`vitroll.testbed.captions`) name both shapes in reading order — `a disk left of a square`,
-`a cross above a triangle` — so each shape word has a mask its per-word map should point into
-(`vitroll.testbed.captions.shape_word_targets`).
+`a cross above a triangle` ("left of" whenever the middle column separates the two shapes, also in the ~10 % of
+images where the middle row does too; "above" when only the middle row does) — so each shape word has a mask its
+per-word map should point into (`vitroll.testbed.captions.shape_word_targets`).
 
 - Encoder: `ViTConfig({", ".join(f"{k}={v}" for k, v in summary["encoder"].items())})`; decoder:
   `BertConfig({", ".join(f"{k}={v}" for k, v in summary["decoder"].items())}, is_decoder=True,

@@ -14,9 +14,9 @@ from vitroll.testbed.shape_pairs import sample, samples
 from vitroll.testbed.shapes import CLASSES
 from vitroll.testbed.training import to_tensor
 
-MIN_EXACT = 0.0
-"""Exact greedy captions the shipped model must get on the test's held-out images: its measured held-out
-accuracy (MODEL_CARD.md) less a margin for the small sample."""
+MIN_EXACT = 0.90
+"""Share of exact greedy captions the shipped model must get on 64 held-out images: its measured held-out
+accuracy (98.0 % on 1000 images, MODEL_CARD.md) less a margin for the small sample."""
 
 
 def test_captions_are_deterministic_per_seed_and_index():
