@@ -26,6 +26,7 @@ from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
+from vitroll.testbed.captioner_model import FOLDER as CAPTION_FOLDER
 from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
 from vitroll.testbed.text_model import FOLDERS as TEXT_TESTBED_FOLDERS
@@ -42,6 +43,7 @@ transformers 5 builds a tokenizer that knows no words)."""
 
 SHIPPED_TRANSFORMERS = {
     "vitroll-clip-shapes": PAIRS_FOLDER,
+    "vitroll-caption-shapes": CAPTION_FOLDER,
     "vitroll-text-keyword": TEXT_TESTBED_FOLDERS["keyword"],
     "vitroll-text-shortcut": TEXT_TESTBED_FOLDERS["shortcut"],
 }
