@@ -27,7 +27,7 @@ from vitroll.testbed.captioner_model import (
 from vitroll.testbed.captions import CAPTION_WORDS, caption_for, shape_word_positions
 from vitroll.testbed.shape_pairs import PairsConfig, samples
 from vitroll.testbed.shapes import CLASSES
-from vitroll.testbed.training import add_training_arguments, optimise, to_tensor
+from vitroll.testbed.training import add_training_arguments, optimise, to_tensor, start_training
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = PairsConfig()
@@ -140,9 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test-images", type=int, default=1000)
     parser.add_argument("--no-save", action="store_true", help="train and evaluate only (tuning runs)")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    start_training(args)
 
     tokenizer, model = build_caption_tokenizer(), build_caption_model().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

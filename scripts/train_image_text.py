@@ -26,7 +26,7 @@ from vitroll.testbed.image_text_model import (
 )
 from vitroll.testbed.shape_pairs import PROMPTS, PairsConfig, prompt_for, samples
 from vitroll.testbed.shapes import CLASSES
-from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor
+from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor, start_training
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = PairsConfig()
@@ -108,9 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     add_training_arguments(parser, steps=2000, batch_size=64, lr=1e-3, weight_decay=0.05, warmup=200, eval_every=250)
     parser.add_argument("--test-images", type=int, default=2000)
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    start_training(args)
 
     tokenizer, model = build_pairs_tokenizer(), build_pairs_model().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from vitroll.testbed.model import ARCHITECTURE, DATA, WEIGHTS, build_testbed_model
 from vitroll.testbed.shapes import CLASSES, arrays
-from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor
+from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor, start_training
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 
@@ -100,9 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.card_only:
         write_model_card(args.curve)
         return
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    start_training(args)
 
     model = build_testbed_model().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

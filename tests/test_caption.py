@@ -259,3 +259,22 @@ def test_captioners_and_other_models_are_sent_to_their_own_command(saved_caption
     assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
     assert main(["caption", str(image), "--model", "vitroll-text-keyword", "--out", str(tmp_path)]) == 2
     assert "is not a captioner (BertForSequenceClassification)" in capsys.readouterr().err
+
+
+def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():
+    from vitroll.pipelines.evaluate_captions import caption_ids, evaluate_captions
+    from vitroll.pipelines.evaluate_pairs import pair_images
+
+    model = vitroll.load_model("vitroll-caption-shapes")
+    tokenizer = vitroll.adapters.tokenizers.registered_tokenizer(model)
+    images = pair_images(24)
+    rows = evaluate_captions(model, tokenizer, images, ["chefer", "random"], batch_size=12)
+    assert [row["method"] for row in rows[:2]] == ["chefer"] * 2 and len(rows) == 48
+    mean = {method: np.mean([row["pointing_game"] for row in rows if row["method"] == method])
+            for method in ("chefer", "random")}
+    assert mean["chefer"] > mean["random"] + 0.2
+    assert all(row["both_follow"] <= row["pointing_game"] for row in rows)
+    ids = caption_ids(tokenizer, ["a disk above a cross"], end=3, pad=0)
+    assert ids.tolist() == [tokenizer.convert_tokens_to_ids("a disk above a cross".split()) + [3]]
+    with pytest.raises(ValueError, match="not flow"):
+        evaluate_captions(model, tokenizer, images[:1], ["flow"])

@@ -1,6 +1,7 @@
 """``vitroll evaluate [FOLDER]``: score methods against ground-truth masks (folder of NAME.png + NAME_mask.png,
 or the generated shapes testbed): pointing game, energy in mask, top-10 % IoU, deletion and insertion AUC.
-``--testbed-kind pairs`` / ``text`` score the image–text and text testbeds instead (their own metrics)."""
+``--testbed-kind pairs`` / ``text`` / ``captions`` score the image–text, text and captioning testbeds instead (their
+own metrics)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
     evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
 )
+from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
 from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
 from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
 from vitroll.testbed.model import TESTBED_NAME
@@ -30,6 +32,7 @@ TESTBEDS = {
     "shapes": (TESTBED_NAME, DEFAULT_METHODS),
     "pairs": ("vitroll-clip-shapes", "chefer,grad_rollout,rollout,random"),
     "text": ("vitroll-text-keyword", "rollout,attention,flow,chefer,grad_rollout,random"),
+    "captions": ("vitroll-caption-shapes", "chefer,rollout,random"),
 }
 """Each testbed's shipped model (the default ``--model``) and default methods: the shapes images with their
 classifier, the two-shape images with a prompt naming one (an image–text model), the key-word sentences (a text
@@ -80,7 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="which generated testbed --testbed N draws from: shapes (default), pairs (two shapes and "
                              "a prompt naming one; default model vitroll-clip-shapes: pointing game on the named shape) "
                              "or text (a planted key word among fillers and a group word; default model "
-                             "vitroll-text-keyword: pointing game on the key word, share on the group word)")
+                             "vitroll-text-keyword: pointing game on the key word, share on the group word), "
+                             "or captions (the two-shape images captioned; default model vitroll-caption-shapes: "
+                             "pointing game of each shape word's map on its shape)")
     parser.set_defaults(run=run)
 
 
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_generated(args: argparse.Namespace) -> int:
-    """``--testbed-kind pairs`` or ``text``: the generated image–text or text testbed, its own metrics."""
+    """``--testbed-kind pairs``, ``text`` or ``captions``: a generated testbed with its own metrics."""
     if args.folder:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
     if args.disagreement:
@@ -148,6 +153,10 @@ def run_generated(args: argparse.Namespace) -> int:
         rows = evaluate_pairs(model, pair_images(count, args.seed), methods, method_options=method_options,
                               batch_size=args.batch_size)
         metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {args.seed}"
+    elif args.testbed_kind == "captions":
+        rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, args.seed), methods,
+                                 batch_size=args.batch_size)
+        metrics, source = CAPTION_METRICS, f"{count} captioned two-shape images, seed {args.seed}"
     else:
         rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, args.seed), methods,
                              method_options=method_options, batch_size=args.batch_size)

@@ -36,6 +36,13 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, steps: int, batch
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
 
+def start_training(args: argparse.Namespace) -> None:
+    """Apply ``--threads`` and seed torch with 0: every training run starts from the same initialisation."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
     """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to 0 at ``total``."""
     if step < warmup:

@@ -1,0 +1,96 @@
+"""Measure caption maps on the two-shape testbed: does each shape word's map point at the shape it names?
+
+Every image of :mod:`vitroll.testbed.shape_pairs` holds two shapes; its caption (:mod:`vitroll.testbed.captions`)
+names both in reading order, "a disk left of a square". The captioner reads that caption teacher-forced (so every
+image is scored on the same words, whatever it would generate), and per image and method the maps of its two shape
+words are scored:
+
+- ``pointing_game``: the share of the two shape words whose map peaks on the shape the word names;
+- ``energy_in_mask``: the mean share of a shape word's map on its shape;
+- ``both_follow``: both shape words' maps peak on their own shapes.
+
+``random`` draws a uniform random grid per image and token: the chance level.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from vitroll.maps import to_original
+from vitroll.methods.base import model_device
+from vitroll.methods.caption import CAPTION_METHODS, caption_maps, captioner_of
+from vitroll.metrics import energy_in_mask, pointing_game
+from vitroll.preprocess import Preprocessing
+from vitroll.testbed.captions import caption_for, shape_word_targets
+from vitroll.testbed.shape_pairs import PairSample
+
+CAPTION_METRICS = {
+    "pointing_game": "pointing game: shape word on its shape ↑",
+    "energy_in_mask": "energy on the named shape ↑",
+    "both_follow": "both shape words on their own shapes ↑",
+}
+"""Per-image metric columns and their table headings."""
+
+BASELINE = "random"
+
+
+def caption_ids(tokenizer: Any, captions: Sequence[str], end: int, pad: int) -> torch.Tensor:
+    """(B, K) the captions' tokens, one per word (checked), each followed by the end token and padded."""
+    encoded = tokenizer(list(captions), add_special_tokens=False)["input_ids"]
+    for caption, ids in zip(captions, encoded):
+        if len(ids) != len(caption.split()):
+            raise ValueError(f"the tokenizer splits {caption!r} into {len(ids)} tokens, not one per word")
+    width = max(len(ids) for ids in encoded) + 1
+    return torch.tensor([ids + [end] + [pad] * (width - len(ids) - 1) for ids in encoded])
+
+
+def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSample], methods: Sequence[str], *,
+                      preprocessing: Optional[Preprocessing] = None, batch_size: int = 16,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """One row per image and method with the :data:`CAPTION_METRICS` (see the module docstring).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A captioner whose tokenizer has one token per caption word (``vitroll-caption-shapes``).
+    methods : sequence of str
+        Among :data:`~vitroll.methods.caption.CAPTION_METHODS` and ``"random"``.
+    seed : int
+        Of the random baseline's maps.
+    """
+    unknown = [name for name in methods if name not in (*CAPTION_METHODS, BASELINE)]
+    if unknown:
+        raise ValueError(f"caption maps come from {', '.join(CAPTION_METHODS)} (and the {BASELINE} baseline); "
+                         f"not {', '.join(unknown)}")
+    captioner = captioner_of(model)
+    _start, end, pad = captioner.special_ids(model)
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    rows = []
+    for start in range(0, len(images), batch_size):
+        chunk = images[start:start + batch_size]
+        tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
+        tensor = tensor.to(model_device(model))
+        captions = [caption_for(item) for item in chunk]
+        ids = caption_ids(tokenizer, captions, end, pad)
+        grid = captioner.encoder_layout(model, tuple(tensor.shape[-2:])).grid
+        for method in methods:
+            if method == BASELINE:
+                maps = np.random.default_rng([seed, start]).random((len(chunk), ids.shape[1], *grid))
+            else:
+                maps = caption_maps(model, tensor, method=method, caption_ids=ids).maps.float().cpu().numpy()
+            for i, (item, geometry, caption) in enumerate(zip(chunk, geometries, captions)):
+                scored = [(to_original(maps[i, word], geometry), item.masks[target])
+                          for word, target in shape_word_targets(item, caption).items()]
+                hits = [bool(pointing_game(saliency, mask)[0]) for saliency, mask in scored]
+                rows.append(dict(
+                    image=start + i, method=method, caption=caption,
+                    pointing_game=float(np.mean(hits)),
+                    energy_in_mask=float(np.mean([energy_in_mask(saliency, mask)[0] for saliency, mask in scored])),
+                    both_follow=float(all(hits)),
+                ))
+    return rows
