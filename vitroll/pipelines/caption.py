@@ -19,6 +19,7 @@ from torch import nn
 
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
+from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
 from vitroll.overlay import overlay, overlay_grid
 from vitroll.pipelines.explain import figure_bytes
@@ -80,9 +81,9 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     paths = [Path(p) for p in paths]
     stems = output_stems(paths)
     special = set(captioner.special_ids(model))
-    device = next(model.parameters()).device
     results = []
-    for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size, device=device):
+    for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,
+                                    device=model_device(model)):
         result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
                                                                  max_new_tokens=max_new_tokens)
         slot = 0
