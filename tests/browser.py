@@ -43,3 +43,10 @@ def browser_page(url: str, viewport: dict[str, int]) -> Iterator[tuple[object, l
             yield page, errors
         finally:
             chromium.close()
+
+
+def wait_for_text(page, selector: str, text: str, timeout: float = 30_000) -> None:
+    """Wait until the element at ``selector`` shows ``text``; Gradio builds (and rebuilds) its components after the
+    page has loaded, so the element may not be there yet while waiting."""
+    page.wait_for_function("([selector, text]) => document.querySelector(selector)?.innerText.includes(text) ?? false",
+                           arg=[selector, text], timeout=timeout)

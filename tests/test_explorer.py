@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import vitroll
-from browser import browser_page
+from browser import browser_page, wait_for_text
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
@@ -306,7 +306,7 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         def choose(label: str, option: str, note: str) -> None:
             page.get_by_label(label, exact=True).click()
             page.get_by_role("option", name=option, exact=True).click()
-            page.wait_for_function(f"document.querySelector('#note').innerText.includes({note!r})")
+            wait_for_text(page, "#note", note)
             sources.append(overlay.get_attribute("src"))
 
         page.locator(f"img[src*='{CROSS.name}']").first.click()
@@ -330,14 +330,13 @@ def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu
     target menu lists them after the best-scoring one."""
     with browser_page(served_clip, {"width": 1400, "height": 1000}) as (page, errors):
         page.locator("input[type=file]").first.set_input_files(str(ROOT / "sample_images" / "cat.jpg"))
-        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a photo of a dog')",
-                               timeout=30_000)
+        wait_for_text(page, "#top-classes", "a photo of a dog")
         page.get_by_label("method", exact=True).click()
         page.get_by_role("option", name="chefer", exact=True).click()
-        page.wait_for_function("document.querySelector('#note').innerText.includes('chefer does not use')")
+        wait_for_text(page, "#note", "chefer does not use")
         page.locator("#prompts textarea").fill("a bird\na dog\na photo of a cat")
         page.locator("#note").click()  # leaves the box
-        page.wait_for_function("document.querySelector('#top-classes').innerText.includes('a bird')", timeout=30_000)
+        wait_for_text(page, "#top-classes", "a bird")
         assert "a photo of a dog" not in page.locator("#top-classes").inner_text()
         page.get_by_label("target class", exact=True).click()
         assert [option.strip("✓\n") for option in page.get_by_role("option").all_inner_texts()] == [
