@@ -274,6 +274,9 @@ def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():
             for method in ("chefer", "random")}
     assert mean["chefer"] > mean["random"] + 0.2
     assert all(row["both_follow"] <= row["pointing_game"] for row in rows)
+    preferred = {method: np.mean([row["named_over_other"] for row in rows if row["method"] == method])
+                 for method in ("chefer", "random")}
+    assert preferred["chefer"] > 0.65 and 0.3 < preferred["random"] < 0.7
     ids = caption_ids(tokenizer, ["a disk above a cross"], end=3, pad=0)
     assert ids.tolist() == [tokenizer.convert_tokens_to_ids("a disk above a cross".split()) + [3]]
     with pytest.raises(ValueError, match="not flow"):

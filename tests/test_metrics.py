@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from torch import nn
 
 from vitroll.metrics import (
-    deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou, top_fraction_mask,
+    deletion_insertion, energy_in_mask, peak_preference, pointing_game, rank_correlation, top_fraction_iou, top_fraction_mask,
 )
 
 MASK = np.zeros((4, 4), bool)
@@ -27,6 +30,35 @@ def test_pointing_game_hits_and_misses():
 def test_pointing_game_counts_a_tie_only_if_every_peak_is_on_the_mask():
     flat = np.ones((4, 4))
     assert pointing_game(flat, MASK).tolist() == [False]
+
+
+def test_peak_preference_by_hand_ignores_the_background():
+    rival = np.zeros((4, 4), bool); rival[3, :] = True
+    background_peak = np.zeros((4, 4)); background_peak[0, 0] = 9; background_peak[1, 1] = 2; background_peak[3, 0] = 1
+    assert pointing_game(background_peak, MASK).tolist() == [False]
+    lower = background_peak.copy(); lower[3, 3] = 5  # the rival's peak now beats the mask's
+    tie = background_peak.copy(); tie[3, 2] = 2
+    maps = np.stack([background_peak, lower, tie])
+    assert peak_preference(maps, np.stack([MASK] * 3), np.stack([rival] * 3)).tolist() == [1.0, 0.0, 0.5]
+    unseen = background_peak.copy(); unseen[1:3, 1:3] = np.nan  # unseen pixels count as zero
+    assert peak_preference(unseen, MASK, rival).tolist() == [0.0]
+    with pytest.raises(ValueError, match="non-empty mask and rival mask"):
+        peak_preference(background_peak, MASK, np.zeros((4, 4), bool))
+
+
+@given(maps=arrays(np.float64, (3, 5, 6), elements=st.floats(-10, 10)), scale=st.floats(0.1, 10),
+       shift=st.floats(-10, 10), cut=st.integers(1, 5))
+def test_peak_preference_flips_when_the_masks_swap_and_ignores_monotone_rescaling(maps, scale, shift, cut):
+    left = np.zeros((3, 5, 6), bool); left[..., :cut] = True
+    right = ~left
+    preference = peak_preference(maps, left, right)
+    assert set(preference.tolist()) <= {0.0, 0.5, 1.0}
+    np.testing.assert_array_equal(peak_preference(maps, right, left), 1 - preference)
+    expected = [float(m[:, :cut].max() > m[:, cut:].max()) + 0.5 * float(m[:, :cut].max() == m[:, cut:].max())
+                for m in maps]
+    np.testing.assert_array_equal(preference, expected)
+    rescaled = np.round(maps, 6) * scale + shift
+    np.testing.assert_array_equal(peak_preference(rescaled, left, right), peak_preference(np.round(maps, 6), left, right))
 
 
 def test_energy_in_mask_by_hand():

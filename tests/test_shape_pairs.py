@@ -70,6 +70,8 @@ def test_pair_scores_by_hand_and_rollout_cannot_follow_the_text():
         maps = vitroll.image_text_maps(model, tensor, [item.prompt, item.other_prompt], method=row["method"])[0]
         named, other = (to_original(maps[k].numpy(), geometry) for k in range(2))
         assert row["pointing_game"] == float(pointing_game(named, item.named_mask)[0])
+        on_named, on_other = (named[item.masks[k]].max() for k in (item.named, 1 - item.named))
+        assert row["named_over_other"] == (1.0 if on_named > on_other else 0.0 if on_named < on_other else 0.5)
         assert row["energy_in_mask"] == pytest.approx(float(energy_in_mask(named, item.named_mask)[0]), abs=1e-6)
         expected_both = row["pointing_game"] and pointing_game(other, item.masks[1 - item.named])[0]
         assert row["both_follow"] == float(expected_both)

@@ -6,7 +6,8 @@ Two kinds:
   the order of the map and watch the target class's probability; a faithful map makes it fall fast
   (low deletion AUC) and rise fast (high insertion AUC);
 * against a ground-truth mask — :func:`pointing_game` (the map's peak lies on the object),
-  :func:`energy_in_mask` (the fraction of the map's mass on the object, the "energy pointing game") and
+  :func:`energy_in_mask` (the fraction of the map's mass on the object, the "energy pointing game"),
+  :func:`peak_preference` (of two objects, the map peaks higher on the right one) and
   :func:`top_fraction_iou` (IoU of the map's top k % pixels with the mask);
 
 and two ways to compare maps with each other — :func:`rank_correlation` and :func:`top_fraction_iou` between
@@ -63,6 +64,33 @@ def pointing_game(maps: np.ndarray, masks: np.ndarray, tolerance: int = 0) -> np
         peaks = saliency == saliency.max()
         hits[b] = bool(target[peaks].all())
     return hits
+
+
+def peak_preference(maps: np.ndarray, masks: np.ndarray, rival_masks: np.ndarray) -> np.ndarray:
+    """Whether each map peaks higher on its mask than on a rival mask: the pointing game between two objects.
+
+    The strict :func:`pointing_game` also counts a peak on the background as a miss; this asks only which of two
+    objects the map prefers, so a map that ignores which object is asked for scores 0.5 on average when the asked-for
+    object is drawn at random.
+
+    Parameters
+    ----------
+    maps : ndarray, (B, H, W) or (H, W)
+    masks, rival_masks : ndarray of bool, same shape
+        Each map's object and the one it competes with; neither may be empty.
+
+    Returns
+    -------
+    ndarray of float, (B,): 1 where the map's maximum over ``masks`` exceeds its maximum over ``rival_masks``, 0 where
+    it is lower, 0.5 on a tie.
+    """
+    maps = _clean(maps)
+    masks, rival_masks = (_batched(np.asarray(m, dtype=bool)) for m in (masks, rival_masks))
+    if not (masks.any(axis=(1, 2)).all() and rival_masks.any(axis=(1, 2)).all()):
+        raise ValueError("peak_preference needs a non-empty mask and rival mask for every map")
+    on_mask = np.where(masks, maps, -np.inf).max(axis=(1, 2))
+    on_rival = np.where(rival_masks, maps, -np.inf).max(axis=(1, 2))
+    return np.sign(on_mask - on_rival) / 2 + 0.5
 
 
 def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:

@@ -6,6 +6,9 @@ image is scored on the same words, whatever it would generate), and per image an
 words are scored:
 
 - ``pointing_game``: the share of the two shape words whose map peaks on the shape the word names;
+- ``named_over_other``: the share of the two shape words whose map peaks higher on the shape the word names than
+  on the other shape (:func:`~vitroll.metrics.peak_preference`; a peak on the background counts for neither; a
+  word-blind map scores 0.5);
 - ``energy_in_mask``: the mean share of a shape word's map on its shape;
 - ``both_follow``: both shape words' maps peak on their own shapes.
 
@@ -24,13 +27,14 @@ from torch import nn
 from vitroll.maps import to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import CAPTION_METHODS, caption_maps, captioner_of
-from vitroll.metrics import energy_in_mask, pointing_game
+from vitroll.metrics import energy_in_mask, peak_preference, pointing_game
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.captions import caption_for, shape_word_targets
 from vitroll.testbed.shape_pairs import PairSample
 
 CAPTION_METRICS = {
     "pointing_game": "pointing game: shape word on its shape ↑",
+    "named_over_other": "shape word's peak on its shape, not the other ↑",
     "energy_in_mask": "energy on the named shape ↑",
     "both_follow": "both shape words on their own shapes ↑",
 }
@@ -84,13 +88,15 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
             else:
                 maps = caption_maps(model, tensor, method=method, caption_ids=ids).maps.float().cpu().numpy()
             for i, (item, geometry, caption) in enumerate(zip(chunk, geometries, captions)):
-                scored = [(to_original(maps[i, word], geometry), item.masks[target])
+                scored = [(to_original(maps[i, word], geometry), item.masks[target], item.masks[1 - target])
                           for word, target in shape_word_targets(item, caption).items()]
-                hits = [bool(pointing_game(saliency, mask)[0]) for saliency, mask in scored]
+                hits = [bool(pointing_game(saliency, mask)[0]) for saliency, mask, _ in scored]
                 rows.append(dict(
                     image=start + i, method=method, caption=caption,
                     pointing_game=float(np.mean(hits)),
-                    energy_in_mask=float(np.mean([energy_in_mask(saliency, mask)[0] for saliency, mask in scored])),
+                    named_over_other=float(np.mean([peak_preference(saliency, mask, other)[0]
+                                                    for saliency, mask, other in scored])),
+                    energy_in_mask=float(np.mean([energy_in_mask(saliency, mask)[0] for saliency, mask, _ in scored])),
                     both_follow=float(all(hits)),
                 ))
     return rows

@@ -4,6 +4,9 @@ Every image of :mod:`vitroll.testbed.shape_pairs` holds two shapes and a prompt 
 the maps for that prompt and for the same template naming the other shape are scored:
 
 - ``pointing_game``: the named prompt's map peaks on the named shape;
+- ``named_over_other``: the named prompt's map peaks higher on the named shape than on the other
+  (:func:`~vitroll.metrics.peak_preference`): the pointing game between the two shapes, where a peak on the
+  background counts for neither; a text-agnostic method scores 0.5 on average, the named shape being drawn at random;
 - ``energy_in_mask``: the share of the named prompt's map on the named shape;
 - ``both_follow``: each of the two prompts' maps peaks on its own shape — a text-agnostic method, whose two maps
   are one, cannot score here.
@@ -20,12 +23,13 @@ from torch import nn
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.image_text import image_text_maps
-from vitroll.metrics import energy_in_mask, pointing_game
+from vitroll.metrics import energy_in_mask, peak_preference, pointing_game
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shape_pairs import PairSample, samples
 
 PAIR_METRICS = {
     "pointing_game": "pointing game on the named shape ↑",
+    "named_over_other": "peak on the named shape, not the other ↑",
     "energy_in_mask": "energy on the named shape ↑",
     "both_follow": "both prompts on their own shapes ↑",
 }
@@ -73,6 +77,7 @@ def evaluate_pairs(model: nn.Module, images: Sequence[PairSample], methods: Sequ
                 rows.append(dict(
                     image=start + i, method=method, prompt=item.prompt,
                     pointing_game=float(named_hit),
+                    named_over_other=float(peak_preference(named, item.named_mask, item.masks[1 - item.named])[0]),
                     energy_in_mask=float(energy_in_mask(named, item.named_mask)[0]),
                     both_follow=float(named_hit and pointing_game(other, item.masks[1 - item.named])[0]),
                 ))
