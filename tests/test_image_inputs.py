@@ -14,12 +14,12 @@ from PIL import Image
 
 from vitroll import (
     ImageReadError, Preprocessing, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients,
-    load_image, random_map, rollout,
+    load_image, occlusion, random_map, rollout,
 )
 from vitroll.methods.image_batch import ACCEPTED, image_batch
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
-VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, random_map, center]
+VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, occlusion, random_map, center]
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from vitroll.io import load_image
 from vitroll.io.text import TokenBatch
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
 from vitroll.methods import (
-    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, random_map,
-    rollout, rollout_matrix,
+    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, occlusion,
+    random_map, rollout, rollout_matrix,
 )
 from vitroll.models import class_names, load_model
 from vitroll.overlay import colorize, figure, outline_boxes, overlay
@@ -30,6 +30,6 @@ __all__ = [
     "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
     "TokenBatch", "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
     "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
-    "key_patches", "load_image", "load_model", "normalize", "outline_boxes", "overlay", "random_map", "register_family", "rollout",
+    "key_patches", "load_image", "load_model", "normalize", "occlusion", "outline_boxes", "overlay", "random_map", "register_family", "rollout",
     "rollout_matrix", "to_original", "upsample", "use_tokenizer",
 ]

@@ -1,6 +1,6 @@
 """Saliency methods; each is registered in :data:`METHODS` under its name."""
 
-from vitroll.methods.attributions import gradient_shap, integrated_gradients
+from vitroll.methods.attributions import gradient_shap, integrated_gradients, occlusion
 from vitroll.methods.base import Saliency, SaliencyMethod, record_attention
 from vitroll.methods.baselines import center, random_map
 from vitroll.methods.caption import CAPTION_METHODS, CaptionMaps, caption_maps
@@ -18,6 +18,6 @@ from vitroll.methods.rollout import attention, discard_lowest, rollout, rollout_
 __all__ = [
     "CAPTION_METHODS", "CaptionMaps", "METHODS", "Images", "Method", "MethodOption", "Saliency", "SaliencyMethod", "attention", "attention_gradients",
     "caption_maps", "center", "check_shared_options", "chefer", "discard_lowest", "flow", "grad_rollout", "gradient_shap",
-    "image_batch", "image_text_maps", "integrated_gradients", "method_named", "methods_taking", "prompted_saliency", "random_map", "record_attention", "register_method",
+    "image_batch", "image_text_maps", "integrated_gradients", "method_named", "methods_taking", "occlusion", "prompted_saliency", "random_map", "record_attention", "register_method",
     "rollout", "rollout_matrix", "rollout_vector",
 ]

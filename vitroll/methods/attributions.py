@@ -1,4 +1,4 @@
-"""Attribution baselines that ignore attention: Integrated Gradients and GradientSHAP, through captum.
+"""Attribution baselines that ignore attention: Integrated Gradients and GradientSHAP (through captum), and occlusion.
 
 They attribute the target class's logit to the model's continuous inputs. For a vision model these are the
 pixels: the attribution, summed over colour channels and averaged over each patch, becomes a (B, h, w) map on the
@@ -6,13 +6,15 @@ same patch grid as every attention method. For a text model (token ids have no g
 embeddings (B, L, D), the output of ``model.get_input_embeddings()`` — position and segment embeddings are added
 after it and stay as they are: the attribution summed over the embedding dimension is one score per token (B, L),
 padded positions 0. So the same pipelines, metrics and comparisons apply. captum is an optional extra:
-``pip install "vitroll[attr]"``.
+``pip install "vitroll[attr]"``; occlusion, which only runs the model forward, needs nothing more.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable, Literal, NamedTuple
+
+import itertools
 
 import numpy as np
 import torch
@@ -82,6 +84,15 @@ class AttributionSpace(NamedTuple):
     """The inputs' typical magnitude, which GradientSHAP's ``noise`` is relative to."""
     to_maps: Callable[[torch.Tensor, Sign], torch.Tensor]
     """Attributions shaped as ``inputs`` → maps (B, h, w) or token scores (B, L)."""
+    cells: tuple[int, ...]
+    """What occlusion hides a piece of at a time: the patch grid (h, w), or the L token positions (L,)."""
+    real_cells: torch.Tensor
+    """(B, *cells) bool: the cells of each row that hold its input (every patch; a text's real tokens)."""
+    hide: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """``hide(row, masks)``: one row of ``inputs`` (1, …) once per mask of ``masks`` (P, *cells) bool, the masked
+    cells set to the baseline → (P, …)."""
+    cells_to_maps: Callable[[torch.Tensor, Sign], torch.Tensor]
+    """One score per cell (B, *cells) → maps (B, h, w) or token scores (B, L)."""
 
 
 def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -> AttributionSpace:
@@ -90,9 +101,16 @@ def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -
     black = torch.zeros_like(images[:1])
     grey = images.mean(dim=(0, 2, 3), keepdim=True).expand_as(black)
     blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False).mean(dim=0, keepdim=True)
+
+    def hide(row: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        pixels = F.interpolate(masks[:, None].float(), size=row.shape[-2:], mode="nearest").bool()
+        return torch.where(pixels, black, row)
+
     return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
                             torch.cat([black, grey, blurred]), 1.0,
-                            lambda attributions, sign: pixels_to_grid(attributions, grid, sign))
+                            lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
+                            grid, torch.ones(len(images), *grid, dtype=torch.bool, device=images.device), hide,
+                            lambda scores, sign: _signed(scores, sign).float())
 
 
 def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
@@ -117,7 +135,9 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
     return AttributionSpace(
         words, forward, (batch.input_ids, batch.attention_mask, positions), baseline, baseline,
         float(words[batch.real].std()),
-        lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign))
+        lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign),
+        (words.shape[1],), batch.real.bool(), lambda row, masks: torch.where(masks[..., None], baseline, row),
+        lambda scores, sign: embeddings_to_tokens(scores[..., None], batch.real, sign))
 
 
 def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
@@ -202,3 +222,60 @@ def gradient_shap(
             np.random.set_state(numpy_state)
 
     return _attribute(model, inputs, target_class, sign, explain)
+
+
+def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
+    """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
+    row-major, P = ∏ (n − window + 1)."""
+    if window < 1 or window > min(cells):
+        raise ValueError(f"window must be between 1 and {min(cells)} (the grid is {' × '.join(map(str, cells))}); "
+                         f"got {window}")
+    starts = list(itertools.product(*(range(n - window + 1) for n in cells)))
+    masks = torch.zeros(len(starts), *cells, dtype=torch.bool)
+    for p, start in enumerate(starts):
+        masks[(p, *(slice(s, s + window) for s in start))] = True
+    return masks
+
+
+@register_method("occlusion")
+def occlusion(
+    model: nn.Module,
+    inputs: Inputs,
+    *,
+    target_class: TargetClass = None,
+    window: int = 1,
+    batch_size: int = 64,
+    sign: Sign = "positive",
+) -> Saliency:
+    """Occlusion (Zeiler & Fergus 2014): hide a window of the input, see how much the target's score drops.
+    ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`); no gradients, no attention.
+
+    Images: every ``window`` × ``window`` block of patches (stride one patch) set to the zero baseline (the
+    dataset-mean colour after normalisation, as :func:`integrated_gradients` starts from); a patch's score is the
+    mean drop ``S(x) − S(x with the block hidden)`` over the blocks that cover it; maps (B, h, w). Texts: every
+    ``window`` consecutive real tokens set to the padding token's embedding (zeros without one), so a text's
+    scores do not depend on how it is padded; token scores (B, L), padded positions 0. ``sign="positive"`` keeps
+    the evidence for the target (hiding it lowers the score); ``"signed"`` also shows where hiding raises it. Costs one forward pass per window and input, ``batch_size``
+    windows at a time. Float32 on the model's device.
+    """
+    _check_at_least_one(batch_size=batch_size)
+    batch, logits, layout = predict(model, inputs, class_logits)
+    targets = resolve_targets(logits, target_class)
+    space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout.grid)
+    every_window = sliding_windows(space.cells, window).to(space.inputs.device)
+    scores = []
+    with eval_mode(model), torch.no_grad():
+        for row, target in enumerate(targets.tolist()):
+            windows = every_window[~(every_window & ~space.real_cells[row]).flatten(1).any(dim=1)]
+            if not len(windows):
+                raise ValueError(f"window {window} is longer than input {row}: it has "
+                                 f"{int(space.real_cells[row].sum())} tokens")
+            extra = tuple(tensor[row:row + 1] for tensor in space.extra)
+            hidden = torch.cat([
+                space.forward(space.hide(space.inputs[row:row + 1], chunk),
+                              *(tensor.expand(len(chunk), *tensor.shape[1:]) for tensor in extra))[:, target]
+                for chunk in windows.split(batch_size)])
+            drops = logits[row, target] - hidden  # (P,)
+            covered = windows.sum(dim=0).clamp(min=1)  # 0 only on padding, whose score cells_to_maps sets to 0
+            scores.append(torch.tensordot(drops.float(), windows.float(), dims=1) / covered)
+    return Saliency(space.cells_to_maps(torch.stack(scores), sign), logits)
