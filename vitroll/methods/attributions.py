@@ -237,6 +237,10 @@ def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
     return masks
 
 
+def _same_row(space: AttributionSpace, row: int, other: int) -> bool:
+    return all(torch.equal(tensor[row], tensor[other]) for tensor in (space.inputs, *space.extra))
+
+
 @register_method("occlusion")
 def occlusion(
     model: nn.Module,
@@ -270,12 +274,14 @@ def occlusion(
             if not len(windows):
                 raise ValueError(f"window {window} is longer than input {row}: it has "
                                  f"{int(space.real_cells[row].sum())} tokens")
-            extra = tuple(tensor[row:row + 1] for tensor in space.extra)
-            hidden = torch.cat([
-                space.forward(space.hide(space.inputs[row:row + 1], chunk),
-                              *(tensor.expand(len(chunk), *tensor.shape[1:]) for tensor in extra))[:, target]
-                for chunk in windows.split(batch_size)])
-            drops = logits[row, target] - hidden  # (P,)
+            # an input repeated for several targets (an image against each of its texts) is hidden only once
+            if not (row and _same_row(space, row, row - 1)):
+                extra = tuple(tensor[row:row + 1] for tensor in space.extra)
+                hidden = torch.cat([
+                    space.forward(space.hide(space.inputs[row:row + 1], chunk),
+                                  *(tensor.expand(len(chunk), *tensor.shape[1:]) for tensor in extra))
+                    for chunk in windows.split(batch_size)])  # (P, num_classes)
+            drops = logits[row, target] - hidden[:, target]  # (P,)
             covered = windows.sum(dim=0).clamp(min=1)  # 0 only on padding, whose score cells_to_maps sets to 0
             scores.append(torch.tensordot(drops.float(), windows.float(), dims=1) / covered)
     return Saliency(space.cells_to_maps(torch.stack(scores), sign), logits)
