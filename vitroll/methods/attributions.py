@@ -140,13 +140,19 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
         lambda scores, sign: embeddings_to_tokens(scores[..., None], batch.real, sign))
 
 
-def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
-               explain: Callable[[AttributionSpace, torch.Tensor], torch.Tensor]) -> Saliency:
-    """Shared frame: predictions, targets, the space to attribute in, captum call ``explain(space, targets)``,
-    maps."""
+def explained_space(model: nn.Module, inputs: Inputs, target_class: TargetClass
+                    ) -> tuple[AttributionSpace, torch.Tensor, torch.Tensor]:
+    """The space to attribute ``inputs`` in, each row's target class (B,) and the logits (B, num_classes)."""
     batch, logits, layout = predict(model, inputs, class_logits)
     targets = resolve_targets(logits, target_class)
     space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout.grid)
+    return space, targets, logits
+
+
+def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
+               explain: Callable[[AttributionSpace, torch.Tensor], torch.Tensor]) -> Saliency:
+    """Shared frame of the captum methods: :func:`explained_space`, captum call ``explain(space, targets)``, maps."""
+    space, targets, logits = explained_space(model, inputs, target_class)
     with eval_mode(model), torch.enable_grad():
         attributions = explain(space, targets)
     return Saliency(space.to_maps(attributions.detach(), sign), logits)
@@ -263,9 +269,7 @@ def occlusion(
     windows at a time. Float32 on the model's device.
     """
     _check_at_least_one(batch_size=batch_size)
-    batch, logits, layout = predict(model, inputs, class_logits)
-    targets = resolve_targets(logits, target_class)
-    space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout.grid)
+    space, targets, logits = explained_space(model, inputs, target_class)
     every_window = sliding_windows(space.cells, window).to(space.inputs.device)
     scores = []
     with eval_mode(model), torch.no_grad():
