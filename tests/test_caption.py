@@ -131,6 +131,43 @@ def test_caption_maps_equal_the_per_token_float64_reference(encoder, decoder, me
         assert expected[:length].amax() > 10 * expected[:length].amin().clamp(min=1e-12) or method == "rollout"
 
 
+def reference_occlusion(model, image: torch.Tensor, caption: torch.Tensor, window: int, grid: int = 4,
+                        patch: int = 8) -> torch.Tensor:
+    """(K, grid, grid) float64 for one image: each window × window block of patches zeroed by hand, every caption
+    token's logit (teacher-forced, straight from transformers) compared with the full image's, the drops averaged
+    over the blocks covering each patch, kept where positive."""
+    reference = copy.deepcopy(model).double()
+    decoder_input = torch.cat([torch.tensor([START]), caption[:-1]])[None]
+
+    def token_logits(pixels: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            logits = reference(pixel_values=pixels[None], decoder_input_ids=decoder_input).logits[0]
+        return logits[torch.arange(len(caption)), caption]
+
+    full = token_logits(image.double())
+    total, count = torch.zeros(len(caption), grid, grid, dtype=torch.float64), torch.zeros(grid, grid)
+    for top in range(grid - window + 1):
+        for left in range(grid - window + 1):
+            hidden = image.double().clone()
+            hidden[:, top * patch:(top + window) * patch, left * patch:(left + window) * patch] = 0.0
+            total[:, top:top + window, left:left + window] += (full - token_logits(hidden))[:, None, None]
+            count[top:top + window, left:left + window] += 1
+    return (total / count).clamp(min=0)
+
+
+@pytest.mark.parametrize("encoder, decoder, window", [("vit", "gpt2", 1), ("deit", "bert", 2)])
+def test_caption_occlusion_equals_the_per_token_float64_reference(encoder, decoder, window, images):
+    model = build_captioner(encoder, decoder)
+    result = caption_maps(model, images, method="occlusion", caption_ids=CAPTIONS, window=window)
+    assert result.maps.shape == (2, 6, 4, 4) and result.maps.dtype == torch.float32
+    for index in range(2):
+        length = int(result.lengths[index])
+        expected = reference_occlusion(model, images[index], CAPTIONS[index], window)
+        got = result.maps[index].double()
+        torch.testing.assert_close(got[:length], expected[:length], rtol=1e-4, atol=1e-5 * float(expected.max()))
+        assert torch.all(got[length:] == 0) and expected[:length].amax() > 0
+
+
 @pytest.mark.parametrize("head_fusion", ["max", "min"])
 def test_caption_rollout_fuses_heads_as_asked(head_fusion, images):
     model = build_captioner("vit", "bert", seed=3)
@@ -172,8 +209,12 @@ def test_captioner_mistakes_are_named(images):
         vitroll.rollout(model, images)
     with pytest.raises(MethodOptionError, match="unknown caption method 'flow'"):
         caption_maps(model, images, method="flow")
-    with pytest.raises(MethodOptionError, match="head_fusion is for rollout"):
+    with pytest.raises(MethodOptionError, match="chefer does not fuse attention heads: head_fusion is for rollout"):
         caption_maps(model, images, head_fusion="max")
+    with pytest.raises(MethodOptionError, match="rollout hides nothing: window is for occlusion"):
+        caption_maps(model, images, method="rollout", window=2)
+    with pytest.raises(ValueError, match=r"window must be between 1 and 4 \(the grid is 4 × 4\); got 5"):
+        caption_maps(model, images, method="occlusion", window=5)
     with pytest.raises(ValueError, match=r"caption_ids must have shape \(B, K\) with B = 2"):
         caption_maps(model, images, caption_ids=CAPTIONS[:1])
     vit = transformers.ViTModel(_encoder_config("vit")).eval()
@@ -246,6 +287,31 @@ def test_the_cli_writes_a_strip_per_image_and_the_captions_json(saved_captioner,
                       if piece not in ("[SEP]", "[PAD]")]
     strip = np.asarray(Image.open(out / "good_caption_rollout.png"))
     assert strip.shape[1] > strip.shape[0] * (1 + len(first["words"])) / 2  # one panel per word beside the image
+
+
+def test_the_cli_runs_occlusion_with_its_window_and_refuses_a_window_elsewhere(saved_captioner, tmp_path, capsys):
+    import json
+
+    from PIL import Image
+
+    from vitroll.cli import main
+    from vitroll.io import load_image
+
+    image = tmp_path / "image.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "out"
+    assert main(["caption", str(image), "--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "4",
+                 "--method", "occlusion", "--window", "2"]) == 0
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"][0]
+    expected = caption_maps(vitroll.load_model(str(saved_captioner)), [load_image(image)], method="occlusion",
+                            max_new_tokens=4, window=2)
+    assert written["strip"].endswith("image_caption_occlusion.png")
+    logits = [logit for word in written["words"] for logit in word["token_logits"]]
+    np.testing.assert_allclose(logits, expected.token_logits[0, :len(logits)].numpy(), atol=1e-3)
+    assert expected.maps[0, :len(logits)].amax() > 0
+    capsys.readouterr()
+    assert main(["caption", str(image), "--model", str(saved_captioner), "--out", str(out), "--window", "2"]) == 2
+    assert capsys.readouterr().err == "vitroll: error: chefer hides nothing: window is for occlusion\n"
 
 
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):

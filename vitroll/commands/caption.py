@@ -3,8 +3,8 @@ VisionEncoderDecoderModel: ViT/DeiT encoder, GPT-2/BERT decoder) and map every w
 
 Writes OUT/<stem>_caption_<method>.png (the image, then one overlay per word under its word) and OUT/captions.json
 (captions, words, their tokens, logits and map peaks). Methods: chefer (Chefer et al. 2021b's encoder–decoder
-relevance for each token's logit, the default) or rollout (pure attention through encoder, decoder and
-cross-attention). Exit status: 0 all ok, 3 some images failed, 2 usage error."""
+relevance for each token's logit, the default), rollout (pure attention through encoder, decoder and
+cross-attention) or occlusion (each --window × --window block of patches hidden in turn). Exit status: 0 all ok, 3 some images failed, 2 usage error."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
                              "processor files), a cached hub id, or vitroll-caption-shapes")
     parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer")
+    parser.add_argument("--window", type=integer(1), default=None,
+                        help="occlusion: the side, in patches, of the blocks it hides (default 1)")
     parser.add_argument("--max-new-tokens", type=integer(1), default=20, help="longest caption, in tokens (default 20)")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--batch-size", type=integer(1), default=8)
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,
                                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, cmap=args.cmap,
-                                alpha=args.alpha):
+                                alpha=args.alpha, window=args.window):
         if result.error is not None:
             failed += 1
             print(f"vitroll: failed: {result.error}", file=sys.stderr)

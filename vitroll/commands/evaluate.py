@@ -155,7 +155,7 @@ def run_generated(args: argparse.Namespace) -> int:
         metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {args.seed}"
     elif args.testbed_kind == "captions":
         rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, args.seed), methods,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, window=method_options.get("window"))
         metrics, source = CAPTION_METRICS, f"{count} captioned two-shape images, seed {args.seed}"
     else:
         rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, args.seed), methods,

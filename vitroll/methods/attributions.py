@@ -102,14 +102,11 @@ def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -
     grey = images.mean(dim=(0, 2, 3), keepdim=True).expand_as(black)
     blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False).mean(dim=0, keepdim=True)
 
-    def hide(row: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-        pixels = F.interpolate(masks[:, None].float(), size=row.shape[-2:], mode="nearest").bool()
-        return torch.where(pixels, black, row)
-
     return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
                             torch.cat([black, grey, blurred]), 1.0,
                             lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
-                            grid, torch.ones(len(images), *grid, dtype=torch.bool, device=images.device), hide,
+                            grid, torch.ones(len(images), *grid, dtype=torch.bool, device=images.device),
+                            lambda row, masks: hide_patches(row, masks, black),
                             lambda scores, sign: _signed(scores, sign).float())
 
 
@@ -230,6 +227,20 @@ def gradient_shap(
     return _attribute(model, inputs, target_class, sign, explain)
 
 
+def hide_patches(image: torch.Tensor, masks: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
+    """One image (1, C, H, W) once per mask of ``masks`` (P, h, w) bool on its patch grid, the masked patches' pixels
+    replaced by ``baseline`` (broadcast to the image) → (P, C, H, W)."""
+    pixels = F.interpolate(masks[:, None].float(), size=image.shape[-2:], mode="nearest").bool()
+    return torch.where(pixels, baseline, image)
+
+
+def window_means(drops: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+    """Each cell's mean of ``drops`` (P, K) over the windows (P, *cells) bool covering it → (K, *cells); 0 on a cell
+    no window covers."""
+    covered = windows.sum(dim=0).clamp(min=1)
+    return torch.tensordot(drops.float().T, windows.float(), dims=1) / covered
+
+
 def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
     """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
     row-major, P = ∏ (n − window + 1)."""
@@ -286,6 +297,5 @@ def occlusion(
                                   *(tensor.expand(len(chunk), *tensor.shape[1:]) for tensor in extra))
                     for chunk in windows.split(batch_size)])  # (P, num_classes)
             drops = logits[row, target] - hidden[:, target]  # (P,)
-            covered = windows.sum(dim=0).clamp(min=1)  # 0 only on padding, whose score cells_to_maps sets to 0
-            scores.append(torch.tensordot(drops.float(), windows.float(), dims=1) / covered)
+            scores.append(window_means(drops[:, None], windows)[0])  # padding, covered by none, is set to 0 below
     return Saliency(space.cells_to_maps(torch.stack(scores), sign), logits)

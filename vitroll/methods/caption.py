@@ -34,6 +34,11 @@ that is, over the joint (K + N) tokens, ``R = X_D · S_D ··· X_1 · S_1 · di
 I_N)`` and ``X_d = rownorm([[(1−α)·I_K, α·A_d], [0, I_N]])``: a position's output keeps (1−α) of itself and takes α
 from the encoder tokens it attends to, each of which stands for the patches the encoder rolled into it. Rows of the
 joint ``R`` sum to 1; the map is the image block's row k. It needs no gradient and serves every token at once.
+
+``occlusion`` — no attention: each ``window`` × ``window`` block of patches set to the zero baseline (the
+dataset-mean colour after normalisation), the caption read teacher-forced again, and each token's map is the mean
+drop of its logit over the blocks covering a patch, kept where positive (:func:`~vitroll.methods.attributions.occlusion`
+for captions). One forward pass per block, all tokens at once.
 """
 
 from __future__ import annotations
@@ -48,12 +53,13 @@ from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
 from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
 from vitroll.methods.image_batch import Images
 from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
 
-CAPTION_METHODS = ("chefer", "rollout")
+CAPTION_METHODS = ("chefer", "rollout", "occlusion")
 """The methods :func:`caption_maps` runs."""
 
 
@@ -98,7 +104,8 @@ def caption_lengths(token_ids: torch.Tensor, end_id: int) -> torch.Tensor:
 
 def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
                  caption_ids: Optional[torch.Tensor] = None, max_new_tokens: int = 20,
-                 head_fusion: Optional[HeadFusion] = None, attention_weight: float = 0.5) -> CaptionMaps:
+                 head_fusion: Optional[HeadFusion] = None, attention_weight: float = 0.5,
+                 window: Optional[int] = None) -> CaptionMaps:
     """Generate a caption for each image (greedy) or take ``caption_ids``, and map each of its tokens on the image.
 
     Parameters
@@ -108,7 +115,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         cross-attention), or a model of a family registered with a ``captioner``.
     images : Images
         A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays.
-    method : {"chefer", "rollout"}
+    method : {"chefer", "rollout", "occlusion"}
         See the module docstring for each rule and the order its products are taken in.
     caption_ids : Tensor (B, K), optional
         The captions to explain, without the decoder's start token (padded after their end token); by default the
@@ -117,6 +124,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         How ``rollout`` fuses heads (default mean); ``chefer`` weights each head by its gradient and takes none.
     attention_weight : float in (0, 1]
         ``α`` of ``rollout``.
+    window : int, optional
+        The side, in patches, of the blocks ``occlusion`` hides (default 1).
 
     Returns
     -------
@@ -126,8 +135,10 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     captioner = captioner_of(model)
     if method not in CAPTION_METHODS:
         raise MethodOptionError(f"unknown caption method {method!r}; choose from {', '.join(CAPTION_METHODS)}")
-    if method == "chefer" and head_fusion is not None:
-        raise MethodOptionError("chefer weights each head by its gradient: head_fusion is for rollout")
+    if method != "rollout" and head_fusion is not None:
+        raise MethodOptionError(f"{method} does not fuse attention heads: head_fusion is for rollout")
+    if method != "occlusion" and window is not None:
+        raise MethodOptionError(f"{method} hides nothing: window is for occlusion")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
     check_attention_weight(attention_weight)
@@ -135,6 +146,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     check_head_fusion(head_fusion)
     batch = prepare_inputs(model, images)
     _start, end, _pad = captioner.special_ids(model)
+    layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
+    windows = sliding_windows(layout.grid, window or 1).to(batch.device) if method == "occlusion" else None
     with eval_mode(model):
         if caption_ids is None:
             with torch.no_grad():
@@ -142,17 +155,20 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         caption_ids = _checked_captions(caption_ids, len(batch), batch.device)
         lengths = caption_lengths(caption_ids, end)
         roles = captioner.roles(model)
-        layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
         if method == "rollout":
             with torch.no_grad(), AttentionRecorder(model, head_fusion=head_fusion) as recorder:
                 logits = captioner.token_logits(model, batch, caption_ids)
                 relevance = rollout_relevance([a.float() for a in recorder.attentions], roles, layout,
                                               attention_weight)
             token_logits = logits.gather(2, caption_ids[..., None]).squeeze(-1)
+            maps = layout.patch_values(relevance.float())
+        elif method == "occlusion":
+            maps, token_logits = _occlusion(model, captioner, batch, caption_ids, windows)
         else:
             relevance, token_logits = _chefer(model, captioner, batch, caption_ids, lengths, roles)
+            maps = layout.patch_values(relevance.float())
     explained = torch.arange(caption_ids.shape[1], device=lengths.device) < lengths[:, None]  # (B, K)
-    maps = layout.patch_values(relevance.float()) * explained[..., None, None]
+    maps = maps * explained[..., None, None]
     return CaptionMaps(caption_ids, lengths, maps, token_logits.detach().float())
 
 
@@ -182,6 +198,25 @@ def _chefer(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, capt
                         for attention, gradient in zip(attentions, gradients)]
             relevance[:, k] = chefer_relevance(weighted, roles)[:, k]
     return relevance, token_logits
+
+
+def _occlusion(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, caption_ids: torch.Tensor,
+               windows: torch.Tensor, blocks_at_once: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each caption token's occlusion map (B, K, h, w) over the blocks ``windows`` (P, h, w) bool, its positive
+    part, and the token logits (B, K)."""
+    zero = torch.zeros((), dtype=batch.dtype, device=batch.device)
+    with torch.no_grad():
+        token_logits = captioner.token_logits(model, batch, caption_ids).gather(2, caption_ids[..., None])[..., 0]
+        maps = []
+        for image, caption, full in zip(batch, caption_ids, token_logits):
+            hidden = []
+            for chunk in windows.split(blocks_at_once):
+                captions = caption.expand(len(chunk), -1)
+                logits = captioner.token_logits(model, hide_patches(image[None], chunk, zero), captions)
+                hidden.append(logits.gather(2, captions[..., None])[..., 0])
+            hidden = torch.cat(hidden)  # (P, K)
+            maps.append(window_means(full - hidden, windows))
+    return torch.stack(maps).clamp(min=0), token_logits
 
 
 def _split(layers: Sequence[torch.Tensor], roles: Sequence[AttentionRole]

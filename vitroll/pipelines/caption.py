@@ -72,9 +72,10 @@ def caption_words(token_ids: Sequence[int], tokenizer: Any, special_ids: Sequenc
 def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, tokenizer: Any, *,
                   out_dir: "str | os.PathLike[str]", method: str = "chefer", max_new_tokens: int = 20,
                   batch_size: int = 8, preprocessing: Optional[Preprocessing] = None, cmap: str = "jet",
-                  alpha: float = 0.5) -> Iterator[CaptionedImage]:
+                  alpha: float = 0.5, window: Optional[int] = None) -> Iterator[CaptionedImage]:
     """Caption each file and write its strip; one result per input in input order, unreadable files with ``error``
-    set (the others go on). Writes ``OUT/captions.json`` once every input is done."""
+    set (the others go on). Writes ``OUT/captions.json`` once every input is done. ``window``: of ``occlusion``
+    (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
@@ -85,7 +86,7 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,
                                     device=model_device(model)):
         result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
-                                                                 max_new_tokens=max_new_tokens)
+                                                                 max_new_tokens=max_new_tokens, window=window)
         slot = 0
         for record in batch.records:
             if isinstance(record, Failed):

@@ -55,7 +55,7 @@ def caption_ids(tokenizer: Any, captions: Sequence[str], end: int, pad: int) -> 
 
 def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSample], methods: Sequence[str], *,
                       preprocessing: Optional[Preprocessing] = None, batch_size: int = 16,
-                      seed: int = 0) -> list[dict[str, Any]]:
+                      seed: int = 0, window: Optional[int] = None) -> list[dict[str, Any]]:
     """One row per image and method with the :data:`CAPTION_METRICS` (see the module docstring).
 
     Parameters
@@ -66,6 +66,8 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
         Among :data:`~vitroll.methods.caption.CAPTION_METHODS` and ``"random"``.
     seed : int
         Of the random baseline's maps.
+    window : int, optional
+        Of ``occlusion``.
     """
     unknown = [name for name in methods if name not in (*CAPTION_METHODS, BASELINE)]
     if unknown:
@@ -86,7 +88,8 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
             if method == BASELINE:
                 maps = np.random.default_rng([seed, start]).random((len(chunk), ids.shape[1], *grid))
             else:
-                maps = caption_maps(model, tensor, method=method, caption_ids=ids).maps.float().cpu().numpy()
+                maps = caption_maps(model, tensor, method=method, caption_ids=ids,
+                                    window=window if method == "occlusion" else None).maps.float().cpu().numpy()
             for i, (item, geometry, caption) in enumerate(zip(chunk, geometries, captions)):
                 scored = [(to_original(maps[i, word], geometry), item.masks[target], item.masks[1 - target])
                           for word, target in shape_word_targets(item, caption).items()]
