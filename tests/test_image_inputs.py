@@ -19,7 +19,8 @@ from vitroll import (
 from vitroll.methods.image_batch import ACCEPTED, image_batch
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
-VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, occlusion, random_map, center]
+VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, occlusion, random_map,
+         center]
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from vitroll.io import load_image
 from vitroll.io.text import TokenBatch
 from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
 from vitroll.methods import (
-    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps, integrated_gradients, occlusion,
-    random_map, rollout, rollout_matrix,
+    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps,
+    integrated_gradients, occlusion, random_map, rollout, rollout_matrix,
 )
 from vitroll.models import class_names, load_model
 from vitroll.overlay import colorize, figure, outline_boxes, overlay

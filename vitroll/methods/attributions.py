@@ -11,10 +11,9 @@ padded positions 0. So the same pipelines, metrics and comparisons apply. captum
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Callable, Literal, NamedTuple
-
-import itertools
 
 import numpy as np
 import torch
@@ -101,7 +100,6 @@ def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -
     black = torch.zeros_like(images[:1])
     grey = images.mean(dim=(0, 2, 3), keepdim=True).expand_as(black)
     blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False).mean(dim=0, keepdim=True)
-
     return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
                             torch.cat([black, grey, blurred]), 1.0,
                             lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
@@ -276,8 +274,8 @@ def occlusion(
     mean drop ``S(x) − S(x with the block hidden)`` over the blocks that cover it; maps (B, h, w). Texts: every
     ``window`` consecutive real tokens set to the padding token's embedding (zeros without one), so a text's
     scores do not depend on how it is padded; token scores (B, L), padded positions 0. ``sign="positive"`` keeps
-    the evidence for the target (hiding it lowers the score); ``"signed"`` also shows where hiding raises it. Costs one forward pass per window and input, ``batch_size``
-    windows at a time. Float32 on the model's device.
+    the evidence for the target (hiding it lowers the score); ``"signed"`` also shows where hiding raises it.
+    Costs one forward pass per window and input, ``batch_size`` windows at a time. Float32 on the model's device.
     """
     _check_at_least_one(batch_size=batch_size)
     space, targets, logits = explained_space(model, inputs, target_class)

@@ -160,7 +160,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
                 logits = captioner.token_logits(model, batch, caption_ids)
                 relevance = rollout_relevance([a.float() for a in recorder.attentions], roles, layout,
                                               attention_weight)
-            token_logits = logits.gather(2, caption_ids[..., None]).squeeze(-1)
+            token_logits = caption_token_logits(logits, caption_ids)
             maps = layout.patch_values(relevance.float())
         elif method == "occlusion":
             maps, token_logits = _occlusion(model, captioner, batch, caption_ids, windows)
@@ -170,6 +170,11 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     explained = torch.arange(caption_ids.shape[1], device=lengths.device) < lengths[:, None]  # (B, K)
     maps = maps * explained[..., None, None]
     return CaptionMaps(caption_ids, lengths, maps, token_logits.detach().float())
+
+
+def caption_token_logits(logits: torch.Tensor, caption_ids: torch.Tensor) -> torch.Tensor:
+    """The logit of each caption token where it was predicted: (B, K, vocabulary) and (B, K) ids → (B, K)."""
+    return logits.gather(2, caption_ids[..., None])[..., 0]
 
 
 def _checked_captions(caption_ids: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
@@ -187,7 +192,7 @@ def _chefer(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, capt
     with torch.enable_grad(), differentiable(model, batch) as images, \
             AttentionRecorder(model, keep_graph=True) as recorder:
         logits = captioner.token_logits(model, images, caption_ids)
-        token_logits = logits.gather(2, caption_ids[..., None]).squeeze(-1)  # (B, K)
+        token_logits = caption_token_logits(logits, caption_ids)
         attentions = [attention.detach().float() for attention in recorder.attentions]
         explained = int(lengths.max())
         relevance = torch.zeros(len(caption_ids), num_tokens, attentions[0].shape[-1], device=caption_ids.device)
@@ -206,14 +211,14 @@ def _occlusion(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, c
     part, and the token logits (B, K)."""
     zero = torch.zeros((), dtype=batch.dtype, device=batch.device)
     with torch.no_grad():
-        token_logits = captioner.token_logits(model, batch, caption_ids).gather(2, caption_ids[..., None])[..., 0]
+        token_logits = caption_token_logits(captioner.token_logits(model, batch, caption_ids), caption_ids)
         maps = []
         for image, caption, full in zip(batch, caption_ids, token_logits):
             hidden = []
             for chunk in windows.split(blocks_at_once):
                 captions = caption.expand(len(chunk), -1)
                 logits = captioner.token_logits(model, hide_patches(image[None], chunk, zero), captions)
-                hidden.append(logits.gather(2, captions[..., None])[..., 0])
+                hidden.append(caption_token_logits(logits, captions))
             hidden = torch.cat(hidden)  # (P, K)
             maps.append(window_means(full - hidden, windows))
     return torch.stack(maps).clamp(min=0), token_logits
