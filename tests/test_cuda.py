@@ -193,3 +193,39 @@ def test_rollout_records_dense_on_a_gpu_with_room_where_the_cpu_budget_would_fac
     factored, _, _ = record_attention(cuda_model, images, factored=True, max_attention_memory=4096)
     assert not any(isinstance(layer, FactoredAttention) for layer in dense)
     assert all(isinstance(layer, FactoredAttention) for layer in factored)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_triton_head_mean_matches_the_torch_path(dtype):
+    """Both paths take the same rounded q, k and accumulate in float32 (float32 products in IEEE float32), so they
+    differ by summation order only: the interpreter on CPU shows ≤ 1.2e-8 at N = 70; 1e-6 leaves room for N = 197."""
+    pytest.importorskip("triton")
+    from test_head_mean import log_normalizer_of, strided_factors
+
+    from vitroll.capture.head_mean import head_mean_attention
+
+    q, k = (factor.cuda() for factor in strided_factors(2, 6, 197, 64, dtype, seed=4))
+    lse = log_normalizer_of(q, k, 0.125)
+    triton_maps = head_mean_attention(q, k, lse, 0.125, use_triton=True)
+    torch_maps = head_mean_attention(q, k, lse, 0.125, use_triton=False)
+    assert (triton_maps - torch_maps).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_recording_from_the_fused_kernels_factors_gives_the_blocked_maps(cuda_model, dtype, monkeypatch):
+    """The head-mean record from the fused kernel's log-sum-exp (each kernel passing its first-call check) against
+    the blocked kernel's record; under autocast both within the autocast tolerance of float32."""
+    from vitroll.capture import factored as factored_module
+    from vitroll.capture import recorder as recorder_module
+
+    monkeypatch.setattr(factored_module, "_checked_kernels", {})
+    images = _images(batch=4).cuda()
+    reference = rollout(cuda_model, images)
+    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        from_factors = rollout(cuda_model, images)
+        monkeypatch.setattr(recorder_module, "RECORD_FROM_FACTORS_ON", frozenset())
+        blocked = rollout(cuda_model, images)
+    assert factored_module._checked_kernels == {("cuda", dtype or torch.float32): True}
+    tolerance = AUTOCAST_MAP_TOLERANCE[dtype] if dtype else 1e-6
+    assert (from_factors - reference).abs().max().item() < tolerance
+    assert (blocked - reference).abs().max().item() < tolerance

@@ -26,7 +26,7 @@ def kernel(request, monkeypatch):
     """Run on PyTorch's fused CPU kernel, or on the portable blocked one (what non-CPU devices use), with blocks
     small enough that every pass crosses several of them."""
     if request.param == "blocked":
-        monkeypatch.setattr(factored_module, "_cpu_flash_kernel", lambda _tensor: None)
+        monkeypatch.setattr(factored_module, "_fused_kernel", lambda _tensor: None)
         monkeypatch.setattr(blocking_module, "CPU_BLOCK_BYTES", 4096)
     return request.param
 
@@ -175,7 +175,7 @@ def test_factored_recording_refuses_or_falls_back_where_it_cannot_represent(long
 def test_portable_log_normalizer_stays_float32_under_autocast(monkeypatch):
     """The portable kernel (what CUDA uses) inside the model's bf16 autocast: ℓ from float32 logits, as
     FactoredAttention recomputes them (bf16 logits would leave every row's mass off 1 by ~1e-2)."""
-    monkeypatch.setattr(factored_module, "_cpu_flash_kernel", lambda _tensor: None)
+    monkeypatch.setattr(factored_module, "_fused_kernel", lambda _tensor: None)
     generator = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 3, 37, 8, generator=generator).mul(3).bfloat16() for _ in range(3))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -3,11 +3,12 @@
 Per head the attention is ``P = softmax(q kᵀ · scale)``, i.e. ``P[i, j] = exp(q_i·k_j·scale − ℓ_i)`` with
 ``ℓ_i`` the row's log-sum-exp. Keeping ``q``, ``k`` (B, H, N, D) and ``ℓ`` (B, H, N) instead of ``P`` costs
 O(N·D) memory per layer instead of O(N²). ``ℓ`` comes for free: the recorder swaps the model's own
-``scaled_dot_product_attention`` call for :func:`attention_with_log_normalizer`, which returns it (on CPU from
-PyTorch's fused flash-attention kernel). The product the rollout chain needs, ``w · P`` for a weight vector ``w``,
-is then one matrix product per query block, ``exp(q kᵀ·scale − ℓ)``, whose entries are probabilities (≤ 1, so no
-overflow and no second normalisation), reduced against ``w`` while the block is in cache; query rows with zero
-weight are skipped. Blocks are sized by :mod:`vitroll.capture.blocking`.
+``scaled_dot_product_attention`` call for :func:`attention_with_log_normalizer`, which returns it (from PyTorch's
+fused kernels: flash attention on CPU and for half types on CUDA, memory-efficient attention for float32 on CUDA).
+The product the rollout chain needs, ``w · P`` for a weight vector ``w``, is then one matrix product per query
+block, ``exp(q kᵀ·scale − ℓ)``, whose entries are probabilities (≤ 1, so no overflow and no second normalisation),
+reduced against ``w`` while the block is in cache; query rows with zero weight are skipped. Blocks are sized by
+:mod:`vitroll.capture.blocking`.
 
 The sums are formed block by block rather than read from the log-sum-exp of a second fused kernel pass with queries
 and keys swapped (the weights riding along as an extra head dimension), because the blocked product over the rows
@@ -26,11 +27,65 @@ from vitroll.capture.blocking import rows_per_block
 from vitroll.capture.precision import without_autocast
 
 
-def _cpu_flash_kernel(q: torch.Tensor) -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
-    """PyTorch's CPU flash-attention operator, which also returns the log-sum-exp, when it applies to ``q``."""
-    if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+LOG_NORMALIZER_CHECK_TOLERANCE = 1e-2
+"""How far a fused kernel's log-sum-exp may be from one computed here, on its first call per device and dtype."""
+
+_checked_kernels: dict[tuple[str, torch.dtype], bool] = {}
+"""Per (device type, dtype): whether PyTorch's fused kernel gave the log-sum-exp this module expects."""
+
+
+def _cpu_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=scale)[:2]
+
+
+def _cuda_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)[:2]
+
+
+def _cuda_memory_efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    out, log_normalizer = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, None, True, 0.0, False, scale=scale)[:2]
+    return out, log_normalizer[..., :q.shape[-2]]  # some versions pad the rows to a multiple of 32
+
+
+def _fused_kernel(q: torch.Tensor) -> Optional[Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
+    """PyTorch's fused attention operator for ``q`` that also returns the log-sum-exp: flash attention on CPU (float32
+    and half types) and on CUDA (half types), memory-efficient attention on CUDA for float32; None elsewhere."""
+    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
-    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if q.device.type == "cpu":
+        return _cpu_flash if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu") else None
+    if q.device.type == "cuda":
+        return _cuda_memory_efficient if q.dtype == torch.float32 else _cuda_flash
+    return None
+
+
+def fused_attention_with_log_normalizer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               scale: float) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """The fused kernel's output and float32 log-sum-exp, or None where no fused kernel applies or serves.
+
+    The first call per device type and dtype checks the log-sum-exp of the first query row against one computed
+    here: a kernel that refuses the input, or whose log-sum-exp is not the natural-log one over the keys, is not used
+    again in this process."""
+    kernel = _fused_kernel(q)
+    key = (q.device.type, q.dtype)
+    if kernel is None or _checked_kernels.get(key) is False:
+        return None
+    try:
+        out, log_normalizer = kernel(q, k, v, scale)
+    except RuntimeError:  # no kernel for this head size, layout or device generation
+        _checked_kernels[key] = False
+        return None
+    log_normalizer = log_normalizer.float()
+    if key not in _checked_kernels:
+        with without_autocast(q.device):
+            expected = ((q[:1, :, :1].float() @ k[:1].float().transpose(-2, -1)) * scale).logsumexp(dim=-1)
+        _checked_kernels[key] = bool(
+            (expected - log_normalizer[:1, :, :1]).abs().max() <= LOG_NORMALIZER_CHECK_TOLERANCE)
+        if not _checked_kernels[key]:
+            return None
+    return out, log_normalizer
 
 
 def attention_with_log_normalizer(
@@ -49,10 +104,9 @@ def attention_with_log_normalizer(
     out : Tensor, shape (B, H, N, D) — ``softmax(q kᵀ·scale) v``, in ``q``'s dtype
     log_normalizer : Tensor, shape (B, H, N), float32 — ``logsumexp(q kᵀ·scale)`` over the keys
     """
-    kernel = _cpu_flash_kernel(q)
-    if kernel is not None:
-        out, log_normalizer = kernel(q, k, v, 0.0, False, scale=scale)
-        return out, log_normalizer.float()
+    fused = fused_attention_with_log_normalizer(q, k, v, scale)
+    if fused is not None:
+        return fused
     out = torch.empty_like(q)
     log_normalizer = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     keys_t, values = k.float().transpose(-2, -1), v.float()

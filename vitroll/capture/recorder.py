@@ -9,9 +9,12 @@ import torch
 from torch import nn
 
 from vitroll.capture.blocking import rows_per_block
-from vitroll.capture.factored import AttentionKernelSwap, FactoredAttention, attention_with_log_normalizer
+from vitroll.capture.factored import (
+    AttentionKernelSwap, FactoredAttention, attention_with_log_normalizer, fused_attention_with_log_normalizer,
+)
 from vitroll.capture.families import Padding, TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
+from vitroll.capture.head_mean import head_mean_attention
 from vitroll.capture.readouts import AttentionReadout, readout_for
 from vitroll.errors import UnsupportedModelError
 
@@ -26,6 +29,14 @@ ACCELERATOR_BUDGET_SHARE = 4
 """On a CUDA device the default budget grows to this fraction (a quarter) of its free memory: dense records cost
 far less time than factored ones wherever they fit (on an H200 at N = 4097, vit_small rollout / forward was 2.4
 dense against 5.6 factored), and a GPU with room for them should not be held to the CPU's 1 GiB."""
+
+
+RECORD_FROM_FACTORS_ON = frozenset({"cuda"})
+"""Device types where a dense head-mean record is computed from the factors of the model's own fused kernel
+(its output and row log-sum-exp, then :func:`~vitroll.capture.head_mean.head_mean_attention`) instead of by the
+blocked kernel. On a GPU the blocked kernel's per-head float32 probabilities, their conversions and memory traffic
+cost several forward passes under bf16 autocast (``docs/gpu_check.md``); on CPU the blocked kernel, which computes
+the output and the record in one pass, stays."""
 
 
 def default_attention_budget(device: torch.device) -> int:
@@ -258,20 +269,35 @@ class AttentionRecorder:
             self._attach_fused(index, module)
 
     def _attach_fused(self, index: int, module: nn.Module) -> None:
-        """For a module on its fused kernel, its kernel call goes to the blocked kernel (one computation serves the
-        output and the record) or, with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``
-        (chosen per forward call), to the factored kernel. Masked layers (relative position bias) always take the
-        blocked kernel."""
+        """For a module on its fused kernel, its kernel call goes to the one :meth:`_kernel` picks per forward call.
+        Masked layers (relative position bias) always take the blocked kernel."""
         self._undo.append(attach_kernel_swap(module, lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
 
     def _kernel(self, index: int, batch: int, num_tokens: int, device: torch.device) -> Callable[..., torch.Tensor]:
         """The kernel ``(q, k, v, attn_mask, scale) -> output (B, H, Q, Dv)`` that computes layer ``index``'s attention
-        and records it in the same pass, for a call on ``batch`` sequences of ``num_tokens`` tokens: the blocked
-        kernel, or with ``factored`` and the head-fused maps of all layers over ``chunk_bytes``, the factored one."""
+        and records it in the same pass, for a call on ``batch`` sequences of ``num_tokens`` tokens: with ``factored``
+        and the head-fused maps of all layers over ``chunk_bytes``, the factored one; on a device of
+        :data:`RECORD_FROM_FACTORS_ON`, the fused kernel with the head mean computed from its factors; else the
+        blocked kernel (one computation serves the output and the record)."""
         dense_bytes = len(self._modules) * batch * num_tokens * num_tokens * self.dtype.itemsize
         if self.factored and dense_bytes > self._budget(device):
             return self._factored_kernel(index)
+        if self.head_fusion == "mean" and device.type in RECORD_FROM_FACTORS_ON:
+            return self._head_mean_kernel(index)
         return self._blocked_kernel(self._records, index, self.head_fusion)
+
+    def _factored_kernel(self, index: int) -> Callable[..., torch.Tensor]:
+        """Attention that keeps the layer's factors (:class:`FactoredAttention`) as its record."""
+        return self._kernel_with_factors(index, FactoredAttention, attention_with_log_normalizer)
+
+    def _head_mean_kernel(self, index: int) -> Callable[..., torch.Tensor]:
+        """The model's fused attention kernel, with the head-mean map computed from its factors as the record."""
+        return self._kernel_with_factors(index, self._head_mean_record, fused_attention_with_log_normalizer)
+
+    def _head_mean_record(self, q: torch.Tensor, k: torch.Tensor, log_normalizer: torch.Tensor,
+                          scale: float) -> torch.Tensor:
+        with torch.no_grad():
+            return head_mean_attention(q, k, log_normalizer, scale).to(self.dtype)
 
     def _budget(self, device: torch.device) -> int:
         if self.chunk_bytes:
@@ -323,17 +349,22 @@ class AttentionRecorder:
         self._undo.append(q_module.register_forward_hook(remember_queries).remove)
         self._undo.append(k_module.register_forward_hook(record).remove)
 
-    def _factored_kernel(self, index: int) -> Callable[..., torch.Tensor]:
-        """Attention that keeps the layer's factors (:class:`FactoredAttention`) as its record; masked attention
-        (which the factors cannot represent) goes to the blocked kernel."""
+    def _kernel_with_factors(
+        self, index: int, record: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], _Record],
+        attend: Callable[..., Optional[tuple[torch.Tensor, torch.Tensor]]],
+    ) -> Callable[..., torch.Tensor]:
+        """Attention from ``attend(q, k, v, scale) -> (output, row log-sum-exp)`` with ``record(q, k, ℓ, scale)``
+        as the layer's record (a :class:`FactoredAttention`, or the head-mean map computed from it); masked attention
+        (which the factors cannot represent), or ``attend`` returning None, go to the blocked kernel."""
         blocked = self._blocked_kernel(self._records, index, self.head_fusion)
 
         def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
                       scale: float) -> torch.Tensor:
-            if attn_mask is not None:
+            computed = None if attn_mask is not None else attend(q, k, v, scale)
+            if computed is None:
                 return blocked(q, k, v, attn_mask, scale)
-            out, log_normalizer = attention_with_log_normalizer(q, k, v, scale)
-            self._records[index] = FactoredAttention(q, k, log_normalizer, scale)
+            out, log_normalizer = computed
+            self._records[index] = record(q, k, log_normalizer, scale)
             return out
 
         return attention
