@@ -27,6 +27,7 @@ and ends the process if an item hangs past the budget plus 60 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -42,7 +43,8 @@ import traceback
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
+from unittest import mock
 
 import timm
 import torch
@@ -50,6 +52,9 @@ import torch
 import bench_batch
 import vitroll
 from vitroll import rollout
+from vitroll.capture import factored as factored_module
+from vitroll.capture import head_mean as head_mean_module
+from vitroll.capture import recorder as recorder_module
 from vitroll.capture.recorder import default_attention_budget
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,6 +66,8 @@ ASSUMED_ROLLOUT_RATIO = 4.0
 GOALS = {1025: 1.5, 4097: 2.0}
 """rollout / forward goals of issue 24, by N; annotate ≥ 0.8 × the plain forward and ≥ 3 × the per-image baseline."""
 WATCHDOG_GRACE_S = 60.0
+RECORD_PATH_SIZES = ((512, 8), (1024, 1))
+"""(pixels, batch) of the dense rows where the record paths are compared side by side (vit_base)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class Report:
         self.deadline = self.started + budget_s
         self.data: dict[str, Any] = {"mode": mode, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds"), "budget": {"limit_s": budget_s}, "environment": {}, "cuda_tests": None,
-            "rollout": [], "annotate": [], "items": []}
+            "rollout": [], "record_paths": [], "annotate": [], "items": []}
         self.current: Optional[str] = None
         self.lock = threading.Lock()
         self.watchdog: Optional[threading.Timer] = None
@@ -341,13 +348,72 @@ def rollout_row(name: str, model: torch.nn.Module, batch: int, precision: str, p
     flops = forward_flops(layers, dim, tokens) * batch
     return {
         "model": name, "tokens": tokens, "pixels": pixels, "batch": batch, "precision": precision, "layers": layers,
-        "recording": "factored" if dense_bytes > budget else "dense",
+        "recording": "factored" if dense_bytes > budget else dense_record_path(device, precision),
         "forward_s": min(forward_times), "rollout_s": min(rollout_times),
         "ratio": min(rollout_times) / min(forward_times),
         "median_ratio": statistics.median(rollout_times) / statistics.median(forward_times),
         "forward_flops": flops, "forward_tflops_per_s": flops / min(forward_times) / 1e12,
         "forward_peak_mib": forward_peak, "rollout_peak_mib": rollout_peak, "goal": GOALS.get(tokens),
     }
+
+
+def dense_record_path(device: torch.device, precision: str) -> str:
+    """Which kernel recorded the dense head-mean maps of a run just made on ``device`` in ``precision``."""
+    if device.type not in recorder_module.RECORD_FROM_FACTORS_ON:
+        return "blocked"
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    if factored_module._checked_kernels.get((device.type, dtype)) is False:
+        return "blocked (fused kernel's log-sum-exp refused)"
+    return f"fused + {'Triton' if head_mean_module.triton_applies(device) else 'PyTorch'} head mean"
+
+
+@contextlib.contextmanager
+def record_path(path: str) -> Iterator[None]:
+    """Rollout's dense record forced onto ``path``: "blocked", "fused + PyTorch" or "fused + Triton" head mean."""
+    with contextlib.ExitStack() as stack:
+        if path == "blocked":
+            stack.enter_context(mock.patch.object(recorder_module, "RECORD_FROM_FACTORS_ON", frozenset()))
+        else:
+            everywhere = frozenset({"cuda", "cpu"})
+            stack.enter_context(mock.patch.object(recorder_module, "RECORD_FROM_FACTORS_ON", everywhere))
+            triton = path == "fused + Triton"
+            stack.enter_context(mock.patch.object(head_mean_module, "triton_applies", lambda _device: triton))
+        yield
+
+
+def record_paths(device: torch.device) -> list[str]:
+    """The dense record paths to compare on ``device`` (Triton's only on CUDA)."""
+    triton = device.type == "cuda" and head_mean_module.triton is not None
+    return ["blocked", "fused + PyTorch"] + (["fused + Triton"] if triton else [])
+
+
+def record_path_sizes(plan: Plan) -> list[tuple[int, int]]:
+    """(pixels, batch) of the plan's rows in :data:`RECORD_PATH_SIZES`, or its first row."""
+    return [size for size in plan.sizes if size in RECORD_PATH_SIZES] or list(plan.sizes[:1])
+
+
+def record_path_rows(report: Report, plan: Plan, device: torch.device, rates: Rates) -> None:
+    """The dense record paths side by side on vit_base: rollout / forward with each, same model, same run."""
+    passes = plan.warmup + plan.repeats + 1
+    for pixels, batch in record_path_sizes(plan):
+        model = report.run(f"build {MODELS[1]} at {pixels} px", 5.0,
+                           lambda pixels=pixels: build(MODELS[1], pixels, plan.depth, device))
+        for precision in PRECISIONS:
+            for path in record_paths(device):
+                def measure(path: str = path, precision: str = precision, model: Any = model,
+                            batch: int = batch) -> dict[str, Any]:
+                    if model is None:
+                        raise RuntimeError("the model could not be built")
+                    with record_path(path):
+                        return {**rollout_row(MODELS[1], model, batch, precision, plan, device), "recording": path}
+
+                shape = shape_of(build(MODELS[1], pixels, plan.depth, None))
+                estimate = rates.rollout_seconds(forward_flops(*shape) * batch, precision, passes)
+                row = report.run(f"record path {path} N={shape[2]} batch {batch} {precision}", estimate, measure)
+                if row is not None:
+                    report.data["record_paths"].append(row)
+        model = None
+        _free_device_memory()
 
 
 def rollout_rows(report: Report, plan: Plan, device: torch.device, rates: Rates) -> None:
@@ -422,6 +488,23 @@ def _number(value: Optional[float], digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def rollout_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines of a rollout / forward table."""
+    lines = [
+        "| model | N | px | batch | precision | recording | forward ms | rollout ms | rollout / forward (medians) "
+        "| goal | forward TFLOP/s | forward peak MiB | rollout peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        goal = "–" if row["goal"] is None else f"≤ {row['goal']} {'met' if row['ratio'] <= row['goal'] else 'missed'}"
+        lines.append(
+            f"| {row['model']} | {row['tokens']} | {row['pixels']} | {row['batch']} | {row['precision']} "
+            f"| {row['recording']} | {row['forward_s'] * 1e3:.2f} | {row['rollout_s'] * 1e3:.2f} "
+            f"| {row['ratio']:.2f} ({row['median_ratio']:.2f}) | {goal} | {row['forward_tflops_per_s']:.3f} "
+            f"| {_number(row['forward_peak_mib'], 0)} | {_number(row['rollout_peak_mib'], 0)} |")
+    return lines
+
+
 def markdown(data: dict[str, Any]) -> str:
     env = data["environment"]
     lines = [
@@ -451,17 +534,13 @@ def markdown(data: dict[str, Any]) -> str:
         "Forward and rollout alternate after warm-up; times are the fastest of the repeats (the ratio of medians in "
         "brackets). Peak MiB: allocated above the resident model and input. Goal: issue 24's rollout / forward bound.",
         "",
-        "| model | N | px | batch | precision | recording | forward ms | rollout ms | rollout / forward (medians) "
-        "| goal | forward TFLOP/s | forward peak MiB | rollout peak MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in data["rollout"]:
-        goal = "–" if row["goal"] is None else f"≤ {row['goal']} {'met' if row['ratio'] <= row['goal'] else 'missed'}"
-        lines.append(
-            f"| {row['model']} | {row['tokens']} | {row['pixels']} | {row['batch']} | {row['precision']} "
-            f"| {row['recording']} | {row['forward_s'] * 1e3:.2f} | {row['rollout_s'] * 1e3:.2f} "
-            f"| {row['ratio']:.2f} ({row['median_ratio']:.2f}) | {goal} | {row['forward_tflops_per_s']:.3f} "
-            f"| {_number(row['forward_peak_mib'], 0)} | {_number(row['rollout_peak_mib'], 0)} |")
+    ] + rollout_table(data["rollout"])
+    lines += [
+        "", "## Dense record paths side by side", "",
+        "The same rows for vit_base with rollout's dense head-mean record forced onto each kernel in turn: the "
+        "blocked kernel (per-head float32 probabilities, what the CPU uses), or the model's fused attention kernel "
+        "with the head mean computed from its factors (``vitroll.capture.head_mean``) in PyTorch or in Triton.", "",
+    ] + rollout_table(data["record_paths"])
     lines.append("")
 
     lines += [
@@ -526,6 +605,10 @@ def plan_estimate(plan: Plan, device: torch.device, rates: Rates) -> float:
         for pixels, batch in plan.sizes:
             flops = forward_flops(*shape_of(build(name, pixels, plan.depth, None))) * batch
             seconds += 2.0 + sum(rates.rollout_seconds(flops, precision, passes) for precision in PRECISIONS)
+    for pixels, batch in record_path_sizes(plan):
+        flops = forward_flops(*shape_of(build(MODELS[1], pixels, plan.depth, None))) * batch
+        seconds += 2.0 + len(record_paths(device)) * sum(rates.rollout_seconds(flops, precision, passes)
+                                                         for precision in PRECISIONS)
     return seconds + sum(annotate_seconds(plan, rates, precision, device) for precision in PRECISIONS)
 
 
@@ -571,6 +654,7 @@ def run_plan(report: Report, plan: Plan, device: torch.device) -> None:
                                            lambda: cuda_tests(plan.test_paths, min(plan.tests_timeout_s,
                                                                                    max(1.0, report.remaining()))))
     rollout_rows(report, plan, device, rates)
+    record_path_rows(report, plan, device, rates)
     for precision in PRECISIONS:
         row = report.run(f"annotate {precision}", annotate_seconds(plan, rates, precision, device),
                          lambda precision=precision: annotate_row(plan, precision, device))

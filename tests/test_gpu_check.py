@@ -18,8 +18,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
-SECTIONS = ("## Environment", "## CUDA tests (`pytest -m cuda`)", "## Rollout / forward", "## Annotate", "## Items")
+SECTIONS = ("## Environment", "## CUDA tests (`pytest -m cuda`)", "## Rollout / forward",
+            "## Dense record paths side by side", "## Annotate", "## Items")
 MODELS = ("vit_small_patch16_224", "vit_base_patch16_224")
+CPU_RECORD_PATHS = ("blocked", "fused + PyTorch")
+"""Triton's record path is compared on CUDA only."""
 
 # the vit-explain-style baseline divides by the map's maximum, which is 0 on one-layer models of 3×3 patches
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
@@ -53,6 +56,9 @@ def test_quick_run_completes_every_item(quick_run):
                      *[name for model in MODELS for name in [f"build {model} at 32 px", *[
                          f"rollout {model} N=5 batch {batch} {precision}" for batch in (1, 2)
                          for precision in ("fp32", "bf16")]]],
+                     f"build {MODELS[1]} at 32 px",
+                     *[f"record path {path} N=5 batch 1 {precision}" for precision in ("fp32", "bf16")
+                       for path in CPU_RECORD_PATHS],
                      "annotate fp32", "annotate bf16"]
     assert {item["status"] for item in data["items"]} == {"ok"}
     assert all(_positive(item["seconds"]) or item["seconds"] == 0 for item in data["items"])
@@ -71,15 +77,17 @@ def test_quick_run_writes_every_section_with_finite_positive_numbers(quick_run):
     assert f"{tests['collected']} collected: {tests['passed']} passed, 0 failed" in markdown
 
     assert [(row["model"], row["batch"], row["precision"], row["recording"]) for row in data["rollout"]] == [
-        (model, batch, precision, "dense" if batch == 1 else "factored")
+        (model, batch, precision, "blocked" if batch == 1 else "factored")
         for model in MODELS for batch in (1, 2) for precision in ("fp32", "bf16")]
-    for row in data["rollout"]:
+    assert [(row["model"], row["batch"], row["precision"], row["recording"]) for row in data["record_paths"]] == [
+        (MODELS[1], 1, precision, path) for precision in ("fp32", "bf16") for path in CPU_RECORD_PATHS]
+    for row in data["rollout"] + data["record_paths"]:
         assert row["tokens"] == 5 and row["pixels"] == 32 and row["goal"] is None
         for key in ("forward_s", "rollout_s", "ratio", "median_ratio", "forward_flops", "forward_tflops_per_s"):
             assert _positive(row[key]), (key, row)
         assert row["forward_peak_mib"] is None and row["rollout_peak_mib"] is None  # measured on CUDA only
     assert markdown.count("| vit_small_patch16_224 | 5 | 32 |") == 4
-    assert markdown.count("| vit_base_patch16_224 | 5 | 32 |") == 4
+    assert markdown.count("| vit_base_patch16_224 | 5 | 32 |") == 4 + 4
 
     assert [row["precision"] for row in data["annotate"]] == ["fp32", "bf16"]
     for row in data["annotate"]:
