@@ -362,7 +362,8 @@ def dense_record_path(device: torch.device, precision: str) -> str:
     if device.type not in recorder_module.RECORD_FROM_FACTORS_ON:
         return "blocked"
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    if factored_module._checked_kernels.get((device.type, dtype)) is False:
+    if False in [ok for (kind, kind_dtype, _), ok in factored_module._checked_kernels.items()
+                 if (kind, kind_dtype) == (device.type, dtype)]:
         return "blocked (fused kernel's log-sum-exp refused)"
     return f"fused + {'Triton' if head_mean_module.triton_applies(device) else 'PyTorch'} head mean"
 

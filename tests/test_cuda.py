@@ -225,7 +225,7 @@ def test_recording_from_the_fused_kernels_factors_gives_the_blocked_maps(cuda_mo
         from_factors = rollout(cuda_model, images)
         monkeypatch.setattr(recorder_module, "RECORD_FROM_FACTORS_ON", frozenset())
         blocked = rollout(cuda_model, images)
-    assert factored_module._checked_kernels[("cuda", dtype or torch.float32)] is True
+    assert factored_module._checked_kernels[("cuda", dtype or torch.float32, 64)] is True
     assert all(factored_module._checked_kernels.values())
     tolerance = AUTOCAST_MAP_TOLERANCE[dtype] if dtype else 1e-6
     assert (from_factors - reference).abs().max().item() < tolerance

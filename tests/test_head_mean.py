@@ -141,24 +141,29 @@ def test_a_fused_kernel_whose_log_normalizer_is_off_is_not_used(unchecked_kernel
     torch.testing.assert_close(lse, log_normalizer_of(q, k, 0.5), atol=1e-5, rtol=0)
 
 
-def test_a_fused_kernel_that_refuses_the_input_is_not_asked_again(unchecked_kernels, monkeypatch):
+def test_a_fused_kernel_that_refuses_a_head_size_is_not_asked_again_for_it(unchecked_kernels, monkeypatch):
+    """As CUDA's flash kernel refuses head sizes that are not a multiple of 8: not asked again for that size, still
+    used for others."""
     calls = []
 
-    def refusing(*_args):
-        calls.append(1)
-        raise RuntimeError("No available kernel")
+    def refusing_odd_sizes(q, k, v, scale):
+        calls.append(q.shape[-1])
+        if q.shape[-1] % 8:
+            raise RuntimeError("No available kernel")
+        return factored_module._cpu_flash(q, k, v, scale)
 
-    monkeypatch.setattr(factored_module, "_fused_kernel", lambda _q: refusing)
-    q, k = strided_factors(1, 2, 12, 8, torch.float32)
-    assert factored_module.fused_attention_with_log_normalizer(q, k, k, 0.5) is None
-    assert factored_module.fused_attention_with_log_normalizer(q, k, k, 0.5) is None
-    assert calls == [1]
+    monkeypatch.setattr(factored_module, "_fused_kernel", lambda _q: refusing_odd_sizes)
+    odd, even = strided_factors(1, 2, 12, 12, torch.float32), strided_factors(1, 2, 12, 16, torch.float32)
+    assert factored_module.fused_attention_with_log_normalizer(*odd, odd[1], 0.5) is None
+    assert factored_module.fused_attention_with_log_normalizer(*odd, odd[1], 0.5) is None
+    assert factored_module.fused_attention_with_log_normalizer(*even, even[1], 0.5) is not None
+    assert calls == [12, 16]
 
 
 def test_the_cpu_flash_kernel_passes_its_check(unchecked_kernels):
     q, k = strided_factors(2, 3, 21, 16, torch.float32)
     out, lse = factored_module.fused_attention_with_log_normalizer(q, k, k, 0.25)
-    assert factored_module._checked_kernels == {("cpu", torch.float32): True}
+    assert factored_module._checked_kernels == {("cpu", torch.float32, 16): True}
     torch.testing.assert_close(lse, log_normalizer_of(q, k, 0.25), atol=1e-5, rtol=0)
 
 

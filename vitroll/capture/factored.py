@@ -30,8 +30,9 @@ from vitroll.capture.precision import without_autocast
 LOG_NORMALIZER_CHECK_TOLERANCE = 1e-2
 """How far a fused kernel's log-sum-exp may be from one computed here, on its first call per device and dtype."""
 
-_checked_kernels: dict[tuple[str, torch.dtype], bool] = {}
-"""Per (device type, dtype): whether PyTorch's fused kernel gave the log-sum-exp this module expects."""
+_checked_kernels: dict[tuple[str, torch.dtype, int], bool] = {}
+"""Per (device type, dtype, head size): whether PyTorch's fused kernel served and gave the log-sum-exp this module
+expects (CUDA's flash kernel refuses head sizes that are not a multiple of 8, for one)."""
 
 
 def _cpu_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +66,11 @@ def fused_attention_with_log_normalizer(q: torch.Tensor, k: torch.Tensor, v: tor
                                scale: float) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """The fused kernel's output and float32 log-sum-exp, or None where no fused kernel applies or serves.
 
-    The first call per device type and dtype checks the log-sum-exp of the first query row against one computed
+    The first call per device type, dtype and head size checks the log-sum-exp of the first query row against one computed
     here: a kernel that refuses the input, or whose log-sum-exp is not the natural-log one over the keys, is not used
     again in this process."""
     kernel = _fused_kernel(q)
-    key = (q.device.type, q.dtype)
+    key = (q.device.type, q.dtype, q.shape[-1])
     if kernel is None or _checked_kernels.get(key) is False:
         return None
     try:
