@@ -206,3 +206,11 @@ def test_two_gloo_ranks_cover_every_input_exactly_once(tmp_path):
     assert not list(out.glob("manifest.rank*.jsonl"))
     assert folder.shard_of(list(range(9)), 0, 2) == [0, 2, 4, 6, 8]
     assert folder.shard_of(list(range(9)), 1, 2) == [1, 3, 5, 7]
+
+
+@pytest.mark.parametrize("cores, threads", [(None, 2), (1, 2), (2, 2), (6, 3), (16, 8), (128, 8)])
+def test_writer_threads_default_to_half_the_cores_from_2_to_8(cores, threads, monkeypatch):
+    from vitroll.pipelines import folder
+
+    monkeypatch.setattr(folder.os, "cpu_count", lambda: cores)
+    assert folder.AnnotateOptions().writer_threads == threads

@@ -44,11 +44,17 @@ EXIT_SOME_FAILED = 3
 """Exit status of a run in which some inputs could not be processed (2 is a usage error, 130 an interrupt)."""
 
 
+def default_writer_threads() -> int:
+    """Half the CPU cores, 2 to 8: rendering and PNG encoding (OpenCV, outside the GIL) take a few ms per image, so
+    two threads cap a run near 2 / (that time) images per second however fast the model is."""
+    return max(2, min(8, (os.cpu_count() or 2) // 2))
+
+
 @dataclass(frozen=True)
 class AnnotateOptions:
     batch_size: int = 16
     workers: int = 2
-    writer_threads: int = 2
+    writer_threads: int = field(default_factory=default_writer_threads)
     save: tuple[str, ...] = ("overlay", "heatmap")
     resume: bool = True
     recursive: bool = False
