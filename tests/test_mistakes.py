@@ -139,6 +139,10 @@ MISTAKES = [
                  id="audit-flag-threshold"),
     pytest.param("audit {img} --window lungs", 2, "--window must be one of lung", id="audit-window"),
     pytest.param("audit {empty_dir}", 2, "no DICOM or image files found", id="audit-nothing-to-read"),
+    pytest.param("annotate {empty_dir} --out {out}", 2, "empty: no image files found", id="annotate-nothing-to-read"),
+    pytest.param("annotate {root} --out {out}", 2,
+                 "no image files in this folder, only in its sub-folders (add --recursive)", id="annotate-not-recursive"),
+    pytest.param("annotate {empty_list} --out {out}", 2, "empty.txt: lists no image files", id="annotate-empty-list"),
     pytest.param("audit {img} {missing}", 2, "missing.png: no such file or folder", id="audit-missing"),
     pytest.param("evaluate --testbed 0", 2, "argument --testbed: must be an integer ≥ 1; got 0", id="evaluate-testbed-0"),
     pytest.param("evaluate --steps 0", 2, "argument --steps: must be an integer ≥ 1; got 0", id="evaluate-steps"),
@@ -168,12 +172,14 @@ def files(tmp_path: Path) -> dict[str, str]:
     Image.open(SHAPE).save(folder / "disk.png")
     (tmp_path / "a-file.txt").write_text("not a folder, not a checkpoint\n")
     (tmp_path / "two.txt").write_text("circle\nsquare\n")
+    (tmp_path / "empty.txt").write_text("")
     (tmp_path / "names.json").write_text("{not json")
     torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "namespace.pth")
     return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
             "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
             "two_names": str(tmp_path / "two.txt"), "bad_json": str(tmp_path / "names.json"),
-            "namespace_checkpoint": str(tmp_path / "namespace.pth")}
+            "namespace_checkpoint": str(tmp_path / "namespace.pth"), "root": str(tmp_path),
+            "empty_list": str(tmp_path / "empty.txt")}
 
 
 def the_error_line(stderr: str) -> str:

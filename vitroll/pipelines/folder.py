@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from vitroll._version import __version__
+from vitroll.errors import ImageReadError
 from vitroll.io import encode_png, write_atomic
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
@@ -34,7 +35,7 @@ from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
 from vitroll.pipelines.gallery import write_gallery
-from vitroll.pipelines.inputs import InputItem, discover
+from vitroll.pipelines.inputs import InputItem, discover, nothing_found
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
 
@@ -194,6 +195,8 @@ def annotate(
     preprocessing = preprocessing or Preprocessing.from_model(model)
     rank, world_size = world()
     items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
+    if not items:
+        raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
     mine = shard_of(items, rank, world_size)
     annotator = _Annotator(out_dir, settings, options, identity, class_names)
     lock_name = ".vitroll.lock" if rank == 0 else f".vitroll.rank{rank}.lock"

@@ -77,3 +77,13 @@ def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit
     found = source_files(source, accept=has_image_suffix, recursive=recursive, exclude=exclude)
     path_of = {file.key: file.path for file in found}
     return [_stamped(path_of[key], key) for key in sorted(path_of)[:limit]]
+
+
+def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
+                  exclude: "str | os.PathLike[str] | None" = None) -> str:
+    """Why :func:`discover` found no inputs in ``source``, naming the option that would find some."""
+    if not Path(source).is_dir():
+        return "lists no image files"
+    if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
+        return "no image files in this folder, only in its sub-folders (add --recursive)"
+    return "no image files found"
