@@ -139,6 +139,8 @@ MISTAKES = [
                  id="audit-flag-threshold"),
     pytest.param("audit {img} --window lungs", 2, "--window must be one of lung", id="audit-window"),
     pytest.param("audit {empty_dir}", 2, "no DICOM or image files found", id="audit-nothing-to-read"),
+    pytest.param("overlay {dicom}", 1, "CT_small.dcm: a DICOM file: this command reads images; `vitroll audit` "
+                 "explains DICOM and keeps patient data out of its outputs", id="overlay-dicom"),
     pytest.param("annotate {empty_dir} --out {out}", 2, "empty: no image files found", id="annotate-nothing-to-read"),
     pytest.param("annotate {root} --out {out}", 2,
                  "no image files in this folder, only in its sub-folders (add --recursive)", id="annotate-not-recursive"),
@@ -173,13 +175,15 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "a-file.txt").write_text("not a folder, not a checkpoint\n")
     (tmp_path / "two.txt").write_text("circle\nsquare\n")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "CT_small.dcm").write_bytes(bytes(128) + b"DICM" + bytes(64))  # a Part 10 preamble, then no image
     (tmp_path / "names.json").write_text("{not json")
     torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "namespace.pth")
     return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
             "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
             "two_names": str(tmp_path / "two.txt"), "bad_json": str(tmp_path / "names.json"),
             "namespace_checkpoint": str(tmp_path / "namespace.pth"), "root": str(tmp_path),
-            "empty_list": str(tmp_path / "empty.txt")}
+            "empty_list": str(tmp_path / "empty.txt"),
+            "dicom": str(tmp_path / "CT_small.dcm")}
 
 
 def the_error_line(stderr: str) -> str:

@@ -28,13 +28,11 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from vitroll.errors import ImageReadError
+from vitroll.io.formats import is_dicom
 from vitroll.io.images import IMAGE_SUFFIXES, load_image
 
 if TYPE_CHECKING:
     from pydicom import Dataset
-
-DICOM_MAGIC_OFFSET = 128
-DICOM_MAGIC = b"DICM"
 
 WINDOW_PRESETS: dict[str, tuple[float, float]] = {
     "lung": (1500.0, -600.0),
@@ -51,18 +49,6 @@ UNKNOWN = "unknown"
 
 SECONDARY_CAPTURE_CLASS_PREFIX = "1.2.840.10008.5.1.4.1.1.7"
 """SOP classes of secondary captures (screenshots, scanned film, multi-frame SC): text often burned in."""
-
-
-def is_dicom(path: "str | os.PathLike[str]") -> bool:
-    """Whether ``path`` is a DICOM Part 10 file: the 4 bytes ``DICM`` after the 128-byte preamble.
-
-    Files without the preamble are not recognised here; :func:`read_dicom` still reads them."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(DICOM_MAGIC_OFFSET + len(DICOM_MAGIC))
-    except OSError:
-        return False
-    return head[DICOM_MAGIC_OFFSET:] == DICOM_MAGIC
 
 
 def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:

@@ -10,8 +10,11 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError
+from vitroll.io.formats import is_dicom
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
+              "its outputs")
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -59,7 +62,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
-        raise ImageReadError(path, "not an image Pillow can read") from None
+        raise ImageReadError(path, DICOM_HERE if is_dicom(path) else "not an image Pillow can read") from None
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
 
