@@ -13,13 +13,17 @@ item whose estimate no longer fits in the time budget (``--budget``, 270 s) is s
    — and batch 8 — factored), fp32 and bf16 autocast: after warm-up, forward and rollout alternate, each timed with
    CUDA events (``perf_counter`` after a synchronisation on CPU); the peak memory of each above the resident model
    and input from ``torch.cuda.max_memory_allocated``, reset before each;
-3. annotate end to end vs the plain batched forward vs one image at a time (``bench_batch.measure``), fp32 and bf16.
+3. the dense record paths side by side: vit_base at N = 1025 (batch 8) and 4097 (batch 1), fp32 and bf16, rollout
+   with its head-mean record forced onto the blocked kernel, then onto the model's fused kernel with the head mean
+   from its factors in PyTorch, then in Triton (``vitroll.capture.head_mean``), each row timed as in 2;
+4. annotate end to end vs the plain batched forward vs one image at a time (``bench_batch.measure``), fp32 and bf16.
 
 Estimate for an H200 (:func:`plan_estimate`, printed at the start and kept in the report): forward FLOPs
 4·L·N·D·(6·D + N) per image (0.5 … 10.5 TFLOP per batch), at an assumed 30 TFLOP/s in fp32 (TF32 off, PyTorch's
 default) and 200 TFLOP/s in bf16, rollout at 4 forwards (pessimistic: rollout materialises every attention map),
-14 passes of each per row: about 57 s for the 16 rows, plus 2 s for each of the 8 models built; annotate 10 s per
-precision (512 images); the CUDA tests 60 s; start-up 15 s: about 170 s in all, 100 s inside the budget. Once a row
+14 passes of each per row: about 57 s for the 16 rows, plus 2 s for each of the 8 models built; 28 s for the 12
+record-path rows; annotate 10 s per precision (512 images); the CUDA tests 60 s; start-up 15 s: about 196 s in all,
+74 s inside the budget (the run before the record-path rows took 100 s against an estimate of 168 s). Once a row
 is measured, its FLOP rate and ratio replace the assumptions for the rows after it. A watchdog writes what is done
 and ends the process if an item hangs past the budget plus 60 s.
 """
