@@ -14,12 +14,28 @@ from vitroll.errors import ImageReadError
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 
 
+def finite_unit(values: np.ndarray) -> np.ndarray:
+    """``values`` scaled to [0, 1] by their finite minimum and maximum (float64).
+
+    NaN and -inf become 0 and +inf becomes 1, so a few non-finite pixels neither blacken nor poison the image; a
+    constant (or wholly non-finite) image is 0 apart from its +inf pixels.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values)
+    unit = np.zeros(values.shape, dtype=np.float64)
+    if finite.any():
+        low, high = float(values[finite].min()), float(values[finite].max())
+        if high > low:
+            unit[finite] = (values[finite] - low) / (high - low)
+    unit[values == np.inf] = 1.0
+    return unit
+
+
 def _to_rgb(image: Image.Image) -> Image.Image:
-    """Convert any Pillow mode to RGB: 16-bit and float scaled by their range, alpha composited on white."""
+    """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
+    composited on white."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        array = np.asarray(image, dtype=np.float64)
-        low, high = float(array.min()), float(array.max())
-        scaled = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
+        scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
