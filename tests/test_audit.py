@@ -337,6 +337,19 @@ def test_roi_from_boxes_and_masks(tmp_path, shortcut_methods):
     assert "topk_iou" in (tmp_path / "out" / "report.csv").read_text().splitlines()[0]
 
 
+def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    out = inputs / "audit"
+    for _ in range(2):
+        code, stdout, _ = run_cli("audit", str(inputs), str(inputs / "a.dcm"), "--out", str(out), "--checkpoint",
+                                  str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
+        assert code == 0
+        assert "1 image from 1 file, 0 unreadable" in stdout  # neither its own overlays nor a.dcm twice
+    assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
+
+
 # --- metrics on their own ---------------------------------------------------------------------------------------------
 
 def test_body_mask_fills_holes_and_ignores_markers():

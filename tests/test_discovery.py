@@ -125,6 +125,19 @@ def test_given_files_keep_the_command_line_order_and_a_named_file_counts_whateve
     assert str(typo.value) == f"{tmp_path / 'd3'}: no such file or folder"
 
 
+def test_given_files_keep_each_file_once_where_it_first_appears(tmp_path, monkeypatch):
+    touch(tmp_path, ["d/a.png", "d/b.png"])
+    (tmp_path / "link.png").symlink_to(tmp_path / "d" / "a.png")
+    monkeypatch.chdir(tmp_path)
+    found = given_files(["d/b.png", "d", "./d/b.png", "d/../d/a.png", "link.png"])
+    assert found == [Path("d/b.png"), Path("d/a.png"), Path("link.png")]  # a link stays a file of its own
+
+
+def test_given_files_skip_the_excluded_output_folder_inside_an_input_folder(tmp_path):
+    touch(tmp_path, ["in/a.dcm", "in/audit/images/case-1.png", "in/audit/report.csv"])
+    assert given_files([tmp_path / "in"], exclude=tmp_path / "in" / "audit") == [tmp_path / "in" / "a.dcm"]
+
+
 def test_evaluate_finds_masks_by_name_even_when_the_name_looks_like_a_pattern(tmp_path):
     image = np.zeros((6, 6, 3), np.uint8)
     mask = np.zeros((6, 6), np.uint8)

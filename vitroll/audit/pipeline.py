@@ -190,13 +190,14 @@ def run_audit(
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
-    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts) is one row or more;
+    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts, each once, none under
+    ``out_dir``) is one row or more;
     ``provenance`` (the model's name and weights source) heads the report, else it says the weights were not stated.
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
         require_text_detector()
-    inputs = given_files(paths)
+    inputs = given_files(paths, exclude=out_dir)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
