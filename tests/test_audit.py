@@ -350,6 +350,31 @@ def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs
     assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
 
 
+def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, checkpoint, monkeypatch):
+    import vitroll.audit.pipeline as pipeline
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for number in (1, 2):
+        write_dicom(inputs / f"{number}.dcm", body_phantom(), number=number)
+    written = pipeline.write_atomic
+
+    def refuse_the_first(path, data):
+        if not hasattr(refuse_the_first, "refused"):
+            refuse_the_first.refused = True
+            raise OSError(13, "Permission denied", str(path))
+        written(path, data)
+
+    monkeypatch.setattr(pipeline, "write_atomic", refuse_the_first)
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint",
+                                   str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
+    assert code == 3 and "Traceback" not in stderr
+    assert ("vitroll: unreadable: file 1 (case-" in stderr
+            and "Its overlay cannot be written into the report folder (Permission denied)." in stderr)
+    assert "1 image from 2 files, 1 unreadable" in stdout
+    assert len(list((tmp_path / "out" / "images").iterdir())) == 1
+
+
 # --- metrics on their own ---------------------------------------------------------------------------------------------
 
 def test_body_mask_fills_holes_and_ignores_markers():

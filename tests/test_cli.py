@@ -90,6 +90,19 @@ def test_unreadable_image_is_reported_and_the_good_one_still_written(tmp_path, c
     assert (tmp_path / "out" / "cat_rollout.png").exists()
 
 
+def test_an_output_that_cannot_be_written_fails_that_image_alone(tmp_path, capsys):
+    for name in ("a.png", "b.png"):
+        Image.open(PHOTO).resize((32, 24)).save(tmp_path / name)
+    (tmp_path / "out" / "a_rollout.png").mkdir(parents=True)  # a folder where a's overlay goes
+    code, stdout, err = run(capsys, "overlay", str(tmp_path / "a.png"), str(tmp_path / "b.png"),
+                            "--model", "vit_tiny_patch16_224", "--out", str(tmp_path / "out"))
+    assert code == 1
+    assert one_error_line(err) == (f"vitroll: error: {tmp_path / 'a.png'}: cannot write outputs: "
+                                   f"{tmp_path / 'out' / 'a_rollout.png'}: Is a directory")
+    assert (tmp_path / "out" / "b_rollout.png").is_file() and f"{tmp_path / 'b.png'} -> " in stdout
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
 def test_unknown_model_name(tmp_path, capsys):
     code, _, err = run(capsys, "overlay", str(PHOTO), "--model", "vit_tiny_patch16_22", "--out", str(tmp_path))
     assert code == 2

@@ -147,7 +147,21 @@ def audit_items(
         if isinstance(record, Failed):
             yield _error_row(record, options)
         else:
-            yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options, class_names=class_names)
+            try:
+                yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options,
+                               class_names=class_names)
+            except OSError as error:  # its overlay cannot be written: this image's row says so, the audit goes on
+                yield _unwritten_row(record, error)
+
+
+def _unwritten_row(record: Explained, error: OSError) -> AuditRow:
+    """The row of an image whose overlay could not be written: its case and header fields, no metrics, the reason
+    (without the path, which is the report folder's or may name the case)."""
+    row = record.info.row
+    row.input_number = record.index + 1
+    row.metrics, row.flagged, row.overlay_file, row.thumbnail = {}, False, None, None
+    row.error = f"Its overlay cannot be written into the report folder ({error.strerror or type(error).__name__})."
+    return row
 
 
 def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, options: AuditOptions,

@@ -91,12 +91,17 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
 
 
 def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left."""
+    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left.
+
+    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_bytes(data)
         os.replace(temporary, path)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
     finally:
         temporary.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
 from vitroll.overlay import overlay, overlay_grid
 from vitroll.pipelines.explain import figure_bytes
-from vitroll.pipelines.single import output_stems, stems_overwriting_inputs
+from vitroll.pipelines.single import cannot_write, output_stems, stems_overwriting_inputs
 from vitroll.pipelines.stream import Decoded, Failed, decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
 
@@ -93,8 +93,11 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
             if isinstance(record, Failed):
                 captioned = CaptionedImage(path=record.item, error=record.message)
             else:
-                captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
-                                         method, cmap, alpha)
+                try:
+                    captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
+                                             method, cmap, alpha)
+                except OSError as error:  # this image's strip cannot be written: it alone fails
+                    captioned = CaptionedImage(path=record.item, error=cannot_write(record.item, error, out_dir))
                 slot += 1
             results.append(captioned)
             yield captioned

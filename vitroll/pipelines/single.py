@@ -93,10 +93,12 @@ def explain_files(
     save_figure: bool = False,
 ) -> Iterator[ImageExplanation]:
     """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``; ``<stem>`` made unique among
-    the inputs and such that no output replaces an input file), one result per input in input order; for an image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`),
-    one overlay per text and their grid.
+    the inputs and such that no output replaces an input file), one result per input in input order; for an
+    image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per
+    text and their grid.
 
-    Unreadable files yield a result with ``error`` set; the others are still processed. A file given twice is
+    Unreadable files, and files whose outputs cannot be written, yield a result with ``error`` set; the others are
+    still processed. A file given twice is
     explained once.
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -107,21 +109,34 @@ def explain_files(
         if isinstance(record, Failed):
             yield ImageExplanation(path=record.item, error=record.message)
             continue
-        path, stem = record.item, stems[record.index]
-        if record.text_logits is not None:
-            yield _explain_texts(record, stem, list(model.texts.labels), out_dir, settings)
-            continue
-        saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
-        explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
-        write_atomic(explanation.overlay_path, encode_png(overlaid))
-        if record.probabilities is not None:
-            explanation.top = top_classes(record.probabilities, class_names)
-        if save_figure:
-            explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
-            top = explanation.top[0] if explanation.top else None
-            write_atomic(explanation.figure_path,
-                         figure_png(path.name, record.image, saliency, overlaid, settings, top))
-        yield explanation
+        try:
+            if record.text_logits is not None:
+                yield _explain_texts(record, stems[record.index], list(model.texts.labels), out_dir, settings)
+            else:
+                yield _explain_image(record, stems[record.index], out_dir, settings, class_names, save_figure)
+        except OSError as error:  # this image's outputs cannot be written (a folder in the way, no permission)
+            yield ImageExplanation(path=record.item, error=cannot_write(record.item, error, out_dir))
+
+
+def cannot_write(path: Path, error: OSError, out_dir: Path) -> str:
+    """The one-line reason why the outputs of input ``path`` were not written: the file refused and why."""
+    return f"{path}: cannot write outputs: {error.filename or out_dir}: {error.strerror or error}"
+
+
+def _explain_image(record: Explained, stem: str, out_dir: Path, settings: ExplainSettings,
+                   class_names: Optional[list[str]], save_figure: bool) -> ImageExplanation:
+    """Write ``OUT/<stem>_<method>.png`` (and ``_figure.png``) for one image's map; its top classes."""
+    path = record.item
+    saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
+    explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+    write_atomic(explanation.overlay_path, encode_png(overlaid))
+    if record.probabilities is not None:
+        explanation.top = top_classes(record.probabilities, class_names)
+    if save_figure:
+        explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
+        top = explanation.top[0] if explanation.top else None
+        write_atomic(explanation.figure_path, figure_png(path.name, record.image, saliency, overlaid, settings, top))
+    return explanation
 
 
 def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path,
