@@ -110,7 +110,7 @@ def test_a_source_that_is_neither_a_folder_nor_a_list_is_one_clear_error(tmp_pat
         source_files(tmp_path / "x.png")
     assert str(image.value) == f"{tmp_path / 'x.png'}: not a folder or a list file (.txt, .csv, .lst)"
     (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\xfa")
-    with pytest.raises(ImageReadError, match=r"bad\.txt: cannot read the list of inputs \("):
+    with pytest.raises(VitrollError, match=r"bad\.txt: cannot read the list of inputs \(not UTF-8 text: byte 0xff"):
         listed_files(tmp_path / "bad.txt")
 
 

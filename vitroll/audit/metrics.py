@@ -8,6 +8,7 @@ Masks are boolean arrays of the image's (H, W).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import cv2
 import numpy as np
 
 from vitroll.io.dicom import UNKNOWN
+from vitroll.io.textfile import read_text_file
 
 METRIC_NAMES = ("outside_body", "border", "annotation", "roi_energy", "pointing_hit", "topk_iou")
 """Per-image metrics, in report order (the last three only where an ROI is given)."""
@@ -239,7 +241,7 @@ class MaskSource:
 def read_boxes(path: "str | os.PathLike[str]") -> dict[str, list[tuple[int, int, int, int]]]:
     """``file,x0,y0,x1,y1`` rows (a header row is optional) → {file: [boxes]}."""
     boxes: dict[str, list[tuple[int, int, int, int]]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text_file(path, "boxes"), newline="") as handle:
         for number, row in enumerate(csv.reader(handle), start=1):
             if not row or not "".join(row).strip():
                 continue

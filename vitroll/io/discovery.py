@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.images import IMAGE_SUFFIXES
+from vitroll.io.textfile import read_text_file
 
 LIST_SUFFIXES = (".txt", ".csv", ".lst")
 
@@ -81,10 +82,7 @@ def listed_files(list_file: "str | os.PathLike[str]") -> list[FoundFile]:
     holds them, relative to the list file's folder or absolute, taken as given whatever their suffix; empty lines
     and lines starting with ``#`` are skipped."""
     list_file = Path(list_file)
-    try:
-        text = list_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ImageReadError(list_file, f"cannot read the list of inputs ({error})") from None
+    text = read_text_file(list_file, "the list of inputs")
     rows = [row for row in csv.reader(text.splitlines()) if row and row[0].strip() and not row[0].startswith("#")]
     column = 0
     if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
