@@ -20,7 +20,8 @@ pytest.importorskip("pydicom", minversion="3.0")
 
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.audit.metrics import (
-    MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, roi_metrics, top_region,
+    ROI_METRICS, MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, read_boxes,
+    roi_metrics, top_region,
 )
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
@@ -373,6 +374,50 @@ def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, chec
             and "Its overlay cannot be written into the report folder (Permission denied)." in stderr)
     assert "1 image from 2 files, 1 unreadable" in stdout
     assert len(list((tmp_path / "out" / "images").iterdir())) == 1
+
+
+@pytest.mark.parametrize("line,fault", [
+    ("a.dcm,0,0,inf,4", "box coordinates must be finite numbers; got 0,0,inf,4"),
+    ("a.dcm,0,0,four,4", "box coordinates must be numbers; got 0,0,four,4"),
+    ("a.dcm,8,0,4,4", "the box 8,0,4,4 is empty: x1 must be greater than x0 and y1 than y0 (x1, y1 exclusive)"),
+    ("a.dcm,0,4,4,4", "the box 0,4,4,4 is empty"),
+    (",0,0,4,4", "the file column is empty"),
+    ("a.dcm,0,0,4", "expected file,x0,y0,x1,y1; got 4 fields"),
+])
+def test_malformed_boxes_are_one_error_naming_the_line(tmp_path, line, fault):
+    (tmp_path / "boxes.csv").write_text(f"image,x0,y0,x1,y1\nb.dcm,1,1,3,3\n{line}\n")
+    with pytest.raises(ValueError) as error:
+        read_boxes(tmp_path / "boxes.csv")
+    assert str(error.value).startswith(f"{tmp_path / 'boxes.csv'}: line 3: {fault}")
+    code, _, stderr = run_cli("audit", str(tmp_path), "--boxes", str(tmp_path / "boxes.csv"), "--out",
+                              str(tmp_path / "out"), "--keep-burned-in-text", *MODEL)
+    assert code == 2 and stderr.splitlines()[-1].startswith(f"vitroll: error: {tmp_path / 'boxes.csv'}: line 3: ")
+    assert "Traceback" not in stderr
+
+
+def test_an_roi_outside_the_image_or_an_unreadable_mask_is_not_measured(tmp_path, shortcut_methods):
+    import timm
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("outside", "badmask", "boxed"):
+        write_dicom(inputs / f"{name}.dcm", body_phantom())
+    (tmp_path / "boxes.csv").write_text("outside.dcm,100,100,120,120\nboxed.dcm,0,0,16,16\n")  # the image is 64 px
+    (tmp_path / "masks").mkdir()
+    (tmp_path / "masks" / "badmask.png").write_text("not a png")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    options = AuditOptions(masks=MaskSource(tmp_path / "masks", tmp_path / "boxes.csv"), salt="x")
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=options)
+    rows = {row.input_number: row for row in report.images}  # badmask 1, boxed 2, outside 3
+    assert rows[1].not_measured == dict.fromkeys(
+        ROI_METRICS, "not measured: its --masks file cannot be read as an image")
+    assert rows[3].not_measured == dict.fromkeys(
+        ROI_METRICS, "not measured: its region of interest covers no pixel of the image")
+    for row in (rows[1], rows[3]):
+        assert all(np.isnan(row.metrics[name]) for name in ROI_METRICS)
+    assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0
+    assert any(s.text.startswith("1 images have a region of interest") for s in report.sentences())
 
 
 # --- metrics on their own ---------------------------------------------------------------------------------------------

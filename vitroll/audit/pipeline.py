@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from torch import nn
 
-from vitroll.audit.metrics import annotation_mask, body_mask, body_outline_exemption, image_metrics
+from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
@@ -179,7 +179,7 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
         body = body_mask(image)
     # the detector's text regions find text of any colour; the heuristic adds bright markers and rulers
     annotations = annotation_mask(image, body) | item.text_mask
-    roi = options.masks.get(path, shape_hw) if options.masks else None
+    roi = _region_of_interest(path, shape_hw, options, row)
     row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
     row.flagged = bool(row.metrics["outside_body"] > options.flag_threshold)
     if record.probabilities is not None:
@@ -189,6 +189,24 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     write_atomic(out_dir / row.overlay_file, encode_png(shown))
     row.thumbnail = thumbnail(shown, saliency, body, annotations, roi, options.thumbnail_size)
     return row
+
+
+def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
+                        row: AuditRow) -> Optional[np.ndarray]:
+    """The image's ROI from ``--masks``/``--boxes``, or None. A mask file that cannot be read, or an ROI with no pixel
+    inside the image, leaves its ROI metrics not measured, with the reason (which names no file: names may be PHI)."""
+    if not options.masks:
+        return None
+    try:
+        roi = options.masks.get(path, shape_hw)
+    except ValueError:
+        reason = "not measured: its --masks file cannot be read as an image"
+    else:
+        if roi is None or roi.any():
+            return roi
+        reason = "not measured: its region of interest covers no pixel of the image"
+    row.not_measured.update(dict.fromkeys(ROI_METRICS, reason))
+    return None
 
 
 def run_audit(
