@@ -52,6 +52,22 @@ def test_wholly_non_finite_float_image_is_black_but_for_its_plus_inf_pixels(tmp_
     np.testing.assert_array_equal(loaded[..., 0], [[0, 255]])
 
 
+def test_pillow_warnings_about_quirks_it_read_past_are_not_printed(tmp_path):
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 200  # a description, stored after the IFD
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 20), (10, 200, 30)).save(buffer, "JPEG", exif=exif.tobytes())
+    data = bytearray(buffer.getvalue())
+    entry = data.index(b"\x01\x0e\x00\x02")  # the description's IFD entry (big-endian): point it past the end
+    data[entry + 8:entry + 12] = b"\x00\x00\xff\xf0"
+    (tmp_path / "bad_exif.jpg").write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load_image(tmp_path / "bad_exif.jpg")
+    assert [str(warning.message) for warning in caught] == []  # Pillow said "Truncated File Read" here
+    assert loaded.mode == "RGB" and loaded.size == (40, 20)  # decoded (the damaged EXIF is skipped)
+
+
 def test_transparent_pixels_become_white(tmp_path):
     image = Image.new("RGBA", (4, 4), (255, 0, 0, 0))
     assert np.asarray(load_image(save(tmp_path, "clear.png", image)))[0, 0].tolist() == [255, 255, 255]

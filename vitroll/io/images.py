@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -44,10 +46,21 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+@contextlib.contextmanager
+def _quiet_pillow() -> Iterator[None]:
+    """Pillow's warnings about quirks it read past (truncated EXIF, palette transparency…) unprinted, since the
+    image decoded; a decompression-bomb warning raised, for :func:`load_image` to refuse the image."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
 def upright_rgb(image: Image.Image) -> Image.Image:
     """An image turned upright by its EXIF orientation (if it has one) and converted to 8-bit RGB like a file
     :func:`load_image` reads."""
-    return _to_rgb(ImageOps.exif_transpose(image))
+    with _quiet_pillow():
+        return _to_rgb(ImageOps.exif_transpose(image))
 
 
 def load_image(path: "str | os.PathLike[str]") -> Image.Image:
@@ -67,8 +80,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     if path.stat().st_size == 0:
         raise ImageReadError(path, "empty file (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _quiet_pillow():
             with Image.open(path) as image:
                 image.load()
                 return upright_rgb(image)
