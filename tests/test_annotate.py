@@ -206,3 +206,17 @@ def test_two_gloo_ranks_cover_every_input_exactly_once(tmp_path):
     assert not list(out.glob("manifest.rank*.jsonl"))
     assert folder.shard_of(list(range(9)), 0, 2) == [0, 2, 4, 6, 8]
     assert folder.shard_of(list(range(9)), 1, 2) == [1, 3, 5, 7]
+
+
+def test_a_run_on_other_inputs_says_how_many_earlier_rows_it_kept(tmp_path, capsys):
+    for name, seed in (("first/x.png", 1), ("first/y.png", 2), ("second/x.png", 3)):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        Image.fromarray(rgb(seed=seed)).save(tmp_path / name)
+    out = tmp_path / "out"
+    assert annotate(str(tmp_path / "first"), "--out", str(out)) == 0
+    assert "kept" not in capsys.readouterr().out
+    assert annotate(str(tmp_path / "second"), "--out", str(out)) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("1 ok, 0 failed, 0 skipped (done before), ")
+    assert line.endswith("; 1 row of other inputs kept from earlier runs (in the manifest and the gallery)")
+    assert sorted(row["path"] for row in assert_manifest_matches_folder(out)) == ["x.png", "y.png"]
