@@ -98,11 +98,11 @@ def explain_files(
     text and their grid.
 
     Unreadable files, and files whose outputs cannot be written, yield a result with ``error`` set; the others are
-    still processed. A file given twice is
-    explained once.
+    still processed. A file given twice is explained once.
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
     stems = output_stems(paths, taken=stems_overwriting_inputs(paths, out_dir, settings.method))
     for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
