@@ -79,7 +79,8 @@ def write_dicom(
         ds.PlanarConfiguration = 0
     if frames > 1:
         ds.NumberOfFrames = frames
-    bits = 8 if pixels.dtype.itemsize == 1 else 16
+    floating = pixels.dtype.kind == "f"  # float32 pixels go to FloatPixelData (Parametric Map style)
+    bits = 32 if floating else 8 if pixels.dtype.itemsize == 1 else 16
     ds.BitsAllocated = bits
     ds.BitsStored = bits
     ds.HighBit = bits - 1
@@ -93,6 +94,8 @@ def write_dicom(
         if pixel_bytes is not None:
             ds.PixelData = encapsulate([pixel_bytes])
             ds["PixelData"].VR = "OB"
+        elif floating:
+            ds.FloatPixelData = pixels.astype("<f4").tobytes()
         else:
             ds.PixelData = pixels.astype(pixels.dtype.newbyteorder("<")).tobytes()
             ds["PixelData"].VR = "OB" if bits == 8 else "OW"

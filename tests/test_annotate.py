@@ -214,3 +214,17 @@ def test_writer_threads_default_to_half_the_cores_from_2_to_8(cores, threads, mo
 
     monkeypatch.setattr(folder.os, "cpu_count", lambda: cores)
     assert folder.AnnotateOptions().writer_threads == threads
+
+
+def test_a_run_on_other_inputs_says_how_many_earlier_rows_it_kept(tmp_path, capsys):
+    for name, seed in (("first/x.png", 1), ("first/y.png", 2), ("second/x.png", 3)):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        Image.fromarray(rgb(seed=seed)).save(tmp_path / name)
+    out = tmp_path / "out"
+    assert annotate(str(tmp_path / "first"), "--out", str(out)) == 0
+    assert "kept" not in capsys.readouterr().out
+    assert annotate(str(tmp_path / "second"), "--out", str(out)) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("1 ok, 0 failed, 0 skipped (done before), ")
+    assert line.endswith("; 1 row of other inputs kept from earlier runs (in the manifest and the gallery)")
+    assert sorted(row["path"] for row in assert_manifest_matches_folder(out)) == ["x.png", "y.png"]

@@ -20,7 +20,8 @@ pytest.importorskip("pydicom", minversion="3.0")
 
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.audit.metrics import (
-    MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, roi_metrics, top_region,
+    ROI_METRICS, MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, read_boxes,
+    roi_metrics, top_region,
 )
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
@@ -335,6 +336,88 @@ def test_roi_from_boxes_and_masks(tmp_path, shortcut_methods):
     assert by_hit[1].metrics["topk_iou"] > by_hit[0].metrics["topk_iou"]
     assert any("region of interest" in s.text for s in report.sentences())
     assert "topk_iou" in (tmp_path / "out" / "report.csv").read_text().splitlines()[0]
+
+
+def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    out = inputs / "audit"
+    for _ in range(2):
+        code, stdout, _ = run_cli("audit", str(inputs), str(inputs / "a.dcm"), "--out", str(out), "--checkpoint",
+                                  str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
+        assert code == 0
+        assert "1 image from 1 file, 0 unreadable" in stdout  # neither its own overlays nor a.dcm twice
+    assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
+
+
+def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, checkpoint, monkeypatch):
+    import vitroll.audit.pipeline as pipeline
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for number in (1, 2):
+        write_dicom(inputs / f"{number}.dcm", body_phantom(), number=number)
+    written = pipeline.write_atomic
+
+    def refuse_the_first(path, data):
+        if not hasattr(refuse_the_first, "refused"):
+            refuse_the_first.refused = True
+            raise OSError(13, "Permission denied", str(path))
+        written(path, data)
+
+    monkeypatch.setattr(pipeline, "write_atomic", refuse_the_first)
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint",
+                                   str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
+    assert code == 3 and "Traceback" not in stderr
+    assert ("vitroll: unreadable: file 1 (case-" in stderr
+            and "Its overlay cannot be written into the report folder (Permission denied)." in stderr)
+    assert "1 image from 2 files, 1 unreadable" in stdout
+    assert len(list((tmp_path / "out" / "images").iterdir())) == 1
+
+
+@pytest.mark.parametrize("line,fault", [
+    ("a.dcm,0,0,inf,4", "box coordinates must be finite numbers; got 0,0,inf,4"),
+    ("a.dcm,0,0,four,4", "box coordinates must be numbers; got 0,0,four,4"),
+    ("a.dcm,8,0,4,4", "the box 8,0,4,4 is empty: x1 must be greater than x0 and y1 than y0 (x1, y1 exclusive)"),
+    ("a.dcm,0,4,4,4", "the box 0,4,4,4 is empty"),
+    (",0,0,4,4", "the file column is empty"),
+    ("a.dcm,0,0,4", "expected file,x0,y0,x1,y1; got 4 fields"),
+])
+def test_malformed_boxes_are_one_error_naming_the_line(tmp_path, line, fault):
+    (tmp_path / "boxes.csv").write_text(f"image,x0,y0,x1,y1\nb.dcm,1,1,3,3\n{line}\n")
+    with pytest.raises(ValueError) as error:
+        read_boxes(tmp_path / "boxes.csv")
+    assert str(error.value).startswith(f"{tmp_path / 'boxes.csv'}: line 3: {fault}")
+    code, _, stderr = run_cli("audit", str(tmp_path), "--boxes", str(tmp_path / "boxes.csv"), "--out",
+                              str(tmp_path / "out"), "--keep-burned-in-text", *MODEL)
+    assert code == 2 and stderr.splitlines()[-1].startswith(f"vitroll: error: {tmp_path / 'boxes.csv'}: line 3: ")
+    assert "Traceback" not in stderr
+
+
+def test_an_roi_outside_the_image_or_an_unreadable_mask_is_not_measured(tmp_path, shortcut_methods):
+    import timm
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("outside", "badmask", "boxed"):
+        write_dicom(inputs / f"{name}.dcm", body_phantom())
+    (tmp_path / "boxes.csv").write_text("outside.dcm,100,100,120,120\nboxed.dcm,0,0,16,16\n")  # the image is 64 px
+    (tmp_path / "masks").mkdir()
+    (tmp_path / "masks" / "badmask.png").write_text("not a png")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    options = AuditOptions(masks=MaskSource(tmp_path / "masks", tmp_path / "boxes.csv"), salt="x")
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=options)
+    rows = {row.input_number: row for row in report.images}  # badmask 1, boxed 2, outside 3
+    assert rows[1].not_measured == dict.fromkeys(
+        ROI_METRICS, "not measured: its --masks file cannot be read as an image")
+    assert rows[3].not_measured == dict.fromkeys(
+        ROI_METRICS, "not measured: its region of interest covers no pixel of the image")
+    for row in (rows[1], rows[3]):
+        assert all(np.isnan(row.metrics[name]) for name in ROI_METRICS)
+    assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0
+    assert any(s.text.startswith("1 images have a region of interest") for s in report.sentences())
 
 
 # --- metrics on their own ---------------------------------------------------------------------------------------------

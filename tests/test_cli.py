@@ -41,6 +41,31 @@ def test_same_named_inputs_do_not_overwrite_each_other(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x-2_attention.png", "x_attention.png"]
 
 
+def test_overlay_names_never_collide_nor_replace_an_input_and_a_repeated_input_is_explained_once(tmp_path, capsys):
+    out = tmp_path / "out"
+    for name in ("a/x.png", "b/x.png", "c/x-2.png", "out/y.png", "out/y_attention.png"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        Image.open(PHOTO).resize((32, 24)).save(tmp_path / name)
+    before = (out / "y_attention.png").read_bytes()
+    images = [str(tmp_path / name) for name in ("a/x.png", "b/x.png", "c/x-2.png", "out/y.png", "out/y_attention.png")]
+    code, stdout, err = run(capsys, "overlay", *images, images[0], "--model", "vit_tiny_patch16_224", "--out", str(out),
+                            "--method", "attention")
+    assert code == 0, err
+    assert (out / "y_attention.png").read_bytes() == before  # the input y_attention.png is not y.png's overlay
+    assert sorted(p.name for p in out.iterdir()) == [
+        "x-2_attention.png", "x-3_attention.png", "x_attention.png", "y-2_attention.png", "y.png",
+        "y_attention.png", "y_attention_attention.png"]
+    assert stdout.count(" -> ") == 5  # a/x.png given twice is explained once
+
+
+def test_unique_names_skip_suffixes_other_names_already_have():
+    from vitroll.pipelines.single import text_slugs, unique_names
+
+    assert unique_names(["x", "x", "x-2"]) == ["x", "x-3", "x-2"]
+    assert unique_names(["x", "y"], taken={"x"}) == ["x-2", "y"]
+    assert text_slugs(["a dog", "A dog!", "a dog 2"]) == ["a-dog", "a-dog-3", "a-dog-2"]
+
+
 def one_error_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("vitroll: error")]
     assert len(lines) == 1, err
@@ -63,6 +88,19 @@ def test_unreadable_image_is_reported_and_the_good_one_still_written(tmp_path, c
     assert code != 0
     assert "bad.jpg: not an image" in one_error_line(err)
     assert (tmp_path / "out" / "cat_rollout.png").exists()
+
+
+def test_an_output_that_cannot_be_written_fails_that_image_alone(tmp_path, capsys):
+    for name in ("a.png", "b.png"):
+        Image.open(PHOTO).resize((32, 24)).save(tmp_path / name)
+    (tmp_path / "out" / "a_rollout.png").mkdir(parents=True)  # a folder where a's overlay goes
+    code, stdout, err = run(capsys, "overlay", str(tmp_path / "a.png"), str(tmp_path / "b.png"),
+                            "--model", "vit_tiny_patch16_224", "--out", str(tmp_path / "out"))
+    assert code == 1
+    assert one_error_line(err) == (f"vitroll: error: {tmp_path / 'a.png'}: cannot write outputs: "
+                                   f"{tmp_path / 'out' / 'a_rollout.png'}: Is a directory")
+    assert (tmp_path / "out" / "b_rollout.png").is_file() and f"{tmp_path / 'b.png'} -> " in stdout
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
 def test_unknown_model_name(tmp_path, capsys):

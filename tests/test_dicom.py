@@ -157,6 +157,27 @@ def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):
         np.testing.assert_array_equal(decoded.frames[0][1][..., 0], [[0, 128], [255, 255]])
 
 
+def test_float_pixel_data_with_nan_and_inf_is_scaled_by_its_finite_range(tmp_path):
+    values = np.array([[0.0, 1.0, np.nan], [2.0, np.inf, -np.inf]], dtype=np.float32)
+    path = write_dicom(tmp_path / "f.dcm", values)
+    np.testing.assert_array_equal(grey(path), [[0, 128, 0], [255, 255, 0]])  # finite range 0…2: 1 → 127.5
+
+
+@pytest.mark.parametrize("width,level", [(0, 40), (-5, 40), (0.5, 40), ("", 40), (400, "")])
+def test_an_unusable_file_window_counts_as_none(tmp_path, width, level):
+    stored = np.array([[0, 25], [100, 100]], dtype=np.uint16)
+    path = write_dicom(tmp_path / "w.dcm", stored, window=(width, level))
+    np.testing.assert_array_equal(grey(path), [[0, 64], [255, 255]])  # min–max, as without a window
+
+
+def test_a_small_width_is_kept_for_linear_exact_and_an_unknown_function_read_as_linear(tmp_path):
+    stored = np.array([[0, 25], [100, 100]], dtype=np.uint16)
+    exact = write_dicom(tmp_path / "e.dcm", stored, window=(0.5, 50), VOILUTFunction="LINEAR_EXACT")
+    np.testing.assert_array_equal(grey(exact), [[0, 0], [255, 255]])  # a step at 50
+    unknown = write_dicom(tmp_path / "u.dcm", stored, window=(400, 40), VOILUTFunction="CUBIC")
+    np.testing.assert_array_equal(grey(unknown), grey(write_dicom(tmp_path / "l.dcm", stored, window=(400, 40))))
+
+
 def test_only_whitelisted_metadata_leaves_the_reader(tmp_path):
     path = write_dicom(tmp_path / "a.dcm", body_phantom(), PatientAge="067Y", BurnedInAnnotation="YES")
     decoded = read_dicom(path)

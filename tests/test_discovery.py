@@ -110,7 +110,7 @@ def test_a_source_that_is_neither_a_folder_nor_a_list_is_one_clear_error(tmp_pat
         source_files(tmp_path / "x.png")
     assert str(image.value) == f"{tmp_path / 'x.png'}: not a folder or a list file (.txt, .csv, .lst)"
     (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\xfa")
-    with pytest.raises(ImageReadError, match=r"bad\.txt: cannot read the list of inputs \("):
+    with pytest.raises(VitrollError, match=r"bad\.txt: cannot read the list of inputs \(not UTF-8 text: byte 0xff"):
         listed_files(tmp_path / "bad.txt")
 
 
@@ -123,6 +123,19 @@ def test_given_files_keep_the_command_line_order_and_a_named_file_counts_whateve
     with pytest.raises(VitrollError) as typo:
         given_files([tmp_path / "d1", tmp_path / "d3"])
     assert str(typo.value) == f"{tmp_path / 'd3'}: no such file or folder"
+
+
+def test_given_files_keep_each_file_once_where_it_first_appears(tmp_path, monkeypatch):
+    touch(tmp_path, ["d/a.png", "d/b.png"])
+    (tmp_path / "link.png").symlink_to(tmp_path / "d" / "a.png")
+    monkeypatch.chdir(tmp_path)
+    found = given_files(["d/b.png", "d", "./d/b.png", "d/../d/a.png", "link.png"])
+    assert found == [Path("d/b.png"), Path("d/a.png"), Path("link.png")]  # a link stays a file of its own
+
+
+def test_given_files_skip_the_excluded_output_folder_inside_an_input_folder(tmp_path):
+    touch(tmp_path, ["in/a.dcm", "in/audit/images/case-1.png", "in/audit/report.csv"])
+    assert given_files([tmp_path / "in"], exclude=tmp_path / "in" / "audit") == [tmp_path / "in" / "a.dcm"]
 
 
 def test_evaluate_finds_masks_by_name_even_when_the_name_looks_like_a_pattern(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from vitroll.pipelines.manifest import read_rows
 from vitroll.testbed.model import load_testbed_model
 from vitroll.testbed.shapes import samples
 
-ODD_NAME = "odd <b>name & co.png"
+ODD_NAME = "odd <b>name & #1 50%?.png"
 
 
 def page_rows(out_dir: Path) -> list[dict]:
@@ -46,9 +47,10 @@ def test_annotate_writes_a_gallery_whose_rows_and_class_summary_are_the_manifest
     rows = page_rows(run)
     assert [row["path"] for row in rows] == [row["path"] for row in manifest] and len(rows) == 10
     for shown, written in zip(rows, manifest):
-        assert shown["status"] == written["status"] and shown["overlay"] == written.get("overlay")
+        assert shown["status"] == written["status"]
         if written["status"] == "ok":
-            assert shown["entropy"] == pytest.approx(written["entropy"]) and (run / shown["overlay"]).is_file()
+            assert unquote(shown["overlay"]) == written["overlay"] and (run / written["overlay"]).is_file()
+            assert shown["entropy"] == pytest.approx(written["entropy"])
     assert [row["error"] for row in rows if row["status"] != "ok"] == [next(
         row["error"] for row in manifest if row["path"] == "broken.png")]
     summary = {each["name"]: each for each in class_summary(manifest)}
@@ -69,6 +71,15 @@ def test_non_finite_numbers_reach_the_page_as_null(tmp_path):
     assert page_rows(tmp_path)[0]["entropy"] is None
     assert class_summary([{"status": "ok", "top1_name": "x", "entropy": 0.3, "width": 10, "height": 10,
                            "peak_x": 9, "peak_y": 0}])[0]["peak_histogram"][4] == 1.0  # top-right cell
+
+
+def test_output_paths_reach_the_page_as_percent_encoded_urls(tmp_path):
+    write_gallery(tmp_path, [{"path": "a #1 50%?.png", "status": "ok", "overlay": "overlays/a #1 50%?.png.png",
+                              "heatmap": "heatmaps/a #1 50%?.png.npy", "figure": None}])
+    row = page_rows(tmp_path)[0]
+    assert row["overlay"] == "overlays/a%20%231%2050%25%3F.png.png"
+    assert row["heatmap"] == "heatmaps/a%20%231%2050%25%3F.png.npy" and row["figure"] is None
+    assert row["path"] == "a #1 50%?.png"  # shown as text, as it is
 
 
 def shown_paths(page) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -34,6 +35,37 @@ def test_modes_become_rgb(tmp_path, mode, suffix):
     if mode == "I;16":
         array = np.asarray(loaded)[..., 0]
         assert array.min() == 0 and array.max() == 255, "16-bit images are scaled by their range"
+
+
+def test_float_tiff_with_nan_and_inf_is_scaled_by_its_finite_range(tmp_path):
+    values = np.array([[1.0, 2.0, 3.0], [np.nan, np.inf, -np.inf]], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "invalid value" RuntimeWarning either
+        loaded = np.asarray(load_image(save(tmp_path, "f.tif", Image.fromarray(values, mode="F"))))
+    # finite range 1…3: 2 → 127.5 → 128; NaN and −inf → 0, +inf → 255
+    np.testing.assert_array_equal(loaded[..., 0], [[0, 128, 255], [0, 255, 0]])
+
+
+def test_wholly_non_finite_float_image_is_black_but_for_its_plus_inf_pixels(tmp_path):
+    values = np.array([[np.nan, np.inf]], dtype=np.float32)
+    loaded = np.asarray(load_image(save(tmp_path, "f.tif", Image.fromarray(values, mode="F"))))
+    np.testing.assert_array_equal(loaded[..., 0], [[0, 255]])
+
+
+def test_pillow_warnings_about_quirks_it_read_past_are_not_printed(tmp_path):
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 200  # a description, stored after the IFD
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 20), (10, 200, 30)).save(buffer, "JPEG", exif=exif.tobytes())
+    data = bytearray(buffer.getvalue())
+    entry = data.index(b"\x01\x0e\x00\x02")  # the description's IFD entry (big-endian): point it past the end
+    data[entry + 8:entry + 12] = b"\x00\x00\xff\xf0"
+    (tmp_path / "bad_exif.jpg").write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load_image(tmp_path / "bad_exif.jpg")
+    assert [str(warning.message) for warning in caught] == []  # Pillow said "Truncated File Read" here
+    assert loaded.mode == "RGB" and loaded.size == (40, 20)  # decoded (the damaged EXIF is skipped)
 
 
 def test_transparent_pixels_become_white(tmp_path):

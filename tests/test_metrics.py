@@ -85,6 +85,21 @@ def test_top_fraction_iou_by_hand():
         top_fraction_iou(saliency, MASK, 0)
 
 
+def test_top_fraction_iou_of_two_maps_counts_only_the_pixels_both_saw():
+    seen_by_one = np.arange(100, dtype=float).reshape(10, 10)
+    seen_by_one[:, :5] = np.nan  # a crop: the left half not seen by this model
+    seen_by_both = seen_by_one.copy()
+    seen_by_both[:, :5] = 1000.0  # the other model's strongest pixels lie where the first saw nothing
+    # among the 50 shared pixels each top 10 % is the same 5 (the right half's largest values): IoU 1, not 0
+    assert top_fraction_iou(seen_by_one, seen_by_both, 0.1) == pytest.approx([1.0])
+    assert top_fraction_iou(seen_by_both, seen_by_one, 0.1) == pytest.approx([1.0])
+    top = top_fraction_mask(seen_by_both, 0.1, np.isfinite(seen_by_one))[0]
+    assert top.sum() == 5 and top[:, :5].sum() == 0
+    assert top_fraction_mask(seen_by_both, 0.1, np.zeros((10, 10), bool)).sum() == 0  # nothing to choose from
+    nowhere = np.full((10, 10), np.nan)
+    assert top_fraction_iou(nowhere, seen_by_both, 0.1) == pytest.approx([0.0])
+
+
 def test_rank_correlation_by_hand():
     x = np.array([[1.0, 2.0], [3.0, 4.0]])
     assert rank_correlation(x, x * 10 + 3) == pytest.approx([1.0])

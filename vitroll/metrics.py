@@ -20,7 +20,7 @@ not see (they count as zero saliency).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -101,17 +101,24 @@ def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return np.divide(inside, total, out=np.zeros_like(total), where=total > 0)
 
 
-def top_fraction_mask(maps: np.ndarray, fraction: float) -> np.ndarray:
-    """The top ``fraction`` of each map's pixels by value, (B, H, W) bool (exactly ``round(fraction·H·W)`` pixels;
-    ties broken by position)."""
+def top_fraction_mask(maps: np.ndarray, fraction: float, within: Optional[np.ndarray] = None) -> np.ndarray:
+    """The top ``fraction`` of each map's pixels by value, (B, H, W) bool (exactly ``round(fraction·N)`` pixels, at
+    least one; ties broken by position).
+
+    Only the pixels of ``within`` ((B, H, W) or (H, W) bool; default: all) are candidates, and N is their number; a
+    map with none gets an empty mask.
+    """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1]; got {fraction}")
     maps = _clean(maps)
     flat = maps.reshape(len(maps), -1)
-    count = max(1, round(fraction * flat.shape[1]))
-    order = np.argsort(-flat, axis=1, kind="stable")[:, :count]
+    allowed = np.ones_like(flat, dtype=bool) if within is None else np.broadcast_to(
+        _batched(np.asarray(within, dtype=bool)), maps.shape).reshape(len(maps), -1)
+    order = np.argsort(-np.where(allowed, flat, -np.inf), axis=1, kind="stable")
     top = np.zeros_like(flat, dtype=bool)
-    np.put_along_axis(top, order, True, axis=1)
+    for row, candidates in enumerate(allowed.sum(axis=1)):
+        count = max(1, round(fraction * int(candidates))) if candidates else 0
+        top[row, order[row, :count]] = True
     return top.reshape(maps.shape)
 
 
@@ -123,11 +130,16 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def top_fraction_iou(maps: np.ndarray, other: np.ndarray, fraction: float = 0.1) -> np.ndarray:
     """IoU of each map's top ``fraction`` pixels with ``other``, (B,).
 
-    ``other`` is a boolean mask (the ground truth) or another map, whose own top ``fraction`` is taken.
+    ``other`` is a boolean mask (the ground truth) or another map. Between two maps both tops are taken among the
+    pixels both maps see (finite in both; NaN marks a pixel a model did not see), as :func:`rank_correlation`
+    compares them: a part of the image only one model saw cannot hold the other's top pixels.
     """
     other = _batched(np.asarray(other))
-    other_top = other.astype(bool) if other.dtype == bool else top_fraction_mask(other, fraction)
-    return _iou(top_fraction_mask(maps, fraction), other_top)
+    if other.dtype == bool:
+        return _iou(top_fraction_mask(maps, fraction), other)
+    maps, other = _batched(np.asarray(maps, np.float64)), other.astype(np.float64)
+    seen = np.isfinite(maps) & np.isfinite(other)
+    return _iou(top_fraction_mask(maps, fraction, seen), top_fraction_mask(other, fraction, seen))
 
 
 def rank_correlation(maps: np.ndarray, other: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.capture.families import family_of
 from vitroll.checkpoints import file_sha256, load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
+from vitroll.io.textfile import read_text_file
 from vitroll.testbed.captioner_model import FOLDER as CAPTION_FOLDER
 from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS, build_testbed_model, load_testbed_model
@@ -447,10 +448,7 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
     Raises :class:`~vitroll.errors.UnsupportedModelError` for a model of no registered family."""
     if names_file is not None:
         path = Path(names_file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise ModelLoadError(f"{path}: cannot read class names ({error.strerror})") from None
+        text = read_text_file(path, "class names")
         if path.suffix == ".json":
             try:
                 data = json.loads(text)

@@ -18,8 +18,11 @@ import cv2
 import numpy as np
 
 from vitroll.io.dicom import UNKNOWN
+from vitroll.io.textfile import read_text_file
 
-METRIC_NAMES = ("outside_body", "border", "annotation", "roi_energy", "pointing_hit", "topk_iou")
+ROI_METRICS = ("roi_energy", "pointing_hit", "topk_iou")
+"""The metrics measured only where an image has a region of interest."""
+METRIC_NAMES = ("outside_body", "border", "annotation", *ROI_METRICS)
 """Per-image metrics, in report order (the last three only where an ROI is given)."""
 
 
@@ -222,7 +225,10 @@ class MaskSource:
         return self.folder is not None or bool(self.boxes)
 
     def get(self, image_path: Path, shape_hw: tuple[int, int]) -> Optional[np.ndarray]:
-        """The mask of ``image_path`` at ``shape_hw``, or None when neither a PNG nor a box names it."""
+        """The mask of ``image_path`` at ``shape_hw``, or None when neither a PNG nor a box names it.
+
+        Raises :class:`ValueError` when its PNG cannot be read as an image.
+        """
         mask = None
         if self.folder is not None:
             candidate = self.folder / f"{image_path.stem}.png"
@@ -236,22 +242,51 @@ class MaskSource:
         return mask
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _box(row: list[str]) -> tuple[int, int, int, int]:
+    """The box of a ``file,x0,y0,x1,y1`` row; :class:`ValueError` saying what is wrong with it."""
+    if not row[0].strip():
+        raise ValueError("the file column is empty")
+    try:
+        numbers = [float(value) for value in row[1:]]
+    except ValueError:
+        raise ValueError(f"box coordinates must be numbers; got {','.join(row[1:])}") from None
+    if not all(math.isfinite(number) for number in numbers):
+        raise ValueError(f"box coordinates must be finite numbers; got {','.join(row[1:])}")
+    x0, y0, x1, y1 = (int(round(number)) for number in numbers)
+    if x1 <= x0 or y1 <= y0:
+        raise ValueError(f"the box {x0},{y0},{x1},{y1} is empty: x1 must be greater than x0 and y1 than y0 "
+                         "(x1, y1 exclusive)")
+    return x0, y0, x1, y1
+
+
 def read_boxes(path: "str | os.PathLike[str]") -> dict[str, list[tuple[int, int, int, int]]]:
-    """``file,x0,y0,x1,y1`` rows (a header row is optional) → {file: [boxes]}."""
+    """``file,x0,y0,x1,y1`` rows (a header row is optional) → {file: [boxes]}.
+
+    A row that is not a file name and four finite numbers with x0 < x1 and y0 < y1 is a :class:`ValueError` naming
+    the file, the line and the fault.
+    """
     boxes: dict[str, list[tuple[int, int, int, int]]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        for number, row in enumerate(csv.reader(handle), start=1):
-            if not row or not "".join(row).strip():
+    rows = csv.reader(read_text_file(path, "boxes").splitlines())
+    for number, row in enumerate(rows, start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 5:
+            raise ValueError(f"{path}: line {number}: expected file,x0,y0,x1,y1; got {len(row)} fields")
+        try:
+            box = _box(row)
+        except ValueError as error:
+            if number == 1 and not any(_is_number(value) for value in row[1:]):  # a header: file,x0,y0,x1,y1
                 continue
-            if len(row) != 5:
-                raise ValueError(f"{path}: line {number}: expected file,x0,y0,x1,y1; got {len(row)} fields")
-            try:
-                box = tuple(int(round(float(v))) for v in row[1:])
-            except ValueError:
-                if number == 1:  # header
-                    continue
-                raise ValueError(f"{path}: line {number}: box coordinates must be numbers") from None
-            boxes.setdefault(row[0].strip(), []).append(box)  # type: ignore[arg-type]
+            raise ValueError(f"{path}: line {number}: {error}") from None
+        boxes.setdefault(row[0].strip(), []).append(box)
     return boxes
 
 

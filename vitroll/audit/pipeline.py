@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from torch import nn
 
-from vitroll.audit.metrics import annotation_mask, body_mask, body_outline_exemption, image_metrics
+from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
@@ -147,7 +147,21 @@ def audit_items(
         if isinstance(record, Failed):
             yield _error_row(record, options)
         else:
-            yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options, class_names=class_names)
+            try:
+                yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options,
+                               class_names=class_names)
+            except OSError as error:  # its overlay cannot be written: this image's row says so, the audit goes on
+                yield _unwritten_row(record, error)
+
+
+def _unwritten_row(record: Explained, error: OSError) -> AuditRow:
+    """The row of an image whose overlay could not be written: its case and header fields, no metrics, the reason
+    (without the path, which is the report folder's or may name the case)."""
+    row = record.info.row
+    row.input_number = record.index + 1
+    row.metrics, row.flagged, row.overlay_file, row.thumbnail = {}, False, None, None
+    row.error = f"Its overlay cannot be written into the report folder ({error.strerror or type(error).__name__})."
+    return row
 
 
 def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, options: AuditOptions,
@@ -165,7 +179,7 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
         body = body_mask(image)
     # the detector's text regions find text of any colour; the heuristic adds bright markers and rulers
     annotations = annotation_mask(image, body) | item.text_mask
-    roi = options.masks.get(path, shape_hw) if options.masks else None
+    roi = _region_of_interest(path, shape_hw, options, row)
     row.metrics = image_metrics(saliency, body, annotations, roi, options.metrics)
     row.flagged = bool(row.metrics["outside_body"] > options.flag_threshold)
     if record.probabilities is not None:
@@ -175,6 +189,24 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     write_atomic(out_dir / row.overlay_file, encode_png(shown))
     row.thumbnail = thumbnail(shown, saliency, body, annotations, roi, options.thumbnail_size)
     return row
+
+
+def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
+                        row: AuditRow) -> Optional[np.ndarray]:
+    """The image's ROI from ``--masks``/``--boxes``, or None. A mask file that cannot be read, or an ROI with no pixel
+    inside the image, leaves its ROI metrics not measured, with the reason (which names no file: names may be PHI)."""
+    if not options.masks:
+        return None
+    try:
+        roi = options.masks.get(path, shape_hw)
+    except ValueError:
+        reason = "not measured: its --masks file cannot be read as an image"
+    else:
+        if roi is None or roi.any():
+            return roi
+        reason = "not measured: its region of interest covers no pixel of the image"
+    row.not_measured.update(dict.fromkeys(ROI_METRICS, reason))
+    return None
 
 
 def run_audit(
@@ -190,13 +222,14 @@ def run_audit(
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
-    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts) is one row or more;
+    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts, each once, none under
+    ``out_dir``) is one row or more;
     ``provenance`` (the model's name and weights source) heads the report, else it says the weights were not stated.
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
         require_text_detector()
-    inputs = given_files(paths)
+    inputs = given_files(paths, exclude=out_dir)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,

@@ -116,6 +116,7 @@ INPUT_ORDER = (
     "Files are numbered from 1 in this order: the inputs as given on the command line; a folder stands for every "
     "file below it (symbolic links to files included, links to folders not followed; names starting with '.' "
     "skipped), sorted by the path relative to that folder, character by character in Unicode code-point order — "
-    "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names."
+    "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names. A file "
+    "found twice keeps its first number; the report's own folder is skipped."
 )
 """How :func:`vitroll.io.discovery.given_files` orders files, in words an auditor can reproduce with their own file list."""

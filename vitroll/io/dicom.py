@@ -5,7 +5,7 @@ preamble (an old ACR-NEMA style data set) is read when its first element belongs
 transfer syntax is then the encoding pydicom found. Compressed pixel data goes through pydicom's decoder plugins
 (pylibjpeg with openjpeg and rle, python-gdcm, Pillow: the ``dicom`` extra). Grey images go
 through the modality LUT (Rescale Slope/Intercept), then a VOI transform — the user's window, else the file's
-VOI LUT or Window Center/Width, else the frame's own min–max — and MONOCHROME1 is inverted so that high
+VOI LUT or a usable Window Center/Width, else the frame's own finite min–max — and MONOCHROME1 is inverted so that high
 values are bright. Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as
 (H, W, 3) uint8.
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom
-from vitroll.io.images import IMAGE_SUFFIXES, load_image
+from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image
 
 if TYPE_CHECKING:
     from pydicom import Dataset
@@ -163,18 +163,40 @@ def _to_unit(values: np.ndarray, dataset: object, window: Optional[tuple[float, 
         lut = np.asarray(dataset.VOILUTSequence[0].LUTData, dtype=np.float64)
         low, high = float(lut.min()), float(lut.max())
         return np.clip((out - low) / (high - low), 0.0, 1.0) if high > low else np.zeros_like(out, dtype=np.float64)
-    if "WindowWidth" in dataset and "WindowCenter" in dataset:
-        function = str(dataset.get("VOILUTFunction", "LINEAR") or "LINEAR").upper()
-        return window_to_unit(values, _first(dataset.WindowWidth), _first(dataset.WindowCenter), function)
-    low, high = float(np.min(values)), float(np.max(values))
-    return (values - low) / (high - low) if high > low else np.zeros_like(values, dtype=np.float64)
+    file_window = _file_window(dataset)
+    if file_window is not None:
+        return window_to_unit(values, *file_window)
+    return finite_unit(values)
+
+
+VOI_FUNCTIONS = ("LINEAR", "LINEAR_EXACT", "SIGMOID")
+"""The VOI LUT functions of PS3.3 C.11.2.1.2; any other value is read as LINEAR, the default."""
+
+
+def _file_window(dataset: object) -> Optional[tuple[float, float, str]]:
+    """The file's own window (width, level, VOI LUT function), or None when it has none that can be used.
+
+    Only the first Window Width/Center pair is read. A missing, empty or non-numeric value, a non-finite one, or a
+    width the function does not allow (LINEAR needs W ≥ 1, the others W > 0) counts as no window: the frame is then
+    shown by its own min–max, as a file without a window would be.
+    """
+    try:
+        width, level = _first(dataset.WindowWidth), _first(dataset.WindowCenter)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    function = str(dataset.get("VOILUTFunction", "LINEAR") or "LINEAR").strip().upper()
+    function = function if function in VOI_FUNCTIONS else "LINEAR"
+    smallest = 1.0 if function == "LINEAR" else np.nextafter(0.0, 1.0)
+    if not (np.isfinite(width) and np.isfinite(level) and width >= smallest):
+        return None
+    return width, level, function
 
 
 def _grey_to_rgb(raw: np.ndarray, dataset: object, window: Optional[tuple[float, float]]) -> np.ndarray:
     from pydicom.pixels import apply_modality_lut
 
     values = np.asarray(apply_modality_lut(raw, dataset), dtype=np.float64)
-    unit = _to_unit(values, dataset, window)
+    unit = np.nan_to_num(_to_unit(values, dataset, window), nan=0.0)  # NaN pixels (float pixel data) black
     if str(dataset.PhotometricInterpretation).strip() == "MONOCHROME1":
         unit = 1.0 - unit
     grey = np.round(np.clip(unit, 0.0, 1.0) * 255.0).astype(np.uint8)

@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.images import IMAGE_SUFFIXES
+from vitroll.io.textfile import read_text_file
 
 LIST_SUFFIXES = (".txt", ".csv", ".lst")
 
@@ -81,10 +82,7 @@ def listed_files(list_file: "str | os.PathLike[str]") -> list[FoundFile]:
     holds them, relative to the list file's folder or absolute, taken as given whatever their suffix; empty lines
     and lines starting with ``#`` are skipped."""
     list_file = Path(list_file)
-    try:
-        text = list_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ImageReadError(list_file, f"cannot read the list of inputs ({error})") from None
+    text = read_text_file(list_file, "the list of inputs")
     rows = [row for row in csv.reader(text.splitlines()) if row and row[0].strip() and not row[0].startswith("#")]
     column = 0
     if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
@@ -118,8 +116,23 @@ def source_files(source: "str | os.PathLike[str]", *, accept: Accept = every_fil
     raise ImageReadError(source, "no such folder or list file")
 
 
-def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file) -> list[Path]:
-    """Files as given, plus the files under given folders (:func:`folder_files`, recursive), in the order given.
+def unique_paths(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
+    """``paths`` with each file once, where it first appears: two paths are the same file when they name the same
+    absolute path (``x.png``, ``./x.png``, ``a/../x.png``); a symbolic link and its target stay two files."""
+    seen: set[str] = set()
+    unique = []
+    for path in (Path(p) for p in paths):
+        name = os.path.abspath(path)
+        if name not in seen:
+            seen.add(name)
+            unique.append(path)
+    return unique
+
+
+def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,
+                exclude: "str | os.PathLike[str] | None" = None) -> list[Path]:
+    """Files as given, plus the files under given folders (:func:`folder_files`, recursive, nothing under
+    ``exclude``: the run's own output folder), in the order given, each file once (:func:`unique_paths`).
 
     A file named on its own is taken whatever ``accept`` says: the user chose it. A path that does not exist is
     the user's typo, not a file to report on: it raises :class:`~vitroll.errors.VitrollError` before anything is
@@ -130,8 +143,7 @@ def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = e
         if not path.exists() and not path.is_symlink():
             raise VitrollError(f"{path}: no such file or folder")
         if path.is_dir():
-            found += [file.path for file in folder_files(path, accept=accept)]
+            found += [file.path for file in folder_files(path, accept=accept, exclude=exclude)]
         else:
             found.append(path)
-    return found
-
+    return unique_paths(found)

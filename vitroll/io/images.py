@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -17,12 +19,28 @@ DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains
               "its outputs")
 
 
+def finite_unit(values: np.ndarray) -> np.ndarray:
+    """``values`` scaled to [0, 1] by their finite minimum and maximum (float64).
+
+    NaN and -inf become 0 and +inf becomes 1, so a few non-finite pixels neither blacken nor poison the image; a
+    constant (or wholly non-finite) image is 0 apart from its +inf pixels.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values)
+    unit = np.zeros(values.shape, dtype=np.float64)
+    if finite.any():
+        low, high = float(values[finite].min()), float(values[finite].max())
+        if high > low:
+            unit[finite] = (values[finite] - low) / (high - low)
+    unit[values == np.inf] = 1.0
+    return unit
+
+
 def _to_rgb(image: Image.Image) -> Image.Image:
-    """Convert any Pillow mode to RGB: 16-bit and float scaled by their range, alpha composited on white."""
+    """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
+    composited on white."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        array = np.asarray(image, dtype=np.float64)
-        low, high = float(array.min()), float(array.max())
-        scaled = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
+        scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
@@ -31,10 +49,21 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+@contextlib.contextmanager
+def _quiet_pillow() -> Iterator[None]:
+    """Pillow's warnings about quirks it read past (truncated EXIF, palette transparency…) unprinted, since the
+    image decoded; a decompression-bomb warning raised, for :func:`load_image` to refuse the image."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
 def upright_rgb(image: Image.Image) -> Image.Image:
     """An image turned upright by its EXIF orientation (if it has one) and converted to 8-bit RGB like a file
     :func:`load_image` reads."""
-    return _to_rgb(ImageOps.exif_transpose(image))
+    with _quiet_pillow():
+        return _to_rgb(ImageOps.exif_transpose(image))
 
 
 def load_image(path: "str | os.PathLike[str]") -> Image.Image:
@@ -54,8 +83,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     if path.stat().st_size == 0:
         raise ImageReadError(path, "empty file (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _quiet_pillow():
             with Image.open(path) as image:
                 image.load()
                 return upright_rgb(image)
@@ -78,12 +106,17 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
 
 
 def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left."""
+    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left.
+
+    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_bytes(data)
         os.replace(temporary, path)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
     finally:
         temporary.unlink(missing_ok=True)

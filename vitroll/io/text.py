@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 import torch
 
 from vitroll.errors import VitrollError
+from vitroll.io.textfile import read_text_file
 
 TextReadout = Literal["class_token", "token_mean", "position"]
 """Which row of the attention a text model's scores are read from: the class token's (position 0: BERT-style
@@ -114,12 +114,7 @@ def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     VitrollError
         For a file that cannot be read or decoded, or that holds no text.
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise VitrollError(f"{path}: cannot read texts ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise VitrollError(f"{path}: not UTF-8 text") from None
+    lines = read_text_file(path, "texts").splitlines()
     texts = [line.strip() for line in lines]
     if not any(texts):
         raise VitrollError(f"{path}: no text in the file (one text per line)")

@@ -17,13 +17,14 @@ from typing import Any, Iterator, Optional, Sequence
 
 from torch import nn
 
+from vitroll.io.discovery import unique_paths
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
 from vitroll.overlay import overlay, overlay_grid
 from vitroll.pipelines.explain import figure_bytes
-from vitroll.pipelines.single import output_stems
+from vitroll.pipelines.single import cannot_write, output_stems, stems_overwriting_inputs
 from vitroll.pipelines.stream import Decoded, Failed, decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
 
@@ -79,8 +80,9 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
-    paths = [Path(p) for p in paths]
-    stems = output_stems(paths)
+    out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    paths = unique_paths(paths)
+    stems = output_stems(paths, taken=stems_overwriting_inputs(paths, out_dir, f"caption_{method}"))
     special = set(captioner.special_ids(model))
     results = []
     for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,
@@ -92,8 +94,11 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
             if isinstance(record, Failed):
                 captioned = CaptionedImage(path=record.item, error=record.message)
             else:
-                captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
-                                         method, cmap, alpha)
+                try:
+                    captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
+                                             method, cmap, alpha)
+                except OSError as error:  # this image's strip cannot be written: it alone fails
+                    captioned = CaptionedImage(path=record.item, error=cannot_write(record.item, error, out_dir))
                 slot += 1
             results.append(captioned)
             yield captioned

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 from torch import nn
 
+from vitroll.io.discovery import unique_paths
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
@@ -64,9 +65,9 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
     """Explain every image with every model and measure their agreement pair by pair.
 
     Each model reads the images through the batch stream with its own preprocessing; unreadable images are listed
-    in ``errors`` (one line each) and skipped.
+    in ``errors`` (one line each) and skipped. An image given twice is compared once.
     """
-    paths = [Path(p) for p in paths]
+    paths = unique_paths(paths)
     explained: dict[str, dict[int, Explained]] = {}
     failures: dict[int, str] = {}
     for explainer in explainers:

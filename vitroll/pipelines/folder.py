@@ -84,6 +84,9 @@ class RunSummary:
     ok: int = 0
     failed: int = 0
     skipped: int = 0
+    kept: int = 0
+    """Rows of earlier runs for inputs this run did not touch (no longer in INPUT, another INPUT, past ``limit``):
+    kept with their outputs, and in the gallery."""
     elapsed: float = 0.0
     interrupted: bool = False
     failures: list[str] = field(default_factory=list)
@@ -98,8 +101,10 @@ class RunSummary:
 
     def line(self) -> str:
         state = "interrupted — rerun the same command to resume; " if self.interrupted else ""
+        kept = (f"; {self.kept} row{'s' if self.kept != 1 else ''} of other inputs kept from earlier runs "
+                "(in the manifest and the gallery)") if self.kept else ""
         return (f"{state}{self.ok} ok, {self.failed} failed, {self.skipped} skipped (done before), "
-                f"{self.elapsed:.1f} s, {self.images_per_second:.2f} images/s")
+                f"{self.elapsed:.1f} s, {self.images_per_second:.2f} images/s{kept}")
 
 
 def shard_of(items: Sequence[InputItem], rank: int, world_size: int) -> list[InputItem]:
@@ -208,11 +213,13 @@ def annotate(
             _remove_leftovers(out_dir)
             _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
         _barrier(world_size)
-        latest = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST)) if options.resume else {}
+        previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
+        latest = previous if options.resume else {}
         todo = [item for item in mine
                 if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
                                   out_dir)]
         result.skipped = len(mine) - len(todo)
+        result.kept = len(previous.keys() - {item.key for item in items}) if rank == 0 else 0
         writer = mf.ManifestWriter(shard_file)
         try:
             _run(model, todo, preprocessing, annotator, writer, options, result, show_progress=rank == 0)

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
@@ -24,16 +25,27 @@ PEAK_BINS = 5
 FIELDS = ("path", "status", "error", "top1_name", "top1_probability", "entropy", "top10_mass", "agreement", "peak_x",
           "peak_y", "width", "height", "overlay", "heatmap", "figure")
 """The manifest columns the page shows."""
+LINK_FIELDS = ("overlay", "heatmap", "figure")
+"""Output paths the page uses as URLs (image sources, links): percent-encoded, so that a ``#``, ``?``, ``%`` or space
+in a file name stays part of the name."""
 SORT_KEYS = (("path", "name"), ("top1_probability", "probability"), ("entropy", "entropy"),
              ("top10_mass", "top-10 % mass"), ("agreement", "agreement"), ("top1_name", "class"))
 TEXT_KEYS = ("path", "top1_name")
 """Sort keys whose values are text: a missing value sorts as "" among them, as −∞ among numbers."""
 
 
+def _page_value(key: str, value: Any) -> Any:
+    """A manifest value as the page takes it: a number that is not finite as null, an output path as a relative URL."""
+    if isinstance(value, float):
+        return finite(value)
+    if key in LINK_FIELDS and value:
+        return quote(str(value))
+    return value
+
+
 def _page_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The fields the page shows; numbers that are not finite become null."""
-    kept = {key: row.get(key) for key in FIELDS}
-    return {key: (finite(value) if isinstance(value, float) else value) for key, value in kept.items()}
+    """The fields the page shows (:func:`_page_value`)."""
+    return {key: _page_value(key, row.get(key)) for key in FIELDS}
 
 
 def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

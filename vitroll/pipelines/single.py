@@ -7,11 +7,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from torch import nn
 
 from vitroll.io import encode_png, write_atomic
+from vitroll.io.discovery import unique_paths
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
@@ -41,20 +42,36 @@ class ImageExplanation:
     error: Optional[str] = None
 
 
-def unique_names(names: Sequence[str]) -> list[str]:
-    """``names`` made unique by suffixing ``-2``, ``-3``… to repeats."""
-    seen: dict[str, int] = {}
+def unique_names(names: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
+    """``names`` made unique: a name stays as it is the first time it appears unless ``taken`` holds it; a repeat
+    gets the first suffix ``-2``, ``-3``… that no other name and nothing in ``taken`` has (``x``, ``x``, ``x-2`` →
+    ``x``, ``x-3``, ``x-2``)."""
+    used = set(taken)
+    reserved = used | set(names)
     unique = []
     for name in names:
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        unique.append(name if count == 1 else f"{name}-{count}")
+        candidate, count = name, 1
+        while candidate in used or (count > 1 and candidate in reserved):
+            count += 1
+            candidate = f"{name}-{count}"
+        used.add(candidate)
+        unique.append(candidate)
     return unique
 
 
-def output_stems(paths: Sequence[Path]) -> list[str]:
-    """File stems for outputs, made unique by suffixing ``-2``, ``-3``… when inputs share a name."""
-    return unique_names([path.stem for path in paths])
+def output_stems(paths: Sequence[Path], taken: Iterable[str] = ()) -> list[str]:
+    """File stems for outputs, made unique by suffixing ``-2``, ``-3``… when inputs share a name or a stem is
+    ``taken``."""
+    return unique_names([path.stem for path in paths], taken)
+
+
+def stems_overwriting_inputs(paths: Sequence[Path], out_dir: Path, method: str) -> set[str]:
+    """The output stems whose files (``OUT/<stem>_<method>….png``) could replace one of the input files ``paths``:
+    every part of an input's name in ``out_dir`` before a ``_<method>``."""
+    out_dir = out_dir.resolve()
+    marker = re.compile(re.escape(f"_{method}"))
+    return {path.name[:found.start()] for path in paths if path.parent.resolve() == out_dir
+            for found in marker.finditer(path.name)}
 
 
 def text_slugs(texts: Sequence[str], max_length: int = 40) -> list[str]:
@@ -75,35 +92,51 @@ def explain_files(
     batch_size: int = 8,
     save_figure: bool = False,
 ) -> Iterator[ImageExplanation]:
-    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``), one result per input in
-    input order; for an image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`),
-    one overlay per text and their grid.
+    """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``; ``<stem>`` made unique among
+    the inputs and such that no output replaces an input file), one result per input in input order; for an
+    image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per
+    text and their grid.
 
-    Unreadable files yield a result with ``error`` set; the others are still processed.
+    Unreadable files, and files whose outputs cannot be written, yield a result with ``error`` set; the others are
+    still processed. A file given twice is explained once.
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
-    paths = [Path(p) for p in paths]
-    stems = output_stems(paths)
+    out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    paths = unique_paths(paths)
+    stems = output_stems(paths, taken=stems_overwriting_inputs(paths, out_dir, settings.method))
     for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
         if isinstance(record, Failed):
             yield ImageExplanation(path=record.item, error=record.message)
             continue
-        path, stem = record.item, stems[record.index]
-        if record.text_logits is not None:
-            yield _explain_texts(record, stem, list(model.texts.labels), out_dir, settings)
-            continue
-        saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
-        explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
-        write_atomic(explanation.overlay_path, encode_png(overlaid))
-        if record.probabilities is not None:
-            explanation.top = top_classes(record.probabilities, class_names)
-        if save_figure:
-            explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
-            top = explanation.top[0] if explanation.top else None
-            write_atomic(explanation.figure_path,
-                         figure_png(path.name, record.image, saliency, overlaid, settings, top))
-        yield explanation
+        try:
+            if record.text_logits is not None:
+                yield _explain_texts(record, stems[record.index], list(model.texts.labels), out_dir, settings)
+            else:
+                yield _explain_image(record, stems[record.index], out_dir, settings, class_names, save_figure)
+        except OSError as error:  # this image's outputs cannot be written (a folder in the way, no permission)
+            yield ImageExplanation(path=record.item, error=cannot_write(record.item, error, out_dir))
+
+
+def cannot_write(path: Path, error: OSError, out_dir: Path) -> str:
+    """The one-line reason why the outputs of input ``path`` were not written: the file refused and why."""
+    return f"{path}: cannot write outputs: {error.filename or out_dir}: {error.strerror or error}"
+
+
+def _explain_image(record: Explained, stem: str, out_dir: Path, settings: ExplainSettings,
+                   class_names: Optional[list[str]], save_figure: bool) -> ImageExplanation:
+    """Write ``OUT/<stem>_<method>.png`` (and ``_figure.png``) for one image's map; its top classes."""
+    path = record.item
+    saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
+    explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+    write_atomic(explanation.overlay_path, encode_png(overlaid))
+    if record.probabilities is not None:
+        explanation.top = top_classes(record.probabilities, class_names)
+    if save_figure:
+        explanation.figure_path = out_dir / f"{stem}_{settings.method}_figure.png"
+        top = explanation.top[0] if explanation.top else None
+        write_atomic(explanation.figure_path, figure_png(path.name, record.image, saliency, overlaid, settings, top))
+    return explanation
 
 
 def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path,

@@ -1,0 +1,36 @@
+"""Reading the small text files a user gives (lists of inputs, class names, texts, boxes): one set of rules.
+
+They are UTF-8; a leading byte-order mark, which Windows editors write, is dropped rather than read as part of the
+first line. A file that cannot be read, or is not UTF-8, is one error naming the file, what it was read for and why.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vitroll.errors import VitrollError
+
+
+class TextFileError(VitrollError):
+    """A text file the user gave cannot be read or is not UTF-8."""
+
+    def __init__(self, path: object, what: str, reason: str) -> None:
+        super().__init__(f"{path}: cannot read {what} ({reason})")
+        self.path = path
+        self.reason = reason
+
+
+def _why(error: "OSError | UnicodeDecodeError") -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+    return error.strerror or str(error)
+
+
+def read_text_file(path: "str | os.PathLike[str]", what: str) -> str:
+    """The text of the UTF-8 file ``path`` without a leading byte-order mark; ``what`` (``the list of inputs``,
+    ``class names``…) names its use in the :class:`TextFileError` raised when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TextFileError(path, what, _why(error)) from None
