@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture.families import FAMILIES, ImageTextScore, TextInputs, TokenLayout, family_of
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing

@@ -17,7 +17,7 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn

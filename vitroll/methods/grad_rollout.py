@@ -9,7 +9,6 @@ normalised as rows (vit-explain divides by column sums by accident of broadcasti
 from __future__ import annotations
 
 from torch import nn
-import torch
 
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency

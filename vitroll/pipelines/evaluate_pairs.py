@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import numpy as np
 from PIL import Image
 from torch import nn
 
