@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 from matplotlib.figure import Figure
 from PIL import Image
 
