@@ -15,12 +15,21 @@ from typing import Any, Literal, Optional, Sequence
 
 import torch
 
-from vitroll.errors import VitrollError
+from vitroll.errors import OptionValueError, VitrollError
 
 TextReadout = Literal["class_token", "token_mean", "position"]
 """Which row of the attention a text model's scores are read from: the class token's (position 0: BERT-style
 classifiers), the mean of the real tokens' rows (mean-pooled sentence embeddings), or the row of one position (a
 language model's next-token prediction)."""
+
+
+class PositionOutsideText(ValueError):
+    """The explained position lies outside the real tokens of text ``text`` (its index in the batch), which has
+    ``count`` of them."""
+
+    def __init__(self, position: int, text: int, count: int) -> None:
+        super().__init__(f"position {position} is outside text {text}'s {count} real tokens")
+        self.position, self.text, self.count = position, text, count
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class TokenBatch:
             raise ValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
         if self.readout not in (None, "class_token", "token_mean", "position"):
             raise ValueError(f"readout must be 'class_token', 'token_mean' or 'position'; got {self.readout!r}")
+        if self.position is not None and self.readout not in (None, "position"):
+            raise OptionValueError(f"position is for readout 'position'; readout {self.readout!r} reads no position")
         if self.position is not None and tuple(self.position.shape) != (len(self),):
             raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text ({len(self)})")
 
@@ -91,7 +102,7 @@ class TokenBatch:
 
         Raises
         ------
-        ValueError
+        PositionOutsideText
             When a position lies outside a text's real tokens.
         """
         counts = self.real.sum(dim=-1)
@@ -100,7 +111,7 @@ class TokenBatch:
         outside = ((among_real < 0) | (among_real >= counts)).nonzero().flatten().tolist()
         if outside:
             text = outside[0]
-            raise ValueError(f"position {int(wanted[text])} is outside text {text}'s {int(counts[text])} real tokens")
+            raise PositionOutsideText(int(wanted[text]), text, int(counts[text]))
         ordinal = self.real.long().cumsum(dim=-1) - 1  # each real token's index among the real tokens
         return (self.real & (ordinal == among_real[:, None])).long().argmax(dim=-1)
 

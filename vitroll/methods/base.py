@@ -18,7 +18,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 
@@ -169,6 +169,6 @@ def layers_from(layers: Sequence[Layer], start_layer: int) -> list[Layer]:
         When ``start_layer`` is not in ``0 … len(layers) − 1``.
     """
     if not 0 <= start_layer < len(layers):
-        raise ValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
-                         f"(0…{len(layers) - 1})")
+        raise OptionValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
+                               f"(0…{len(layers) - 1})")
     return list(layers[start_layer:])

@@ -52,7 +52,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
-from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.errors import MethodOptionError, OptionValueError, UnsupportedModelError
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
@@ -140,7 +140,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     if method != "occlusion" and window is not None:
         raise MethodOptionError(f"{method} hides nothing: window is for occlusion")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
+        raise OptionValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
     check_attention_weight(attention_weight)
     head_fusion = head_fusion or "mean"
     check_head_fusion(head_fusion)
