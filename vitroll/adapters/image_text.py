@@ -152,8 +152,11 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
         raise TypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
                         f"{type(texts_or_input_ids).__name__}")
-    if not texts or not all(text.strip() for text in texts):
-        raise ValueError(f"texts_or_input_ids needs at least one text, none of them blank; got {list(texts)!r}")
+    if not texts:
+        raise ValueError("texts_or_input_ids is empty: give at least one text")
+    blank = [index for index, text in enumerate(texts) if not text.strip()]
+    if blank:
+        raise ValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
     return score.tokenize(model, list(texts), tokenizer)
 
 
