@@ -226,3 +226,17 @@ def test_transformers_not_installed_names_the_extra(monkeypatch):
         load_model("transformers:google/vit-base-patch16-224")
     assert str(raised.value) == ('transformers:google/vit-base-patch16-224: Hugging Face transformers is not '
                                  'installed; pip install "vitroll[hf]"')
+
+
+def test_a_saved_backbone_loads_as_the_backbone_and_explains_its_class_token(tmp_path, capsys):
+    torch.manual_seed(0)
+    saved = transformers.ViTModel(tiny_config(), add_pooling_layer=False).eval()
+    folder = tmp_path / "vit-backbone"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.ViTModel  # not a classifier with a random head
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in model.state_dict().items())
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(vitroll.rollout(model, images), vitroll.rollout(saved, images))
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]

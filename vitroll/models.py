@@ -149,7 +149,9 @@ def _image_text_classes(transformers: object) -> dict[str, type]:
 def _auto_classes(transformers: object, config: object) -> list[type]:
     """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
     model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
-    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model."""
+    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model. A vision model
+    saved without a classification head (a ``ViTModel``) is that backbone, not a classifier with a random head; one
+    whose config names no architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
@@ -163,6 +165,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     image_text = None if classifier else _image_text_classes(transformers).get(config.model_type)
     if image_text:
         return [image_text]
+    if architectures and not classifier:
+        return [transformers.AutoModel]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
