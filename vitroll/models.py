@@ -74,6 +74,21 @@ def _transformers_source(name: str) -> str:
     return str(shipped) if shipped is not None else name.removeprefix(TRANSFORMERS_PREFIX)
 
 
+def _check_config_file(name: str, path: Path) -> None:
+    """Refuse a ``config.json`` that is not a transformers configuration, naming the file and what is wrong with it
+    (transformers' own errors for it speak of the hub and the cache)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelLoadError(f"{name}: {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{name}: {path} is not valid JSON ({error.msg} at line {error.lineno}, column "
+                             f"{error.colno}); save the model again with save_pretrained") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{name}: {path} has no model_type, so it is not a transformers config.json; save the "
+                             "model again with save_pretrained")
+
+
 def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
     """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
     cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
@@ -87,11 +102,17 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     local = folder.is_dir()
     if local and not (folder / "config.json").is_file():
         raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
+    if local:
+        _check_config_file(name, folder / "config.json")
     offline = not local and not hub_reachable()
     try:
         with _hub_offline(offline):
             config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local)
     except Exception as error:  # hub errors come in many types (OSError, HTTP errors, ValueError)
+        if local:
+            reason = " ".join(line.strip() for line in str(error).splitlines())
+            raise ModelLoadError(f"{name}: {folder / 'config.json'} is not a configuration transformers can read "
+                                 f"({reason or type(error).__name__})") from None
         where = ("is not in the local cache and the hub cannot be reached" if offline
                  else f"could not be read ({type(error).__name__})")
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
