@@ -70,7 +70,19 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
         return batch.to(model_device(model))
     if batch.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+    _check_image_size(model, tuple(batch.shape[-2:]))
     return batch.to(device=model_device(model), dtype=model_dtype(model))
+
+
+def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
+    """Refuse images of a size the model cannot take, in its family's words rather than the model's own error."""
+    family = registered_family(model)
+    if family is None:
+        return
+    try:
+        family.token_layout(model, image_hw)
+    except ValueError as error:
+        raise ValueError(f"images of {image_hw[0]}×{image_hw[1]} do not fit the model: {error}") from None
 
 
 def layout_input(batch: Batch) -> object:
