@@ -272,6 +272,29 @@ def test_a_blank_text_is_refused_in_one_line_before_the_model_loads(clip_folder,
         "a dog\" (see `vitroll overlay --help`)"]
 
 
+def test_a_text_longer_than_the_context_is_cut_with_one_warning(clip_folder, capsys):
+    model = load_model(str(clip_folder))  # a context of 16 tokens: start, end and 14 letters
+    long = "abcdefghijklmnopqrstuvwxyz"
+    inputs = text_inputs(model, ["a dog", long])
+    assert inputs.input_ids.shape == (2, 16)
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: {long!r} is longer than the text tower's 16 tokens and cut to them; shorten it to explain "
+        "every word"]
+    text_inputs(model, ["a dog", "abcdefghijklmn"])  # 14 letters fill the context exactly: nothing cut
+    assert capsys.readouterr().err == ""
+
+
+def test_open_clip_warns_of_a_text_cut_to_its_context(capsys):
+    model = open_clip.model.CLIP(16, dict(layers=1, width=32, head_width=16, image_size=32, patch_size=8),
+                                 dict(context_length=9, width=32, heads=2, layers=1)).eval()
+    text_inputs(model, ["a dog", "a very long text about a dog that runs"])
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: 'a very long text about a dog that runs' is longer than the text tower's 9 tokens and cut "
+        "to them; shorten it to explain every word"]
+    text_inputs(model, ["a dog", "a cat"])
+    assert capsys.readouterr().err == ""
+
+
 def test_overlay_with_texts_uses_chefer_unless_told(clip_folder, tmp_path, capsys):
     assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "a cat",
                  "--out", str(tmp_path / "out"), "--device", "cpu"]) == 0, capsys.readouterr().err
