@@ -256,3 +256,12 @@ def test_a_broken_config_json_is_one_line_naming_the_file(folder, tmp_path, caps
     (broken / "config.json").write_text(config_text)
     assert cli_error(["overlay", str(PHOTO), "--model", str(broken), "--out", str(tmp_path / "o")], capsys) == (
         f"{broken}: {broken / 'config.json'} {reason}")
+
+
+def test_a_bare_hub_id_without_an_organisation_is_told_how_to_name_it():
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("bert-base-uncased")
+    assert str(raised.value) == (
+        "unknown model name 'bert-base-uncased'; `vitroll models PATTERN` lists the timm names; a Hugging Face model "
+        "is a save_pretrained folder, a hub id ORG/NAME in the local cache, or transformers:bert-base-uncased for a "
+        "hub id without an organisation")

@@ -247,7 +247,9 @@ def check_model_name(name: str) -> None:
     if _is_hub_name(name) or timm.is_model(name):
         return
     close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `vitroll models PATTERN` lists the supported names"
+    hint = (f"; did you mean {', '.join(close)}?" if close else
+            "; `vitroll models PATTERN` lists the timm names; a Hugging Face model is a save_pretrained folder, a hub "
+            f"id ORG/NAME in the local cache, or transformers:{name} for a hub id without an organisation")
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
 
 
