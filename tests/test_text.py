@@ -325,3 +325,19 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
     # only the others)
     assert "--position 9 is outside every text: the longest has 4 tokens" in error(
         ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--out", str(tmp_path / "out")])
+
+
+def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
+    model = bert(num_labels=2)
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    texts = ["the cat sat on the mat", "a dog ran"]
+    for method in (vitroll.attention, vitroll.rollout, vitroll.chefer):
+        alone = method(model, texts, tokenizer=tokenizer, position=2)
+        torch.testing.assert_close(alone, method(model, texts, tokenizer=tokenizer, readout="position", position=2))
+        assert not torch.allclose(alone, method(model, texts, tokenizer=tokenizer))
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    batch = TokenBatch(encoded["input_ids"], encoded["attention_mask"], position=torch.tensor([2, 2]))
+    torch.testing.assert_close(vitroll.attention(model, batch), vitroll.attention(model, texts, tokenizer=tokenizer,
+                                                                                  position=2))
+    with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no position$"):
+        vitroll.attention(model, texts, tokenizer=tokenizer, readout="token_mean", position=2)

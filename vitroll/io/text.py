@@ -42,7 +42,8 @@ class TokenBatch:
     attention_mask : Tensor, shape (B, L)
         1 (or True) for real tokens, 0 for padding, on either side.
     readout : {"class_token", "token_mean", "position"} or None
-        None: the model family's default (the class token for encoders, the position for language models).
+        None: the model family's default (for encoders the class token, or the position when one is given; for
+        language models the position).
     position : Tensor, shape (B,), int64, or None
         For ``readout="position"``: which real token, counted among the real tokens only (0 the first, −1 the
         last), so that padding on either side does not change it. None: the last real token.

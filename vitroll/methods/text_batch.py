@@ -79,8 +79,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     if position is not None:
         position = torch.as_tensor(position, dtype=torch.long).reshape(-1)
         batch = replace(batch, position=position.expand(len(batch)) if position.numel() == 1 else position)
-    if readout is not None or position is not None:  # a position alone asks for that position's row
-        batch = replace(batch, readout=readout or "position")
+    if readout is not None:
+        batch = replace(batch, readout=readout)
     longest = max_positions(model)
     if longest is not None and batch.shape[1] > longest:
         raise ValueError(f"the texts have {batch.shape[1]} tokens; the model takes at most {longest}")
