@@ -177,7 +177,7 @@ def layers_from(layers: Sequence[Layer], start_layer: int) -> list[Layer]:
 
     Raises
     ------
-    ValueError
+    OptionValueError
         When ``start_layer`` is not in ``0 … len(layers) − 1``.
     """
     if not 0 <= start_layer < len(layers):
