@@ -229,7 +229,8 @@ def test_captioner_mistakes_are_named(images):
                                        f"(0…{VOCABULARY - 1})"),
     (torch.tensor([[5.0, 9.5], [11.0, 6.0]]), "caption_ids must be integer token ids; got torch.float32"),
     ([[5, 9], [11]], "caption_ids must be token ids (B, K): a tensor, or lists of ints of one length"),
-    (torch.zeros(2, 0, dtype=torch.long), "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2, 0)"),
+    (torch.zeros(2, 0, dtype=torch.long),
+     "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2, 0)"),
     (torch.tensor([5, 9]), "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2,)"),
 ], ids=["beyond-vocabulary", "negative", "float", "ragged", "empty", "one-dimensional"])
 def test_caption_ids_that_no_caption_can_be_are_refused(images, caption_ids, message):

@@ -339,5 +339,6 @@ def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
     batch = TokenBatch(encoded["input_ids"], encoded["attention_mask"], position=torch.tensor([2, 2]))
     torch.testing.assert_close(vitroll.attention(model, batch), vitroll.attention(model, texts, tokenizer=tokenizer,
                                                                                   position=2))
-    with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no position$"):
+    with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no "
+                                         "position$"):
         vitroll.attention(model, texts, tokenizer=tokenizer, readout="token_mean", position=2)

@@ -42,9 +42,9 @@ def test_the_eva_and_beit_notes_say_what_holds(capsys):
     assert ("  eva   eva02_*, eva_*, vit_*_rope_*  — rotary embedding included (unfused path); class/register tokens "
             "skipped; avg pooling → patch mean; 'map' head → pool attention; timm's other Eva models (vit_pe_*, "
             "*_dinov3*) too") in out
-    assert ("  beit  beit_*, beitv2_*  — relative position bias included (unfused path); avg pooling (default) → patch "
-            "mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit has none)"
-            ) in out
+    assert ("  beit  beit_*, beitv2_*  — relative position bias included (unfused path); avg pooling (default) → "
+            "patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit "
+            "has none)") in out
     assert "  supported    vit_pe_core_tiny_patch16_384" in out
     from vitroll.capture import family_of
 

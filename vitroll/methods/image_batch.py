@@ -58,9 +58,9 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
     """
     if isinstance(images, torch.Tensor):
         if not (images.is_floating_point() or images.is_complex()):
-            raise ValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float input "
-                             "(Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 NumPy "
-                             "array (H, W, 3) or a PIL image to have them preprocessed")
+            raise ValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float "
+                             "input (Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 "
+                             "NumPy array (H, W, 3) or a PIL image to have them preprocessed")
         return images
     if isinstance(images, (list, tuple)):
         if not images:
