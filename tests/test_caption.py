@@ -222,6 +222,29 @@ def test_captioner_mistakes_are_named(images):
         caption_maps(vit, images)
 
 
+@pytest.mark.parametrize(("caption_ids", "message"), [
+    (torch.tensor([[5, 9], [11, VOCABULARY]]), f"caption_ids[1, 1] = {VOCABULARY} is not a token id of the model's "
+                                               f"vocabulary (0…{VOCABULARY - 1})"),
+    (torch.tensor([[5, -1], [11, 6]]), f"caption_ids[0, 1] = -1 is not a token id of the model's vocabulary "
+                                       f"(0…{VOCABULARY - 1})"),
+    (torch.tensor([[5.0, 9.5], [11.0, 6.0]]), "caption_ids must be integer token ids; got torch.float32"),
+    ([[5, 9], [11]], "caption_ids must be token ids (B, K): a tensor, or lists of ints of one length"),
+    (torch.zeros(2, 0, dtype=torch.long),
+     "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2, 0)"),
+    (torch.tensor([5, 9]), "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2,)"),
+], ids=["beyond-vocabulary", "negative", "float", "ragged", "empty", "one-dimensional"])
+def test_caption_ids_that_no_caption_can_be_are_refused(images, caption_ids, message):
+    with pytest.raises(ValueError) as raised:
+        caption_maps(build_captioner(), images, caption_ids=caption_ids)
+    assert str(raised.value) == message
+
+
+def test_caption_ids_as_lists_of_ints_are_taken(images):
+    model = build_captioner()
+    torch.testing.assert_close(caption_maps(model, images, caption_ids=CAPTIONS.tolist()).maps,
+                               caption_maps(model, images, caption_ids=CAPTIONS).maps)
+
+
 def test_caption_words_group_wordpiece_and_byte_level_pieces(tmp_path):
     from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
     from vitroll.pipelines.caption import caption_words

@@ -198,7 +198,7 @@ def test_prompts_that_do_not_fit_the_model_are_refused_with_their_reason(clip, p
     with pytest.raises(ValueError, match=r"^prompts need an image–text model \(CLIP, SigLIP, open_clip\); "
                                          "VisionTransformer scores classes, not texts$"):
         explore(model, image, ExplorerControls(prompts=("a cross",)))
-    with pytest.raises(ValueError, match="none of them blank"):
+    with pytest.raises(ValueError, match="is blank: a blank text has nothing to explain"):
         scored_model(clip[0], ("a dog", " "))
     with pytest.raises(ValueError, match=r"target_class \[2\] out of range for a model with 2 classes"):
         explore(clip[0], photo, ExplorerControls(method="chefer", prompts=PROMPTS, target_class=2))

@@ -109,6 +109,26 @@ def test_anything_else_is_refused_naming_what_is_accepted(model, images, error, 
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64])
+def test_an_integer_tensor_is_refused_as_raw_pixels(model, dtype):
+    pixels = torch.randint(0, 256, (2, 3, 32, 32)).to(dtype)
+    with pytest.raises(ValueError) as raised:
+        rollout(model, pixels)
+    assert str(raised.value) == (
+        f"images is a {dtype} tensor: a tensor must be the model's preprocessed float input "
+        "(Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 NumPy array (H, W, 3) or a PIL "
+        "image to have them preprocessed")
+
+
+@pytest.mark.parametrize("method", [rollout, chefer])
+def test_a_tensor_of_another_size_is_refused_in_vitrolls_words(model, method):
+    with pytest.raises(ValueError) as raised:
+        method(model, torch.randn(1, 3, 40, 40))
+    assert str(raised.value) == (
+        "images of 40×40 do not fit the model: VisionTransformer was built for 32×32 inputs; build it for this size "
+        "with --img-size 40 40, or for any size with --dynamic-img-size")
+
+
 def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):
     (tmp_path / "notes.png").write_text("hello")
     with pytest.raises(ImageReadError) as missing:

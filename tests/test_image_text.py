@@ -182,8 +182,8 @@ def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_contex
 
 
 @pytest.mark.parametrize("texts, options, error, message", [
-    ([], {}, ValueError, "needs at least one text"),
-    (["a dog", " "], {}, ValueError, "none of them blank"),
+    ([], {}, ValueError, "texts_or_input_ids is empty: give at least one text"),
+    (["a dog", " "], {}, ValueError, r"text 1 \(' '\) is blank: a blank text has nothing to explain"),
     ({"a": 1}, {}, TypeError, "must be a string, a list of strings or input ids"),
     (["a dog", 3], {}, TypeError, "must be a string, a list of strings or input ids"),
     (["a dog"], {}, ValueError, r"reads strings through its tokenizer: pass tokenizer=AutoTokenizer"),
@@ -259,6 +259,50 @@ def test_overlay_mistakes_with_texts_are_one_line(clip_folder, tmp_path, capsys,
     assert main(["overlay", str(PHOTO), *arguments, "--out", str(tmp_path), "--device", "cpu"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith(f"vitroll: error: {message}")
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_text_is_refused_in_one_line_before_the_model_loads(clip_folder, tmp_path, capsys, blank):
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", blank,
+              "--out", str(tmp_path)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: error: overlay: argument --text: {blank!r} is blank: give the words to explain, e.g. \"a photo of "
+        "a dog\" (see `vitroll overlay --help`)"]
+
+
+def test_a_text_longer_than_the_context_is_cut_with_one_warning(clip_folder, capsys):
+    model = load_model(str(clip_folder))  # a context of 16 tokens: start, end and 14 letters
+    long = "abcdefghijklmnopqrstuvwxyz"
+    inputs = text_inputs(model, ["a dog", long])
+    assert inputs.input_ids.shape == (2, 16)
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: {long!r} is longer than the text tower's 16 tokens and cut to them; shorten it to explain "
+        "every word"]
+    text_inputs(model, ["a dog", "abcdefghijklmn"])  # 14 letters fill the context exactly: nothing cut
+    assert capsys.readouterr().err == ""
+
+
+def test_open_clip_warns_of_a_text_cut_to_its_context(capsys):
+    model = open_clip.model.CLIP(16, dict(layers=1, width=32, head_width=16, image_size=32, patch_size=8),
+                                 dict(context_length=9, width=32, heads=2, layers=1)).eval()
+    text_inputs(model, ["a dog", "a very long text about a dog that runs"])
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: 'a very long text about a dog that runs' is longer than the text tower's 9 tokens and cut "
+        "to them; shorten it to explain every word"]
+    text_inputs(model, ["a dog", "a cat"])
+    assert capsys.readouterr().err == ""
+
+
+def test_overlay_with_texts_uses_chefer_unless_told(clip_folder, tmp_path, capsys):
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--text", "a cat",
+                 "--out", str(tmp_path / "out"), "--device", "cpu"]) == 0, capsys.readouterr().err
+    written = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert written == ["cat_chefer_a-cat.png", "cat_chefer_a-dog.png", "cat_chefer_texts.png"]
+    assert not np.array_equal(*(np.asarray(Image.open(tmp_path / "out" / name)) for name in written[:2]))
+    assert main(["overlay", str(PHOTO), "--out", str(tmp_path / "classes"), "--device", "cpu"]) == 0
+    assert [path.name for path in (tmp_path / "classes").iterdir()] == ["cat_rollout.png"]
 
 
 def test_a_clip_folder_loads_the_image_text_model_with_its_tokenizer(clip_folder):

@@ -321,7 +321,24 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
     assert "is a text model" in error(["overlay", "x.png", "--model", str(saved_classifier)])
     assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
     assert "takes no option 'nope'" in error(["text", "the cat", "--model", str(saved_classifier), "--option", "nope=1"])
-    # a position outside one text is that text's failure: an error row, the run goes on
-    assert main(["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--readout", "position",
-                 "--out", str(tmp_path / "out")]) == 3
-    assert capsys.readouterr().err == "vitroll: failed: #1: cannot explain it: position 9 is outside text 0's 4 real tokens\n"
+    # a position outside every text is the option's mistake (tests/test_text_run.py: one that fits some texts fails
+    # only the others)
+    assert "--position 9 is outside every text: the longest has 4 tokens" in error(
+        ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--out", str(tmp_path / "out")])
+
+
+def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
+    model = bert(num_labels=2)
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    texts = ["the cat sat on the mat", "a dog ran"]
+    for method in (vitroll.attention, vitroll.rollout, vitroll.chefer):
+        alone = method(model, texts, tokenizer=tokenizer, position=2)
+        torch.testing.assert_close(alone, method(model, texts, tokenizer=tokenizer, readout="position", position=2))
+        assert not torch.allclose(alone, method(model, texts, tokenizer=tokenizer))
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    batch = TokenBatch(encoded["input_ids"], encoded["attention_mask"], position=torch.tensor([2, 2]))
+    torch.testing.assert_close(vitroll.attention(model, batch), vitroll.attention(model, texts, tokenizer=tokenizer,
+                                                                                  position=2))
+    with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no "
+                                         "position$"):
+        vitroll.attention(model, texts, tokenizer=tokenizer, readout="token_mean", position=2)

@@ -80,3 +80,36 @@ def test_other_settings_redo_every_text(tmp_path, texts_file, capsys):
     printed = capsys.readouterr().out
     assert "already done" not in printed and printed.count("6 texts ok, 0 failed") == 2
     assert json.loads((out / "scores.json").read_text())["method"] == "attention"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--start-layer", "9"], "start_layer 9 is out of range for a model with 2 layers (0…1)"),
+    (["--method", "attention", "--option", "layer=7"], "layer 7 is out of range for a model with 2 layers (-2…1)"),
+    (["--method", "integrated_gradients", "--option", "steps=0"], "steps must be at least 1; got 0"),
+    (["--position", "9"], "--position 9 is outside every text: the longest has 6 tokens (0 the first, -1 the last)"),
+    (["--readout", "token_mean", "--position", "1"],
+     "position is for readout 'position'; readout 'token_mean' reads no position"),
+], ids=["start-layer", "layer", "steps", "position", "position-without-its-readout"])
+def test_an_option_value_mistake_stops_the_run_in_one_line(tmp_path, texts_file, capsys, options, message):
+    assert run_text(tmp_path / "out", texts_file, *options) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"vitroll: error: {message}"]
+    manifest = tmp_path / "out" / "manifest.jsonl"
+    assert not manifest.exists() or manifest.read_text() == ""  # no error row per text
+
+
+def test_a_position_that_fits_some_texts_fails_only_the_others(tmp_path, texts_file, capsys):
+    assert run_text(tmp_path / "out", texts_file, "--position", "4") == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: failed: #2: cannot explain it: position 4 is outside its 4 real tokens",
+        "vitroll: failed: #5: cannot explain it: position 4 is outside its 4 real tokens"]
+
+
+def test_a_position_alone_reads_that_position(tmp_path, texts_file):
+    def scores(name: str, *options: str) -> list:
+        assert run_text(tmp_path / name, texts_file, "--method", "attention", *options) == 0
+        return [[token["score"] for token in text["tokens"]]
+                for text in json.loads((tmp_path / name / "scores.json").read_text())["texts"]]
+
+    alone = scores("alone", "--position", "1")
+    assert alone == scores("with-readout", "--readout", "position", "--position", "1")
+    assert alone != scores("class-token")

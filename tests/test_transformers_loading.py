@@ -226,3 +226,42 @@ def test_transformers_not_installed_names_the_extra(monkeypatch):
         load_model("transformers:google/vit-base-patch16-224")
     assert str(raised.value) == ('transformers:google/vit-base-patch16-224: Hugging Face transformers is not '
                                  'installed; pip install "vitroll[hf]"')
+
+
+def test_a_saved_backbone_loads_as_the_backbone_and_explains_its_class_token(tmp_path, capsys):
+    torch.manual_seed(0)
+    saved = transformers.ViTModel(tiny_config()).eval()
+    folder = tmp_path / "vit-backbone"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.ViTModel  # not a classifier with a random head
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in model.state_dict().items())
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(vitroll.rollout(model, images), vitroll.rollout(saved, images))
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+
+
+@pytest.mark.parametrize(("config_text", "reason"), [
+    ('{"model_type": "vit", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1, "
+                               "column 23); save the model again with save_pretrained"),
+    ('[1, 2]', "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"),
+    ('{"model_type": "vit", "hidden_size": "big"}',
+     "is not a configuration transformers can read (Validation error for field 'hidden_size': TypeError: Field "
+     "'hidden_size' expected int, got str (value: 'big'))"),
+], ids=["not-json", "no-model-type", "wrong-type"])
+def test_a_broken_config_json_is_one_line_naming_the_file(folder, tmp_path, capsys, config_text, reason):
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "config.json").write_text(config_text)
+    assert cli_error(["overlay", str(PHOTO), "--model", str(broken), "--out", str(tmp_path / "o")], capsys) == (
+        f"{broken}: {broken / 'config.json'} {reason}")
+
+
+def test_a_bare_hub_id_without_an_organisation_is_told_how_to_name_it():
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("bert-base-uncased")
+    assert str(raised.value) == (
+        "unknown model name 'bert-base-uncased'; `vitroll models PATTERN` lists the timm names; a Hugging Face model "
+        "is a save_pretrained folder, a hub id ORG/NAME in the local cache, or transformers:bert-base-uncased for a "
+        "hub id without an organisation")

@@ -35,6 +35,33 @@ def test_models_lists_families_and_marks_matches(capsys):
     assert "supported    eva02_tiny_patch14_224" in out and "supported    vit_tiny_patch16_224" in out
 
 
+def test_the_eva_and_beit_notes_say_what_holds(capsys):
+    assert main(["models", "vit_pe_core_tiny*"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("  eva   eva02_*, eva_*, vit_*_rope_*  — rotary embedding included (unfused path); class/register tokens "
+            "skipped; avg pooling → patch mean; 'map' head → pool attention; timm's other Eva models (vit_pe_*, "
+            "*_dinov3*) too") in out
+    assert ("  beit  beit_*, beitv2_*  — relative position bias included (unfused path); avg pooling (default) → "
+            "patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit "
+            "has none)") in out
+    assert "  supported    vit_pe_core_tiny_patch16_384" in out
+    from vitroll.capture import family_of
+
+    small = dict(pretrained=False, depth=1, num_classes=3)
+    for pool, readout in (("avg", "patch_mean"), ("map", "attention_pool"), ("token", "class_token")):
+        eva = timm.create_model("eva02_tiny_patch14_224", global_pool=pool, img_size=28, **small)
+        assert family_of(eva).token_layout(eva, (28, 28)).readout == readout
+    for pool, readout in (("avg", "patch_mean"), ("token", "class_token")):
+        beit = timm.create_model("beit_base_patch16_224", global_pool=pool, img_size=32, embed_dim=32, num_heads=2,
+                                 **small)
+        assert family_of(beit).token_layout(beit, (32, 32)).readout == readout
+    with pytest.raises(TypeError, match="dynamic_img_size"):
+        timm.create_model("beit_base_patch16_224", dynamic_img_size=True, **small)
+    with pytest.raises(ValueError) as refused:  # so the size hint offers only --img-size
+        family_of(beit).token_layout(beit, (48, 48))
+    assert str(refused.value) == "Beit was built for 32×32 inputs; build it for this size with --img-size 48 48"
+
+
 def test_preprocessing_overrides_reach_the_transform():
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, dynamic_img_size=True)
     args = build_parser().parse_args([

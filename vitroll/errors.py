@@ -31,3 +31,9 @@ class UnsupportedModelError(VitrollError):
 
 class MethodOptionError(VitrollError, TypeError):
     """A saliency method was given an option it does not take, or a value of the wrong type for one."""
+
+
+class OptionValueError(VitrollError, ValueError):
+    """An option has a value outside what it accepts (a layer the model does not have, an unknown head fusion, a
+    ratio out of range). The mistake is the same for every input, so a run over many texts or images stops at once
+    with this one message instead of failing each input with it."""

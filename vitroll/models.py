@@ -75,6 +75,21 @@ def _transformers_source(name: str) -> str:
     return str(shipped) if shipped is not None else name.removeprefix(TRANSFORMERS_PREFIX)
 
 
+def _check_config_file(name: str, path: Path) -> None:
+    """Refuse a ``config.json`` that is not a transformers configuration, naming the file and what is wrong with it
+    (transformers' own errors for it speak of the hub and the cache)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelLoadError(f"{name}: {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{name}: {path} is not valid JSON ({error.msg} at line {error.lineno}, column "
+                             f"{error.colno}); save the model again with save_pretrained") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{name}: {path} has no model_type, so it is not a transformers config.json; save the "
+                             "model again with save_pretrained")
+
+
 def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
     """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
     cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
@@ -88,11 +103,17 @@ def _load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], c
     local = folder.is_dir()
     if local and not (folder / "config.json").is_file():
         raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
+    if local:
+        _check_config_file(name, folder / "config.json")
     offline = not local and not hub_reachable()
     try:
         with _hub_offline(offline):
             config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local)
     except Exception as error:  # hub errors come in many types (OSError, HTTP errors, ValueError)
+        if local:
+            reason = " ".join(line.strip() for line in str(error).splitlines())
+            raise ModelLoadError(f"{name}: {folder / 'config.json'} is not a configuration transformers can read "
+                                 f"({reason or type(error).__name__})") from None
         where = ("is not in the local cache and the hub cannot be reached" if offline
                  else f"could not be read ({type(error).__name__})")
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
@@ -150,7 +171,9 @@ def _image_text_classes(transformers: object) -> dict[str, type]:
 def _auto_classes(transformers: object, config: object) -> list[type]:
     """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
     model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
-    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model."""
+    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model. A vision model
+    saved without a classification head (a ``ViTModel``) is that backbone, not a classifier with a random head; one
+    whose config names no architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
@@ -164,6 +187,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     image_text = None if classifier else _image_text_classes(transformers).get(config.model_type)
     if image_text:
         return [image_text]
+    if architectures and not classifier:
+        return [transformers.AutoModel]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
@@ -223,7 +248,9 @@ def check_model_name(name: str) -> None:
     if _is_hub_name(name) or timm.is_model(name):
         return
     close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `vitroll models PATTERN` lists the supported names"
+    hint = (f"; did you mean {', '.join(close)}?" if close else
+            "; `vitroll models PATTERN` lists the timm names; a Hugging Face model is a save_pretrained folder, a hub "
+            f"id ORG/NAME in the local cache, or transformers:{name} for a hub id without an organisation")
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
 
 

@@ -12,6 +12,7 @@ code that explains a classifier.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import Callable, Optional, Sequence, Union
 
@@ -25,6 +26,16 @@ from vitroll.preprocess import Preprocessing
 
 Texts = Union[str, Sequence[str], torch.Tensor]
 """What :func:`text_inputs` takes: one string, a list or tuple of strings, or input ids (T, L) (or (L,) for one)."""
+
+def warn_cut_texts(texts: Sequence[str], cut: Sequence[bool], context: int) -> None:
+    """One ``vitroll: warning:`` line on stderr naming the texts (``cut`` True) that the text tower's context of
+    ``context`` tokens cuts short: their maps explain only the beginning of them."""
+    names = [repr(text if len(text) <= 40 else text[:37] + "…") for text, was_cut in zip(texts, cut) if was_cut]
+    if names:
+        print(f"vitroll: warning: {', '.join(names)} {'is' if len(names) == 1 else 'are'} longer than the text "
+              f"tower's {context} tokens and cut to them; shorten {'it' if len(names) == 1 else 'them'} to explain "
+              "every word", file=sys.stderr)
+
 
 def image_text_score(model: nn.Module) -> ImageTextScore:
     """How ``model`` scores images against texts.
@@ -151,8 +162,11 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
         raise TypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
                         f"{type(texts_or_input_ids).__name__}")
-    if not texts or not all(text.strip() for text in texts):
-        raise ValueError(f"texts_or_input_ids needs at least one text, none of them blank; got {list(texts)!r}")
+    if not texts:
+        raise ValueError("texts_or_input_ids is empty: give at least one text")
+    blank = [index for index, text in enumerate(texts) if not text.strip()]
+    if blank:
+        raise ValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
     return score.tokenize(model, list(texts), tokenizer)
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.image_text import register_dual_encoder
+from vitroll.adapters.image_text import register_dual_encoder, warn_cut_texts
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout
 from vitroll.errors import UnsupportedModelError
@@ -89,7 +89,11 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
         from open_clip.tokenizer import SimpleTokenizer
 
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)
-    return TextInputs(torch.as_tensor(tokenizer(list(texts))).long(), None, tuple(texts))
+    input_ids = torch.as_tensor(tokenizer(list(texts))).long()
+    # open_clip's tokenizers cut a long text to the context and pad the rest with 0: a row with no padding was cut
+    # (or fits exactly)
+    warn_cut_texts(texts, (input_ids != 0).all(dim=1).tolist(), input_ids.shape[1])
+    return TextInputs(input_ids, None, tuple(texts))
 
 
 register_family(

@@ -82,8 +82,9 @@ def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
     patch = tuple(getattr(embed, "patch_size", None) or ())
     if getattr(embed, "strict_img_size", False) and built and tuple(image_hw) != built:
         size = " ".join(map(str, image_hw))
+        any_size = ", or for any size with --dynamic-img-size" if hasattr(model, "dynamic_img_size") else ""
         raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs; build it for this size "
-                         f"with --img-size {size}, or for any size with --dynamic-img-size")
+                         f"with --img-size {size}{any_size}")
     if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(image_hw, patch)):
         raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
 
@@ -148,13 +149,15 @@ register_family(
     randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
     readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
-    notes="rotary embedding included (unfused path)",
+    notes="rotary embedding included (unfused path); class/register tokens skipped; avg pooling → patch mean; 'map' "
+          "head → pool attention; timm's other Eva models (vit_pe_*, *_dinov3*) too",
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
     randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
-    notes="relative position bias included (unfused path)",
+    notes="relative position bias included (unfused path); avg pooling (default) → patch mean, 'token' → class "
+          "token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit has none)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.image_text import register_dual_encoder
+from vitroll.adapters.image_text import register_dual_encoder, warn_cut_texts
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers_preprocessing import image_config, transformers_preprocessing
 from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs, TokenLayout, add_refusal
@@ -331,8 +331,11 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
         if tokenizer is None:
             raise ValueError(f"{type(model).__name__} reads strings through its tokenizer: pass tokenizer="
                              "AutoTokenizer.from_pretrained(<its folder or hub id>), or input_ids")
-        encoded = tokenizer(texts, padding=padding, truncation=True,
-                            max_length=model.config.text_config.max_position_embeddings, return_tensors="pt")
+        context = model.config.text_config.max_position_embeddings
+        encoded = tokenizer(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
+        # one token more than the context tells a text that was cut (without transformers' own long-input warning)
+        longer = tokenizer(texts, truncation=True, max_length=context + 1)["input_ids"]
+        warn_cut_texts(texts, [len(ids) > context for ids in longer], context)
         return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts))
 
     return tokenize

@@ -34,7 +34,7 @@ from vitroll.io.text import TokenBatch
 _MODELS = "transformers.models"
 
 def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    readout = batch.readout or "class_token"
+    readout = batch.readout or ("class_token" if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
         raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
     positions = batch.explained_positions() if readout == "position" else None

@@ -6,14 +6,17 @@ from typing import Literal, Optional
 
 import torch
 
+from vitroll.errors import OptionValueError
+
 HeadFusion = Literal["mean", "max", "min"]
 HEAD_FUSIONS: tuple[str, ...] = ("mean", "max", "min")
 
 
 def check_head_fusion(head_fusion: Optional[str]) -> None:
-    """Raise ``ValueError`` unless ``head_fusion`` is one of :data:`HEAD_FUSIONS` or ``None``."""
+    """Raise :class:`~vitroll.errors.OptionValueError` unless ``head_fusion`` is one of :data:`HEAD_FUSIONS` or
+    ``None``."""
     if head_fusion is not None and head_fusion not in HEAD_FUSIONS:
-        raise ValueError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}; got {head_fusion!r}")
+        raise OptionValueError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}; got {head_fusion!r}")
 
 
 def fuse_heads(probs: torch.Tensor, head_fusion: Optional[str]) -> torch.Tensor:

@@ -59,6 +59,13 @@ def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = F
     return parse
 
 
+def non_blank(text: str) -> str:
+    """An argparse ``type`` for a text to explain: refuses an empty or white-space-only text."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is blank: give the words to explain, e.g. \"a photo of a dog\"")
+    return text
+
+
 def available_devices() -> list[str]:
     """The torch devices this machine can run on: ``cpu``, then ``cuda:0`` … and ``mps`` where present."""
     devices = ["cpu"] + [f"cuda:{index}" for index in range(torch.cuda.device_count())]

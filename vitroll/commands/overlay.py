@@ -11,7 +11,8 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, output_folder, preprocessing_from_args, settings_from_args,
+    add_explain_arguments, integer, model_from_args, non_blank, output_folder, preprocessing_from_args,
+    settings_from_args,
 )
 from vitroll.models import class_names
 from vitroll.pipelines.single import ImageExplanation, explain_files
@@ -24,11 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
     parser.add_argument("--batch-size", type=integer(1), default=8)
-    parser.add_argument("--text", action="append", default=[], metavar="TEXT",
+    parser.add_argument("--text", action="append", default=[], type=non_blank, metavar="TEXT",
                         help="for an image–text model (CLIP, SigLIP, open_clip): explain its score for this text "
-                             "(repeatable); writes IMAGE_METHOD_TEXT.png per text and IMAGE_METHOD_texts.png")
+                             "(repeatable; the method defaults to chefer, whose maps follow the text); writes "
+                             "IMAGE_METHOD_TEXT.png per text and IMAGE_METHOD_texts.png")
     add_explain_arguments(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, method=None)
 
 
 def _with_texts(model: nn.Module, args: argparse.Namespace) -> nn.Module:
@@ -55,7 +57,14 @@ def _report(result: ImageExplanation) -> None:
         print(f"  {rank}. {name}  {probability:.3f}")
 
 
+def _default_method(args: argparse.Namespace) -> str:
+    """The method when ``--method`` is not given: chefer for texts (rollout's pure attention gives every text the
+    same map), rollout otherwise."""
+    return "chefer" if args.text else "rollout"
+
+
 def run(args: argparse.Namespace) -> int:
+    args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
     settings = settings_from_args(args)

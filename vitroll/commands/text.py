@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the explained row: class token (encoders' default), mean of the real tokens "
                              "(mean-pooled embeddings), or one position (language models' default: the last token)")
     parser.add_argument("--position", type=int,
-                        help="with --readout position: which real token (0 the first, -1 the last)")
+                        help="which real token to explain (0 the first, -1 the last); alone, it implies "
+                             "--readout position")
     add_device_argument(parser)
     add_method_arguments(parser)
     parser.set_defaults(run=run)

@@ -14,13 +14,22 @@ from typing import Any, Literal, Optional, Sequence
 
 import torch
 
-from vitroll.errors import VitrollError
+from vitroll.errors import OptionValueError, VitrollError
 from vitroll.io.textfile import read_text_file
 
 TextReadout = Literal["class_token", "token_mean", "position"]
 """Which row of the attention a text model's scores are read from: the class token's (position 0: BERT-style
 classifiers), the mean of the real tokens' rows (mean-pooled sentence embeddings), or the row of one position (a
 language model's next-token prediction)."""
+
+
+class PositionOutsideText(ValueError):
+    """The explained position lies outside the real tokens of text ``text`` (its index in the batch), which has
+    ``count`` of them."""
+
+    def __init__(self, position: int, text: int, count: int) -> None:
+        super().__init__(f"position {position} is outside text {text}'s {count} real tokens")
+        self.position, self.text, self.count = position, text, count
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,8 @@ class TokenBatch:
     attention_mask : Tensor, shape (B, L)
         1 (or True) for real tokens, 0 for padding, on either side.
     readout : {"class_token", "token_mean", "position"} or None
-        None: the model family's default (the class token for encoders, the position for language models).
+        None: the model family's default (for encoders the class token, or the position when one is given; for
+        language models the position).
     position : Tensor, shape (B,), int64, or None
         For ``readout="position"``: which real token, counted among the real tokens only (0 the first, −1 the
         last), so that padding on either side does not change it. None: the last real token.
@@ -58,6 +68,8 @@ class TokenBatch:
             raise ValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
         if self.readout not in (None, "class_token", "token_mean", "position"):
             raise ValueError(f"readout must be 'class_token', 'token_mean' or 'position'; got {self.readout!r}")
+        if self.position is not None and self.readout not in (None, "position"):
+            raise OptionValueError(f"position is for readout 'position'; readout {self.readout!r} reads no position")
         if self.position is not None and tuple(self.position.shape) != (len(self),):
             raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text ({len(self)})")
 
@@ -91,7 +103,7 @@ class TokenBatch:
 
         Raises
         ------
-        ValueError
+        PositionOutsideText
             When a position lies outside a text's real tokens.
         """
         counts = self.real.sum(dim=-1)
@@ -100,7 +112,7 @@ class TokenBatch:
         outside = ((among_real < 0) | (among_real >= counts)).nonzero().flatten().tolist()
         if outside:
             text = outside[0]
-            raise ValueError(f"position {int(wanted[text])} is outside text {text}'s {int(counts[text])} real tokens")
+            raise PositionOutsideText(int(wanted[text]), text, int(counts[text]))
         ordinal = self.real.long().cumsum(dim=-1) - 1  # each real token's index among the real tokens
         return (self.real & (ordinal == among_real[:, None])).long().argmax(dim=-1)
 

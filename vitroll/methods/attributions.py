@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.errors import VitrollError
+from vitroll.errors import OptionValueError, VitrollError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.gradients import TargetClass, resolve_targets
@@ -44,12 +44,12 @@ def _captum_attr():
 def _check_at_least_one(**counts: int) -> None:
     for name, count in counts.items():
         if count < 1:
-            raise ValueError(f"{name} must be at least 1; got {count}")
+            raise OptionValueError(f"{name} must be at least 1; got {count}")
 
 
 def _signed(attributions: torch.Tensor, sign: Sign) -> torch.Tensor:
     if sign not in _SIGNS:
-        raise ValueError(f"sign must be one of {', '.join(_SIGNS)}; got {sign!r}")
+        raise OptionValueError(f"sign must be one of {', '.join(_SIGNS)}; got {sign!r}")
     return _SIGNS[sign](attributions)
 
 
@@ -243,8 +243,8 @@ def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
     """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
     row-major, P = ∏ (n − window + 1)."""
     if window < 1 or window > min(cells):
-        raise ValueError(f"window must be between 1 and {min(cells)} (the grid is {' × '.join(map(str, cells))}); "
-                         f"got {window}")
+        grid = " × ".join(map(str, cells))
+        raise OptionValueError(f"window must be between 1 and {min(cells)} (the grid is {grid}); got {window}")
     starts = list(itertools.product(*(range(n - window + 1) for n in cells)))
     masks = torch.zeros(len(starts), *cells, dtype=torch.bool)
     for p, start in enumerate(starts):

@@ -18,7 +18,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 
@@ -70,7 +70,19 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
         return batch.to(model_device(model))
     if batch.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+    _check_image_size(model, tuple(batch.shape[-2:]))
     return batch.to(device=model_device(model), dtype=model_dtype(model))
+
+
+def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
+    """Refuse images of a size the model cannot take, in its family's words rather than the model's own error."""
+    family = registered_family(model)
+    if family is None:
+        return
+    try:
+        family.token_layout(model, image_hw)
+    except ValueError as error:
+        raise ValueError(f"images of {image_hw[0]}×{image_hw[1]} do not fit the model: {error}") from None
 
 
 def layout_input(batch: Batch) -> object:
@@ -165,10 +177,10 @@ def layers_from(layers: Sequence[Layer], start_layer: int) -> list[Layer]:
 
     Raises
     ------
-    ValueError
+    OptionValueError
         When ``start_layer`` is not in ``0 … len(layers) − 1``.
     """
     if not 0 <= start_layer < len(layers):
-        raise ValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
-                         f"(0…{len(layers) - 1})")
+        raise OptionValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
+                               f"(0…{len(layers) - 1})")
     return list(layers[start_layer:])

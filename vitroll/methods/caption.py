@@ -52,7 +52,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
-from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.errors import MethodOptionError, OptionValueError, UnsupportedModelError
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
@@ -140,7 +140,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     if method != "occlusion" and window is not None:
         raise MethodOptionError(f"{method} hides nothing: window is for occlusion")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
+        raise OptionValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
     check_attention_weight(attention_weight)
     head_fusion = head_fusion or "mean"
     check_head_fusion(head_fusion)
@@ -152,7 +152,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         if caption_ids is None:
             with torch.no_grad():
                 caption_ids = captioner.generate(model, batch, max_new_tokens)
-        caption_ids = _checked_captions(caption_ids, len(batch), batch.device)
+        caption_ids = _checked_captions(caption_ids, len(batch), batch.device, _vocabulary_size(model))
         lengths = caption_lengths(caption_ids, end)
         roles = captioner.roles(model)
         if method == "rollout":
@@ -177,11 +177,32 @@ def caption_token_logits(logits: torch.Tensor, caption_ids: torch.Tensor) -> tor
     return logits.gather(2, caption_ids[..., None])[..., 0]
 
 
-def _checked_captions(caption_ids: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
-    caption_ids = torch.as_tensor(caption_ids, device=device).long()
+def _vocabulary_size(model: nn.Module) -> Optional[int]:
+    """How many tokens the captioner's output layer scores, where it has one that says."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return getattr(head, "out_features", None) or getattr(head, "num_embeddings", None)
+
+
+def _checked_captions(caption_ids: object, batch: int, device: torch.device,
+                      vocabulary: Optional[int]) -> torch.Tensor:
+    """``caption_ids`` as int64 token ids (B, K) on ``device``, refusing what no caption can be: ragged lists,
+    non-integer values, another shape, or ids outside the vocabulary of ``vocabulary`` tokens (when known)."""
+    try:
+        caption_ids = torch.as_tensor(caption_ids, device=device)
+    except (ValueError, TypeError, RuntimeError):
+        raise ValueError("caption_ids must be token ids (B, K): a tensor, or lists of ints of one length") from None
+    if caption_ids.is_floating_point() or caption_ids.is_complex() or caption_ids.dtype == torch.bool:
+        raise ValueError(f"caption_ids must be integer token ids; got {caption_ids.dtype}")
     if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
         raise ValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
                          f"{tuple(caption_ids.shape)}")
+    caption_ids = caption_ids.long()
+    outside = (caption_ids < 0) | (caption_ids >= vocabulary) if vocabulary else caption_ids < 0
+    if bool(outside.any()):
+        row, column = (int(index) for index in outside.nonzero()[0])
+        allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
+        raise ValueError(f"caption_ids[{row}, {column}] = {int(caption_ids[row, column])} is not a token id of the "
+                         f"model's vocabulary ({allowed})")
     return caption_ids
 
 

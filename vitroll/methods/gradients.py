@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
+from vitroll.errors import OptionValueError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import class_logits, eval_mode, layout_input, prepare_inputs
 from vitroll.methods.inputs import Batch, Inputs
@@ -41,7 +42,7 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
         if targets.numel() != batch:
             raise ValueError(f"target_class has {targets.numel()} entries for a batch of {batch}")
     if ((targets < 0) | (targets >= num_classes)).any():
-        raise ValueError(f"target_class {targets.tolist()} out of range for a model with {num_classes} classes")
+        raise OptionValueError(f"target_class {targets.tolist()} out of range for a model with {num_classes} classes")
     return targets
 
 

@@ -39,7 +39,7 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
     model : nn.Module
         Supplies the preprocessing (:meth:`Preprocessing.from_model`) for anything that is not a tensor.
     images : Images
-        A tensor is returned as it is (its shape is the caller's to check). Anything else is decoded and
+        A float tensor is returned as it is (its shape is the caller's to check). Anything else is decoded and
         preprocessed image by image.
 
     Returns
@@ -51,11 +51,16 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
     TypeError
         For a value of any other type (a dict, a tensor inside a list, …), naming what is accepted.
     ValueError
-        For an empty list or tuple, or an array that is not uint8 (H, W, 3) or (H, W).
+        For an integer tensor (raw pixels, not preprocessed input), an empty list or tuple, or an array that is not
+        uint8 (H, W, 3) or (H, W).
     ImageReadError
         For a path that is missing or not a readable image.
     """
     if isinstance(images, torch.Tensor):
+        if not (images.is_floating_point() or images.is_complex()):
+            raise ValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float "
+                             "input (Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 "
+                             "NumPy array (H, W, 3) or a PIL image to have them preprocessed")
         return images
     if isinstance(images, (list, tuple)):
         if not images:

@@ -33,6 +33,7 @@ from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
 from vitroll.capture.fusion import HeadFusion
+from vitroll.errors import OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.registry import register_method
@@ -59,7 +60,7 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     Tensor, shape (B, N, N) — a new tensor; rows no longer sum to 1.
     """
     if not 0.0 <= discard_ratio < 1.0:
-        raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
+        raise OptionValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
     batch, num_tokens = attention.shape[0], attention.shape[-1]
     counts = (torch.full((batch,), num_tokens, device=attention.device) if token_mask is None
               else token_mask.sum(dim=-1).to(attention.device))
@@ -85,7 +86,7 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
 
 def check_attention_weight(attention_weight: float) -> None:
     if not 0.0 < attention_weight <= 1.0:
-        raise ValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
+        raise OptionValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
 
 
 def _prepared_layers(
@@ -244,8 +245,8 @@ def attention(
     attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
     if not -len(attentions) <= layer < len(attentions):
-        raise ValueError(f"layer {layer} is out of range for a model with {len(attentions)} layers "
-                         f"({-len(attentions)}…{len(attentions) - 1})")
+        raise OptionValueError(f"layer {layer} is out of range for a model with {len(attentions)} layers "
+                               f"({-len(attentions)}…{len(attentions) - 1})")
     with without_autocast(attentions[layer].device):
         row = layout.readout_row(attentions[layer].float())
     return Saliency(layout.patch_values(row), logits)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from torch import nn
 
 from vitroll._version import __version__
-from vitroll.io.text import TextReadout
+from vitroll.errors import OptionValueError
+from vitroll.io.text import PositionOutsideText, TextReadout
 from vitroll.methods import method_named
 from vitroll.methods.text_batch import Position
 from vitroll.pipelines import manifest as mf
@@ -100,6 +101,7 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
         todo = [index for index, key in enumerate(keys)
                 if not (key in latest and latest[key]["status"] == "ok"
                         and latest[key]["settings_hash"] == common["settings_hash"])]
+        _check_position_fits_some([texts[index] for index in todo], tokenizer, position)
         summary = TextRunSummary(total=len(texts), done_before=len(texts) - len(todo))
         announce(summary)
         writer = mf.ManifestWriter(manifest)
@@ -137,9 +139,11 @@ def _explained_rows(model: nn.Module, texts: Sequence[str], keys: list[str], bat
     try:
         results = list(explain_texts(model, [texts[index] for index in wanted], tokenizer,
                                      batch_size=max(1, len(wanted)), **explain)) if wanted else []
+    except OptionValueError:  # the same mistake for every text: one message, not a failed row per text
+        raise
     except _UNEXPLAINABLE as error:
         if len(wanted) == 1:
-            rows[wanted[0]] = error_row(wanted[0], "cannot explain it: " + (str(error).splitlines() or [""])[0])
+            rows[wanted[0]] = error_row(wanted[0], "cannot explain it: " + _reason(error))
         else:
             for index in wanted:
                 rows.update((row["index"], row) for row in _explained_rows(
@@ -149,6 +153,31 @@ def _explained_rows(model: nn.Module, texts: Sequence[str], keys: list[str], bat
             rows[index] = {"index": index, "key": keys[index], "status": "ok", "error": "", **result.as_record(),
                            **common}
     return [rows[index] for index in batch]
+
+
+def _reason(error: Exception) -> str:
+    """The first line of why one text could not be explained, without the batch's numbering of texts."""
+    if isinstance(error, PositionOutsideText):
+        return f"position {error.position} is outside its {error.count} real tokens"
+    return (str(error).splitlines() or [""])[0]
+
+
+def _check_position_fits_some(texts: Sequence[str], tokenizer: Any, position: Optional[Position]) -> None:
+    """Refuse one ``position`` (an int) that lies outside every text: that is the option's mistake, not the texts'.
+    A position that fits some texts leaves the others to fail one by one.
+
+    Raises
+    ------
+    OptionValueError
+        Naming the position and the longest text's number of tokens.
+    """
+    texts = [text for text in texts if text.strip()]
+    if not isinstance(position, int) or not texts:
+        return
+    longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
+    if not -longest <= position < longest:
+        raise OptionValueError(f"--position {position} is outside every text: the longest has {longest} tokens "
+                               "(0 the first, -1 the last)")
 
 
 def _report_of(latest: Mapping[str, dict[str, Any]], keys: list[str], settings_hash: str) -> TextReport:
