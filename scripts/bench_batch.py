@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import cv2
 import numpy as np
@@ -91,8 +93,12 @@ def forward_one_at_a_time(model, folder: Path, count: int, precision: str = "fp3
     return len(tensors) / (time.perf_counter() - started)
 
 
-def vitroll_annotate(model, folder: Path, out: Path, batch_size: int, workers: int, precision: str = "fp32") -> float:
+def vitroll_annotate(model, folder: Path, out: Path, batch_size: int, workers: int, precision: str = "fp32",
+                     writer_threads: Optional[int] = None) -> float:
+    """Images/s of annotate end to end; ``writer_threads`` None: annotate's default."""
     options = AnnotateOptions(batch_size=batch_size, workers=workers, resume=False, progress=False, precision=precision)
+    if writer_threads is not None:
+        options = dataclasses.replace(options, writer_threads=writer_threads)
     result = annotate(folder, out, model, ExplainSettings(), identity={"model": "bench"}, options=options)
     return result.ok / result.elapsed
 

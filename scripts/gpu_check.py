@@ -16,14 +16,15 @@ item whose estimate no longer fits in the time budget (``--budget``, 270 s) is s
 3. the dense record paths side by side: vit_base at N = 1025 (batch 8) and 4097 (batch 1), fp32 and bf16, rollout
    with its head-mean record forced onto the blocked kernel, then onto the model's fused kernel with the head mean
    from its factors in PyTorch, then in Triton (``vitroll.capture.head_mean``), each row timed as in 2;
-4. annotate end to end vs the plain batched forward vs one image at a time (``bench_batch.measure``), fp32 and bf16.
+4. annotate end to end (with its default writer threads, then with 2) vs the plain batched forward vs one image at
+   a time (``bench_batch.measure``), fp32 and bf16.
 
 Estimate for an H200 (:func:`plan_estimate`, printed at the start and kept in the report): forward FLOPs
 4·L·N·D·(6·D + N) per image (0.5 … 10.5 TFLOP per batch), at an assumed 30 TFLOP/s in fp32 (TF32 off, PyTorch's
 default) and 200 TFLOP/s in bf16, rollout at 4 forwards (pessimistic: rollout materialises every attention map),
 14 passes of each per row: about 57 s for the 16 rows, plus 2 s for each of the 8 models built; 28 s for the 12
-record-path rows; annotate 10 s per precision (512 images); the CUDA tests 60 s; start-up 15 s: about 196 s in all,
-74 s inside the budget (the run before the record-path rows took 100 s against an estimate of 168 s). Once a row
+record-path rows; annotate 10–12 s per precision (512 images); the CUDA tests 60 s; start-up 15 s: about 199 s in
+all, 71 s inside the budget (the run before the record-path rows took 100 s against an estimate of 168 s). Once a row
 is measured, its FLOP rate and ratio replace the assumptions for the rows after it. A watchdog writes what is done
 and ends the process if an item hangs past the budget plus 60 s.
 """
@@ -60,6 +61,7 @@ from vitroll.capture import factored as factored_module
 from vitroll.capture import head_mean as head_mean_module
 from vitroll.capture import recorder as recorder_module
 from vitroll.capture.recorder import default_attention_budget
+from vitroll.pipelines.folder import AnnotateOptions
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("vit_small_patch16_224", "vit_base_patch16_224")
@@ -470,8 +472,12 @@ def annotate_row(plan: Plan, precision: str, device: torch.device) -> dict[str, 
     with tempfile.TemporaryDirectory() as scratch:
         speeds = bench_batch.measure(model, Path(scratch), plan.annotate_images, plan.annotate_batch, workers,
                                      precision, plan.baseline_images)
+        speeds["annotate_two_writers"] = bench_batch.vitroll_annotate(
+            model, Path(scratch) / "in", Path(scratch) / "out-two-writers", plan.annotate_batch, workers, precision,
+            writer_threads=2)
     return {"model": MODELS[0], "pixels": plan.annotate_pixels, "precision": precision, "images": plan.annotate_images,
-            "batch": plan.annotate_batch, "workers": workers, "baseline_images": plan.baseline_images,
+            "batch": plan.annotate_batch, "workers": workers, "writer_threads": AnnotateOptions().writer_threads,
+            "baseline_images": plan.baseline_images,
             **{f"{key}_images_per_s": value for key, value in speeds.items()},
             "annotate_over_forward": speeds["annotate"] / speeds["forward"],
             "annotate_over_per_image": speeds["annotate"] / speeds["per_image"]}
@@ -482,7 +488,7 @@ def annotate_seconds(plan: Plan, rates: Rates, precision: str, device: torch.dev
     shape = shape_of(build(MODELS[0], plan.annotate_pixels, plan.depth, None))
     compute = forward_flops(*shape) / rates.flops[precision] * rates.ratio
     per_image_io = 2e-3 if device.type == "cuda" else 2e-2  # decode, overlay, PNG per image
-    images = 3 * plan.annotate_images + 2 * plan.annotate_batch + 2 * plan.baseline_images
+    images = 4 * plan.annotate_images + 2 * plan.annotate_batch + 2 * plan.baseline_images
     return 5.0 + images * (compute + per_image_io)
 
 
@@ -551,16 +557,18 @@ def markdown(data: dict[str, Any]) -> str:
     lines += [
         "## Annotate", "",
         "Images/s on generated JPEGs: (a) the plain forward over annotate's DataLoader; (b) annotate end to end "
-        "(rollout, overlays, heatmaps, manifest); (c) the per-image baseline (vit-explain style, float32); (d) the "
-        "model alone at batch 1. Goals: b/a ≥ 0.8, b/c ≥ 3.", "",
-        "| model | px | precision | images | batch | workers | (a) forward | (b) annotate | (c) per-image "
-        "| (d) batch 1 | b/a | b/c |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "(rollout, overlays, heatmaps, manifest) with its default writer threads; (b2) the same with 2 writer "
+        "threads (the default before); (c) the per-image baseline (vit-explain style, float32); (d) the model alone "
+        "at batch 1. Goals: b/a ≥ 0.8, b/c ≥ 3.", "",
+        "| model | px | precision | images | batch | workers | writer threads | (a) forward | (b) annotate "
+        "| (b2) 2 writers | (c) per-image | (d) batch 1 | b/a | b/c |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in data["annotate"]:
         lines.append(
             f"| {row['model']} | {row['pixels']} | {row['precision']} | {row['images']} | {row['batch']} "
-            f"| {row['workers']} | {row['forward_images_per_s']:.1f} | {row['annotate_images_per_s']:.1f} "
+            f"| {row['workers']} | {row['writer_threads']} | {row['forward_images_per_s']:.1f} "
+            f"| {row['annotate_images_per_s']:.1f} | {row['annotate_two_writers_images_per_s']:.1f} "
             f"| {row['per_image_images_per_s']:.1f} | {row['single_images_per_s']:.1f} "
             f"| {row['annotate_over_forward']:.2f} | {row['annotate_over_per_image']:.2f} |")
     lines.append("")

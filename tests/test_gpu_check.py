@@ -91,8 +91,9 @@ def test_quick_run_writes_every_section_with_finite_positive_numbers(quick_run):
 
     assert [row["precision"] for row in data["annotate"]] == ["fp32", "bf16"]
     for row in data["annotate"]:
-        for key in ("forward_images_per_s", "annotate_images_per_s", "per_image_images_per_s", "single_images_per_s",
-                    "annotate_over_forward", "annotate_over_per_image"):
+        for key in ("forward_images_per_s", "annotate_images_per_s", "annotate_two_writers_images_per_s",
+                    "per_image_images_per_s", "single_images_per_s", "annotate_over_forward",
+                    "annotate_over_per_image", "writer_threads"):
             assert _positive(row[key]), (key, row)
     assert markdown.count("| vit_small_patch16_224 | 48 |") == 2
 
