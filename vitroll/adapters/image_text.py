@@ -27,6 +27,7 @@ from vitroll.preprocess import Preprocessing
 Texts = Union[str, Sequence[str], torch.Tensor]
 """What :func:`text_inputs` takes: one string, a list or tuple of strings, or input ids (T, L) (or (L,) for one)."""
 
+
 def warn_cut_texts(texts: Sequence[str], cut: Sequence[bool], context: int) -> None:
     """One ``vitroll: warning:`` line on stderr naming the texts (``cut`` True) that the text tower's context of
     ``context`` tokens cuts short: their maps explain only the beginning of them."""

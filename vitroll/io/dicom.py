@@ -186,8 +186,8 @@ def _file_window(dataset: object) -> Optional[tuple[float, float, str]]:
         return None
     function = str(dataset.get("VOILUTFunction", "LINEAR") or "LINEAR").strip().upper()
     function = function if function in VOI_FUNCTIONS else "LINEAR"
-    smallest = 1.0 if function == "LINEAR" else np.nextafter(0.0, 1.0)
-    if not (np.isfinite(width) and np.isfinite(level) and width >= smallest):
+    usable_width = width >= 1.0 if function == "LINEAR" else width > 0.0
+    if not (np.isfinite(width) and np.isfinite(level) and usable_width):
         return None
     return width, level, function
 
