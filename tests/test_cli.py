@@ -110,7 +110,7 @@ def test_unknown_model_name(tmp_path, capsys):
 
 
 def test_pretrained_without_network_fails_fast_with_advice(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("vitroll.models.hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr("vitroll.models.hub.hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
     code, _, err = run(capsys, "overlay", str(PHOTO), "--model", "vit_tiny_patch16_224", "--pretrained",
                        "--out", str(tmp_path))

@@ -374,7 +374,7 @@ def test_sanity_refuses_a_family_that_names_nothing_to_randomise_in_one_line():
 
 def test_pretrained_offline_and_uncached_is_one_error_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
-    monkeypatch.setattr(vitroll.models, "_reachable", lambda host, port, timeout: False)
+    monkeypatch.setattr(vitroll.models.hub, "host_reachable", lambda host, port, timeout: False)
     code = main(["overlay", str(PHOTO), "--model", "torchvision:vit_b_16", "--pretrained", "--out", str(tmp_path)])
     assert code != 0
     assert capsys.readouterr().err.splitlines() == [

@@ -1,0 +1,94 @@
+"""One call for every model source: timm names, ``hf-hub:``, ``torchvision:``, ``open_clip:``, transformers folders
+and hub ids, and the shipped testbed models, with local weights read by :mod:`vitroll.checkpoints`."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import nn
+
+from vitroll.checkpoints import load_state, read_checkpoint
+from vitroll.errors import ModelLoadError
+from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
+from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of
+from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
+from vitroll.models.transformers import is_transformers_name, load_transformers
+from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
+
+
+def load_model(
+    name: str,
+    *,
+    pretrained: bool = False,
+    checkpoint: "str | os.PathLike[str] | None" = None,
+    trust_checkpoint: bool = False,
+    num_classes: Optional[int] = None,
+    device: "str | torch.device" = "cpu",
+    **model_kwargs: object,
+) -> nn.Module:
+    """Build the model ``name`` names, load its weights and return it in eval mode on ``device``.
+
+    Parameters
+    ----------
+    name : str
+        A timm model name, ``hf-hub:org/name`` (timm weights on the hub), a transformers model
+        (see :func:`is_transformers_name`; CLIP and SigLIP folders load the image–text model with its tokenizer),
+        ``open_clip:ARCH`` (``open_clip:ViT-B-32``, random weights unless ``checkpoint``), ``torchvision:ARCH``
+        (``torchvision:vit_b_16``; ``img_size`` sets its square ``image_size``), or ``vitroll-shapes`` — the small
+        testbed ViT shipped with vitroll (trained on :mod:`vitroll.testbed.shapes`; ``checkpoint`` replaces its
+        weights), or one of the transformers testbed models shipped with it
+        (:data:`~vitroll.models.transformers.SHIPPED_TRANSFORMERS`: ``vitroll-clip-shapes``,
+        ``vitroll-caption-shapes``, ``vitroll-text-keyword``, ``vitroll-text-shortcut``).
+    pretrained : bool
+        Load timm's pretrained weights (from the local cache when the hub cannot be reached; fails in
+        seconds with a clear message when they are not cached).
+    checkpoint : path, optional
+        Local weights (``.safetensors``, ``.pth``, ``.pt``, ``.bin``). ``num_classes`` is taken from the
+        checkpoint's ``head.weight`` when not given.
+    trust_checkpoint : bool
+        Unpickle a torch checkpoint that holds Python objects besides tensors (see :func:`vitroll.checkpoints.read_checkpoint`);
+        only for files from a source you trust, since unpickling can run arbitrary code.
+    model_kwargs
+        Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
+    """
+    if name == TESTBED_NAME:
+        if checkpoint is None:
+            return load_testbed_model(device)
+        model = build_testbed_model()
+        load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
+        return model.eval().to(device)
+    state = read_checkpoint(checkpoint, trust=trust_checkpoint) if checkpoint is not None else None
+    if is_transformers_name(name):
+        if pretrained or num_classes is not None or model_kwargs:
+            raise ModelLoadError(f"{name}: a transformers model takes its weights and size from its folder or hub id; "
+                                 "--pretrained, --num-classes and the timm size options do not apply")
+        return load_transformers(name, state, checkpoint).eval().to(device)
+    if name.startswith(OPEN_CLIP_PREFIX):
+        if num_classes is not None or model_kwargs:
+            raise ModelLoadError(f"{name}: an open_clip model takes its size from its architecture; --num-classes "
+                                 "and the timm size options do not apply")
+        model = build_open_clip(name, pretrained=pretrained)
+        if state is not None:
+            load_state(model, state, checkpoint)
+        return model.eval().to(device)
+    if name.startswith(TORCHVISION_PREFIX):
+        model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
+                                   num_classes=num_classes, **model_kwargs)
+        if state is not None:
+            load_state(model, state, checkpoint)
+        return model.eval().to(device)
+    check_model_name(name)
+    if num_classes is None and state is not None:
+        num_classes = num_classes_of(state)
+    if num_classes is not None:
+        model_kwargs["num_classes"] = num_classes
+    try:
+        model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        raise ModelLoadError(f"{name}: cannot build model ({error})") from None
+    if state is not None:
+        load_state(model, state, checkpoint)
+    return model.eval().to(device)
+

@@ -1,0 +1,211 @@
+"""Hugging Face transformers models: which names are theirs, and loading one from a ``save_pretrained`` folder or a
+hub id (from the local cache when the hub is unreachable) with its image processor or tokenizer registered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping, Optional
+
+import torch
+from torch import nn
+
+from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
+from vitroll.adapters.transformers_preprocessing import use_image_processor
+from vitroll.adapters.tokenizers import use_tokenizer
+from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
+from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
+from vitroll.checkpoints import load_state
+from vitroll.errors import ModelLoadError
+from vitroll.models import hub
+from vitroll.models.open_clip import OPEN_CLIP_PREFIX
+from vitroll.models.torchvision import TORCHVISION_PREFIX
+from vitroll.testbed.captioner_model import FOLDER as CAPTION_FOLDER
+from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
+from vitroll.testbed.text_model import FOLDERS as TEXT_TESTBED_FOLDERS
+
+TRANSFORMERS_PREFIX = "transformers:"
+TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                        "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+"""A saved tokenizer has one of these (``tokenizer_config.json`` alone does not make one: from a config alone,
+transformers 5 builds a tokenizer that knows no words)."""
+
+
+SHIPPED_TRANSFORMERS = {
+    "vitroll-clip-shapes": PAIRS_FOLDER,
+    "vitroll-caption-shapes": CAPTION_FOLDER,
+    "vitroll-text-keyword": TEXT_TESTBED_FOLDERS["keyword"],
+    "vitroll-text-shortcut": TEXT_TESTBED_FOLDERS["shortcut"],
+}
+"""The transformers testbed models shipped with vitroll (:mod:`vitroll.testbed`), by the name ``--model`` takes."""
+
+
+def is_transformers_name(name: str) -> bool:
+    """Whether ``--model NAME`` names a Hugging Face transformers model: the ``transformers:`` prefix always; an
+    existing folder (a ``save_pretrained`` folder); a bare ``ORG/NAME`` that is neither an existing path nor a timm
+    name (a transformers hub id)."""
+    if name in SHIPPED_TRANSFORMERS or name.startswith(TRANSFORMERS_PREFIX) or Path(name).is_dir():
+        return True
+    if (hub.is_hub_name(name) or name.startswith((TORCHVISION_PREFIX, OPEN_CLIP_PREFIX)) or name.count("/") != 1
+            or Path(name).exists()):
+        return False
+    import timm
+
+    return not timm.is_model(name)
+
+
+def transformers_source(name: str) -> str:
+    """The folder or hub id that ``from_pretrained`` reads for ``--model NAME``."""
+    shipped = SHIPPED_TRANSFORMERS.get(name)
+    return str(shipped) if shipped is not None else name.removeprefix(TRANSFORMERS_PREFIX)
+
+
+def _check_config_file(name: str, path: Path) -> None:
+    """Refuse a ``config.json`` that is not a transformers configuration, naming the file and what is wrong with it
+    (transformers' own errors for it speak of the hub and the cache)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelLoadError(f"{name}: {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{name}: {path} is not valid JSON ({error.msg} at line {error.lineno}, column "
+                             f"{error.colno}); save the model again with save_pretrained") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelLoadError(f"{name}: {path} has no model_type, so it is not a transformers config.json; save the "
+                             "model again with save_pretrained")
+
+
+def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
+    """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
+    cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
+    model its tokenizer."""
+    try:
+        import transformers
+    except ImportError:
+        raise ModelLoadError(f'{name}: Hugging Face transformers is not installed; pip install "vitroll[hf]"') from None
+    source = transformers_source(name)
+    folder = Path(source)
+    local = folder.is_dir()
+    if local and not (folder / "config.json").is_file():
+        raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
+    if local:
+        _check_config_file(name, folder / "config.json")
+    offline = not local and not hub.hub_reachable()
+    try:
+        with hub.cache_only(offline):
+            config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local)
+    except Exception as error:  # hub errors come in many types (OSError, HTTP errors, ValueError)
+        if local:
+            reason = " ".join(line.strip() for line in str(error).splitlines())
+            raise ModelLoadError(f"{name}: {folder / 'config.json'} is not a configuration transformers can read "
+                                 f"({reason or type(error).__name__})") from None
+        where = ("is not in the local cache and the hub cannot be reached" if offline
+                 else f"could not be read ({type(error).__name__})")
+        raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
+                             "pass a save_pretrained folder") from None
+    kind = config.model_type
+    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
+        why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
+        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
+    if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
+        raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
+                             "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
+    config._attn_implementation = "sdpa"
+    auto = _auto_classes(transformers, config)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
+    try:
+        with hub.cache_only(offline):
+            for index, cls in enumerate(auto):
+                try:
+                    if state is not None:
+                        model = cls.from_config(config)
+                        load_state(model, state, checkpoint)
+                    else:
+                        model = cls.from_pretrained(source, config=config, attn_implementation="sdpa",
+                                                    local_files_only=offline or local)
+                    break
+                except ValueError:  # this auto class has no mapping for the config (a backbone without a head)
+                    if index == len(auto) - 1:
+                        raise
+    except ModelLoadError:
+        raise
+    except Exception as error:
+        raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+    if kind in TEXT_MODEL_TYPES:
+        _use_tokenizer_of(model, source, offline=offline or local, required=True)
+    elif kind in CAPTIONER_MODEL_TYPES:
+        _use_processor_of(model, source, offline=offline or local)
+        _use_tokenizer_of(model, source, offline=offline or local, required=True)
+    else:
+        _use_processor_of(model, source, offline=offline or local)
+        if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
+            _use_tokenizer_of(model, source, offline=offline or local, required=False)
+    return model
+
+
+def _image_text_classes(transformers: object) -> dict[str, type]:
+    """The image–text model class of each model type that has one."""
+    return {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel}
+
+
+def _auto_classes(transformers: object, config: object) -> list[type]:
+    """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
+    model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
+    or decoder; a CLIP or SigLIP model that is not an image classifier is the whole image–text model. A vision model
+    saved without a classification head (a ``ViTModel``) is that backbone, not a classifier with a random head; one
+    whose config names no architecture is tried as a classifier first."""
+    architectures = config.architectures or ()
+    if config.model_type in CAPTIONER_MODEL_TYPES:
+        return [transformers.VisionEncoderDecoderModel]
+    if config.model_type in TEXT_MODEL_TYPES:
+        if any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
+            return [transformers.AutoModelForSequenceClassification]
+        if any(architecture.endswith("LMHeadModel") for architecture in architectures):
+            return [transformers.AutoModelForCausalLM]
+        return [transformers.AutoModel]
+    classifier = any(architecture.endswith("ForImageClassification") for architecture in architectures)
+    image_text = None if classifier else _image_text_classes(transformers).get(config.model_type)
+    if image_text:
+        return [image_text]
+    if architectures and not classifier:
+        return [transformers.AutoModel]
+    return [transformers.AutoModelForImageClassification, transformers.AutoModel]
+
+
+def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
+    """Register the image processor saved with the model, when there is one."""
+    from transformers import AutoImageProcessor
+
+    try:
+        with hub.cache_only(offline):
+            processor = AutoImageProcessor.from_pretrained(source, local_files_only=offline)
+    except (OSError, ValueError, KeyError):  # no preprocessor_config.json: the model type's defaults apply
+        return
+    use_image_processor(model, processor)
+
+
+def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, required: bool) -> None:
+    """Attach the tokenizer saved with the model: it turns strings into tokens for every method. A text model
+    (``required``) cannot do without one; an image–text model can (its texts then come as ids, or strings are
+    refused in one line that asks for a tokenizer)."""
+    from transformers import AutoTokenizer
+
+    folder = Path(source)
+    try:
+        if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            raise FileNotFoundError(f"none of {', '.join(_TOKENIZER_FILES)}")
+        with hub.cache_only(offline):
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        if not required:
+            return
+        raise ModelLoadError(f"{source}: no tokenizer saved with the text model ({type(error).__name__}); save it "
+                             "beside the model with tokenizer.save_pretrained") from None
+    use_tokenizer(model, tokenizer)
+
