@@ -68,6 +68,15 @@ def test_pillow_warnings_about_quirks_it_read_past_are_not_printed(tmp_path):
     assert loaded.mode == "RGB" and loaded.size == (40, 20)  # decoded (the damaged EXIF is skipped)
 
 
+@pytest.mark.parametrize("suffix", ["gif", "tif", "webp"])
+def test_a_file_of_several_frames_gives_its_first(tmp_path, suffix):
+    frames = [Image.new("RGB", (20, 10), colour) for colour in [(255, 0, 0), (0, 0, 255)]]
+    path = save(tmp_path, f"frames.{suffix}", frames[0], save_all=True, append_images=frames[1:], lossless=True)
+    with Image.open(path) as image:
+        assert image.n_frames == 2
+    assert np.asarray(load_image(path)).reshape(-1, 3).tolist() == [[255, 0, 0]] * 200
+
+
 def test_transparent_pixels_become_white(tmp_path):
     image = Image.new("RGBA", (4, 4), (255, 0, 0, 0))
     assert np.asarray(load_image(save(tmp_path, "clear.png", image)))[0, 0].tolist() == [255, 255, 255]

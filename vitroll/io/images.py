@@ -69,6 +69,8 @@ def upright_rgb(image: Image.Image) -> Image.Image:
 def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     """Decode an image file completely, apply its EXIF orientation and convert it to RGB.
 
+    A file of several frames (an animated GIF or WebP, a multi-page TIFF) gives its first frame.
+
     Raises
     ------
     ImageReadError
