@@ -29,7 +29,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(prog="vitroll", description="Explain Vision Transformers with attention rollout.")
+    parser = OneLineArgumentParser(prog="vitroll", description=(
+        "Explain transformers (image classifiers, image–text models, captioners, text models) with attention "
+        "rollout and its relatives."))
     parser.add_argument("--version", action="version", version=f"vitroll {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
