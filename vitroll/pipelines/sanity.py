@@ -108,10 +108,10 @@ def sanity_check(
     shared = check_shared_options(runs.values(), method_options or {})
     with eval_mode(model), torch.no_grad():
         targets = class_logits(model, images.to(model_device(model))).argmax(dim=-1)
-    trained = {method: maps_of(model, method) for method in methods}
-    stages, correlations = [], {m: [] for m in methods}
+    trained = {method: maps_of(model, method) for method in runs}  # a method named twice runs once
+    stages, correlations = [], {m: [] for m in runs}
     for stage, randomized in cascade(model, seed):
         stages.append(stage)
-        for method in methods:
+        for method in runs:
             correlations[method].append(rank_correlation(trained[method], maps_of(randomized, method)))
     return SanityResult(stages, {m: np.stack(v) for m, v in correlations.items()})
