@@ -122,8 +122,16 @@ class Preprocessing:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
     def geometry(self, original_hw: tuple[int, int]) -> CropGeometry:
-        """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0)."""
+        """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0).
+
+        Raises
+        ------
+        ValueError
+            For an empty image (a side of 0 pixels).
+        """
         height, width = original_hw
+        if height < 1 or width < 1:
+            raise ValueError(f"an image of {height}×{width} pixels (H×W) is empty: there is nothing to preprocess")
         target_h, target_w = self.input_size
         scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
         if self.crop_mode == "squash":
