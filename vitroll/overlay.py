@@ -14,13 +14,25 @@ from vitroll.maps import Interpolation, as_numpy, normalize, upsample
 
 
 @lru_cache(maxsize=32)
-def _lut(cmap: str) -> np.ndarray:
+def lookup_table(cmap: str) -> np.ndarray:
+    """The 256 colours (256, 3) RGB uint8 of the matplotlib colormap named ``cmap``.
+
+    Raises
+    ------
+    ValueError
+        For a name matplotlib does not know, with the closest names it does.
+    """
+    import difflib
+
     import matplotlib
 
     try:
         colormap = matplotlib.colormaps[cmap]
     except KeyError:
-        raise ValueError(f"unknown matplotlib colormap {cmap!r}") from None
+        by_lower = {name.lower(): name for name in matplotlib.colormaps}
+        close = [by_lower[name] for name in difflib.get_close_matches(str(cmap).lower(), by_lower, n=3, cutoff=0.75)]
+        hint = f"did you mean {', '.join(close)}?" if close else "e.g. jet, viridis, inferno, gray"
+        raise ValueError(f"unknown matplotlib colormap {cmap!r} ({hint})") from None
     return (colormap(np.linspace(0.0, 1.0, 256))[:, :3] * 255.0 + 0.5).astype(np.uint8)
 
 
@@ -28,7 +40,7 @@ def colorize(values: np.ndarray, *, cmap: str = "jet") -> np.ndarray:
     """Map values in [0, 1] (H, W) to RGB uint8 (H, W, 3) with a matplotlib colormap; NaN → black."""
     values = np.asarray(values, dtype=np.float32)
     index = np.clip(np.nan_to_num(values, nan=0.0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-    colors = _lut(cmap)[index]
+    colors = lookup_table(cmap)[index]
     colors[~np.isfinite(values)] = 0
     return colors
 
