@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from vitroll import overlay
-from vitroll.maps import grid_box_in_original, normalize, peak_location, summary, to_original, upsample
+from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
 from vitroll.overlay import colorize
 from vitroll.preprocess import Preprocessing
 
@@ -100,3 +101,15 @@ def test_summary_statistics():
     stats = summary(peaked)
     assert (stats["peak_row"], stats["peak_col"]) == (2, 7)
     assert stats["entropy"] == pytest.approx(0.0) and stats["top_mass"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_map_functions_take_the_methods_tensors_as_they_come(dtype):
+    grid = torch.arange(196, dtype=torch.float32).reshape(14, 14).to(dtype)
+    geometry = PREPROCESSING.geometry((300, 451))
+    held = grid.clone().requires_grad_(True)  # as a map still in a graph comes: NumPy cannot take it directly
+    expected = grid.float().numpy()
+    assert np.array_equal(to_original(held, geometry), to_original(expected, geometry), equal_nan=True)
+    assert np.array_equal(upsample(held, (30, 40)), upsample(expected, (30, 40)))
+    assert key_patches(held, geometry, k=2) == key_patches(expected, geometry, k=2)
+    assert key_patches(held, geometry, k=1)[0].score == 195.0
