@@ -113,3 +113,18 @@ def test_map_functions_take_the_methods_tensors_as_they_come(dtype):
     assert np.array_equal(upsample(held, (30, 40)), upsample(expected, (30, 40)))
     assert key_patches(held, geometry, k=2) == key_patches(expected, geometry, k=2)
     assert key_patches(held, geometry, k=1)[0].score == 195.0
+
+
+def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
+    import matplotlib
+    from matplotlib.colors import LinearSegmentedColormap
+
+    image = np.full((6, 8, 3), 100, np.uint8)
+    heat = np.linspace(0, 1, 48, dtype=np.float32).reshape(6, 8)
+    assert np.array_equal(overlay(image, heat, cmap=matplotlib.colormaps["viridis"]), overlay(image, heat, cmap="viridis"))
+    black_to_red = LinearSegmentedColormap.from_list("mine", [(0, 0, 0), (1, 0, 0)])
+    colours = colorize(heat, cmap=black_to_red)
+    assert colours[-1, -1].tolist() == [255, 0, 0] and colours[0, 0].tolist() == [0, 0, 0]
+    with pytest.raises(TypeError, match=r"^cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; "
+                                        r"got int$"):
+        overlay(image, heat, cmap=3)
