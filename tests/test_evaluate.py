@@ -146,3 +146,16 @@ def test_a_method_named_twice_is_evaluated_and_checked_once(random_checkpoint):
     doubled = sanity_check(model, tensor, ["rollout", "rollout"])
     assert doubled.correlations["rollout"].shape == (5, 1)  # one row per stage, not two
     assert doubled.table() == once.table()
+
+
+def test_sanity_takes_images_as_every_method_does(random_checkpoint):
+    from pathlib import Path
+
+    from vitroll.models import load_model
+    from vitroll.preprocess import Preprocessing
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    disk = Path(__file__).resolve().parents[1] / "sample_images" / "shapes_disk.png"
+    tensor, _ = Preprocessing.from_model(model).batch([Image.open(disk).convert("RGB")])
+    from_path = sanity_check(model, [str(disk)], ["rollout"])
+    assert from_path.table() == sanity_check(model, tensor, ["rollout"]).table()
