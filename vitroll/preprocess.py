@@ -111,9 +111,14 @@ class Preprocessing:
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
         """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), with
         ``overrides`` (None values ignored)."""
+        from vitroll.capture.families import refusal_of
+
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
                 return preprocessing_of(model).with_overrides(**overrides)
+        refusal = refusal_of(model)
+        if refusal is not None:
+            raise UnsupportedModelError(refusal)
         raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
                                     "preprocessing is unknown; see vitroll.register_family")
 
