@@ -128,3 +128,15 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
     with pytest.raises(TypeError, match=r"^cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; "
                                         r"got int$"):
         overlay(image, heat, cmap=3)
+
+
+@pytest.mark.parametrize("image, heatmap, message", [
+    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
+    (np.zeros((4, 6), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((0, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (0, 2)"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2)"),
+])
+def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatmap, message):
+    with pytest.raises(ValueError) as raised:
+        overlay(image, heatmap)
+    assert str(raised.value) == message

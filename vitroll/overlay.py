@@ -77,6 +77,20 @@ def blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: Optional[n
     return out
 
 
+def rgb_uint8(image: np.ndarray) -> np.ndarray:
+    """``image`` as an array, checked to be RGB uint8 (H, W, 3) with H, W ≥ 1.
+
+    Raises
+    ------
+    ValueError
+        Naming the dtype and shape given.
+    """
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or 0 in image.shape:
+        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got {image.dtype} {image.shape}")
+    return image
+
+
 def overlay(
     image: np.ndarray,
     heatmap: "np.ndarray | object",
@@ -106,12 +120,10 @@ def overlay(
     -------
     ndarray, uint8, shape (H, W, 3), RGB.
     """
-    image = np.asarray(image)
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3); got {image.dtype} {image.shape}")
+    image = rgb_uint8(image)
     saliency = as_numpy(heatmap)
-    if saliency.ndim != 2:
-        raise ValueError(f"heatmap must be 2-D (h, w); got shape {saliency.shape}")
+    if saliency.ndim != 2 or 0 in saliency.shape:
+        raise ValueError(f"heatmap must be 2-D (h, w), h and w ≥ 1; got shape {saliency.shape}")
     if saliency.shape != image.shape[:2]:
         saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
     values = normalize(saliency, mode=normalization)
