@@ -199,3 +199,14 @@ def test_default_attention_budget_is_a_quarter_of_free_gpu_memory_but_never_belo
     assert default_attention_budget(torch.device("cuda", 0)) == 6 * 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2 * 2**30, 141 * 2**30))
     assert default_attention_budget(torch.device("cuda", 0)) == DEFAULT_CHUNK_BYTES
+
+
+def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
+    compiled = torch.compile(model)  # compiles lazily: nothing runs until it is called
+    expected = ("OptimizedModule: a torch.compile'd model runs a compiled graph that attention hooks do not see; "
+                "explain the model it wraps, compiled._orig_mod (the same weights)")
+    image = torch.zeros(8, 8, 3, dtype=torch.uint8).numpy()
+    for images in (torch.randn(1, 3, 224, 224), image):  # a tensor reaches the family; an image its preprocessing first
+        with pytest.raises(UnsupportedModelError) as raised:
+            rollout(compiled, images)
+        assert str(raised.value) == expected

@@ -12,7 +12,9 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll.cli import main
-from vitroll.pipelines.compare import agreement
+from vitroll.pipelines.compare import Explainer, agreement, compare
+from vitroll.pipelines.explain import ExplainSettings
+from vitroll.preprocess import Preprocessing
 from vitroll.testbed import build_testbed_model, samples
 
 PHOTO = Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg"
@@ -91,3 +93,11 @@ def test_compare_needs_two_models_and_matching_checkpoints(capsys):
     assert "at least two --model" in capsys.readouterr().err
     assert main(["compare", str(PHOTO), "--model", "a", "--model", "b", "--checkpoint", "x"]) == 2
     assert "1 --checkpoint for 2 --model" in capsys.readouterr().err
+
+
+def test_explainers_sharing_a_label_are_refused_not_reported_as_agreeing():
+    first, second = build_testbed_model().eval(), build_testbed_model().eval()
+    preprocessing = Preprocessing.from_model(first)
+    with pytest.raises(ValueError, match=r"^each explainer needs its own label; 'x' is given to 2 of them$"):
+        compare([PHOTO], [Explainer("x", first, preprocessing), Explainer("x", second, preprocessing)],
+                ExplainSettings())

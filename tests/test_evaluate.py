@@ -130,3 +130,32 @@ def test_sanity_flags_maps_that_ignore_the_weights(random_checkpoint):
     assert set(result.flagged()) == {"center", "random"}
     assert result.correlations["rollout"][-1].mean() < 0.9
     assert result.correlations["center"].shape == (5, 6)
+
+
+
+def test_a_method_named_twice_is_evaluated_and_checked_once(random_checkpoint):
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = shapes_images(1)
+    twice = evaluate(model, images, ["center", "center"], steps=1)
+    assert [row["method"] for row in twice.rows] == ["center"] and len(twice.grid_maps["center"]) == 1
+    assert summarize(twice.rows)[0]["images"] == 1
+    tensor = torch.from_numpy(images[0].image).permute(2, 0, 1)[None].float() / 127.5 - 1
+    once = sanity_check(model, tensor, ["rollout"])
+    doubled = sanity_check(model, tensor, ["rollout", "rollout"])
+    assert doubled.correlations["rollout"].shape == (5, 1)  # one row per stage, not two
+    assert doubled.table() == once.table()
+
+
+def test_sanity_takes_images_as_every_method_does(random_checkpoint):
+    from pathlib import Path
+
+    from vitroll.models import load_model
+    from vitroll.preprocess import Preprocessing
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    disk = Path(__file__).resolve().parents[1] / "sample_images" / "shapes_disk.png"
+    tensor, _ = Preprocessing.from_model(model).batch([Image.open(disk).convert("RGB")])
+    from_path = sanity_check(model, [str(disk)], ["rollout"])
+    assert from_path.table() == sanity_check(model, tensor, ["rollout"]).table()

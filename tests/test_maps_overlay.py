@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from vitroll import overlay
-from vitroll.maps import grid_box_in_original, normalize, peak_location, summary, to_original, upsample
+from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
 from vitroll.overlay import colorize
 from vitroll.preprocess import Preprocessing
 
@@ -100,3 +101,42 @@ def test_summary_statistics():
     stats = summary(peaked)
     assert (stats["peak_row"], stats["peak_col"]) == (2, 7)
     assert stats["entropy"] == pytest.approx(0.0) and stats["top_mass"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_map_functions_take_the_methods_tensors_as_they_come(dtype):
+    grid = torch.arange(196, dtype=torch.float32).reshape(14, 14).to(dtype)
+    geometry = PREPROCESSING.geometry((300, 451))
+    held = grid.clone().requires_grad_(True)  # as a map still in a graph comes: NumPy cannot take it directly
+    expected = grid.float().numpy()
+    assert np.array_equal(to_original(held, geometry), to_original(expected, geometry), equal_nan=True)
+    assert np.array_equal(upsample(held, (30, 40)), upsample(expected, (30, 40)))
+    assert key_patches(held, geometry, k=2) == key_patches(expected, geometry, k=2)
+    assert key_patches(held, geometry, k=1)[0].score == 195.0
+
+
+def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
+    import matplotlib
+    from matplotlib.colors import LinearSegmentedColormap
+
+    image = np.full((6, 8, 3), 100, np.uint8)
+    heat = np.linspace(0, 1, 48, dtype=np.float32).reshape(6, 8)
+    assert np.array_equal(overlay(image, heat, cmap=matplotlib.colormaps["viridis"]), overlay(image, heat, cmap="viridis"))
+    black_to_red = LinearSegmentedColormap.from_list("mine", [(0, 0, 0), (1, 0, 0)])
+    colours = colorize(heat, cmap=black_to_red)
+    assert colours[-1, -1].tolist() == [255, 0, 0] and colours[0, 0].tolist() == [0, 0, 0]
+    with pytest.raises(TypeError, match=r"^cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; "
+                                        r"got int$"):
+        overlay(image, heat, cmap=3)
+
+
+@pytest.mark.parametrize("image, heatmap, message", [
+    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
+    (np.zeros((4, 6), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((0, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (0, 2)"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2)"),
+])
+def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatmap, message):
+    with pytest.raises(ValueError) as raised:
+        overlay(image, heatmap)
+    assert str(raised.value) == message

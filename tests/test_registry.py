@@ -183,3 +183,20 @@ def test_methods_command_for_one_method_shows_its_documentation(capsys):
                                     "    attention_weight: float = 0.5", "    solver: 'scipy' | 'networkx' = 'scipy'",
                                     "    max_tokens: int = 257"]
     assert inspect.getdoc(METHODS["flow"].compute) in out
+
+
+def test_the_readmes_method_of_your_own_runs_as_written(testbed, tmp_path, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (block,) = [b.split("\n", 1)[1] for b in readme.split("```")[1::2]
+                if b.startswith("python") and '@register_method("brightness")' in b]
+    model, images = testbed
+    try:
+        exec(block, {})
+        maps = METHODS["brightness"](model, images, power=2).maps
+        code, _, err = run(capsys, "overlay", str(SHAPE), "--method", "brightness", "--option", "power=2",
+                           "--out", str(tmp_path))
+    finally:
+        del METHODS["brightness"]
+    patches = images.abs().mean(1).reshape(2, 8, 8, 8, 8).mean(dim=(2, 4))  # 64 px, 8-pixel patches
+    assert torch.allclose(maps, patches ** 2, atol=1e-6)
+    assert code == 0 and (tmp_path / "shapes_disk_brightness.png").is_file(), err

@@ -1,18 +1,22 @@
 """Saliency maps as arrays: upsampling onto the image, normalisation and summary statistics.
 
-Plain functions over NumPy arrays. A patch-grid map has shape (h, w); an image-sized map (H, W) holds NaN
-where the model saw nothing (outside the centre crop).
+Plain functions over NumPy arrays; a map may also be given as a torch tensor on any device, as the methods return
+it. A patch-grid map has shape (h, w); an image-sized map (H, W) holds NaN where the model saw nothing (outside the
+centre crop).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import cv2
 import numpy as np
 
 from vitroll.preprocess import CropGeometry
+
+if TYPE_CHECKING:
+    import torch
 
 Interpolation = Literal["bilinear", "bicubic", "nearest"]
 _CV2_INTERPOLATION = {"bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC, "nearest": cv2.INTER_NEAREST}
@@ -25,14 +29,15 @@ def _cv2_flag(interpolation: str) -> int:
         raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; got {interpolation!r}") from None
 
 
-def upsample(grid_map: np.ndarray, size_hw: tuple[int, int], *, interpolation: Interpolation = "bilinear") -> np.ndarray:
+def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
+             interpolation: Interpolation = "bilinear") -> np.ndarray:
     """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) → float32 (H, W)."""
-    grid_map = np.asarray(grid_map, dtype=np.float32)
+    grid_map = as_numpy(grid_map)
     return cv2.resize(grid_map, (size_hw[1], size_hw[0]), interpolation=_cv2_flag(interpolation))
 
 
 def to_original(
-    grid_map: np.ndarray, geometry: CropGeometry, *, interpolation: Interpolation = "bilinear"
+    grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, *, interpolation: Interpolation = "bilinear"
 ) -> np.ndarray:
     """Place a grid map (h, w) onto the original image through its preprocessing geometry.
 
@@ -41,7 +46,7 @@ def to_original(
     ndarray, float32, shape ``geometry.original_hw``
         The map in original pixels; NaN outside the region the model saw.
     """
-    grid_map = np.asarray(grid_map, dtype=np.float32)
+    grid_map = as_numpy(grid_map)
     height, width = geometry.original_hw
     affine = geometry.grid_to_original_affine(grid_map.shape)
     warped = cv2.warpAffine(
@@ -129,12 +134,12 @@ class KeyPatch:
     """(left, top, right, bottom) in original pixels, right/bottom exclusive, clipped to the image."""
 
 
-def key_patches(grid_map: np.ndarray, geometry: CropGeometry, k: int = 5) -> list[KeyPatch]:
+def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k: int = 5) -> list[KeyPatch]:
     """The ``k`` highest-scoring cells of a grid map (h, w), best first, with their boxes in original pixels.
 
     Ties are broken by position (row-major), so the result is deterministic.
     """
-    grid_map = np.asarray(grid_map, dtype=np.float64)
+    grid_map = as_numpy(grid_map, dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
     order = np.argsort(-flat, kind="stable")[: max(0, k)]
     height, width = geometry.original_hw
@@ -148,11 +153,13 @@ def key_patches(grid_map: np.ndarray, geometry: CropGeometry, k: int = 5) -> lis
     return patches
 
 
-def as_numpy(saliency: "np.ndarray | object") -> np.ndarray:
-    """A float32 NumPy copy of a map given as ndarray or torch tensor (any device)."""
+def as_numpy(saliency: "np.ndarray | object", dtype: "type[np.floating]" = np.float32) -> np.ndarray:
+    """A NumPy array of ``dtype`` (float32 by default) of a map given as ndarray or torch tensor (any device, also
+    one that requires grad)."""
     if hasattr(saliency, "detach"):
-        saliency = saliency.detach().float().cpu().numpy()
-    return np.asarray(saliency, dtype=np.float32)
+        tensor = saliency.detach().cpu()  # NumPy has no bfloat16: a float type first
+        saliency = (tensor.double() if dtype == np.float64 else tensor.float()).numpy()
+    return np.asarray(saliency, dtype=dtype)
 
 
 __all__ = ["KeyPatch", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location", "summary", "to_original", "upsample"]

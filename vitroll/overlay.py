@@ -6,29 +6,62 @@ Everything is RGB: colormaps come from matplotlib (RGB), never from OpenCV's BGR
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
 from vitroll.maps import Interpolation, as_numpy, normalize, upsample
 
+if TYPE_CHECKING:
+    from matplotlib.colors import Colormap
+
+
+def lookup_table(cmap: "str | Colormap") -> np.ndarray:
+    """The 256 colours (256, 3) RGB uint8 of a matplotlib colormap, given by name or as a ``Colormap``.
+
+    Raises
+    ------
+    ValueError
+        For a name matplotlib does not know, with the closest names it does.
+    TypeError
+        For anything that is neither a name nor a ``Colormap``.
+    """
+    from matplotlib.colors import Colormap
+
+    if isinstance(cmap, Colormap):
+        return _table(cmap)
+    if not isinstance(cmap, str):
+        raise TypeError(f"cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; got "
+                        f"{type(cmap).__name__}")
+    return _named_table(cmap)
+
 
 @lru_cache(maxsize=32)
-def _lut(cmap: str) -> np.ndarray:
+def _named_table(cmap: str) -> np.ndarray:
+    import difflib
+
     import matplotlib
 
     try:
         colormap = matplotlib.colormaps[cmap]
     except KeyError:
-        raise ValueError(f"unknown matplotlib colormap {cmap!r}") from None
+        by_lower = {name.lower(): name for name in matplotlib.colormaps}
+        close = [by_lower[name] for name in difflib.get_close_matches(cmap.lower(), by_lower, n=3, cutoff=0.75)]
+        hint = f"did you mean {', '.join(close)}?" if close else "e.g. jet, viridis, inferno, gray"
+        raise ValueError(f"unknown matplotlib colormap {cmap!r} ({hint})") from None
+    return _table(colormap)
+
+
+def _table(colormap: "Colormap") -> np.ndarray:
     return (colormap(np.linspace(0.0, 1.0, 256))[:, :3] * 255.0 + 0.5).astype(np.uint8)
 
 
-def colorize(values: np.ndarray, *, cmap: str = "jet") -> np.ndarray:
-    """Map values in [0, 1] (H, W) to RGB uint8 (H, W, 3) with a matplotlib colormap; NaN → black."""
+def colorize(values: np.ndarray, *, cmap: "str | Colormap" = "jet") -> np.ndarray:
+    """Map values in [0, 1] (H, W) to RGB uint8 (H, W, 3) with a matplotlib colormap (name or ``Colormap``); NaN →
+    black."""
     values = np.asarray(values, dtype=np.float32)
     index = np.clip(np.nan_to_num(values, nan=0.0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-    colors = _lut(cmap)[index]
+    colors = lookup_table(cmap)[index]
     colors[~np.isfinite(values)] = 0
     return colors
 
@@ -44,11 +77,25 @@ def blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: Optional[n
     return out
 
 
+def rgb_uint8(image: np.ndarray) -> np.ndarray:
+    """``image`` as an array, checked to be RGB uint8 (H, W, 3) with H, W ≥ 1.
+
+    Raises
+    ------
+    ValueError
+        Naming the dtype and shape given.
+    """
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or 0 in image.shape:
+        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got {image.dtype} {image.shape}")
+    return image
+
+
 def overlay(
     image: np.ndarray,
     heatmap: "np.ndarray | object",
     *,
-    cmap: str = "jet",
+    cmap: "str | Colormap" = "jet",
     alpha: float = 0.5,
     interpolation: Interpolation = "bilinear",
     normalization: Literal["minmax", "percentile"] = "minmax",
@@ -62,8 +109,8 @@ def overlay(
     heatmap : ndarray or Tensor, shape (h, w) or (H, W)
         A grid map is stretched over the whole image; an image-sized map (e.g. from
         :func:`vitroll.maps.to_original`) is used as is, and its NaN pixels are left uncoloured.
-    cmap : str
-        Any matplotlib colormap name.
+    cmap : str or matplotlib.colors.Colormap
+        Any matplotlib colormap, by name or as an object.
     alpha : float
         Weight of the colour layer.
     interpolation : {"bilinear", "bicubic", "nearest"}
@@ -73,12 +120,10 @@ def overlay(
     -------
     ndarray, uint8, shape (H, W, 3), RGB.
     """
-    image = np.asarray(image)
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3); got {image.dtype} {image.shape}")
+    image = rgb_uint8(image)
     saliency = as_numpy(heatmap)
-    if saliency.ndim != 2:
-        raise ValueError(f"heatmap must be 2-D (h, w); got shape {saliency.shape}")
+    if saliency.ndim != 2 or 0 in saliency.shape:
+        raise ValueError(f"heatmap must be 2-D (h, w), h and w ≥ 1; got shape {saliency.shape}")
     if saliency.shape != image.shape[:2]:
         saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
     values = normalize(saliency, mode=normalization)
@@ -98,7 +143,8 @@ def outline_boxes(
     return outlined
 
 
-def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "", cmap: str = "jet"):
+def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "",
+           cmap: "str | Colormap" = "jet"):
     """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
     from matplotlib.figure import Figure
 

@@ -111,9 +111,14 @@ class Preprocessing:
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
         """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), with
         ``overrides`` (None values ignored)."""
+        from vitroll.capture.families import refusal_of
+
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
                 return preprocessing_of(model).with_overrides(**overrides)
+        refusal = refusal_of(model)
+        if refusal is not None:
+            raise UnsupportedModelError(refusal)
         raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
                                     "preprocessing is unknown; see vitroll.register_family")
 
@@ -122,8 +127,16 @@ class Preprocessing:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
     def geometry(self, original_hw: tuple[int, int]) -> CropGeometry:
-        """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0)."""
+        """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0).
+
+        Raises
+        ------
+        ValueError
+            For an empty image (a side of 0 pixels).
+        """
         height, width = original_hw
+        if height < 1 or width < 1:
+            raise ValueError(f"an image of {height}×{width} pixels (H×W) is empty: there is nothing to preprocess")
         target_h, target_w = self.input_size
         scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
         if self.crop_mode == "squash":

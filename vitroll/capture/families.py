@@ -305,6 +305,19 @@ def add_refusal(model_type: type | str, reason: str) -> None:
     REFUSALS.append((model_type, reason))
 
 
+add_refusal("torch._dynamo.eval_frame.OptimizedModule",
+            "a torch.compile'd model runs a compiled graph that attention hooks do not see; explain the model it "
+            "wraps, compiled._orig_mod (the same weights)")
+
+
+def refusal_of(model: nn.Module) -> Optional[str]:
+    """The one-line reason ``model`` is refused (:func:`add_refusal`), or None when its kind is not refused."""
+    for model_type, reason in REFUSALS:
+        if any(isinstance(model, known) for known in imported_types((model_type,))):
+            return f"{type(model).__name__}: {reason}"
+    return None
+
+
 def registered_family(model: nn.Module) -> Optional[ModelFamily]:
     """The registered family of ``model`` (the latest registered that matches), or None."""
     return next((family for family in reversed(FAMILIES) if family.matches(model)), None)
@@ -316,9 +329,9 @@ def family_of(model: nn.Module) -> ModelFamily:
     family = registered_family(model)
     if family is not None:
         return family
-    for model_type, reason in REFUSALS:
-        if any(isinstance(model, known) for known in imported_types((model_type,))):
-            raise UnsupportedModelError(f"{type(model).__name__}: {reason}")
+    refusal = refusal_of(model)
+    if refusal is not None:
+        raise UnsupportedModelError(refusal)
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
     raise UnsupportedModelError(
         f"{type(model).__name__} has no token attention that vitroll can read; supported families: {supported}. "

@@ -14,7 +14,7 @@ import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture import family_of
-from vitroll.commands.common import add_device_argument, integer, number, output_folder, resolve_device
+from vitroll.commands.common import add_device_argument, colormap, integer, number, output_folder, resolve_device
 from vitroll.errors import VitrollError
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=integer(1), default=20, help="longest caption, in tokens (default 20)")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--batch-size", type=integer(1), default=8)
-    parser.add_argument("--cmap", default="jet", help="matplotlib colormap")
+    parser.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap")
     parser.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
     add_device_argument(parser)
     parser.set_defaults(run=run)

@@ -15,6 +15,7 @@ from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
+from vitroll.overlay import lookup_table
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
@@ -64,6 +65,15 @@ def non_blank(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is blank: give the words to explain, e.g. \"a photo of a dog\"")
     return text
+
+
+def colormap(name: str) -> str:
+    """An argparse ``type`` for ``--cmap``: a matplotlib colormap name, checked before any model is built."""
+    try:
+        lookup_table(name)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name
 
 
 def available_devices() -> list[str]:
@@ -239,7 +249,7 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("rendering")
-    group.add_argument("--cmap", default="jet", help="matplotlib colormap")
+    group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap")
     group.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"))
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))

@@ -66,7 +66,17 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
 
     Each model reads the images through the batch stream with its own preprocessing; unreadable images are listed
     in ``errors`` (one line each) and skipped. An image given twice is compared once.
+
+    Raises
+    ------
+    ValueError
+        When two explainers share a label (their maps are kept by label, so one would hide the other).
     """
+    labels = [explainer.label for explainer in explainers]
+    repeated = list(dict.fromkeys(label for label in labels if labels.count(label) > 1))
+    if repeated:
+        raise ValueError(f"each explainer needs its own label; {', '.join(map(repr, repeated))} is given to "
+                         f"{labels.count(repeated[0])} of them")
     paths = unique_paths(paths)
     explained: dict[str, dict[int, Explained]] = {}
     failures: dict[int, str] = {}

@@ -133,8 +133,8 @@ def evaluate(
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     preprocessing = preprocessing or Preprocessing.from_model(model)
-    result = Evaluation(examples={m: [] for m in methods}, grid_maps={m: [] for m in methods},
-                        curves={m: {"deletion": [], "insertion": []} for m in methods})
+    result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},  # a method named twice runs once
+                        curves={m: {"deletion": [], "insertion": []} for m in runs})
     for batch in decoded_batches(images, masked_image_frames, preprocessing, batch_size=batch_size,
                                  device=model_device(model)):
         failed = [record for record in batch.records if isinstance(record, Failed)]
@@ -142,7 +142,7 @@ def evaluate(
             raise VitrollError(failed[0].message)
         tensor, decoded = batch.tensor, batch.decoded
         predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
-        for method in methods:
+        for method in runs:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
             curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
             result.fractions = curves.fractions

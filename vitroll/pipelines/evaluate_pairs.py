@@ -66,7 +66,7 @@ def evaluate_pairs(model: nn.Module, images: Sequence[PairSample], methods: Sequ
         tensor, geometries = preprocessing.batch([Image.fromarray(item.image) for item in chunk])
         texts = sorted({text for item in chunk for text in (item.prompt, item.other_prompt)})
         column = {text: t for t, text in enumerate(texts)}
-        for method in methods:
+        for method in runs:  # a method named twice runs once
             maps = image_text_maps(model, tensor, texts, tokenizer=tokenizer, method=method,
                                    **runs[method].among(shared)).float().cpu().numpy()
             for i, (item, geometry) in enumerate(zip(chunk, geometries)):

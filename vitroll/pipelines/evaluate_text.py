@@ -63,7 +63,7 @@ def evaluate_text(model: nn.Module, tokenizer: Any, sentences: Sequence[TextSamp
     for start in range(0, len(sentences), batch_size):
         chunk = sentences[start:start + batch_size]
         input_ids, attention_mask, encoded = encode_texts(tokenizer, [item.text for item in chunk])
-        for method in methods:
+        for method in runs:  # a method named twice runs once
             saliency = runs[method](model, input_ids, attention_mask=attention_mask, **runs[method].among(shared))
             scores = saliency.maps.float().cpu().numpy()
             predicted = saliency.logits.argmax(-1).cpu()

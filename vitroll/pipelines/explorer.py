@@ -28,6 +28,7 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
 from vitroll.methods import Method, method_named, record_attention
+from vitroll.overlay import rgb_uint8
 from vitroll.pipelines.explain import ExplainSettings, explain_classes, render, top_classes
 from vitroll.preprocess import CropGeometry, Preprocessing
 
@@ -195,9 +196,7 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
     MethodOptionError
         For a control value of the wrong type.
     """
-    image = np.asarray(image)
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3); got {image.dtype} {image.shape}")
+    image = rgb_uint8(image)
     scored = scored_model(model, controls.prompts)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     tensor, (geometry,) = preprocessing.batch([Image.fromarray(image)])

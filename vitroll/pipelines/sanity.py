@@ -19,7 +19,8 @@ from torch import nn
 from vitroll.capture.families import family_of
 from vitroll.errors import UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
-from vitroll.methods.base import class_logits, eval_mode, model_device
+from vitroll.methods.base import class_logits, eval_mode, prepare_inputs
+from vitroll.methods.inputs import Inputs
 from vitroll.metrics import rank_correlation
 
 FLAG_CORRELATION = 0.5
@@ -85,13 +86,14 @@ class SanityResult:
 
 def sanity_check(
     model: nn.Module,
-    images: torch.Tensor,
+    images: Inputs,
     methods: Sequence[str],
     *,
     method_options: Optional[dict[str, Any]] = None,
     seed: int = 0,
 ) -> SanityResult:
-    """Cascading randomisation for a batch of preprocessed images (B, 3, H, W).
+    """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
+    a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays).
 
     Gradient methods explain the class the *trained* model predicts, at every stage, so only the weights change.
     """
@@ -106,12 +108,13 @@ def sanity_check(
     randomizable_modules(model)  # a family that names nothing to randomise is refused before any map is computed
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
+    images = prepare_inputs(model, images)
     with eval_mode(model), torch.no_grad():
-        targets = class_logits(model, images.to(model_device(model))).argmax(dim=-1)
-    trained = {method: maps_of(model, method) for method in methods}
-    stages, correlations = [], {m: [] for m in methods}
+        targets = class_logits(model, images).argmax(dim=-1)
+    trained = {method: maps_of(model, method) for method in runs}  # a method named twice runs once
+    stages, correlations = [], {m: [] for m in runs}
     for stage, randomized in cascade(model, seed):
         stages.append(stage)
-        for method in methods:
+        for method in runs:
             correlations[method].append(rank_correlation(trained[method], maps_of(randomized, method)))
     return SanityResult(stages, {m: np.stack(v) for m, v in correlations.items()})
