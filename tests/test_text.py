@@ -342,3 +342,18 @@ def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
     with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no "
                                          "position$"):
         vitroll.attention(model, texts, tokenizer=tokenizer, readout="token_mean", position=2)
+
+
+def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
+    import json
+
+    # byte-level BPE stores " cat" as "Ġcat" and "é" (bytes C3 A9) as "Ã©"; "Ã" alone is half of a character
+    pieces = ["<|endoftext|>", "c", "a", "t", "Ġ", "Ã", "©", "ca", "cat", "Ġcat", "Ã©"]
+    (tmp_path / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nc a\nca t\nĠ cat\nÃ ©\n", encoding="utf-8")
+    tokenizer = transformers.GPT2TokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
+    model = gpt2()  # 40 ids, 11 of them in the tokenizer
+    vitroll.use_tokenizer(model, tokenizer)
+    names = vitroll.class_names(model)
+    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
+    assert names[11:] == [str(index) for index in range(11, 40)]

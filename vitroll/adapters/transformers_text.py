@@ -68,11 +68,19 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
 
 
 def _vocabulary(model: nn.Module) -> Optional[list[str]]:
-    """The tokens of the attached tokenizer, in id order (the "classes" of a language model), or None."""
+    """The tokens of the attached tokenizer as text, in id order (the "classes" of a language model), or None.
+
+    Each token is decoded on its own, so a byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather
+    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a piece that holds no whole character
+    (part of a multi-byte one) keeps its stored form, and an id past the tokenizer's vocabulary its number."""
     tokenizer = registered_tokenizer(model)
     if tokenizer is None:
         return None
-    return tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
+    ids = list(range(model.config.vocab_size))
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    texts = tokenizer.batch_decode([[index] for index in ids])
+    return [text if text and "\ufffd" not in text else (token if token is not None else str(index))
+            for index, token, text in zip(ids, tokens, texts)]
 
 
 def _register(name: str, module: str, attention: str, classes: tuple[str, ...], *,
