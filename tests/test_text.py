@@ -357,3 +357,31 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     names = vitroll.class_names(model)
     assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
     assert names[11:] == [str(index) for index in range(11, 40)]
+
+
+def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
+    from vitroll.methods.text_batch import text_batch
+
+    model, tokenizer = bert(), wordpiece_tokenizer(tmp_path)
+    encoded = tokenizer(["the cat sat", "a dog"], ["a dog ran on the mat", "the mat"], padding=True,
+                        return_tensors="pt")
+    assert encoded["token_type_ids"].any()
+    batch = text_batch(model, encoded)
+    assert torch.equal(batch.token_type_ids, encoded["token_type_ids"])
+    with torch.no_grad():
+        expected = model(**encoded).logits
+        assert not torch.allclose(expected, model(input_ids=encoded["input_ids"],
+                                                  attention_mask=encoded["attention_mask"]).logits, atol=1e-2)
+        torch.testing.assert_close(model_logits(model, batch), expected)
+        torch.testing.assert_close(model_logits(model, batch[1:]), expected[1:])
+    # Integrated Gradients keeps them on its path: its signed scores sum to the pair's score minus the baseline's
+    scores = vitroll.integrated_gradients(model, encoded, target_class=1, steps=32, sign="signed")
+    table = model.get_input_embeddings().weight.detach()
+    words = table[encoded["input_ids"]]
+    baseline = table[model.config.pad_token_id].expand_as(words)
+    with torch.no_grad():
+        ends = [model(inputs_embeds=embeddings, attention_mask=encoded["attention_mask"],
+                      token_type_ids=encoded["token_type_ids"]).logits[:, 1] for embeddings in (words, baseline)]
+    torch.testing.assert_close(scores.sum(dim=1), ends[0] - ends[1], atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); got torch.int64 of shape \(2, 3\)"):
+        vitroll.rollout(model, {**encoded, "token_type_ids": encoded["token_type_ids"][:, :3]})

@@ -50,7 +50,7 @@ def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
 
 def _encoder_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
     """The class logits (B, num_classes), or None for a bare encoder."""
-    return getattr(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask), "logits", None)
+    return getattr(model(**batch.model_inputs()), "logits", None)
 
 
 def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
@@ -58,8 +58,7 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
 
     Position ids count real tokens only, so left padding changes nothing (GPT-2 would number the padding too)."""
     position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
-                   use_cache=False)
+    output = model(**batch.model_inputs(), position_ids=position_ids, use_cache=False)
     logits = getattr(output, "logits", None)
     if logits is None:
         return None
