@@ -203,6 +203,11 @@ def test_mistakes_are_named():
     left_ids, left_mask = left_padded()
     with pytest.raises(ValueError, match="class token .* is padding"):
         vitroll.rollout(model, left_ids, attention_mask=left_mask)
+    with pytest.raises(ValueError, match=r"input_ids\[1, 2\] = 40 is not a token id of the model's vocabulary "
+                                         r"\(0…39\); is the tokenizer this model's\?"):
+        vitroll.rollout(model, ids.where(ids != 22, 40), attention_mask=mask)
+    with pytest.raises(ValueError, match=r"input_ids\[0, 0\] = -1 is not a token id"):
+        vitroll.rollout(gpt2(), torch.tensor([[-1, 5]]))
     with pytest.raises(ValueError, match="the model takes at most 512"):
         vitroll.rollout(model, torch.ones(1, 513, dtype=torch.long))
     with pytest.raises(ValueError, match="position 4 is outside text 1's 4 real tokens"):

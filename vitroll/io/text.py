@@ -136,6 +136,23 @@ class TokenBatch:
         return (self.real & (ordinal == among_real[:, None])).long().argmax(dim=-1)
 
 
+def refuse_unknown_ids(ids: torch.Tensor, vocabulary: Optional[int], name: str, hint: str = "") -> None:
+    """Refuse token ids (B, L) that no embedding row answers: below 0, or from ``vocabulary`` on (when known), in the
+    model's words rather than an embedding's ``index out of range in self``; ``hint`` ends the message.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such id as ``name[row, column]``.
+    """
+    outside = (ids < 0) | (ids >= vocabulary) if vocabulary else ids < 0
+    if bool(outside.any()):
+        row, column = (int(index) for index in outside.nonzero()[0])
+        allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
+        raise ValueError(f"{name}[{row}, {column}] = {int(ids[row, column])} is not a token id of the model's "
+                         f"vocabulary ({allowed}){hint}")
+
+
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     """The lines of a UTF-8 text file, one text each (surrounding white space removed), empty ones kept as ``""``
     so that a text's place is its line number (a batch run reports an empty line rather than skipping it).

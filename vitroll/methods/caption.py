@@ -53,6 +53,7 @@ from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
 from vitroll.errors import MethodOptionError, OptionValueError, UnsupportedModelError
+from vitroll.io.text import refuse_unknown_ids
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
@@ -197,12 +198,7 @@ def _checked_captions(caption_ids: object, batch: int, device: torch.device,
         raise ValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
                          f"{tuple(caption_ids.shape)}")
     caption_ids = caption_ids.long()
-    outside = (caption_ids < 0) | (caption_ids >= vocabulary) if vocabulary else caption_ids < 0
-    if bool(outside.any()):
-        row, column = (int(index) for index in outside.nonzero()[0])
-        allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
-        raise ValueError(f"caption_ids[{row}, {column}] = {int(caption_ids[row, column])} is not a token id of the "
-                         f"model's vocabulary ({allowed})")
+    refuse_unknown_ids(caption_ids, vocabulary, "caption_ids")
     return caption_ids
 
 

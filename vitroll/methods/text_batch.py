@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.io.text import TextReadout, TokenBatch, encode_texts
+from vitroll.io.text import TextReadout, TokenBatch, encode_texts, refuse_unknown_ids
 
 Texts = Union[TokenBatch, torch.Tensor, Mapping[str, torch.Tensor], str, list[str], tuple[str, ...]]
 """What every method takes for a text model (see the module docstring)."""
@@ -43,7 +43,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     ------
     ValueError
         For strings without a tokenizer, a mask of another shape than the ids, float ids, a mask given twice,
-        or a text longer than the model's position embeddings.
+        a text longer than the model's position embeddings, or an id outside its vocabulary (a tokenizer of another
+        model).
     TypeError
         For a value of any other type.
     """
@@ -90,4 +91,7 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     longest = max_positions(model)
     if longest is not None and batch.shape[1] > longest:
         raise ValueError(f"the texts have {batch.shape[1]} tokens; the model takes at most {longest}")
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    refuse_unknown_ids(batch.input_ids, getattr(embedding, "num_embeddings", None), "input_ids",
+                       "; is the tokenizer this model's?")
     return batch
