@@ -321,3 +321,14 @@ def test_a_clip_folder_without_tokenizer_files_loads_without_a_tokenizer_and_tex
                  "--device", "cpu"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("vitroll: error: ") and "tokenizer" in error[0]
+
+
+def test_a_long_text_is_wrapped_and_cut_in_its_panel_title():
+    from vitroll.pipelines.explain import panel_text
+
+    assert panel_text("a cat") == "'a cat'"
+    assert panel_text("a photo of a woman in a space suit next to a rocket") == (
+        "'a photo of a woman in a space suit\nnext to a rocket'")
+    assert panel_text("word " * 200) == (
+        "'word word word word word word word\nword word word word word word …'")  # not 200 words over the pictures
+    assert panel_text("x" * 100) == "'" + "x" * 34 + "\n…'"
