@@ -347,7 +347,13 @@ def test_captioners_and_other_models_are_sent_to_their_own_command(saved_caption
     assert main(["overlay", str(image), "--model", str(saved_captioner), "--out", str(tmp_path)]) == 2
     assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
     assert main(["caption", str(image), "--model", "vitroll-text-keyword", "--out", str(tmp_path)]) == 2
-    assert "is not a captioner (BertForSequenceClassification)" in capsys.readouterr().err
+    assert ("vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"
+            in capsys.readouterr().err)
+    assert main(["text", "a square", "--model", str(saved_captioner), "--out", str(tmp_path)]) == 2
+    assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
+    assert main(["caption", str(image), "--model", "vitroll-clip-shapes", "--out", str(tmp_path)]) == 2
+    assert ("vitroll-clip-shapes is an image–text model (CLIPModel); explain it with `vitroll overlay --text …`"
+            in capsys.readouterr().err)
 
 
 def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():

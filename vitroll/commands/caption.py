@@ -13,9 +13,9 @@ import argparse
 import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture import family_of
-from vitroll.commands.common import add_device_argument, integer, number, output_folder, resolve_device
-from vitroll.errors import VitrollError
+from vitroll.commands.common import (
+    add_device_argument, integer, number, output_folder, refuse_other_kinds, resolve_device,
+)
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
 from vitroll.pipelines.caption import caption_files
@@ -42,9 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, device=resolve_device(args.device))
-    if family_of(model).captioner is None:
-        raise VitrollError(f"{args.model} is not a captioner ({type(model).__name__}); `vitroll caption` explains "
-                           "image-to-text models (`vitroll overlay` explains image classifiers)")
+    refuse_other_kinds(args.model, model, ("a captioner",))
     tokenizer = registered_tokenizer(model)
     failed = 0
     for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,
