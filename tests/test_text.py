@@ -390,3 +390,17 @@ def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
     torch.testing.assert_close(scores.sum(dim=1), ends[0] - ends[1], atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); got torch.int64 of shape \(2, 3\)"):
         vitroll.rollout(model, {**encoded, "token_type_ids": encoded["token_type_ids"][:, :3]})
+
+
+def test_a_readout_a_language_model_cannot_take_is_one_error_line(tmp_path, capsys):
+    from vitroll.cli import main
+
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    bpe_tokenizer(tmp_path).save_pretrained(folder)
+    capsys.readouterr()
+    assert main(["text", "cats sat", "dog", "--model", str(folder), "--readout", "token_mean",
+                 "--out", str(tmp_path / "out")]) == 2  # not a failed row per text, exit 3
+    assert capsys.readouterr().err == (
+        "vitroll: error: a causal language model is explained at one position (readout='position'); a 'token_mean' "
+        "readout mixes rows that see different prefixes\n")

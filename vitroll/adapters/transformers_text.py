@@ -29,6 +29,7 @@ from vitroll.adapters.transformers import (
 )
 from vitroll.capture.families import TokenLayout
 from vitroll.capture.readouts import AttentionReadout
+from vitroll.errors import OptionValueError
 from vitroll.io.text import TokenBatch
 
 _MODELS = "transformers.models"
@@ -42,8 +43,8 @@ def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
 
 
 def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    if batch.readout not in (None, "position"):
-        raise ValueError(f"a causal language model is explained at one position (readout='position'); a "
+    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
+        raise OptionValueError(f"a causal language model is explained at one position (readout='position'); a "
                          f"{batch.readout!r} readout mixes rows that see different prefixes")
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
 
