@@ -376,3 +376,16 @@ def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():
     assert ids.tolist() == [tokenizer.convert_tokens_to_ids("a disk above a cross".split()) + [3]]
     with pytest.raises(ValueError, match="not flow"):
         evaluate_captions(model, tokenizer, images[:1], ["flow"])
+
+
+@pytest.mark.parametrize("decoder", ["gpt2", "bert"])
+def test_a_caption_is_no_longer_than_the_decoder_has_positions(decoder, images):
+    model = build_captioner("vit", decoder)  # 16 decoder positions
+    model.config.eos_token_id = model.generation_config.eos_token_id = VOCABULARY + 1  # never ends early
+    longest = vitroll.caption_maps(model, images, method="rollout", max_new_tokens=40)  # crashed in the decoder
+    assert longest.token_ids.shape == (2, 16) and longest.lengths.tolist() == [16, 16]
+    torch.testing.assert_close(longest.maps, vitroll.caption_maps(model, images, method="rollout",
+                                                                  max_new_tokens=16).maps)
+    with pytest.raises(ValueError, match="caption_ids have 17 tokens; the decoder reads at most 16 "
+                                         r"\(its position embeddings\)"):
+        vitroll.caption_maps(model, images, caption_ids=torch.ones(2, 17, dtype=torch.long))
