@@ -388,7 +388,8 @@ def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
         ends = [model(inputs_embeds=embeddings, attention_mask=encoded["attention_mask"],
                       token_type_ids=encoded["token_type_ids"]).logits[:, 1] for embeddings in (words, baseline)]
     torch.testing.assert_close(scores.sum(dim=1), ends[0] - ends[1], atol=1e-4, rtol=0)
-    with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); got torch.int64 of shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); "
+                                         r"got torch.int64 of shape \(2, 3\)"):
         vitroll.rollout(model, {**encoded, "token_type_ids": encoded["token_type_ids"][:, :3]})
 
 

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer")
     parser.add_argument("--window", type=integer(1), default=None,
                         help="occlusion: the side, in patches, of the blocks it hides (default 1)")
-    parser.add_argument("--max-new-tokens", type=integer(1), default=20, help="longest caption, in tokens (default 20; never more than the decoder has positions)")
+    parser.add_argument("--max-new-tokens", type=integer(1), default=20,
+                        help="longest caption, in tokens (default 20; never more than the decoder has positions)")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--batch-size", type=integer(1), default=8)
     parser.add_argument("--cmap", default="jet", help="matplotlib colormap")

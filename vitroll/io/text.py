@@ -70,7 +70,8 @@ class TokenBatch:
         if self.token_type_ids is not None and (
                 tuple(self.token_type_ids.shape) != tuple(self.input_ids.shape)
                 or self.token_type_ids.dtype.is_floating_point or self.token_type_ids.is_complex()):
-            raise ValueError(f"token_type_ids must be integers of the shape of input_ids {tuple(self.input_ids.shape)}; "
+            raise ValueError(f"token_type_ids must be integers of the shape of input_ids "
+                             f"{tuple(self.input_ids.shape)}; "
                              f"got {self.token_type_ids.dtype} of shape {tuple(self.token_type_ids.shape)}")
         empty = (self.attention_mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
         if empty:
