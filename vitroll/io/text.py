@@ -156,7 +156,8 @@ def refuse_unknown_ids(ids: torch.Tensor, vocabulary: Optional[int], name: str, 
 
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     """The lines of a UTF-8 text file, one text each (surrounding white space removed), empty ones kept as ``""``
-    so that a text's place is its line number (a batch run reports an empty line rather than skipping it).
+    so that a text's place is its line number (a batch run reports an empty line rather than skipping it) — except
+    the blank lines that end the file, which number no text after them and are an editor's, not a text.
 
     Raises
     ------
@@ -167,6 +168,8 @@ def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     texts = [line.strip() for line in lines]
     if not any(texts):
         raise VitrollError(f"{path}: no text in the file (one text per line)")
+    while not texts[-1]:
+        texts.pop()
     return texts
 
 
