@@ -5,8 +5,8 @@ its tokenizer files, or a hub id in the local cache.
 
 Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
 already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C. An empty
-line (but for blank lines that end the file), or a text the model cannot take, is an error row and the others go on. Up to 20 texts are printed shaded;
-more get a progress bar.
+line (but for blank lines that end the file), or a text the model cannot take, is an error row and the others go
+on. Up to 20 texts are printed shaded; more get a progress bar.
 Exit status: 0 all ok, 3 some texts failed (listed in scores.json), 2 usage error, 130 interrupted."""
 
 from __future__ import annotations
