@@ -347,7 +347,13 @@ def test_captioners_and_other_models_are_sent_to_their_own_command(saved_caption
     assert main(["overlay", str(image), "--model", str(saved_captioner), "--out", str(tmp_path)]) == 2
     assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
     assert main(["caption", str(image), "--model", "vitroll-text-keyword", "--out", str(tmp_path)]) == 2
-    assert "is not a captioner (BertForSequenceClassification)" in capsys.readouterr().err
+    assert ("vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"
+            in capsys.readouterr().err)
+    assert main(["text", "a square", "--model", str(saved_captioner), "--out", str(tmp_path)]) == 2
+    assert "is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`" in capsys.readouterr().err
+    assert main(["caption", str(image), "--model", "vitroll-clip-shapes", "--out", str(tmp_path)]) == 2
+    assert ("vitroll-clip-shapes is an image–text model (CLIPModel); explain it with `vitroll overlay --text …`"
+            in capsys.readouterr().err)
 
 
 def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():
@@ -370,3 +376,16 @@ def test_the_caption_testbed_scores_each_shape_word_against_its_own_shape():
     assert ids.tolist() == [tokenizer.convert_tokens_to_ids("a disk above a cross".split()) + [3]]
     with pytest.raises(ValueError, match="not flow"):
         evaluate_captions(model, tokenizer, images[:1], ["flow"])
+
+
+@pytest.mark.parametrize("decoder", ["gpt2", "bert"])
+def test_a_caption_is_no_longer_than_the_decoder_has_positions(decoder, images):
+    model = build_captioner("vit", decoder)  # 16 decoder positions
+    model.config.eos_token_id = model.generation_config.eos_token_id = VOCABULARY + 1  # never ends early
+    longest = vitroll.caption_maps(model, images, method="rollout", max_new_tokens=40)  # crashed in the decoder
+    assert longest.token_ids.shape == (2, 16) and longest.lengths.tolist() == [16, 16]
+    torch.testing.assert_close(longest.maps, vitroll.caption_maps(model, images, method="rollout",
+                                                                  max_new_tokens=16).maps)
+    with pytest.raises(ValueError, match="caption_ids have 17 tokens; the decoder reads at most 16 "
+                                         r"\(its position embeddings\)"):
+        vitroll.caption_maps(model, images, caption_ids=torch.ones(2, 17, dtype=torch.long))

@@ -191,12 +191,19 @@ def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_contex
     (INPUT_IDS.float(), {}, TypeError, "input_ids must be integer token ids; got torch.float32"),
     (INPUT_IDS[None], {}, ValueError, r"input_ids must have shape \(T, L\)"),
     (INPUT_IDS, {"attention_mask": ATTENTION_MASK[:2]}, ValueError, r"attention_mask has shape \(2, 7\)"),
+    (INPUT_IDS.where(INPUT_IDS != INPUT_IDS[1, 2], 100), {}, ValueError,
+     r"input_ids\[1, 2\] = 100 is not a token id of the model's vocabulary \(0…99\)"),
     (INPUT_IDS, {"target_class": 1}, MethodOptionError, "the target of pair \\(i, t\\) is text t"),
     (INPUT_IDS, {"discard_ratio": 0.5}, MethodOptionError, "method 'chefer' takes no option 'discard_ratio'"),
 ])
 def test_bad_inputs_are_refused_with_their_messages(texts, options, error, message):
     with pytest.raises(error, match=message):
         vitroll.image_text_maps(hf_model("clip"), images(), texts, **options)
+
+
+def test_images_of_the_wrong_shape_are_named_as_given_not_as_paired_with_the_texts():
+    with pytest.raises(ValueError, match=r"images must have shape \(B, C, H, W\); got \(3, 32, 32\)$"):
+        vitroll.image_text_maps(hf_model("clip"), images()[0], INPUT_IDS)  # was (3·T, 32, 32)
 
 
 def test_models_that_are_not_image_text_models_or_take_no_mask_say_so():
@@ -321,3 +328,14 @@ def test_a_clip_folder_without_tokenizer_files_loads_without_a_tokenizer_and_tex
                  "--device", "cpu"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("vitroll: error: ") and "tokenizer" in error[0]
+
+
+def test_a_long_text_is_wrapped_and_cut_in_its_panel_title():
+    from vitroll.pipelines.explain import panel_text
+
+    assert panel_text("a cat") == "'a cat'"
+    assert panel_text("a photo of a woman in a space suit next to a rocket") == (
+        "'a photo of a woman in a space suit\nnext to a rocket'")
+    assert panel_text("word " * 200) == (
+        "'word word word word word word word\nword word word word word word …'")  # not 200 words over the pictures
+    assert panel_text("x" * 100) == "'" + "x" * 34 + "\n…'"

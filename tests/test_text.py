@@ -203,6 +203,11 @@ def test_mistakes_are_named():
     left_ids, left_mask = left_padded()
     with pytest.raises(ValueError, match="class token .* is padding"):
         vitroll.rollout(model, left_ids, attention_mask=left_mask)
+    with pytest.raises(ValueError, match=r"input_ids\[1, 2\] = 40 is not a token id of the model's vocabulary "
+                                         r"\(0…39\); is the tokenizer this model's\?"):
+        vitroll.rollout(model, ids.where(ids != 22, 40), attention_mask=mask)
+    with pytest.raises(ValueError, match=r"input_ids\[0, 0\] = -1 is not a token id"):
+        vitroll.rollout(gpt2(), torch.tensor([[-1, 5]]))
     with pytest.raises(ValueError, match="the model takes at most 512"):
         vitroll.rollout(model, torch.ones(1, 513, dtype=torch.long))
     with pytest.raises(ValueError, match="position 4 is outside text 1's 4 real tokens"):
@@ -342,3 +347,61 @@ def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
     with pytest.raises(ValueError, match="^position is for readout 'position'; readout 'token_mean' reads no "
                                          "position$"):
         vitroll.attention(model, texts, tokenizer=tokenizer, readout="token_mean", position=2)
+
+
+def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
+    import json
+
+    # byte-level BPE stores " cat" as "Ġcat" and "é" (bytes C3 A9) as "Ã©"; "Ã" alone is half of a character
+    pieces = ["<|endoftext|>", "c", "a", "t", "Ġ", "Ã", "©", "ca", "cat", "Ġcat", "Ã©"]
+    (tmp_path / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nc a\nca t\nĠ cat\nÃ ©\n", encoding="utf-8")
+    tokenizer = transformers.GPT2TokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
+    model = gpt2()  # 40 ids, 11 of them in the tokenizer
+    vitroll.use_tokenizer(model, tokenizer)
+    names = vitroll.class_names(model)
+    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
+    assert names[11:] == [str(index) for index in range(11, 40)]
+
+
+def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
+    from vitroll.methods.text_batch import text_batch
+
+    model, tokenizer = bert(), wordpiece_tokenizer(tmp_path)
+    encoded = tokenizer(["the cat sat", "a dog"], ["a dog ran on the mat", "the mat"], padding=True,
+                        return_tensors="pt")
+    assert encoded["token_type_ids"].any()
+    batch = text_batch(model, encoded)
+    assert torch.equal(batch.token_type_ids, encoded["token_type_ids"])
+    with torch.no_grad():
+        expected = model(**encoded).logits
+        assert not torch.allclose(expected, model(input_ids=encoded["input_ids"],
+                                                  attention_mask=encoded["attention_mask"]).logits, atol=1e-2)
+        torch.testing.assert_close(model_logits(model, batch), expected)
+        torch.testing.assert_close(model_logits(model, batch[1:]), expected[1:])
+    # Integrated Gradients keeps them on its path: its signed scores sum to the pair's score minus the baseline's
+    scores = vitroll.integrated_gradients(model, encoded, target_class=1, steps=32, sign="signed")
+    table = model.get_input_embeddings().weight.detach()
+    words = table[encoded["input_ids"]]
+    baseline = table[model.config.pad_token_id].expand_as(words)
+    with torch.no_grad():
+        ends = [model(inputs_embeds=embeddings, attention_mask=encoded["attention_mask"],
+                      token_type_ids=encoded["token_type_ids"]).logits[:, 1] for embeddings in (words, baseline)]
+    torch.testing.assert_close(scores.sum(dim=1), ends[0] - ends[1], atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); "
+                                         r"got torch.int64 of shape \(2, 3\)"):
+        vitroll.rollout(model, {**encoded, "token_type_ids": encoded["token_type_ids"][:, :3]})
+
+
+def test_a_readout_a_language_model_cannot_take_is_one_error_line(tmp_path, capsys):
+    from vitroll.cli import main
+
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    bpe_tokenizer(tmp_path).save_pretrained(folder)
+    capsys.readouterr()
+    assert main(["text", "cats sat", "dog", "--model", str(folder), "--readout", "token_mean",
+                 "--out", str(tmp_path / "out")]) == 2  # not a failed row per text, exit 3
+    assert capsys.readouterr().err == (
+        "vitroll: error: a causal language model is explained at one position (readout='position'); a 'token_mean' "
+        "readout mixes rows that see different prefixes\n")

@@ -31,6 +31,8 @@ def test_text_that_is_not_utf_8_is_one_error_naming_the_file_and_the_byte(tmp_pa
 def test_every_user_text_file_reads_past_a_byte_order_mark(tmp_path):
     (tmp_path / "texts.txt").write_bytes(BOM + b"a dog\na cat\n")
     assert read_texts(tmp_path / "texts.txt") == ["a dog", "a cat"]
+    (tmp_path / "texts.txt").write_bytes(b"a dog\r\n\r\na cat \r\n\r\n  \r\n")  # CRLF; blank lines ending the file
+    assert read_texts(tmp_path / "texts.txt") == ["a dog", "", "a cat"]  # the inner one keeps its line: an error row
     (tmp_path / "list.csv").write_bytes(BOM + b"path,label\nx.png,1\n")
     assert [file.key for file in listed_files(tmp_path / "list.csv")] == ["x.png"]
     (tmp_path / "boxes.csv").write_bytes(BOM + b"x.dcm,0,0,4,4\n")

@@ -22,6 +22,7 @@ from torch import nn
 from vitroll.adapters.base import register_family
 from vitroll.capture.families import FAMILIES, ImageTextScore, TextInputs, TokenLayout, family_of
 from vitroll.errors import UnsupportedModelError
+from vitroll.io.text import refuse_unknown_ids
 from vitroll.preprocess import Preprocessing
 
 Texts = Union[str, Sequence[str], torch.Tensor]
@@ -149,8 +150,8 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     TypeError
         For texts of another type, or input ids that are not integers.
     ValueError
-        For no texts, an empty string, strings without a tokenizer, ids or a mask of the wrong shape, or a mask for a
-        model that takes none.
+        For no texts, an empty string, strings without a tokenizer, ids or a mask of the wrong shape, ids outside the
+        text tower's vocabulary, or a mask for a model that takes none.
     UnsupportedModelError
         For a model that is not an image–text model.
     """
@@ -186,4 +187,12 @@ def _checked_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: Opti
         if attention_mask.shape != ids.shape:
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids {tuple(ids.shape)}; "
                              "they must match")
+    refuse_unknown_ids(ids, _text_vocabulary(model), "input_ids")
     return TextInputs(ids.long(), attention_mask, tuple(f"input_ids[{t}]" for t in range(len(ids))))
+
+
+def _text_vocabulary(model: nn.Module) -> Optional[int]:
+    """How many tokens the text tower embeds, where the model says (transformers' ``text_config``, open_clip's
+    ``vocab_size``)."""
+    text_config = getattr(getattr(model, "config", None), "text_config", None)
+    return getattr(text_config, "vocab_size", None) or getattr(model, "vocab_size", None)

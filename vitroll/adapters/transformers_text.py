@@ -29,6 +29,7 @@ from vitroll.adapters.transformers import (
 )
 from vitroll.capture.families import TokenLayout
 from vitroll.capture.readouts import AttentionReadout
+from vitroll.errors import OptionValueError
 from vitroll.io.text import TokenBatch
 
 _MODELS = "transformers.models"
@@ -42,15 +43,15 @@ def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
 
 
 def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    if batch.readout not in (None, "position"):
-        raise ValueError(f"a causal language model is explained at one position (readout='position'); a "
+    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
+        raise OptionValueError(f"a causal language model is explained at one position (readout='position'); a "
                          f"{batch.readout!r} readout mixes rows that see different prefixes")
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
 
 
 def _encoder_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
     """The class logits (B, num_classes), or None for a bare encoder."""
-    return getattr(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask), "logits", None)
+    return getattr(model(**batch.model_inputs()), "logits", None)
 
 
 def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
@@ -58,8 +59,7 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
 
     Position ids count real tokens only, so left padding changes nothing (GPT-2 would number the padding too)."""
     position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
-                   use_cache=False)
+    output = model(**batch.model_inputs(), position_ids=position_ids, use_cache=False)
     logits = getattr(output, "logits", None)
     if logits is None:
         return None
@@ -68,11 +68,19 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
 
 
 def _vocabulary(model: nn.Module) -> Optional[list[str]]:
-    """The tokens of the attached tokenizer, in id order (the "classes" of a language model), or None."""
+    """The tokens of the attached tokenizer as text, in id order (the "classes" of a language model), or None.
+
+    Each token is decoded on its own, so a byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather
+    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a piece that holds no whole character
+    (part of a multi-byte one) keeps its stored form, and an id past the tokenizer's vocabulary its number."""
     tokenizer = registered_tokenizer(model)
     if tokenizer is None:
         return None
-    return tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
+    ids = list(range(model.config.vocab_size))
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    texts = tokenizer.batch_decode([[index] for index in ids])
+    return [text if text and "\ufffd" not in text else (token if token is not None else str(index))
+            for index, token, text in zip(ids, tokens, texts)]
 
 
 def _register(name: str, module: str, attention: str, classes: tuple[str, ...], *,

@@ -13,9 +13,9 @@ import argparse
 import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture import family_of
-from vitroll.commands.common import add_device_argument, colormap, integer, number, output_folder, resolve_device
-from vitroll.errors import VitrollError
+from vitroll.commands.common import (
+    add_device_argument, colormap, integer, number, output_folder, refuse_other_kinds, resolve_device,
+)
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
 from vitroll.pipelines.caption import caption_files
@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer")
     parser.add_argument("--window", type=integer(1), default=None,
                         help="occlusion: the side, in patches, of the blocks it hides (default 1)")
-    parser.add_argument("--max-new-tokens", type=integer(1), default=20, help="longest caption, in tokens (default 20)")
+    parser.add_argument("--max-new-tokens", type=integer(1), default=20,
+                        help="longest caption, in tokens (default 20; never more than the decoder has positions)")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--batch-size", type=integer(1), default=8)
     parser.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap")
@@ -42,9 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, device=resolve_device(args.device))
-    if family_of(model).captioner is None:
-        raise VitrollError(f"{args.model} is not a captioner ({type(model).__name__}); `vitroll caption` explains "
-                           "image-to-text models (`vitroll overlay` explains image classifiers)")
+    refuse_other_kinds(args.model, model, ("a captioner",))
     tokenizer = registered_tokenizer(model)
     failed = 0
     for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,

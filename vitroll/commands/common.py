@@ -296,11 +296,34 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
         print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
               file=sys.stderr)
-    if family_of(model).inputs == "tokens":  # an unsupported model is refused before any input is read
-        raise VitrollError(f"{args.model} is a text model ({type(model).__name__}); explain it with `vitroll text`")
-    if family_of(model).captioner is not None:
-        raise VitrollError(f"{args.model} is a captioner ({type(model).__name__}); explain it with `vitroll caption`")
+    refuse_other_kinds(args.model, model, ("an image model", "an image–text model"))  # before any input is read
     return model
+
+
+def model_kind(model: nn.Module) -> tuple[str, str]:
+    """What kind of model ``model`` is, as a message says it ("a text model", "a captioner", "an image–text model",
+    "an image model"), and the command that explains that kind."""
+    family = family_of(model)
+    if family.inputs == "tokens":
+        return "a text model", "`vitroll text`"
+    if family.captioner is not None:
+        return "a captioner", "`vitroll caption`"
+    if family.image_text is not None:
+        return "an image–text model", "`vitroll overlay --text …`"
+    return "an image model", "`vitroll overlay`"
+
+
+def refuse_other_kinds(name: str, model: nn.Module, kinds: Sequence[str]) -> None:
+    """Refuse a model that is none of ``kinds`` (:func:`model_kind`'s words), naming the command that explains it.
+
+    Raises
+    ------
+    VitrollError
+        E.g. ``m/ is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption```.
+    """
+    kind, command = model_kind(model)
+    if kind not in kinds:
+        raise VitrollError(f"{name} is {kind} ({type(model).__name__}); explain it with {command}")
 
 
 def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelProvenance:

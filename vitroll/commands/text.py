@@ -5,8 +5,8 @@ its tokenizer files, or a hub id in the local cache.
 
 Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
 already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C. An empty
-line, or a text the model cannot take, is an error row and the others go on. Up to 20 texts are printed shaded;
-more get a progress bar.
+line (but for blank lines that end the file), or a text the model cannot take, is an error row and the others go
+on. Up to 20 texts are printed shaded; more get a progress bar.
 Exit status: 0 all ok, 3 some texts failed (listed in scores.json), 2 usage error, 130 interrupted."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from rich.console import Console
 from tqdm import tqdm
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, integer, method_options_from_args, output_folder, resolve_device,
+    add_device_argument, add_method_arguments, integer, method_options_from_args, output_folder, refuse_other_kinds,
+    resolve_device,
 )
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture.families import family_of
 from vitroll.errors import VitrollError
 from vitroll.io.text import read_texts
 from vitroll.models import load_model
@@ -59,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise VitrollError("no text to explain: give TEXT arguments or --file")
     options = method_options_from_args(args, [args.method])
     model = load_model(args.model, device=resolve_device(args.device))
-    if family_of(model).inputs != "tokens":
-        raise VitrollError(f"{args.model} is a vision model ({type(model).__name__}); `vitroll text` explains text "
-                           "models (`vitroll overlay` explains images)")
+    refuse_other_kinds(args.model, model, ("a text model",))
     tokenizer = registered_tokenizer(model)
     identity = {"model": args.model, "method": args.method, "options": options, "readout": args.readout,
                 "position": args.position}

@@ -47,12 +47,16 @@ class TokenBatch:
     position : Tensor, shape (B,), int64, or None
         For ``readout="position"``: which real token, counted among the real tokens only (0 the first, −1 the
         last), so that padding on either side does not change it. None: the last real token.
+    token_type_ids : Tensor, shape (B, L), int64, or None
+        The segment of each token (0 the first text, 1 the second of a sentence pair, as BERT's tokenizer gives them),
+        passed to the model as it is; None: the model's default (every token in segment 0).
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     readout: Optional[TextReadout] = None
     position: Optional[torch.Tensor] = None
+    token_type_ids: Optional[torch.Tensor] = None
 
     def __post_init__(self) -> None:
         if self.input_ids.ndim != 2 or self.input_ids.dtype.is_floating_point or self.input_ids.is_complex():
@@ -63,6 +67,12 @@ class TokenBatch:
                              f"{tuple(self.input_ids.shape)}")
         if not bool(((self.attention_mask == 0) | (self.attention_mask == 1)).all()):
             raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
+        if self.token_type_ids is not None and (
+                tuple(self.token_type_ids.shape) != tuple(self.input_ids.shape)
+                or self.token_type_ids.dtype.is_floating_point or self.token_type_ids.is_complex()):
+            raise ValueError(f"token_type_ids must be integers of the shape of input_ids "
+                             f"{tuple(self.input_ids.shape)}; "
+                             f"got {self.token_type_ids.dtype} of shape {tuple(self.token_type_ids.shape)}")
         empty = (self.attention_mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
         if empty:
             raise ValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
@@ -84,13 +94,23 @@ class TokenBatch:
     def __getitem__(self, rows: slice) -> "TokenBatch":
         """The texts ``rows`` (a slice), for splitting a batch."""
         position = None if self.position is None else self.position[rows]
+        segments = None if self.token_type_ids is None else self.token_type_ids[rows]
         return replace(self, input_ids=self.input_ids[rows], attention_mask=self.attention_mask[rows],
-                       position=position)
+                       position=position, token_type_ids=segments)
 
     def to(self, device: torch.device) -> "TokenBatch":
         position = None if self.position is None else self.position.to(device)
+        segments = None if self.token_type_ids is None else self.token_type_ids.to(device)
         return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
-                       position=position)
+                       position=position, token_type_ids=segments)
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The keywords a transformers text model is called with: ``input_ids``, ``attention_mask`` and, when given,
+        ``token_type_ids`` (left out otherwise: DistilBERT and RoBERTa-style models take none or ignore them)."""
+        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        if self.token_type_ids is not None:
+            inputs["token_type_ids"] = self.token_type_ids
+        return inputs
 
     @property
     def real(self) -> torch.Tensor:
@@ -117,9 +137,27 @@ class TokenBatch:
         return (self.real & (ordinal == among_real[:, None])).long().argmax(dim=-1)
 
 
+def refuse_unknown_ids(ids: torch.Tensor, vocabulary: Optional[int], name: str, hint: str = "") -> None:
+    """Refuse token ids (B, L) that no embedding row answers: below 0, or from ``vocabulary`` on (when known), in the
+    model's words rather than an embedding's ``index out of range in self``; ``hint`` ends the message.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such id as ``name[row, column]``.
+    """
+    outside = (ids < 0) | (ids >= vocabulary) if vocabulary else ids < 0
+    if bool(outside.any()):
+        row, column = (int(index) for index in outside.nonzero()[0])
+        allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
+        raise ValueError(f"{name}[{row}, {column}] = {int(ids[row, column])} is not a token id of the model's "
+                         f"vocabulary ({allowed}){hint}")
+
+
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     """The lines of a UTF-8 text file, one text each (surrounding white space removed), empty ones kept as ``""``
-    so that a text's place is its line number (a batch run reports an empty line rather than skipping it).
+    so that a text's place is its line number (a batch run reports an empty line rather than skipping it) — except
+    the blank lines that end the file, which number no text after them and are an editor's, not a text.
 
     Raises
     ------
@@ -130,6 +168,8 @@ def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     texts = [line.strip() for line in lines]
     if not any(texts):
         raise VitrollError(f"{path}: no text in the file (one text per line)")
+    while not texts[-1]:
+        texts.pop()
     return texts
 
 

@@ -73,7 +73,8 @@ class AttributionSpace(NamedTuple):
     forward: Callable[..., torch.Tensor]
     """``forward(inputs, *extra)`` → class scores (B, num_classes), for any batch of rows of ``inputs``."""
     extra: tuple[torch.Tensor, ...]
-    """Per-row tensors the forward also needs (token ids, mask, explained position), which captum repeats with
+    """Per-row tensors the forward also needs (token ids, mask, explained position, and segment ids when the
+    texts have them), which captum repeats with
     the rows it builds."""
     baseline: torch.Tensor
     """(1, …) the point Integrated Gradients starts from, broadcast over the batch."""
@@ -117,18 +118,19 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
     baseline = (embedding.weight[pad].detach() if pad is not None else words.new_zeros(words.shape[-1]))
     baseline = baseline.expand_as(words[:1])
     positions = batch.position if batch.position is not None else torch.full_like(batch.input_ids[:, 0], -1)
+    segments = () if batch.token_type_ids is None else (batch.token_type_ids,)
 
     def forward(inputs: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position: torch.Tensor) -> torch.Tensor:
+                position: torch.Tensor, *token_type_ids: torch.Tensor) -> torch.Tensor:
         handle = embedding.register_forward_hook(lambda _module, _args, _output: inputs)
         try:
             return class_logits(model, replace(batch, input_ids=input_ids, attention_mask=attention_mask,
-                                               position=position))
+                                               position=position, token_type_ids=next(iter(token_type_ids), None)))
         finally:
             handle.remove()
 
     return AttributionSpace(
-        words, forward, (batch.input_ids, batch.attention_mask, positions), baseline, baseline,
+        words, forward, (batch.input_ids, batch.attention_mask, positions, *segments), baseline, baseline,
         float(words[batch.real].std()),
         lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign),
         (words.shape[1],), batch.real.bool(), lambda row, masks: torch.where(masks[..., None], baseline, row),

@@ -53,11 +53,13 @@ from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
 from vitroll.errors import MethodOptionError, OptionValueError, UnsupportedModelError
+from vitroll.io.text import refuse_unknown_ids
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
 from vitroll.methods.image_batch import Images
 from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
+from vitroll.methods.text_batch import max_positions
 
 CAPTION_METHODS = ("chefer", "rollout", "occlusion")
 """The methods :func:`caption_maps` runs."""
@@ -119,7 +121,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         See the module docstring for each rule and the order its products are taken in.
     caption_ids : Tensor (B, K), optional
         The captions to explain, without the decoder's start token (padded after their end token); by default the
-        model's greedy caption of at most ``max_new_tokens`` tokens.
+        model's greedy caption of at most ``max_new_tokens`` tokens, and of no more than its decoder has positions
+        for (a decoder of 16 positions captions in at most 16 tokens).
     head_fusion : {"mean", "max", "min"}, optional
         How ``rollout`` fuses heads (default mean); ``chefer`` weights each head by its gradient and takes none.
     attention_weight : float in (0, 1]
@@ -149,10 +152,14 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
     windows = sliding_windows(layout.grid, window or 1).to(batch.device) if method == "occlusion" else None
     with eval_mode(model):
+        positions = _decoder_positions(model)
         if caption_ids is None:
-            with torch.no_grad():
-                caption_ids = captioner.generate(model, batch, max_new_tokens)
+            with torch.no_grad():  # a caption of K tokens is read teacher-forced at K decoder positions
+                caption_ids = captioner.generate(model, batch, min(max_new_tokens, positions or max_new_tokens))
         caption_ids = _checked_captions(caption_ids, len(batch), batch.device, _vocabulary_size(model))
+        if positions is not None and caption_ids.shape[1] > positions:
+            raise ValueError(f"caption_ids have {caption_ids.shape[1]} tokens; the decoder reads at most {positions} "
+                             "(its position embeddings)")
         lengths = caption_lengths(caption_ids, end)
         roles = captioner.roles(model)
         if method == "rollout":
@@ -183,6 +190,12 @@ def _vocabulary_size(model: nn.Module) -> Optional[int]:
     return getattr(head, "out_features", None) or getattr(head, "num_embeddings", None)
 
 
+def _decoder_positions(model: nn.Module) -> Optional[int]:
+    """How many positions the captioner's decoder has embeddings for, where its config says."""
+    decoder = getattr(model, "decoder", None)
+    return max_positions(decoder) if isinstance(decoder, nn.Module) else None
+
+
 def _checked_captions(caption_ids: object, batch: int, device: torch.device,
                       vocabulary: Optional[int]) -> torch.Tensor:
     """``caption_ids`` as int64 token ids (B, K) on ``device``, refusing what no caption can be: ragged lists,
@@ -197,12 +210,7 @@ def _checked_captions(caption_ids: object, batch: int, device: torch.device,
         raise ValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
                          f"{tuple(caption_ids.shape)}")
     caption_ids = caption_ids.long()
-    outside = (caption_ids < 0) | (caption_ids >= vocabulary) if vocabulary else caption_ids < 0
-    if bool(outside.any()):
-        row, column = (int(index) for index in outside.nonzero()[0])
-        allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
-        raise ValueError(f"caption_ids[{row}, {column}] = {int(caption_ids[row, column])} is not a token id of the "
-                         f"model's vocabulary ({allowed})")
+    refuse_unknown_ids(caption_ids, vocabulary, "caption_ids")
     return caption_ids
 
 

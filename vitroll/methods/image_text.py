@@ -16,7 +16,7 @@ from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel, Texts, text_inputs
 from vitroll.errors import MethodOptionError
-from vitroll.methods.base import Saliency
+from vitroll.methods.base import Saliency, prepare_inputs
 from vitroll.methods.image_batch import Images, image_batch
 from vitroll.methods.registry import method_named
 
@@ -38,7 +38,7 @@ def prompted_saliency(prompted: PromptedModel, images: Images, method: str, **op
     if "target_class" in options:
         raise MethodOptionError("image–text maps explain every text: the target of pair (i, t) is text t; "
                                 "give the texts instead of target_class")
-    batch = image_batch(prompted, images)
+    batch = prepare_inputs(prompted, image_batch(prompted, images))  # checked before its rows are paired with texts
     num_texts = len(prompted.texts)
     if not chosen.takes("target_class"):
         saliency = chosen(prompted, batch, **options)

@@ -1,7 +1,8 @@
 """The texts a saliency method accepts for a text model, and their conversion into one :class:`TokenBatch`.
 
 A method takes, for a model of a text family: token ids (B, L) (or (L,) for one text) with ``attention_mask=``
-(all ones when left out), a tokenizer's output (a mapping with ``input_ids`` and ``attention_mask``), a
+(all ones when left out), a tokenizer's output (a mapping with ``input_ids``, ``attention_mask`` and, for sentence
+pairs, ``token_type_ids``, which reach the model as they are), a
 :class:`~vitroll.io.text.TokenBatch`, or strings — one or a list — which the ``tokenizer=`` given (else the one
 :func:`~vitroll.adapters.transformers_text.use_tokenizer` attached, as :func:`vitroll.load_model` does) splits into
 tokens, special tokens added, padded on the right. ``readout=`` and ``position=`` choose the explained row
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.io.text import TextReadout, TokenBatch, encode_texts
+from vitroll.io.text import TextReadout, TokenBatch, encode_texts, refuse_unknown_ids
 
 Texts = Union[TokenBatch, torch.Tensor, Mapping[str, torch.Tensor], str, list[str], tuple[str, ...]]
 """What every method takes for a text model (see the module docstring)."""
@@ -42,7 +43,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     ------
     ValueError
         For strings without a tokenizer, a mask of another shape than the ids, float ids, a mask given twice,
-        or a text longer than the model's position embeddings.
+        a text longer than the model's position embeddings, or an id outside its vocabulary (a tokenizer of another
+        model).
     TypeError
         For a value of any other type.
     """
@@ -60,11 +62,13 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
         input_ids, mask, _ = encode_texts(tokenizer, [texts] if isinstance(texts, str) else texts)
         batch = TokenBatch(input_ids, mask)
     elif isinstance(texts, torch.Tensor) or isinstance(texts, Mapping):
+        segments = None
         if isinstance(texts, Mapping):
             if "input_ids" not in texts:
                 raise TypeError("a mapping of texts needs input_ids (a tokenizer's output with return_tensors='pt')")
             if attention_mask is None:
                 attention_mask = texts.get("attention_mask")
+            segments = texts.get("token_type_ids")
             texts = torch.as_tensor(texts["input_ids"])
         ids = texts[None] if texts.ndim == 1 else texts
         if attention_mask is None:
@@ -72,7 +76,10 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
         else:
             attention_mask = torch.as_tensor(attention_mask, device=ids.device)
             attention_mask = attention_mask[None] if attention_mask.ndim == 1 and texts.ndim == 1 else attention_mask
-        batch = TokenBatch(ids, attention_mask)
+        if segments is not None:
+            segments = torch.as_tensor(segments, device=ids.device)
+            segments = segments[None] if segments.ndim == 1 and texts.ndim == 1 else segments
+        batch = TokenBatch(ids, attention_mask, token_type_ids=segments)
     else:
         raise TypeError(f"texts has type {type(texts).__name__}; a text model takes token ids (B, L) with "
                         "attention_mask=, a tokenizer's output, a TokenBatch, or strings with tokenizer=")
@@ -84,4 +91,7 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     longest = max_positions(model)
     if longest is not None and batch.shape[1] > longest:
         raise ValueError(f"the texts have {batch.shape[1]} tokens; the model takes at most {longest}")
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    refuse_unknown_ids(batch.input_ids, getattr(embedding, "num_embeddings", None), "input_ids",
+                       "; is the tokenizer this model's?")
     return batch

@@ -99,6 +99,15 @@ def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 
     return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]
 
 
+def panel_text(text: str, width: int = 34, lines: int = 2) -> str:
+    """``text`` quoted, wrapped to ``lines`` lines of ``width`` characters (what a 3.2-inch panel title holds at 10
+    pt) and cut with "…" after them: an unwrapped long title runs across the next panels, a longer one squeezes
+    the pictures."""
+    import textwrap
+
+    return "'" + "\n".join(textwrap.wrap(text, width, max_lines=lines, placeholder=" …")) + "'"
+
+
 def figure_bytes(fig: "Figure") -> bytes:
     """PNG bytes of a matplotlib figure at 100 dpi."""
     import io
@@ -118,5 +127,5 @@ def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: 
 def text_grid_png(path_name: str, rgb: np.ndarray, overlays: list[np.ndarray], texts: list[str], logits: np.ndarray,
                   settings: ExplainSettings) -> bytes:
     """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit."""
-    titles = [f"{text!r}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
+    titles = [f"{panel_text(text)}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
     return figure_bytes(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))
