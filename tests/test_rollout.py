@@ -10,7 +10,8 @@ import torch
 from vitroll import attention, rollout, rollout_matrix
 from vitroll.errors import MethodOptionError
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
-from reference import fuse, reference_case, reference_rollout
+from reference import (fuse, reference_attention, reference_case, reference_pool_row, reference_rollout,
+                       sharpen_attention)
 
 MODELS = {
     "vit_tiny": ("vit_tiny_patch16_224", {}, (224, 224)),
@@ -50,6 +51,29 @@ def test_layouts_have_the_expected_prefix_tokens_and_grids():
         model = timm.create_model(name, pretrained=False, **kwargs).eval()
         _, layout, _ = record_attention(model, torch.randn(1, 3, *size))
         assert (layout.num_prefix_tokens, layout.readout, layout.grid) == expected[key], key
+
+
+POOLED = {  # timm ViTs whose head pools the final tokens, and the tokens it pools
+    "map_after_registers": dict(class_token=False, reg_tokens=4, global_pool="map"),  # vit_so150m_patch16_reg4_map_256
+    "map_after_class_token": dict(global_pool="map"),
+    "map_over_prefix": dict(class_token=False, reg_tokens=1, global_pool="map", pool_include_prefix=True),
+    "avg_over_prefix": dict(reg_tokens=2, global_pool="avg", pool_include_prefix=True),
+    "avg_after_prefix": dict(reg_tokens=2, global_pool="avg"),
+}
+
+
+@pytest.mark.parametrize("pool", POOLED)
+def test_pooling_models_read_out_exactly_the_tokens_their_pool_reads(pool):
+    torch.manual_seed(0)
+    model = sharpen_attention(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=(32, 48),
+                                                patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=3,
+                                                **POOLED[pool]), std=0.3)
+    images = torch.randn(2, 3, 32, 48)
+    maps = rollout(model, images)
+    for i in range(len(images)):
+        expected = reference_rollout(reference_attention(model, images[i:i + 1]), num_prefix=model.num_prefix_tokens,
+                                     grid=(4, 6), class_token=False, readout=reference_pool_row(model, images[i:i + 1]))
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-6, rtol=0)
 
 
 def test_start_layer_and_attention_weight_match_reference(case):

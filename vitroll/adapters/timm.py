@@ -97,7 +97,9 @@ def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLa
     _check_input_size(model, image_hw)
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
-    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
+    # timm's pool_include_prefix: the average (or the attention pool) covers the prefix tokens too
+    mean: Readout = "token_mean" if getattr(model, "pool_include_prefix", False) else "patch_mean"
+    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, mean)
     return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
 
 
