@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from fractions import Fraction
 
 import numpy as np
 import timm
@@ -47,10 +48,11 @@ def fuse(per_head: np.ndarray, head_fusion: str) -> np.ndarray:
 
 
 def discard_rows(matrix: np.ndarray, ratio: float, protected: int | None) -> np.ndarray:
-    """Row by row: zero every entry <= the k-th smallest (k = int(N·ratio)), never the protected column."""
+    """Row by row: zero every entry <= the k-th smallest (k = ⌊N·ratio⌋ of the decimal ratio, exactly), never the
+    protected column."""
     out = matrix.copy()
     n = matrix.shape[1]
-    k = int(n * ratio)
+    k = math.floor(Fraction(str(ratio)) * n)
     if k == 0:
         return out
     for i in range(n):

@@ -10,7 +10,7 @@ import torch
 from vitroll import attention, rollout, rollout_matrix
 from vitroll.errors import MethodOptionError
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
-from reference import (fuse, reference_attention, reference_case, reference_pool_row, reference_rollout,
+from reference import (discard_rows, fuse, reference_attention, reference_case, reference_pool_row, reference_rollout,
                        sharpen_attention)
 
 MODELS = {
@@ -117,6 +117,17 @@ def test_discard_lowest_drops_per_row_and_never_the_class_column():
     torch.testing.assert_close(out, expected)
     # rows, not columns: each row keeps its own largest entries (ties at the threshold all go)
     assert (out[0] > 0).sum(dim=1).tolist() == [2, 2, 2, 1]
+
+
+@pytest.mark.parametrize("num_tokens, ratio, k", [(100, 0.29, 29), (100, 0.53, 53), (50, 0.58, 29), (197, 0.9, 177)])
+def test_discard_drops_the_floor_of_n_times_the_decimal_ratio(num_tokens, ratio, k):
+    """k = ⌊N·ratio⌋ of the ratio as written: neither float32 (100 · 0.53 → 52) nor float64 (100 · 0.29 →
+    28.999…) rounding may move it by one token."""
+    attention_rows = torch.rand(1, num_tokens, num_tokens, generator=torch.Generator().manual_seed(0))  # no ties
+    for protected, dropped in ((None, k), (0, min(k, num_tokens - 1))):
+        out = discard_lowest(attention_rows, ratio, protected_column=protected)
+        assert ((out == 0).sum(dim=-1) == dropped).all()
+        np.testing.assert_array_equal(out[0].numpy(), discard_rows(attention_rows[0].double().numpy(), ratio, protected))
 
 
 def test_discard_reference_agrees_on_a_random_matrix():
