@@ -89,8 +89,9 @@ def reference_rollout(
 def reference_pool_row(model: nn.Module, image: torch.Tensor) -> np.ndarray:
     """The decision row (N,) of a timm ViT that pools its final tokens, for ONE image (1, 3, H, W) in float64:
     ``global_pool='avg'`` weighs the tokens it averages equally; ``'map'`` gives the pooling head's attention
-    (heads and latent queries averaged), recomputed from its weights. Tokens the pool never reads (the prefix
-    tokens, unless ``pool_include_prefix``) get 0."""
+    (heads and latent queries averaged), recomputed from its weights; ``'prr'`` its parameter-free attention's class
+    row (heads averaged), or mean row without a class token. Tokens the pool never reads (the prefix tokens, unless
+    ``pool_include_prefix``) get 0."""
     reference = copy.deepcopy(model).double().eval()
     with torch.no_grad():
         tokens = reference.forward_features(image.double())[0]  # (N, D), after the final norm
@@ -98,6 +99,11 @@ def reference_pool_row(model: nn.Module, image: torch.Tensor) -> np.ndarray:
         seen = tokens[skipped:]
         if reference.global_pool == "avg":
             weights = np.full(len(seen), 1.0 / len(seen))
+        elif reference.global_pool == "prr":
+            pool = reference.attn_pool
+            heads = pool.pre_norm(seen).reshape(len(seen), pool.num_heads, pool.head_dim).transpose(0, 1)
+            attention = torch.softmax(heads @ heads.transpose(-1, -2) * pool.scale, dim=-1).mean(dim=0)
+            weights = (attention[0] if reference.has_class_token else attention.mean(dim=0)).numpy()
         else:
             pool = reference.attn_pool
             heads, head_dim = pool.num_heads, pool.head_dim

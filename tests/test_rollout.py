@@ -59,6 +59,8 @@ POOLED = {  # timm ViTs whose head pools the final tokens, and the tokens it poo
     "map_over_prefix": dict(class_token=False, reg_tokens=1, global_pool="map", pool_include_prefix=True),
     "avg_over_prefix": dict(reg_tokens=2, global_pool="avg", pool_include_prefix=True),
     "avg_after_prefix": dict(reg_tokens=2, global_pool="avg"),
+    "prr_class_token": dict(reg_tokens=1, global_pool="prr"),  # parameter-free attention, then the class token
+    "prr_mean": dict(class_token=False, global_pool="prr"),  # the same, then the mean
 }
 
 
