@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from fractions import Fraction
 
 import numpy as np
 import timm
@@ -47,10 +48,11 @@ def fuse(per_head: np.ndarray, head_fusion: str) -> np.ndarray:
 
 
 def discard_rows(matrix: np.ndarray, ratio: float, protected: int | None) -> np.ndarray:
-    """Row by row: zero every entry <= the k-th smallest (k = int(N·ratio)), never the protected column."""
+    """Row by row: zero every entry <= the k-th smallest (k = ⌊N·ratio⌋ of the decimal ratio, exactly), never the
+    protected column."""
     out = matrix.copy()
     n = matrix.shape[1]
-    k = int(n * ratio)
+    k = math.floor(Fraction(str(ratio)) * n)
     if k == 0:
         return out
     for i in range(n):
@@ -66,8 +68,10 @@ def discard_rows(matrix: np.ndarray, ratio: float, protected: int | None) -> np.
 def reference_rollout(
     per_layer: list[np.ndarray], *, num_prefix: int, grid: tuple[int, int], class_token: bool,
     head_fusion: str = "mean", discard_ratio: float = 0.0, attention_weight: float = 0.5, start_layer: int = 0,
+    readout: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Full-matrix rollout R = Â_L ··· Â_1 in float64; returns the readout row over patches, shape grid."""
+    """Full-matrix rollout R = Â_L ··· Â_1 in float64; returns the readout row over patches, shape grid: the class
+    token's row, the patch tokens' mean row, or ``readout @ R`` for a given decision row ``readout`` (N,)."""
     n = per_layer[0].shape[-1]
     result = np.eye(n)
     for per_head in per_layer[start_layer:]:
@@ -75,8 +79,40 @@ def reference_rollout(
         mixed = attention_weight * fused + (1 - attention_weight) * np.eye(n)
         mixed = mixed / mixed.sum(axis=1, keepdims=True)
         result = mixed @ result
-    row = result[0] if class_token else result[num_prefix:].mean(axis=0)
+    if readout is not None:
+        row = readout @ result
+    else:
+        row = result[0] if class_token else result[num_prefix:].mean(axis=0)
     return row[num_prefix:].reshape(grid)
+
+
+def reference_pool_row(model: nn.Module, image: torch.Tensor) -> np.ndarray:
+    """The decision row (N,) of a timm ViT that pools its final tokens, for ONE image (1, 3, H, W) in float64:
+    ``global_pool='avg'`` weighs the tokens it averages equally; ``'map'`` gives the pooling head's attention
+    (heads and latent queries averaged), recomputed from its weights; ``'prr'`` its parameter-free attention's class
+    row (heads averaged), or mean row without a class token. Tokens the pool never reads (the prefix tokens, unless
+    ``pool_include_prefix``) get 0."""
+    reference = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        tokens = reference.forward_features(image.double())[0]  # (N, D), after the final norm
+        num_tokens, skipped = tokens.shape[0], 0 if reference.pool_include_prefix else reference.num_prefix_tokens
+        seen = tokens[skipped:]
+        if reference.global_pool == "avg":
+            weights = np.full(len(seen), 1.0 / len(seen))
+        elif reference.global_pool == "prr":
+            pool = reference.attn_pool
+            heads = pool.pre_norm(seen).reshape(len(seen), pool.num_heads, pool.head_dim).transpose(0, 1)
+            attention = torch.softmax(heads @ heads.transpose(-1, -2) * pool.scale, dim=-1).mean(dim=0)
+            weights = (attention[0] if reference.has_class_token else attention.mean(dim=0)).numpy()
+        else:
+            pool = reference.attn_pool
+            heads, head_dim = pool.num_heads, pool.head_dim
+            q = pool.q_norm(pool.q(pool.latent[0]).reshape(-1, heads, head_dim).transpose(0, 1))
+            k = pool.k_norm(pool.kv(seen).reshape(len(seen), 2, heads, head_dim)[:, 0].transpose(0, 1))
+            weights = torch.softmax(q @ k.transpose(-1, -2) * pool.scale, dim=-1).mean(dim=(0, 1)).numpy()
+    row = np.zeros(num_tokens)
+    row[skipped:] = weights
+    return row
 
 
 def reference_attention_gradients(model: nn.Module, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -45,6 +45,21 @@ def test_capture_leaves_the_model_unchanged(model):
     assert recorder.attentions[0].shape == (2, 197, 197)
 
 
+def test_a_float64_model_keeps_float64_logits_on_every_capture_path():
+    """PyTorch's fused CPU kernel takes no float64, so factored recording computes the attention itself: in float64
+    for a float64 model (it ran in float32 and moved the logits by ~1e-7), as the blocked kernel does."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=5).double().eval()
+    images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    with torch.no_grad():
+        plain = model(images)
+        for options in (dict(), dict(factored=True, chunk_bytes=1)):
+            with AttentionRecorder(model, **options) as recorder:
+                captured = model(images)
+            assert isinstance(recorder.attentions[0], FactoredAttention) == bool(options)
+            torch.testing.assert_close(captured, plain, atol=1e-13, rtol=0)
+
+
 @pytest.mark.parametrize("keep_graph", [False, True])
 def test_flags_and_hooks_restored_after_exit_and_after_exception(model, keep_graph):
     flags, hooks = fused_flags(model), hook_counts(model)

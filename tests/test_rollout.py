@@ -10,7 +10,8 @@ import torch
 from vitroll import attention, rollout, rollout_matrix
 from vitroll.errors import MethodOptionError
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
-from reference import fuse, reference_case, reference_rollout
+from reference import (discard_rows, fuse, reference_attention, reference_case, reference_pool_row, reference_rollout,
+                       sharpen_attention)
 
 MODELS = {
     "vit_tiny": ("vit_tiny_patch16_224", {}, (224, 224)),
@@ -50,6 +51,31 @@ def test_layouts_have_the_expected_prefix_tokens_and_grids():
         model = timm.create_model(name, pretrained=False, **kwargs).eval()
         _, layout, _ = record_attention(model, torch.randn(1, 3, *size))
         assert (layout.num_prefix_tokens, layout.readout, layout.grid) == expected[key], key
+
+
+POOLED = {  # timm ViTs whose head pools the final tokens, and the tokens it pools
+    "map_after_registers": dict(class_token=False, reg_tokens=4, global_pool="map"),  # vit_so150m_patch16_reg4_map_256
+    "map_after_class_token": dict(global_pool="map"),
+    "map_over_prefix": dict(class_token=False, reg_tokens=1, global_pool="map", pool_include_prefix=True),
+    "avg_over_prefix": dict(reg_tokens=2, global_pool="avg", pool_include_prefix=True),
+    "avg_after_prefix": dict(reg_tokens=2, global_pool="avg"),
+    "prr_class_token": dict(reg_tokens=1, global_pool="prr"),  # parameter-free attention, then the class token
+    "prr_mean": dict(class_token=False, global_pool="prr"),  # the same, then the mean
+}
+
+
+@pytest.mark.parametrize("pool", POOLED)
+def test_pooling_models_read_out_exactly_the_tokens_their_pool_reads(pool):
+    torch.manual_seed(0)
+    model = sharpen_attention(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=(32, 48),
+                                                patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=3,
+                                                **POOLED[pool]), std=0.3)
+    images = torch.randn(2, 3, 32, 48)
+    maps = rollout(model, images)
+    for i in range(len(images)):
+        expected = reference_rollout(reference_attention(model, images[i:i + 1]), num_prefix=model.num_prefix_tokens,
+                                     grid=(4, 6), class_token=False, readout=reference_pool_row(model, images[i:i + 1]))
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-6, rtol=0)
 
 
 def test_start_layer_and_attention_weight_match_reference(case):
@@ -93,6 +119,17 @@ def test_discard_lowest_drops_per_row_and_never_the_class_column():
     torch.testing.assert_close(out, expected)
     # rows, not columns: each row keeps its own largest entries (ties at the threshold all go)
     assert (out[0] > 0).sum(dim=1).tolist() == [2, 2, 2, 1]
+
+
+@pytest.mark.parametrize("num_tokens, ratio, k", [(100, 0.29, 29), (100, 0.53, 53), (50, 0.58, 29), (197, 0.9, 177)])
+def test_discard_drops_the_floor_of_n_times_the_decimal_ratio(num_tokens, ratio, k):
+    """k = ⌊N·ratio⌋ of the ratio as written: neither float32 (100 · 0.53 → 52) nor float64 (100 · 0.29 →
+    28.999…) rounding may move it by one token."""
+    attention_rows = torch.rand(1, num_tokens, num_tokens, generator=torch.Generator().manual_seed(0))  # no ties
+    for protected, dropped in ((None, k), (0, min(k, num_tokens - 1))):
+        out = discard_lowest(attention_rows, ratio, protected_column=protected)
+        assert ((out == 0).sum(dim=-1) == dropped).all()
+        np.testing.assert_array_equal(out[0].numpy(), discard_rows(attention_rows[0].double().numpy(), ratio, protected))
 
 
 def test_discard_reference_agrees_on_a_random_matrix():

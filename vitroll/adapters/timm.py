@@ -7,6 +7,8 @@ model's ``pretrained_cfg``.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from timm.data import resolve_data_config
 from timm.layers import Attention, AttentionPoolLatent, AttentionRope
@@ -19,7 +21,8 @@ from torch import nn
 
 from vitroll.adapters.base import register_family
 from vitroll.capture.families import Padding, Readout, TokenLayout
-from vitroll.capture.readouts import AttentionReadout
+from vitroll.capture.readouts import AttentionReadout, AttentionSink
+from vitroll.capture.recorder import attention_probabilities
 from vitroll.preprocess import Preprocessing
 
 
@@ -89,6 +92,10 @@ def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
         raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
 
 
+ATTENTION_POOLS = ("map", "prr")
+"""timm's ``global_pool`` values whose head attends over the final tokens: its attention is the decision row."""
+
+
 def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
     """Layout of models with ``patch_embed``, ``num_prefix_tokens`` and timm's ``global_pool`` convention.
 
@@ -97,13 +104,32 @@ def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLa
     _check_input_size(model, image_hw)
     grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
-    readout: Readout = {"token": "class_token", "map": "attention_pool"}.get(pool, "patch_mean")
+    # timm's pool_include_prefix: the average (or the attention pool) covers the prefix tokens too
+    mean: Readout = "token_mean" if getattr(model, "pool_include_prefix", False) else "patch_mean"
+    readout: Readout = "attention_pool" if pool in ATTENTION_POOLS else {"token": "class_token"}.get(pool, mean)
     return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
 
 
 def _attention_pool(model: nn.Module) -> list[nn.Module]:
     pool = getattr(model, "attn_pool", None)
-    return [pool] if getattr(model, "global_pool", None) == "map" and pool is not None else []
+    return [pool] if getattr(model, "global_pool", None) in ATTENTION_POOLS and pool is not None else []
+
+
+def _attach_prr_pool(module: nn.Module, sink: AttentionSink) -> Callable[[], None]:
+    """timm's PRR pool (``global_pool='prr'``): a parameter-free self-attention ``softmax(x_h x_hᵀ · scale)`` over
+    the pre-normed tokens' head slices, then the class token's output (``pool='token'``) or the mean of all outputs
+    (``'avg'``). Records, beside the call, the query rows the pool reads: row 0, or every row (their mean is then the
+    decision row)."""
+
+    def record(_module: nn.Module, args: tuple) -> None:
+        tokens = module.pre_norm(args[0])
+        batch, num_tokens, _ = tokens.shape
+        heads = tokens.reshape(batch, num_tokens, module.num_heads, module.head_dim).transpose(1, 2)
+        queries = heads[:, :, :1] if module.pool == "token" else heads
+        sink.record((batch, module.num_heads, queries.shape[2], num_tokens),
+                    lambda rows: attention_probabilities(queries[:, :, rows], heads, module.scale), tokens.device)
+
+    return module.register_forward_pre_hook(record).remove
 
 
 def _cait_attention_modules(model: nn.Module) -> list[nn.Module]:
@@ -139,10 +165,12 @@ register_family(
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
         AttentionReadout(AttentionPoolLatent, probs_module=None, query_key_modules=("q_norm", "k_norm")),
         AttentionReadout(AttentionRope),
+        AttentionReadout("timm.layers.attention_pool.AttentionPoolPrr", probs_module=None, fused_flag=None,
+                         attach=_attach_prr_pool),
     ],
     name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vit_*_reg4*", "vit_*_dinov2*", "vit_*_siglip*"),
     timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid"),
-    notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention",
+    notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map'/'prr' head → pool attention",
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,

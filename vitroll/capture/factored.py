@@ -110,15 +110,18 @@ def attention_with_log_normalizer(
         return fused
     out = torch.empty_like(q)
     log_normalizer = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    keys_t, values = k.float().transpose(-2, -1), v.float()
-    step = rows_per_block(q.shape[0] * q.shape[1] * k.shape[-2] * 4, q.shape[-2], q.device)
-    # float32 logits under the model's autocast too: FactoredAttention recomputes them in float32 against ℓ
+    # at least float32, also under the model's autocast (FactoredAttention recomputes the logits in float32 against
+    # ℓ); a float64 model's output stays float64, as its own kernel would give it
+    precision = torch.promote_types(q.dtype, torch.float32)
+    keys_t, values = k.to(precision).transpose(-2, -1), v.to(precision)
+    step = rows_per_block(q.shape[0] * q.shape[1] * k.shape[-2] * precision.itemsize, q.shape[-2], q.device)
     with without_autocast(q.device):
         for start in range(0, q.shape[-2], step):
             rows = slice(start, start + step)
-            logits = (q[..., rows, :].float() @ keys_t) * scale
-            log_normalizer[..., rows] = logits.logsumexp(dim=-1)
-            out[..., rows, :] = (torch.exp(logits - log_normalizer[..., rows, None]) @ values).to(out.dtype)
+            logits = (q[..., rows, :].to(precision) @ keys_t) * scale
+            row_log_normalizer = logits.logsumexp(dim=-1)
+            log_normalizer[..., rows] = row_log_normalizer
+            out[..., rows, :] = (torch.exp(logits - row_log_normalizer[..., None]) @ values).to(out.dtype)
     return out, log_normalizer
 
 

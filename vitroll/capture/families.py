@@ -39,8 +39,9 @@ class TokenLayout:
         cover every position).
     readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "position"}
         Which row of the attention is the model's "decision" row: the class token's (index 0); for models
-        that average the tokens, the mean of the patch (or real) tokens' rows (``"patch_mean"``, and its name for
-        text, ``"token_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
+        that average the patch tokens, the mean of their rows (``"patch_mean"``); for models that average every
+        token, prefix tokens included (timm's ``pool_include_prefix``; a text's real tokens), the mean of all rows
+        (``"token_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
         query's own attention over the tokens; for a language model, the row of the explained ``positions``.
     grid : (int, int) or None
         Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens. None for a sequence.
@@ -85,7 +86,7 @@ class TokenLayout:
         if self.readout == "class_token":
             v[0] = 1.0
             return v
-        v[self.num_prefix_tokens:] = 1.0
+        v[self.num_prefix_tokens if self.readout == "patch_mean" else 0:] = 1.0
         if self.token_mask is not None:
             v = v * self.token_mask.to(device=device, dtype=dtype)
         return v / v.sum(dim=-1, keepdim=True)

@@ -247,7 +247,11 @@ class AttentionRecorder:
         if layout.readout == "attention_pool":
             if not self._readout_records or self._readout_records[0] is None:
                 raise RuntimeError("no attention-pool attention was recorded; run a forward pass inside the context")
-            layout = replace(layout, pool_weights=self._readout_records[0].float().mean(dim=1))
+            pool_weights = self._readout_records[0].float().mean(dim=1)
+            # a pool that skips the prefix tokens (timm's default with class or register tokens) attends to the
+            # last tokens only: the prefix tokens get no weight in the decision row
+            skipped = layout.num_tokens - pool_weights.shape[-1]
+            layout = replace(layout, pool_weights=torch.nn.functional.pad(pool_weights, (skipped, 0)))
         recorded = self.attentions[0].shape[-1]
         if layout.num_tokens != recorded:
             raise RuntimeError(

@@ -26,6 +26,7 @@ fused attention pass per layer, in O(N·D) memory.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -48,7 +49,8 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     attention : Tensor, shape (B, N, N)
     discard_ratio : float in [0, 1)
         Fraction of each row's entries to drop: every entry ``<=`` the row's ``k``-th smallest value,
-        ``k = int(n · discard_ratio)`` with ``n`` the number of real tokens (N without padding), is set to 0.
+        ``k = ⌊n · discard_ratio⌋`` (:func:`discarded_count`) with ``n`` the number of real tokens (N without
+        padding), is set to 0.
     protected_column : int or None
         Column never dropped (the class token's), nor counted among the smallest.
     token_mask : Tensor, shape (B, N), bool, optional
@@ -64,7 +66,8 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     batch, num_tokens = attention.shape[0], attention.shape[-1]
     counts = (torch.full((batch,), num_tokens, device=attention.device) if token_mask is None
               else token_mask.sum(dim=-1).to(attention.device))
-    k = (counts * discard_ratio).long()
+    k = torch.tensor([discarded_count(int(count), discard_ratio) for count in counts.tolist()],
+                     device=attention.device)
     if protected_column is not None:
         k = torch.minimum(k, counts - 1)
     if not bool((k > 0).any()):
@@ -82,6 +85,15 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
         threshold = ordered.gather(-1, (k - 1).clamp(min=0)[:, None, None].expand(-1, attention.shape[1], 1))
         threshold = threshold.masked_fill((k == 0)[:, None, None], float("-inf"))
     return attention.masked_fill(ranked <= threshold, 0.0)
+
+
+def discarded_count(num_tokens: int, discard_ratio: float) -> int:
+    """``k = ⌊n · discard_ratio⌋``, the number of entries per row that :func:`discard_lowest` ranks as weakest.
+
+    Computed in float64 with a margin far below one token: the product of a decimal ratio falls just short of
+    the integer it stands for (100 · 0.29 = 28.999999999999996), and float32 misses both ways (100 · 0.53 → 52).
+    """
+    return math.floor(num_tokens * discard_ratio + 1e-9)
 
 
 def check_attention_weight(attention_weight: float) -> None:
