@@ -389,3 +389,19 @@ def test_a_caption_is_no_longer_than_the_decoder_has_positions(decoder, images):
     with pytest.raises(ValueError, match="caption_ids have 17 tokens; the decoder reads at most 16 "
                                          r"\(its position embeddings\)"):
         vitroll.caption_maps(model, images, caption_ids=torch.ones(2, 17, dtype=torch.long))
+
+
+def test_a_captioner_saved_without_its_tokenizer_is_named_a_captioner(saved_captioner, tmp_path, capsys):
+    import shutil
+
+    from vitroll.cli import main
+
+    folder = tmp_path / "captioner"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        if (saved_captioner / name).is_file():
+            shutil.copy(saved_captioner / name, folder / name)
+    assert main(["caption", "x.png", "--model", str(folder), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {folder}: no tokenizer saved with the captioner (FileNotFoundError); save it beside the "
+        "model with tokenizer.save_pretrained\n")  # was "with the text model"

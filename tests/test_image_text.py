@@ -339,3 +339,17 @@ def test_a_long_text_is_wrapped_and_cut_in_its_panel_title():
     assert panel_text("word " * 200) == (
         "'word word word word word word word\nword word word word word word …'")  # not 200 words over the pictures
     assert panel_text("x" * 100) == "'" + "x" * 34 + "\n…'"
+
+
+def test_a_grid_of_many_texts_wraps_into_rows_of_eight_panels():
+    import numpy as np
+
+    from vitroll.overlay import overlay_grid
+
+    picture = np.zeros((32, 64, 3), dtype=np.uint8)
+    fig = overlay_grid(picture, [picture] * 12, [f"text {index}" for index in range(12)], title="x")
+    shown = [ax for ax in fig.axes if ax.images]
+    assert len(shown) == 13 and [ax.get_title() for ax in shown[8:10]] == ["text 7", "text 8"]
+    np.testing.assert_allclose(fig.get_size_inches(), [8 * 3.2, 2 * (3.2 / 2 + 0.8)])  # was 41.6 inches wide
+    assert {round(ax.get_position().y0, 2) for ax in shown[:8]} != {round(ax.get_position().y0, 2) for ax in shown[8:]}
+    np.testing.assert_allclose(overlay_grid(picture, [picture], ["a"]).get_size_inches(), [2 * 3.2, 3.2 / 2 + 0.8])

@@ -362,6 +362,9 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     names = vitroll.class_names(model)
     assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
     assert names[11:] == [str(index) for index in range(11, 40)]
+    assert vitroll.class_names(model) == names  # decoded once per model and tokenizer: a run asks once per batch
+    vitroll.use_tokenizer(model, bpe_tokenizer(tmp_path))
+    assert vitroll.class_names(model)[:6] == ["<|endoftext|>", "c", "a", "t", "s", " "]
 
 
 def test_sentence_pairs_keep_their_token_type_ids(tmp_path):

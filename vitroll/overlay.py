@@ -164,18 +164,28 @@ def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, tit
     return fig
 
 
-def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = ""):
-    """A matplotlib Figure: the image, then each overlay (H, W, 3) under its title, in one row (one map per text)."""
+GRID_COLUMNS = 8
+"""Panels per row of :func:`overlay_grid`: 40 prompts in one row made a picture 13,120 pixels wide."""
+
+
+def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = "",
+                 columns: int = GRID_COLUMNS):
+    """A matplotlib Figure: the image, then each overlay (H, W, 3) under its title (one map per text or word), in
+    rows of at most ``columns`` panels."""
     from matplotlib.figure import Figure
 
     height, width = image.shape[:2]
     panel = 3.2
-    fig = Figure(figsize=(panel * (1 + len(overlays)), panel * height / width + 0.8), layout="constrained")
-    axes = fig.subplots(1, 1 + len(overlays), squeeze=False)[0]
+    count = 1 + len(overlays)
+    across = min(count, columns)
+    rows = -(-count // across)
+    fig = Figure(figsize=(panel * across, (panel * height / width + 0.8) * rows), layout="constrained")
+    axes = fig.subplots(rows, across, squeeze=False).ravel()
+    for ax in axes:
+        ax.set_axis_off()
     for ax, picture, caption in zip(axes, [image, *overlays], ["image", *titles]):
         ax.imshow(picture)
         ax.set_title(caption, fontsize=10, wrap=True)
-        ax.set_axis_off()
     if title:
         fig.suptitle(title)
     return fig

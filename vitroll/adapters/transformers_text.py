@@ -17,7 +17,8 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
+from weakref import WeakKeyDictionary
 
 import torch
 from torch import nn
@@ -77,10 +78,20 @@ def _vocabulary(model: nn.Module) -> Optional[list[str]]:
     if tokenizer is None:
         return None
     ids = list(range(model.config.vocab_size))
+    cached = _DECODED.get(model)
+    if cached is not None and cached[0] is tokenizer and len(cached[1]) == len(ids):
+        return list(cached[1])
     tokens = tokenizer.convert_ids_to_tokens(ids)
     texts = tokenizer.batch_decode([[index] for index in ids])
-    return [text if text and "\ufffd" not in text else (token if token is not None else str(index))
-            for index, token, text in zip(ids, tokens, texts)]
+    names = [text if text and "\ufffd" not in text else (token if token is not None else str(index))
+             for index, token, text in zip(ids, tokens, texts)]
+    _DECODED[model] = (tokenizer, names)
+    return list(names)
+
+
+_DECODED: "WeakKeyDictionary[nn.Module, tuple[Any, list[str]]]" = WeakKeyDictionary()
+"""Each language model's decoded vocabulary with the tokenizer it was decoded with: decoding GPT-2's 50,257 tokens
+takes about a second, and a run over many texts asks for them once per batch."""
 
 
 def _register(name: str, module: str, attention: str, classes: tuple[str, ...], *,

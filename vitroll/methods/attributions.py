@@ -281,7 +281,10 @@ def occlusion(
     """
     _check_at_least_one(batch_size=batch_size)
     space, targets, logits = explained_space(model, inputs, target_class)
-    every_window = sliding_windows(space.cells, window).to(space.inputs.device)
+    if len(space.cells) == 1 and window > space.cells[0]:  # texts all shorter than the window: theirs, not the option's
+        every_window = torch.zeros(0, *space.cells, dtype=torch.bool, device=space.inputs.device)
+    else:
+        every_window = sliding_windows(space.cells, window).to(space.inputs.device)
     scores = []
     with eval_mode(model), torch.no_grad():
         for row, target in enumerate(targets.tolist()):

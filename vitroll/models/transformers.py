@@ -138,14 +138,14 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         if bars:
             transformers.utils.logging.enable_progress_bar()
     if kind in TEXT_MODEL_TYPES:
-        _use_tokenizer_of(model, source, offline=offline or local, required=True)
+        _use_tokenizer_of(model, source, offline=offline or local, needed_by="the text model")
     elif kind in CAPTIONER_MODEL_TYPES:
         _use_processor_of(model, source, offline=offline or local)
-        _use_tokenizer_of(model, source, offline=offline or local, required=True)
+        _use_tokenizer_of(model, source, offline=offline or local, needed_by="the captioner")
     else:
         _use_processor_of(model, source, offline=offline or local)
         if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
-            _use_tokenizer_of(model, source, offline=offline or local, required=False)
+            _use_tokenizer_of(model, source, offline=offline or local)
     return model
 
 
@@ -190,10 +190,10 @@ def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
     use_image_processor(model, processor)
 
 
-def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, required: bool) -> None:
-    """Attach the tokenizer saved with the model: it turns strings into tokens for every method. A text model
-    (``required``) cannot do without one; an image–text model can (its texts then come as ids, or strings are
-    refused in one line that asks for a tokenizer)."""
+def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, needed_by: Optional[str] = None) -> None:
+    """Attach the tokenizer saved with the model: it turns strings into tokens for every method. A text model or a
+    captioner cannot do without one (``needed_by`` names it in the error); an image–text model can (its texts then
+    come as ids, or strings are refused in one line that asks for a tokenizer)."""
     from transformers import AutoTokenizer
 
     folder = Path(source)
@@ -203,9 +203,9 @@ def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, required:
         with hub.cache_only(offline):
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
     except (OSError, ValueError, KeyError, TypeError) as error:
-        if not required:
+        if needed_by is None:
             return
-        raise ModelLoadError(f"{source}: no tokenizer saved with the text model ({type(error).__name__}); save it "
+        raise ModelLoadError(f"{source}: no tokenizer saved with {needed_by} ({type(error).__name__}); save it "
                              "beside the model with tokenizer.save_pretrained") from None
     use_tokenizer(model, tokenizer)
 
