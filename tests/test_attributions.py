@@ -40,6 +40,17 @@ def test_gradient_shap_is_reproducible_and_class_specific(tiny):
     assert all(p.grad is None for p in tiny.parameters())
 
 
+def test_gradient_shap_maps_do_not_depend_on_the_batch(tiny):
+    """Each image gets the draws of ``seed`` and baselines of its own, alone or among others (annotate batches them)."""
+    images = torch.randn(3, 3, 48, 32)
+    batch = gradient_shap(tiny, images, target_class=[1, 0, 2], seed=3, samples=4)
+    for row, target in enumerate([1, 0, 2]):
+        torch.testing.assert_close(batch[row], gradient_shap(tiny, images[row:row + 1], target_class=target, seed=3,
+                                                             samples=4)[0], rtol=0, atol=1e-7)
+    torch.testing.assert_close(batch[2], gradient_shap(tiny, images[[2, 0]], target_class=[2, 1], seed=3,
+                                                       samples=4)[0], rtol=0, atol=1e-7)
+
+
 def test_pixels_to_grid_by_hand():
     pixels = torch.zeros(1, 3, 4, 4)
     pixels[0, 0, 0, 0] = -8.0

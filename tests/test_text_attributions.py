@@ -83,6 +83,16 @@ def test_gradient_shap_on_text_is_reproducible_class_specific_and_zero_on_paddin
     np.testing.assert_allclose(without_noise.sum(dim=1).numpy(), differences, rtol=0.2)  # expected gradients ≈ IG
 
 
+def test_gradient_shap_scores_of_a_text_do_not_depend_on_the_other_texts_of_its_batch():
+    model = bert()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    batch = vitroll.gradient_shap(model, ids, attention_mask=mask, target_class=TARGET, seed=3, samples=4)
+    for row in range(len(IDS)):
+        alone = vitroll.gradient_shap(model, ids[row:row + 1], attention_mask=mask[row:row + 1], target_class=TARGET,
+                                      seed=3, samples=4)
+        torch.testing.assert_close(batch[row], alone[0], rtol=0, atol=1e-7)
+
+
 def test_the_cli_explains_texts_with_integrated_gradients(saved_classifier, tmp_path, capsys):  # noqa: F811
     from vitroll.cli import main
 

@@ -79,9 +79,9 @@ class AttributionSpace(NamedTuple):
     baseline: torch.Tensor
     """(1, …) the point Integrated Gradients starts from, broadcast over the batch."""
     baselines: torch.Tensor
-    """(K, …) the baselines GradientSHAP draws from."""
-    scale: float
-    """The inputs' typical magnitude, which GradientSHAP's ``noise`` is relative to."""
+    """(B, K, …) the baselines GradientSHAP draws from for each row, from that row alone."""
+    scale: torch.Tensor
+    """(B,) each row's typical magnitude, which GradientSHAP's ``noise`` is relative to."""
     to_maps: Callable[[torch.Tensor, Sign], torch.Tensor]
     """Attributions shaped as ``inputs`` → maps (B, h, w) or token scores (B, L)."""
     cells: tuple[int, ...]
@@ -96,13 +96,14 @@ class AttributionSpace(NamedTuple):
 
 
 def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -> AttributionSpace:
-    """Pixels from the zero baseline (the dataset-mean colour after normalisation); GradientSHAP also draws a
-    mean-grey and a blurred copy."""
+    """Pixels from the zero baseline (the dataset-mean colour after normalisation); GradientSHAP also draws each
+    image's own mean-grey and blurred copies."""
     black = torch.zeros_like(images[:1])
-    grey = images.mean(dim=(0, 2, 3), keepdim=True).expand_as(black)
-    blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False).mean(dim=0, keepdim=True)
+    grey = images.mean(dim=(2, 3), keepdim=True).expand_as(images)
+    blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False)
     return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
-                            torch.cat([black, grey, blurred]), 1.0,
+                            torch.stack([black.expand_as(images), grey, blurred], dim=1),
+                            images.new_ones(len(images)),
                             lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
                             grid, torch.ones(len(images), *grid, dtype=torch.bool, device=images.device),
                             lambda row, masks: hide_patches(row, masks, black),
@@ -130,8 +131,8 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
             handle.remove()
 
     return AttributionSpace(
-        words, forward, (batch.input_ids, batch.attention_mask, positions, *segments), baseline, baseline,
-        float(words[batch.real].std()),
+        words, forward, (batch.input_ids, batch.attention_mask, positions, *segments), baseline,
+        baseline.expand_as(words)[:, None], torch.stack([row[real].std() for row, real in zip(words, batch.real)]),
         lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign),
         (words.shape[1],), batch.real.bool(), lambda row, masks: torch.where(masks[..., None], baseline, row),
         lambda scores, sign: embeddings_to_tokens(scores[..., None], batch.real, sign))
@@ -203,10 +204,11 @@ def gradient_shap(
     ``samples`` random points between the input (with Gaussian ``noise``) and a baseline. Reproducible for a given
     ``seed``; float32 on the model's device. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
-    Images: baselines drawn from a black, a mean-grey and a blurred copy, ``noise`` in normalised pixel units;
-    maps (B, h, w). Texts: the baseline of :func:`integrated_gradients` (the padding token's embedding, or zeros),
-    ``noise`` relative to the standard deviation of the texts' word embeddings; token scores (B, L), padded
-    positions 0.
+    Each input is explained on its own, with the random draws of ``seed``, so its map does not depend on the batch
+    it comes in. Images: baselines drawn from a black, the image's mean-grey and its blurred copy, ``noise`` in
+    normalised pixel units; maps (B, h, w). Texts: the baseline of :func:`integrated_gradients` (the padding token's
+    embedding, or zeros), ``noise`` relative to the standard deviation of the text's word embeddings; token scores
+    (B, L), padded positions 0 (a text padded to another length gets other noise draws).
     """
     _check_at_least_one(samples=samples)
     attr = _captum_attr()
@@ -216,15 +218,25 @@ def gradient_shap(
         method = attr.GradientShap(space.forward)
         numpy_state = np.random.get_state()  # captum draws the baselines with NumPy, the noise with torch
         try:
-            np.random.seed(seed)
             with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-                torch.manual_seed(seed)
-                return method.attribute(x, baselines=space.baselines, target=targets, additional_forward_args=space.extra,
-                                        n_samples=samples, stdevs=noise * space.scale)
+                return torch.cat([_row_gradient_shap(method, space, targets, row, samples, noise, seed)
+                                  for row in range(len(x))])
         finally:
             np.random.set_state(numpy_state)
 
     return _attribute(model, inputs, target_class, sign, explain)
+
+
+def _row_gradient_shap(method: object, space: AttributionSpace, targets: torch.Tensor, row: int, samples: int,
+                       noise: float, seed: int) -> torch.Tensor:
+    """captum's GradientSHAP for row ``row`` of ``space`` alone (1, …), its draws seeded afresh with ``seed``: captum
+    draws noise for the whole batch at once, so a batch would give each input other draws than it gets alone."""
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    rows = slice(row, row + 1)
+    return method.attribute(space.inputs[rows], baselines=space.baselines[row], target=targets[rows],
+                            additional_forward_args=tuple(extra[rows] for extra in space.extra),
+                            n_samples=samples, stdevs=noise * float(space.scale[row]))
 
 
 def hide_patches(image: torch.Tensor, masks: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
