@@ -159,3 +159,13 @@ def test_sanity_takes_images_as_every_method_does(random_checkpoint):
     tensor, _ = Preprocessing.from_model(model).batch([Image.open(disk).convert("RGB")])
     from_path = sanity_check(model, [str(disk)], ["rollout"])
     assert from_path.table() == sanity_check(model, tensor, ["rollout"]).table()
+
+
+def test_a_cut_out_mask_on_a_transparent_background_is_its_object_not_the_whole_image(tmp_path):
+    item = shapes_images(1, seed=4)[0]
+    Image.fromarray(item.image).save(tmp_path / "disk.png")
+    cut_out = np.zeros(item.mask.shape + (4,), np.uint8)
+    cut_out[item.mask] = 255
+    Image.fromarray(cut_out).save(tmp_path / "disk_mask.png")
+    (found,) = folder_images(tmp_path)
+    assert np.array_equal(found.mask, item.mask) and 0 < found.mask.mean() < 0.5

@@ -19,6 +19,7 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
+from vitroll.io.images import load_mask
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
@@ -69,7 +70,8 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
 
     Files are found by the rules of :mod:`vitroll.io.discovery` (image suffixes, hidden names skipped, not
-    recursive). A mask is any image; its non-zero pixels are the object; of several masks of one image
+    recursive). A mask is any image; its non-zero pixels are the object, or where it has transparency its opaque
+    pixels (:func:`~vitroll.io.images.load_mask`); of several masks of one image
     (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
     file or a mask whose size differs from its image.
     """
@@ -86,7 +88,7 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
         if path.stem.endswith(MASK_SUFFIX) or path.stem not in mask_of:
             continue
         image = np.asarray(load_image(path))
-        mask = np.asarray(load_image(mask_of[path.stem]).convert("L")) > 0
+        mask = load_mask(mask_of[path.stem])
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
