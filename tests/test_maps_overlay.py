@@ -140,3 +140,14 @@ def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatm
     with pytest.raises(ValueError) as raised:
         overlay(image, heatmap)
     assert str(raised.value) == message
+
+
+def test_percentile_normalisation_keeps_a_single_hot_patch():
+    grid = np.zeros((14, 14), np.float32)
+    grid[3, 4] = 5.0  # one patch in 196: below the 99th percentile's reach, so that percentile is 0 too
+    normalized = normalize(grid, mode="percentile")
+    assert normalized[3, 4] == 1.0 and normalized.sum() == 1.0
+    image = np.full((140, 140, 3), 255, np.uint8)
+    nearest = overlay(image, grid, normalization="percentile", interpolation="nearest")
+    assert np.array_equal(nearest, overlay(image, grid, interpolation="nearest"))
+    assert nearest[35, 45].tolist() == [192, 128, 128]  # the patch, jet's dark red over white; it was left blue

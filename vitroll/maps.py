@@ -68,7 +68,8 @@ def normalize(
     """Scale a map to [0, 1], ignoring NaN (kept as NaN).
 
     ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
-    percentiles first (robust to a few extreme patches). A constant map becomes all zeros.
+    percentiles first (robust to a few extreme patches), unless they are equal (a map flat but for a few values, which
+    are then its only structure: scaled as ``minmax``). A constant map becomes all zeros.
     """
     saliency = np.asarray(saliency, dtype=np.float32)
     finite = saliency[np.isfinite(saliency)]
@@ -78,6 +79,8 @@ def normalize(
         low, high = float(finite.min()), float(finite.max())
     elif mode == "percentile":
         low, high = (float(v) for v in np.percentile(finite, percentiles))
+        if high <= low:  # all but a few values are equal: those few are the map, not outliers to clip away
+            low, high = float(finite.min()), float(finite.max())
     else:
         raise ValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
     if high <= low:
