@@ -169,3 +169,14 @@ def test_a_cut_out_mask_on_a_transparent_background_is_its_object_not_the_whole_
     Image.fromarray(cut_out).save(tmp_path / "disk_mask.png")
     (found,) = folder_images(tmp_path)
     assert np.array_equal(found.mask, item.mask) and 0 < found.mask.mean() < 0.5
+
+
+def test_sanity_explains_the_target_class_it_is_given_else_the_prediction(random_checkpoint):
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    tensor = torch.from_numpy(shapes_images(1)[0].image).permute(2, 0, 1)[None].float() / 127.5 - 1
+    predicted = int(model(tensor).argmax())
+    default = sanity_check(model, tensor, ["chefer"]).correlations["chefer"]
+    other = sanity_check(model, tensor, ["chefer"], method_options={"target_class": (predicted + 1) % 4})
+    assert not np.allclose(other.correlations["chefer"], default)  # it was the prediction's, whatever was asked
