@@ -180,3 +180,19 @@ def test_sanity_explains_the_target_class_it_is_given_else_the_prediction(random
     default = sanity_check(model, tensor, ["chefer"]).correlations["chefer"]
     other = sanity_check(model, tensor, ["chefer"], method_options={"target_class": (predicted + 1) % 4})
     assert not np.allclose(other.correlations["chefer"], default)  # it was the prediction's, whatever was asked
+
+
+def test_deletion_and_insertion_follow_the_target_class_where_one_is_given(random_checkpoint):
+    from vitroll import center
+    from vitroll.metrics import deletion_insertion
+    from vitroll.models import load_model
+    from vitroll.preprocess import Preprocessing
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = shapes_images(1)
+    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(images[0].image)])
+    other = (int(model(tensor).argmax()) + 1) % 4
+    rows = evaluate(model, images, ["chefer", "center"], method_options={"target_class": other}, steps=2).rows
+    expected = deletion_insertion(model, tensor, center(model, tensor), torch.tensor([other]), steps=2, substrate="mean")
+    assert rows[1]["method"] == "center" and rows[1]["deletion_auc"] == pytest.approx(float(expected.deletion_auc[0]))
+    assert rows[1]["insertion_auc"] == pytest.approx(float(expected.insertion_auc[0]))

@@ -3,7 +3,8 @@
 Images come from a folder (``name.png`` beside ``name_mask.png``) or from the synthetic testbed. Every method
 runs on the same batches of the batch stream (:func:`~vitroll.pipelines.stream.decoded_batches`); each image
 gets, per method, the pointing game, the energy in the mask, the IoU of the map's top pixels with the mask, and
-deletion / insertion AUC for the class the model predicts.
+deletion / insertion AUC for the class the model predicts (or the ``target_class`` the gradient methods are given,
+which every method's curves then follow).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
@@ -134,6 +136,7 @@ def evaluate(
     """Run every method on every image and score it (see the module docstring)."""
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
+    target = shared.get("target_class")
     preprocessing = preprocessing or Preprocessing.from_model(model)
     result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},  # a method named twice runs once
                         curves={m: {"deletion": [], "insertion": []} for m in runs})
@@ -144,9 +147,10 @@ def evaluate(
             raise VitrollError(failed[0].message)
         tensor, decoded = batch.tensor, batch.decoded
         predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
+        tracked = predicted if target is None else torch.as_tensor(target, device=predicted.device).expand_as(predicted)
         for method in runs:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
-            curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
+            curves = deletion_insertion(model, tensor, saliency.maps, tracked, steps=steps, substrate=substrate)
             result.fractions = curves.fractions
             grid_maps = saliency.maps.float().cpu().numpy()
             for i, frame in enumerate(decoded):
