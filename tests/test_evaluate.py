@@ -193,6 +193,7 @@ def test_deletion_and_insertion_follow_the_target_class_where_one_is_given(rando
     tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(images[0].image)])
     other = (int(model(tensor).argmax()) + 1) % 4
     rows = evaluate(model, images, ["chefer", "center"], method_options={"target_class": other}, steps=2).rows
-    expected = deletion_insertion(model, tensor, center(model, tensor), torch.tensor([other]), steps=2, substrate="mean")
+    expected = deletion_insertion(model, tensor, center(model, tensor), torch.tensor([other]), steps=2,
+                                  substrate="mean")
     assert rows[1]["method"] == "center" and rows[1]["deletion_auc"] == pytest.approx(float(expected.deletion_auc[0]))
     assert rows[1]["insertion_auc"] == pytest.approx(float(expected.insertion_auc[0]))

@@ -121,7 +121,8 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
 
     image = np.full((6, 8, 3), 100, np.uint8)
     heat = np.linspace(0, 1, 48, dtype=np.float32).reshape(6, 8)
-    assert np.array_equal(overlay(image, heat, cmap=matplotlib.colormaps["viridis"]), overlay(image, heat, cmap="viridis"))
+    by_object = overlay(image, heat, cmap=matplotlib.colormaps["viridis"])
+    assert np.array_equal(by_object, overlay(image, heat, cmap="viridis"))
     black_to_red = LinearSegmentedColormap.from_list("mine", [(0, 0, 0), (1, 0, 0)])
     colours = colorize(heat, cmap=black_to_red)
     assert colours[-1, -1].tolist() == [255, 0, 0] and colours[0, 0].tolist() == [0, 0, 0]
@@ -131,10 +132,13 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
 
 
 @pytest.mark.parametrize("image, heatmap, message", [
-    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
-    (np.zeros((4, 6), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
+    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)),
+     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
+    (np.zeros((4, 6), np.uint8), np.ones((2, 2)),
+     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
     (np.zeros((4, 6, 3), np.uint8), np.ones((0, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (0, 2)"),
-    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2); a batch of maps? pass one of them, e.g. maps[0]"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)),
+     "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2); a batch of maps? pass one of them, e.g. maps[0]"),
 ])
 def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatmap, message):
     with pytest.raises(ValueError) as raised:

@@ -180,4 +180,5 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
     return values
 
 
-__all__ = ["KeyPatch", "as_map", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location", "summary", "to_original", "upsample"]
+__all__ = ["KeyPatch", "as_map", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location",
+           "summary", "to_original", "upsample"]

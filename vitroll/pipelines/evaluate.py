@@ -138,7 +138,8 @@ def evaluate(
     shared = check_shared_options(runs.values(), method_options or {})
     target = shared.get("target_class")
     preprocessing = preprocessing or Preprocessing.from_model(model)
-    result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},  # a method named twice runs once
+    # a method named twice runs once
+    result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},
                         curves={m: {"deletion": [], "insertion": []} for m in runs})
     for batch in decoded_batches(images, masked_image_frames, preprocessing, batch_size=batch_size,
                                  device=model_device(model)):
