@@ -159,3 +159,41 @@ def test_sanity_takes_images_as_every_method_does(random_checkpoint):
     tensor, _ = Preprocessing.from_model(model).batch([Image.open(disk).convert("RGB")])
     from_path = sanity_check(model, [str(disk)], ["rollout"])
     assert from_path.table() == sanity_check(model, tensor, ["rollout"]).table()
+
+
+def test_a_cut_out_mask_on_a_transparent_background_is_its_object_not_the_whole_image(tmp_path):
+    item = shapes_images(1, seed=4)[0]
+    Image.fromarray(item.image).save(tmp_path / "disk.png")
+    cut_out = np.zeros(item.mask.shape + (4,), np.uint8)
+    cut_out[item.mask] = 255
+    Image.fromarray(cut_out).save(tmp_path / "disk_mask.png")
+    (found,) = folder_images(tmp_path)
+    assert np.array_equal(found.mask, item.mask) and 0 < found.mask.mean() < 0.5
+
+
+def test_sanity_explains_the_target_class_it_is_given_else_the_prediction(random_checkpoint):
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    tensor = torch.from_numpy(shapes_images(1)[0].image).permute(2, 0, 1)[None].float() / 127.5 - 1
+    predicted = int(model(tensor).argmax())
+    default = sanity_check(model, tensor, ["chefer"]).correlations["chefer"]
+    other = sanity_check(model, tensor, ["chefer"], method_options={"target_class": (predicted + 1) % 4})
+    assert not np.allclose(other.correlations["chefer"], default)  # it was the prediction's, whatever was asked
+
+
+def test_deletion_and_insertion_follow_the_target_class_where_one_is_given(random_checkpoint):
+    from vitroll import center
+    from vitroll.metrics import deletion_insertion
+    from vitroll.models import load_model
+    from vitroll.preprocess import Preprocessing
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = shapes_images(1)
+    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(images[0].image)])
+    other = (int(model(tensor).argmax()) + 1) % 4
+    rows = evaluate(model, images, ["chefer", "center"], method_options={"target_class": other}, steps=2).rows
+    expected = deletion_insertion(model, tensor, center(model, tensor), torch.tensor([other]), steps=2,
+                                  substrate="mean")
+    assert rows[1]["method"] == "center" and rows[1]["deletion_auc"] == pytest.approx(float(expected.deletion_auc[0]))
+    assert rows[1]["insertion_auc"] == pytest.approx(float(expected.insertion_auc[0]))

@@ -122,7 +122,8 @@ def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
         explore(model, image, ExplorerControls(start_layer=4))
     with pytest.raises(ValueError, match=r"target_class \[7\] out of range for a model with 4 classes"):
         explore(model, image, ExplorerControls(method="chefer", target_class=7))
-    with pytest.raises(ValueError, match=r"^image must be RGB uint8 of shape \(H, W, 3\), H and W ≥ 1; got float64 \(4, 4\)$"):
+    with pytest.raises(ValueError,
+                       match=r"^image must be RGB uint8 of shape \(H, W, 3\), H and W ≥ 1; got float64 \(4, 4\)$"):
         explore(model, np.zeros((4, 4)), ExplorerControls())
 
 

@@ -102,7 +102,8 @@ def test_tensors_are_taken_as_they_are(model):
      f"images[0] is a uint8 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
     (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
      f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
-    (np.zeros((0, 30, 3), dtype=np.uint8), ValueError, "an image of 0×30 pixels (H×W) is empty: there is nothing to preprocess"),
+    (np.zeros((0, 30, 3), dtype=np.uint8), ValueError,
+     "an image of 0×30 pixels (H×W) is empty: there is nothing to preprocess"),
     ([Image.new("RGB", (5, 0))], ValueError, "an image of 0×5 pixels (H×W) is empty: there is nothing to preprocess"),
 ])
 def test_anything_else_is_refused_naming_what_is_accepted(model, images, error, message):

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from vitroll import ImageReadError, load_image
+from vitroll.io.images import load_mask
 
 
 def save(tmp_path, name, image, **kwargs):
@@ -105,3 +106,22 @@ def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(ImageReadError, match="too large"):
         load_image(path)
+
+
+def test_a_masks_object_is_its_opaque_pixels_where_it_has_transparency_else_its_non_zero_ones(tmp_path):
+    disk = np.zeros((6, 8), bool)
+    disk[2:4, 3:6] = True
+    white_on_clear = np.zeros((6, 8, 4), np.uint8)
+    white_on_clear[disk] = 255
+    black_on_clear = np.zeros((6, 8, 4), np.uint8)
+    black_on_clear[disk, 3] = 255
+    opaque = np.zeros((6, 8, 4), np.uint8)
+    opaque[..., 3] = 255
+    opaque[disk, 2] = 1  # the faintest blue is object too
+    grey = disk.astype(np.uint8) * 255
+    for name, array in [("white_on_clear", white_on_clear), ("black_on_clear", black_on_clear), ("opaque", opaque),
+                        ("grey", grey)]:
+        mask = load_mask(save(tmp_path, f"{name}.png", Image.fromarray(array)))
+        assert mask.dtype == bool and np.array_equal(mask, disk), name
+    with pytest.raises(ImageReadError, match="no such file"):
+        load_mask(tmp_path / "gone.png")

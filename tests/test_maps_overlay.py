@@ -121,7 +121,8 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
 
     image = np.full((6, 8, 3), 100, np.uint8)
     heat = np.linspace(0, 1, 48, dtype=np.float32).reshape(6, 8)
-    assert np.array_equal(overlay(image, heat, cmap=matplotlib.colormaps["viridis"]), overlay(image, heat, cmap="viridis"))
+    by_object = overlay(image, heat, cmap=matplotlib.colormaps["viridis"])
+    assert np.array_equal(by_object, overlay(image, heat, cmap="viridis"))
     black_to_red = LinearSegmentedColormap.from_list("mine", [(0, 0, 0), (1, 0, 0)])
     colours = colorize(heat, cmap=black_to_red)
     assert colours[-1, -1].tolist() == [255, 0, 0] and colours[0, 0].tolist() == [0, 0, 0]
@@ -131,12 +132,40 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
 
 
 @pytest.mark.parametrize("image, heatmap, message", [
-    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
-    (np.zeros((4, 6), np.uint8), np.ones((2, 2)), "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
+    (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)),
+     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
+    (np.zeros((4, 6), np.uint8), np.ones((2, 2)),
+     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
     (np.zeros((4, 6, 3), np.uint8), np.ones((0, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (0, 2)"),
-    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2)"),
+    (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)),
+     "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2); a batch of maps? pass one of them, e.g. maps[0]"),
 ])
 def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatmap, message):
     with pytest.raises(ValueError) as raised:
         overlay(image, heatmap)
     assert str(raised.value) == message
+
+
+def test_percentile_normalisation_keeps_a_single_hot_patch():
+    grid = np.zeros((14, 14), np.float32)
+    grid[3, 4] = 5.0  # one patch in 196: below the 99th percentile's reach, so that percentile is 0 too
+    normalized = normalize(grid, mode="percentile")
+    assert normalized[3, 4] == 1.0 and normalized.sum() == 1.0
+    image = np.full((140, 140, 3), 255, np.uint8)
+    nearest = overlay(image, grid, normalization="percentile", interpolation="nearest")
+    assert np.array_equal(nearest, overlay(image, grid, interpolation="nearest"))
+    assert nearest[35, 45].tolist() == [192, 128, 128]  # the patch, jet's dark red over white; it was left blue
+
+
+@pytest.mark.parametrize("grid", [np.ones((1, 14, 14)), torch.ones(2, 14, 14)], ids=["array", "tensor"])
+def test_a_batch_of_maps_is_refused_pointing_to_one_of_them_not_warped_into_channels(grid):
+    geometry = PREPROCESSING.geometry((300, 451))
+    message = (f"grid_map must be 2-D (h, w), h and w ≥ 1; got shape {tuple(grid.shape)}; a batch of maps? pass one of "
+               "them, e.g. maps[0]")
+    for place in (lambda: to_original(grid, geometry), lambda: upsample(grid, (30, 40)),
+                  lambda: key_patches(grid, geometry, 3)):
+        with pytest.raises(ValueError) as raised:
+            place()  # to_original and upsample returned (H, W, 14): the batch's rows as colour channels
+        assert str(raised.value) == message
+    with pytest.raises(ValueError, match=r"^heatmap must be 2-D \(h, w\), h and w ≥ 1; got shape \(14,\)$"):
+        overlay(np.zeros((4, 6, 3), np.uint8), np.ones(14))

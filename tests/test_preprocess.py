@@ -44,3 +44,17 @@ def test_input_size_follows_the_built_model_not_the_pretrained_cfg():
     model = timm.create_model("vit_tiny_patch16_224", img_size=96)
     assert model.pretrained_cfg["input_size"] == (3, 224, 224)
     assert Preprocessing.from_model(model).input_size == (96, 96)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(crop_pct=0), "crop_pct must be a finite number > 0; got 0"),
+    (dict(std=(0.5, 0.0, 0.5)), "std must not be 0 (the pixels are divided by it); got (0.5, 0.0, 0.5)"),
+    (dict(mean=(0.5, 0.5)), "mean must be 1 or 3 finite numbers (one per channel); got (0.5, 0.5)"),
+    (dict(input_size=(0, 224)), "input_size must be (H, W), two integers ≥ 1; got (0, 224)"),
+    (dict(crop_mode="centre"), "crop_mode must be one of center, squash; got 'centre'"),
+])
+def test_settings_that_cannot_preprocess_are_refused_when_made(settings, message):
+    with pytest.raises(ValueError) as raised:  # were a ZeroDivisionError, inf pixels, or a silent centre crop
+        Preprocessing(**{**dict(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3), **settings})
+    assert str(raised.value) == message
+    assert Preprocessing(input_size=(np.int64(32), 48), mean=(0.5,), std=(0.5,), crop_pct=1.15).crop_pct == 1.15

@@ -200,3 +200,12 @@ def test_the_readmes_method_of_your_own_runs_as_written(testbed, tmp_path, capsy
     patches = images.abs().mean(1).reshape(2, 8, 8, 8, 8).mean(dim=(2, 4))  # 64 px, 8-pixel patches
     assert torch.allclose(maps, patches ** 2, atol=1e-6)
     assert code == 0 and (tmp_path / "shapes_disk_brightness.png").is_file(), err
+
+
+@pytest.mark.parametrize("budget", [0, -5])
+def test_an_attention_budget_below_one_byte_is_refused(testbed, budget):
+    model, images = testbed  # 0 was read as the default budget, -5 as blocks of one query row
+    for verb in (vitroll.rollout, vitroll.attention):
+        with pytest.raises(vitroll.errors.OptionValueError) as raised:
+            verb(model, images, max_attention_memory=budget)
+        assert str(raised.value) == f"max_attention_memory must be ≥ 1 byte, or None for the default; got {budget}"

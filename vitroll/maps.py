@@ -32,7 +32,7 @@ def _cv2_flag(interpolation: str) -> int:
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
              interpolation: Interpolation = "bilinear") -> np.ndarray:
     """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) → float32 (H, W)."""
-    grid_map = as_numpy(grid_map)
+    grid_map = as_map(grid_map, "grid_map")
     return cv2.resize(grid_map, (size_hw[1], size_hw[0]), interpolation=_cv2_flag(interpolation))
 
 
@@ -46,7 +46,7 @@ def to_original(
     ndarray, float32, shape ``geometry.original_hw``
         The map in original pixels; NaN outside the region the model saw.
     """
-    grid_map = as_numpy(grid_map)
+    grid_map = as_map(grid_map, "grid_map")
     height, width = geometry.original_hw
     affine = geometry.grid_to_original_affine(grid_map.shape)
     warped = cv2.warpAffine(
@@ -68,7 +68,8 @@ def normalize(
     """Scale a map to [0, 1], ignoring NaN (kept as NaN).
 
     ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
-    percentiles first (robust to a few extreme patches). A constant map becomes all zeros.
+    percentiles first (robust to a few extreme patches), unless they are equal (a map flat but for a few values, which
+    are then its only structure: scaled as ``minmax``). A constant map becomes all zeros.
     """
     saliency = np.asarray(saliency, dtype=np.float32)
     finite = saliency[np.isfinite(saliency)]
@@ -78,6 +79,8 @@ def normalize(
         low, high = float(finite.min()), float(finite.max())
     elif mode == "percentile":
         low, high = (float(v) for v in np.percentile(finite, percentiles))
+        if high <= low:  # all but a few values are equal: those few are the map, not outliers to clip away
+            low, high = float(finite.min()), float(finite.max())
     else:
         raise ValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
     if high <= low:
@@ -139,7 +142,7 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
 
     Ties are broken by position (row-major), so the result is deterministic.
     """
-    grid_map = as_numpy(grid_map, dtype=np.float64)
+    grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
     order = np.argsort(-flat, kind="stable")[: max(0, k)]
     height, width = geometry.original_hw
@@ -162,4 +165,20 @@ def as_numpy(saliency: "np.ndarray | object", dtype: "type[np.floating]" = np.fl
     return np.asarray(saliency, dtype=dtype)
 
 
-__all__ = ["KeyPatch", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location", "summary", "to_original", "upsample"]
+def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.floating]" = np.float32) -> np.ndarray:
+    """One map (h, w) given as ndarray or torch tensor (:func:`as_numpy`), as a NumPy array of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        For any other shape, naming the argument ``name``; for a batch (B, h, w), pointing to one of its maps.
+    """
+    values = as_numpy(saliency, dtype)
+    if values.ndim != 2 or 0 in values.shape:
+        batch = "; a batch of maps? pass one of them, e.g. maps[0]" if values.ndim == 3 else ""
+        raise ValueError(f"{name} must be 2-D (h, w), h and w ≥ 1; got shape {values.shape}{batch}")
+    return values
+
+
+__all__ = ["KeyPatch", "as_map", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location",
+           "summary", "to_original", "upsample"]

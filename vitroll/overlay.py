@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
-from vitroll.maps import Interpolation, as_numpy, normalize, upsample
+from vitroll.maps import Interpolation, as_map, normalize, upsample
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -121,9 +121,7 @@ def overlay(
     ndarray, uint8, shape (H, W, 3), RGB.
     """
     image = rgb_uint8(image)
-    saliency = as_numpy(heatmap)
-    if saliency.ndim != 2 or 0 in saliency.shape:
-        raise ValueError(f"heatmap must be 2-D (h, w), h and w ≥ 1; got shape {saliency.shape}")
+    saliency = as_map(heatmap, "heatmap")
     if saliency.shape != image.shape[:2]:
         saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
     values = normalize(saliency, mode=normalization)

@@ -8,6 +8,7 @@ the model saw. Each model family registers how its models' transform is found (:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 from typing import Callable, Literal
 
@@ -106,6 +107,23 @@ class Preprocessing:
     interpolation: str = "bicubic"
     crop_mode: CropMode = "center"
     crop_rounding: Literal["round", "floor"] = "round"
+
+    def __post_init__(self) -> None:
+        """Refuse settings that would give a division by zero, infinite pixels or a silently different crop."""
+        size = tuple(self.input_size)
+        if len(size) != 2 or not all(isinstance(side, numbers.Integral) and side >= 1 for side in size):
+            raise ValueError(f"input_size must be (H, W), two integers ≥ 1; got {self.input_size!r}")
+        if not (math.isfinite(self.crop_pct) and self.crop_pct > 0):
+            raise ValueError(f"crop_pct must be a finite number > 0; got {self.crop_pct!r}")
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            if len(values) not in (1, 3) or not all(math.isfinite(v) for v in values):
+                raise ValueError(f"{name} must be 1 or 3 finite numbers (one per channel); got {values!r}")
+        if 0 in self.std:
+            raise ValueError(f"std must not be 0 (the pixels are divided by it); got {self.std!r}")
+        for name, value, allowed in (("crop_mode", self.crop_mode, ("center", "squash")),
+                                     ("crop_rounding", self.crop_rounding, ("round", "floor"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":

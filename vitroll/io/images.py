@@ -6,7 +6,7 @@ import contextlib
 import os
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -42,11 +42,15 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+    if _has_alpha(image):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return image.convert("RGB")
+
+
+def _has_alpha(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
 
 
 @contextlib.contextmanager
@@ -77,6 +81,36 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
         With a one-line reason: missing, empty, not an image, truncated/corrupt, or too large
         (Pillow's decompression-bomb guard).
     """
+    return _decode(path, upright_rgb)
+
+
+def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:
+    """Decode a mask image file → (H, W) bool, upright by its EXIF orientation: where the file has transparency, its
+    opaque pixels (a cut-out on a transparent background); otherwise its non-zero pixels (any channel).
+
+    Raises
+    ------
+    ImageReadError
+        As :func:`load_image`.
+    """
+    return _decode(path, _mask_pixels)
+
+
+def _mask_pixels(image: Image.Image) -> np.ndarray:
+    with _quiet_pillow():
+        image = ImageOps.exif_transpose(image)
+    if _has_alpha(image):
+        alpha = np.asarray(image.convert("RGBA"))[..., 3]
+        if (alpha < 255).any():  # transparency marks the background (composited on white it would be object)
+            return alpha > 0
+    return np.asarray(upright_rgb(image)).any(axis=-1)
+
+
+Decoded = TypeVar("Decoded")
+
+
+def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded]) -> Decoded:
+    """``convert`` of the completely decoded image file at ``path``, its failures as :class:`ImageReadError`."""
     path = Path(path)
     if not path.exists():
         raise ImageReadError(path, "no such file")
@@ -88,7 +122,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
         with _quiet_pillow():
             with Image.open(path) as image:
                 image.load()
-                return upright_rgb(image)
+                return convert(image)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:

@@ -161,9 +161,12 @@ def record_attention(
     logits : Tensor, shape (B, num_classes), or None
         None for a backbone without a classification head.
     """
+    if max_attention_memory is not None and max_attention_memory < 1:  # 0 read as the default, < 0 as 1-row blocks
+        raise OptionValueError(f"max_attention_memory must be ≥ 1 byte, or None for the default; "
+                               f"got {max_attention_memory}")
     images = prepare_inputs(model, images)
     recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,
-                                 chunk_bytes=max_attention_memory or None)
+                                 chunk_bytes=max_attention_memory)
     with eval_mode(model), torch.no_grad(), recorder:
         logits = model_logits(model, images)
         return recorder.attentions, recorder.token_layout(layout_input(images)), logits

@@ -3,7 +3,8 @@
 Images come from a folder (``name.png`` beside ``name_mask.png``) or from the synthetic testbed. Every method
 runs on the same batches of the batch stream (:func:`~vitroll.pipelines.stream.decoded_batches`); each image
 gets, per method, the pointing game, the energy in the mask, the IoU of the map's top pixels with the mask, and
-deletion / insertion AUC for the class the model predicts.
+deletion / insertion AUC for the class the model predicts (or the ``target_class`` the gradient methods are given,
+which every method's curves then follow).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
+from vitroll.io.images import load_mask
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
@@ -69,7 +72,8 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
 
     Files are found by the rules of :mod:`vitroll.io.discovery` (image suffixes, hidden names skipped, not
-    recursive). A mask is any image; its non-zero pixels are the object; of several masks of one image
+    recursive). A mask is any image; its non-zero pixels are the object, or where it has transparency its opaque
+    pixels (:func:`~vitroll.io.images.load_mask`); of several masks of one image
     (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
     file or a mask whose size differs from its image.
     """
@@ -86,7 +90,7 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
         if path.stem.endswith(MASK_SUFFIX) or path.stem not in mask_of:
             continue
         image = np.asarray(load_image(path))
-        mask = np.asarray(load_image(mask_of[path.stem]).convert("L")) > 0
+        mask = load_mask(mask_of[path.stem])
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
@@ -132,8 +136,10 @@ def evaluate(
     """Run every method on every image and score it (see the module docstring)."""
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
+    target = shared.get("target_class")
     preprocessing = preprocessing or Preprocessing.from_model(model)
-    result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},  # a method named twice runs once
+    # a method named twice runs once
+    result = Evaluation(examples={m: [] for m in runs}, grid_maps={m: [] for m in runs},
                         curves={m: {"deletion": [], "insertion": []} for m in runs})
     for batch in decoded_batches(images, masked_image_frames, preprocessing, batch_size=batch_size,
                                  device=model_device(model)):
@@ -142,9 +148,10 @@ def evaluate(
             raise VitrollError(failed[0].message)
         tensor, decoded = batch.tensor, batch.decoded
         predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
+        tracked = predicted if target is None else torch.as_tensor(target, device=predicted.device).expand_as(predicted)
         for method in runs:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
-            curves = deletion_insertion(model, tensor, saliency.maps, predicted, steps=steps, substrate=substrate)
+            curves = deletion_insertion(model, tensor, saliency.maps, tracked, steps=steps, substrate=substrate)
             result.fractions = curves.fractions
             grid_maps = saliency.maps.float().cpu().numpy()
             for i, frame in enumerate(decoded):

@@ -95,13 +95,14 @@ def sanity_check(
     """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
     a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays).
 
-    Gradient methods explain the class the *trained* model predicts, at every stage, so only the weights change.
+    Gradient methods explain the same class at every stage, so only the weights change: ``target_class`` of
+    ``method_options`` where given, else the class the *trained* model predicts.
     """
 
     def maps_of(current: nn.Module, method: str) -> np.ndarray:
         options = runs[method].among(shared)
-        if "target_class" in runs[method].options:
-            options["target_class"] = targets
+        if "target_class" in runs[method].options and options.get("target_class") is None:
+            options["target_class"] = predicted
         saliency = runs[method](current, images, **options)
         return saliency.maps.float().cpu().numpy()
 
@@ -110,7 +111,7 @@ def sanity_check(
     shared = check_shared_options(runs.values(), method_options or {})
     images = prepare_inputs(model, images)
     with eval_mode(model), torch.no_grad():
-        targets = class_logits(model, images).argmax(dim=-1)
+        predicted = class_logits(model, images).argmax(dim=-1)
     trained = {method: maps_of(model, method) for method in runs}  # a method named twice runs once
     stages, correlations = [], {m: [] for m in runs}
     for stage, randomized in cascade(model, seed):
