@@ -278,7 +278,7 @@ def test_pipelines_run_on_a_tiny_transformers_vit(tmp_path):
 
 
 def test_only_the_recorded_modules_name_vitroll_while_recording_and_get_their_config_back_after_an_error():
-    model, pixels = build("vit"), images()
+    model = build("vit")
     modules = [layer.attention for layer in model.vit.layers]
     with pytest.raises(ZeroDivisionError), AttentionRecorder(model):
         assert [m.config._attn_implementation for m in modules] == ["vitroll", "vitroll"]

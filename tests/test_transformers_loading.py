@@ -3,7 +3,6 @@ class names from id2label, provenance, and each loading mistake's one line."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
