@@ -50,6 +50,18 @@ def test_nan_cells_are_never_key_patches_and_ties_are_row_major():
     assert key_patches(grid, geometry, k=1)[0].box == (2, 0, 4, 2)
 
 
+def test_k_is_a_count():
+    from vitroll.preprocess import CropGeometry
+
+    geometry = CropGeometry(original_hw=(4, 4), resized_hw=(4, 4), crop_top_left=(0, 0), input_hw=(4, 4))
+    grid = np.array([[0.0, 1.0], [2.0, 3.0]])
+    assert key_patches(grid, geometry, k=0) == [] and len(key_patches(grid, geometry, k=np.int64(9))) == 4
+    with pytest.raises(ValueError, match=r"^k must be >= 0 \(how many patches\); got -1$"):
+        key_patches(grid, geometry, k=-1)
+    with pytest.raises(TypeError, match=r"^k must be an int \(how many patches\); got float 2.5$"):
+        key_patches(grid, geometry, k=2.5)
+
+
 def test_outline_boxes_draws_only_the_border():
     image = np.zeros((10, 10, 3), np.uint8)
     drawn = outline_boxes(image, [(2, 3, 8, 7)], color=(255, 255, 255), thickness=1)

@@ -146,6 +146,12 @@ def test_overlay_refuses_empty_or_misshapen_inputs_in_its_own_words(image, heatm
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("percentiles", [(99.0, 1.0), (5.0, 5.0), (-1.0, 50.0), (50.0, 101.0)])
+def test_percentiles_must_be_a_low_and_a_high_in_0_to_100(percentiles):
+    with pytest.raises(ValueError, match=r"^percentiles must be \(low, high\) with 0 <= low < high <= 100; got "):
+        normalize(np.arange(4.0), mode="percentile", percentiles=percentiles)
+
+
 def test_percentile_normalisation_keeps_a_single_hot_patch():
     grid = np.zeros((14, 14), np.float32)
     grid[3, 4] = 5.0  # one patch in 196: below the 99th percentile's reach, so that percentile is 0 too

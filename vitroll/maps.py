@@ -70,7 +70,12 @@ def normalize(
     ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
     percentiles first (robust to a few extreme patches), unless they are equal (a map flat but for a few values, which
     are then its only structure: scaled as ``minmax``). A constant map becomes all zeros.
+
+    Raises ValueError for an unknown ``mode`` or ``percentiles`` that are not ``0 ≤ low < high ≤ 100``.
     """
+    low_percentile, high_percentile = percentiles
+    if not 0 <= low_percentile < high_percentile <= 100:
+        raise ValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
     saliency = np.asarray(saliency, dtype=np.float32)
     finite = saliency[np.isfinite(saliency)]
     if finite.size == 0:
@@ -140,11 +145,16 @@ class KeyPatch:
 def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k: int = 5) -> list[KeyPatch]:
     """The ``k`` highest-scoring cells of a grid map (h, w), best first, with their boxes in original pixels.
 
-    Ties are broken by position (row-major), so the result is deterministic.
+    Ties are broken by position (row-major), so the result is deterministic. ``k`` is an int ≥ 0 (TypeError or
+    ValueError otherwise); more than the grid has gives every cell.
     """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0 (how many patches); got {k}")
     grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
-    order = np.argsort(-flat, kind="stable")[: max(0, k)]
+    order = np.argsort(-flat, kind="stable")[:k]
     height, width = geometry.original_hw
     patches = []
     for index in order:
