@@ -122,8 +122,10 @@ def test_windows_that_do_not_fit_are_refused(model):
     with pytest.raises(ValueError, match="batch_size must be at least 1; got 0"):
         vitroll.occlusion(model, images, batch_size=0)
     ids, mask = torch.tensor(IDS), torch.tensor(MASK)
-    with pytest.raises(ValueError, match="window 5 is longer than input 1: it has 4 tokens"):
+    with pytest.raises(ValueError, match=r"window 5 is longer than text 1 of the batch \(4 tokens\)"):
         vitroll.occlusion(bert(), ids, attention_mask=mask, window=5)
+    with pytest.raises(ValueError, match=r"^window must be between 1 and 7 \(the texts have 7 positions\); got 0$"):
+        vitroll.occlusion(bert(), ids, attention_mask=mask, window=0)
 
 
 def test_the_cli_refuses_a_bad_window_in_one_line(tmp_path, capsys):

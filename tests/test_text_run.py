@@ -108,8 +108,8 @@ def test_an_occlusion_window_longer_than_some_texts_fails_only_those(tmp_path, t
     # "good fun" is 4 tokens: alone (after its batch failed) the window outgrew the whole batch, which stopped the run
     assert run_text(tmp_path / "out", texts_file, "--method", "occlusion", "--option", "window=5") == 3
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: failed: #2: cannot explain it: window 5 is longer than input 0: it has 4 tokens",
-        "vitroll: failed: #5: cannot explain it: window 5 is longer than input 0: it has 4 tokens"]
+        "vitroll: failed: #2: cannot explain it: window 5 is longer than the text (4 tokens)",
+        "vitroll: failed: #5: cannot explain it: window 5 is longer than the text (4 tokens)"]
     report = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert [text["index"] for text in report["texts"]] == [0, 2, 3, 5]
 

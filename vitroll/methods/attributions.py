@@ -257,8 +257,8 @@ def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
     """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
     row-major, P = ∏ (n − window + 1)."""
     if window < 1 or window > min(cells):
-        grid = " × ".join(map(str, cells))
-        raise OptionValueError(f"window must be between 1 and {min(cells)} (the grid is {grid}); got {window}")
+        extent = f"the grid is {' × '.join(map(str, cells))}" if len(cells) > 1 else f"the texts have {cells[0]} positions"
+        raise OptionValueError(f"window must be between 1 and {min(cells)} ({extent}); got {window}")
     starts = list(itertools.product(*(range(n - window + 1) for n in cells)))
     masks = torch.zeros(len(starts), *cells, dtype=torch.bool)
     for p, start in enumerate(starts):
@@ -302,8 +302,8 @@ def occlusion(
         for row, target in enumerate(targets.tolist()):
             windows = every_window[~(every_window & ~space.real_cells[row]).flatten(1).any(dim=1)]
             if not len(windows):
-                raise ValueError(f"window {window} is longer than input {row}: it has "
-                                 f"{int(space.real_cells[row].sum())} tokens")
+                text = "the text" if len(targets) == 1 else f"text {row} of the batch"
+                raise ValueError(f"window {window} is longer than {text} ({int(space.real_cells[row].sum())} tokens)")
             # an input repeated for several targets (an image against each of its texts) is hidden only once
             if not (row and _same_row(space, row, row - 1)):
                 extra = tuple(tensor[row:row + 1] for tensor in space.extra)
