@@ -197,3 +197,28 @@ def test_deletion_and_insertion_follow_the_target_class_where_one_is_given(rando
                                   substrate="mean")
     assert rows[1]["method"] == "center" and rows[1]["deletion_auc"] == pytest.approx(float(expected.deletion_auc[0]))
     assert rows[1]["insertion_auc"] == pytest.approx(float(expected.insertion_auc[0]))
+
+
+def test_sanity_reads_a_folder_of_images_without_masks(tmp_path, capsys, random_checkpoint):
+    from vitroll.models import load_model
+    from vitroll.preprocess import Preprocessing
+
+    items = shapes_images(3, seed=5)
+    for name, item in zip(["b", "a", "c_mask"], items):  # c_mask: named as a mask, so left out
+        Image.fromarray(item.image).save(tmp_path / f"{name}.png")
+    out = tmp_path / "out"
+    assert main(["sanity", str(tmp_path), "--methods", "rollout", "--checkpoint", str(random_checkpoint),
+                 "--out", str(out)]) == 0
+    assert "2 images" in (out / "sanity.md").read_text()
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(items[1].image), Image.fromarray(items[0].image)])
+    (row,) = list(csv.DictReader((out / "sanity.csv").open()))
+    expected = sanity_check(model, tensor, ["rollout"]).table()[0]
+    assert {stage: float(row[stage]) for stage in expected if stage not in ("method", "flagged")} == pytest.approx(
+        {stage: value for stage, value in expected.items() if stage not in ("method", "flagged")}, abs=1e-9)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["sanity", str(empty), "--checkpoint", str(random_checkpoint), "--out", str(out)]) != 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: error: {empty}: no image in this folder (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM)"]

@@ -61,9 +61,14 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     add_model_arguments(parser)
 
 
-def images_from_args(args: argparse.Namespace, default_count: int):
+def check_one_image_source(args: argparse.Namespace) -> None:
+    """Refuse a FOLDER given together with --testbed N (ValueError: one error line)."""
     if args.folder and args.testbed:
         raise ValueError("give a FOLDER or --testbed N, not both")
+
+
+def images_from_args(args: argparse.Namespace, default_count: int):
+    check_one_image_source(args)
     return folder_images(args.folder) if args.folder else shapes_images(args.testbed or default_count, args.seed)
 
 

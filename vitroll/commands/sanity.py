@@ -9,23 +9,26 @@ import argparse
 from PIL import Image
 
 from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
-from vitroll.commands.evaluate import add_image_source_arguments, images_from_args, write_csv
+from vitroll.commands.evaluate import add_image_source_arguments, check_one_image_source, write_csv
+from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
 from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sanity", help="do the maps change when the model's weights are randomised?",
                                    description=__doc__)
-    add_image_source_arguments(parser, "images with masks beside them (NAME.png + NAME_mask.png)")
+    add_image_source_arguments(parser, "a folder of images (files named NAME_mask.* are taken for masks and left out)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, args.methods)
-    images = images_from_args(args, default_count=32)
+    check_one_image_source(args)
+    images = (folder_images_without_masks(args.folder) if args.folder
+              else [item.image for item in shapes_images(args.testbed or 32, args.seed)])
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
-    tensor, _ = preprocessing.batch([Image.fromarray(item.image) for item in images])
+    tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])
     result = sanity_check(model, tensor, args.methods, method_options=method_options)
     table = result.table()
     header = "| method | " + " | ".join(result.stages) + " | flagged |"

@@ -68,6 +68,19 @@ def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
     return [MaskedImage(f"shapes-{seed}-{i:04d}", s.image, s.mask, s.label) for i, s in enumerate(samples(seed, count))]
 
 
+def _images_and_masks(folder: "str | os.PathLike[str]") -> tuple[list[Path], dict[str, Path]]:
+    """The image files of ``folder`` that are not masks, sorted by name, and each name's first mask by name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ImageReadError(folder, "not a folder")
+    files = [file.path for file in folder_files(folder, accept=has_image_suffix, recursive=False)]
+    mask_of: dict[str, Path] = {}
+    for path in files:
+        if path.stem.endswith(MASK_SUFFIX):
+            mask_of.setdefault(path.stem[: -len(MASK_SUFFIX)], path)
+    return [path for path in files if not path.stem.endswith(MASK_SUFFIX)], mask_of
+
+
 def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
 
@@ -77,17 +90,10 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
     file or a mask whose size differs from its image.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ImageReadError(folder, "not a folder")
-    files = [file.path for file in folder_files(folder, accept=has_image_suffix, recursive=False)]
-    mask_of: dict[str, Path] = {}
-    for path in files:
-        if path.stem.endswith(MASK_SUFFIX):
-            mask_of.setdefault(path.stem[: -len(MASK_SUFFIX)], path)
+    images, mask_of = _images_and_masks(folder)
     found = []
-    for path in files:
-        if path.stem.endswith(MASK_SUFFIX) or path.stem not in mask_of:
+    for path in images:
+        if path.stem not in mask_of:
             continue
         image = np.asarray(load_image(path))
         mask = load_mask(mask_of[path.stem])
@@ -96,8 +102,19 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
                                                      f"{image.shape[1]}×{image.shape[0]}")
         found.append(MaskedImage(path.stem, image, mask))
     if not found:
-        raise ImageReadError(folder, f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
+        raise ImageReadError(Path(folder), f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
     return found
+
+
+def folder_images_without_masks(folder: "str | os.PathLike[str]") -> list[np.ndarray]:
+    """Every image in ``folder``, (H, W, 3) uint8 RGB each, sorted by name, with or without a mask beside it: for
+    checks that need no mask (:func:`~vitroll.pipelines.sanity.sanity_check`). Found as by :func:`folder_images`;
+    files named ``NAME_mask.*`` are masks and left out. Raises :class:`ImageReadError` for an unreadable file or a
+    folder without images."""
+    images, _ = _images_and_masks(folder)
+    if not images:
+        raise ImageReadError(Path(folder), "no image in this folder (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM)")
+    return [np.asarray(load_image(path)) for path in images]
 
 
 @dataclass
