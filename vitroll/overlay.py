@@ -163,7 +163,7 @@ def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, tit
 
 
 GRID_COLUMNS = 8
-"""Panels per row of :func:`overlay_grid`: 40 prompts in one row made a picture 13,120 pixels wide."""
+"""Panels per row of :func:`overlay_grid`: many texts wrap into rows rather than make one picture too wide to view."""
 
 
 def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = "",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 
@@ -93,16 +93,18 @@ class TokenBatch:
 
     def __getitem__(self, rows: slice) -> "TokenBatch":
         """The texts ``rows`` (a slice), for splitting a batch."""
-        position = None if self.position is None else self.position[rows]
-        segments = None if self.token_type_ids is None else self.token_type_ids[rows]
-        return replace(self, input_ids=self.input_ids[rows], attention_mask=self.attention_mask[rows],
-                       position=position, token_type_ids=segments)
+        return self._each_tensor(lambda tensor: tensor[rows])
 
     def to(self, device: torch.device) -> "TokenBatch":
-        position = None if self.position is None else self.position.to(device)
-        segments = None if self.token_type_ids is None else self.token_type_ids.to(device)
-        return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
-                       position=position, token_type_ids=segments)
+        return self._each_tensor(lambda tensor: tensor.to(device))
+
+    def _each_tensor(self, change: Callable[[torch.Tensor], torch.Tensor]) -> "TokenBatch":
+        """This batch with ``change`` applied to each of its tensors (the optional ones where given)."""
+        def optional(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if tensor is None else change(tensor)
+
+        return replace(self, input_ids=change(self.input_ids), attention_mask=change(self.attention_mask),
+                       position=optional(self.position), token_type_ids=optional(self.token_type_ids))
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """The keywords a transformers text model is called with: ``input_ids``, ``attention_mask`` and, when given,
