@@ -257,7 +257,8 @@ def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
     """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
     row-major, P = ∏ (n − window + 1)."""
     if window < 1 or window > min(cells):
-        extent = f"the grid is {' × '.join(map(str, cells))}" if len(cells) > 1 else f"the texts have {cells[0]} positions"
+        extent = (f"the grid is {' × '.join(map(str, cells))}" if len(cells) > 1
+                  else f"the texts have {cells[0]} positions")
         raise OptionValueError(f"window must be between 1 and {min(cells)} ({extent}); got {window}")
     starts = list(itertools.product(*(range(n - window + 1) for n in cells)))
     masks = torch.zeros(len(starts), *cells, dtype=torch.bool)
