@@ -31,6 +31,18 @@ def test_overlay_writes_original_sized_png_and_prints_top5(tmp_path, capsys):
     assert "random weights" in err
 
 
+
+def test_figures_of_files_named_with_dollars_are_written_with_the_name_as_it_is(tmp_path, capsys):
+    names = ["x$\\frac$y.png", "price_$5 and $x^2.png"]
+    for name in names:
+        Image.open(PHOTO).resize((64, 48)).save(tmp_path / name)
+    code, out, err = run(capsys, "overlay", *(str(tmp_path / name) for name in names), "--model",
+                         "vit_tiny_patch16_224", "--out", str(tmp_path / "out"), "--figure", "--method", "attention")
+    assert code == 0, err  # x$\frac$y.png stopped the batch with a three-line mathtext ParseSyntaxException
+    assert "error" not in err and out.count(" -> ") == 2
+    figures = sorted(p.name for p in (tmp_path / "out").glob("*_figure.png"))
+    assert figures == ["price_$5 and $x^2_attention_figure.png", "x$\\frac$y_attention_figure.png"]
+
 def test_same_named_inputs_do_not_overwrite_each_other(tmp_path, capsys):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()

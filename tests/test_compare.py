@@ -12,7 +12,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll.cli import main
-from vitroll.pipelines.compare import Explainer, agreement, compare
+from vitroll.pipelines.compare import Explainer, agreement, compare, comparison_figure, plot_comparison
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import build_testbed_model, samples
@@ -101,3 +101,21 @@ def test_explainers_sharing_a_label_are_refused_not_reported_as_agreeing():
     with pytest.raises(ValueError, match=r"^each explainer needs its own label; 'x' is given to 2 of them$"):
         compare([PHOTO], [Explainer("x", first, preprocessing), Explainer("x", second, preprocessing)],
                 ExplainSettings())
+
+
+def test_grid_titles_show_file_and_model_names_as_written(tmp_path):
+    model = build_testbed_model().eval()
+    preprocessing = Preprocessing.from_model(model)
+    for name in ("a$\\frac$b.png", "price_$5 and $x^2.png"):
+        Image.open(PHOTO).resize((64, 48)).save(tmp_path / name)
+    result = compare([tmp_path / "a$\\frac$b.png", tmp_path / "price_$5 and $x^2.png"],
+                     [Explainer("$a$_model", model, preprocessing), Explainer("b_" * 40, model, preprocessing)],
+                     ExplainSettings())
+    plot_comparison(result, tmp_path / "grid.png")  # a$\frac$b raised a mathtext ParseSyntaxException here
+    assert Image.open(tmp_path / "grid.png").size == (3 * 260, 2 * 240)
+    axes = comparison_figure(result).axes
+    titles = [axes[index].get_title() for index in range(6)]
+    assert titles[0] == "a$\\frac$b.png" and titles[3] == "price_$5 and $x^2.png"
+    assert titles[1].split("\n")[0] == "$a$_model"
+    assert titles[2].split("\n")[0].startswith("b_b_") and titles[2].split("\n")[0].endswith("…")  # one line
+    assert not any(axis.title.get_parse_math() for axis in axes)

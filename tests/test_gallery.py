@@ -62,7 +62,7 @@ def test_annotate_writes_a_gallery_whose_rows_and_class_summary_are_the_manifest
         assert each["entropy"] == pytest.approx(np.mean([row["entropy"] for row in members]))
         assert max(each["entropy_histogram"]) == 1.0 and max(each["peak_histogram"]) == 1.0
     page = (run / "index.html").read_text()
-    assert "<b>name" not in page and all(f"<td>{name}</td>" in page for name in summary)
+    assert "<b>name" not in page and all(f"<td><bdi>{name}</bdi></td>" in page for name in summary)
 
 
 def test_non_finite_numbers_reach_the_page_as_null(tmp_path):
@@ -126,4 +126,30 @@ def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser
         assert len(shown_paths(page)) == PAGE_SIZE and page.inner_text("#page").strip() == "page 1 / 2"
         page.click("#next")
         assert len(shown_paths(page)) == len(many) - PAGE_SIZE
+        assert not errors
+
+
+ODD_CLASSES = ["sea  lion", "  padded", "<script>alert(1)</script>", "a & b \"q\"", "50%_$x\\{}", "N" * 200, "猫 ねこ",
+               "مرحبا بالعالم", "😀 emoji"]
+"""Class names a real model or --class-names file has: doubled and leading spaces, markup, a long word, CJK, Arabic."""
+
+
+def test_every_class_name_filters_its_cards_and_long_names_wrap_inside_the_page(tmp_path):
+    Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "a.png")
+    rows = [{"path": "long_path_" * 20 + ".png" if index == 5 else f"image_{index}.png", "status": "ok",
+             "top1_name": name, "top1_probability": 0.5, "entropy": 0.5, "top10_mass": 0.3, "width": 60, "height": 40,
+             "peak_x": 1, "peak_y": 1, "overlay": "a.png"} for index, name in enumerate(ODD_CLASSES)]
+    write_gallery(tmp_path, rows)
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 1000, "height": 900}) as (page, errors):
+        values = page.eval_on_selector_all("#class option", "options => options.map(option => option.value)")
+        assert values == ["", *sorted(ODD_CLASSES)]  # an option without value= filtered by its whitespace-collapsed text
+        for name, row in zip(ODD_CLASSES, rows):
+            page.select_option("#class", value=name)
+            assert shown_paths(page) == [row["path"]], name  # "sea  lion" and "  padded" showed no card
+        page.select_option("#class", "")
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        overflowing = page.eval_on_selector_all(
+            ".card, .card *, td", "boxes => boxes.filter(box => box.scrollWidth > box.clientWidth + 1).length")
+        assert overflowing == 0  # the 200-letter class ran 1,600 pixels past its card and its table cell
+        assert page.eval_on_selector_all("th", "cells => cells.every(cell => cell.scrollWidth <= cell.clientWidth)")
         assert not errors

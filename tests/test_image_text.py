@@ -335,10 +335,11 @@ def test_a_long_text_is_wrapped_and_cut_in_its_panel_title():
 
     assert panel_text("a cat") == "'a cat'"
     assert panel_text("a photo of a woman in a space suit next to a rocket") == (
-        "'a photo of a woman in a space suit\nnext to a rocket'")
+        "'a photo of a woman in a space suit next to\na rocket'")
     assert panel_text("word " * 200) == (
-        "'word word word word word word word\nword word word word word word …'")  # not 200 words over the pictures
-    assert panel_text("x" * 100) == "'" + "x" * 34 + "\n…'"
+        "'word word word word word word word\nword word word word word word word…")  # not 200 words over the pictures
+    assert panel_text("x" * 100) == "'" + "x" * 36 + "\n" + "x" * 35 + "…"  # a word without spaces is broken
+    assert panel_text("$5 or $10") == "'$5 or $10'"
 
 
 def test_a_grid_of_many_texts_wraps_into_rows_of_eight_panels():

@@ -8,7 +8,7 @@ import torch
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
-from vitroll.overlay import colorize
+from vitroll.overlay import GRID_PANEL, colorize, figure, fit_text, overlay_grid
 from vitroll.preprocess import Preprocessing
 
 PREPROCESSING = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875)
@@ -175,3 +175,62 @@ def test_a_batch_of_maps_is_refused_pointing_to_one_of_them_not_warped_into_chan
         assert str(raised.value) == message
     with pytest.raises(ValueError, match=r"^heatmap must be 2-D \(h, w\), h and w ≥ 1; got shape \(14,\)$"):
         overlay(np.zeros((4, 6, 3), np.uint8), np.ones(14))
+
+
+def _drawn(fig) -> "object":
+    """The renderer of ``fig`` after drawing it once (what saving it does)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+@pytest.mark.parametrize("name", ["price_$5 and $x^2.png", "x$\\frac$y.png", "50%_off_&_{a}\\b.png"])
+def test_a_figure_title_with_dollars_is_drawn_as_written_not_as_mathtext(name):
+    image = np.zeros((32, 48, 3), np.uint8)
+    fig = figure(image, np.zeros((32, 48), np.float32), image, title=name)
+    renderer = _drawn(fig)  # x$\frac$y raised a mathtext ParseSyntaxException here
+    (title,) = fig.texts
+    assert title.get_text() == name
+    # the drawn width is that of the literal characters ("$5 and $x^2" as mathtext is the narrower "5andx²")
+    literal = renderer.get_text_width_height_descent(name, title.get_fontproperties(), ismath=False)[0]
+    assert title.get_window_extent(renderer).width == pytest.approx(literal, abs=1)
+
+
+@pytest.mark.parametrize("title", ["very_long_name_without_spaces_" * 20, "猫" * 300, "a photo of a cat " * 60,
+                                   "שלום עולם مرحبا بالعالم " * 20], ids=["no spaces", "CJK", "words", "RTL"])
+def test_a_long_figure_title_wraps_to_three_lines_inside_the_figure_and_ends_in_an_ellipsis(title):
+    image = np.zeros((32, 48, 3), np.uint8)
+    fig = figure(image, np.zeros((32, 48), np.float32), image, title=title)
+    renderer = _drawn(fig)
+    (drawn,) = fig.texts
+    lines = drawn.get_text().split("\n")
+    assert len(lines) == 3 and lines[-1].endswith("…")
+    assert "".join(lines).replace(" ", "")[:-1] in title.replace(" ", "")  # the start of the title, in order
+    box, page = drawn.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1  # it ran ~5 figure widths off both sides
+
+
+def test_fit_text_breaks_at_spaces_keeps_short_text_and_given_line_breaks():
+    assert fit_text("a cat", 3, 10) == "a cat"
+    assert fit_text("model\nprediction", 3, 10) == "model\nprediction"
+    assert fit_text("a photo of a woman in a space suit next to a rocket", 1.5, 10) == (
+        "a photo of a woman\nin a space suit next\nto a rocket")
+    assert fit_text("x" * 1000, 0.5, 10, lines=2) == "xxxxxx\nxxxx…"
+
+
+def test_grid_panel_titles_fit_their_panels_and_are_drawn_as_written():
+    image = np.zeros((32, 32, 3), np.uint8)
+    captions = ["$x$ " + "long_label_" * 30, "a$\\frac$b"]
+    fig = overlay_grid(image, [image, image], captions, title="$5 " * 200)
+    renderer = _drawn(fig)
+    titles = [axes.title for axes in fig.axes[1:3]]
+    assert titles[1].get_text() == "a$\\frac$b"
+    first, *rest = titles[0].get_text().split("\n")  # the long word starts a line of its own, then is broken
+    assert first == "$x$" and len(rest) == 2 and rest[0].startswith("long_label_") and rest[1].endswith("…")
+    for axes, title in zip(fig.axes[1:3], titles):
+        panel = GRID_PANEL * fig.dpi
+        assert title.get_window_extent(renderer).width <= panel, title.get_text()
+    (suptitle,) = fig.texts
+    assert suptitle.get_text().startswith("$5 $5") and suptitle.get_window_extent(renderer).x1 <= fig.bbox.x1

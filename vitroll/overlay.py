@@ -5,6 +5,7 @@ Everything is RGB: colormaps come from matplotlib (RGB), never from OpenCV's BGR
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Optional
 
@@ -141,12 +142,71 @@ def outline_boxes(
     return outlined
 
 
+LITERAL = {"parse_math": False, "usetex": False}
+"""Text properties of every title vitroll draws from a file, class or model name: drawn as written, so a ``$`` is not
+mathtext (``a$\\frac$b.png`` raised a parse error, ``$5 and $x`` came out in italics) and ``_ % & \\`` never go to
+TeX."""
+
+TITLE_LINES = 3
+"""The most lines :func:`fit_text` gives a title: a longer one would squeeze the pictures under it."""
+
+
+def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LINES) -> str:
+    """``text`` in at most ``lines`` lines, each at most ``width`` inches wide at ``fontsize`` points in matplotlib's
+    font, as measured by matplotlib: broken at spaces where it can and inside a word where it must (a long name
+    without spaces would run across the next panels); line breaks already in ``text`` are kept; what does not fit
+    is cut, the last line ending in "…"."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    measure, font, points = TextToPath(), FontProperties(size=fontsize), width * 72.0
+
+    def fits(line: str) -> bool:
+        with warnings.catch_warnings():  # a glyph the font lacks is warned about once, when it is drawn
+            warnings.simplefilter("ignore")
+            return measure.get_text_width_height_descent(line, font, ismath=False)[0] <= points
+
+    def longest_fitting(line: str) -> int:
+        low, high = 1, len(line)  # at least one character per line, however narrow the width
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if fits(line[:middle]) else (low, middle - 1)
+        return low
+
+    fitted: list[str] = []
+    for paragraph in text.split("\n"):
+        rest = " ".join(paragraph.split())
+        while len(fitted) <= lines:
+            if fits(rest):
+                fitted.append(rest)
+                break
+            cut = longest_fitting(rest)
+            space = rest.rfind(" ", 0, cut + 1)
+            cut = space if space > 0 else cut
+            fitted.append(rest[:cut].rstrip())
+            rest = rest[cut:].lstrip()
+    if len(fitted) <= lines:
+        return "\n".join(fitted)
+    last = fitted[lines - 1]
+    while last and not fits(last + "…"):
+        last = last[:-1]
+    return "\n".join([*fitted[: lines - 1], last.rstrip() + "…"])
+
+
+FIGURE_WIDTH = 12.0
+"""Inches across :func:`figure`."""
+SUPTITLE_SIZE = 14.0
+"""Points of a figure's title."""
+TITLE_SHARE = 0.95
+"""Of its figure or panel, what a title may fill: matplotlib's margins take the rest."""
+
+
 def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "",
            cmap: "str | Colormap" = "jet"):
     """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 4.2), layout="constrained")
+    fig = Figure(figsize=(FIGURE_WIDTH, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
     axes[0].imshow(image)
     axes[0].set_title("image")
@@ -158,12 +218,18 @@ def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, tit
     for ax in axes:
         ax.set_axis_off()
     if title:
-        fig.suptitle(title)
+        fig.suptitle(fit_text(title, FIGURE_WIDTH * TITLE_SHARE, SUPTITLE_SIZE), fontsize=SUPTITLE_SIZE, **LITERAL)
     return fig
 
 
 GRID_COLUMNS = 8
 """Panels per row of :func:`overlay_grid`: many texts wrap into rows rather than make one picture too wide to view."""
+
+
+GRID_PANEL = 3.2
+"""Inches across one panel of :func:`overlay_grid`."""
+GRID_TITLE_SIZE = 10.0
+"""Points of a panel's title in :func:`overlay_grid`."""
 
 
 def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = "",
@@ -173,7 +239,7 @@ def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[
     from matplotlib.figure import Figure
 
     height, width = image.shape[:2]
-    panel = 3.2
+    panel = GRID_PANEL
     count = 1 + len(overlays)
     across = min(count, columns)
     rows = -(-count // across)
@@ -183,7 +249,7 @@ def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[
         ax.set_axis_off()
     for ax, picture, caption in zip(axes, [image, *overlays], ["image", *titles]):
         ax.imshow(picture)
-        ax.set_title(caption, fontsize=10, wrap=True)
+        ax.set_title(fit_text(caption, panel * TITLE_SHARE, GRID_TITLE_SIZE), fontsize=GRID_TITLE_SIZE, **LITERAL)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(fit_text(title, panel * across * TITLE_SHARE, SUPTITLE_SIZE), fontsize=SUPTITLE_SIZE, **LITERAL)
     return fig

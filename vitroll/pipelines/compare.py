@@ -11,7 +11,7 @@ import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -19,9 +19,13 @@ from torch import nn
 
 from vitroll.io.discovery import unique_paths
 from vitroll.metrics import rank_correlation, top_fraction_iou
+from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 AGREEMENT_SIDE = 256
 """Maps are compared at most this many pixels on the long side (nearest-neighbour, so NaN stays NaN)."""
@@ -118,21 +122,28 @@ def pair_summaries(rows: Sequence[dict]) -> list[str]:
     return lines
 
 
-def plot_comparison(result: Comparison, path: "str | os.PathLike[str]") -> None:
-    """Images × models grid of overlays, each titled with that model's top-1 prediction, as a PNG."""
-    import matplotlib.pyplot as plt
+def comparison_figure(result: Comparison) -> "Figure":
+    """Images × models grid of overlays, each titled with that model's top-1 prediction (names drawn as written)."""
+    from matplotlib.figure import Figure
 
     labels = list(result.maps)
     rows, columns = len(result.images), len(labels) + 1
-    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
+    panel = 2.6
+    fig = Figure(figsize=(panel * columns, 2.4 * rows), layout="tight")
+    axes = fig.subplots(rows, columns, squeeze=False)
     for row, image_path in enumerate(result.images):
         axes[row, 0].imshow(result.pictures[row])
-        axes[row, 0].set_title(Path(image_path).name, fontsize=8)
+        axes[row, 0].set_title(fit_text(Path(image_path).name, panel * TITLE_SHARE, 8), fontsize=8, **LITERAL)
         for column, label in enumerate(labels, start=1):
             axes[row, column].imshow(result.overlays[label][row])
-            axes[row, column].set_title(f"{label}\n{result.predictions[label][row]}", fontsize=7)
+            title = (fit_text(label, panel * TITLE_SHARE, 7, lines=1) + "\n"
+                     + fit_text(result.predictions[label][row], panel * TITLE_SHARE, 7, lines=2))
+            axes[row, column].set_title(title, fontsize=7, **LITERAL)
     for axis in axes.flat:
         axis.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_comparison(result: Comparison, path: "str | os.PathLike[str]") -> None:
+    """:func:`comparison_figure` as a PNG."""
+    comparison_figure(result).savefig(path, dpi=100)

@@ -12,7 +12,8 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS, method_named, prompted_saliency
-from vitroll.overlay import figure, outline_boxes, overlay, overlay_grid
+from vitroll.overlay import (GRID_PANEL, GRID_TITLE_SIZE, TITLE_SHARE, figure, fit_text, outline_boxes, overlay,
+                             overlay_grid)
 from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
@@ -99,13 +100,10 @@ def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 
     return [(int(i), names[i] if names and i < len(names) else f"class {i}", float(probabilities[i])) for i in order]
 
 
-def panel_text(text: str, width: int = 34, lines: int = 2) -> str:
-    """``text`` quoted, wrapped to ``lines`` lines of ``width`` characters (what a 3.2-inch panel title holds at 10
-    pt) and cut with "…" after them: an unwrapped long title runs across the next panels, a longer one squeezes
-    the pictures."""
-    import textwrap
-
-    return "'" + "\n".join(textwrap.wrap(text, width, max_lines=lines, placeholder=" …")) + "'"
+def panel_text(text: str, lines: int = 2) -> str:
+    """``text`` quoted and fitted to ``lines`` lines of an :func:`overlay_grid` panel's title (then cut with "…"): an
+    unwrapped long title runs across the next panels, a longer one squeezes the pictures."""
+    return fit_text(f"'{text}'", GRID_PANEL * TITLE_SHARE, GRID_TITLE_SIZE, lines=lines)
 
 
 def figure_bytes(fig: "Figure") -> bytes:
