@@ -190,11 +190,17 @@ def annotate(
     ----------
     identity : dict
         What makes two runs' outputs interchangeable (model name, weights, method, options, rendering); its hash
-        decides what ``resume`` may skip.
+        decides what ``resume`` may skip. Kept in ``OUT/settings.json``: resuming a folder whose newest settings
+        differ is refused, naming what differs (:func:`~vitroll.pipelines.manifest.check_resumable`).
 
     Returns
     -------
     RunSummary — counts for this process (summed over ranks under torchrun).
+
+    Raises
+    ------
+    VitrollError
+        When ``options.resume`` and ``out_dir``'s outputs of these inputs were made with other settings.
     """
     out_dir = Path(out_dir)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -214,6 +220,10 @@ def annotate(
             _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
         _barrier(world_size)
         previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
+        if options.resume:
+            mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
+        if rank == 0:
+            mf.record_settings(out_dir, identity)
         latest = previous if options.resume else {}
         todo = [item for item in mine
                 if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
