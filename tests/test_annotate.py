@@ -312,3 +312,56 @@ def test_an_interrupted_overwrite_resumes_with_its_new_settings(messy, tmp_path,
     assert len({row["settings_hash"] for row in rows(out)}) == 1
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4") == 2
     assert "(alpha: 0.7 → 0.5)" in one_error(capsys)
+
+
+KILL_AFTER_FIRST_BATCH = """
+import os, sys
+from vitroll.cli import main
+from vitroll.pipelines import manifest
+real = manifest.ManifestWriter.append
+def append(self, rows):
+    real(self, rows)
+    os._exit(9)  # killed once the first batch's rows are in, the second batch's files (some of them) on disk
+manifest.ManifestWriter.append = append
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_outputs_a_killed_run_wrote_without_their_rows_are_removed_by_the_next(messy, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["annotate", str(messy), "--out", str(out), "--recursive", "--batch-size", "2", "--workers", "0",
+            "--no-progress"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_BATCH, *argv], capture_output=True, text=True,
+                            cwd=Path(__file__).parent.parent)
+    assert killed.returncode == 9, killed.stderr
+    listed = {row["overlay"] for row in rows(out)}
+    assert listed == {"overlays/a/x.png.png", "overlays/b/x.png.png"}
+    orphans = {path.relative_to(out).as_posix() for path in (out / "overlays").rglob("*.png")} - listed
+    assert orphans, "the second batch's files were on disk before their rows"
+    # a run that touches none of those inputs still removes what no row names
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out
+    assert {path.relative_to(out).as_posix() for path in (out / "overlays").rglob("*.png")} == listed
+    assert_manifest_matches_folder(out)
+
+
+def test_an_input_that_fails_mid_render_or_mid_write_is_an_error_row_and_leaves_no_files(messy, tmp_path,
+                                                                                        monkeypatch, capsys):
+    out = tmp_path / "out"
+    real = folder.render
+
+    def render(rgb, *args, **kwargs):
+        if (rgb != rgb[..., :1]).any():  # cmyk.jpg, not deep16.png (grey) of the three
+            raise RuntimeError("no colours left")
+        return real(rgb, *args, **kwargs)
+
+    monkeypatch.setattr(folder, "render", render)
+    (out / "heatmaps" / "deep16.png.npy").mkdir(parents=True)  # a folder in the way of deep16.png's heatmap
+    assert annotate(str(messy), "--out", str(out), "--limit", "3") == 3
+    table = {row["path"]: row for row in rows(out)}
+    assert table["cmyk.jpg"]["error"] == f"{messy / 'cmyk.jpg'}: cannot be rendered (RuntimeError: no colours left)"
+    assert table["deep16.png"]["error"].startswith(f"{messy / 'deep16.png'}: cannot write outputs (")
+    assert table["empty.jpg"]["status"] == "error"
+    assert not (out / "overlays" / "deep16.png.png").exists()  # written before the heatmap failed: removed
+    assert not (out / "overlays" / "cmyk.jpg.png").exists()
+    assert "cannot be rendered" in capsys.readouterr().err
