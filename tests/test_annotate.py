@@ -103,6 +103,9 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
     assert 0 < len([r for r in first if r["status"] == "ok"]) < len(GOOD)
     assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
     assert not (out / ".vitroll.lock").exists()
+    assert assert_manifest_matches_folder(out) == first  # manifest.csv too, for the work done
+    assert f'"path": "{first[0]["path"]}"' in (out / "gallery" / "rows.js").read_text()
+    assert (out / "index.html").is_file()
 
     monkeypatch.setattr(stream, "explain_batch", real)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
@@ -365,3 +368,26 @@ def test_an_input_that_fails_mid_render_or_mid_write_is_an_error_row_and_leaves_
     assert not (out / "overlays" / "deep16.png.png").exists()  # written before the heatmap failed: removed
     assert not (out / "overlays" / "cmyk.jpg.png").exists()
     assert "cannot be rendered" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_while_a_batch_s_rows_are_written_keeps_that_batch(messy, tmp_path, monkeypatch, capsys):
+    from vitroll.pipelines import manifest
+
+    out = tmp_path / "out"
+    real = manifest.ManifestWriter.append
+    calls = {"n": 0}
+
+    def interrupted_once(self, rows_of_batch):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # before the first batch's rows are written
+        real(self, rows_of_batch)
+
+    monkeypatch.setattr(manifest.ManifestWriter, "append", interrupted_once)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 130
+    done = [row["path"] for row in assert_manifest_matches_folder(out) if row["status"] == "ok"]
+    assert done[:3] == ["a/x.png", "b/x.png", "cmyk.jpg"]  # the first batch's rows, with its files
+    monkeypatch.setattr(manifest.ManifestWriter, "append", real)
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 3
+    assert f"{len(done)} skipped" in capsys.readouterr().out

@@ -241,8 +241,7 @@ def annotate(
         finally:
             writer.close()
         result.elapsed = time.perf_counter() - started
-        if not result.interrupted:
-            _merge(out_dir, rank, world_size)
+        _merge(out_dir, rank, world_size)  # interrupted too: manifest.csv and the gallery show the work done
     return _reduce(result, world_size)
 
 
@@ -302,12 +301,14 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
                     _resolved(annotator.error_row(todo[record.index], record.message)) if isinstance(record, Failed)
                     else pool.submit(annotator.finish, todo[record.index], record) for record in records])
                 while len(pending) > 1:  # keep one batch encoding while the next one computes
-                    settle(pending.popleft())
+                    settle(pending[0])
+                    pending.popleft()  # only now: a Ctrl-C while its rows are written leaves it to the finally
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
             while pending:
-                settle(pending.popleft())
+                settle(pending[0])
+                pending.popleft()
             progress.close()
 
 
