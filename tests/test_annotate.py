@@ -103,6 +103,9 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
     assert 0 < len([r for r in first if r["status"] == "ok"]) < len(GOOD)
     assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
     assert not (out / ".vitroll.lock").exists()
+    assert assert_manifest_matches_folder(out) == first  # manifest.csv too, for the work done
+    assert f'"path": "{first[0]["path"]}"' in (out / "gallery" / "rows.js").read_text()
+    assert (out / "index.html").is_file()
 
     monkeypatch.setattr(stream, "explain_batch", real)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
@@ -116,11 +119,13 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
     # a file half-written by a killed run is swept away at the next start
     leftover = out / "overlays" / "a" / ".x.png.12345.tmp"
     leftover.write_bytes(b"partial")
-    # a third run has nothing left to do but the failures; other settings redo everything
+    # a third run has nothing left to do but the failures; other settings are refused, or redo everything
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     assert f"0 ok, 3 failed, {len(GOOD)} skipped" in capsys.readouterr().out
     assert not leftover.exists()
-    assert annotate(str(messy), "--out", str(out), "--recursive", "--alpha", "0.7") == 3
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--alpha", "0.7") == 2
+    assert "alpha: 0.5 → 0.7" in capsys.readouterr().err
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--alpha", "0.7", "--overwrite") == 3
     assert f"{len(GOOD)} ok, 3 failed, 0 skipped" in capsys.readouterr().out
 
 
@@ -228,3 +233,161 @@ def test_a_run_on_other_inputs_says_how_many_earlier_rows_it_kept(tmp_path, caps
     assert line.startswith("1 ok, 0 failed, 0 skipped (done before), ")
     assert line.endswith("; 1 row of other inputs kept from earlier runs (in the manifest and the gallery)")
     assert sorted(row["path"] for row in assert_manifest_matches_folder(out)) == ["x.png", "y.png"]
+
+
+@pytest.fixture
+def weights(tmp_path):
+    """Two random-init timm test ViTs (3 classes, 64 px) saved as safetensors, and two class-name files."""
+    import timm
+    from safetensors.torch import save_file
+
+    files = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = timm.create_model("test_vit", img_size=64, num_classes=3)
+        files.append(tmp_path / f"weights{seed}.safetensors")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, files[-1])
+    (tmp_path / "abc.txt").write_text("a\nb\nc\n")
+    (tmp_path / "xyz.txt").write_text("x\ny\nz\n")
+    return files
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vitroll: error: "), err
+    return err[0]
+
+
+def test_resume_with_other_weights_or_model_settings_is_refused_naming_what_differs(messy, weights, tmp_path, capsys):
+    out, checkpoint, names = tmp_path / "out", tmp_path / "model.safetensors", tmp_path / "names.txt"
+    checkpoint.write_bytes(weights[0].read_bytes())
+    names.write_text("a\nb\nc\n")
+    model = ("--model", "test_vit", "--img-size", "64", "--num-classes", "3", "--checkpoint", str(checkpoint),
+             "--class-names", str(names), "--limit", "2")
+    assert annotate(str(messy), "--out", str(out), *model) == 0
+    capsys.readouterr()
+    before = {path: path.read_bytes() for path in (out / "overlays").rglob("*.png")}
+
+    checkpoint.write_bytes(weights[1].read_bytes())  # same path, other contents
+    assert annotate(str(messy), "--out", str(out), *model) == 2
+    line = one_error(capsys)
+    assert f"{out}: its outputs were made with other settings (weights: \"checkpoint SHA-256 " in line
+    assert line.endswith("rerun with those settings to resume, add --overwrite to redo these inputs with the new "
+                         "ones, or choose another --out")
+    checkpoint.write_bytes(weights[0].read_bytes())
+    names.write_text("x\ny\nz\n")
+    assert annotate(str(messy), "--out", str(out), *model) == 2
+    assert '(class_names: ["a", "b", "c"] → ["x", "y", "z"])' in one_error(capsys)
+    names.write_text("a\nb\nc\n")
+    assert annotate(str(messy), "--out", str(out), *model, "--dynamic-img-size") == 2
+    assert "(dynamic_img_size: false → true)" in one_error(capsys)
+    assert annotate(str(messy), "--out", str(out), *model, "--crop-pct", "1") == 2
+    assert "(preprocessing.crop_pct: 0.95 → 1.0)" in one_error(capsys)
+    assert {path: path.read_bytes() for path in (out / "overlays").rglob("*.png")} == before  # nothing touched
+
+    assert annotate(str(messy), "--out", str(out), *model) == 0  # the same settings resume
+    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out
+    names.write_text("x\ny\nz\n")
+    assert annotate(str(messy), "--out", str(out), *model, "--overwrite") == 0
+    assert {row["top1_name"] for row in rows(out)} <= {"x", "y", "z"}
+    assert annotate(str(messy), "--out", str(out), *model) == 0  # the new settings are now the folder's
+    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out
+
+
+def test_an_interrupted_overwrite_resumes_with_its_new_settings(messy, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4") == 0
+    real = stream.explain_batch
+    calls = {"n": 0}
+
+    def interrupt_second_batch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "explain_batch", interrupt_second_batch)
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7", "--overwrite") == 130
+    monkeypatch.setattr(stream, "explain_batch", real)
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7") == 0
+    assert "1 ok, 0 failed, 3 skipped" in capsys.readouterr().out
+    assert len({row["settings_hash"] for row in rows(out)}) == 1
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4") == 2
+    assert "(alpha: 0.7 → 0.5)" in one_error(capsys)
+
+
+KILL_AFTER_FIRST_BATCH = """
+import os, sys
+from vitroll.cli import main
+from vitroll.pipelines import manifest
+real = manifest.ManifestWriter.append
+def append(self, rows):
+    real(self, rows)
+    os._exit(9)  # killed once the first batch's rows are in, the second batch's files (some of them) on disk
+manifest.ManifestWriter.append = append
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_outputs_a_killed_run_wrote_without_their_rows_are_removed_by_the_next(messy, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["annotate", str(messy), "--out", str(out), "--recursive", "--batch-size", "2", "--workers", "0",
+            "--no-progress"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_BATCH, *argv], capture_output=True, text=True,
+                            cwd=Path(__file__).parent.parent)
+    assert killed.returncode == 9, killed.stderr
+    listed = {row["overlay"] for row in rows(out)}
+    assert listed == {"overlays/a/x.png.png", "overlays/b/x.png.png"}
+    orphans = {path.relative_to(out).as_posix() for path in (out / "overlays").rglob("*.png")} - listed
+    assert orphans, "the second batch's files were on disk before their rows"
+    # a run that touches none of those inputs still removes what no row names
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out
+    assert {path.relative_to(out).as_posix() for path in (out / "overlays").rglob("*.png")} == listed
+    assert_manifest_matches_folder(out)
+
+
+def test_an_input_that_fails_mid_render_or_mid_write_is_an_error_row_and_leaves_no_files(messy, tmp_path,
+                                                                                        monkeypatch, capsys):
+    out = tmp_path / "out"
+    real = folder.render
+
+    def render(rgb, *args, **kwargs):
+        if (rgb != rgb[..., :1]).any():  # cmyk.jpg, not deep16.png (grey) of the three
+            raise RuntimeError("no colours left")
+        return real(rgb, *args, **kwargs)
+
+    monkeypatch.setattr(folder, "render", render)
+    (out / "heatmaps" / "deep16.png.npy").mkdir(parents=True)  # a folder in the way of deep16.png's heatmap
+    assert annotate(str(messy), "--out", str(out), "--limit", "3") == 3
+    table = {row["path"]: row for row in rows(out)}
+    assert table["cmyk.jpg"]["error"] == f"{messy / 'cmyk.jpg'}: cannot be rendered (RuntimeError: no colours left)"
+    assert table["deep16.png"]["error"].startswith(f"{messy / 'deep16.png'}: cannot write outputs (")
+    assert table["empty.jpg"]["status"] == "error"
+    assert not (out / "overlays" / "deep16.png.png").exists()  # written before the heatmap failed: removed
+    assert not (out / "overlays" / "cmyk.jpg.png").exists()
+    assert "cannot be rendered" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_while_a_batch_s_rows_are_written_keeps_that_batch(messy, tmp_path, monkeypatch, capsys):
+    from vitroll.pipelines import manifest
+
+    out = tmp_path / "out"
+    real = manifest.ManifestWriter.append
+    calls = {"n": 0}
+
+    def interrupted_once(self, rows_of_batch):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # before the first batch's rows are written
+        real(self, rows_of_batch)
+
+    monkeypatch.setattr(manifest.ManifestWriter, "append", interrupted_once)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 130
+    done = [row["path"] for row in assert_manifest_matches_folder(out) if row["status"] == "ok"]
+    assert done[:3] == ["a/x.png", "b/x.png", "cmyk.jpg"]  # the first batch's rows, with its files
+    monkeypatch.setattr(manifest.ManifestWriter, "append", real)
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 3
+    assert f"{len(done)} skipped" in capsys.readouterr().out

@@ -10,17 +10,22 @@ Under ``torchrun --nproc_per_node=K`` the inputs are sharded by rank."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from typing import Any, Optional
 
 import torch
 
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args, settings_from_args,
+    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args,
+    provenance_from_args, settings_from_args,
 )
 from vitroll.methods import METHODS
 from vitroll.models import class_names
+from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
+from vitroll.preprocess import Preprocessing
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,6 +65,22 @@ def _init_distributed(args: argparse.Namespace) -> None:
     torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
 
 
+def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preprocessing: Preprocessing,
+                       settings: ExplainSettings, options: AnnotateOptions,
+                       names: Optional[list[str]]) -> dict[str, Any]:
+    """Everything that changes a run's outputs, by the name a user knows it by: a resume with other values is
+    refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read."""
+    provenance = provenance_from_args(args, model)
+    weights = f"{provenance.weights} SHA-256 {provenance.sha256}" if provenance.sha256 else provenance.description
+    return {"model": args.model, "weights": weights, "num_classes": args.num_classes, "img_size": args.img_size,
+            "dynamic_img_size": args.dynamic_img_size, "class_names": names, "method": settings.method,
+            "options": settings.method_options, "preprocessing": dataclasses.asdict(preprocessing),
+            "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,
+            "normalize": settings.normalization, "key_patches": settings.key_patches, "save": options.save,
+            "precision": options.precision, "compare_with": options.compare_with,
+            "disagree_below": options.disagree_below}
+
+
 def run(args: argparse.Namespace) -> int:
     options = AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
@@ -70,13 +91,10 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
-    identity = {"model": args.model, "checkpoint": str(args.checkpoint), "pretrained": args.pretrained,
-                "method": settings.method, "options": settings.method_options, "preprocessing": preprocessing,
-                "render": [settings.cmap, settings.alpha, settings.interpolation, settings.normalization,
-                           settings.key_patches], "save": options.save, "precision": options.precision,
-                "compare_with": [options.compare_with, options.disagree_below]}
+    names = class_names(model, args.class_names)
+    identity = _settings_identity(args, model, preprocessing, settings, options, names)
     result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
-                      class_names=class_names(model, args.class_names), options=options)
+                      class_names=names, options=options)
     if world()[0] == 0:
         for failure in result.failures[:10]:
             print(f"vitroll: failed: {failure}", file=sys.stderr)

@@ -137,13 +137,14 @@ class _Annotator:
         return self.out_dir / f"{kind}s" / f"{item.output_name}{suffix}"
 
     def finish(self, item: InputItem, explained: Explained) -> dict[str, Any]:
-        """Render and write one image's outputs (in a writer thread); return its manifest row."""
+        """Render and write one image's outputs (in a writer thread); return its manifest row. Any failure is this
+        input's ``error`` row, and the outputs it had written are removed: they would have no row."""
         rgb, grid_map, geometry, probabilities = (explained.image, explained.grid_map, explained.geometry,
                                                   explained.probabilities)
+        outputs: dict[str, str] = {}
         try:
             saliency, overlaid = render(rgb, grid_map, geometry, self.settings)
             top = top_classes(probabilities, self.class_names, k=1)[0] if probabilities is not None else None
-            outputs: dict[str, str] = {}
             for kind in self.options.save:
                 path = self.output_path(kind, item)
                 if kind == "overlay":
@@ -159,8 +160,12 @@ class _Annotator:
             stats = summary(saliency)
             patches = [{"row": p.row, "col": p.col, "score": round(p.score, 6), "box": list(p.box)}
                        for p in key_patches(grid_map, geometry, self.options.key_patches)]
-        except OSError as error:
-            return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
+        except Exception as error:  # noqa: BLE001 — one input's failure must not stop its batch or lose its rows
+            for name in outputs.values():
+                (self.out_dir / name).unlink(missing_ok=True)
+            if isinstance(error, OSError):
+                return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
+            return self.error_row(item, f"{item.path}: cannot be rendered ({type(error).__name__}: {error})")
         if explained.compared_maps:
             agreement = float(rank_correlation(grid_map, explained.compared_maps[0])[0])
             outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
@@ -190,11 +195,17 @@ def annotate(
     ----------
     identity : dict
         What makes two runs' outputs interchangeable (model name, weights, method, options, rendering); its hash
-        decides what ``resume`` may skip.
+        decides what ``resume`` may skip. Kept in ``OUT/settings.json``: resuming a folder whose newest settings
+        differ is refused, naming what differs (:func:`~vitroll.pipelines.manifest.check_resumable`).
 
     Returns
     -------
     RunSummary — counts for this process (summed over ranks under torchrun).
+
+    Raises
+    ------
+    VitrollError
+        When ``options.resume`` and ``out_dir``'s outputs of these inputs were made with other settings.
     """
     out_dir = Path(out_dir)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -210,10 +221,14 @@ def annotate(
     started = time.perf_counter()
     with mf.OutputLock(out_dir, lock_name):
         if rank == 0:
-            _remove_leftovers(out_dir)
-            _compact(out_dir)  # this run's rows, appended after, are then the newest wherever a rank writes them
+            # this run's rows, appended after, are then the newest wherever a rank writes them
+            _remove_unlisted_outputs(out_dir, _compact(out_dir))
         _barrier(world_size)
         previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
+        if options.resume:
+            mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
+        if rank == 0:
+            mf.record_settings(out_dir, identity)
         latest = previous if options.resume else {}
         todo = [item for item in mine
                 if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
@@ -226,8 +241,7 @@ def annotate(
         finally:
             writer.close()
         result.elapsed = time.perf_counter() - started
-        if not result.interrupted:
-            _merge(out_dir, rank, world_size)
+        _merge(out_dir, rank, world_size)  # interrupted too: manifest.csv and the gallery show the work done
     return _reduce(result, world_size)
 
 
@@ -236,11 +250,14 @@ def _identity(item: InputItem) -> dict[str, Any]:
     return {"path": item.key, "size": item.size, "mtime_ns": item.mtime_ns}
 
 
-def _remove_leftovers(out_dir: Path) -> None:
-    """Temporary files of a run that was killed mid-write (we hold the lock, so nobody else is writing)."""
+def _remove_unlisted_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Remove the files in the output kinds' folders that no row names: what a run killed mid-batch wrote before
+    its rows (complete files, or temporary ones of a write cut short). We hold the lock: nobody else is writing."""
+    listed = {out_dir / name for row in rows for name in mf.outputs_of(row)}
     for kind in SAVE_KINDS:
-        for leftover in (out_dir / f"{kind}s").rglob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
+        for path in (out_dir / f"{kind}s").rglob("*"):
+            if path not in listed and (path.is_file() or path.is_symlink()):
+                path.unlink()
 
 
 def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
@@ -284,12 +301,14 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
                     _resolved(annotator.error_row(todo[record.index], record.message)) if isinstance(record, Failed)
                     else pool.submit(annotator.finish, todo[record.index], record) for record in records])
                 while len(pending) > 1:  # keep one batch encoding while the next one computes
-                    settle(pending.popleft())
+                    settle(pending[0])
+                    pending.popleft()  # only now: a Ctrl-C while its rows are written leaves it to the finally
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
             while pending:
-                settle(pending.popleft())
+                settle(pending[0])
+                pending.popleft()
             progress.close()
 
 

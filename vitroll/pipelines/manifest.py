@@ -21,6 +21,8 @@ from vitroll.errors import VitrollError
 from vitroll.io import write_atomic
 
 MANIFEST = "manifest.jsonl"
+SETTINGS = "settings.json"
+"""The settings each settings hash of an output folder's rows stands for, so a refused resume can say what differs."""
 OUTPUT_COLUMNS = ("overlay", "heatmap", "figure")
 """Row fields that name an output file, relative to the output folder."""
 CSV_COLUMNS = (
@@ -33,6 +35,83 @@ CSV_COLUMNS = (
 def settings_hash(settings: dict[str, Any]) -> str:
     """Short stable hash of everything that changes the outputs (model, weights, method, rendering)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as they read back from JSON (tuples as lists, other objects as their ``str``)."""
+    return json.loads(json.dumps(settings, sort_keys=True, default=str))
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One level of nesting spelt out: ``{"preprocessing": {"crop_pct": 1}}`` → ``{"preprocessing.crop_pct": 1}``."""
+    flat: dict[str, Any] = {}
+    for name, value in settings.items():
+        if isinstance(value, dict) and not prefix:
+            flat.update(_flat(value, f"{name}."))
+        else:
+            flat[prefix + name] = value
+    return flat
+
+
+def _short(value: Any, width: int = 48) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``name: old → new`` for every setting that differs between two settings dicts (nested dicts one level deep)."""
+    before, after = _flat(_comparable(old)), _flat(_comparable(new))
+    return [f"{name}: {_short(before.get(name))} → {_short(after.get(name))}"
+            for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]
+
+
+def read_settings(out_dir: Path) -> dict[str, Any]:
+    """``OUT/settings.json``: the settings of each settings hash run into the folder, the newest last (empty when
+    absent)."""
+    path = out_dir / SETTINGS
+    if not path.exists():
+        return {}
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise VitrollError(f"{path}: cannot be read ({error}); remove it to resume without it") from None
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def record_settings(out_dir: Path, settings: dict[str, Any]) -> None:
+    """Make ``settings`` the newest entry of ``OUT/settings.json``, atomically."""
+    current = settings_hash(settings)
+    recorded = {key: value for key, value in read_settings(out_dir).items() if key != current}
+    recorded[current] = _comparable(settings)
+    write_atomic(out_dir / SETTINGS, (json.dumps(recorded, indent=1, ensure_ascii=False) + "\n").encode())
+
+
+def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """Refuse to resume into ``out_dir`` with ``settings`` when the newest settings it was run with differ and
+    made some of ``rows`` (the latest rows of this run's inputs) a success: the folder would mix two settings' maps.
+    Rows of settings older than the newest are what an interrupted ``--overwrite`` left to redo, not a conflict.
+    A folder of a vitroll that recorded no settings conflicts through any success of other settings.
+
+    Raises
+    ------
+    VitrollError
+        Naming each setting that differs (``class_names: ["a"] → ["b"]``) and the ways on.
+    """
+    current = settings_hash(settings)
+    recorded = read_settings(out_dir)
+    newest = next(reversed(recorded), None)
+    if newest == current:
+        return
+    conflicting = {row.get("settings_hash") for row in rows if row.get("status") == "ok"} - {current}
+    if newest is not None:
+        conflicting &= {newest}
+    if not conflicting:
+        return
+    changes = ("; ".join(settings_differences(recorded[newest], settings)) if newest is not None else "")
+    changes = changes or f"settings hash {sorted(conflicting)[0]} → {current}"
+    raise VitrollError(
+        f"{out_dir}: its outputs were made with other settings ({changes}); rerun with those settings to resume, "
+        "add --overwrite to redo these inputs with the new ones, or choose another --out")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
