@@ -264,6 +264,35 @@ def test_every_value_in_the_html_report_is_escaped():
     assert [attrs["title"] for tag, attrs in parser.tags if attrs.get("class") == "not-measured"] == [hostile]
     assert "None" not in "".join(parser.text)  # an absent value is an empty cell
 
+
+def test_long_unbroken_values_wrap_and_the_wide_table_scrolls_in_its_box_in_a_real_browser(tmp_path):
+    from browser import browser_page
+    from vitroll.audit.report import AuditReport, render_html
+
+    scanner, model = "SCANNER_" * 40, "hf-hub:" + "organisation/model-name-" * 12
+    rows = [AuditRow(case=f"case-{index}", study="s", input_number=index + 1,
+                     metadata={"ManufacturerModelName": scanner if index == 0 else "CT"},
+                     metrics={"outside_body": 0.2, "border": 0.0, "annotation": 0.0}, prediction="class_" * 40,
+                     text_check="searched_" * 30 if index == 0 else "searched", text_regions=0) for index in range(40)]
+    rows.append(AuditRow(case="case-bad", study="s", input_number=41, error="cannot_decode_" * 30))
+    report = AuditReport(rows=rows, options=AuditOptions(salt="x", group_by=("ManufacturerModelName",)),
+                         settings=ExplainSettings(), files=41, provenance=ModelProvenance(model, "checkpoint", model))
+    (tmp_path / "report.html").write_text(render_html(report), encoding="utf-8")
+    with browser_page((tmp_path / "report.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
+        # the page scrolled sideways by 1,100 pixels: the long values and the 22 columns of the case table
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        wide = page.eval_on_selector_all("td, th, p", """cells => cells.filter(cell => cell.scrollWidth > cell.clientWidth)
+                                                          .map(cell => cell.textContent.slice(0, 30))""")
+        assert wide == []
+        reason = page.eval_on_selector("#error-table td:last-child", "cell => cell.getClientRects()[0].height")
+        assert reason > 40  # "cannot_decode_" × 30 wrapped onto several lines
+        box = page.query_selector("#case-box")
+        assert box.evaluate("box => box.scrollWidth > box.clientWidth")  # the case table scrolls inside its box
+        box.evaluate("box => { box.scrollTop = 400; }")
+        assert box.evaluate("""box => Math.abs(box.querySelector("th").getBoundingClientRect().top
+                                               - box.getBoundingClientRect().top) < 2""")  # its header stays on top
+        assert not errors
+
 # --- (d) an off-anatomy shortcut is flagged ---------------------------------------------------------------------------
 
 def _fixed_map(cells: tuple[slice, slice]):

@@ -86,6 +86,22 @@ def test_a_single_head_is_that_heads_attention_and_the_grid_shows_every_head_of_
     assert close_to_reference(fused.grid_map, per_layer[1][:, 0, 1:].max(axis=0).reshape(GRID))
 
 
+
+def test_head_labels_of_a_very_tall_image_stay_in_their_own_cells():
+    image = np.full((1200, 60, 3), 200, np.uint8)  # tiles 8 pixels wide under labels 38 pixels wide
+    geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
+    heads = np.random.default_rng(0).random((12, *GRID)).astype(np.float32)
+    tiles = head_grid(image, heads, geometry, ExplainSettings())
+    ink = tiles.min(axis=2) < 128
+    cell = (tiles.shape[1] - 4) // 4  # 4 columns of cells, each its label's width and a 4-pixel gap
+    assert cell >= 38 + 4 and tiles.shape[1] == 4 * cell + 4
+    for row in range(3):
+        band = ink[4 + row * (160 + 14 + 4):][:14]  # the labels' line of this row of tiles
+        for column in range(4):
+            left = 4 + column * cell
+            assert band[:, left:left + cell - 4].any()  # "head k" is drawn in its cell
+            assert not band[:, left + cell - 4:left + cell].any()  # and never reaches the gap to the next one
+
 def test_the_target_class_changes_a_gradient_methods_map_as_the_reference_says(model, image, batch):
     tensor, _ = batch
     maps = {}

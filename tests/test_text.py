@@ -408,3 +408,34 @@ def test_a_readout_a_language_model_cannot_take_is_one_error_line(tmp_path, caps
     assert capsys.readouterr().err == (
         "vitroll: error: a causal language model is explained at one position (readout='position'); a 'token_mean' "
         "readout mixes rows that see different prefixes\n")
+
+
+def test_the_page_wraps_long_words_and_keeps_right_to_left_names_apart_from_their_numbers(tmp_path, capsys):
+    from browser import browser_page
+    from vitroll.cli import main
+
+    folder = tmp_path / "model"
+    model = bert(num_labels=2)
+    model.config.id2label, model.config.label2id = {0: "إيجابي", 1: "שלילי"}, {"إيجابي": 0, "שלילי": 1}
+    model.save_pretrained(folder)
+    wordpiece_tokenizer(folder).save_pretrained(folder)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat " + "x" * 300 + "\nمرحبا بالعالم يا صديقي\nשלום עולם the cat\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["text", "--file", str(texts), "--model", str(folder), "--out", str(out)]) == 0
+    capsys.readouterr()
+    with browser_page((out / "text.html").as_uri(), {"width": 900, "height": 900}) as (page, errors):
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        assert page.eval_on_selector_all(  # the 300-letter word ran 1,900 pixels past its card
+            ".text, .tokens, .words", "boxes => boxes.every(box => box.scrollWidth <= box.clientWidth)")
+        # each name, then its number, left to right: unisolated, "שלילי (0.553)" showed as "(0.553) שלילי" and an
+        # Arabic list of top words as one right-to-left run with the scores between the wrong words
+        follows = """elements => elements.map(element => {
+            const range = document.createRange();
+            range.selectNodeContents(element.nextSibling);
+            const name = [...element.getClientRects()].at(-1), number = range.getClientRects()[0];  // last line
+            return name.right <= number.left + 1 || number.top >= name.bottom - 1; })"""  # or on a later line
+        named = page.eval_on_selector_all(".prediction b, .words b", follows)
+        assert len(named) == 3 + 4 + 4 + 4 and all(named), named
+        assert page.eval_on_selector_all(".prediction b, .words b", "names => names.every(name => name.querySelector('bdi'))")
+        assert not errors

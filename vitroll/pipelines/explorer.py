@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel, text_inputs
@@ -238,7 +238,8 @@ def head_grid(image: np.ndarray, head_maps: np.ndarray, geometry: CropGeometry, 
 
     Returns
     -------
-    ndarray, uint8, (rows · (t + label + gap) + gap, columns · (t + gap) + gap, 3) for tiles of t × t' pixels.
+    ndarray, uint8, (rows · (t + label + gap) + gap, columns · (max(t', label width) + gap) + gap, 3) for tiles of
+    t × t' pixels: a cell is never narrower than its label.
     """
     height, width = image.shape[:2]
     scale = tile_side / max(height, width)
@@ -247,15 +248,18 @@ def head_grid(image: np.ndarray, head_maps: np.ndarray, geometry: CropGeometry, 
     thumbnail_geometry = replace(geometry, original_hw=tile_hw)  # the same crop, seen from a smaller original
     columns = math.ceil(math.sqrt(len(head_maps)))
     rows = math.ceil(len(head_maps) / columns)
-    cell_h, cell_w = tile_hw[0] + _LABEL_HEIGHT + _TILE_GAP, tile_hw[1] + _TILE_GAP
+    font = ImageFont.load_default()
+    labels = [f"head {index}" for index in range(len(head_maps))]
+    label_width = math.ceil(max(font.getlength(label) for label in labels))  # a tall image's tiles are narrower
+    cell_h, cell_w = tile_hw[0] + _LABEL_HEIGHT + _TILE_GAP, max(tile_hw[1], label_width) + _TILE_GAP
     canvas = Image.new("RGB", (columns * cell_w + _TILE_GAP, rows * cell_h + _TILE_GAP), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
-    for index, head_map in enumerate(head_maps):
+    for index, (head_map, label) in enumerate(zip(head_maps, labels)):
         top = _TILE_GAP + (index // columns) * cell_h
         left = _TILE_GAP + (index % columns) * cell_w
         _, tile = render(thumbnail, head_map, thumbnail_geometry, settings)
         canvas.paste(Image.fromarray(tile), (left, top + _LABEL_HEIGHT))
-        draw.text((left, top), f"head {index}", fill=(0, 0, 0))
+        draw.text((left, top), label, fill=(0, 0, 0), font=font)
         if index == chosen:
             draw.rectangle((left - 2, top + _LABEL_HEIGHT - 2, left + tile_hw[1] + 1,
                             top + _LABEL_HEIGHT + tile_hw[0] + 1), outline=(0, 0, 0), width=2)
