@@ -105,6 +105,18 @@ def test_rgb_and_ybr_colour(tmp_path):
     assert np.abs(back.astype(int) - rgb).max() <= 3
 
 
+def with_raw_element(path: Path, tag: int, vr: str, value: str) -> Path:
+    """Rewrite ``path`` with element ``tag`` holding ``value`` as it is, however invalid for ``vr``."""
+    import pydicom
+    from pydicom.dataelem import RawDataElement
+    from pydicom.tag import Tag
+
+    dataset = pydicom.dcmread(path)
+    dataset[tag] = RawDataElement(Tag(tag), vr, len(value), value.encode("ascii"), 0, False, True)
+    dataset.save_as(path)
+    return path
+
+
 def test_unreadable_files_raise_one_line_reasons(tmp_path):
     from pydicom.uid import JPEGBaseline8Bit
 
@@ -116,8 +128,10 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
                        pixel_bytes=b"\xff\xd8 not really a jpeg " * 8)
     text = tmp_path / "notes.dcm"
     text.write_text("not a DICOM file at all")
+    frames = with_raw_element(write_dicom(tmp_path / "frames.dcm", body_phantom()), 0x00280008, "IS",
+                              FAKE_IDS["PatientID"] + " ")  # NumberOfFrames
     reasons = {}
-    for path in (truncated, no_pixels, jpeg, text):
+    for path in (truncated, no_pixels, jpeg, text, frames):
         with pytest.raises(ImageReadError) as caught:
             read_any(path)
         assert "\n" not in caught.value.reason
@@ -127,6 +141,8 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
                                    "image to explain.")
     assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
     assert reasons["notes"] == NOT_DICOM_OR_IMAGE
+    assert reasons["frames"] == ("This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
+                                 "counted.")  # its value, which could be any text, is not quoted
 
 
 @pytest.mark.parametrize(("implicit", "little"), [(True, True), (False, True), (False, False)])

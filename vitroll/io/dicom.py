@@ -333,11 +333,12 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
+    metadata = safe_metadata(dataset)
     try:
-        metadata = safe_metadata(dataset)
         count = int(dataset.get("NumberOfFrames", 1) or 1)
-    except (TypeError, ValueError) as error:
-        raise ImageReadError(path, f"This DICOM file has an unreadable header element ({_error_text(error)}).") from None
+    except (TypeError, ValueError):  # the value is not quoted: a damaged element may hold any text
+        raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
+                                   "counted.") from None
     if frame is not None and not 0 <= frame < count:
         raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
     indices = [frame] if frame is not None else list(range(count))
