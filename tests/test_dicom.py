@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -248,3 +249,14 @@ def test_pydicom_warnings_which_may_quote_identifiers_do_not_leave_the_reader(tm
     decoded = read_dicom(write_dicom(tmp_path / "a.dcm", body_phantom()))
     assert len(decoded.frames) == 1
     assert not [str(warning.message) for warning in recwarn]
+
+
+def test_a_c_decoder_printing_to_stderr_leaves_only_the_reason(capfd):
+    """OpenJPEG (inside GDCM) prints two lines to file descriptor 2 on this file; the reason is the one line left."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(get_testdata_file("JPEG2000-embedded-sequence-delimiter.dcm"))
+    assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG 2000")
+    print("after decoding", file=sys.stderr)
+    assert capfd.readouterr().err == "after decoding\n"  # nothing from the decoder; stderr works again afterwards
