@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,18 @@ def test_rgb_and_ybr_colour(tmp_path):
     assert np.abs(back.astype(int) - rgb).max() <= 3
 
 
+def with_raw_element(path: Path, tag: int, vr: str, value: str) -> Path:
+    """Rewrite ``path`` with element ``tag`` holding ``value`` as it is, however invalid for ``vr``."""
+    import pydicom
+    from pydicom.dataelem import RawDataElement
+    from pydicom.tag import Tag
+
+    dataset = pydicom.dcmread(path)
+    dataset[tag] = RawDataElement(Tag(tag), vr, len(value), value.encode("ascii"), 0, False, True)
+    dataset.save_as(path)
+    return path
+
+
 def test_unreadable_files_raise_one_line_reasons(tmp_path):
     from pydicom.uid import JPEGBaseline8Bit
 
@@ -116,8 +129,10 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
                        pixel_bytes=b"\xff\xd8 not really a jpeg " * 8)
     text = tmp_path / "notes.dcm"
     text.write_text("not a DICOM file at all")
+    frames = with_raw_element(write_dicom(tmp_path / "frames.dcm", body_phantom()), 0x00280008, "IS",
+                              FAKE_IDS["PatientID"] + " ")  # NumberOfFrames
     reasons = {}
-    for path in (truncated, no_pixels, jpeg, text):
+    for path in (truncated, no_pixels, jpeg, text, frames):
         with pytest.raises(ImageReadError) as caught:
             read_any(path)
         assert "\n" not in caught.value.reason
@@ -127,6 +142,8 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
                                    "image to explain.")
     assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
     assert reasons["notes"] == NOT_DICOM_OR_IMAGE
+    assert reasons["frames"] == ("This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
+                                 "counted.")  # its value, which could be any text, is not quoted
 
 
 @pytest.mark.parametrize(("implicit", "little"), [(True, True), (False, True), (False, False)])
@@ -232,3 +249,14 @@ def test_pydicom_warnings_which_may_quote_identifiers_do_not_leave_the_reader(tm
     decoded = read_dicom(write_dicom(tmp_path / "a.dcm", body_phantom()))
     assert len(decoded.frames) == 1
     assert not [str(warning.message) for warning in recwarn]
+
+
+def test_a_c_decoder_printing_to_stderr_leaves_only_the_reason(capfd):
+    """OpenJPEG (inside GDCM) prints two lines to file descriptor 2 on this file; the reason is the one line left."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(get_testdata_file("JPEG2000-embedded-sequence-delimiter.dcm"))
+    assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG 2000")
+    print("after decoding", file=sys.stderr)
+    assert capfd.readouterr().err == "after decoding\n"  # nothing from the decoder; stderr works again afterwards

@@ -74,6 +74,27 @@ def test_small_text_at_the_border_is_found_and_filled(colour):
     assert mask.mean() < 0.1
 
 
+def header_on_large_frame(shape_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """A large grey frame (a flat bright disc, or a band for a wide one) with a three-line header of 22 px text in its
+    top-left corner, and the (H, W) mask of the text's pixels."""
+    height, width = shape_hw
+    image = np.zeros((height, width, 3), np.uint8)
+    cv2.ellipse(image, (width // 2, height // 2), (int(0.4 * width), int(0.3 * height)), 0, 0, 360, (170,) * 3, -1)
+    for row, line in enumerate(("DOE^JOHN", "MRN 55512345", "DOB 1945-07-08")):
+        cv2.putText(image, line, (10, 30 + 30 * row), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (255,) * 3, 2, cv2.LINE_AA)
+    return image, image[..., 0] > 200
+
+
+@pytest.mark.parametrize("shape_hw", [(2048, 2048), (300, 3000)], ids=["mammogram", "panoramic"])
+def test_a_header_on_a_large_or_wide_frame_is_found(shape_hw):
+    """Given whole (2000 px a side after scaling), the detector found none of these lines; tiles find all three, and
+    the flat disc the small tiles see as a blob is not taken for text."""
+    image, text_pixels = header_on_large_frame(shape_hw)
+    mask = region_mask(find_text_regions(image), shape_hw)
+    assert mask[text_pixels].all()
+    assert mask.mean() < 0.05
+
+
 def test_frames_without_text_have_no_regions():
     """Blank frames and small anatomy (which the detector, enlarged too far, reads as one huge glyph)."""
     assert find_text_regions(np.full((200, 300, 3), 90, np.uint8)).shape == (0, 4, 2)

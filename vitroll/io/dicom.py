@@ -17,13 +17,15 @@ Windows are written **width first, then level**: ``(W, L)``, on the command line
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import numpy as np
 
@@ -300,6 +302,21 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
             f"pydicom said: {_error_text(error).rstrip('.')}; {decoder_advice(uid)}.")
 
 
+@contextlib.contextmanager
+def _native_stderr_discarded() -> Iterator[None]:
+    """Send file descriptor 2 to the null device for the duration: C decoders (OpenJPEG inside GDCM) print their
+    complaints there directly ("Invalid number of tiles …"), beside the one line per file that the reason gives."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def read_dicom(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
 ) -> DicomImage:
@@ -333,11 +350,12 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
+    metadata = safe_metadata(dataset)
     try:
-        metadata = safe_metadata(dataset)
         count = int(dataset.get("NumberOfFrames", 1) or 1)
-    except (TypeError, ValueError) as error:
-        raise ImageReadError(path, f"This DICOM file has an unreadable header element ({_error_text(error)}).") from None
+    except (TypeError, ValueError):  # the value is not quoted: a damaged element may hold any text
+        raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
+                                   "counted.") from None
     if frame is not None and not 0 <= frame < count:
         raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
     indices = [frame] if frame is not None else list(range(count))
@@ -346,10 +364,11 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     grey = samples == 1 and photometric != "PALETTE COLOR"
     frames = []
     try:
-        for index in indices:
-            raw = pixel_array(dataset, index=index if count > 1 else None, raw=True)
-            rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
-            frames.append((index, np.ascontiguousarray(rgb)))
+        with _native_stderr_discarded():
+            for index in indices:
+                raw = pixel_array(dataset, index=index if count > 1 else None, raw=True)
+                rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
+                frames.append((index, np.ascontiguousarray(rgb)))
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}

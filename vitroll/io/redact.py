@@ -33,8 +33,14 @@ MAX_UPSCALE = 2.0
 """…by at most this factor: enlarged further, anatomy in small frames (64 × 64 MR) is read as one huge glyph."""
 MAX_DETECTION_SIDE = 2000
 """Longer side beyond which frames are shrunk for detection (rapidocr's default bound)."""
+DETECTION_TILE = 960
+"""Largest side of the pieces the detector is given: on a larger input the DB model loses small text (on a
+2000 × 2000 input, three 18 px lines of a mammogram's header: none found; on 960 × 960 tiles of it: all)."""
+TILE_OVERLAP = 192
+"""Neighbouring tiles share this many pixels, so that text cut by one tile's edge lies whole in the other."""
 MAX_LINE_FRACTION = 1 / 3
-"""A region thicker than this share of the frame's shorter side is a blob of anatomy, not a line of text."""
+"""A region thicker than this share of the shorter side of what the detector saw (the frame, or its tile) is a
+blob of anatomy or of a flat area, not a line of text."""
 MARGIN_FRACTION = 0.25
 """Each region is widened on every side by this share of its thickness (anti-aliased edges, descenders)…"""
 MIN_MARGIN_PX = 2
@@ -113,23 +119,45 @@ def _detection_scale(shape_hw: tuple[int, int]) -> float:
     return min(MAX_UPSCALE, max(1.0, DETECTION_SIDE / short), MAX_DETECTION_SIDE / long)
 
 
+def _tile_starts(length: int) -> list[int]:
+    """Offsets of the tiles along a side of ``length`` pixels: evenly spread, at least :data:`TILE_OVERLAP` shared."""
+    if length <= DETECTION_TILE:
+        return [0]
+    count = math.ceil((length - DETECTION_TILE) / (DETECTION_TILE - TILE_OVERLAP)) + 1
+    return [round(index * (length - DETECTION_TILE) / (count - 1)) for index in range(count)]
+
+
+def _detect_in_tiles(bgr: np.ndarray) -> np.ndarray:
+    """Text polygons (K, 4, 2) of a BGR uint8 frame (H, W, 3), detected tile by tile, in its pixels; regions thicker
+    than :data:`MAX_LINE_FRACTION` of their tile's shorter side dropped."""
+    found = []
+    for top in _tile_starts(bgr.shape[0]):
+        for left in _tile_starts(bgr.shape[1]):
+            tile = np.ascontiguousarray(bgr[top:top + DETECTION_TILE, left:left + DETECTION_TILE])
+            boxes = getattr(_detector()(tile), "boxes", None)
+            if boxes is None or len(boxes) == 0:
+                continue
+            polygons = np.asarray(boxes, dtype=np.float32)
+            thickness = np.array([min(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
+            found.append(polygons[thickness <= MAX_LINE_FRACTION * min(tile.shape[:2])] + np.float32([left, top]))
+    return np.concatenate(found) if found else np.zeros((0, 4, 2), dtype=np.float32)
+
+
 def find_text_regions(image: np.ndarray) -> np.ndarray:
     """Text regions of an RGB uint8 frame (H, W, 3) as (K, 4, 2) float32 polygons in its pixels (K may be 0).
 
-    Regions thicker than :data:`MAX_LINE_FRACTION` of the frame's shorter side are dropped.
+    The frame is scaled for the detector (:func:`_detection_scale`) and searched in overlapping tiles of at most
+    :data:`DETECTION_TILE` pixels a side. Regions thicker than :data:`MAX_LINE_FRACTION` of the shorter side of the
+    tile or the frame are dropped.
     """
     require_text_detector()
     height, width = image.shape[:2]
     scale = _detection_scale((height, width))
     size = (max(32, round(width * scale)), max(32, round(height * scale)))
     resized = cv2.resize(image, size, interpolation=cv2.INTER_CUBIC if scale > 1 else cv2.INTER_AREA)
-    result = _detector()(np.ascontiguousarray(resized[..., ::-1]))  # the engine takes BGR arrays
-    boxes = getattr(result, "boxes", None)
-    if boxes is None or len(boxes) == 0:
-        return np.zeros((0, 4, 2), dtype=np.float32)
-    polygons = np.asarray(boxes, dtype=np.float32) / np.array([size[0] / width, size[1] / height], dtype=np.float32)
+    polygons = _detect_in_tiles(resized[..., ::-1]) / np.float32([size[0] / width, size[1] / height])
     thickness = np.array([min(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
-    return polygons[thickness <= MAX_LINE_FRACTION * min(height, width)]
+    return polygons[thickness <= MAX_LINE_FRACTION * min(height, width)] if len(polygons) else polygons
 
 
 def region_mask(polygons: np.ndarray, shape_hw: tuple[int, int]) -> np.ndarray:
