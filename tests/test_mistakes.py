@@ -106,8 +106,13 @@ MISTAKES = [
     pytest.param("overlay {img} --class-names {two_names}", 2, "2 class names for a model with 4 classes", id="class-names-few"),
     pytest.param("overlay {img} --class-names {bad_json}", 2, "expected a JSON list of names", id="class-names-json"),
     pytest.param("overlay {img} --checkpoint {namespace_checkpoint}", 2, "--trust-checkpoint", id="checkpoint-namespace"),
-    pytest.param("overlay {img} --checkpoint {file}", 2, "not a checkpoint that safetensors or torch can read",
+    pytest.param("overlay {img} --checkpoint {file}", 2, "a-file.txt: neither a safetensors file nor a torch.save file",
                  id="checkpoint-garbage"),
+    pytest.param("overlay {img} --checkpoint {dir}", 2, "images: a folder, not a weights file", id="checkpoint-folder"),
+    pytest.param("overlay {img} --checkpoint {whole_model}", 2,
+                 "whole.pth: a whole pickled model (torch.save(model)), not a state dict, and unpickling it can run "
+                 "arbitrary code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE)",
+                 id="checkpoint-whole-model"),
     pytest.param("overlay {img} --checkpoint {missing}", 2, "no such checkpoint file", id="checkpoint-missing"),
     pytest.param("overlay {img} --model vit_tiny_patch16_22", 2, "did you mean vit_tiny_patch16_224", id="model-typo"),
     # output folders that are files
@@ -186,10 +191,12 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "CT_small.dcm").write_bytes(bytes(128) + b"DICM" + bytes(64))  # a Part 10 preamble, then no image
     (tmp_path / "names.json").write_text("{not json")
     torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "namespace.pth")
+    torch.save(load_testbed_model(), tmp_path / "whole.pth")
     return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
             "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
             "two_names": str(tmp_path / "two.txt"), "bad_json": str(tmp_path / "names.json"),
-            "namespace_checkpoint": str(tmp_path / "namespace.pth"), "root": str(tmp_path),
+            "namespace_checkpoint": str(tmp_path / "namespace.pth"), "whole_model": str(tmp_path / "whole.pth"),
+            "root": str(tmp_path),
             "empty_list": str(tmp_path / "empty.txt"),
             "dicom": str(tmp_path / "CT_small.dcm")}
 

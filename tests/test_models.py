@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import pickle
+
+import numpy
 
 import pytest
 import timm
@@ -71,6 +74,54 @@ def test_missing_and_empty_checkpoints(tmp_path):
     torch.save({"epoch": 3}, tmp_path / "meta.pth")
     with pytest.raises(ModelLoadError, match="holds no tensors"):
         load_model(NAME, checkpoint=tmp_path / "meta.pth")
+
+
+def test_a_renamed_file_is_read_by_its_content_and_a_trusted_whole_model_gives_its_state_dict(tmp_path, trained):
+    save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, tmp_path / "renamed.pth")
+    torch.save(trained.state_dict(), tmp_path / "zip.safetensors")
+    torch.save(trained.state_dict(), tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    torch.save(trained, tmp_path / "whole.pth")
+    for name in ("renamed.pth", "zip.safetensors", "legacy.pt"):
+        assert same_weights(load_model(NAME, checkpoint=tmp_path / name), trained)
+    assert same_weights(load_model(NAME, checkpoint=tmp_path / "whole.pth", trust_checkpoint=True), trained)
+
+
+def damaged(path, data: bytes) -> None:
+    path.write_bytes(data[: len(data) // 2])
+
+
+def npz(path) -> None:
+    with path.open("wb") as handle:
+        numpy.savez(handle, weight=numpy.zeros(3))
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda path, model: path.mkdir(), "a folder, not a weights file; a checkpoint is one .safetensors or torch.save file"),
+    (lambda path, model: path.write_bytes(b""), "the file is empty (0 bytes), not a checkpoint"),
+    (lambda path, model: path.write_text("cat\ndog\n"),
+     "neither a safetensors file nor a torch.save file (its first bytes are neither's)"),
+    (lambda path, model: (torch.save(model.state_dict(), path), damaged(path, path.read_bytes())),
+     "a torch.save file (a zip archive) that cannot be read; it may be truncated or damaged, so copy or save it again"),
+    (lambda path, model: (save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path),
+                          damaged(path, path.read_bytes())),
+     "a safetensors file that cannot be read; it may be truncated or damaged, so copy or save it again "
+     "(SafetensorError: Error while deserializing header: incomplete metadata, file not fully covered)"),
+    (lambda path, model: path.write_bytes(pickle.dumps(model.state_dict(), protocol=4)),
+     "a Python pickle written by pickle.dump, not by torch.save, so torch cannot read it"),
+    (lambda path, model: torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path),
+     "a TorchScript program (torch.jit.save), not a state dict"),
+    (lambda path, model: npz(path),
+     "a NumPy .npz archive (JAX/Flax weights), not a PyTorch state dict"),
+    (lambda path, model: torch.save(model, path), "a whole pickled model (torch.save(model)), not a state dict"),
+], ids=["folder", "empty", "text", "truncated-zip", "truncated-safetensors", "plain-pickle", "torchscript", "npz",
+        "whole-model"])
+def test_a_file_that_is_no_state_dict_says_what_it_is_in_one_line(tmp_path, trained, make, expected):
+    path = tmp_path / "weights.pth"
+    make(path, trained)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: {expected}") and "\n" not in message and "\x1b" not in message
 
 
 def test_class_names_from_files_and_imagenet(tmp_path, trained):

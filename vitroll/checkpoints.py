@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
+import zipfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 import safetensors.torch
@@ -37,35 +39,99 @@ def _is_legacy_torch_file(path: Path) -> bool:
 
 
 def _refuse_unpickling(path: Path, objects: list[str]) -> ModelLoadError:
-    """The one-line refusal of a checkpoint that needs unpickling, with both ways forward."""
-    holds = f"Python objects ({', '.join(objects[:3])}{' …' if len(objects) > 3 else ''})" if objects else "Python objects"
+    """The one-line refusal of a checkpoint that needs unpickling, with both ways forward; a whole pickled model
+    (``torch.save(model)``: it names torch.nn's module classes) is told to save its state dict instead."""
+    objects = sorted(objects)
     target = path.with_suffix(".safetensors")
     convert = f'python -c "import vitroll.checkpoints as c; c.save_as_safetensors({str(path)!r})"'
+    trusted = (f"if you trust its source, convert it once with {convert} (writes {target}) and pass that file, "
+               "or pass --trust-checkpoint to unpickle it on every run")
+    if any(name.startswith("torch.nn.modules.") for name in objects):
+        return ModelLoadError(
+            f"{path}: a whole pickled model (torch.save(model)), not a state dict, and unpickling it can run arbitrary "
+            f"code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE), or {trusted}")
+    holds = f"Python objects ({', '.join(objects[:3])}{' …' if len(objects) > 3 else ''})" if objects else "Python objects"
     return ModelLoadError(
-        f"{path}: holds {holds} besides tensors, and unpickling them can run arbitrary code, so vitroll refused; "
-        f"if you trust its source, convert it once with {convert} (writes {target}) and pass that file, "
-        f"or pass --trust-checkpoint to unpickle it on every run"
+        f"{path}: holds {holds} besides tensors, and unpickling them can run arbitrary code, so vitroll refused; {trusted}"
     )
 
 
-def _unreadable(path: Path, error: Exception) -> ModelLoadError:
-    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else "no reason given"
-    return ModelLoadError(f"{path}: not a checkpoint that safetensors or torch can read ({type(error).__name__}: {reason})")
+def _reason(error: Exception) -> str:
+    """The first sentence of ``error``'s message, without terminal colour codes (torch's messages run for a
+    paragraph and bold their warnings)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+    first = text.splitlines()[0] if text else "no reason given"
+    return first.split(". ")[0].removesuffix(".")
+
+
+def _unreadable(path: Path, what: str, error: Optional[Exception] = None) -> ModelLoadError:
+    reason = f" ({type(error).__name__}: {_reason(error)})" if error is not None else ""
+    return ModelLoadError(f"{path}: {what} that cannot be read; it may be truncated or damaged, so copy or save it "
+                          f"again{reason}")
+
+
+def _file_kind(path: Path) -> str:
+    """What a weights file is, told by its first bytes (not by its suffix, which users rename): "empty",
+    "safetensors" (an 8-byte header length, then the JSON header), "zip" (torch.save since 1.6, TorchScript,
+    NumPy's .npz), "pickle" (torch.save before 1.6, pickle.dump), or "other"."""
+    with path.open("rb") as handle:
+        head = handle.read(9)
+    if not head:
+        return "empty"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if head[8:9] == b"{":
+        return "safetensors"
+    if head.startswith(b"\x80"):
+        return "pickle"
+    return "other"
+
+
+def _refuse_zip_kinds(path: Path) -> None:
+    """Refuse a zip archive that ``torch.load`` would misread: TorchScript (a program, not a state dict) and NumPy's
+    ``.npz`` (JAX/Flax weights); a damaged archive is refused naming that."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except zipfile.BadZipFile:  # the archive's directory, at its end, is missing or broken
+        raise _unreadable(path, "a torch.save file (a zip archive)") from None
+    if any(name.endswith("/constants.pkl") for name in names):
+        raise ModelLoadError(f"{path}: a TorchScript program (torch.jit.save), not a state dict; save the weights "
+                             "with torch.save(model.state_dict(), FILE) or safetensors.torch.save_file")
+    if names and all(name.endswith(".npy") for name in names):
+        raise ModelLoadError(f"{path}: a NumPy .npz archive (JAX/Flax weights), not a PyTorch state dict; convert "
+                             "it to PyTorch (for a timm ViT: model.load_pretrained(FILE), then save model.state_dict())")
 
 
 def _load_file(path: Path, *, trust: bool) -> object:
     """What a checkpoint file holds: safetensors' tensors, or the torch file's object (unpickled in full if ``trust``)."""
-    try:
-        if path.suffix == ".safetensors":
+    kind = _file_kind(path)
+    if kind == "empty":
+        raise ModelLoadError(f"{path}: the file is empty (0 bytes), not a checkpoint")
+    if kind == "other":
+        raise ModelLoadError(f"{path}: neither a safetensors file nor a torch.save file (its first bytes are "
+                             "neither's); --checkpoint takes a state dict saved as .safetensors or with torch.save")
+    if kind == "safetensors":
+        try:
             return safetensors.torch.load_file(str(path))
-        return torch.load(path, map_location="cpu", weights_only=not trust)
-    except pickle.UnpicklingError as error:  # weights_only refused a Python object, or the file is no pickle at all
+        except Exception as error:
+            raise _unreadable(path, "a safetensors file", error) from None
+    if kind == "zip":
+        _refuse_zip_kinds(path)
+    if kind == "pickle" and not _is_legacy_torch_file(path):
+        raise ModelLoadError(f"{path}: a Python pickle written by pickle.dump, not by torch.save, so torch cannot read "
+                             "it; save the weights with torch.save(model.state_dict(), FILE) or "
+                             "safetensors.torch.save_file")
+    try:
+        with path.open("rb") as handle:  # torch.load given a path would pick its reader by the suffix
+            return torch.load(handle, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as error:  # weights_only refused a Python object, or the file is no torch pickle
         objects = _unsafe_globals(path)
         if not trust and (objects or _is_legacy_torch_file(path)):
             raise _refuse_unpickling(path, objects) from None
-        raise _unreadable(path, error) from None
+        raise _unreadable(path, "a torch.save file", error) from None
     except Exception as error:
-        raise _unreadable(path, error) from None
+        raise _unreadable(path, "a torch.save file", error) from None
 
 
 def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> dict[str, torch.Tensor]:
@@ -78,9 +144,14 @@ def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> d
     prefixes left by DataParallel / DDP.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ModelLoadError(f"{path}: a folder, not a weights file; a checkpoint is one .safetensors or torch.save "
+                             "file (a save_pretrained folder is a model: pass it as --model FOLDER)")
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such checkpoint file")
     state = _load_file(path, trust=trust)
+    if isinstance(state, nn.Module):  # a trusted torch.save(model)
+        state = state.state_dict()
     while isinstance(state, Mapping):
         wrapped = [key for key in _WRAPPER_KEYS if isinstance(state.get(key), Mapping)]
         if not wrapped:
