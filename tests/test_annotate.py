@@ -172,6 +172,35 @@ def test_same_stem_different_suffix_do_not_collide(tmp_path):
     assert [i.output_name for i in discover(tmp_path)] == ["p.jpg", "p.png", "q.png"]
 
 
+def test_names_that_differ_only_by_case_get_outputs_of_their_own_that_keep_their_names(tmp_path, capsys):
+    source, out = tmp_path / "in", tmp_path / "out"
+    (source / "sub").mkdir(parents=True)
+    for name, seed in (("a.png", 1), ("a.jpg", 2), ("sub/a.png", 3), ("Sub/a.png", 4), ("caf\u00e9.png", 5)):
+        (source / name).parent.mkdir(exist_ok=True)
+        Image.fromarray(rgb(seed=seed)).save(source / name)
+    assert annotate(str(source), "--out", str(out), "--recursive") == 0
+    overlays = {row["path"]: row["overlay"] for row in rows(out)}
+    # one file each on a case-insensitive disk too (macOS, Windows): Sub/a.png sorts first and keeps its name
+    assert overlays == {"Sub/a.png": "overlays/Sub/a.png.png", "a.jpg": "overlays/a.jpg.png",
+                        "a.png": "overlays/a.png.png", "caf\u00e9.png": "overlays/caf\u00e9.png.png",
+                        "sub/a.png": "overlays/sub/a.png@2.png"}
+    assert len({name.casefold() for name in overlays.values()}) == len(overlays)
+    pictures = {key: np.asarray(Image.open(out / name)) for key, name in overlays.items()}
+
+    # a later input whose name folds onto an existing output's takes the next free name; the others keep theirs
+    Image.fromarray(rgb(seed=6)).save(source / "A.png")
+    Image.fromarray(rgb(seed=7)).save(source / "cafe\u0301.png")  # the same name in NFD, as macOS spells it
+    capsys.readouterr()
+    assert annotate(str(source), "--out", str(out), "--recursive") == 0
+    assert "2 ok, 0 failed, 5 skipped" in capsys.readouterr().out
+    now = {row["path"]: row["overlay"] for row in assert_manifest_matches_folder(out)}
+    assert now == {**overlays, "A.png": "overlays/A.png@2.png", "cafe\u0301.png": "overlays/cafe\u0301.png@2.png"}
+    assert all(np.array_equal(np.asarray(Image.open(out / overlays[key])), picture)
+               for key, picture in pictures.items())
+    assert annotate(str(source), "--out", str(out), "--recursive", "--overwrite") == 0
+    assert {row["path"]: row["overlay"] for row in assert_manifest_matches_folder(out)} == now
+
+
 def test_method_disagreement_is_recorded_per_image(messy, tmp_path):
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--limit", "3", "--compare-with", "center", "--disagree-below", "2") == 3
