@@ -420,3 +420,41 @@ def test_a_ctrl_c_while_a_batch_s_rows_are_written_keeps_that_batch(messy, tmp_p
     capsys.readouterr()
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     assert f"{len(done)} skipped" in capsys.readouterr().out
+
+
+def test_broken_and_looping_links_are_error_rows_that_name_them_and_the_batch_goes_on(messy, tmp_path, capsys):
+    (messy / "gone.png").symlink_to("nowhere.png")
+    (messy / "loop.png").symlink_to("loop.png")
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out)) == 3
+    table = {row["path"]: row for row in rows(out)}
+    assert table["gone.png"]["error"] == f"{messy / 'gone.png'}: broken symbolic link (to nowhere.png, which does not exist)"
+    assert table["loop.png"]["error"] == f"{messy / 'loop.png'}: symbolic link loop (its links lead back to it)"
+    assert [path for path, row in table.items() if row["status"] == "ok"] == [
+        "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
+    assert f"{messy / 'loop.png'}: symbolic link loop" in capsys.readouterr().err
+
+
+def test_a_manifest_that_cannot_be_written_is_one_line_naming_it(messy, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from vitroll.pipelines import manifest
+
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    (out / "manifest.jsonl").unlink()
+    (out / "manifest.jsonl").mkdir()
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert one_error(capsys) == (f"vitroll: error: {out / 'manifest.jsonl'}: is not a file, so the manifest cannot "
+                                 "be read or written; move it out of the way")
+    assert (out / "overlays" / "a" / "x.png.png").is_file()  # not taken for outputs without rows
+    (out / "manifest.jsonl").rmdir()
+
+    def full_disk(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(manifest.os, "fsync", full_disk)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert one_error(capsys) == (f"vitroll: error: {out / 'manifest.jsonl'}: cannot write the manifest (No space "
+                                 "left on device); the next run redoes the inputs whose rows are missing")
