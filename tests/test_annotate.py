@@ -428,7 +428,8 @@ def test_broken_and_looping_links_are_error_rows_that_name_them_and_the_batch_go
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out)) == 3
     table = {row["path"]: row for row in rows(out)}
-    assert table["gone.png"]["error"] == f"{messy / 'gone.png'}: broken symbolic link (to nowhere.png, which does not exist)"
+    assert table["gone.png"]["error"] == (
+        f"{messy / 'gone.png'}: broken symbolic link (to nowhere.png, which does not exist)")
     assert table["loop.png"]["error"] == f"{messy / 'loop.png'}: symbolic link loop (its links lead back to it)"
     assert [path for path, row in table.items() if row["status"] == "ok"] == [
         "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]

@@ -5,7 +5,8 @@ path — relative to the folder or to the list file's folder, ``..``-led or abso
 folder — and the key is the manifest's ``path``: joined to that folder it names the file again. Outputs are named
 by :func:`output_name`, a reversible function of the key alone, so two inputs never share an output and no output
 lies outside the output folder; :func:`assign_output_names` adds ``@2``… to a name that another input's differs
-from only by case, so that none is shared on a case-insensitive disk either. Decoding and batching are :mod:`vitroll.pipelines.stream`'s.
+from only by case, so that none is shared on a case-insensitive disk either. Decoding and batching are
+:mod:`vitroll.pipelines.stream`'s.
 """
 
 from __future__ import annotations
