@@ -172,6 +172,35 @@ def test_same_stem_different_suffix_do_not_collide(tmp_path):
     assert [i.output_name for i in discover(tmp_path)] == ["p.jpg", "p.png", "q.png"]
 
 
+def test_names_that_differ_only_by_case_get_outputs_of_their_own_that_keep_their_names(tmp_path, capsys):
+    source, out = tmp_path / "in", tmp_path / "out"
+    (source / "sub").mkdir(parents=True)
+    for name, seed in (("a.png", 1), ("a.jpg", 2), ("sub/a.png", 3), ("Sub/a.png", 4), ("caf\u00e9.png", 5)):
+        (source / name).parent.mkdir(exist_ok=True)
+        Image.fromarray(rgb(seed=seed)).save(source / name)
+    assert annotate(str(source), "--out", str(out), "--recursive") == 0
+    overlays = {row["path"]: row["overlay"] for row in rows(out)}
+    # one file each on a case-insensitive disk too (macOS, Windows): Sub/a.png sorts first and keeps its name
+    assert overlays == {"Sub/a.png": "overlays/Sub/a.png.png", "a.jpg": "overlays/a.jpg.png",
+                        "a.png": "overlays/a.png.png", "caf\u00e9.png": "overlays/caf\u00e9.png.png",
+                        "sub/a.png": "overlays/sub/a.png@2.png"}
+    assert len({name.casefold() for name in overlays.values()}) == len(overlays)
+    pictures = {key: np.asarray(Image.open(out / name)) for key, name in overlays.items()}
+
+    # a later input whose name folds onto an existing output's takes the next free name; the others keep theirs
+    Image.fromarray(rgb(seed=6)).save(source / "A.png")
+    Image.fromarray(rgb(seed=7)).save(source / "cafe\u0301.png")  # the same name in NFD, as macOS spells it
+    capsys.readouterr()
+    assert annotate(str(source), "--out", str(out), "--recursive") == 0
+    assert "2 ok, 0 failed, 5 skipped" in capsys.readouterr().out
+    now = {row["path"]: row["overlay"] for row in assert_manifest_matches_folder(out)}
+    assert now == {**overlays, "A.png": "overlays/A.png@2.png", "cafe\u0301.png": "overlays/cafe\u0301.png@2.png"}
+    assert all(np.array_equal(np.asarray(Image.open(out / overlays[key])), picture)
+               for key, picture in pictures.items())
+    assert annotate(str(source), "--out", str(out), "--recursive", "--overwrite") == 0
+    assert {row["path"]: row["overlay"] for row in assert_manifest_matches_folder(out)} == now
+
+
 def test_method_disagreement_is_recorded_per_image(messy, tmp_path):
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--limit", "3", "--compare-with", "center", "--disagree-below", "2") == 3
@@ -391,3 +420,42 @@ def test_a_ctrl_c_while_a_batch_s_rows_are_written_keeps_that_batch(messy, tmp_p
     capsys.readouterr()
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     assert f"{len(done)} skipped" in capsys.readouterr().out
+
+
+def test_broken_and_looping_links_are_error_rows_that_name_them_and_the_batch_goes_on(messy, tmp_path, capsys):
+    (messy / "gone.png").symlink_to("nowhere.png")
+    (messy / "loop.png").symlink_to("loop.png")
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out)) == 3
+    table = {row["path"]: row for row in rows(out)}
+    assert table["gone.png"]["error"] == (
+        f"{messy / 'gone.png'}: broken symbolic link (to nowhere.png, which does not exist)")
+    assert table["loop.png"]["error"] == f"{messy / 'loop.png'}: symbolic link loop (its links lead back to it)"
+    assert [path for path, row in table.items() if row["status"] == "ok"] == [
+        "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
+    assert f"{messy / 'loop.png'}: symbolic link loop" in capsys.readouterr().err
+
+
+def test_a_manifest_that_cannot_be_written_is_one_line_naming_it(messy, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from vitroll.pipelines import manifest
+
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    (out / "manifest.jsonl").unlink()
+    (out / "manifest.jsonl").mkdir()
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert one_error(capsys) == (f"vitroll: error: {out / 'manifest.jsonl'}: is not a file, so the manifest cannot "
+                                 "be read or written; move it out of the way")
+    assert (out / "overlays" / "a" / "x.png.png").is_file()  # not taken for outputs without rows
+    (out / "manifest.jsonl").rmdir()
+
+    def full_disk(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(manifest.os, "fsync", full_disk)
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert one_error(capsys) == (f"vitroll: error: {out / 'manifest.jsonl'}: cannot write the manifest (No space "
+                                 "left on device); the next run redoes the inputs whose rows are missing")

@@ -76,7 +76,8 @@ def test_a_symbolic_link_and_its_target_are_two_rows(tmp_path, capsys):
     assert code == 3 and line.startswith("2 ok, 1 failed, 0 skipped")
     table = {row["path"]: row for row in assert_manifest_matches_folder(out)}
     assert sorted(table) == ["broken.png", "link.png", "target.png"]  # the folder link is not descended into
-    assert table["broken.png"]["status"] == "error" and table["broken.png"]["error"].endswith("broken.png: no such file")
+    assert table["broken.png"]["status"] == "error" and table["broken.png"]["error"].endswith(
+        "broken.png: broken symbolic link (to nowhere.png, which does not exist)")
     assert table["link.png"]["overlay"] == "overlays/link.png.png"
     assert table["target.png"]["overlay"] == "overlays/target.png.png"
     same = ("size", "mtime_ns", "width", "height", "top1_index", "peak_x", "peak_y", "key_patches")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import warnings
 from pathlib import Path
@@ -109,11 +110,23 @@ def _mask_pixels(image: Image.Image) -> np.ndarray:
 Decoded = TypeVar("Decoded")
 
 
+def _missing(path: Path) -> str:
+    """Why ``path``, which does not resolve to a file, cannot be read: no file, a broken link, or a link loop."""
+    if not path.is_symlink():
+        return "no such file"
+    try:
+        path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "symbolic link loop (its links lead back to it)"
+    return f"broken symbolic link (to {os.readlink(path)}, which does not exist)"
+
+
 def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded]) -> Decoded:
     """``convert`` of the completely decoded image file at ``path``, its failures as :class:`ImageReadError`."""
     path = Path(path)
     if not path.exists():
-        raise ImageReadError(path, "no such file")
+        raise ImageReadError(path, _missing(path))
     if path.is_dir():
         raise ImageReadError(path, "is a directory, not an image")
     if path.stat().st_size == 0:

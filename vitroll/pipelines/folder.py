@@ -13,6 +13,7 @@ and a redone input's new row replaces its old one, whose outputs that the new ro
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import time
@@ -35,7 +36,7 @@ from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
 from vitroll.pipelines.gallery import write_gallery
-from vitroll.pipelines.inputs import InputItem, discover, nothing_found
+from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
 
@@ -133,8 +134,7 @@ class _Annotator:
         return {**_identity(item), "status": "error", "error": message.splitlines()[0], **self.common}
 
     def output_path(self, kind: str, item: InputItem) -> Path:
-        suffix = ".npy" if kind == "heatmap" else ".png"
-        return self.out_dir / f"{kind}s" / f"{item.output_name}{suffix}"
+        return self.out_dir / _output_file(kind, item.output_name)
 
     def finish(self, item: InputItem, explained: Explained) -> dict[str, Any]:
         """Render and write one image's outputs (in a writer thread); return its manifest row. Any failure is this
@@ -213,7 +213,6 @@ def annotate(
     items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
     if not items:
         raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
-    mine = shard_of(items, rank, world_size)
     annotator = _Annotator(out_dir, settings, options, identity, class_names)
     lock_name = ".vitroll.lock" if rank == 0 else f".vitroll.rank{rank}.lock"
     shard_file = out_dir / (mf.MANIFEST if world_size == 1 else f"manifest.rank{rank}.jsonl")
@@ -225,6 +224,10 @@ def annotate(
             _remove_unlisted_outputs(out_dir, _compact(out_dir))
         _barrier(world_size)
         previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
+        names = assign_output_names((item.key for item in items),
+                                    {key: name for key, row in previous.items() if (name := _output_name_of(row))})
+        items = [dataclasses.replace(item, assigned_name=names[item.key]) for item in items]
+        mine = shard_of(items, rank, world_size)
         if options.resume:
             mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
         if rank == 0:
@@ -243,6 +246,21 @@ def annotate(
         result.elapsed = time.perf_counter() - started
         _merge(out_dir, rank, world_size)  # interrupted too: manifest.csv and the gallery show the work done
     return _reduce(result, world_size)
+
+
+def _output_file(kind: str, name: str) -> str:
+    """Where the output ``kind`` of the input whose output name is ``name`` goes, relative to the output folder."""
+    return f"{kind}s/{name}{'.npy' if kind == 'heatmap' else '.png'}"
+
+
+def _output_name_of(row: dict[str, Any]) -> Optional[str]:
+    """The output name a manifest row's files were written under (None for a row without outputs)."""
+    for kind in SAVE_KINDS:
+        prefix, suffix = _output_file(kind, "\0").split("\0")
+        file = row.get(kind)
+        if file and file.startswith(prefix) and file.endswith(suffix):
+            return file[len(prefix): len(file) - len(suffix)]
+    return None
 
 
 def _identity(item: InputItem) -> dict[str, Any]:

@@ -4,15 +4,19 @@ Inputs are a folder (optionally recursive) or a text/CSV file listing image path
 path — relative to the folder or to the list file's folder, ``..``-led or absolute for a listed path outside that
 folder — and the key is the manifest's ``path``: joined to that folder it names the file again. Outputs are named
 by :func:`output_name`, a reversible function of the key alone, so two inputs never share an output and no output
-lies outside the output folder. Decoding and batching are :mod:`vitroll.pipelines.stream`'s.
+lies outside the output folder; :func:`assign_output_names` adds ``@2``… to a name that another input's differs
+from only by case, so that none is shared on a case-insensitive disk either. Decoding and batching are
+:mod:`vitroll.pipelines.stream`'s.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Mapping, Optional
 
 from vitroll.io.discovery import has_image_suffix, source_files
 
@@ -33,10 +37,12 @@ class InputItem:
     mtime_ns: Optional[int]
     """Size and modification time of the content when the run started (None when it cannot be read): a row made
     from other content is redone."""
+    assigned_name: Optional[str] = None
+    """The output name :func:`assign_output_names` gave it, when it differs from :func:`output_name` of the key."""
 
     @property
     def output_name(self) -> str:
-        return output_name(self.key)
+        return self.assigned_name or output_name(self.key)
 
 
 def output_name(key: str) -> str:
@@ -55,6 +61,38 @@ def output_name(key: str) -> str:
         else part
         for index, part in enumerate(key.split("/"))
     )
+
+
+def _folded(name: str) -> str:
+    """What a case-insensitive file system (macOS, Windows) compares: ``A.png`` and ``a.png`` are one file there."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def assign_output_names(keys: Iterable[str], claimed: Mapping[str, str]) -> dict[str, str]:
+    """Output names for ``keys`` that no two inputs share even on a case-insensitive disk, stable across runs.
+
+    An input keeps the name its outputs in the folder already have (``claimed``: key → name, from the manifest);
+    another gets :func:`output_name` of its key, unless that name is another input's but for case or Unicode
+    normalisation (``A.png`` beside ``a.png``): then ``NAME@2``, ``NAME@3``… (claimed names and earlier keys, in
+    sorted order, first).
+
+    >>> assign_output_names(["A.png", "a.png", "b.png"], {"a.png": "a.png"})
+    {'A.png': 'A.png@2', 'a.png': 'a.png', 'b.png': 'b.png'}
+    """
+    owner: dict[str, str] = {}
+    for key, name in sorted(claimed.items()):
+        owner.setdefault(_folded(name), key)
+    names: dict[str, str] = {}
+    for key in sorted(keys):
+        name = claimed.get(key)
+        if name is None or owner[_folded(name)] != key:
+            base = name = output_name(key)
+            for number in itertools.count(2):
+                if owner.setdefault(_folded(name), key) == key:
+                    break
+                name = f"{base}@{number}"
+        names[key] = name
+    return names
 
 
 def _stamped(path: Path, key: str) -> InputItem:

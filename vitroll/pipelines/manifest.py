@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Optional
 
@@ -115,9 +116,17 @@ def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dic
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines manifest; a torn last line (a crash mid-write) is ignored."""
-    if not path.is_file():
+    """Rows of a JSON Lines manifest; a torn last line (a crash mid-write) is ignored.
+
+    Raises
+    ------
+    VitrollError
+        When ``path`` is there but is no file: read as no rows, it would have every output in its folder removed.
+    """
+    if not path.exists():
         return []
+    if not path.is_file():
+        raise VitrollError(f"{path}: is not a file, so the manifest cannot be read or written; move it out of the way")
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -162,16 +171,27 @@ class ManifestWriter:
     """Appends rows to a JSON Lines file; each :meth:`append` is flushed and fsync'ed before it returns."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._handle = path.open("a", encoding="utf-8")
+        with self._naming_path():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a", encoding="utf-8")
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         if text:
-            self._handle.write(text)
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+            with self._naming_path():
+                self._handle.write(text)
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+
+    @contextmanager
+    def _naming_path(self) -> Iterator[None]:
+        """A file-system error as one line naming the manifest (a full disk's error names no file of its own)."""
+        try:
+            yield
+        except OSError as error:
+            raise VitrollError(f"{self.path}: cannot write the manifest ({error.strerror or error}); the next run "
+                               "redoes the inputs whose rows are missing") from None
 
     def close(self) -> None:
         self._handle.close()
