@@ -82,6 +82,24 @@ def test_monochrome1_is_inverted_after_windowing(tmp_path):
     np.testing.assert_array_equal(grey(plain), [[255, 191], [128, 0]])  # 255·(1 − x/40): 191.25, 127.5
 
 
+@pytest.mark.parametrize(("photometric", "dtype", "low", "padding"), [
+    ("MONOCHROME2", np.uint16, 100, 65535), ("MONOCHROME1", np.uint16, 100, 65535), ("MONOCHROME2", np.int16, -1000, -2000),
+])
+def test_pixel_padding_is_black_and_out_of_the_min_max(tmp_path, photometric, dtype, low, padding):
+    """Outside a CT's circular field of view: 65535 in the min–max showed the body at 4 of 255 and the padding white."""
+    pixels = body_phantom(64, marker=False, dtype=dtype, low=low, high=low + 2000)
+    yy, xx = np.mgrid[:64, :64]
+    outside_view = (yy - 32) ** 2 + (xx - 32) ** 2 > 30 ** 2
+    pixels[outside_view] = padding
+    path = write_dicom(tmp_path / "padded.dcm", pixels, photometric=photometric, signed=dtype == np.int16,
+                       PixelPaddingValue=padding)
+    shown = read_dicom(path).frames[0][1][..., 0]
+    body, air = (255, 0) if photometric == "MONOCHROME2" else (0, 255)
+    assert set(np.unique(shown[outside_view])) == {0}
+    assert set(np.unique(shown[~outside_view])) == {body, air}
+    assert shown[32, 32] == body
+
+
 def test_multi_frame_all_frames_or_one(tmp_path):
     frames = np.stack([np.full((8, 8), v, np.uint16) for v in (0, 50, 100)])
     path = write_dicom(tmp_path / "cine.dcm", frames, window=(100, 50))

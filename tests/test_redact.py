@@ -95,6 +95,15 @@ def test_a_header_on_a_large_or_wide_frame_is_found(shape_hw):
     assert mask.mean() < 0.05
 
 
+@pytest.mark.parametrize("shape_hw", [(40, 800), (20, 400)])
+def test_a_line_of_text_filling_a_thin_frame_is_found(shape_hw):
+    """Thicker than a third of the frame, the line was dropped as a blob of anatomy; its length says it is text."""
+    image = np.zeros((*shape_hw, 3), np.uint8)
+    cv2.putText(image, "DOE^JOHN MRN 55512345", (4, shape_hw[0] * 3 // 4), cv2.FONT_HERSHEY_SIMPLEX,
+                shape_hw[0] / 55, (255,) * 3, 1, cv2.LINE_AA)
+    assert region_mask(find_text_regions(image), shape_hw)[image[..., 0] > 100].all()
+
+
 def test_frames_without_text_have_no_regions():
     """Blank frames and small anatomy (which the detector, enlarged too far, reads as one huge glyph)."""
     assert find_text_regions(np.full((200, 300, 3), 90, np.uint8)).shape == (0, 4, 2)

@@ -6,8 +6,8 @@ transfer syntax is then the encoding pydicom found. Compressed pixel data goes t
 (pylibjpeg with openjpeg and rle, python-gdcm, Pillow: the ``dicom`` extra). Grey images go
 through the modality LUT (Rescale Slope/Intercept), then a VOI transform — the user's window, else the file's
 VOI LUT or a usable Window Center/Width, else the frame's own finite min–max — and MONOCHROME1 is inverted so that high
-values are bright. Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as
-(H, W, 3) uint8.
+values are bright; pixels that Pixel Padding Value marks as no image are left out of the min–max and shown black.
+Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as (H, W, 3) uint8.
 
 Only a whitelist of non-identifying header fields leaves this module (:data:`SAFE_FIELDS`, plus an age band);
 studies are keyed by a salted hash.
@@ -194,13 +194,30 @@ def _file_window(dataset: object) -> Optional[tuple[float, float, str]]:
     return width, level, function
 
 
+def _padding(raw: np.ndarray, dataset: object) -> Optional[np.ndarray]:
+    """(H, W) bool: the stored values that Pixel Padding Value (up to Pixel Padding Range Limit) marks as no image,
+    such as the corners outside a CT's circular field of view; None when the file names none."""
+    try:
+        value = _first(dataset.PixelPaddingValue)
+        limit = _first(dataset.get("PixelPaddingRangeLimit", value))
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    low, high = min(value, limit), max(value, limit)
+    return (raw >= low) & (raw <= high)
+
+
 def _grey_to_rgb(raw: np.ndarray, dataset: object, window: Optional[tuple[float, float]]) -> np.ndarray:
     from pydicom.pixels import apply_modality_lut
 
     values = np.asarray(apply_modality_lut(raw, dataset), dtype=np.float64)
+    padding = _padding(raw, dataset)
+    if padding is not None and not padding.all():  # kept out of the min–max, where 65535 would blacken the image
+        values[padding] = values[~padding].min()
     unit = np.nan_to_num(_to_unit(values, dataset, window), nan=0.0)  # NaN pixels (float pixel data) black
     if str(dataset.PhotometricInterpretation).strip() == "MONOCHROME1":
         unit = 1.0 - unit
+    if padding is not None:
+        unit[padding] = 0.0  # black whatever the polarity: it is no part of the body
     grey = np.round(np.clip(unit, 0.0, 1.0) * 255.0).astype(np.uint8)
     return np.repeat(grey[..., None], 3, axis=-1)
 

@@ -40,7 +40,10 @@ TILE_OVERLAP = 192
 """Neighbouring tiles share this many pixels, so that text cut by one tile's edge lies whole in the other."""
 MAX_LINE_FRACTION = 1 / 3
 """A region thicker than this share of the shorter side of what the detector saw (the frame, or its tile) is a
-blob of anatomy or of a flat area, not a line of text."""
+blob of anatomy or of a flat area, not a line of text…"""
+LINE_ELONGATION = 4.0
+"""…unless it is at least this many times as long as it is thick: a line of text on a frame hardly taller than the
+line (blobs seen on pydicom's files and on flat discs are at most 2.6 times as long as thick)."""
 MARGIN_FRACTION = 0.25
 """Each region is widened on every side by this share of its thickness (anti-aliased edges, descenders)…"""
 MIN_MARGIN_PX = 2
@@ -119,6 +122,15 @@ def _detection_scale(shape_hw: tuple[int, int]) -> float:
     return min(MAX_UPSCALE, max(1.0, DETECTION_SIDE / short), MAX_DETECTION_SIDE / long)
 
 
+def _lines(polygons: np.ndarray, shorter_side: int) -> np.ndarray:
+    """The polygons (K, 4, 2) that may be lines of text on an image of that shorter side: thin enough
+    (:data:`MAX_LINE_FRACTION`) or long enough (:data:`LINE_ELONGATION`)."""
+    if not len(polygons):
+        return polygons
+    sides = np.array([sorted(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
+    return polygons[(sides[:, 0] <= MAX_LINE_FRACTION * shorter_side) | (sides[:, 1] >= LINE_ELONGATION * sides[:, 0])]
+
+
 def _tile_starts(length: int) -> list[int]:
     """Offsets of the tiles along a side of ``length`` pixels: evenly spread, at least :data:`TILE_OVERLAP` shared."""
     if length <= DETECTION_TILE:
@@ -128,8 +140,8 @@ def _tile_starts(length: int) -> list[int]:
 
 
 def _detect_in_tiles(bgr: np.ndarray) -> np.ndarray:
-    """Text polygons (K, 4, 2) of a BGR uint8 frame (H, W, 3), detected tile by tile, in its pixels; regions thicker
-    than :data:`MAX_LINE_FRACTION` of their tile's shorter side dropped."""
+    """Text polygons (K, 4, 2) of a BGR uint8 frame (H, W, 3), detected tile by tile, in its pixels; blobs (not
+    :func:`_lines` of their tile) dropped."""
     found = []
     for top in _tile_starts(bgr.shape[0]):
         for left in _tile_starts(bgr.shape[1]):
@@ -137,9 +149,7 @@ def _detect_in_tiles(bgr: np.ndarray) -> np.ndarray:
             boxes = getattr(_detector()(tile), "boxes", None)
             if boxes is None or len(boxes) == 0:
                 continue
-            polygons = np.asarray(boxes, dtype=np.float32)
-            thickness = np.array([min(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
-            found.append(polygons[thickness <= MAX_LINE_FRACTION * min(tile.shape[:2])] + np.float32([left, top]))
+            found.append(_lines(np.asarray(boxes, dtype=np.float32), min(tile.shape[:2])) + np.float32([left, top]))
     return np.concatenate(found) if found else np.zeros((0, 4, 2), dtype=np.float32)
 
 
@@ -147,17 +157,16 @@ def find_text_regions(image: np.ndarray) -> np.ndarray:
     """Text regions of an RGB uint8 frame (H, W, 3) as (K, 4, 2) float32 polygons in its pixels (K may be 0).
 
     The frame is scaled for the detector (:func:`_detection_scale`) and searched in overlapping tiles of at most
-    :data:`DETECTION_TILE` pixels a side. Regions thicker than :data:`MAX_LINE_FRACTION` of the shorter side of the
-    tile or the frame are dropped.
+    :data:`DETECTION_TILE` pixels a side. Regions that are not :func:`_lines` of their tile or of the frame (blobs
+    of anatomy) are dropped.
     """
     require_text_detector()
     height, width = image.shape[:2]
     scale = _detection_scale((height, width))
     size = (max(32, round(width * scale)), max(32, round(height * scale)))
     resized = cv2.resize(image, size, interpolation=cv2.INTER_CUBIC if scale > 1 else cv2.INTER_AREA)
-    polygons = _detect_in_tiles(resized[..., ::-1]) / np.float32([size[0] / width, size[1] / height])
-    thickness = np.array([min(cv2.minAreaRect(polygon)[1]) for polygon in polygons])
-    return polygons[thickness <= MAX_LINE_FRACTION * min(height, width)] if len(polygons) else polygons
+    return _lines(_detect_in_tiles(resized[..., ::-1]) / np.float32([size[0] / width, size[1] / height]),
+                  min(height, width))
 
 
 def region_mask(polygons: np.ndarray, shape_hw: tuple[int, int]) -> np.ndarray:
