@@ -104,7 +104,9 @@ MISTAKES = [
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --num-classes 0", 2,
                  "argument --num-classes: must be an integer ≥ 1; got 0", id="num-classes-0"),
     pytest.param("overlay {img} --class-names {two_names}", 2, "2 class names for a model with 4 classes", id="class-names-few"),
-    pytest.param("overlay {img} --class-names {bad_json}", 2, "expected a JSON list of names", id="class-names-json"),
+    pytest.param("overlay {img} --class-names {bad_json}", 2, "names.json: not valid JSON (", id="class-names-json"),
+    pytest.param("overlay {img} --class-names {five_names}", 2, "5 class names for a model with 4 classes",
+                 id="class-names-many"),
     pytest.param("overlay {img} --checkpoint {namespace_checkpoint}", 2, "--trust-checkpoint", id="checkpoint-namespace"),
     pytest.param("overlay {img} --checkpoint {file}", 2, "a-file.txt: neither a safetensors file nor a torch.save file",
                  id="checkpoint-garbage"),
@@ -187,6 +189,7 @@ def files(tmp_path: Path) -> dict[str, str]:
     Image.open(SHAPE).save(folder / "disk.png")
     (tmp_path / "a-file.txt").write_text("not a folder, not a checkpoint\n")
     (tmp_path / "two.txt").write_text("circle\nsquare\n")
+    (tmp_path / "five.txt").write_text("circle\nsquare\ntriangle\ncross\nstar\n")
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "CT_small.dcm").write_bytes(bytes(128) + b"DICM" + bytes(64))  # a Part 10 preamble, then no image
     (tmp_path / "names.json").write_text("{not json")
@@ -194,7 +197,7 @@ def files(tmp_path: Path) -> dict[str, str]:
     torch.save(load_testbed_model(), tmp_path / "whole.pth")
     return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
             "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
-            "two_names": str(tmp_path / "two.txt"), "bad_json": str(tmp_path / "names.json"),
+            "two_names": str(tmp_path / "two.txt"), "five_names": str(tmp_path / "five.txt"), "bad_json": str(tmp_path / "names.json"),
             "namespace_checkpoint": str(tmp_path / "namespace.pth"), "whole_model": str(tmp_path / "whole.pth"),
             "root": str(tmp_path),
             "empty_list": str(tmp_path / "empty.txt"),

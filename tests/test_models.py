@@ -136,3 +136,25 @@ def test_class_names_from_files_and_imagenet(tmp_path, trained):
     assert class_names(trained) is None
     imagenet = class_names(timm.create_model(NAME))
     assert len(imagenet) == 1000 and imagenet[281].startswith("tabby")
+
+
+def test_class_names_take_name_to_index_json_and_refuse_gaps_and_extra_names(tmp_path, trained):
+    names = ["cat", "dog", "owl", "eel", "ant", "bee", "elk"]
+    (tmp_path / "class_to_idx.json").write_text(json.dumps({name: index for index, name in enumerate(names)}))
+    assert class_names(trained, tmp_path / "class_to_idx.json") == names
+    (tmp_path / "gap.json").write_text(json.dumps({str(i): name for i, name in enumerate(names) if i != 3} | {"7": "yak"}))
+    with pytest.raises(ModelLoadError, match=r"gap.json: expected a JSON list of names, \{index: name\} or "
+                                             r"\{name: index\} with the indices 0, 1, 2, … each once"):
+        class_names(trained, tmp_path / "gap.json")
+    (tmp_path / "imagenet.txt").write_text("\n".join(names + ["yak"]))
+    with pytest.raises(ModelLoadError, match="imagenet.txt: 8 class names for a model with 7 classes"):
+        class_names(trained, tmp_path / "imagenet.txt")
+
+
+def test_class_names_are_counted_against_a_transformers_classifier(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(image_size=32, patch_size=16, hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=64, num_labels=3)
+    (tmp_path / "two.txt").write_text("cat\ndog\n")
+    with pytest.raises(ModelLoadError, match="two.txt: 2 class names for a model with 3 classes"):
+        class_names(transformers.ViTForImageClassification(config), tmp_path / "two.txt")

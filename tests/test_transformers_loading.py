@@ -3,6 +3,7 @@ class names from id2label, provenance, and each loading mistake's one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -204,6 +205,42 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
+        assert message.endswith("; the supported model types are beit, bert, clip, clip_vision_model, data2vec-vision, "
+                                "deit, dinov2, dinov2_with_registers, distilbert, electra, gpt2, roberta, siglip, "
+                                "siglip_vision_model, vision-encoder-decoder, vit, vit_mae, vit_msn")
+
+
+def test_a_folder_with_its_own_code_is_refused_without_running_or_asking(folder, tmp_path, capsys):
+    remote = tmp_path / "remote"
+    shutil.copytree(folder, remote)
+    config = json.loads((remote / "config.json").read_text())
+    config.update(model_type="my-vit", auto_map={"AutoConfig": "configuration_my.MyConfig",
+                                                 "AutoModelForImageClassification": "modeling_my.MyViT"})
+    (remote / "config.json").write_text(json.dumps(config))
+    ran = tmp_path / "ran"
+    for module in ("configuration_my.py", "modeling_my.py"):
+        (remote / module).write_text(f"open({str(ran)!r}, 'w').close()\n")
+    assert cli_error(["overlay", str(PHOTO), "--model", str(remote), "--out", str(tmp_path / "o")], capsys) == (
+        f"{remote}: {remote / 'config.json'} builds the model from the folder's own Python code (auto_map: AutoConfig, "
+        "AutoModelForImageClassification), which vitroll does not run; vitroll explains the model types transformers "
+        "ships (`vitroll models` lists them)")
+    assert not ran.exists()
+
+
+def test_pickled_folder_weights_are_refused_with_the_ways_forward(folder, tmp_path, capsys):
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(folder / "config.json", pickled)
+    saved = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    torch.save(saved, pickled / "pytorch_model.bin")
+    capsys.readouterr()  # transformers' loading bar
+    weights = pickled / "pytorch_model.bin"
+    assert cli_error(["overlay", str(PHOTO), "--model", str(pickled), "--out", str(tmp_path / "o")], capsys) == (
+        f"{pickled}: {weights} holds Python objects besides tensors, and unpickling them can run arbitrary code, so "
+        "vitroll refused; if you trust its source, save the model again with save_pretrained (model.safetensors), or "
+        f"pass --checkpoint {weights} --trust-checkpoint")
+    trusted = load_model(str(pickled), checkpoint=weights, trust_checkpoint=True)
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in trusted.state_dict().items())
 
 
 def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):

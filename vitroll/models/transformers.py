@@ -4,6 +4,7 @@ hub id (from the local cache when the hub is unreachable) with its image process
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -74,6 +75,11 @@ def _check_config_file(name: str, path: Path) -> None:
     if not isinstance(config, dict) or "model_type" not in config:
         raise ModelLoadError(f"{name}: {path} has no model_type, so it is not a transformers config.json; save the "
                              "model again with save_pretrained")
+    own_code = sorted(key for key in config.get("auto_map") or {} if key == "AutoConfig" or key.startswith("AutoModel"))
+    if own_code:  # transformers would run the folder's Python files (trust_remote_code), or ask on the terminal
+        raise ModelLoadError(f"{name}: {path} builds the model from the folder's own Python code (auto_map: "
+                             f"{', '.join(own_code)}), which vitroll does not run; vitroll explains the model types "
+                             "transformers ships (`vitroll models` lists them)")
 
 
 def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
@@ -94,7 +100,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     offline = not local and not hub.hub_reachable()
     try:
         with hub.cache_only(offline):
-            config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local)
+            config = transformers.AutoConfig.from_pretrained(source, local_files_only=offline or local,
+                                                              trust_remote_code=False)
     except Exception as error:  # hub errors come in many types (OSError, HTTP errors, ValueError)
         if local:
             reason = " ".join(line.strip() for line in str(error).splitlines())
@@ -107,7 +114,9 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     kind = config.model_type
     if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
         why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
-        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}")
+        supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
+        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
+                             f"model types are {supported}")
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
@@ -124,13 +133,18 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
                         load_state(model, state, checkpoint)
                     else:
                         model = cls.from_pretrained(source, config=config, attn_implementation="sdpa",
-                                                    local_files_only=offline or local)
+                                                    local_files_only=offline or local, trust_remote_code=False)
                     break
                 except ValueError:  # this auto class has no mapping for the config (a backbone without a head)
                     if index == len(auto) - 1:
                         raise
     except ModelLoadError:
         raise
+    except pickle.UnpicklingError:  # transformers reads pytorch_model.bin with weights_only=True
+        weights = folder / "pytorch_model.bin" if local else "its pytorch_model.bin"
+        raise ModelLoadError(f"{name}: {weights} holds Python objects besides tensors, and unpickling them can run "
+                             "arbitrary code, so vitroll refused; if you trust its source, save the model again with "
+                             f"save_pretrained (model.safetensors), or pass --checkpoint {weights} --trust-checkpoint") from None
     except Exception as error:
         raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
@@ -184,7 +198,7 @@ def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
 
     try:
         with hub.cache_only(offline):
-            processor = AutoImageProcessor.from_pretrained(source, local_files_only=offline)
+            processor = AutoImageProcessor.from_pretrained(source, local_files_only=offline, trust_remote_code=False)
     except (OSError, ValueError, KeyError):  # no preprocessor_config.json: the model type's defaults apply
         return
     use_image_processor(model, processor)
@@ -201,7 +215,7 @@ def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, needed_by
         if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
             raise FileNotFoundError(f"none of {', '.join(_TOKENIZER_FILES)}")
         with hub.cache_only(offline):
-            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as error:
         if needed_by is None:
             return
