@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -278,3 +279,14 @@ def test_a_c_decoder_printing_to_stderr_leaves_only_the_reason(capfd):
     assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG 2000")
     print("after decoding", file=sys.stderr)
     assert capfd.readouterr().err == "after decoding\n"  # nothing from the decoder; stderr works again afterwards
+
+
+def test_files_decode_with_stderr_closed(tmp_path):
+    """`vitroll audit … 2>&-`: with no descriptor 2 to silence (and sys.stderr None), decoding goes on as usual."""
+    import subprocess
+
+    path = write_dicom(tmp_path / "ct.dcm", body_phantom())
+    script = f"from vitroll.io.dicom import read_dicom; print(read_dicom({str(path)!r}).frames[0][1].shape)"
+    result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: os.close(2))
+    assert result.stdout == "(64, 64, 3)\n"

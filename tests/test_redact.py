@@ -247,6 +247,35 @@ def test_no_identifier_in_any_image_the_audit_writes(audited, ocr):
         assert not leaks(lines, needles), (number, lines)
 
 
+def test_no_outline_in_a_thumbnail_follows_the_letters_of_text_touching_the_body(tmp_path):
+    """The body outline, found on the original pixels, took in the letters that touch the body and traced them
+    across the filled region of the thumbnail."""
+    from pydicom.uid import CTImageStorage
+
+    from dicom_factory import body_phantom, write_dicom
+
+    pixels = body_phantom(256, marker=False, high=2000)  # a disc of radius 77 around the centre
+    letters = np.zeros((256, 256), np.uint8)
+    for row, line in enumerate(("DOE^JOHN", "MRN 55512345", "DOB 1945-07-08")):  # from the air into the disc
+        cv2.putText(letters, line, (20, 110 + 25 * row), cv2.FONT_HERSHEY_SIMPLEX, 0.7, 255, 2, cv2.LINE_AA)
+    pixels = np.where(letters > 127, 3000, pixels).astype(np.uint16)
+    path = write_dicom(tmp_path / "in.dcm", pixels, SOPClassUID=CTImageStorage)
+    out = tmp_path / "out"
+    code, _, stderr = run_cli("audit", str(path), "--out", str(out), *MODEL)
+    assert code == 0, stderr
+    [row] = audit_rows(out)
+    assert int(row["text_regions_filled"]) >= 3
+    html = (out / "report.html").read_text()
+    thumb = cv2.imdecode(np.frombuffer(base64.b64decode(re.search(
+        rf'id="{row["case"]}".*?data:image/png;base64,([A-Za-z0-9+/=]+)', html, re.S).group(1)), np.uint8),
+        cv2.IMREAD_COLOR)
+    text = region_mask(find_text_regions(read_dicom(path).frames[0][1]), (256, 256)).astype(np.uint8)
+    inside = cv2.erode(cv2.resize(text, thumb.shape[1::-1], interpolation=cv2.INTER_NEAREST), np.ones((3, 3), np.uint8))
+    assert inside.sum() > 1000
+    shown = {tuple(pixel) for pixel in thumb[inside.astype(bool)]}
+    assert shown <= {(0, 0, 0), (255, 255, 255)}  # filled black; the peak's white cross
+
+
 def test_the_report_says_per_image_why_pixels_were_or_were_not_searched(tmp_path):
     from pydicom.uid import CTImageStorage
 

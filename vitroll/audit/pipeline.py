@@ -100,16 +100,21 @@ def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
     return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture)
 
 
+def _resized(mask: np.ndarray, thumb: np.ndarray) -> np.ndarray:
+    return cv2.resize(mask.astype(np.uint8), (thumb.shape[1], thumb.shape[0]), interpolation=cv2.INTER_NEAREST)
+
+
 def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) -> None:
-    small = cv2.resize(mask.astype(np.uint8), (thumb.shape[1], thumb.shape[0]), interpolation=cv2.INTER_NEAREST)
-    contours, _ = cv2.findContours(small, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(_resized(mask, thumb), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     cv2.drawContours(thumb, contours, -1, colour, 1)
 
 
 def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndarray], annotations: np.ndarray,
-              roi: Optional[np.ndarray], size: int) -> bytes:
+              roi: Optional[np.ndarray], size: int, text_mask: Optional[np.ndarray] = None) -> bytes:
     """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines (no body outline where
-    ``body`` is None) and a cross at the peak."""
+    ``body`` is None) and a cross at the peak. Inside ``text_mask`` (H, W), the burned-in text filled in
+    ``overlaid``, the outlines are filled again: the body outline found on the original pixels follows the strokes
+    of letters that touch the body."""
     height, width = overlaid.shape[:2]
     scale = size / max(height, width)
     thumb_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
@@ -120,6 +125,8 @@ def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndar
     _outline(thumb, annotations, (255, 0, 255))
     if roi is not None:
         _outline(thumb, roi, (0, 255, 255))
+    if text_mask is not None and text_mask.any():  # its border kept: the outlines show where text was filled
+        thumb = fill_regions(thumb, cv2.erode(_resized(text_mask, thumb), np.ones((3, 3), np.uint8)).astype(bool))
     row, col = peak_location(saliency)
     cv2.drawMarker(thumb, (round(col * scale), round(row * scale)), (255, 255, 255), cv2.MARKER_CROSS, 9, 1)
     return encode_png(thumb, compression=6)
@@ -187,7 +194,7 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     shown = fill_regions(overlaid, item.text_mask)  # after blending: a translucent heatmap would let text through
     row.overlay_file = f"images/{row.case}.png"
     write_atomic(out_dir / row.overlay_file, encode_png(shown))
-    row.thumbnail = thumbnail(shown, saliency, body, annotations, roi, options.thumbnail_size)
+    row.thumbnail = thumbnail(shown, saliency, body, annotations, roi, options.thumbnail_size, item.text_mask)
     return row
 
 

@@ -323,8 +323,13 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
 def _native_stderr_discarded() -> Iterator[None]:
     """Send file descriptor 2 to the null device for the duration: C decoders (OpenJPEG inside GDCM) print their
     complaints there directly ("Invalid number of tiles …"), beside the one line per file that the reason gives."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    if sys.stderr is not None:  # None when Python started with descriptor 2 closed
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2: nothing to keep quiet
+        yield
+        return
     try:
         with open(os.devnull, "wb") as devnull:
             os.dup2(devnull.fileno(), 2)
