@@ -158,3 +158,24 @@ def test_class_names_are_counted_against_a_transformers_classifier(tmp_path):
     (tmp_path / "two.txt").write_text("cat\ndog\n")
     with pytest.raises(ModelLoadError, match="two.txt: 2 class names for a model with 3 classes"):
         class_names(transformers.ViTForImageClassification(config), tmp_path / "two.txt")
+
+
+def test_a_model_path_that_is_a_file_or_missing_is_named_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_file({"w": torch.zeros(1)}, tmp_path / "weights.safetensors")
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "config.json").write_text('{"model_type": "vit"}')
+    expected = {
+        "weights.safetensors": "weights.safetensors: a file, not a model; --model takes a model name or a "
+                               "save_pretrained folder (weights go with their architecture: --model ARCH --checkpoint "
+                               "weights.safetensors)",
+        "saved/config.json": "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass "
+                             "--model saved",
+        "./my-vit": "./my-vit: no such model folder",  # was taken for a hub id and looked up in the cache
+        str(tmp_path / "my-vit"): f"{tmp_path / 'my-vit'}: no such model folder",  # was an unknown timm name
+        "my-vit/": "my-vit/: no such model folder",
+    }
+    for name, message in expected.items():
+        with pytest.raises(ModelLoadError) as raised:
+            load_model(name)
+        assert str(raised.value) == message

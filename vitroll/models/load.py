@@ -4,6 +4,7 @@ and hub ids, and the shipped testbed models, with local weights read by :mod:`vi
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -14,8 +15,29 @@ from vitroll.errors import ModelLoadError
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
-from vitroll.models.transformers import is_transformers_name, load_transformers
+from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
+
+
+_NAME_PREFIXES = (TRANSFORMERS_PREFIX, TORCHVISION_PREFIX, OPEN_CLIP_PREFIX, "hf-hub:", "hf_hub:")
+
+
+def _refuse_paths_that_are_no_model(name: str) -> None:
+    """Refuse a ``--model`` that is a path but no model folder: a file (weights are ``--checkpoint``), or a path that
+    does not exist (without this a missing folder was taken for a hub id or a timm name)."""
+    if name.startswith(_NAME_PREFIXES):
+        return
+    path = Path(name)
+    if path.is_file():
+        if (path.parent / "config.json").is_file():
+            raise ModelLoadError(f"{name}: a file of a save_pretrained folder; the folder is the model: pass --model "
+                                 f"{path.parent}")
+        raise ModelLoadError(f"{name}: a file, not a model; --model takes a model name or a save_pretrained folder "
+                             f"(weights go with their architecture: --model ARCH --checkpoint {name})")
+    looks_like_a_path = (path.is_absolute() or name.startswith((".", "~")) or name.endswith(("/", os.sep))
+                         or name.count("/") > 1)
+    if looks_like_a_path and not path.exists():
+        raise ModelLoadError(f"{name}: no such model folder")
 
 
 def load_model(
@@ -53,6 +75,7 @@ def load_model(
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
+    _refuse_paths_that_are_no_model(name)
     if name == TESTBED_NAME:
         if checkpoint is None:
             return load_testbed_model(device)
