@@ -47,8 +47,12 @@ def test_mismatched_checkpoint_names_keys_and_shapes(tmp_path):
     path = tmp_path / "small.safetensors"
     other = timm.create_model("vit_tiny_patch16_224", img_size=112, num_classes=7)
     save_file({k: v.contiguous() for k, v in other.state_dict().items()}, path)
-    with pytest.raises(ModelLoadError, match=r"does not match VisionTransformer — shape mismatch: pos_embed \(1, 50, 192\) vs model \(1, 197, 192\)"):
+    with pytest.raises(ModelLoadError) as raised:
         load_model(NAME, checkpoint=path)
+    assert str(raised.value) == (f"{path}: checkpoint does not match VisionTransformer — shape mismatch: pos_embed "
+                                 "(1, 50, 192) vs model (1, 197, 192); its position embedding is for 112×112 inputs: "
+                                 "build the model for them with --img-size 112 (img_size=112)")
+    assert load_model(NAME, checkpoint=path, img_size=112).patch_embed.img_size == (112, 112)
     partial = {k: v for k, v in other.state_dict().items() if not k.startswith("blocks.11")}
     torch.save(partial, tmp_path / "partial.pth")
     with pytest.raises(ModelLoadError, match="missing keys: blocks.11"):

@@ -3,9 +3,10 @@ and hub ids, and the shipped testbed models, with local weights read by :mod:`vi
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -38,6 +39,37 @@ def _refuse_paths_that_are_no_model(name: str) -> None:
                          or name.count("/") > 1)
     if looks_like_a_path and not path.exists():
         raise ModelLoadError(f"{name}: no such model folder")
+
+
+def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Optional[int]:
+    """The square input side a checkpoint's position embedding was trained for, when only that size differs from the
+    model's (timm's ``pos_embed``, torchvision's ``encoder.pos_embedding``: (1, prefix + grid², D)); else None."""
+    own = model.state_dict()
+    if set(state) != set(own):  # another architecture: its input size is not the question
+        return None
+    if "pos_embed" in own and hasattr(model, "patch_embed"):  # timm
+        key, patch = "pos_embed", model.patch_embed.patch_size[0]
+        prefix = 0 if getattr(model, "no_embed_class", False) else getattr(model, "num_prefix_tokens", 0)
+    elif "encoder.pos_embedding" in own and hasattr(model, "patch_size"):  # torchvision: one class token
+        key, patch, prefix = "encoder.pos_embedding", model.patch_size, 1
+    else:
+        return None
+    tokens = state[key].shape[1] - prefix if state[key].ndim == 3 else 0
+    grid = math.isqrt(max(tokens, 0))
+    return grid * patch if state[key].shape != own[key].shape and grid > 0 and grid * grid == tokens else None
+
+
+def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object) -> None:
+    """:func:`load_state`, with the ``--img-size`` to build the model with when the checkpoint's position embedding
+    was trained for another input size (the commonest mismatch: fine-tuned at 384, or small)."""
+    try:
+        load_state(model, state, checkpoint)
+    except ModelLoadError as error:
+        side = _trained_side(model, state)
+        if side is None:
+            raise
+        raise ModelLoadError(f"{error}; its position embedding is for {side}×{side} inputs: build the model for "
+                             f"them with --img-size {side} (img_size={side})") from None
 
 
 def load_model(
@@ -100,7 +132,7 @@ def load_model(
         model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
                                    num_classes=num_classes, **model_kwargs)
         if state is not None:
-            load_state(model, state, checkpoint)
+            _load_weights(model, state, checkpoint)
         return model.eval().to(device)
     check_model_name(name)
     if num_classes is None and state is not None:
@@ -112,6 +144,6 @@ def load_model(
     except (RuntimeError, TypeError, ValueError, AssertionError) as error:
         raise ModelLoadError(f"{name}: cannot build model ({error})") from None
     if state is not None:
-        load_state(model, state, checkpoint)
+        _load_weights(model, state, checkpoint)
     return model.eval().to(device)
 
