@@ -73,7 +73,7 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
 
 
 def load_model(
-    name: str,
+    name: "str | os.PathLike[str]",
     *,
     pretrained: bool = False,
     checkpoint: "str | os.PathLike[str] | None" = None,
@@ -86,7 +86,7 @@ def load_model(
 
     Parameters
     ----------
-    name : str
+    name : str or path
         A timm model name, ``hf-hub:org/name`` (timm weights on the hub), a transformers model
         (see :func:`is_transformers_name`; CLIP and SigLIP folders load the image–text model with its tokenizer),
         ``open_clip:ARCH`` (``open_clip:ViT-B-32``, random weights unless ``checkpoint``), ``torchvision:ARCH``
@@ -107,6 +107,7 @@ def load_model(
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
+    name = os.fspath(name)  # a save_pretrained folder may come as a Path
     _refuse_paths_that_are_no_model(name)
     if name == TESTBED_NAME:
         if checkpoint is None:
