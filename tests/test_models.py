@@ -164,7 +164,7 @@ def test_class_names_are_counted_against_a_transformers_classifier(tmp_path):
         class_names(transformers.ViTForImageClassification(config), tmp_path / "two.txt")
 
 
-def test_a_model_path_that_is_a_file_or_missing_is_named_so(tmp_path, monkeypatch):
+def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     save_file({"w": torch.zeros(1)}, tmp_path / "weights.safetensors")
     (tmp_path / "saved").mkdir()
@@ -178,6 +178,11 @@ def test_a_model_path_that_is_a_file_or_missing_is_named_so(tmp_path, monkeypatc
         "./my-vit": "./my-vit: no such model folder",  # was taken for a hub id and looked up in the cache
         str(tmp_path / "my-vit"): f"{tmp_path / 'my-vit'}: no such model folder",  # was an unknown timm name
         "my-vit/": "my-vit/: no such model folder",
+        " ": "the model name is empty; give a timm name, a save_pretrained folder, a hub id, torchvision:ARCH or "
+             "open_clip:ARCH",  # '' was the current folder: "no config.json in ."
+        "timm/vit_tiny_patch16_224.augreg_in21k": "timm/vit_tiny_patch16_224.augreg_in21k: a timm repository on the "
+                                                  "Hugging Face hub, which transformers cannot load; pass it as "
+                                                  "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k",
     }
     for name, message in expected.items():
         with pytest.raises(ModelLoadError) as raised:

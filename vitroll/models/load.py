@@ -23,9 +23,16 @@ from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbe
 _NAME_PREFIXES = (TRANSFORMERS_PREFIX, TORCHVISION_PREFIX, OPEN_CLIP_PREFIX, "hf-hub:", "hf_hub:")
 
 
-def _refuse_paths_that_are_no_model(name: str) -> None:
-    """Refuse a ``--model`` that is a path but no model folder: a file (weights are ``--checkpoint``), or a path that
-    does not exist (without this a missing folder was taken for a hub id or a timm name)."""
+def _refuse_names_that_are_no_model(name: str) -> None:
+    """Refuse a ``--model`` that names no model: a blank name, a timm repository written as a transformers hub id,
+    a path that is a file (weights are ``--checkpoint``) or does not exist (without this a missing folder was taken
+    for a hub id or a timm name)."""
+    if not name.strip():
+        raise ModelLoadError("the model name is empty; give a timm name, a save_pretrained folder, a hub id, "
+                             "torchvision:ARCH or open_clip:ARCH")
+    if name.startswith("timm/") and not Path(name).exists():
+        raise ModelLoadError(f"{name}: a timm repository on the Hugging Face hub, which transformers cannot load; "
+                             f"pass it as hf-hub:{name}")
     if name.startswith(_NAME_PREFIXES):
         return
     path = Path(name)
@@ -108,7 +115,7 @@ def load_model(
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
     name = os.fspath(name)  # a save_pretrained folder may come as a Path
-    _refuse_paths_that_are_no_model(name)
+    _refuse_names_that_are_no_model(name)
     if name == TESTBED_NAME:
         if checkpoint is None:
             return load_testbed_model(device)
