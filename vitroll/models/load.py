@@ -13,14 +13,12 @@ from torch import nn
 
 from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
+from vitroll.models.hub import is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
 from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
-
-
-_NAME_PREFIXES = (TRANSFORMERS_PREFIX, TORCHVISION_PREFIX, OPEN_CLIP_PREFIX, "hf-hub:", "hf_hub:")
 
 
 def _refuse_names_that_are_no_model(name: str) -> None:
@@ -33,7 +31,7 @@ def _refuse_names_that_are_no_model(name: str) -> None:
     if name.startswith("timm/") and not Path(name).exists():
         raise ModelLoadError(f"{name}: a timm repository on the Hugging Face hub, which transformers cannot load; "
                              f"pass it as hf-hub:{name}")
-    if name.startswith(_NAME_PREFIXES):
+    if name.startswith((TRANSFORMERS_PREFIX, TORCHVISION_PREFIX, OPEN_CLIP_PREFIX)) or is_hub_name(name):
         return
     path = Path(name)
     if path.is_file():
