@@ -354,3 +354,13 @@ def test_a_grid_of_many_texts_wraps_into_rows_of_eight_panels():
     np.testing.assert_allclose(fig.get_size_inches(), [8 * 3.2, 2 * (3.2 / 2 + 0.8)])  # was 41.6 inches wide
     assert {round(ax.get_position().y0, 2) for ax in shown[:8]} != {round(ax.get_position().y0, 2) for ax in shown[8:]}
     np.testing.assert_allclose(overlay_grid(picture, [picture], ["a"]).get_size_inches(), [2 * 3.2, 3.2 / 2 + 0.8])
+
+
+def test_a_clip_folder_saved_without_its_tokenizer_says_how_to_save_one(tmp_path, capsys):
+    folder = tmp_path / "clip-no-tokenizer"
+    hf_model("clip").save_pretrained(folder)
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--text", "a dog", "--out", str(tmp_path / "out")]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vitroll:")]
+    assert error == ["vitroll: error: CLIPModel reads strings through its tokenizer: pass tokenizer=AutoTokenizer."
+                     "from_pretrained(<its folder or hub id>), or input_ids; from the command line, save the tokenizer "
+                     "in the model's folder (tokenizer.save_pretrained(FOLDER))"]

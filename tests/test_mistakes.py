@@ -116,6 +116,8 @@ MISTAKES = [
                  "arbitrary code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE)",
                  id="checkpoint-whole-model"),
     pytest.param("overlay {img} --checkpoint {missing}", 2, "no such checkpoint file", id="checkpoint-missing"),
+    pytest.param("overlay {img} --model vit_tiny_patch16_224 --pretrained --checkpoint {missing}", 2,
+                 "--pretrained and --checkpoint both give the weights; give one", id="pretrained-and-checkpoint"),
     pytest.param("overlay {img} --model vit_tiny_patch16_22", 2, "did you mean vit_tiny_patch16_224", id="model-typo"),
     # output folders that are files
     pytest.param("overlay {img} --out {file}", 2, "argument --out: ", id="overlay-out-file"),

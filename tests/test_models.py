@@ -47,8 +47,12 @@ def test_mismatched_checkpoint_names_keys_and_shapes(tmp_path):
     path = tmp_path / "small.safetensors"
     other = timm.create_model("vit_tiny_patch16_224", img_size=112, num_classes=7)
     save_file({k: v.contiguous() for k, v in other.state_dict().items()}, path)
-    with pytest.raises(ModelLoadError, match=r"does not match VisionTransformer — shape mismatch: pos_embed \(1, 50, 192\) vs model \(1, 197, 192\)"):
+    with pytest.raises(ModelLoadError) as raised:
         load_model(NAME, checkpoint=path)
+    assert str(raised.value) == (f"{path}: checkpoint does not match VisionTransformer — shape mismatch: pos_embed "
+                                 "(1, 50, 192) vs model (1, 197, 192); its position embedding is for 112×112 inputs: "
+                                 "build the model for them with --img-size 112 (img_size=112)")
+    assert load_model(NAME, checkpoint=path, img_size=112).patch_embed.img_size == (112, 112)
     partial = {k: v for k, v in other.state_dict().items() if not k.startswith("blocks.11")}
     torch.save(partial, tmp_path / "partial.pth")
     with pytest.raises(ModelLoadError, match="missing keys: blocks.11"):
@@ -158,3 +162,29 @@ def test_class_names_are_counted_against_a_transformers_classifier(tmp_path):
     (tmp_path / "two.txt").write_text("cat\ndog\n")
     with pytest.raises(ModelLoadError, match="two.txt: 2 class names for a model with 3 classes"):
         class_names(transformers.ViTForImageClassification(config), tmp_path / "two.txt")
+
+
+def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_file({"w": torch.zeros(1)}, tmp_path / "weights.safetensors")
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "config.json").write_text('{"model_type": "vit"}')
+    expected = {
+        "weights.safetensors": "weights.safetensors: a file, not a model; --model takes a model name or a "
+                               "save_pretrained folder (weights go with their architecture: --model ARCH --checkpoint "
+                               "weights.safetensors)",
+        "saved/config.json": "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass "
+                             "--model saved",
+        "./my-vit": "./my-vit: no such model folder",  # was taken for a hub id and looked up in the cache
+        str(tmp_path / "my-vit"): f"{tmp_path / 'my-vit'}: no such model folder",  # was an unknown timm name
+        "my-vit/": "my-vit/: no such model folder",
+        " ": "the model name is empty; give a timm name, a save_pretrained folder, a hub id, torchvision:ARCH or "
+             "open_clip:ARCH",  # '' was the current folder: "no config.json in ."
+        "timm/vit_tiny_patch16_224.augreg_in21k": "timm/vit_tiny_patch16_224.augreg_in21k: a timm repository on the "
+                                                  "Hugging Face hub, which transformers cannot load; pass it as "
+                                                  "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k",
+    }
+    for name, message in expected.items():
+        with pytest.raises(ModelLoadError) as raised:
+            load_model(name)
+        assert str(raised.value) == message

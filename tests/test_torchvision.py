@@ -390,3 +390,14 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path,
         "vitroll: error: --input-size 96 96: torchvision's VisionTransformer takes 64×64 inputs only (its image_size); "
         "--img-size N builds it for N×N")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(tmp_path):
+    path = tmp_path / "small.pth"
+    torch.save(torchvision.models.vit_b_32(image_size=64, num_classes=3).state_dict(), path)
+    with pytest.raises(vitroll.ModelLoadError) as raised:
+        vitroll.load_model("torchvision:vit_b_32", checkpoint=path)
+    assert str(raised.value) == (f"{path}: checkpoint does not match VisionTransformer — shape mismatch: "
+                                 "encoder.pos_embedding (1, 5, 768) vs model (1, 50, 768); its position embedding is "
+                                 "for 64×64 inputs: build the model for them with --img-size 64 (img_size=64)")
+    assert vitroll.load_model("torchvision:vit_b_32", checkpoint=path, img_size=64).image_size == 64

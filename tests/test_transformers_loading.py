@@ -62,6 +62,8 @@ def test_a_folder_loads_with_its_weights_class_names_and_provenance(folder):
     assert torch.allclose(model(pixel_values=images).logits, saved(pixel_values=images).logits, atol=1e-6)
     assert model.config._attn_implementation == "sdpa"
     assert class_names(model) == ["tabby", "lynx", "owl"]
+    from_path = load_model(folder)  # a pathlib.Path, as folders often are in Python (was an AttributeError)
+    assert all(torch.equal(value, model.state_dict()[name]) for name, value in from_path.state_dict().items())
     provenance = ModelProvenance.of(str(folder), pretrained=False, checkpoint=None)
     assert provenance.weights == "transformers-pretrained" and not provenance.random
     import hashlib

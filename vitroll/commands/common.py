@@ -282,6 +282,9 @@ def _check_testbed_arguments(args: argparse.Namespace) -> None:
 
 def model_from_args(args: argparse.Namespace) -> nn.Module:
     _check_testbed_arguments(args)
+    if args.pretrained and args.checkpoint:
+        raise ValueError("--pretrained and --checkpoint both give the weights; give one (the checkpoint's would "
+                         "replace the pretrained ones)")
     build: dict[str, object] = {}
     if args.img_size:
         if len(args.img_size) > 2:

@@ -3,23 +3,82 @@ and hub ids, and the shipped testbed models, with local weights read by :mod:`vi
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Optional
+from pathlib import Path
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
 
 from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
+from vitroll.models.hub import is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
-from vitroll.models.transformers import is_transformers_name, load_transformers
+from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
 
 
+def _refuse_names_that_are_no_model(name: str) -> None:
+    """Refuse a ``--model`` that names no model: a blank name, a timm repository written as a transformers hub id,
+    a path that is a file (weights are ``--checkpoint``) or does not exist (without this a missing folder was taken
+    for a hub id or a timm name)."""
+    if not name.strip():
+        raise ModelLoadError("the model name is empty; give a timm name, a save_pretrained folder, a hub id, "
+                             "torchvision:ARCH or open_clip:ARCH")
+    if name.startswith("timm/") and not Path(name).exists():
+        raise ModelLoadError(f"{name}: a timm repository on the Hugging Face hub, which transformers cannot load; "
+                             f"pass it as hf-hub:{name}")
+    if name.startswith((TRANSFORMERS_PREFIX, TORCHVISION_PREFIX, OPEN_CLIP_PREFIX)) or is_hub_name(name):
+        return
+    path = Path(name)
+    if path.is_file():
+        if (path.parent / "config.json").is_file():
+            raise ModelLoadError(f"{name}: a file of a save_pretrained folder; the folder is the model: pass --model "
+                                 f"{path.parent}")
+        raise ModelLoadError(f"{name}: a file, not a model; --model takes a model name or a save_pretrained folder "
+                             f"(weights go with their architecture: --model ARCH --checkpoint {name})")
+    looks_like_a_path = (path.is_absolute() or name.startswith((".", "~")) or name.endswith(("/", os.sep))
+                         or name.count("/") > 1)
+    if looks_like_a_path and not path.exists():
+        raise ModelLoadError(f"{name}: no such model folder")
+
+
+def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Optional[int]:
+    """The square input side a checkpoint's position embedding was trained for, when only that size differs from the
+    model's (timm's ``pos_embed``, torchvision's ``encoder.pos_embedding``: (1, prefix + grid², D)); else None."""
+    own = model.state_dict()
+    if set(state) != set(own):  # another architecture: its input size is not the question
+        return None
+    if "pos_embed" in own and hasattr(model, "patch_embed"):  # timm
+        key, patch = "pos_embed", model.patch_embed.patch_size[0]
+        prefix = 0 if getattr(model, "no_embed_class", False) else getattr(model, "num_prefix_tokens", 0)
+    elif "encoder.pos_embedding" in own and hasattr(model, "patch_size"):  # torchvision: one class token
+        key, patch, prefix = "encoder.pos_embedding", model.patch_size, 1
+    else:
+        return None
+    tokens = state[key].shape[1] - prefix if state[key].ndim == 3 else 0
+    grid = math.isqrt(max(tokens, 0))
+    return grid * patch if state[key].shape != own[key].shape and grid > 0 and grid * grid == tokens else None
+
+
+def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object) -> None:
+    """:func:`load_state`, with the ``--img-size`` to build the model with when the checkpoint's position embedding
+    was trained for another input size (the commonest mismatch: fine-tuned at 384, or small)."""
+    try:
+        load_state(model, state, checkpoint)
+    except ModelLoadError as error:
+        side = _trained_side(model, state)
+        if side is None:
+            raise
+        raise ModelLoadError(f"{error}; its position embedding is for {side}×{side} inputs: build the model for "
+                             f"them with --img-size {side} (img_size={side})") from None
+
+
 def load_model(
-    name: str,
+    name: "str | os.PathLike[str]",
     *,
     pretrained: bool = False,
     checkpoint: "str | os.PathLike[str] | None" = None,
@@ -32,7 +91,7 @@ def load_model(
 
     Parameters
     ----------
-    name : str
+    name : str or path
         A timm model name, ``hf-hub:org/name`` (timm weights on the hub), a transformers model
         (see :func:`is_transformers_name`; CLIP and SigLIP folders load the image–text model with its tokenizer),
         ``open_clip:ARCH`` (``open_clip:ViT-B-32``, random weights unless ``checkpoint``), ``torchvision:ARCH``
@@ -53,6 +112,8 @@ def load_model(
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
     """
+    name = os.fspath(name)  # a save_pretrained folder may come as a Path
+    _refuse_names_that_are_no_model(name)
     if name == TESTBED_NAME:
         if checkpoint is None:
             return load_testbed_model(device)
@@ -77,7 +138,7 @@ def load_model(
         model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
                                    num_classes=num_classes, **model_kwargs)
         if state is not None:
-            load_state(model, state, checkpoint)
+            _load_weights(model, state, checkpoint)
         return model.eval().to(device)
     check_model_name(name)
     if num_classes is None and state is not None:
@@ -89,6 +150,6 @@ def load_model(
     except (RuntimeError, TypeError, ValueError, AssertionError) as error:
         raise ModelLoadError(f"{name}: cannot build model ({error})") from None
     if state is not None:
-        load_state(model, state, checkpoint)
+        _load_weights(model, state, checkpoint)
     return model.eval().to(device)
 
