@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -86,18 +87,24 @@ def test_every_input_gets_a_row_and_every_good_image_its_outputs(messy, tmp_path
     assert "truncated.jpg" in captured.err
 
 
-def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_path, monkeypatch, capsys):
-    out = tmp_path / "out"
+def interrupt_second_batch(monkeypatch) -> Callable:
+    """Make the stream's second batch raise KeyboardInterrupt, as a Ctrl-C would; return the real batch function."""
     real = stream.explain_batch
     calls = {"n": 0}
 
-    def interrupt_second_batch(*args, **kwargs):
+    def interrupting(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stream, "explain_batch", interrupt_second_batch)
+    monkeypatch.setattr(stream, "explain_batch", interrupting)
+    return real
+
+
+def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    real = interrupt_second_batch(monkeypatch)
     assert annotate(str(messy), "--out", str(out), "--recursive") == 130
     first = rows(out)
     assert 0 < len([r for r in first if r["status"] == "ok"]) < len(GOOD)
@@ -326,16 +333,7 @@ def test_resume_with_other_weights_or_model_settings_is_refused_naming_what_diff
 def test_an_interrupted_overwrite_resumes_with_its_new_settings(messy, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4") == 0
-    real = stream.explain_batch
-    calls = {"n": 0}
-
-    def interrupt_second_batch(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(stream, "explain_batch", interrupt_second_batch)
+    real = interrupt_second_batch(monkeypatch)
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7", "--overwrite") == 130
     monkeypatch.setattr(stream, "explain_batch", real)
     capsys.readouterr()
