@@ -154,3 +154,14 @@ def test_inputs_named_near_the_file_systems_limit_get_short_distinct_stable_outp
         name for name in names if name.endswith("_figure.png")]
     assert run(capsys, *argv)[0] == 0
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == names  # the same names again
+
+
+def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "my scans"
+    folder.mkdir()
+    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", lambda args: pytest.fail("model loaded"))
+    code, out, err = run(capsys, "overlay", str(PHOTO), str(folder), "--model", "vit_tiny_patch16_224",
+                         "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err == (f"vitroll: error: {folder} is a folder: `vitroll overlay` takes image files; for a folder use "
+                   f"`vitroll annotate '{folder}' --out OUT`\n")  # was '…: is a directory, not an image'
