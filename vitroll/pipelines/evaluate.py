@@ -27,7 +27,7 @@ from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
-from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay
+from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay, use_fallback_fonts
 from vitroll.pipelines.stream import Failed, Frame, decoded_batches
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shapes import samples
@@ -235,6 +235,7 @@ def curves_figure(evaluation: Evaluation) -> "Figure":
     name that starts with ``_``, which matplotlib would leave out, and ``$`` too)."""
     from matplotlib.figure import Figure
 
+    use_fallback_fonts()
     fig = Figure(figsize=CURVES_SIZE, layout="tight")
     axes = fig.subplots(1, 2, sharey=True)
     for method, curves in evaluation.curves.items():
