@@ -457,3 +457,19 @@ def test_a_manifest_that_cannot_be_written_is_one_line_naming_it(messy, tmp_path
     assert annotate(str(messy), "--out", str(out), "--recursive") == 2
     assert one_error(capsys) == (f"vitroll: error: {out / 'manifest.jsonl'}: cannot write the manifest (No space "
                                  "left on device); the next run redoes the inputs whose rows are missing")
+
+
+def test_an_input_named_near_the_file_systems_limit_gets_outputs_that_fit(tmp_path, capsys):
+    root = tmp_path / "in"
+    root.mkdir()
+    name = "é" * 125 + ".png"  # 254 bytes: with .png after it, 258
+    Image.fromarray(rgb(seed=1)).save(root / name)
+    out = tmp_path / "out"
+    assert annotate(str(root), "--out", str(out), "--model", "vit_tiny_patch16_224", "--method", "attention") == 0
+    [row] = rows(out)
+    assert row["status"] == "ok", row["error"]  # was 'cannot write outputs (File name too long)'
+    for kind in ("overlay", "heatmap"):
+        written = out / row[kind]
+        assert written.is_file() and len(written.name.encode()) <= 255 and written.name.startswith("é" * 100)
+    assert annotate(str(root), "--out", str(out), "--model", "vit_tiny_patch16_224", "--method", "attention") == 0
+    assert "0 ok, 0 failed, 1 skipped" in capsys.readouterr().out

@@ -136,3 +136,32 @@ def test_cli_rejects_bad_option_values(tmp_path, capsys):
             main(["overlay", str(PHOTO), "--model", "vit_tiny_patch16_224", "--out", str(tmp_path), option, value])
         assert exit_info.value.code == 2
         assert f"argument {option}: " in one_error_line(capsys.readouterr().err)
+
+
+def test_inputs_named_near_the_file_systems_limit_get_short_distinct_stable_output_names(tmp_path, capsys):
+    stems = ["漢" * 82 + "a", "漢" * 82 + "b"]  # 247 bytes of UTF-8 each: their _attention.png did not fit
+    for stem in stems:
+        Image.open(PHOTO).resize((32, 24)).save(tmp_path / f"{stem}.png")
+    argv = ["overlay", *(str(tmp_path / f"{stem}.png") for stem in stems), "--model", "vit_tiny_patch16_224",
+            "--out", str(tmp_path / "out"), "--method", "attention", "--figure"]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err  # was: '…/.漢漢…_attention.png.PID.tmp: File name too long' for each
+    names = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert len(names) == 4 and all(len(name.encode()) <= 255 for name in names)
+    overlays = [name for name in names if name.endswith("_attention.png")]
+    assert len(overlays) == 2 and all(name.startswith("漢" * 50) and "~" in name for name in overlays)
+    assert sorted(name.replace("_attention.png", "_attention_figure.png") for name in overlays) == [
+        name for name in names if name.endswith("_figure.png")]
+    assert run(capsys, *argv)[0] == 0
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == names  # the same names again
+
+
+def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "my scans"
+    folder.mkdir()
+    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", lambda args: pytest.fail("model loaded"))
+    code, out, err = run(capsys, "overlay", str(PHOTO), str(folder), "--model", "vit_tiny_patch16_224",
+                         "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err == (f"vitroll: error: {folder} is a folder: `vitroll overlay` takes image files; for a folder use "
+                   f"`vitroll annotate '{folder}' --out OUT`\n")  # was '…: is a directory, not an image'

@@ -11,7 +11,9 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll.cli import main
-from vitroll.pipelines.evaluate import evaluate, folder_images, summarize, shapes_images
+from vitroll.pipelines.evaluate import (
+    Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, summarize, shapes_images,
+)
 from vitroll.pipelines.sanity import cascade, sanity_check
 from vitroll.testbed import build_testbed_model
 
@@ -222,3 +224,17 @@ def test_sanity_reads_a_folder_of_images_without_masks(tmp_path, capsys, random_
     assert main(["sanity", str(empty), "--checkpoint", str(random_checkpoint), "--out", str(out)]) != 0
     assert capsys.readouterr().err.splitlines() == [
         f"vitroll: error: {empty}: no image in this folder (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM)"]
+
+
+def test_figures_draw_method_names_as_written_and_the_legend_keeps_one_starting_with_an_underscore():
+    methods = ["_mine", "a$x$b", "rollout"]  # '_mine' was left out of the legend; '$x$' was drawn as math
+    curve = {"deletion": [np.linspace(1, 0, 5)], "insertion": [np.linspace(0, 1, 5)]}
+    evaluation = Evaluation(fractions=np.linspace(0, 1, 5), curves={method: curve for method in methods},
+                            examples={method: [np.ones((8, 8), np.float32)] for method in methods})
+    legend = curves_figure(evaluation).axes[1].get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == methods
+    assert not any(text.get_parse_math() for text in legend.get_texts())
+    image = MaskedImage("x", np.zeros((8, 8, 3), np.uint8), np.eye(8, dtype=bool))
+    titles = [axis.title for axis in examples_figure(evaluation, [image]).axes]
+    assert [title.get_text() for title in titles] == ["image + mask", *methods]
+    assert not any(title.get_parse_math() for title in titles)

@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from vitroll import ImageReadError, load_image
-from vitroll.io.images import load_mask
+from vitroll.io.images import load_mask, write_atomic
+from vitroll.io.names import fit_name
 
 
 def save(tmp_path, name, image, **kwargs):
@@ -125,3 +126,21 @@ def test_a_masks_object_is_its_opaque_pixels_where_it_has_transparency_else_its_
         assert mask.dtype == bool and np.array_equal(mask, disk), name
     with pytest.raises(ImageReadError, match="no such file"):
         load_mask(tmp_path / "gone.png")
+
+
+def test_a_name_too_long_for_the_file_system_is_cut_at_a_character_with_a_hash_of_the_whole_name():
+    assert fit_name("photo") == "photo"
+    cut = fit_name("漢" * 100 + "a")
+    assert len(cut.encode()) <= 255 and cut.startswith("漢" * 80) and cut == fit_name("漢" * 100 + "a")
+    assert cut != fit_name("漢" * 100 + "b")
+    assert fit_name("é" * 30, 20) == "ééé~f96161c7582c"
+
+
+def test_a_write_that_fails_names_the_file_asked_for_never_the_temporary_one(tmp_path):
+    path = tmp_path / ("a" * 256)  # the file system refuses the name itself
+    with pytest.raises(OSError) as raised:
+        write_atomic(path, b"data")
+    assert raised.value.filename == str(path) and "File name too long" in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+    write_atomic(tmp_path / ("b" * 250), b"data")  # its temporary name, 250 + '.PID.tmp', is cut to fit
+    assert [p.name for p in tmp_path.iterdir()] == ["b" * 250]

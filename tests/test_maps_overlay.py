@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
-from vitroll.overlay import GRID_PANEL, colorize, figure, fit_text, overlay_grid
+from vitroll.overlay import GRID_PANEL, colorize, figure, fit_text, overlay_grid, use_fallback_fonts
+from vitroll.overlay import _installed_fallback_fonts
+from vitroll.pipelines.explain import figure_bytes
 from vitroll.preprocess import Preprocessing
 
 PREPROCESSING = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.875)
@@ -234,3 +238,37 @@ def test_grid_panel_titles_fit_their_panels_and_are_drawn_as_written():
         assert title.get_window_extent(renderer).width <= panel, title.get_text()
     (suptitle,) = fig.texts
     assert suptitle.get_text().startswith("$5 $5") and suptitle.get_window_extent(renderer).x1 <= fig.bbox.x1
+
+
+@pytest.fixture()
+def a_fallback_font_installed(monkeypatch):
+    """matplotlib's font list as if Noto Sans CJK JP were installed (its file: DejaVu Sans, for want of one)."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    noto = font_manager.FontEntry(fname=font_manager.findfont("DejaVu Sans"), name="Noto Sans CJK JP")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*font_manager.fontManager.ttflist, noto])
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", ["sans-serif"])
+    _installed_fallback_fonts.cache_clear()
+    yield matplotlib.rcParams
+    _installed_fallback_fonts.cache_clear()
+
+
+def test_installed_fallback_fonts_follow_matplotlibs_own_in_the_font_family_list(a_fallback_font_installed):
+    assert use_fallback_fonts() == ("Noto Sans CJK JP",)
+    assert a_fallback_font_installed["font.family"] == ["sans-serif", "Noto Sans CJK JP"]
+    assert use_fallback_fonts() == ("Noto Sans CJK JP",)  # once in the list
+    assert a_fallback_font_installed["font.family"] == ["sans-serif", "Noto Sans CJK JP"]
+
+
+def test_a_font_family_the_user_chose_is_left_as_it_is(a_fallback_font_installed):
+    a_fallback_font_installed["font.family"] = ["serif"]
+    use_fallback_fonts()
+    assert a_fallback_font_installed["font.family"] == ["serif"]
+
+
+def test_a_name_no_installed_font_can_draw_gives_no_glyph_warnings():
+    rgb = np.zeros((24, 32, 3), np.uint8)
+    with warnings.catch_warnings(record=True) as caught:
+        figure_bytes(figure(rgb, np.zeros((24, 32)), rgb, title="猫の写真.png — 고양이"))
+    assert [str(warning.message) for warning in caught] == []  # was two lines per missing character, per figure

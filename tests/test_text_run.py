@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+import shutil
+
 import pytest
 
+from vitroll.checkpoints import file_sha256
 from vitroll.cli import main
+from vitroll.models import SHIPPED_TRANSFORMERS
 from vitroll.pipelines import text_run
 
 TEXTS = ["the film was great", "terrible acting", "a fine day", "the plot was dull", "good fun", "an awful mess"]
@@ -73,13 +77,47 @@ def test_a_bad_line_is_an_error_row_and_the_others_are_scored(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("2 of 4 texts already done\n")
 
 
-def test_other_settings_redo_every_text(tmp_path, texts_file, capsys):
+def test_resuming_with_other_settings_is_refused_naming_them_and_overwrite_redoes(tmp_path, texts_file, capsys):
     out = tmp_path / "out"
     assert run_text(out, texts_file) == 0
-    assert run_text(out, texts_file, "--method", "attention") == 0
+    manifest = (out / "manifest.jsonl").read_text()
+    capsys.readouterr()
+    assert run_text(out, texts_file, "--method", "attention") == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {out}: its outputs were made with other settings (method: \"rollout\" → \"attention\"); "
+        "rerun with those settings to resume, add --overwrite to redo these inputs with the new ones, or choose "
+        "another --out\n")
+    assert (out / "manifest.jsonl").read_text() == manifest  # nothing done is lost
+    assert run_text(out, texts_file, "--method", "attention", "--overwrite") == 0
     printed = capsys.readouterr().out
-    assert "already done" not in printed and printed.count("6 texts ok, 0 failed") == 2
+    assert "already done" not in printed and "6 texts ok, 0 failed" in printed
     assert json.loads((out / "scores.json").read_text())["method"] == "attention"
+    assert run_text(out, texts_file, "--method", "attention") == 0  # the folder's settings are now the new ones
+    assert capsys.readouterr().out.startswith("6 of 6 texts already done\n")
+
+
+@pytest.mark.parametrize(("changed_file", "setting"), [("model.safetensors", "weights"),
+                                                        ("tokenizer.json", "tokenizer.tokenizer.json")])
+def test_a_file_changed_inside_the_model_folder_is_other_settings(tmp_path, texts_file, capsys, changed_file, setting):
+    folder = tmp_path / "model"
+    shutil.copytree(SHIPPED_TRANSFORMERS["vitroll-text-keyword"], folder)
+    out = tmp_path / "out"
+    command = ["text", "--file", str(texts_file), "--model", str(folder), "--out", str(out)]
+    assert main(command) == 0
+    before = file_sha256(folder / changed_file)
+    if changed_file == "tokenizer.json":
+        vocabulary = json.loads((folder / changed_file).read_text(encoding="utf-8"))
+        vocabulary["model"]["vocab"]["film"], vocabulary["model"]["vocab"]["great"] = (
+            vocabulary["model"]["vocab"]["great"], vocabulary["model"]["vocab"]["film"])
+        (folder / changed_file).write_text(json.dumps(vocabulary), encoding="utf-8")
+    else:
+        shutil.copyfile(SHIPPED_TRANSFORMERS["vitroll-text-shortcut"] / changed_file, folder / changed_file)
+    after = file_sha256(folder / changed_file)
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"vitroll: error: {out}: its outputs were made with other settings ({setting}: ")
+    assert before[:10] in error and after[:10] in error and error.count("\n") == 1
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -150,6 +150,35 @@ TeX."""
 TITLE_LINES = 3
 """The most lines :func:`fit_text` gives a title: a longer one would squeeze the pictures under it."""
 
+FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR", "Source Han Sans",
+                  "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "Noto Sans", "Noto Sans Arabic",
+                  "Noto Sans Hebrew", "Noto Sans Devanagari", "Noto Sans Thai")
+"""Fonts that draw what matplotlib's own font (DejaVu Sans) lacks — Chinese, Japanese, Korean, Arabic… names —, in
+the order they are tried, where installed (Debian: ``fonts-noto-cjk``, ``fonts-noto-core``)."""
+_GLYPH_MISSING = r"Glyph \d+ .* missing from font"
+
+
+@lru_cache(maxsize=None)
+def _installed_fallback_fonts() -> tuple[str, ...]:
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return tuple(name for name in FALLBACK_FONTS if name in installed)
+
+
+def use_fallback_fonts() -> tuple[str, ...]:
+    """Have matplotlib draw a character its font lacks with the first installed font of :data:`FALLBACK_FONTS` that
+    has it (matplotlib's font family list), unless the user chose their own ``font.family``; a character no font has
+    is drawn as a box without matplotlib's two-line warning per figure. Returns the fallback fonts in use."""
+    import matplotlib
+
+    warnings.filterwarnings("ignore", message=_GLYPH_MISSING, category=UserWarning)
+    fallbacks = _installed_fallback_fonts()
+    family = list(matplotlib.rcParams["font.family"])
+    if fallbacks and family == ["sans-serif"]:
+        matplotlib.rcParams["font.family"] = [*family, *fallbacks]
+    return fallbacks
+
 
 def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LINES) -> str:
     """``text`` in at most ``lines`` lines, each at most ``width`` inches wide at ``fontsize`` points in matplotlib's
@@ -159,6 +188,7 @@ def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LIN
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
+    use_fallback_fonts()  # measured in the fonts it is drawn in
     measure, font, points = TextToPath(), FontProperties(size=fontsize), width * 72.0
 
     def fits(line: str) -> bool:

@@ -18,8 +18,8 @@ from typing import Any, Optional
 import torch
 
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args,
-    provenance_from_args, settings_from_args,
+    add_explain_arguments, add_resume_arguments, integer, model_from_args, number, output_folder,
+    preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.methods import METHODS
 from vitroll.models import class_names
@@ -39,10 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="autocast for the model (fp16: CUDA only); maps are float32")
     parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)}")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
-    resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--resume", dest="resume", action="store_true", default=True,
-                        help="skip inputs already done with the same settings (default)")
-    resume.add_argument("--overwrite", dest="resume", action="store_false", help="redo the inputs (the first N with --limit) instead of skipping done ones; other rows are kept")
+    add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
+                                                      "done ones; other rows are kept")
     parser.add_argument("--limit", type=integer(0), help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
@@ -70,9 +68,7 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
                        names: Optional[list[str]]) -> dict[str, Any]:
     """Everything that changes a run's outputs, by the name a user knows it by: a resume with other values is
     refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read."""
-    provenance = provenance_from_args(args, model)
-    weights = f"{provenance.weights} SHA-256 {provenance.sha256}" if provenance.sha256 else provenance.description
-    return {"model": args.model, "weights": weights, "num_classes": args.num_classes, "img_size": args.img_size,
+    return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint, "num_classes": args.num_classes, "img_size": args.img_size,
             "dynamic_img_size": args.dynamic_img_size, "class_names": names, "method": settings.method,
             "options": settings.method_options, "preprocessing": dataclasses.asdict(preprocessing),
             "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,

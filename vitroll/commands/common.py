@@ -121,6 +121,15 @@ def add_device_argument(group: "argparse._ActionsContainer") -> None:
                        help="cpu, cuda, cuda:1, mps, … (default: cuda when available)")
 
 
+def add_resume_arguments(parser: argparse.ArgumentParser, *, done: str, redo: str) -> None:
+    """``--resume`` (the default: skip what is ``done`` with the same settings) or ``--overwrite`` (``redo`` it);
+    resuming a folder made with other settings is refused, naming them."""
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", dest="resume", action="store_true", default=True,
+                        help=f"skip {done} already done with the same settings (default)")
+    resume.add_argument("--overwrite", dest="resume", action="store_false", help=redo)
+
+
 def add_trust_checkpoint_argument(group: "argparse._ActionsContainer") -> None:
     group.add_argument("--trust-checkpoint", action="store_true",
                        help="unpickle a .pth/.pt/.bin checkpoint that holds Python objects besides tensors "

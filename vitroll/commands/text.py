@@ -4,7 +4,9 @@ terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv. The m
 its tokenizer files, or a hub id in the local cache.
 
 Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
-already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C. An empty
+already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C; resuming
+with other settings (the model's weights or tokenizer files by content, its labels, the method, its options, the
+readout) is refused, naming them, unless --overwrite. An empty
 line (but for blank lines that end the file), or a text the model cannot take, is an error row and the others go
 on. Up to 20 texts are printed shaded; more get a progress bar.
 Exit status: 0 all ok, 3 some texts failed (listed in scores.json), 2 usage error, 130 interrupted."""
@@ -18,13 +20,14 @@ from rich.console import Console
 from tqdm import tqdm
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, integer, method_options_from_args, output_folder, refuse_other_kinds,
+    add_device_argument, add_method_arguments, add_resume_arguments, integer, method_options_from_args, output_folder, refuse_other_kinds,
     resolve_device,
 )
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.errors import VitrollError
 from vitroll.io.text import read_texts
-from vitroll.models import load_model
+from vitroll.models import ModelProvenance, class_names, load_model
+from vitroll.models.transformers import tokenizer_fingerprint
 from vitroll.pipelines.text_run import TextReport, TextRunSummary, run_texts
 from vitroll.text_view import terminal_text
 
@@ -42,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
     parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
     parser.add_argument("--batch-size", type=integer(1), default=16)
+    add_resume_arguments(parser, done="texts", redo="redo the texts instead of skipping done ones")
     parser.add_argument("--readout", choices=("class_token", "token_mean", "position"),
                         help="the explained row: class token (encoders' default), mean of the real tokens "
                              "(mean-pooled embeddings), or one position (language models' default: the last token)")
@@ -61,13 +65,14 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model, device=resolve_device(args.device))
     refuse_other_kinds(args.model, model, ("a text model",))
     tokenizer = registered_tokenizer(model)
-    identity = {"model": args.model, "method": args.method, "options": options, "readout": args.readout,
-                "position": args.position}
+    weights = ModelProvenance.of(args.model, pretrained=False, checkpoint=None).fingerprint
+    identity = {"model": args.model, "weights": weights, "tokenizer": tokenizer_fingerprint(args.model), "class_names": class_names(model),
+                "method": args.method, "options": options, "readout": args.readout, "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
     progress = tqdm(total=len(texts), unit="text", disable=args.no_progress or len(texts) <= PRINTED_TEXTS)
     summary, report = run_texts(
         model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
-        batch_size=args.batch_size, readout=args.readout, position=args.position,
+        batch_size=args.batch_size, resume=args.resume, readout=args.readout, position=args.position,
         announce=lambda before: _announce(console, progress, before), on_batch=progress.update)
     progress.close()
     if len(texts) <= PRINTED_TEXTS:

@@ -14,6 +14,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom
+from vitroll.io.names import NAME_MAX, fit_name
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
@@ -157,10 +158,12 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
 def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left.
 
-    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``.
+    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``. The temporary name is cut to
+    fit the file system (:func:`~vitroll.io.names.fit_name`) when ``path``'s name is near its limit.
     """
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    ending = f".{os.getpid()}.tmp"
+    temporary = path.with_name(fit_name(f".{path.name}", NAME_MAX - len(ending)) + ending)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_bytes(data)
@@ -168,4 +171,5 @@ def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
     except OSError as error:
         raise OSError(error.errno, error.strerror or str(error), str(path)) from None
     finally:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the error to report is the write's, never the clean-up's
+            temporary.unlink(missing_ok=True)

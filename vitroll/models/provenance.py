@@ -42,6 +42,12 @@ class ModelProvenance:
     def random(self) -> bool:
         return self.weights == "random"
 
+    @property
+    def fingerprint(self) -> str:
+        """What stands for the weights in a settings hash: their content (SHA-256) where there is a file, so that a
+        file changed in place under the same name is other settings; else the one-line description."""
+        return f"{self.weights} SHA-256 {self.sha256}" if self.sha256 else self.description
+
     @classmethod
     def of(cls, name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None",
            model: Optional[nn.Module] = None) -> "ModelProvenance":

@@ -16,7 +16,7 @@ from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
 from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
-from vitroll.checkpoints import load_state
+from vitroll.checkpoints import file_sha256, load_state
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX
@@ -31,6 +31,9 @@ TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "py
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 """A saved tokenizer has one of these (``tokenizer_config.json`` alone does not make one: from a config alone,
 transformers 5 builds a tokenizer that knows no words)."""
+_TOKENIZER_SETTINGS_FILES = (*_TOKENIZER_FILES, "merges.txt", "added_tokens.json", "special_tokens_map.json",
+                             "tokenizer_config.json")
+"""What a saved tokenizer reads: its words, merges, special tokens and options (lower-casing, accents)."""
 
 
 SHIPPED_TRANSFORMERS = {
@@ -202,6 +205,15 @@ def _use_processor_of(model: nn.Module, source: str, *, offline: bool) -> None:
     except (OSError, ValueError, KeyError):  # no preprocessor_config.json: the model type's defaults apply
         return
     use_image_processor(model, processor)
+
+
+def tokenizer_fingerprint(name: str) -> Optional[dict[str, str]]:
+    """The SHA-256 of each tokenizer file of ``--model NAME``'s folder, by file name (a changed vocabulary tokenizes
+    the same text otherwise); None for a hub id, whose files are the hub's."""
+    folder = Path(transformers_source(name))
+    if not folder.is_dir():
+        return None
+    return {file: file_sha256(folder / file) for file in _TOKENIZER_SETTINGS_FILES if (folder / file).is_file()}
 
 
 def _use_tokenizer_of(model: nn.Module, source: str, *, offline: bool, needed_by: Optional[str] = None) -> None:

@@ -82,7 +82,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
-    stems = output_stems(paths, taken=stems_overwriting_inputs(paths, out_dir, f"caption_{method}"))
+    stems = output_stems(paths, f"_caption_{method}", taken=stems_overwriting_inputs(paths, out_dir,
+                                                                                    f"caption_{method}"))
     special = set(captioner.special_ids(model))
     results = []
     for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,

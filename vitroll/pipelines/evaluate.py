@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -27,10 +27,13 @@ from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
-from vitroll.overlay import overlay
+from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay, use_fallback_fonts
 from vitroll.pipelines.stream import Failed, Frame, decoded_batches
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shapes import samples
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MASK_SUFFIX = "_mask"
 METRICS = {
@@ -220,33 +223,49 @@ def markdown_table(summary: Sequence[dict[str, Any]], metrics: Mapping[str, str]
     return "\n".join(lines)
 
 
-def plot_curves(evaluation: Evaluation, path: "str | os.PathLike[str]") -> None:
-    """Mean deletion and insertion curves per method, side by side, as a PNG."""
-    import matplotlib.pyplot as plt
+CURVES_SIZE = (10.0, 4.0)
+"""Inches of :func:`curves_figure`."""
+EXAMPLE_PANEL = 1.6
+"""Inches across one panel of :func:`examples_figure`."""
+EXAMPLE_TITLE_SIZE = 9.0
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+
+def curves_figure(evaluation: Evaluation) -> "Figure":
+    """Mean deletion and insertion curves per method, side by side; the legend names every method as written (a
+    name that starts with ``_``, which matplotlib would leave out, and ``$`` too)."""
+    from matplotlib.figure import Figure
+
+    use_fallback_fonts()
+    fig = Figure(figsize=CURVES_SIZE, layout="tight")
+    axes = fig.subplots(1, 2, sharey=True)
     for method, curves in evaluation.curves.items():
         for axis, kind in zip(axes, ("deletion", "insertion")):
-            axis.plot(evaluation.fractions, np.mean(curves[kind], axis=0), label=method)
+            axis.plot(evaluation.fractions, np.mean(curves[kind], axis=0))
     for axis, kind in zip(axes, ("deletion (lower is better)", "insertion (higher is better)")):
         axis.set_title(kind)
         axis.set_xlabel("fraction of pixels changed")
     axes[0].set_ylabel("probability of the predicted class")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    legend = axes[1].legend(axes[1].get_lines(), list(evaluation.curves), fontsize=8)
+    for text in legend.get_texts():
+        text.set(**LITERAL)
+    return fig
 
 
-def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "str | os.PathLike[str]",
-                  cmap: str = "jet") -> None:
-    """Images × methods grid of overlays (first column: the image with its mask outlined) as a PNG."""
+def plot_curves(evaluation: Evaluation, path: "str | os.PathLike[str]") -> None:
+    """:func:`curves_figure` as a PNG."""
+    curves_figure(evaluation).savefig(path, dpi=100)
+
+
+def examples_figure(evaluation: Evaluation, images: Sequence[MaskedImage], cmap: str = "jet") -> "Figure":
+    """Images × methods grid of overlays (first column: the image with its mask outlined), each method's name drawn
+    as written over its column."""
     import cv2
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     methods = list(evaluation.examples)
     count = min(len(images), min(len(v) for v in evaluation.examples.values()))
-    fig, axes = plt.subplots(count, len(methods) + 1, figsize=(1.6 * (len(methods) + 1), 1.6 * count), squeeze=False)
+    fig = Figure(figsize=(EXAMPLE_PANEL * (len(methods) + 1), EXAMPLE_PANEL * count), layout="tight")
+    axes = fig.subplots(count, len(methods) + 1, squeeze=False)
     for row in range(count):
         outlined = images[row].image.copy()
         contours, _ = cv2.findContours(images[row].mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
@@ -254,12 +273,16 @@ def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "
         axes[row, 0].imshow(outlined)
         for column, method in enumerate(methods, start=1):
             axes[row, column].imshow(overlay(images[row].image, evaluation.examples[method][row], cmap=cmap))
-            if row == 0:
-                axes[row, column].set_title(method, fontsize=9)
-        if row == 0:
-            axes[row, 0].set_title("image + mask", fontsize=9)
+    titles = ["image + mask", *methods]
+    for axis, title in zip(axes[0], titles):
+        axis.set_title(fit_text(title, EXAMPLE_PANEL * TITLE_SHARE, EXAMPLE_TITLE_SIZE, lines=2),
+                       fontsize=EXAMPLE_TITLE_SIZE, **LITERAL)
     for axis in axes.flat:
         axis.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "str | os.PathLike[str]",
+                  cmap: str = "jet") -> None:
+    """:func:`examples_figure` as a PNG."""
+    examples_figure(evaluation, images, cmap).savefig(path, dpi=100)

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from vitroll.io.discovery import has_image_suffix, source_files
+from vitroll.io.names import NAME_MAX, fit_name
 
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
 ROOT_MARK = "@root"
 """Stands for the filesystem root of an absolute key in output names."""
+_LAST_ROOM = len("@1000.png")
+"""Bytes an output's file name keeps after the last component of its output name: ``@N`` and ``.png``/``.npy``."""
 
 
 @dataclass(frozen=True)
@@ -51,16 +54,18 @@ def output_name(key: str) -> str:
     The key itself, component by component, except that ``..`` becomes ``@up``, the root of an absolute key
     ``@root``, and a name that begins with ``@`` gets one more ``@`` — so no input's name can pass for a mark,
     the mapping is reversible (hence no two inputs share an output), and the result has no ``..`` component
-    and is never absolute.
+    and is never absolute. A component too long for the file system (the last with room for ``@N`` and the
+    output's suffix) is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`): distinct all the same.
 
     >>> output_name("a/x.png"), output_name("../x.png"), output_name("/data/@x.png")
     ('a/x.png', '@up/x.png', '@root/data/@@x.png')
     """
-    return "/".join(
+    parts = [
         ROOT_MARK if index == 0 and part == "" else PARENT_MARK if part == ".." else "@" + part if part.startswith("@")
         else part
         for index, part in enumerate(key.split("/"))
-    )
+    ]
+    return "/".join([*(fit_name(part) for part in parts[:-1]), fit_name(parts[-1], NAME_MAX - _LAST_ROOM)])
 
 
 def _folded(name: str) -> str:

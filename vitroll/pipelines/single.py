@@ -13,6 +13,7 @@ from torch import nn
 
 from vitroll.io import encode_png, write_atomic
 from vitroll.io.discovery import unique_paths
+from vitroll.io.names import NAME_MAX, fit_name
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
@@ -59,10 +60,12 @@ def unique_names(names: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
     return unique
 
 
-def output_stems(paths: Sequence[Path], taken: Iterable[str] = ()) -> list[str]:
-    """File stems for outputs, made unique by suffixing ``-2``, ``-3``… when inputs share a name or a stem is
-    ``taken``."""
-    return unique_names([path.stem for path in paths], taken)
+def output_stems(paths: Sequence[Path], marker: str, taken: Iterable[str] = ()) -> list[str]:
+    """File stems for outputs named ``<stem><marker>…`` (``marker`` such as ``_rollout``), made unique by suffixing
+    ``-2``, ``-3``… when inputs share a name or a stem is ``taken``; a stem too long for the file system with the
+    marker and :data:`SUFFIX_ROOM` after it is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`)."""
+    room = NAME_MAX - len(marker.encode("utf-8")) - SUFFIX_ROOM
+    return [fit_name(stem, room) for stem in unique_names([path.stem for path in paths], taken)]
 
 
 def stems_overwriting_inputs(paths: Sequence[Path], out_dir: Path, method: str) -> set[str]:
@@ -74,7 +77,12 @@ def stems_overwriting_inputs(paths: Sequence[Path], out_dir: Path, method: str) 
             for found in marker.finditer(path.name)}
 
 
-def text_slugs(texts: Sequence[str], max_length: int = 40) -> list[str]:
+SLUG_LENGTH = 40
+SUFFIX_ROOM = SLUG_LENGTH + len("_-1000.png")
+"""Bytes an output's name keeps after ``<stem>_<method>``: ``_figure.png``, ``_texts.png``, ``_<text slug>-N.png``."""
+
+
+def text_slugs(texts: Sequence[str], max_length: int = SLUG_LENGTH) -> list[str]:
     """File-name parts for texts: lower case, runs of anything but letters and digits as one ``-``, at most
     ``max_length`` characters, unique (``a dog`` → ``a-dog``; ``A dog!`` after it → ``a-dog-2``)."""
     return unique_names([re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:max_length].strip("-") or "text"
@@ -104,7 +112,7 @@ def explain_files(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
-    stems = output_stems(paths, taken=stems_overwriting_inputs(paths, out_dir, settings.method))
+    stems = output_stems(paths, f"_{settings.method}", taken=stems_overwriting_inputs(paths, out_dir, settings.method))
     for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
         if isinstance(record, Failed):
             yield ImageExplanation(path=record.item, error=record.message)

@@ -3,7 +3,8 @@
 
 A text's row is keyed by ``"<number>:<sha256 of the text>"`` (number = its 0-based index + 1: its line when all
 texts come from one file). A rerun with the same output folder skips the texts whose latest row is ``ok`` with the
-same settings hash; an empty text, or one the tokenizer or model cannot take, becomes an ``error`` row with its
+same settings hash; resuming a folder made with other settings is refused, naming them
+(:func:`~vitroll.pipelines.manifest.check_resumable`, which ``OUT/settings.json`` serves). An empty text, or one the tokenizer or model cannot take, becomes an ``error`` row with its
 reason and the others go on. ``text.html``, ``scores.json`` and ``scores.csv`` are then written from the manifest's
 rows of the texts given.
 """
@@ -68,7 +69,7 @@ def text_key(index: int, text: str) -> str:
 
 def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "str | Path", *,
               identity: Mapping[str, Any], method: str = "rollout", options: Optional[Mapping[str, object]] = None,
-              batch_size: int = 16, readout: Optional[TextReadout] = None, position: Optional[Position] = None,
+              batch_size: int = 16, resume: bool = True, readout: Optional[TextReadout] = None, position: Optional[Position] = None,
               announce: Callable[[TextRunSummary], None] = lambda summary: None,
               on_batch: Callable[[int], None] = lambda count: None) -> tuple[TextRunSummary, TextReport]:
     """Explain the texts not yet done in ``out_dir``'s manifest, a row per text, then rewrite the report from it.
@@ -76,8 +77,11 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
     Parameters
     ----------
     identity : mapping
-        What makes two runs' scores interchangeable (model, method, options, readout); its hash decides what is
-        skipped.
+        What makes two runs' scores interchangeable (model, weights, method, options, readout); its hash decides what
+        is skipped, and ``OUT/settings.json`` keeps it.
+    resume : bool
+        Skip the texts done with these settings, and refuse a folder whose newest settings differ (else redo every
+        text).
     announce : callable
         Called once before the first batch with the summary so far (its :meth:`~TextRunSummary.skip_line`: "N of M
         texts already done").
@@ -89,6 +93,11 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
     summary : TextRunSummary
     report : TextReport
         What the report files were written from (after an interrupt too: the texts done so far).
+
+    Raises
+    ------
+    VitrollError
+        When ``resume`` and ``out_dir``'s scores of these texts were made with other settings.
     """
     out_dir = Path(out_dir)
     options = method_named(method).check(dict(options or {}))  # a bad option is the user's, not one text's
@@ -98,6 +107,11 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
     manifest = out_dir / mf.MANIFEST
     with mf.OutputLock(out_dir):
         latest = mf.latest_rows(mf.read_rows(manifest), key="key")
+        if resume:
+            mf.check_resumable(out_dir, [latest[key] for key in keys if key in latest], dict(identity))
+        else:
+            latest = {}
+        mf.record_settings(out_dir, dict(identity))
         todo = [index for index, key in enumerate(keys)
                 if not (key in latest and latest[key]["status"] == "ok"
                         and latest[key]["settings_hash"] == common["settings_hash"])]
