@@ -3,12 +3,16 @@ slow float path of tests/reference_rendering.py gave, within the stated toleranc
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from PIL import Image
 
-from reference_rendering import reference_blend, reference_colorize, reference_overlay
+from reference_rendering import reference_blend, reference_colorize, reference_encode_png, reference_overlay
+from vitroll.io import encode_png
 from vitroll.maps import normalize
 from vitroll.overlay import blend, colorize, overlay
 
@@ -78,3 +82,19 @@ def test_overlay_of_a_large_photo_matches_the_reference():
     saliency = normalize(cv2.resize(heat, (1500, 1000)))
     mix = float_mix(image, reference_colorize(saliency), 0.5)[got != want]
     np.testing.assert_array_equal(mix - np.floor(mix), 0.5)
+
+
+@SETTINGS
+@given(image=images)
+def test_fast_png_is_lossless(image):
+    decoded = np.asarray(Image.open(io.BytesIO(encode_png(image))))
+    np.testing.assert_array_equal(decoded.reshape(image.shape), image)
+
+
+def test_fast_png_of_a_photo_overlay_is_lossless_and_no_larger_than_libpng_defaults():
+    import skimage.data
+
+    image = overlay(skimage.data.astronaut(), np.random.default_rng(0).random((14, 14)).astype(np.float32))
+    data = encode_png(image)
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(data))), image)
+    assert len(data) <= len(reference_encode_png(image))
