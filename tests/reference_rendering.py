@@ -1,0 +1,64 @@
+"""Slow references for the image-sized rendering path, as vitroll computed it before the large-image speed-ups
+(float32 NumPy blend, fancy-indexed colours, float64 statistics, libpng's default filters): the tests hold the fast
+code to them, and scripts/bench_large_images.py times both."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vitroll.maps import as_map, normalize, peak_location, upsample
+from vitroll.overlay import lookup_table, rgb_uint8
+
+
+def reference_colorize(values: np.ndarray, cmap: str = "jet") -> np.ndarray:
+    """Values in [0, 1] (H, W) → RGB uint8 (H, W, 3); NaN → black."""
+    values = np.asarray(values, dtype=np.float32)
+    index = np.clip(np.nan_to_num(values, nan=0.0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    colors = lookup_table(cmap)[index]
+    colors[~np.isfinite(values)] = 0
+    return colors
+
+
+def reference_blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: np.ndarray | None = None) -> np.ndarray:
+    """``(1 − α)·image + α·colors`` in float32, rounded half up, only where ``where`` (H, W) is True."""
+    mixed = image.astype(np.float32) * (1.0 - alpha) + colors.astype(np.float32) * alpha
+    out = np.clip(mixed + 0.5, 0, 255).astype(np.uint8)
+    if where is not None:
+        out[~where] = image[~where]
+    return out
+
+
+def reference_overlay(image: np.ndarray, heatmap: np.ndarray, *, cmap: str = "jet", alpha: float = 0.5,
+                      interpolation: str = "bilinear", normalization: str = "minmax") -> np.ndarray:
+    """:func:`vitroll.overlay.overlay` through the references above."""
+    image = rgb_uint8(image)
+    saliency = as_map(heatmap, "heatmap")
+    if saliency.shape != image.shape[:2]:
+        saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
+    values = normalize(saliency, mode=normalization)
+    return reference_blend(image, reference_colorize(values, cmap), alpha, where=np.isfinite(values))
+
+
+def reference_summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, float]:
+    """:func:`vitroll.maps.summary` in float64 throughout."""
+    values = np.asarray(saliency, dtype=np.float64)
+    finite = np.clip(values[np.isfinite(values)], 0.0, None)
+    total = finite.sum()
+    row, col = peak_location(values)
+    if total <= 0 or finite.size < 2:
+        return {"peak_row": row, "peak_col": col, "entropy": float("nan"), "top_mass": float("nan")}
+    p = finite / total
+    nonzero = p[p > 0]
+    entropy = float(-(nonzero * np.log(nonzero)).sum() / np.log(p.size))
+    k = max(1, int(round(top_fraction * p.size)))
+    top_mass = float(np.partition(p, p.size - k)[p.size - k:].sum())
+    return {"peak_row": row, "peak_col": col, "entropy": entropy, "top_mass": top_mass}
+
+
+def reference_encode_png(rgb: np.ndarray) -> bytes:
+    """PNG bytes at zlib level 1 with libpng's default (adaptive, all five) filters."""
+    import cv2
+
+    ok, buffer = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    assert ok
+    return buffer.tobytes()
