@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import numpy as np
 
 from vitroll.errors import ImageReadError
-from vitroll.io.formats import is_dicom
+from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image
 
 if TYPE_CHECKING:
@@ -257,7 +257,8 @@ PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
 """First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
 
 NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-byte preamble, and no DICOM data set "
-                      "at its start) nor an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM).")
+                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, "
+                      "WebP, PPM/PGM).")
 
 
 def _read_dataset(path: Path) -> "Dataset":
@@ -402,11 +403,27 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
 ) -> DicomImage:
-    """A file with an image suffix (``.png``, ``.tif``, …; 16-bit scaled by its range) through ``load_image`` with
-    ``unknown`` metadata; any other file through :func:`read_dicom` (which refuses what is not DICOM)."""
-    if Path(path).suffix.lower() not in IMAGE_SUFFIXES or is_dicom(path):
+    """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
+    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
+    ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM)."""
+    path = Path(path)
+    if is_dicom(path):
         return read_dicom(path, window=window, frame=frame)
-    image = np.asarray(load_image(path))
+    signature = sniff(path)
+    if signature is not None and not signature.image:
+        raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
+                                   "image.")
+    named_image = path.suffix.lower() in IMAGE_SUFFIXES
+    if signature is None and not named_image:
+        return read_dicom(path, window=window, frame=frame)
+    try:
+        image = np.asarray(load_image(path))
+    except ImageReadError as error:
+        if named_image:
+            raise
+        raise ImageReadError(path, f"Its first bytes are those of a {signature.kind}, but it cannot be read as one: "
+                                   f"{error.reason}.") from None
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
     return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour)
 
