@@ -253,6 +253,11 @@ def _error_text(error: BaseException) -> str:
     return " ".join(lines[:1] + ["; ".join(lines[1:])]).strip() if lines[0].endswith(":") else " ".join(lines)
 
 
+RECOGNIZABLE_WITHHELD = (
+    "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
+    "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits it.")
+
+
 PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
 """First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
 
@@ -342,22 +347,28 @@ def _native_stderr_discarded() -> Iterator[None]:
 
 def read_dicom(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
+    allow_recognizable: bool = False,
 ) -> DicomImage:
     """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0).
+
+    A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
+    ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
 
     Raises
     ------
     ImageReadError
-        Not a DICOM file, no pixel data, pixel data no installed decoder reads (the reason names the transfer
-        syntax and what would decode it), corrupt pixel data, or ``frame`` out of range — one sentence.
+        Not a DICOM file, no pixel data, recognizable features not allowed, pixel data no installed decoder reads
+        (the reason names the transfer syntax and what would decode it), corrupt pixel data, or ``frame`` out of
+        range — one sentence.
     """
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _decode_dicom(Path(path), window=window, frame=frame)
+        return _decode_dicom(Path(path), window=window, frame=frame, allow_recognizable=allow_recognizable)
 
 
-def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int]) -> DicomImage:
+def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
+                  allow_recognizable: bool) -> DicomImage:
     try:
         from pydicom.pixels import pixel_array
     except ImportError:
@@ -373,6 +384,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
+    if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
+        raise ImageReadError(path, RECOGNIZABLE_WITHHELD)
     metadata = safe_metadata(dataset)
     try:
         count = int(dataset.get("NumberOfFrames", 1) or 1)
@@ -402,21 +415,23 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
 
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
+    allow_recognizable: bool = False,
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
     :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
     ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
-    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM)."""
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM, and ``allow_recognizable``
+    goes to it)."""
     path = Path(path)
     if is_dicom(path):
-        return read_dicom(path, window=window, frame=frame)
+        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
     signature = sniff(path)
     if signature is not None and not signature.image:
         raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
                                    "image.")
     named_image = path.suffix.lower() in IMAGE_SUFFIXES
     if signature is None and not named_image:
-        return read_dicom(path, window=window, frame=frame)
+        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
     try:
         image = np.asarray(load_image(path))
     except ImageReadError as error:
@@ -429,7 +444,7 @@ def read_any(
 
 
 __all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice",
-    "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band",
+    "decode_failure", "decoder_advice", "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]
