@@ -167,6 +167,22 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
     assert "their pixels can identify patients" in (tmp_path / "allowed" / "report.html").read_text()
 
 
+def test_a_manufacturer_holding_the_patient_name_is_withheld_in_every_report_file(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), Manufacturer=FAKE_IDS["PatientName"])
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--group-by", "Manufacturer",
+                                   *MODEL)
+    assert code == 0, stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["cases"][0]["Manufacturer"] == "(withheld)"
+    texts = [stdout, stderr] + [(tmp_path / "out" / name).read_text() for name in ("report.html", "report.csv",
+                                                                                   "report.json")]
+    for form in ("Zyxwuvt", "ZYXWUVT", "zyxwuvt", "Qwerpoiu"):
+        assert not any(form in text for text in texts)
+    assert "(withheld)" in (tmp_path / "out" / "report.csv").read_text()
+
+
 def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audited, checkpoint):
     inputs = audited["inputs"]
     cases = []

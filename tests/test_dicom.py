@@ -251,6 +251,26 @@ def test_only_whitelisted_metadata_leaves_the_reader(tmp_path):
     assert decoded.identifiers["PatientID"] == FAKE_IDS["PatientID"]  # kept apart, for --keep-ids only
 
 
+@pytest.mark.filterwarnings("ignore:Invalid value for VR CS")  # DOE^JOHN in a CS field, on purpose
+def test_whitelisted_values_that_name_or_identify_the_patient_are_withheld(tmp_path):
+    """A hand-typed scanner field may hold anything: a PN-style value, the patient's name or a part of it, or an ID of
+    the same file is shown as (withheld); a modality that merely looks like a name prefix is kept."""
+    path = write_dicom(tmp_path / "a.dcm", body_phantom(), Manufacturer=FAKE_IDS["PatientName"],
+                       ManufacturerModelName=f"CT {FAKE_IDS['PatientID']} room 2", BodyPartExamined="DOE^JOHN",
+                       OperatorsName="Tech^Lyrandor")
+    assert read_dicom(path).metadata == {
+        "Manufacturer": "(withheld)", "ManufacturerModelName": "(withheld)", "BodyPartExamined": "(withheld)",
+        "Modality": "CT", "PatientSex": "F", "BurnedInAnnotation": "unknown", "age-band": "40-49"}
+    part = write_dicom(tmp_path / "b.dcm", body_phantom(), Manufacturer="Zyxwuvt Medical",
+                       ManufacturerModelName="Lyrandor 3", OperatorsName="Tech^Lyrandor")
+    assert read_dicom(part).metadata["Manufacturer"] == "(withheld)"  # the family name alone
+    assert read_dicom(part).metadata["ManufacturerModelName"] == "(withheld)"  # any person-name element counts
+    prefix = write_dicom(tmp_path / "c.dcm", body_phantom(), PatientName="Doe^John^^Mr", Modality="MR",
+                         Manufacturer="Zyxwuvtronics")
+    assert read_dicom(prefix).metadata["Modality"] == "MR"
+    assert read_dicom(prefix).metadata["Manufacturer"] == "Zyxwuvtronics"  # whole words only, and not the name here
+
+
 @pytest.mark.parametrize("age, band", [("045Y", "40-49"), ("009Y", "0-9"), ("006M", "0-9"), ("003W", "0-9"),
                                        ("100Y", "90+"), ("090Y", "90+"), ("", "unknown"), (None, "unknown"),
                                        ("abc", "unknown"), ("45", "40-49")])

@@ -93,6 +93,54 @@ def _clean(value: object) -> str:
     return text or UNKNOWN
 
 
+WITHHELD = "(withheld)"
+"""Shown for a whitelisted field whose value looks like a name or holds one of the file's identifiers."""
+
+IDENTIFYING_FIELDS = (
+    "PatientName", "PatientID", "OtherPatientIDs", "OtherPatientNames", "PatientBirthName", "PatientMotherBirthName",
+    "PatientBirthDate", "PatientAddress", "PatientTelephoneNumbers", "MedicalRecordLocator", "AccessionNumber",
+    "StudyID", "StudyDate", "SeriesDate", "AcquisitionDate", "ContentDate", "InstitutionName", "InstitutionAddress",
+    "InstitutionalDepartmentName", "StationName", "DeviceSerialNumber", "ReferringPhysicianName",
+    "PerformingPhysicianName", "OperatorsName", "RequestingPhysician", "StudyInstanceUID", "SeriesInstanceUID",
+    "SOPInstanceUID",
+)
+"""Header fields whose values no whitelisted field may repeat (every person-name element is added to them)."""
+
+MIN_NAME_PART = 3
+"""Shortest part of a name or identifier looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
+withhold modalities and sexes that merely look alike."""
+
+
+def _values(value: object) -> list[str]:
+    """The strings of a (possibly multi-valued) element value."""
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return [str(item) for item in value]
+    return [str(value)] if value is not None else []
+
+
+def _identifying_parts(dataset: object) -> set[str]:
+    """Lower-case identifiers of ``dataset``: each identifying value whole, and its name components and words of at
+    least :data:`MIN_NAME_PART` characters."""
+    values = [text for name in IDENTIFYING_FIELDS for text in _values(getattr(dataset, name, None))]
+    if hasattr(dataset, "iterall"):  # a pydicom Dataset: any person-name element counts, whatever its keyword
+        values += [text for element in dataset if element.VR == "PN" for text in _values(element.value)]
+    parts = set()
+    for text in (" ".join(value.split()).lower() for value in values):
+        parts.add(text)
+        parts.update(part for part in re.split(r"[\s^=,]+", text) if len(part) >= MIN_NAME_PART)
+    return {part for part in parts if len(part) >= 2}
+
+
+def _shown(value: object, identifying: set[str]) -> str:
+    """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or holds one
+    of ``identifying`` as a whole word."""
+    text = " ".join(_values(value))
+    folded = " ".join(text.split()).lower()
+    if "^" in text or any(re.search(rf"(?<![0-9a-z]){re.escape(part)}(?![0-9a-z])", folded) for part in identifying):
+        return WITHHELD
+    return _clean(value)
+
+
 @dataclass
 class DicomImage:
     """Decoded frames of one file with its safe metadata."""
@@ -114,8 +162,13 @@ class DicomImage:
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
-    """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band."""
-    metadata = {name: _clean(getattr(dataset, name, None)) for name in SAFE_FIELDS}
+    """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band.
+
+    A field's value is :data:`WITHHELD` when it looks like a person name or repeats one of the file's identifiers
+    (:data:`IDENTIFYING_FIELDS`, every person-name element): a scanner's name field typed by hand can hold anything.
+    """
+    identifying = _identifying_parts(dataset)
+    metadata = {name: _shown(getattr(dataset, name, None), identifying) for name in SAFE_FIELDS}
     metadata["age-band"] = age_band(getattr(dataset, "PatientAge", None))
     return metadata
 
@@ -444,7 +497,7 @@ def read_any(
 
 
 __all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD", "age_band",
     "decode_failure", "decoder_advice", "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]
