@@ -136,6 +136,53 @@ def test_keep_ids_is_opt_in_and_warns(tmp_path, checkpoint):
     assert "s3cret" not in csv_text + (tmp_path / "out" / "report.html").read_text()
 
 
+def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, checkpoint):
+    """RecognizableVisualFeatures YES (a face, a surface rendering): a row with the reason and no image anywhere;
+    --allow-recognizable-features draws it, warns, and says so in the report."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "IMG0007.dcm", body_phantom(), number=1, RecognizableVisualFeatures="YES")
+    write_dicom(inputs / "chest.dcm", body_phantom(), number=2, RecognizableVisualFeatures="NO")
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), *MODEL)
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
+    withheld = [row for row in rows if row["status"] == "error"]
+    drawn = [row for row in rows if row["status"] != "error"]
+    assert code == 3 and len(rows) == 2 and [row["input"] for row in withheld] == [1]
+    assert withheld[0]["reason"] == (
+        "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
+        "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits "
+        "it.")
+    assert f"vitroll: unreadable: file 1 ({withheld[0]['case']}): Withheld: " in stderr
+    assert [p.name for p in (tmp_path / "out" / "images").iterdir()] == [f"{drawn[0]['case']}.png"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2  # the chest thumbnail and the histograms
+
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "allowed"), "--allow-recognizable-features",
+                              *MODEL)
+    report = json.loads((tmp_path / "allowed" / "report.json").read_text())
+    assert code == 0 and [row["status"] for row in report["cases"]] != ["error"] * 2
+    assert len(list((tmp_path / "allowed" / "images").iterdir())) == 2
+    assert report["settings"]["allow_recognizable_features"] is True
+    assert "warning: --allow-recognizable-features" in stderr
+    assert "their pixels can identify patients" in (tmp_path / "allowed" / "report.html").read_text()
+
+
+def test_a_manufacturer_holding_the_patient_name_is_withheld_in_every_report_file(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), Manufacturer=FAKE_IDS["PatientName"])
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--group-by", "Manufacturer",
+                                   *MODEL)
+    assert code == 0, stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["cases"][0]["Manufacturer"] == "(withheld)"
+    texts = [stdout, stderr] + [(tmp_path / "out" / name).read_text() for name in ("report.html", "report.csv",
+                                                                                   "report.json")]
+    for form in ("Zyxwuvt", "ZYXWUVT", "zyxwuvt", "Qwerpoiu"):
+        assert not any(form in text for text in texts)
+    assert "(withheld)" in (tmp_path / "out" / "report.csv").read_text()
+
+
 def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audited, checkpoint):
     inputs = audited["inputs"]
     cases = []

@@ -183,6 +183,32 @@ def test_a_data_set_without_preamble_or_file_meta_decodes_like_the_part_10_file(
     np.testing.assert_array_equal(decoded.frames[0][1], read_any(part10).frames[0][1])
 
 
+def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
+    """A JPEG or PNG saved as ``.dcm`` (or with no suffix) is read as the image it is; a truncated one, a PDF or a ZIP
+    is named for what it is rather than called "not an image format vitroll reads"."""
+    pixels = np.zeros((8, 12, 3), np.uint8)
+    pixels[:, 6:] = (200, 40, 40)
+    Image.fromarray(pixels).save(tmp_path / "photo.dcm", format="JPEG", quality=95)
+    Image.fromarray(pixels).save(tmp_path / "IMG0002", format="PNG")
+    jpeg, png = read_any(tmp_path / "photo.dcm"), read_any(tmp_path / "IMG0002")
+    assert not jpeg.dicom and jpeg.colour and jpeg.metadata["Modality"] == "unknown"
+    with Image.open(tmp_path / "photo.dcm") as decoded_by_pillow:
+        np.testing.assert_array_equal(jpeg.frames[0][1], np.asarray(decoded_by_pillow.convert("RGB")))
+    np.testing.assert_array_equal(png.frames[0][1], pixels)
+    (tmp_path / "cut.dcm").write_bytes((tmp_path / "photo.dcm").read_bytes()[:200])
+    (tmp_path / "report.dcm").write_bytes(b"%PDF-1.7\n...")
+    (tmp_path / "export.dcm").write_bytes(b"PK\x03\x04" + bytes(40))
+    reasons = {}
+    for name in ("cut.dcm", "report.dcm", "export.dcm"):
+        with pytest.raises(ImageReadError) as caught:
+            read_any(tmp_path / name)
+        reasons[name] = caught.value.reason
+    assert reasons["cut.dcm"].startswith("Its first bytes are those of a JPEG image, but it cannot be read as one: "
+                                         "corrupt or truncated image data (")
+    assert reasons["report.dcm"] == "This file is a PDF document (so its first bytes say), neither DICOM nor an image."
+    assert reasons["export.dcm"] == "This file is a ZIP archive (so its first bytes say), neither DICOM nor an image."
+
+
 def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):
     values = np.array([[0, 1000], [2000, 2000]], dtype=np.uint16)
     for suffix in (".png", ".tif"):
@@ -223,6 +249,26 @@ def test_only_whitelisted_metadata_leaves_the_reader(tmp_path):
     assert not any(phi in text for phi in PHI_STRINGS)
     assert safe_metadata(None)["Manufacturer"] == "unknown"
     assert decoded.identifiers["PatientID"] == FAKE_IDS["PatientID"]  # kept apart, for --keep-ids only
+
+
+@pytest.mark.filterwarnings("ignore:Invalid value for VR CS")  # DOE^JOHN in a CS field, on purpose
+def test_whitelisted_values_that_name_or_identify_the_patient_are_withheld(tmp_path):
+    """A hand-typed scanner field may hold anything: a PN-style value, the patient's name or a part of it, or an ID of
+    the same file is shown as (withheld); a modality that merely looks like a name prefix is kept."""
+    path = write_dicom(tmp_path / "a.dcm", body_phantom(), Manufacturer=FAKE_IDS["PatientName"],
+                       ManufacturerModelName=f"CT {FAKE_IDS['PatientID']} room 2", BodyPartExamined="DOE^JOHN",
+                       OperatorsName="Tech^Lyrandor")
+    assert read_dicom(path).metadata == {
+        "Manufacturer": "(withheld)", "ManufacturerModelName": "(withheld)", "BodyPartExamined": "(withheld)",
+        "Modality": "CT", "PatientSex": "F", "BurnedInAnnotation": "unknown", "age-band": "40-49"}
+    part = write_dicom(tmp_path / "b.dcm", body_phantom(), Manufacturer="Zyxwuvt Medical",
+                       ManufacturerModelName="Lyrandor 3", OperatorsName="Tech^Lyrandor")
+    assert read_dicom(part).metadata["Manufacturer"] == "(withheld)"  # the family name alone
+    assert read_dicom(part).metadata["ManufacturerModelName"] == "(withheld)"  # any person-name element counts
+    prefix = write_dicom(tmp_path / "c.dcm", body_phantom(), PatientName="Doe^John^^Mr", Modality="MR",
+                         Manufacturer="Zyxwuvtronics")
+    assert read_dicom(prefix).metadata["Modality"] == "MR"
+    assert read_dicom(prefix).metadata["Manufacturer"] == "Zyxwuvtronics"  # whole words only, and not the name here
 
 
 @pytest.mark.parametrize("age, band", [("045Y", "40-49"), ("009Y", "0-9"), ("006M", "0-9"), ("003W", "0-9"),

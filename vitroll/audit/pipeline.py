@@ -61,7 +61,8 @@ def audit_frames(path: Path, options: AuditOptions) -> list[Frame]:
     input number, burned-in text mask) as ``info``; for a file that gives no image, a :class:`VitrollError` whose
     message is the reason (not yet scrubbed of the path: :func:`_error_row` does that)."""
     try:
-        decoded = read_any(path, window=options.window, frame=options.frame)
+        decoded = read_any(path, window=options.window, frame=options.frame,
+                           allow_recognizable=options.allow_recognizable_features)
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")

@@ -47,6 +47,9 @@ class AuditOptions:
     """Put file paths and DICOM identifiers into the report (no longer de-identified)."""
     keep_burned_in_text: bool = False
     """Write images without searching them for burned-in text (for pixels already cleaned)."""
+    allow_recognizable_features: bool = False
+    """Audit files whose header says RecognizableVisualFeatures YES (faces, surface renderings) instead of
+    withholding them."""
     flag_threshold: float = 0.5
     """Flag an image when more than this fraction of its saliency lies outside the body."""
     metrics: MetricSettings = field(default_factory=MetricSettings)

@@ -120,6 +120,7 @@ class AuditReport:
             "flag_threshold": self.options.flag_threshold, "border_fraction": self.options.metrics.border_fraction,
             "top_percent": self.options.metrics.top_percent, "group_by": list(self.options.group_by),
             "keep_ids": self.options.keep_ids, "keep_burned_in_text": self.options.keep_burned_in_text,
+            "allow_recognizable_features": self.options.allow_recognizable_features,
             "salt": "not stored (keys are comparable only between runs given the same --salt)",
             "input_order": INPUT_ORDER,
         }
@@ -197,6 +198,9 @@ def render_html(report: AuditReport) -> str:
             "De-identified") + ": no names, IDs, dates, institutions, accession numbers or file names in the text. "
            "Cases and studies are keys hashed with a salt that is not stored; only scanner, body part, modality, sex "
            "and age band are shown.")
+    if report.options.allow_recognizable_features:
+        phi += (" Images whose header says RecognizableVisualFeatures YES (faces, surface renderings) are included "
+                "(--allow-recognizable-features): their pixels can identify patients.")
     searched = [row for row in report.images if row.text_regions is not None]
     text_search = {"searched": len(searched), "regions": sum(row.text_regions for row in searched),
                    "with_text": sum(1 for row in searched if row.text_regions),

@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--keep-burned-in-text", action="store_true",
                        help="do not search the pixels for burned-in text, only for images already cleaned: names, IDs "
                             "and dates written into the pixels then appear in the report's images")
+    group.add_argument("--allow-recognizable-features", action="store_true",
+                       help="also explain and draw files whose header says RecognizableVisualFeatures YES (face "
+                            "photographs, 3D surface renderings); without it they are rows withheld with that reason. "
+                            "Their pixels identify the patient: the report's images are then NOT de-identified")
     group = parser.add_argument_group("audit")
     group.add_argument("--flag-threshold", type=number(0, 1), default=0.5,
                        help="flag images with more than this fraction of saliency outside the body (default 0.5)")
@@ -75,13 +79,16 @@ def run(args: argparse.Namespace) -> int:
         flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
         group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
-        keep_burned_in_text=args.keep_burned_in_text,
+        keep_burned_in_text=args.keep_burned_in_text, allow_recognizable_features=args.allow_recognizable_features,
     )
     if args.keep_burned_in_text:
         print("vitroll: WARNING: --keep-burned-in-text: the pixels are NOT searched for burned-in text; names, IDs and "
               "dates written into the images will appear in the report's images", file=sys.stderr)
     else:
         require_text_detector()  # before the model loads: the audit cannot write images without it
+    if args.allow_recognizable_features:
+        print("vitroll: warning: --allow-recognizable-features draws images whose header says RecognizableVisualFeatures "
+              "YES (faces, surface renderings): the report's images can identify patients", file=sys.stderr)
     if args.keep_ids:
         print("vitroll: warning: --keep-ids writes file paths and DICOM identifiers (PatientID, StudyInstanceUID, "
               "SOPInstanceUID) into the report; it is NOT de-identified", file=sys.stderr)

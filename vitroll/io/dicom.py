@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import numpy as np
 
 from vitroll.errors import ImageReadError
-from vitroll.io.formats import is_dicom
+from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image
 
 if TYPE_CHECKING:
@@ -93,6 +93,54 @@ def _clean(value: object) -> str:
     return text or UNKNOWN
 
 
+WITHHELD = "(withheld)"
+"""Shown for a whitelisted field whose value looks like a name or holds one of the file's identifiers."""
+
+IDENTIFYING_FIELDS = (
+    "PatientName", "PatientID", "OtherPatientIDs", "OtherPatientNames", "PatientBirthName", "PatientMotherBirthName",
+    "PatientBirthDate", "PatientAddress", "PatientTelephoneNumbers", "MedicalRecordLocator", "AccessionNumber",
+    "StudyID", "StudyDate", "SeriesDate", "AcquisitionDate", "ContentDate", "InstitutionName", "InstitutionAddress",
+    "InstitutionalDepartmentName", "StationName", "DeviceSerialNumber", "ReferringPhysicianName",
+    "PerformingPhysicianName", "OperatorsName", "RequestingPhysician", "StudyInstanceUID", "SeriesInstanceUID",
+    "SOPInstanceUID",
+)
+"""Header fields whose values no whitelisted field may repeat (every person-name element is added to them)."""
+
+MIN_NAME_PART = 3
+"""Shortest part of a name or identifier looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
+withhold modalities and sexes that merely look alike."""
+
+
+def _values(value: object) -> list[str]:
+    """The strings of a (possibly multi-valued) element value."""
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return [str(item) for item in value]
+    return [str(value)] if value is not None else []
+
+
+def _identifying_parts(dataset: object) -> set[str]:
+    """Lower-case identifiers of ``dataset``: each identifying value whole, and its name components and words of at
+    least :data:`MIN_NAME_PART` characters."""
+    values = [text for name in IDENTIFYING_FIELDS for text in _values(getattr(dataset, name, None))]
+    if hasattr(dataset, "iterall"):  # a pydicom Dataset: any person-name element counts, whatever its keyword
+        values += [text for element in dataset if element.VR == "PN" for text in _values(element.value)]
+    parts = set()
+    for text in (" ".join(value.split()).lower() for value in values):
+        parts.add(text)
+        parts.update(part for part in re.split(r"[\s^=,]+", text) if len(part) >= MIN_NAME_PART)
+    return {part for part in parts if len(part) >= 2}
+
+
+def _shown(value: object, identifying: set[str]) -> str:
+    """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or holds one
+    of ``identifying`` as a whole word."""
+    text = " ".join(_values(value))
+    folded = " ".join(text.split()).lower()
+    if "^" in text or any(re.search(rf"(?<![0-9a-z]){re.escape(part)}(?![0-9a-z])", folded) for part in identifying):
+        return WITHHELD
+    return _clean(value)
+
+
 @dataclass
 class DicomImage:
     """Decoded frames of one file with its safe metadata."""
@@ -114,8 +162,13 @@ class DicomImage:
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
-    """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band."""
-    metadata = {name: _clean(getattr(dataset, name, None)) for name in SAFE_FIELDS}
+    """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band.
+
+    A field's value is :data:`WITHHELD` when it looks like a person name or repeats one of the file's identifiers
+    (:data:`IDENTIFYING_FIELDS`, every person-name element): a scanner's name field typed by hand can hold anything.
+    """
+    identifying = _identifying_parts(dataset)
+    metadata = {name: _shown(getattr(dataset, name, None), identifying) for name in SAFE_FIELDS}
     metadata["age-band"] = age_band(getattr(dataset, "PatientAge", None))
     return metadata
 
@@ -253,11 +306,17 @@ def _error_text(error: BaseException) -> str:
     return " ".join(lines[:1] + ["; ".join(lines[1:])]).strip() if lines[0].endswith(":") else " ".join(lines)
 
 
+RECOGNIZABLE_WITHHELD = (
+    "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
+    "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits it.")
+
+
 PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
 """First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
 
 NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-byte preamble, and no DICOM data set "
-                      "at its start) nor an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM).")
+                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, "
+                      "WebP, PPM/PGM).")
 
 
 def _read_dataset(path: Path) -> "Dataset":
@@ -341,22 +400,28 @@ def _native_stderr_discarded() -> Iterator[None]:
 
 def read_dicom(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
+    allow_recognizable: bool = False,
 ) -> DicomImage:
     """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0).
+
+    A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
+    ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
 
     Raises
     ------
     ImageReadError
-        Not a DICOM file, no pixel data, pixel data no installed decoder reads (the reason names the transfer
-        syntax and what would decode it), corrupt pixel data, or ``frame`` out of range — one sentence.
+        Not a DICOM file, no pixel data, recognizable features not allowed, pixel data no installed decoder reads
+        (the reason names the transfer syntax and what would decode it), corrupt pixel data, or ``frame`` out of
+        range — one sentence.
     """
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _decode_dicom(Path(path), window=window, frame=frame)
+        return _decode_dicom(Path(path), window=window, frame=frame, allow_recognizable=allow_recognizable)
 
 
-def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int]) -> DicomImage:
+def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
+                  allow_recognizable: bool) -> DicomImage:
     try:
         from pydicom.pixels import pixel_array
     except ImportError:
@@ -372,6 +437,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
+    if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
+        raise ImageReadError(path, RECOGNIZABLE_WITHHELD)
     metadata = safe_metadata(dataset)
     try:
         count = int(dataset.get("NumberOfFrames", 1) or 1)
@@ -401,18 +468,36 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
 
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
+    allow_recognizable: bool = False,
 ) -> DicomImage:
-    """A file with an image suffix (``.png``, ``.tif``, …; 16-bit scaled by its range) through ``load_image`` with
-    ``unknown`` metadata; any other file through :func:`read_dicom` (which refuses what is not DICOM)."""
-    if Path(path).suffix.lower() not in IMAGE_SUFFIXES or is_dicom(path):
-        return read_dicom(path, window=window, frame=frame)
-    image = np.asarray(load_image(path))
+    """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
+    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
+    ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM, and ``allow_recognizable``
+    goes to it)."""
+    path = Path(path)
+    if is_dicom(path):
+        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
+    signature = sniff(path)
+    if signature is not None and not signature.image:
+        raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
+                                   "image.")
+    named_image = path.suffix.lower() in IMAGE_SUFFIXES
+    if signature is None and not named_image:
+        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
+    try:
+        image = np.asarray(load_image(path))
+    except ImageReadError as error:
+        if named_image:
+            raise
+        raise ImageReadError(path, f"Its first bytes are those of a {signature.kind}, but it cannot be read as one: "
+                                   f"{error.reason}.") from None
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
     return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour)
 
 
 __all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "WINDOW_PRESETS", "age_band", "decode_failure", "decoder_advice",
-    "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD", "age_band",
+    "decode_failure", "decoder_advice", "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
     "safe_metadata", "salted_key", "window_to_unit",
 ]

@@ -1,20 +1,66 @@
-"""What a file holds, told by its first bytes where its name may not say: DICOM Part 10."""
+"""What a file holds, told by its first bytes where its name may not say: DICOM Part 10, image formats, a few
+other kinds users mistake for them."""
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple, Optional
 
 DICOM_MAGIC_OFFSET = 128
 DICOM_MAGIC = b"DICM"
+
+
+class Signature(NamedTuple):
+    """Bytes that start a file of one kind."""
+
+    offset: int
+    magic: bytes
+    kind: str
+    """What the file is, as a user would say it (``JPEG image``, ``PDF document``)."""
+    image: bool
+    """An image format Pillow reads for vitroll."""
+
+
+SIGNATURES = (
+    Signature(0, b"\x89PNG\r\n\x1a\n", "PNG image", True),
+    Signature(0, b"\xff\xd8\xff", "JPEG image", True),
+    Signature(0, b"GIF87a", "GIF image", True),
+    Signature(0, b"GIF89a", "GIF image", True),
+    Signature(0, b"II*\x00", "TIFF image", True),
+    Signature(0, b"MM\x00*", "TIFF image", True),
+    Signature(8, b"WEBP", "WebP image", True),
+    *(Signature(0, b"P" + digit + space, "PPM/PGM image", True) for digit in (b"2", b"3", b"5", b"6")
+      for space in (b" ", b"\n", b"\r", b"\t")),
+    Signature(0, b"BM", "BMP image", True),
+    Signature(0, b"%PDF-", "PDF document", False),
+    Signature(0, b"PK\x03\x04", "ZIP archive", False),
+    Signature(0, b"\x1f\x8b", "gzip archive", False),
+)
+"""Checked in order; WebP also needs ``RIFF`` at byte 0, checked beside it."""
+
+
+def _head(path: "str | os.PathLike[str]", size: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
 
 
 def is_dicom(path: "str | os.PathLike[str]") -> bool:
     """Whether ``path`` is a DICOM Part 10 file: the 4 bytes ``DICM`` after the 128-byte preamble.
 
     Files without the preamble are not recognised here; :func:`vitroll.io.dicom.read_dicom` still reads them."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(DICOM_MAGIC_OFFSET + len(DICOM_MAGIC))
-    except OSError:
-        return False
-    return head[DICOM_MAGIC_OFFSET:] == DICOM_MAGIC
+    return _head(path, DICOM_MAGIC_OFFSET + len(DICOM_MAGIC))[DICOM_MAGIC_OFFSET:] == DICOM_MAGIC
+
+
+def sniff(path: "str | os.PathLike[str]") -> Optional[Signature]:
+    """The :data:`SIGNATURES` entry that the first bytes of ``path`` match, whatever its name; None for none (or a
+    file that cannot be opened)."""
+    head = _head(path, 16)
+    for signature in SIGNATURES:
+        if head[signature.offset:signature.offset + len(signature.magic)] == signature.magic:
+            if signature.kind == "WebP image" and not head.startswith(b"RIFF"):
+                continue
+            return signature
+    return None
