@@ -26,6 +26,8 @@ def test_models_lists_families_and_marks_matches(capsys):
         assert f"\n  {family} " in out
     assert "supported    deit_tiny_distilled_patch16_224" in out
     assert "supported    deit3_small_patch16_224" in out
+    assert main(["models", "vitamin_small*"]) == 0
+    assert "supported    vitamin_small_224" in capsys.readouterr().out
     assert f"{len(timm.list_models('deit*'))} timm models match 'deit*'" in out
 
     assert main(["models", "*_tiny_*"]) == 0
@@ -86,6 +88,39 @@ def test_non_vit_model_is_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 2  # the random-weights note, then the error
     assert err[-1].startswith("vitroll: error: ResNet has no token attention") and "cait_*" in err[-1]
+
+
+@pytest.mark.parametrize(("typed", "line"), [
+    ("vit_tinny", "did you mean vit_tiny_patch16_224, vit_tiny_patch16_384, vit_tiny_r_s16_p8_224?"),
+    ("deit_smal", "did you mean deit_small_patch16_224, deit_small_distilled_patch16_224, deit3_small_patch16_224?"),
+    ("swin_tinny", "the close timm names swin_tiny_patch4_window7_224, swinv2_tiny_window8_256, "
+                   "swinv2_tiny_window16_256 are models vitroll cannot explain (`vitroll models PATTERN` marks the "
+                   "supported ones)"),
+])
+def test_a_mistyped_name_is_offered_the_close_names_vitroll_explains(tmp_path, capsys, typed, line):
+    """vit_tinny was offered gcvit_tiny, davit_tiny, mvitv2_tiny: timm models that vitroll then refuses."""
+    code = main(["overlay", str(PHOTO), "--model", typed, "--out", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"vitroll: error: unknown model name {typed!r}; {line}"
+
+
+def test_every_timm_module_building_a_family_class_is_a_family_module():
+    """The suggestions and `vitroll models` tell support by timm module, without building models: a module that
+    builds a family's class (vitamin builds VisionTransformer) but is not listed would hide supported names."""
+    import importlib
+    import inspect
+
+    from timm.models._registry import _module_to_models
+
+    from vitroll.capture.families import FAMILIES
+
+    listed = {module for family in FAMILIES for module in family.timm_modules}
+    classes = tuple(kind for family in FAMILIES if family.timm_modules for kind in family.model_types
+                    if isinstance(kind, type))
+    building = {module for module in _module_to_models
+                if any(inspect.isclass(member) and issubclass(member, classes)
+                       for member in vars(importlib.import_module(f"timm.models.{module}")).values())}
+    assert building == listed
 
 
 def test_offline_pretrained_fails_fast(tmp_path):

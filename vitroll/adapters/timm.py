@@ -168,8 +168,9 @@ register_family(
         AttentionReadout("timm.layers.attention_pool.AttentionPoolPrr", probs_module=None, fused_flag=None,
                          attach=_attach_prr_pool),
     ],
-    name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vit_*_reg4*", "vit_*_dinov2*", "vit_*_siglip*"),
-    timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid"),
+    name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vitamin_*", "vit_*_reg4*", "vit_*_dinov2*",
+                   "vit_*_siglip*"),
+    timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid", "vitamin"),
     notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map'/'prr' head → pool attention",
 )
 register_family(

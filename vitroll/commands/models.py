@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from vitroll.capture.families import FAMILIES
+from vitroll.models.timm import supported_timm_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,8 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import timm
 
     names = timm.list_models(args.pattern, pretrained=args.pretrained)
-    supported = {name for family in FAMILIES for module in family.timm_modules
-                 for name in timm.list_models(args.pattern, module=module, pretrained=args.pretrained)}
+    supported = supported_timm_names(args.pattern, pretrained=args.pretrained)
     print(f"\n{len(names)} timm models match {args.pattern!r} ({len(supported & set(names))} supported):")
     for name in names:
         print(f"  {'supported  ' if name in supported else 'unsupported'}  {name}")

@@ -4,25 +4,57 @@ taken from the local cache when the hub is unreachable."""
 from __future__ import annotations
 
 import difflib
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 import torch
 from torch import nn
 
+from vitroll.capture.families import FAMILIES
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
 
 
+def supported_timm_names(pattern: str = "", *, pretrained: bool = False) -> set[str]:
+    """timm's model names that a registered family explains: those of the families' ``timm_modules`` (by name, no
+    model built), matching ``pattern`` (a ``timm.list_models`` filter; all names without it)."""
+    import timm
+
+    return {name for family in FAMILIES for module in family.timm_modules
+            for name in timm.list_models(pattern, module=module, pretrained=pretrained)}
+
+
+def close_names(name: str, candidates: Iterable[str], count: int = 3) -> list[str]:
+    """Up to ``count`` of ``candidates`` most like ``name``, the closest first: like the whole candidate (difflib
+    ratio at least 0.6), or its start typed with a slip (``vit_tinny`` for ``vit_tiny_patch16_224``: ratio of the
+    first ``len(name)`` characters at least 0.8)."""
+
+    def likeness(candidate: str) -> tuple[float, float]:
+        whole = difflib.SequenceMatcher(None, name, candidate).ratio()
+        start = difflib.SequenceMatcher(None, name, candidate[:len(name)]).ratio()
+        return whole, start
+
+    scores = {candidate: likeness(candidate) for candidate in candidates}
+    close = [candidate for candidate, (whole, start) in scores.items() if whole >= 0.6 or start >= 0.8]
+    return sorted(close, key=lambda candidate: (-max(scores[candidate]), -scores[candidate][0], candidate))[:count]
+
+
 def check_model_name(name: str) -> None:
-    """Raise :class:`ModelLoadError` with close matches when ``name`` is not a timm model."""
+    """Raise :class:`ModelLoadError` when ``name`` is not a timm model, offering the close names that vitroll
+    explains, or saying that the close ones are models it cannot explain."""
     import timm
 
     if hub.is_hub_name(name) or timm.is_model(name):
         return
-    close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-    hint = (f"; did you mean {', '.join(close)}?" if close else
-            "; `vitroll models PATTERN` lists the timm names; a Hugging Face model is a save_pretrained folder, a hub "
-            f"id ORG/NAME in the local cache, or transformers:{name} for a hub id without an organisation")
+    close = close_names(name, supported_timm_names())
+    unexplained = [] if close else close_names(name, timm.list_models())
+    if close:
+        hint = f"; did you mean {', '.join(close)}?"
+    elif unexplained:
+        hint = (f"; the close timm names {', '.join(unexplained)} are models vitroll cannot explain (`vitroll models "
+                "PATTERN` marks the supported ones)")
+    else:
+        hint = ("; `vitroll models PATTERN` lists the timm names; a Hugging Face model is a save_pretrained folder, a "
+                f"hub id ORG/NAME in the local cache, or transformers:{name} for a hub id without an organisation")
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
 
 
