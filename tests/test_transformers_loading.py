@@ -70,6 +70,25 @@ def test_a_folder_loads_with_its_weights_class_names_and_provenance(folder):
     assert provenance.sha256 == hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
 
+def test_a_sharded_folder_is_fingerprinted_by_every_shard(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.ViTForImageClassification(tiny_config()).eval()
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded, max_shard_size="20KB")
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) >= 2 and (sharded / "model.safetensors.index.json").is_file()
+    before = ModelProvenance.of(str(sharded), pretrained=False, checkpoint=None).sha256
+
+    with torch.no_grad():  # retrain one weight: only a shard changes, the index stays byte for byte
+        model.classifier.bias.add_(1.0)
+    index = (sharded / "model.safetensors.index.json").read_bytes()
+    model.save_pretrained(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").read_bytes() == index
+    after = ModelProvenance.of(str(sharded), pretrained=False, checkpoint=None).sha256
+    assert before is not None and after is not None and after != before
+    assert after == ModelProvenance.of(str(sharded), pretrained=False, checkpoint=None).sha256
+
+
 def test_checkpoint_is_a_state_dict_on_top_of_a_config_folder(folder, tmp_path):
     config_only = tmp_path / "config-only"
     config_only.mkdir()

@@ -3,6 +3,8 @@ shipped testbed weights, or not stated."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +70,7 @@ class ModelProvenance:
 
     @classmethod
     def _of_transformers(cls, name: str) -> "ModelProvenance":
-        """A ``save_pretrained`` folder (SHA-256 of its weights file) or a hub id."""
+        """A ``save_pretrained`` folder (SHA-256 of its weights) or a hub id."""
         folder = Path(transformers_source(name))
         if name in SHIPPED_TRANSFORMERS:
             weights = folder / "model.safetensors"
@@ -77,7 +79,7 @@ class ModelProvenance:
         if folder.is_dir():
             weights = next((folder / f for f in TRANSFORMERS_WEIGHTS if (folder / f).is_file()), None)
             return cls(name, "transformers-pretrained", f"transformers weights in {folder}",
-                       file_sha256(weights) if weights is not None else None)
+                       _weights_sha256(weights) if weights is not None else None)
         return cls(name, "transformers-pretrained", f"transformers weights from the hub ({folder})")
 
     @classmethod
@@ -85,3 +87,19 @@ class ModelProvenance:
         """For callers that did not say where the weights came from: the architecture's name only."""
         architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture") or type(model).__name__
         return cls(str(architecture), "not stated", "not stated by the caller")
+
+
+def _weights_sha256(weights: Path) -> str:
+    """SHA-256 of a ``save_pretrained`` weights file; for a sharded model's index (``*.index.json``), of the index
+    and each shard it names (a shard retrained under an unchanged index changes the model all the same)."""
+    if not weights.name.endswith(".index.json"):
+        return file_sha256(weights)
+    try:
+        shards = sorted(set(json.loads(weights.read_text(encoding="utf-8")).get("weight_map", {}).values()))
+    except (ValueError, AttributeError):
+        shards = []
+    digest = hashlib.sha256(file_sha256(weights).encode())
+    for shard in shards:
+        shard_path = weights.parent / shard
+        digest.update(f"{shard}:{file_sha256(shard_path) if shard_path.is_file() else 'missing'}".encode())
+    return digest.hexdigest()
