@@ -21,6 +21,7 @@ from reference import reference_attention, reference_attention_gradients, refere
 from vitroll.cli import main
 from vitroll.io import load_image
 from vitroll.models import class_names
+from vitroll.overlay import lookup_table
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.explorer import (
     ExplorerControls, explore, head_grid, ignored_controls, method_options, model_outline, scored_model,
@@ -150,9 +151,9 @@ def test_the_model_outline_gives_the_ranges_of_the_controls(model):
 
 
 PROMPTS = ("a dog", "a photo of a cat")
-JET_STEP = 2
-"""Most that one step of the colormap moves a colour of the overlay (jet, opacity 0.5): a map equal within float32
-rounding may land one step away."""
+JET_STEP = int(np.ceil(np.abs(np.diff(lookup_table("jet").astype(int), axis=0)).max() * 0.5))
+"""Most that one step of the colormap moves a colour of the overlay (jet's largest step between neighbouring rows, 5,
+at opacity 0.5, rounded up): a map equal within float32 rounding may land one step away."""
 
 
 @pytest.fixture(scope="module")
