@@ -251,6 +251,23 @@ TITLE_SHARE = 0.95
 """Of its figure or panel, what a title may fill: matplotlib's margins take the rest."""
 
 
+SHOWN_SIDE = 1024
+"""Longest side, in pixels, of a picture handed to matplotlib: a panel is at most a few hundred pixels wide, and
+matplotlib resamples a 6000×4000 image in float64 (20 s for one figure); larger pictures are shrunk first."""
+
+
+def shrunk(picture: np.ndarray) -> np.ndarray:
+    """``picture`` (H, W) or (H, W, 3) area-averaged to at most :data:`SHOWN_SIDE` pixels along its longest side (as
+    it is when already that small); NaN spreads only to the pixels next to it."""
+    import cv2
+
+    scale = SHOWN_SIDE / max(picture.shape[:2])
+    if scale >= 1.0:
+        return picture
+    height, width = (max(1, round(side * scale)) for side in picture.shape[:2])
+    return cv2.resize(picture, (width, height), interpolation=cv2.INTER_AREA)
+
+
 def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "",
            cmap: "str | Colormap" = "jet"):
     """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
@@ -258,12 +275,12 @@ def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, tit
 
     fig = Figure(figsize=(FIGURE_WIDTH, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
-    axes[0].imshow(image)
+    axes[0].imshow(shrunk(image))
     axes[0].set_title("image")
-    shown = axes[1].imshow(normalize(saliency), cmap=cmap, vmin=0.0, vmax=1.0)
+    shown = axes[1].imshow(shrunk(normalize(saliency)), cmap=cmap, vmin=0.0, vmax=1.0)
     axes[1].set_title("saliency (normalised)")
     fig.colorbar(shown, ax=axes[1], fraction=0.046, pad=0.04)
-    axes[2].imshow(overlaid)
+    axes[2].imshow(shrunk(overlaid))
     axes[2].set_title("overlay")
     for ax in axes:
         ax.set_axis_off()
