@@ -95,6 +95,45 @@ def test_compare_needs_two_models_and_matching_checkpoints(capsys):
     assert "1 --checkpoint for 2 --model" in capsys.readouterr().err
 
 
+def test_a_checkpoint_trained_at_another_size_is_compared_built_at_its_size(tmp_path, capsys):
+    """The size hint named --img-size, which compare lacked: it now takes one per --model."""
+    import timm
+
+    from vitroll.cli import build_parser
+    from vitroll.commands.compare import explainers_from_args
+
+    small = tmp_path / "small32.pth"
+    torch.save(timm.create_model("vit_tiny_patch16_224", img_size=32, num_classes=3).state_dict(), small)
+    command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vit_tiny_patch16_224",
+               "--checkpoint", str(small), "--checkpoint", "none", "--out", str(tmp_path / "out")]
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "shape mismatch: pos_embed (1, 5, 192) vs model (1, 197, 192); its position embedding is for 32×32 inputs: "
+        "build the model for them with --img-size 32 (img_size=32)")
+
+    sized = command + ["--img-size", "32", "--img-size", "none"]
+    explainers = explainers_from_args(build_parser().parse_args(sized))
+    assert [e.preprocessing.input_size for e in explainers] == [(32, 32), (224, 224)]
+    assert main(sized) == 0
+    with (tmp_path / "out" / "agreement.csv").open(encoding="utf-8") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert (row["model_a"], row["model_b"]) == ("vit_tiny_patch16_224:small32", "vit_tiny_patch16_224")
+
+
+@pytest.mark.parametrize(("sizes", "line"), [
+    (["--img-size", "32"], "1 --img-size for 2 --model; give one per model ('none' for its default size)"),
+    (["--img-size", "32", "none", "--img-size", "none"], "--img-size 32 none: give H, H W or none"),
+    (["--img-size", "32", "32", "32", "--img-size", "none"], "--img-size takes H or H W; got 3 numbers"),
+    (["--img-size", "none", "--img-size", "32"], "vitroll-shapes: the fixed 64×64 testbed with its own weights; "
+                                                 "--num-classes and the timm size options do not apply"),
+])
+def test_compare_img_size_mistakes_are_one_line(tmp_path, capsys, sizes, line):
+    command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vitroll-shapes", *sizes,
+               "--out", str(tmp_path)]
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip() == f"vitroll: error: {line}"
+
+
 def test_explainers_sharing_a_label_are_refused_not_reported_as_agreeing():
     first, second = build_testbed_model().eval(), build_testbed_model().eval()
     preprocessing = Preprocessing.from_model(first)

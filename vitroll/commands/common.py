@@ -289,6 +289,16 @@ def _check_testbed_arguments(args: argparse.Namespace) -> None:
                          "own weights; choose a timm model with --model NAME")
 
 
+def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
+    """``--img-size H`` or ``H W`` as timm's ``img_size``: the side of a square, or (H, W).
+
+    Raises ValueError for more than two numbers.
+    """
+    if len(numbers) > 2:
+        raise ValueError(f"--img-size takes H or H W; got {len(numbers)} numbers")
+    return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
+
+
 def model_from_args(args: argparse.Namespace) -> nn.Module:
     _check_testbed_arguments(args)
     if args.pretrained and args.checkpoint:
@@ -296,9 +306,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
                          "replace the pretrained ones)")
     build: dict[str, object] = {}
     if args.img_size:
-        if len(args.img_size) > 2:
-            raise ValueError(f"--img-size takes H or H W; got {len(args.img_size)} numbers")
-        build["img_size"] = args.img_size[0] if len(args.img_size) == 1 else tuple(args.img_size)
+        build["img_size"] = img_size_option(args.img_size)
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])

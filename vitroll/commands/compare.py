@@ -8,14 +8,17 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, output_folder,
-    resolve_device, settings_from_args, warn_if_trusting,
+    add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
+    integer, output_folder, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.models import class_names, load_model
 from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
 from vitroll.preprocess import Preprocessing
+
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", action="append",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
     add_trust_checkpoint_argument(parser)
+    parser.add_argument("--img-size", action="append", nargs="+", type=_size_or_none, metavar="SIZE",
+                        help="build the model in the same position for this input size (H or H W; timm resamples "
+                             "position embeddings; repeat per model, 'none' for its default size)")
     parser.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
     parser.add_argument("--out", type=output_folder, default="compare", help="output folder")
@@ -34,18 +40,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _size_or_none(text: str) -> int | str:
+    """An argparse ``type`` for one word of compare's ``--img-size``: a side ≥ 1, or ``none``."""
+    return text if text == "none" else integer(1)(text)
+
+
+def _one_per_model(values: Optional[list[T]], models: list[str], flag: str, none: str) -> list[Optional[T]]:
+    """The values of a per-model ``flag`` in ``--model`` order (None for each model when the flag is not given);
+    ``none`` says what its value ``none`` means.
+
+    Raises ValueError when the flag is given, but not once per model.
+    """
+    if values and len(values) != len(models):
+        raise ValueError(f"{len(values)} {flag} for {len(models)} --model; give one per model ('none' {none})")
+    return list(values) if values else [None] * len(models)
+
+
+def _build_options(size: Optional[list[int | str]]) -> dict[str, object]:
+    """``load_model`` keyword arguments for one model's ``--img-size`` words (``none``: its default size)."""
+    if size is None or size == ["none"]:
+        return {}
+    if "none" in size:
+        raise ValueError(f"--img-size {' '.join(map(str, size))}: give H, H W or none")
+    return {"img_size": img_size_option([int(side) for side in size])}
+
+
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     if len(args.model) < 2:
         raise ValueError("give at least two --model options to compare")
-    checkpoints = args.checkpoint or []
-    if checkpoints and len(checkpoints) != len(args.model):
-        raise ValueError(f"{len(checkpoints)} --checkpoint for {len(args.model)} --model; give one per model ('none' to skip)")
-    checkpoints = [None if c in (None, "none") else c for c in checkpoints] or [None] * len(args.model)
+    given = _one_per_model(args.checkpoint, args.model, "--checkpoint", "to skip")
+    checkpoints = [None if checkpoint == "none" else checkpoint for checkpoint in given]
+    sizes = _one_per_model(args.img_size, args.model, "--img-size", "for its default size")
+    builds = [_build_options(size) for size in sizes]
     warn_if_trusting(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
-    for name, checkpoint in zip(args.model, checkpoints):
+    for name, checkpoint, build in zip(args.model, checkpoints, builds):
         model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
-                           device=resolve_device(args.device))
+                           device=resolve_device(args.device), **build)
         label = name if checkpoint is None else f"{name}:{Path(checkpoint).stem}"
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"

@@ -115,6 +115,9 @@ def load_model(
     name = os.fspath(name)  # a save_pretrained folder may come as a Path
     _refuse_names_that_are_no_model(name)
     if name == TESTBED_NAME:
+        if num_classes is not None or model_kwargs:
+            raise ModelLoadError(f"{name}: the fixed 64×64 testbed with its own weights; --num-classes and the timm "
+                                 "size options do not apply")
         if checkpoint is None:
             return load_testbed_model(device)
         model = build_testbed_model()
