@@ -317,7 +317,7 @@ def test_long_unbroken_values_wrap_and_the_wide_table_scrolls_in_its_box_in_a_re
     from vitroll.audit.report import AuditReport, render_html
 
     scanner, model = "SCANNER_" * 40, "hf-hub:" + "organisation/model-name-" * 12
-    rows = [AuditRow(case=f"case-{index}", study="s", input_number=index + 1,
+    rows = [AuditRow(case=f"case-{index:010x}", study="s", input_number=index + 1,
                      metadata={"ManufacturerModelName": scanner if index == 0 else "CT"},
                      metrics={"outside_body": 0.2, "border": 0.0, "annotation": 0.0}, prediction="class_" * 40,
                      text_check="searched_" * 30 if index == 0 else "searched", text_regions=0) for index in range(40)]
@@ -333,6 +333,9 @@ def test_long_unbroken_values_wrap_and_the_wide_table_scrolls_in_its_box_in_a_re
         assert wide == []
         reason = page.eval_on_selector("#error-table td:last-child", "cell => cell.getClientRects()[0].height")
         assert reason > 40  # "cannot_decode_" × 30 wrapped onto several lines
+        lines = page.eval_on_selector_all("#case-table td.key, #error-table td.key", """cells => cells.map(cell => {
+            const text = document.createRange(); text.selectNodeContents(cell); return text.getClientRects().length; })""")
+        assert len(lines) == 2 * 40 + 1 and set(lines) <= {0, 1}  # case keys and FLAGGED were broken over 3-4 lines
         box = page.query_selector("#case-box")
         assert box.evaluate("box => box.scrollWidth > box.clientWidth")  # the case table scrolls inside its box
         box.evaluate("box => { box.scrollTop = 400; }")
