@@ -317,8 +317,8 @@ PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
 """First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
 
 NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-byte preamble, and no DICOM data set "
-                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, "
-                      "WebP, PPM/PGM).")
+                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, "
+                      "GIF, WebP, PPM/PGM).")
 
 
 PIXEL_DATA_DEFERRED = "256 KB"
@@ -541,7 +541,7 @@ def read_any(
 
 
 __all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD", "age_band",
-    "decode_failure", "decoder_advice", "frame_count", "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
-    "safe_metadata", "salted_key", "window_to_unit",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD",
+    "age_band", "decode_failure", "decoder_advice", "frame_count", "is_dicom", "is_secondary_capture", "parse_window",
+    "read_any", "read_dicom", "safe_metadata", "salted_key", "window_to_unit",
 ]
