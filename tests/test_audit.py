@@ -211,6 +211,33 @@ def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
     assert len(reports[0]) == 8 and sum(reason is not None for _, reason, *_ in reports[0].values()) == 3
 
 
+def test_a_cine_longer_than_a_batch_is_streamed_in_parts_with_the_same_rows(tmp_path):
+    """Parts of --batch-size frames give each frame its row, as the whole file does; a cine whose last part is cut
+    off gives its first frames' rows and one row for the failure."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    cine = write_dicom(inputs / "cine.dcm", np.stack([body_phantom(marker=bool(i % 2)) for i in range(7)]), number=1)
+    (inputs / "cut.dcm").write_bytes(cine.read_bytes()[:-64 * 64 * 2 * 3])  # frames 4, 5, 6 lost
+    reports = {}
+    for batch in ("2", "16"):
+        code, _, _ = run_cli("audit", str(inputs), "--out", str(tmp_path / batch), "--salt", "s", "--batch-size",
+                             batch, *MODEL)
+        assert code == 3
+        reports[batch] = json.loads((tmp_path / batch / "report.json").read_text())["cases"]
+    whole = {row["case"]: row for row in reports["16"]}
+    parts = {row["case"]: row for row in reports["2"]}
+    images = sorted(case for case, row in parts.items() if row["status"] != "error")
+    assert len(images) == 7 + 4 and len(parts) == 12 and len(whole) == 8  # cut.dcm whole: one error row
+    assert [(row["input"], row["frame"]) for row in sorted(reports["2"], key=lambda row: (row["input"],
+                                                                                          row["frame"] or 0))
+            if row["status"] != "error"] == [(1, f) for f in range(7)] + [(2, f) for f in range(4)]
+    for case in (case for case in images if case in whole):  # float32 sums differ with the batch's make-up
+        assert parts[case]["outside_body"] == pytest.approx(whole[case]["outside_body"], abs=5e-3)
+    failures = [row for row in reports["2"] if row["status"] == "error"]
+    assert [row["input"] for row in failures] == [2]
+    assert failures[0]["reason"].startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little")
+
+
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
 
 def test_unreadable_files_become_rows_with_reasons(audited):

@@ -1,7 +1,9 @@
 """The audit pipeline: collect inputs, decode DICOM/PNG/TIFF frames, explain them in batches, measure, report.
 
 Decoding is :func:`audit_frames`, the reader the batch stream (:mod:`vitroll.pipelines.stream`) runs in its
-workers; :func:`audit_items` measures what the stream explained and builds the rows.
+workers; :func:`audit_items` measures what the stream explained and builds the rows. A multi-frame file with more
+frames than a batch is streamed as parts of at most ``batch_size`` frames (:func:`audit_inputs`), so that memory
+holds a few batches of frames, never a whole long cine.
 
 PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`~vitroll.audit.records.INPUT_ORDER`),
 the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -25,7 +28,7 @@ from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.dicom import DicomImage, read_any, salted_key
+from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
 from vitroll.io.discovery import given_files
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
@@ -56,12 +59,41 @@ def _file_key(path: Path, options: AuditOptions) -> str:
     return salted_key(options.salt, "file:" + str(path.resolve()), 10)
 
 
-def audit_frames(path: Path, options: AuditOptions) -> list[Frame]:
-    """Decode one file for the batch stream: one :class:`Frame` per frame, its :class:`AuditItem` (row without
+@dataclass(frozen=True)
+class AuditInput:
+    """One input of the batch stream: a file, or a part of a long multi-frame file's frames."""
+
+    path: Path
+    number: int
+    """The file's position in the input list, from 1 (:data:`~vitroll.audit.records.INPUT_ORDER`)."""
+    frames: Optional[range] = None
+    """The frames of this part; None for the whole file (or ``--frame``)."""
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def audit_inputs(files: Sequence[Path], options: AuditOptions) -> list[AuditInput]:
+    """The stream's inputs for ``files``: a file whose header counts more frames than ``batch_size`` (and no
+    ``--frame`` chosen) as consecutive parts of ``batch_size`` frames, any other file whole."""
+    inputs = []
+    for number, path in enumerate(files, 1):
+        count = 1 if options.frame is not None else frame_count(path)
+        if count <= options.batch_size:
+            inputs.append(AuditInput(path, number))
+        else:
+            inputs += [AuditInput(path, number, range(start, min(start + options.batch_size, count)))
+                       for start in range(0, count, options.batch_size)]
+    return inputs
+
+
+def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
+    """Decode one input for the batch stream: one :class:`Frame` per frame, its :class:`AuditItem` (row without
     input number, burned-in text mask) as ``info``; for a file that gives no image, a :class:`VitrollError` whose
     message is the reason (not yet scrubbed of the path: :func:`_error_row` does that)."""
+    path = item.path
     try:
-        decoded = read_any(path, window=options.window, frame=options.frame,
+        decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features)
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
         reason = getattr(error, "reason", None) or (
@@ -72,7 +104,7 @@ def audit_frames(path: Path, options: AuditOptions) -> list[Frame]:
     study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
     if options.keep_ids:
         identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
-    many = len(decoded.frames) > 1 or options.frame is not None
+    many = decoded.frame_count > 1 or options.frame is not None
     check = _text_check_of(decoded, options)
     frames = []
     for index, image in decoded.frames:
@@ -88,9 +120,9 @@ def audit_frames(path: Path, options: AuditOptions) -> list[Frame]:
 
 def _error_row(failed: Failed, options: AuditOptions) -> AuditRow:
     """The row of a file that gave no image; its reason scrubbed of the file's path and name unless ``keep_ids``."""
-    path = failed.item
+    path = failed.item.path
     return AuditRow(case=f"case-{_file_key(path, options)}", study=salted_key(options.salt, str(path.resolve())),
-                    input_number=failed.index + 1,
+                    input_number=failed.item.number,
                     error=_sentence(failed.message if options.keep_ids else _scrub(failed.message, path)),
                     identifiers={"file": str(path)} if options.keep_ids else {})
 
@@ -145,15 +177,18 @@ def audit_items(
 ) -> Iterator[AuditRow]:
     """One row per frame of ``paths`` (numbered from 1 in their order), or per file that gives none: each frame
     explained in the batch stream, measured, and its overlay written to ``OUT/images/<case>.png`` (burned-in text
-    filled)."""
+    filled). A file streamed in parts that fail alike (or whose later part fails) has one row for its failure."""
     # Workers not forked from this process: once it has run the text detector (an ONNX session with its own
     # threads), a forked worker can wait forever on a lock that a thread which did not survive the fork held.
-    stream = explain_stream(model, paths, functools.partial(audit_frames, options=options),
+    stream = explain_stream(model, audit_inputs(paths, options), functools.partial(audit_frames, options=options),
                             preprocessing or Preprocessing.from_model(model), settings, batch_size=options.batch_size,
                             workers=options.workers, multiprocessing_context="forkserver")
+    failed_files: set[int] = set()
     for record in stream:
         if isinstance(record, Failed):
-            yield _error_row(record, options)
+            if record.item.number not in failed_files:
+                failed_files.add(record.item.number)
+                yield _error_row(record, options)
         else:
             try:
                 yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options,
@@ -166,7 +201,7 @@ def _unwritten_row(record: Explained, error: OSError) -> AuditRow:
     """The row of an image whose overlay could not be written: its case and header fields, no metrics, the reason
     (without the path, which is the report folder's or may name the case)."""
     row = record.info.row
-    row.input_number = record.index + 1
+    row.input_number = record.item.number
     row.metrics, row.flagged, row.overlay_file, row.thumbnail = {}, False, None, None
     row.error = f"Its overlay cannot be written into the report folder ({error.strerror or type(error).__name__})."
     return row
@@ -174,9 +209,9 @@ def _unwritten_row(record: Explained, error: OSError) -> AuditRow:
 
 def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, options: AuditOptions,
              class_names: Optional[list[str]]) -> AuditRow:
-    item, image, path = record.info, record.image, record.item
+    item, image, path = record.info, record.image, record.item.path
     row = item.row
-    row.input_number = record.index + 1
+    row.input_number = record.item.number
     saliency, overlaid = render(image, record.grid_map, record.geometry, settings)
     shape_hw = image.shape[:2]
     body = options.body_masks.get(path, shape_hw) if options.body_masks else None

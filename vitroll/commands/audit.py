@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         require_text_detector()  # before the model loads: the audit cannot write images without it
     if args.allow_recognizable_features:
-        print("vitroll: warning: --allow-recognizable-features draws images whose header says RecognizableVisualFeatures "
-              "YES (faces, surface renderings): the report's images can identify patients", file=sys.stderr)
+        print("vitroll: warning: --allow-recognizable-features draws images whose header says "
+              "RecognizableVisualFeatures YES (faces, surface renderings): the report's images can identify patients",
+              file=sys.stderr)
     if args.keep_ids:
         print("vitroll: warning: --keep-ids writes file paths and DICOM identifiers (PatientID, StudyInstanceUID, "
               "SOPInstanceUID) into the report; it is NOT de-identified", file=sys.stderr)

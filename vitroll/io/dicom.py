@@ -101,10 +101,12 @@ IDENTIFYING_FIELDS = (
     "PatientBirthDate", "PatientAddress", "PatientTelephoneNumbers", "MedicalRecordLocator", "AccessionNumber",
     "StudyID", "StudyDate", "SeriesDate", "AcquisitionDate", "ContentDate", "InstitutionName", "InstitutionAddress",
     "InstitutionalDepartmentName", "StationName", "DeviceSerialNumber", "ReferringPhysicianName",
-    "PerformingPhysicianName", "OperatorsName", "RequestingPhysician", "StudyInstanceUID", "SeriesInstanceUID",
-    "SOPInstanceUID",
+    "PerformingPhysicianName", "OperatorsName", "RequestingPhysician", "NameOfPhysiciansReadingStudy",
+    "PhysiciansOfRecord", "ResponsiblePerson", "ScheduledPerformingPhysicianName", "StudyInstanceUID",
+    "SeriesInstanceUID", "SOPInstanceUID",
 )
-"""Header fields whose values no whitelisted field may repeat (every person-name element is added to them)."""
+"""Header fields whose values no whitelisted field may repeat: the person names, IDs, dates, places and UIDs of a
+file's top level. They are read by keyword, never by walking the data set, which would load the pixel data."""
 
 MIN_NAME_PART = 3
 """Shortest part of a name or identifier looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
@@ -122,8 +124,6 @@ def _identifying_parts(dataset: object) -> set[str]:
     """Lower-case identifiers of ``dataset``: each identifying value whole, and its name components and words of at
     least :data:`MIN_NAME_PART` characters."""
     values = [text for name in IDENTIFYING_FIELDS for text in _values(getattr(dataset, name, None))]
-    if hasattr(dataset, "iterall"):  # a pydicom Dataset: any person-name element counts, whatever its keyword
-        values += [text for element in dataset if element.VR == "PN" for text in _values(element.value)]
     parts = set()
     for text in (" ".join(value.split()).lower() for value in values):
         parts.add(text)
@@ -159,13 +159,15 @@ class DicomImage:
     """A colour image: a colour PhotometricInterpretation, or (for other images) channels that differ."""
     secondary_capture: bool = False
     """The header marks a secondary capture (:func:`is_secondary_capture`)."""
+    frame_count: int = 1
+    """Frames in the file, whether or not all were decoded."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
     """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band.
 
     A field's value is :data:`WITHHELD` when it looks like a person name or repeats one of the file's identifiers
-    (:data:`IDENTIFYING_FIELDS`, every person-name element): a scanner's name field typed by hand can hold anything.
+    (:data:`IDENTIFYING_FIELDS`): a scanner's name field typed by hand can hold anything.
     """
     identifying = _identifying_parts(dataset)
     metadata = {name: _shown(getattr(dataset, name, None), identifying) for name in SAFE_FIELDS}
@@ -315,19 +317,24 @@ PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
 """First element groups that make a file without the ``DICM`` preamble a DICOM data set (file meta, identification)."""
 
 NOT_DICOM_OR_IMAGE = ("This file is neither DICOM (no 'DICM' marker after a 128-byte preamble, and no DICOM data set "
-                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, GIF, "
-                      "WebP, PPM/PGM).")
+                      "at its start) nor, by its first bytes, an image format vitroll reads (PNG, JPEG, TIFF, BMP, "
+                      "GIF, WebP, PPM/PGM).")
 
 
-def _read_dataset(path: Path) -> "Dataset":
-    """The pydicom dataset of ``path``: Part 10 first, then a preamble-less data set (its encoding kept as its
+PIXEL_DATA_DEFERRED = "256 KB"
+"""Elements larger than this are left in a Part 10 file until used: its frames are read one at a time from the file."""
+
+
+def _read_dataset(path: Path) -> tuple["Dataset", bool]:
+    """The pydicom dataset of ``path`` and whether it is a Part 10 file (its large elements, the pixel data, left in
+    the file: :data:`PIXEL_DATA_DEFERRED`); else a preamble-less data set read whole (its encoding kept as its
     transfer syntax so that native pixel data decodes)."""
     import pydicom
     from pydicom.errors import InvalidDicomError
     from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
 
     try:
-        return pydicom.dcmread(path)
+        return pydicom.dcmread(path, defer_size=PIXEL_DATA_DEFERRED), True
     except InvalidDicomError:
         pass
     dataset = pydicom.dcmread(path, force=True)
@@ -338,7 +345,7 @@ def _read_dataset(path: Path) -> "Dataset":
         implicit, little = dataset.original_encoding
         dataset.file_meta.TransferSyntaxUID = (
             ImplicitVRLittleEndian if implicit else ExplicitVRLittleEndian if little else ExplicitVRBigEndian)
-    return dataset
+    return dataset, False
 
 
 def _sop_class_name(dataset: "Dataset") -> str:
@@ -398,11 +405,29 @@ def _native_stderr_discarded() -> Iterator[None]:
         os.close(saved)
 
 
+def frame_count(path: "str | os.PathLike[str]") -> int:
+    """The NumberOfFrames of a Part 10 file, read from its header alone; 1 for any other file, or one whose count
+    cannot be told (:func:`read_dicom` then says why it cannot be read)."""
+    if not is_dicom(path):
+        return 1
+    import pydicom
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # they may quote element values
+            header = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["NumberOfFrames"])
+        return max(1, int(header.get("NumberOfFrames", 1) or 1))
+    except Exception:  # noqa: BLE001 — a damaged header is read_dicom's to report, with its reason
+        return 1
+
+
 def read_dicom(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
-    allow_recognizable: bool = False,
+    frames: Optional[range] = None, allow_recognizable: bool = False,
 ) -> DicomImage:
-    """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0).
+    """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0; or only those of
+    ``frames`` that the file has, so that a long cine can be read a part at a time). A Part 10 file's frames are read
+    from the file one at a time: only the frames asked for are ever in memory.
 
     A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
     ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
@@ -417,17 +442,18 @@ def read_dicom(
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _decode_dicom(Path(path), window=window, frame=frame, allow_recognizable=allow_recognizable)
+        return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
+                             allow_recognizable=allow_recognizable)
 
 
 def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
-                  allow_recognizable: bool) -> DicomImage:
+                  frames: Optional[range], allow_recognizable: bool) -> DicomImage:
     try:
-        from pydicom.pixels import pixel_array
+        from pydicom.pixels import iter_pixels  # noqa: F401 (pydicom 3)
     except ImportError:
         raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
     try:
-        dataset = _read_dataset(path)
+        dataset, part10 = _read_dataset(path)
     except ImageReadError:
         raise
     except OSError as error:
@@ -447,44 +473,62 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                                    "counted.") from None
     if frame is not None and not 0 <= frame < count:
         raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
-    indices = [frame] if frame is not None else list(range(count))
+    indices = [frame] if frame is not None else [index for index in frames or range(count) if index < count]
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     grey = samples == 1 and photometric != "PALETTE COLOR"
-    frames = []
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    # native pixel data is read from the file a frame at a time; pydicom reads deflated or compressed pixel data
+    # (and words a truncation) only from the data set, whose pixel data is then loaded whole
+    from_file = part10 and syntax is not None and not syntax.is_compressed and not syntax.is_deflated
     try:
         with _native_stderr_discarded():
-            for index in indices:
-                raw = pixel_array(dataset, index=index if count > 1 else None, raw=True)
-                rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
-                frames.append((index, np.ascontiguousarray(rgb)))
+            try:
+                decoded = _rgb_frames(path if from_file else dataset, dataset, indices, grey=grey, window=window)
+            except Exception:
+                if not from_file:
+                    raise
+                decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
-    return DicomImage(frames=frames, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey,
-                      secondary_capture=is_secondary_capture(dataset))
+    return DicomImage(frames=decoded, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey,
+                      secondary_capture=is_secondary_capture(dataset), frame_count=count)
+
+
+def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int], *, grey: bool,
+                window: Optional[tuple[float, float]]) -> list[tuple[int, np.ndarray]]:
+    """The frames ``indices`` of ``source`` (the file, or its data set) as (index, RGB uint8 (H, W, 3)), each decoded
+    and converted before the next is read."""
+    from pydicom.pixels import iter_pixels
+
+    frames = []
+    for index, raw in zip(indices, iter_pixels(source, indices=indices, raw=True)):
+        rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
+        frames.append((index, np.ascontiguousarray(rgb)))
+    return frames
 
 
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
-    allow_recognizable: bool = False,
+    frames: Optional[range] = None, allow_recognizable: bool = False,
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
     :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
     ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
-    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM, and ``allow_recognizable``
-    goes to it)."""
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
+    ``allow_recognizable`` go to it)."""
     path = Path(path)
     if is_dicom(path):
-        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
+        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     signature = sniff(path)
     if signature is not None and not signature.image:
         raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
                                    "image.")
     named_image = path.suffix.lower() in IMAGE_SUFFIXES
     if signature is None and not named_image:
-        return read_dicom(path, window=window, frame=frame, allow_recognizable=allow_recognizable)
+        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     try:
         image = np.asarray(load_image(path))
     except ImageReadError as error:
@@ -497,7 +541,7 @@ def read_any(
 
 
 __all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD", "age_band",
-    "decode_failure", "decoder_advice", "is_dicom", "is_secondary_capture", "parse_window", "read_any", "read_dicom",
-    "safe_metadata", "salted_key", "window_to_unit",
+    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD",
+    "age_band", "decode_failure", "decoder_advice", "frame_count", "is_dicom", "is_secondary_capture", "parse_window",
+    "read_any", "read_dicom", "safe_metadata", "salted_key", "window_to_unit",
 ]
