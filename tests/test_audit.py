@@ -152,7 +152,7 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
         "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
         "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits "
         "it.")
-    assert f"vitroll: unreadable: file 1 ({withheld[0]['case']}): Withheld: " in stderr
+    assert f"vitroll: not audited: file 1 ({withheld[0]['case']}): Withheld: " in stderr
     assert [p.name for p in (tmp_path / "out" / "images").iterdir()] == [f"{drawn[0]['case']}.png"]
     html = (tmp_path / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 2  # the chest thumbnail and the histograms
@@ -257,8 +257,8 @@ def test_unreadable_files_become_rows_with_reasons(audited):
     images = [row for row in rows if row["status"] != "error"]
     assert len(images) == 5 and {names[row["input"] - 1] for row in images} == set(names) - set(reasons)
     for number, reason in ((names.index(name) + 1, reason) for name, reason in reasons.items()):
-        assert f"vitroll: unreadable: file {number} (case-" in audited["stderr"]
-    assert audited["stderr"].count("vitroll: unreadable:") == 3
+        assert f"vitroll: not audited: file {number} (case-" in audited["stderr"]
+    assert audited["stderr"].count("vitroll: not audited:") == 3
     assert "3 files could not be read" in audited["json"]["summary"][0]["text"]
     assert audited["json"]["settings"]["input_order"].startswith("Files are numbered from 1 in this order")
 
@@ -453,7 +453,7 @@ def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs
         code, stdout, _ = run_cli("audit", str(inputs), str(inputs / "a.dcm"), "--out", str(out), "--checkpoint",
                                   str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
         assert code == 0
-        assert "1 image from 1 file, 0 unreadable" in stdout  # neither its own overlays nor a.dcm twice
+        assert "1 image from 1 file, 0 not audited" in stdout  # neither its own overlays nor a.dcm twice
     assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
 
 
@@ -476,9 +476,9 @@ def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, chec
     code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--checkpoint",
                                    str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
     assert code == 3 and "Traceback" not in stderr
-    assert ("vitroll: unreadable: file 1 (case-" in stderr
+    assert ("vitroll: not audited: file 1 (case-" in stderr
             and "Its overlay cannot be written into the report folder (Permission denied)." in stderr)
-    assert "1 image from 2 files, 1 unreadable" in stdout
+    assert "1 image from 2 files, 1 not audited" in stdout
     assert len(list((tmp_path / "out" / "images").iterdir())) == 1
 
 
@@ -680,7 +680,7 @@ def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bun
         "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")
     stderr = bundled["stderr"]
     number = files.index("rtstruct.dcm") + 1
-    assert f"vitroll: unreadable: file {number} (case-" in stderr and stderr.count("vitroll: unreadable:") == len(reasons)
+    assert f"vitroll: not audited: file {number} (case-" in stderr and stderr.count("vitroll: not audited:") == len(reasons)
 
 
 def test_ultrasound_and_colour_captures_are_not_measured_against_a_body_outline(bundled):

@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
                        preprocessing=preprocessing_from_args(model, args), class_names=class_names(model, args.class_names),
                        provenance=provenance_from_args(args, model))
     for row in report.errors:
-        print(f"vitroll: unreadable: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)
+        print(f"vitroll: not audited: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)
     for sentence in report.sentences():
         print(sentence.text)
     print(f"{counted(len(report.images), 'image')} from {counted(report.files, 'file')}, "
-          f"{len(report.errors)} unreadable -> {args.out}/report.html (.csv, .json)")
+          f"{len(report.errors)} not audited -> {args.out}/report.html (.csv, .json)")
     return EXIT_SOME_FAILED if report.errors else 0
