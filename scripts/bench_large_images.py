@@ -20,12 +20,11 @@ from typing import Callable
 
 import cv2
 import numpy as np
-import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from reference_rendering import reference_encode_png, reference_overlay, reference_summary  # noqa: E402
-from vitroll.io import encode_png  # noqa: E402
+from vitroll.io import encode_png, load_image  # noqa: E402
 from vitroll.maps import summary, to_original  # noqa: E402
 from vitroll.overlay import overlay  # noqa: E402
 from vitroll.pipelines.explain import ExplainSettings, figure_png  # noqa: E402
@@ -59,7 +58,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, nargs=2, default=(6000, 4000), metavar=("WIDTH", "HEIGHT"))
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    image = cv2.resize(skimage.data.astronaut(), tuple(args.size), interpolation=cv2.INTER_CUBIC)
+    photo = np.asarray(load_image(Path(__file__).resolve().parents[1] / "sample_images" / "astronaut.jpg"))
+    image = cv2.resize(photo, tuple(args.size), interpolation=cv2.INTER_CUBIC)
     geometry = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
     saliency = to_original(np.random.default_rng(0).random((14, 14)).astype(np.float32), geometry)
     overlaid = overlay(image, saliency)

@@ -4,6 +4,7 @@ slow float path of tests/reference_rendering.py gave, within the stated toleranc
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +15,13 @@ from PIL import Image
 
 from reference_rendering import (reference_blend, reference_colorize, reference_encode_png, reference_overlay,
                                  reference_summary)
-from vitroll.io import encode_png
+from vitroll.io import encode_png, load_image
 from vitroll.maps import normalize, summary, to_original
 from vitroll.overlay import blend, colorize, overlay
 from vitroll.preprocess import Preprocessing
+
+PHOTO = np.asarray(load_image(Path(__file__).resolve().parents[1] / "sample_images" / "astronaut.jpg"))
+"""A photograph (512 × 512 RGB uint8, scikit-image's astronaut), the one the project ships."""
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -74,9 +78,8 @@ def test_overlay_is_within_one_grey_level_of_the_float_reference(image, grid_hw,
 def test_overlay_of_a_large_photo_matches_the_reference():
     """6000 × 4000 would take the reference seconds; 1500 × 1000 has the same code path."""
     import cv2
-    import skimage.data
 
-    image = cv2.resize(skimage.data.astronaut(), (1500, 1000), interpolation=cv2.INTER_CUBIC)
+    image = cv2.resize(PHOTO, (1500, 1000), interpolation=cv2.INTER_CUBIC)
     heat = np.random.default_rng(0).random((14, 14)).astype(np.float32)
     got, want = overlay(image, heat).astype(int), reference_overlay(image, heat).astype(int)
     assert np.abs(got - want).max() <= 1
@@ -95,9 +98,8 @@ def test_fast_png_is_lossless(image):
 
 
 def test_fast_png_of_a_photo_overlay_is_lossless_and_no_larger_than_libpng_defaults():
-    import skimage.data
 
-    image = overlay(skimage.data.astronaut(), np.random.default_rng(0).random((14, 14)).astype(np.float32))
+    image = overlay(PHOTO, np.random.default_rng(0).random((14, 14)).astype(np.float32))
     data = encode_png(image)
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(data))), image)
     assert len(data) <= len(reference_encode_png(image))
@@ -131,12 +133,11 @@ def test_a_figure_of_a_large_image_looks_as_when_matplotlib_shrank_it(monkeypatc
     import sys
 
     import cv2
-    import skimage.data
 
     from vitroll.pipelines.explain import ExplainSettings, figure_png, render
 
     overlay_module = sys.modules["vitroll.overlay"]  # vitroll.overlay is also the function's name in the package
-    image = cv2.resize(skimage.data.astronaut(), (2400, 1600), interpolation=cv2.INTER_CUBIC)
+    image = cv2.resize(PHOTO, (2400, 1600), interpolation=cv2.INTER_CUBIC)
     geometry = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
     saliency, overlaid = render(image, np.random.default_rng(0).random((14, 14)).astype(np.float32), geometry,
                                 ExplainSettings())
