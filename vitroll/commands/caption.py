@@ -14,7 +14,7 @@ import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
-    add_device_argument, colormap, integer, number, output_folder, refuse_other_kinds, resolve_device,
+    add_device_argument, colormap, integer, number, output_folder, refuse_folders, refuse_other_kinds, resolve_device,
 )
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
     model = load_model(args.model, device=resolve_device(args.device))
     refuse_other_kinds(args.model, model, ("a captioner",))
     tokenizer = registered_tokenizer(model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -375,3 +376,11 @@ def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
     return ExplainSettings(method=args.method, method_options=method_options_from_args(args, [args.method]),
                            cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
                            normalization=args.normalize, key_patches=args.key_patches)
+
+
+def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], str]) -> None:
+    """Refuse a folder among a command's IMAGE arguments in one line, before any model is loaded; ``advice`` says,
+    for the folder's name (quoted for a shell), what to run instead."""
+    folder = next((image for image in images if Path(image).is_dir()), None)
+    if folder is not None:
+        raise VitrollError(f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")

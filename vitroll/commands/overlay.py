@@ -4,19 +4,16 @@ model, one overlay per ``--text`` and their grid."""
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-from pathlib import Path
 
 from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, non_blank, output_folder, preprocessing_from_args,
+    add_explain_arguments, integer, model_from_args, non_blank, output_folder, preprocessing_from_args, refuse_folders,
     settings_from_args,
 )
-from vitroll.errors import VitrollError
 from vitroll.models import class_names
 from vitroll.pipelines.single import ImageExplanation, explain_files
 
@@ -66,16 +63,8 @@ def _default_method(args: argparse.Namespace) -> str:
     return "chefer" if args.text else "rollout"
 
 
-def _refuse_folders(images: list[str]) -> None:
-    """Send a folder to ``vitroll annotate``, before any model is loaded."""
-    folder = next((image for image in images if Path(image).is_dir()), None)
-    if folder is not None:
-        raise VitrollError(f"{folder} is a folder: `vitroll overlay` takes image files; for a folder use "
-                           f"`vitroll annotate {shlex.quote(folder)} --out OUT`")
-
-
 def run(args: argparse.Namespace) -> int:
-    _refuse_folders(args.images)
+    refuse_folders(args.images, "overlay", lambda folder: f"for a folder use `vitroll annotate {folder} --out OUT`")
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
