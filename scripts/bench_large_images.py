@@ -71,17 +71,20 @@ def main() -> None:
                                       lambda: figure_png("photo.jpg", image, saliency, overlaid, ExplainSettings())),
     }
     print(f"{args.size[0]}×{args.size[1]} photo, best of {args.rounds} rounds; seconds")
-    print(f"{'stage':28s} {'old cpu':>8s} {'new cpu':>8s} {'ratio':>6s}   {'old wall':>8s} {'new wall':>8s} {'ratio':>6s}")
+    print(f"{'stage':28s} {'old cpu':>8s} {'new cpu':>8s} {'ratio':>6s}   "
+          f"{'old wall':>8s} {'new wall':>8s} {'ratio':>6s}")
+
+    def report(name: str, old_cpu: float, new_cpu: float, old_wall: float, new_wall: float) -> None:
+        print(f"{name:28s} {old_cpu:8.3f} {new_cpu:8.3f} {old_cpu / new_cpu:5.1f}×   "
+              f"{old_wall:8.3f} {new_wall:8.3f} {old_wall / new_wall:5.1f}×")
+
     totals = np.zeros(4)
     for name, (old, new) in stages.items():
         old_cpu, old_wall = best_of(old, args.rounds)
         new_cpu, new_wall = best_of(new, args.rounds)
         totals += (old_cpu, new_cpu, old_wall, new_wall)
-        print(f"{name:28s} {old_cpu:8.3f} {new_cpu:8.3f} {old_cpu / new_cpu:5.1f}×   "
-              f"{old_wall:8.3f} {new_wall:8.3f} {old_wall / new_wall:5.1f}×")
-    old_cpu, new_cpu, old_wall, new_wall = totals
-    print(f"{'all':28s} {old_cpu:8.3f} {new_cpu:8.3f} {old_cpu / new_cpu:5.1f}×   "
-          f"{old_wall:8.3f} {new_wall:8.3f} {old_wall / new_wall:5.1f}×")
+        report(name, old_cpu, new_cpu, old_wall, new_wall)
+    report("all", *totals)
     old_size, new_size = len(reference_encode_png(overlaid)), len(encode_png(overlaid))
     print(f"PNG size: old {old_size / 1e6:.1f} MB, new {new_size / 1e6:.1f} MB ({new_size / old_size - 1:+.0%})")
 

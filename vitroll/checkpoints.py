@@ -49,11 +49,11 @@ def _refuse_unpickling(path: Path, objects: list[str]) -> ModelLoadError:
     if any(name.startswith("torch.nn.modules.") for name in objects):
         return ModelLoadError(
             f"{path}: a whole pickled model (torch.save(model)), not a state dict, and unpickling it can run arbitrary "
-            f"code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE), or {trusted}")
-    holds = f"Python objects ({', '.join(objects[:3])}{' …' if len(objects) > 3 else ''})" if objects else "Python objects"
-    return ModelLoadError(
-        f"{path}: holds {holds} besides tensors, and unpickling them can run arbitrary code, so vitroll refused; {trusted}"
-    )
+            "code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE), "
+            f"or {trusted}")
+    listed = f" ({', '.join(objects[:3])}{' …' if len(objects) > 3 else ''})" if objects else ""
+    return ModelLoadError(f"{path}: holds Python objects{listed} besides tensors, and unpickling them can run "
+                          f"arbitrary code, so vitroll refused; {trusted}")
 
 
 def _reason(error: Exception) -> str:
@@ -100,7 +100,8 @@ def _refuse_zip_kinds(path: Path) -> None:
                              "with torch.save(model.state_dict(), FILE) or safetensors.torch.save_file")
     if names and all(name.endswith(".npy") for name in names):
         raise ModelLoadError(f"{path}: a NumPy .npz archive (JAX/Flax weights), not a PyTorch state dict; convert "
-                             "it to PyTorch (for a timm ViT: model.load_pretrained(FILE), then save model.state_dict())")
+                             "it to PyTorch (for a timm ViT: model.load_pretrained(FILE), then save "
+                             "model.state_dict())")
 
 
 def _load_file(path: Path, *, trust: bool) -> object:

@@ -383,4 +383,5 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
     for the folder's name (quoted for a shell), what to run instead."""
     folder = next((image for image in images if Path(image).is_dir()), None)
     if folder is not None:
-        raise VitrollError(f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
+        raise VitrollError(
+            f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")

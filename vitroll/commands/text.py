@@ -20,8 +20,8 @@ from rich.console import Console
 from tqdm import tqdm
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, add_resume_arguments, integer, method_options_from_args, output_folder, refuse_other_kinds,
-    resolve_device,
+    add_device_argument, add_method_arguments, add_resume_arguments, integer, method_options_from_args, output_folder,
+    refuse_other_kinds, resolve_device,
 )
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.errors import VitrollError
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     refuse_other_kinds(args.model, model, ("a text model",))
     tokenizer = registered_tokenizer(model)
     weights = ModelProvenance.of(args.model, pretrained=False, checkpoint=None).fingerprint
-    identity = {"model": args.model, "weights": weights, "tokenizer": tokenizer_fingerprint(args.model), "class_names": class_names(model),
-                "method": args.method, "options": options, "readout": args.readout, "position": args.position}
+    identity = {"model": args.model, "weights": weights, "tokenizer": tokenizer_fingerprint(args.model),
+                "class_names": class_names(model), "method": args.method, "options": options, "readout": args.readout, "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
     progress = tqdm(total=len(texts), unit="text", disable=args.no_progress or len(texts) <= PRINTED_TEXTS)
     summary, report = run_texts(

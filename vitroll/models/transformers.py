@@ -147,7 +147,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         weights = folder / "pytorch_model.bin" if local else "its pytorch_model.bin"
         raise ModelLoadError(f"{name}: {weights} holds Python objects besides tensors, and unpickling them can run "
                              "arbitrary code, so vitroll refused; if you trust its source, save the model again with "
-                             f"save_pretrained (model.safetensors), or pass --checkpoint {weights} --trust-checkpoint") from None
+                             f"save_pretrained (model.safetensors), or pass --checkpoint {weights} "
+                             "--trust-checkpoint") from None
     except Exception as error:
         raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None

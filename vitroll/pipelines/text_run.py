@@ -4,9 +4,9 @@
 A text's row is keyed by ``"<number>:<sha256 of the text>"`` (number = its 0-based index + 1: its line when all
 texts come from one file). A rerun with the same output folder skips the texts whose latest row is ``ok`` with the
 same settings hash; resuming a folder made with other settings is refused, naming them
-(:func:`~vitroll.pipelines.manifest.check_resumable`, which ``OUT/settings.json`` serves). An empty text, or one the tokenizer or model cannot take, becomes an ``error`` row with its
-reason and the others go on. ``text.html``, ``scores.json`` and ``scores.csv`` are then written from the manifest's
-rows of the texts given.
+(:func:`~vitroll.pipelines.manifest.check_resumable`, which ``OUT/settings.json`` serves). An empty text, or one the
+tokenizer or model cannot take, becomes an ``error`` row with its reason and the others go on. ``text.html``,
+``scores.json`` and ``scores.csv`` are then written from the manifest's rows of the texts given.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def text_key(index: int, text: str) -> str:
 
 def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "str | Path", *,
               identity: Mapping[str, Any], method: str = "rollout", options: Optional[Mapping[str, object]] = None,
-              batch_size: int = 16, resume: bool = True, readout: Optional[TextReadout] = None, position: Optional[Position] = None,
+              batch_size: int = 16, resume: bool = True, readout: Optional[TextReadout] = None,
+              position: Optional[Position] = None,
               announce: Callable[[TextRunSummary], None] = lambda summary: None,
               on_batch: Callable[[int], None] = lambda count: None) -> tuple[TextRunSummary, TextReport]:
     """Explain the texts not yet done in ``out_dir``'s manifest, a row per text, then rewrite the report from it.
