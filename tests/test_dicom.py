@@ -15,8 +15,8 @@ pytest.importorskip("pydicom", minversion="3.0")
 from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
 from vitroll.errors import ImageReadError
 from vitroll.io.dicom import (
-    NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, is_dicom, parse_window, read_any, read_dicom,
-    safe_metadata, salted_key,
+    NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, frame_count, is_dicom, parse_window, read_any,
+    read_dicom, safe_metadata, salted_key,
 )
 
 # Hounsfield values stored as signed 16-bit with RescaleIntercept -1024 (stored = HU + 1024).
@@ -333,6 +333,17 @@ def test_pydicom_warnings_which_may_quote_identifiers_do_not_leave_the_reader(tm
     monkeypatch.setattr(pydicom.pixels, "iter_pixels", quoting_decoder)
     decoded = read_dicom(write_dicom(tmp_path / "a.dcm", body_phantom()))
     assert len(decoded.frames) == 1
+    assert not [str(warning.message) for warning in recwarn]
+
+
+def test_counting_frames_of_a_file_with_an_invalid_number_of_frames_warns_nothing(tmp_path, recwarn):
+    """NumberOfFrames '1A' (as in pydicom's badVR.dcm): pydicom warns, quoting the value, when it is converted; the
+    count is 1 and nothing reaches the user (the warning went to stderr in the middle of an audit)."""
+    path = write_dicom(tmp_path / "a.dcm", body_phantom())
+    data = path.read_bytes()
+    tag = b"\x28\x00\x08\x00IS"  # (0028,0008) NumberOfFrames, explicit VR little endian
+    path.write_bytes(data.replace(b"\x28\x00\x10\x00US", tag + b"\x02\x001A\x28\x00\x10\x00US", 1))
+    assert frame_count(path) == 1
     assert not [str(warning.message) for warning in recwarn]
 
 

@@ -416,7 +416,7 @@ def frame_count(path: "str | os.PathLike[str]") -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # they may quote element values
             header = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["NumberOfFrames"])
-        return max(1, int(header.get("NumberOfFrames", 1) or 1))
+            return max(1, int(header.get("NumberOfFrames", 1) or 1))  # the value is converted (and warned about) here
     except Exception:  # noqa: BLE001 — a damaged header is read_dicom's to report, with its reason
         return 1
 
