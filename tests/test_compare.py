@@ -117,7 +117,17 @@ def test_a_checkpoint_trained_at_another_size_is_compared_built_at_its_size(tmp_
     assert main(sized) == 0
     with (tmp_path / "out" / "agreement.csv").open(encoding="utf-8") as handle:
         [row] = list(csv.DictReader(handle))
-    assert (row["model_a"], row["model_b"]) == ("vit_tiny_patch16_224:small32", "vit_tiny_patch16_224")
+    assert (row["model_a"], row["model_b"]) == ("vit_tiny_patch16_224:small32@32", "vit_tiny_patch16_224")
+
+
+def test_one_model_built_at_two_sizes_is_labelled_by_its_size_not_numbered():
+    from vitroll.cli import build_parser
+    from vitroll.commands.compare import explainers_from_args
+
+    command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vit_tiny_patch16_224",
+               "--model", "vit_tiny_patch16_224", "--img-size", "32", "--img-size", "32", "48", "--img-size", "none"]
+    labels = [e.label for e in explainers_from_args(build_parser().parse_args(command))]
+    assert labels == ["vit_tiny_patch16_224@32", "vit_tiny_patch16_224@32x48", "vit_tiny_patch16_224"]
 
 
 @pytest.mark.parametrize(("sizes", "line"), [

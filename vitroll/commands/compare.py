@@ -65,6 +65,16 @@ def _build_options(size: Optional[list[int | str]]) -> dict[str, object]:
     return {"img_size": img_size_option([int(side) for side in size])}
 
 
+def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[int, int]]) -> str:
+    """A model's name in the figure and the CSV: its ``--model`` name, its checkpoint's stem after ``:``, and the
+    input size it was built for after ``@`` (``vit_small@384``, ``vit_small@224x320``)."""
+    label = name if checkpoint is None else f"{name}:{Path(checkpoint).stem}"
+    if img_size is None:
+        return label
+    height, width = (img_size, img_size) if isinstance(img_size, int) else img_size
+    return f"{label}@{height}" if height == width else f"{label}@{height}x{width}"
+
+
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     if len(args.model) < 2:
         raise ValueError("give at least two --model options to compare")
@@ -77,7 +87,7 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
         model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
                            device=resolve_device(args.device), **build)
-        label = name if checkpoint is None else f"{name}:{Path(checkpoint).stem}"
+        label = _label(name, checkpoint, build.get("img_size"))
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"
         explainers.append(Explainer(label, model, Preprocessing.from_model(model), class_names(model)))
