@@ -476,3 +476,59 @@ def test_an_input_named_near_the_file_systems_limit_gets_outputs_that_fit(tmp_pa
         assert written.is_file() and len(written.name.encode()) <= 255 and written.name.startswith("é" * 100)
     assert annotate(str(root), "--out", str(out), "--model", "vit_tiny_patch16_224", "--method", "attention") == 0
     assert "0 ok, 0 failed, 1 skipped" in capsys.readouterr().out
+
+
+FAILING_RANK_LAUNCHER = '''
+import errno, os, sys
+from vitroll.cli import main
+from vitroll.pipelines import manifest
+
+appended = 0
+real_append = manifest.ManifestWriter.append
+
+
+def full_disk(descriptor):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def append(self, rows):  # rank 1's disk fills up after its first batch
+    global appended
+    appended += 1
+    real_fsync = os.fsync
+    if os.environ["RANK"] == "1" and appended > 1:
+        os.fsync = full_disk
+    try:
+        real_append(self, rows)
+    finally:
+        os.fsync = real_fsync
+
+
+manifest.ManifestWriter.append = append
+sys.exit(main())
+'''
+
+
+def test_a_rank_that_fails_under_torchrun_stops_all_of_them_with_one_line_and_keeps_the_work_done(tmp_path, capsys):
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(8):
+        Image.fromarray(rgb(seed=index)).save(source / f"img{index}.png")
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(FAILING_RANK_LAUNCHER)
+    out = tmp_path / "out"
+    finished = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(launcher),
+         "annotate", str(source), "--out", str(out), "--batch-size", "1", "--workers", "0", "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(folder.__file__).parents[2])})
+    assert finished.returncode != 0
+    errors = [line for line in finished.stderr.splitlines() if "vitroll: error:" in line]
+    assert errors == [f"vitroll: error: {out / 'manifest.rank1.jsonl'}: cannot write the manifest (No space left "
+                      "on device); the next run redoes the inputs whose rows are missing"], finished.stderr
+    assert "[rank0]" not in finished.stderr and "[rank1]" not in finished.stderr  # no rank's traceback
+    done = [row["path"] for row in assert_manifest_matches_folder(out)]  # merged, rank 0's work and rank 1's first
+    assert "img1.png" in done and "img0.png" in done and len(done) < 8
+    assert not list(out.glob("manifest.rank*.jsonl")) and not (out / ".vitroll.stop").exists()
+    assert f'"path": "img0.png"' in (out / "gallery" / "rows.js").read_text()
+    assert annotate(str(source), "--out", str(out)) == 0
+    assert f"{8 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out

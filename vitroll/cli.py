@@ -9,9 +9,8 @@ from typing import NoReturn, Optional, Sequence
 
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
-from vitroll.errors import VitrollError
+from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
 
-EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
 
@@ -58,8 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as error:  # the file system refused (permissions, a full disk): the user's to fix, not a bug
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"vitroll: error: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"vitroll: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("vitroll: interrupted", file=sys.stderr)

@@ -7,6 +7,9 @@ the reason; the CLI prints it without a traceback and exits non-zero.
 
 from __future__ import annotations
 
+EXIT_USER_ERROR = 2
+"""Exit status of a run stopped by a user error."""
+
 
 class VitrollError(Exception):
     """Base class of errors caused by user input rather than by a bug in vitroll."""
@@ -37,3 +40,11 @@ class OptionValueError(VitrollError, ValueError):
     """An option has a value outside what it accepts (a layer the model does not have, an unknown head fusion, a
     ratio out of range). The mistake is the same for every input, so a run over many texts or images stops at once
     with this one message instead of failing each input with it."""
+
+
+def one_line(error: BaseException) -> str:
+    """A user error as the CLI prints it after ``vitroll: error:`` (a file-system error with the file it names)."""
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    return str(error)

@@ -21,10 +21,13 @@ from vitroll.commands.common import (
     add_explain_arguments, add_resume_arguments, integer, model_from_args, number, output_folder,
     preprocessing_from_args, provenance_from_args, settings_from_args,
 )
+from vitroll.errors import EXIT_USER_ERROR
 from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
-from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions, annotate, world
+from vitroll.pipelines.folder import (
+    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, world,
+)
 from vitroll.preprocess import Preprocessing
 
 
@@ -89,8 +92,11 @@ def run(args: argparse.Namespace) -> int:
     preprocessing = preprocessing_from_args(model, args)
     names = class_names(model, args.class_names)
     identity = _settings_identity(args, model, preprocessing, settings, options, names)
-    result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
-                      class_names=names, options=options)
+    try:
+        result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
+                          class_names=names, options=options)
+    except ReportedByRankZero:
+        return EXIT_USER_ERROR
     if world()[0] == 0:
         for failure in result.failures[:10]:
             print(f"vitroll: failed: {failure}", file=sys.stderr)

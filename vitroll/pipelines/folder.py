@@ -7,7 +7,8 @@ critical path, and keep a manifest that makes the run resumable.
 
 So a crash or Ctrl-C loses at most the batches in flight, and their files are either complete or absent. Under
 ``torchrun`` every rank takes every K-th input of the sorted list, writes its own manifest shard, and rank 0
-merges the shards at the end. A run touches only its own inputs (the first ``limit``): the rows of the others stay,
+merges the shards at the end. A rank that fails (a full disk) makes the others stop after their batch in flight;
+the shards are still merged, and rank 0 reports the failure in one line. A run touches only its own inputs (the first ``limit``): the rows of the others stay,
 and a redone input's new row replaces its old one, whose outputs that the new row no longer lists are removed.
 """
 
@@ -18,17 +19,18 @@ import io
 import os
 import time
 from collections import deque
+from contextlib import ExitStack, contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from vitroll._version import __version__
-from vitroll.errors import ImageReadError
+from vitroll.errors import ImageReadError, VitrollError, one_line
 from vitroll.io import encode_png, write_atomic
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
@@ -210,42 +212,101 @@ def annotate(
     out_dir = Path(out_dir)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     rank, world_size = world()
-    items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
-    if not items:
-        raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
     annotator = _Annotator(out_dir, settings, options, identity, class_names)
     lock_name = ".vitroll.lock" if rank == 0 else f".vitroll.rank{rank}.lock"
     shard_file = out_dir / (mf.MANIFEST if world_size == 1 else f"manifest.rank{rank}.jsonl")
+    stop_flag = out_dir / STOP_FLAG
     result = RunSummary()
     started = time.perf_counter()
-    with mf.OutputLock(out_dir, lock_name):
-        if rank == 0:
-            # this run's rows, appended after, are then the newest wherever a rank writes them
-            _remove_unlisted_outputs(out_dir, _compact(out_dir))
-        _barrier(world_size)
-        previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
-        names = assign_output_names((item.key for item in items),
-                                    {key: name for key, row in previous.items() if (name := _output_name_of(row))})
-        items = [dataclasses.replace(item, assigned_name=names[item.key]) for item in items]
-        mine = shard_of(items, rank, world_size)
-        if options.resume:
-            mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
-        if rank == 0:
-            mf.record_settings(out_dir, identity)
-        latest = previous if options.resume else {}
-        todo = [item for item in mine
-                if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size, item.mtime_ns,
-                                  out_dir)]
-        result.skipped = len(mine) - len(todo)
-        result.kept = len(previous.keys() - {item.key for item in items}) if rank == 0 else 0
-        writer = mf.ManifestWriter(shard_file)
+    with ExitStack() as held:
+        with _together(rank, world_size):
+            items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
+            if not items:
+                raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
+            held.enter_context(mf.OutputLock(out_dir, lock_name))
+            if rank == 0:
+                stop_flag.unlink(missing_ok=True)  # a killed run's
+                # this run's rows, appended after, are then the newest wherever a rank writes them
+                _remove_unlisted_outputs(out_dir, _compact(out_dir))
+        with _together(rank, world_size):
+            previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
+            names = assign_output_names((item.key for item in items),
+                                        {key: name for key, row in previous.items() if (name := _output_name_of(row))})
+            items = [dataclasses.replace(item, assigned_name=names[item.key]) for item in items]
+            mine = shard_of(items, rank, world_size)
+            if options.resume:
+                mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
+            if rank == 0:
+                mf.record_settings(out_dir, identity)
+            latest = previous if options.resume else {}
+            todo = [item for item in mine
+                    if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size,
+                                      item.mtime_ns, out_dir)]
+            result.skipped = len(mine) - len(todo)
+            result.kept = len(previous.keys() - {item.key for item in items}) if rank == 0 else 0
+        failure: Optional[BaseException] = None
         try:
-            _run(model, todo, preprocessing, annotator, writer, options, result, show_progress=rank == 0)
-        finally:
-            writer.close()
+            writer = mf.ManifestWriter(shard_file)
+            try:
+                _run(model, todo, preprocessing, annotator, writer, options, result, show_progress=rank == 0,
+                     should_stop=(lambda: stop_flag.exists()) if world_size > 1 else (lambda: False))
+            finally:
+                writer.close()
+        except USER_ERRORS as error:
+            failure = error
+            if world_size > 1:
+                _raise_stop_flag(stop_flag)
         result.elapsed = time.perf_counter() - started
-        _merge(out_dir, rank, world_size)  # interrupted too: manifest.csv and the gallery show the work done
-    return _reduce(result, world_size)
+        merge_failure = _merge(out_dir, rank, world_size)  # after a failure too: manifest.csv and the gallery show
+        result = _reduce(result, world_size)               # the work done
+        _agree(failure or merge_failure, rank, world_size)
+    return result
+
+
+class ReportedByRankZero(VitrollError):
+    """Raised under torchrun on every rank but 0 when some rank failed: rank 0 reports it, once."""
+
+
+USER_ERRORS = (VitrollError, ValueError, OSError)
+"""What the CLI reports as one line: the failures a rank tells the others of, so that no rank waits for it."""
+STOP_FLAG = ".vitroll.stop"
+"""Made in the output folder by a rank that failed mid-run: the others stop after their batch in flight."""
+
+
+def _agree(failure: Optional[BaseException], rank: int, world_size: int) -> None:
+    """Raise, on every rank, when any rank failed (``failure`` is this rank's, or None): rank 0 the first failing
+    rank's error as one line, the others :class:`ReportedByRankZero`. All ranks call it at the same point, so a
+    failure of one rank never leaves the others waiting for it at a later collective."""
+    if world_size == 1:
+        if failure is not None:
+            raise failure
+        return
+    messages: list[Optional[str]] = [None] * world_size
+    torch.distributed.all_gather_object(messages, None if failure is None else one_line(failure))
+    first = next((message for message in messages if message is not None), None)
+    if first is None:
+        return
+    if rank == 0:
+        raise VitrollError(first) from failure
+    raise ReportedByRankZero(first) from failure
+
+
+@contextmanager
+def _together(rank: int, world_size: int) -> Iterator[None]:
+    """Run the block on every rank, then :func:`_agree` on how it went (a barrier)."""
+    failure: Optional[BaseException] = None
+    try:
+        yield
+    except USER_ERRORS as error:
+        failure = error
+    _agree(failure, rank, world_size)
+
+
+def _raise_stop_flag(stop_flag: Path) -> None:
+    try:
+        stop_flag.touch()
+    except OSError:
+        pass  # the others then finish their shares before they hear of the failure at the merge
 
 
 def _output_file(kind: str, name: str) -> str:
@@ -286,7 +347,8 @@ def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, annotator: _Annotator,
-         writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool) -> None:
+         writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool,
+         should_stop: Callable[[], bool]) -> None:
     from tqdm import tqdm
 
     autocast_dtype = PRECISIONS[options.precision]
@@ -315,6 +377,8 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
     with ThreadPoolExecutor(max_workers=max(1, options.writer_threads), thread_name_prefix="vitroll-writer") as pool:
         try:
             for records in batches:
+                if should_stop():  # another rank failed: it waits for this one at the merge
+                    break
                 pending.append([
                     _resolved(annotator.error_row(todo[record.index], record.message)) if isinstance(record, Failed)
                     else pool.submit(annotator.finish, todo[record.index], record) for record in records])
@@ -354,12 +418,21 @@ def _compact(out_dir: Path) -> list[dict[str, Any]]:
     return final
 
 
-def _merge(out_dir: Path, rank: int, world_size: int) -> None:
-    """Rank 0 compacts the manifests once every rank has finished and writes the gallery of all rows."""
+def _merge(out_dir: Path, rank: int, world_size: int) -> Optional[BaseException]:
+    """Rank 0 compacts the manifests once every rank has finished, removes the outputs without rows and writes the
+    gallery of all rows; returns its failure, which the other ranks must not wait for."""
     _barrier(world_size)
+    failure = None
     if rank == 0:
-        write_gallery(out_dir, _compact(out_dir))
+        try:
+            rows = _compact(out_dir)
+            _remove_unlisted_outputs(out_dir, rows)  # a failed rank's batch whose rows could not be written
+            write_gallery(out_dir, rows)
+            (out_dir / STOP_FLAG).unlink(missing_ok=True)
+        except USER_ERRORS as error:
+            failure = error
     _barrier(world_size)
+    return failure
 
 
 def _reduce(result: RunSummary, world_size: int) -> RunSummary:
