@@ -23,7 +23,7 @@ from torch import nn
 from vitroll.errors import OptionValueError, VitrollError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
-from vitroll.methods.gradients import TargetClass, resolve_targets
+from vitroll.methods.gradients import TargetClass, refuse_inference_mode, resolve_targets
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.registry import register_method
 
@@ -151,6 +151,7 @@ def explained_space(model: nn.Module, inputs: Inputs, target_class: TargetClass
 def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
                explain: Callable[[AttributionSpace, torch.Tensor], torch.Tensor]) -> Saliency:
     """Shared frame of the captum methods: :func:`explained_space`, captum call ``explain(space, targets)``, maps."""
+    refuse_inference_mode()
     space, targets, logits = explained_space(model, inputs, target_class)
     with eval_mode(model), torch.enable_grad():
         attributions = explain(space, targets)
