@@ -9,7 +9,7 @@ import pytest
 import timm
 import torch
 
-from vitroll import attention, chefer, rollout
+from vitroll import attention, chefer, gradient_shap, rollout
 from vitroll.capture import FactoredAttention
 from vitroll.methods import record_attention, rollout_matrix, rollout_vector
 from vitroll.methods.gradients import attention_gradients, positive_weighted_heads
@@ -17,6 +17,8 @@ from vitroll.methods.gradients import attention_gradients, positive_weighted_hea
 # Measured on CPU (vit_tiny, 4 layers, 96 px, qkv std 0.06): max |Δ| = 7.7e-6 (fp16) and 4.4e-5 (bf16) on maps
 # whose largest value is 0.029; the tolerances leave a ~6× margin.
 TOLERANCE = {torch.float16: 5e-5, torch.bfloat16: 3e-4}
+# gradient_shap, relative to the map's largest value: measured 5e-4 (fp16) and 3e-3 (bf16), same margin
+SHAP_TOLERANCE = {torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +70,16 @@ def test_chefer_and_attention_readouts_stay_float32_inside_an_autocast_region(mo
     assert torch.equal(relevance, layout.patch_values(v))
     assert last.dtype == torch.float32
     assert torch.equal(last, layout.patch_values(layout.readout_row(attentions[-1].float())))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gradient_shap_explains_half_precision_weights(model, dtype):
+    """captum mixes the images with float32 draws: that mix reached a half model's first layer as float32 and failed
+    ("Input type (float) and bias type (c10::Half) should be the same")."""
+    images = torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(2))
+    reference = gradient_shap(model, images, samples=4, target_class=0)
+    low = gradient_shap(copy.deepcopy(model).to(dtype), images, samples=4, target_class=0)
+    assert low.dtype == torch.float32 and low.shape == (1, 6, 6)
+    difference = (low - reference).abs().max().item()
+    print(f"{dtype}: max abs diff {difference:.2e} (map max {reference.max().item():.3f})")
+    assert difference < SHAP_TOLERANCE[dtype] * reference.max().item()

@@ -272,3 +272,37 @@ def test_a_name_no_installed_font_can_draw_gives_no_glyph_warnings():
     with warnings.catch_warnings(record=True) as caught:
         figure_bytes(figure(rgb, np.zeros((24, 32)), rgb, title="猫の写真.png — 고양이"))
     assert [str(warning.message) for warning in caught] == []  # was two lines per missing character, per figure
+
+
+@pytest.mark.parametrize("heatmap, held", [
+    (np.ones((2, 2), np.complex64), "complex64"), (np.array([["a", "b"], ["c", "d"]]), "<U1"),
+    (np.ones((2, 2), dtype=object), "object"), (None, "a NoneType"), (torch.ones(2, 2, dtype=torch.complex64),
+                                                                      "torch.complex64"),
+])
+def test_a_heatmap_of_no_real_numbers_is_refused_naming_its_type(heatmap, held):
+    """A complex map lost its imaginary part with a NumPy warning; strings failed in NumPy's words ("could not convert
+    string to float"), None as a map of shape ()."""
+    with pytest.raises(ValueError) as raised:
+        overlay(np.zeros((4, 6, 3), np.uint8), heatmap)
+    assert str(raised.value) == f"heatmap must hold real numbers (float, int or bool); got {held}"
+
+
+@pytest.mark.parametrize("alpha", ["0.5", True, torch.tensor(0.5), None])
+def test_alpha_of_another_type_is_a_type_error_naming_it(alpha):
+    """A string failed in Python's words ("'<=' not supported…"), True and a tensor in OpenCV's ("Overload resolution
+    failed")."""
+    with pytest.raises(TypeError, match=r"^alpha must be a number in \[0, 1\]; got "):
+        overlay(np.zeros((4, 6, 3), np.uint8), np.ones((2, 2)), alpha=alpha)
+    assert overlay(np.zeros((4, 6, 3), np.uint8), np.ones((2, 2)), alpha=np.float32(0.5)).shape == (4, 6, 3)
+
+
+def test_an_infinite_cell_of_a_grid_map_is_coloured_as_its_extreme_not_left_a_hole():
+    """An image-sized map coloured +inf as its largest value; a grid map stretched over the image turned an infinite
+    cell and its neighbours into NaN (∞·0 in the interpolation), left uncoloured."""
+    image = np.full((4, 4, 3), 200, np.uint8)
+    grid = np.array([[0.0, 1.0], [np.inf, -np.inf]], np.float32)
+    stretched = overlay(image, grid, cmap="gray", alpha=1.0, interpolation="nearest")
+    assert stretched[:, :, 0].tolist() == [[0, 0, 255, 255], [0, 0, 255, 255], [255, 255, 0, 0], [255, 255, 0, 0]]
+    bilinear = overlay(image, grid, cmap="gray", alpha=1.0)
+    assert np.array_equal(bilinear, overlay(image, np.array([[0.0, 1.0], [1.0, 0.0]], np.float32), cmap="gray",
+                                             alpha=1.0))

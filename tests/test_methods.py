@@ -113,10 +113,25 @@ def test_gradient_methods_leave_the_model_as_they_found_it(tiny):
     assert not any(getattr(b.attn, "fused_attn", True) is False for b in model.blocks)
 
 
-def test_gradient_methods_refuse_inference_mode_clearly(tiny):
+@pytest.mark.parametrize("name", [name for name, method in METHODS.items() if method.needs_gradients])
+def test_gradient_methods_refuse_inference_mode_clearly(tiny, name):
+    """Integrated Gradients and GradientSHAP failed in captum's words ("element 0 of tensors does not require
+    grad")."""
     model, images = tiny
-    with torch.inference_mode(), pytest.raises(RuntimeError, match="inference_mode"):
-        chefer(model, images)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match=r"inside torch.inference_mode\(\); use torch"):
+        METHODS[name](model, images[:1])
+
+
+@pytest.mark.parametrize("name", [name for name, method in METHODS.items() if method.needs_gradients])
+def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
+    """A batch preprocessed under torch.inference_mode() is an inference tensor: chefer and grad_rollout failed on it
+    ("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed")."""
+    model, images = tiny
+    with torch.inference_mode():
+        made_there = images[:1].clone()
+    options = {"samples": 2} if name == "gradient_shap" else {"steps": 2} if name == "integrated_gradients" else {}
+    torch.testing.assert_close(METHODS[name](model, made_there, **options).maps,
+                               METHODS[name](model, images[:1], **options).maps)
 
 
 def test_bad_target_class_is_a_clear_error(tiny):

@@ -190,8 +190,13 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
     Raises
     ------
     ValueError
-        For any other shape, naming the argument ``name``; for a batch (B, h, w), pointing to one of its maps.
+        For any other shape, naming the argument ``name``; for a batch (B, h, w), pointing to one of its maps; for
+        values that are not real numbers (complex, strings, objects).
     """
+    kind = "f" if hasattr(saliency, "detach") and not saliency.is_complex() else np.asarray(saliency).dtype.kind
+    if kind not in "biuf":
+        held = f"{saliency.dtype}" if hasattr(saliency, "dtype") else f"a {type(saliency).__name__}"
+        raise ValueError(f"{name} must hold real numbers (float, int or bool); got {held}")
     values = as_numpy(saliency, dtype)
     if values.ndim != 2 or 0 in values.shape:
         batch = "; a batch of maps? pass one of them, e.g. maps[0]" if values.ndim == 3 else ""

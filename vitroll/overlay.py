@@ -5,6 +5,7 @@ Everything is RGB: colormaps come from matplotlib (RGB), never from OpenCV's BGR
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Optional
@@ -89,6 +90,8 @@ def blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: Optional[n
     (everywhere if None)."""
     import cv2
 
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TypeError(f"alpha must be a number in [0, 1]; got {type(alpha).__name__} {alpha!r}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
     # OpenCV's saturating uint8 arithmetic: 30× faster than NumPy's float32 pass on a 6000×4000 image (0.1 s vs 3 s)
@@ -130,23 +133,44 @@ def overlay(
     heatmap : ndarray or Tensor, shape (h, w) or (H, W)
         A grid map is stretched over the whole image; an image-sized map (e.g. from
         :func:`vitroll.maps.to_original`) is used as is, and its NaN pixels are left uncoloured.
+        Values +inf and −inf take the colours of the largest and smallest finite values.
     cmap : str or matplotlib.colors.Colormap
         Any matplotlib colormap, by name or as an object.
-    alpha : float
+    alpha : float in [0, 1]
         Weight of the colour layer.
     interpolation : {"bilinear", "bicubic", "nearest"}
+        How a grid map is stretched over the image.
     normalization : {"minmax", "percentile"}
+        How the map is scaled to the colormap's range (:func:`vitroll.maps.normalize`).
 
     Returns
     -------
     ndarray, uint8, shape (H, W, 3), RGB.
+
+    Raises
+    ------
+    ValueError
+        For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D or holds no real numbers, an
+        ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization.
+    TypeError
+        For an ``alpha`` or ``cmap`` of another type.
     """
     image = rgb_uint8(image)
     saliency = as_map(heatmap, "heatmap")
     if saliency.shape != image.shape[:2]:
-        saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
+        saliency = upsample(_finite_range(saliency), image.shape[:2], interpolation=interpolation)
     values = normalize(saliency, mode=normalization)
     return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
+
+
+def _finite_range(saliency: np.ndarray) -> np.ndarray:
+    """``saliency`` (h, w) with ±inf replaced by its largest and smallest finite values (NaN kept), as
+    :func:`~vitroll.maps.normalize` colours them: interpolated, an infinite cell made its neighbours NaN (∞·0)."""
+    infinite = np.isinf(saliency)
+    finite = saliency[np.isfinite(saliency)]
+    if not infinite.any() or finite.size == 0:
+        return saliency
+    return np.where(infinite, np.where(saliency > 0, finite.max(), finite.min()), saliency).astype(saliency.dtype)
 
 
 def outline_boxes(

@@ -23,7 +23,7 @@ from torch import nn
 from vitroll.errors import OptionValueError, VitrollError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
-from vitroll.methods.gradients import TargetClass, resolve_targets
+from vitroll.methods.gradients import TargetClass, refuse_inference_mode, resolve_targets
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.registry import register_method
 
@@ -101,7 +101,8 @@ def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -
     black = torch.zeros_like(images[:1])
     grey = images.mean(dim=(2, 3), keepdim=True).expand_as(images)
     blurred = F.avg_pool2d(images, 9, stride=1, padding=4, count_include_pad=False)
-    return AttributionSpace(images, lambda inputs: class_logits(model, inputs), (), black,
+    # captum's GradientSHAP mixes the inputs with float32 draws: back to the model's dtype before its first layer
+    return AttributionSpace(images, lambda inputs: class_logits(model, inputs.to(images.dtype)), (), black,
                             torch.stack([black.expand_as(images), grey, blurred], dim=1),
                             images.new_ones(len(images)),
                             lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
@@ -123,7 +124,7 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
 
     def forward(inputs: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position: torch.Tensor, *token_type_ids: torch.Tensor) -> torch.Tensor:
-        handle = embedding.register_forward_hook(lambda _module, _args, _output: inputs)
+        handle = embedding.register_forward_hook(lambda _module, _args, output: inputs.to(output.dtype))
         try:
             return class_logits(model, replace(batch, input_ids=input_ids, attention_mask=attention_mask,
                                                position=position, token_type_ids=next(iter(token_type_ids), None)))
@@ -150,6 +151,7 @@ def explained_space(model: nn.Module, inputs: Inputs, target_class: TargetClass
 def _attribute(model: nn.Module, inputs: Inputs, target_class: TargetClass, sign: Sign,
                explain: Callable[[AttributionSpace, torch.Tensor], torch.Tensor]) -> Saliency:
     """Shared frame of the captum methods: :func:`explained_space`, captum call ``explain(space, targets)``, maps."""
+    refuse_inference_mode()
     space, targets, logits = explained_space(model, inputs, target_class)
     with eval_mode(model), torch.enable_grad():
         attributions = explain(space, targets)

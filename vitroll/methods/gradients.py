@@ -52,7 +52,8 @@ def differentiable(model: nn.Module, batch: Batch) -> Iterator[Batch]:
     as a leaf that requires grad; for tokens (integer ids have no gradient), the input embeddings' output, made such
     a leaf by a forward hook while the context lasts."""
     if not isinstance(batch, TokenBatch):
-        yield batch.detach().requires_grad_(True)
+        # a tensor made under torch.inference_mode() takes no requires_grad outside it; a copy does
+        yield (batch.clone() if batch.is_inference() else batch.detach()).requires_grad_(True)
         return
 
     def start_graph(_module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
@@ -65,6 +66,13 @@ def differentiable(model: nn.Module, batch: Batch) -> Iterator[Batch]:
         handle.remove()
 
 
+def refuse_inference_mode() -> None:
+    """Raise RuntimeError inside ``torch.inference_mode()``, where no backward pass can run (``torch.no_grad()`` is
+    fine: gradient methods turn gradients on for themselves)."""
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
+
+
 def attention_gradients(model: nn.Module, images: Inputs, target_class: TargetClass = None) -> AttentionGradients:
     """One forward and one backward pass: every layer's per-head attention and its gradient with respect to
     the logit of ``target_class``, summed over the batch (images do not interact, so each image gets its own).
@@ -73,8 +81,7 @@ def attention_gradients(model: nn.Module, images: Inputs, target_class: TargetCl
 
     Parameter ``.grad`` fields and ``requires_grad`` flags are left untouched.
     """
-    if torch.is_inference_mode_enabled():
-        raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
+    refuse_inference_mode()
     batch = prepare_inputs(model, images)
     with eval_mode(model), torch.enable_grad(), differentiable(model, batch) as images, \
             AttentionRecorder(model, keep_graph=True) as recorder:
