@@ -169,7 +169,7 @@ class _Identifying:
                    for length in lengths for start in range(len(words) - length + 1))
 
 
-def _elements(dataset: "Dataset", depth: int = 0) -> Iterator[tuple[str, str, object]]:
+def _elements(dataset: "Dataset") -> Iterator[tuple[str, str, object]]:
     """(keyword, value representation, value) of the elements of ``dataset`` and of its sequences' items, at any
     depth, that may identify (:func:`_identifying`); pixel data and other deferred elements are never read."""
     from pydicom.datadict import dictionary_VR, keyword_for_tag
@@ -186,7 +186,7 @@ def _elements(dataset: "Dataset", depth: int = 0) -> Iterator[tuple[str, str, ob
             continue
         if vr == "SQ" and keyword not in SKIPPED_SEQUENCES:
             for item in dataset[tag].value or ():
-                yield from _elements(item, depth + 1)
+                yield from _elements(item)
         elif vr in ("PN", "DA", "DT", "UI") or keyword in (
                 IDENTIFIER_KEYWORDS | SITE_KEYWORDS | DESCRIPTION_KEYWORDS):
             try:
