@@ -183,6 +183,38 @@ def test_a_manufacturer_holding_the_patient_name_is_withheld_in_every_report_fil
     assert "(withheld)" in (tmp_path / "out" / "report.csv").read_text()
 
 
+def test_a_file_named_like_a_word_of_its_reason_leaves_the_reason_readable(tmp_path):
+    """Files named face.dcm, PixelData and image: their reasons read "a face photograph", "no PixelData", "an image
+    format" (they read "a <file> photograph", "no <file>", "an <file> format")."""
+    from vitroll.io.dicom import NOT_DICOM_OR_IMAGE, RECOGNIZABLE_WITHHELD
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "face.dcm", body_phantom(), RecognizableVisualFeatures="YES")
+    write_dicom(inputs / "PixelData", body_phantom(), with_pixels=False)
+    (inputs / "image").write_text("not an image")
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), *MODEL)
+    reasons = [row["reason"] for row in json.loads((tmp_path / "out" / "report.json").read_text())["cases"]]
+    assert code == 3 and "<file>" not in stderr
+    assert reasons == [
+        "This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no image to explain.",
+        RECOGNIZABLE_WITHHELD, NOT_DICOM_OR_IMAGE]
+
+
+@pytest.mark.parametrize("message, path, scrubbed", [
+    ("cannot identify image file '/data/in/face'", "/data/in/face", "cannot identify image file '<file>'"),
+    ("[Errno 13] Permission denied: 'face'", "face", "[Errno 13] Permission denied: '<file>'"),
+    ("face: is a directory", "face", "<file>: is a directory"),
+    ("a face photograph", "face", "a face photograph"),
+    ("DOE_JOHN_0001.dcm holds DOE_JOHN_0001 frames", "in/DOE_JOHN_0001.dcm", "<file> holds <file> frames"),
+    ("pylibjpeg plugin", "in/jpeg.dcm", "pylibjpeg plugin"),
+])
+def test_scrub_replaces_a_file_named_in_a_message_and_not_a_word_of_the_sentence(message, path, scrubbed):
+    from vitroll.audit.pipeline import _scrub
+
+    assert _scrub(message, Path(path)) == scrubbed
+
+
 def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audited, checkpoint):
     inputs = audited["inputs"]
     cases = []

@@ -291,6 +291,54 @@ def test_whitelisted_values_that_name_or_identify_the_patient_are_withheld(tmp_p
     assert read_dicom(prefix).metadata["Manufacturer"] == "Zyxwuvtronics"  # whole words only, and not the name here
 
 
+def test_names_without_caret_in_any_name_element_or_sequence_and_in_descriptions_are_withheld(tmp_path):
+    """Every person name (value representation PN, in sequences too) and runs of two words of a description count;
+    a description's single word (CHEST) does not."""
+    from pydicom.dataset import Dataset
+
+    observer = Dataset()
+    observer.VerifyingObserverName = "Quill Barnaby"
+    cases = {
+        "referring.dcm": (dict(ReferringPhysicianName="John Smith", BodyPartExamined="SMITH"), "BodyPartExamined"),
+        "operator.dcm": (dict(OperatorsName="Jane Roe", ManufacturerModelName="Roe 5"), "ManufacturerModelName"),
+        "observer.dcm": (dict(VerifyingObserverSequence=[observer], ManufacturerModelName="Barnaby 5"),
+                         "ManufacturerModelName"),
+        "description.dcm": (dict(StudyDescription="CT for DOE JOHN", BodyPartExamined="DOE JOHN"), "BodyPartExamined"),
+        "comments.dcm": (dict(ImageComments="sent by Ulvana Teskor", Manufacturer="Ulvana Teskor"), "Manufacturer"),
+    }
+    for name, (tags, withheld) in cases.items():
+        metadata = read_dicom(write_dicom(tmp_path / name, body_phantom(), **tags)).metadata
+        assert metadata[withheld] == "(withheld)", name
+        assert sum(value == "(withheld)" for value in metadata.values()) == 1, (name, metadata)
+    chest = read_dicom(write_dicom(tmp_path / "chest.dcm", body_phantom(), StudyDescription="CHEST CT DOE JOHN"))
+    assert chest.metadata["BodyPartExamined"] == "CHEST"
+
+
+def test_a_place_is_looked_for_whole_and_a_makers_own_site_withholds_nothing(tmp_path):
+    """InstitutionName "General Hospital" no longer withholds a maker's "General"; the whole name still withholds;
+    pydicom's MR_small.dcm (InstitutionName TOSHIBA, Manufacturer TOSHIBA_MEC) shows its maker."""
+    import pydicom.data
+
+    general = dict(InstitutionName="General Hospital", ManufacturerModelName="General Hospital CT")
+    metadata = read_dicom(write_dicom(tmp_path / "a.dcm", body_phantom(), Manufacturer="GE Medical Systems General",
+                                      **general)).metadata
+    assert metadata["Manufacturer"] == "GE Medical Systems General"
+    assert metadata["ManufacturerModelName"] == "(withheld)"
+    assert read_dicom(pydicom.data.get_testdata_file("MR_small.dcm")).metadata == {
+        "Manufacturer": "TOSHIBA_MEC", "ManufacturerModelName": "MRT50H1", "BodyPartExamined": "unknown",
+        "Modality": "MR", "PatientSex": "F", "BurnedInAnnotation": "unknown", "age-band": "unknown"}
+    assert read_dicom(pydicom.data.get_testdata_file("CT_small.dcm")).metadata["Manufacturer"] == "GE MEDICAL SYSTEMS"
+
+
+def test_looking_for_identifiers_leaves_deferred_pixel_data_in_the_file(tmp_path):
+    import pydicom
+
+    path = write_dicom(tmp_path / "big.dcm", np.zeros((4, 256, 256), dtype=np.uint16))  # 512 KB of pixel data
+    dataset = pydicom.dcmread(path, defer_size="256 KB")
+    assert safe_metadata(dataset)["Manufacturer"] == "Acme Imaging"
+    assert dataset.get_item(0x7FE00010, keep_deferred=True).value is None
+
+
 @pytest.mark.parametrize("age, band", [("045Y", "40-49"), ("009Y", "0-9"), ("006M", "0-9"), ("003W", "0-9"),
                                        ("100Y", "90+"), ("090Y", "90+"), ("", "unknown"), (None, "unknown"),
                                        ("abc", "unknown"), ("45", "40-49")])

@@ -41,11 +41,21 @@ from vitroll.preprocess import Preprocessing
 
 
 def _scrub(text: str, path: Path) -> str:
-    """Remove the file's path and name from an error message (they may carry names, IDs or dates); a name inside a
-    longer word (stem ``jpeg`` in ``pylibjpeg``) is left alone."""
+    """Replace the file's path and name in an error message by ``<file>`` (they may carry names, IDs or dates).
+
+    A needle with more than letters and digits (``DOE_JOHN_0001.dcm``, a path) is replaced wherever it stands as a
+    whole; a name that is one plain word (``face``, ``image``, ``Smith``) only where it is quoted as a file — after a
+    quote, a slash or the start of the message, or before a quote, a slash or a colon — since the sentence itself may
+    use that word ("a face photograph"). A name inside a longer word (stem ``jpeg`` in ``pylibjpeg``) is left alone.
+    """
     for needle in sorted({str(path), str(path.resolve()), path.name, path.stem}, key=len, reverse=True):
-        if needle:
-            text = re.sub(rf"(?<![0-9A-Za-z]){re.escape(needle)}(?![0-9A-Za-z])", "<file>", text)
+        if not needle:
+            continue
+        if re.fullmatch(r"[^\W_]+", needle):
+            pattern = rf"(?:(?<=['\"/\\])|^){re.escape(needle)}(?![^\W_])|(?<![^\W_]){re.escape(needle)}(?=['\"/\\:])"
+        else:
+            pattern = rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])"
+        text = re.sub(pattern, "<file>", text)
     return text
 
 

@@ -94,23 +94,51 @@ def _clean(value: object) -> str:
 
 
 WITHHELD = "(withheld)"
-"""Shown for a whitelisted field whose value looks like a name or holds one of the file's identifiers."""
+"""Shown for a whitelisted field whose value looks like a person name or holds one of the file's identifying values
+(:func:`safe_metadata` gives the rule)."""
 
-IDENTIFYING_FIELDS = (
-    "PatientName", "PatientID", "OtherPatientIDs", "OtherPatientNames", "PatientBirthName", "PatientMotherBirthName",
-    "PatientBirthDate", "PatientAddress", "PatientTelephoneNumbers", "MedicalRecordLocator", "AccessionNumber",
-    "StudyID", "StudyDate", "SeriesDate", "AcquisitionDate", "ContentDate", "InstitutionName", "InstitutionAddress",
-    "InstitutionalDepartmentName", "StationName", "DeviceSerialNumber", "ReferringPhysicianName",
-    "PerformingPhysicianName", "OperatorsName", "RequestingPhysician", "NameOfPhysiciansReadingStudy",
-    "PhysiciansOfRecord", "ResponsiblePerson", "ScheduledPerformingPhysicianName", "StudyInstanceUID",
-    "SeriesInstanceUID", "SOPInstanceUID",
-)
-"""Header fields whose values no whitelisted field may repeat: the person names, IDs, dates, places and UIDs of a
-file's top level. They are read by keyword, never by walking the data set, which would load the pixel data."""
+IDENTIFIER_KEYWORDS = frozenset({
+    "PatientID", "OtherPatientIDs", "IssuerOfPatientID", "AccessionNumber", "StudyID", "AdmissionID",
+    "IssuerOfAdmissionID", "ServiceEpisodeID", "RequestedProcedureID", "PerformedProcedureStepID",
+    "ScheduledProcedureStepID", "PlacerOrderNumberImagingServiceRequest", "FillerOrderNumberImagingServiceRequest",
+    "MedicalRecordLocator", "InsurancePlanIdentification", "DeviceSerialNumber", "DetectorID", "PlateID", "CassetteID",
+    "GantryID", "PatientTelephoneNumbers", "PatientTelecomInformation", "PatientAddress",
+    "ReferringPhysicianTelephoneNumbers", "ReferringPhysicianAddress", "PersonTelephoneNumbers", "PersonAddress",
+    "MilitaryRank", "BranchOfService",
+})
+"""DICOM PS3.15 Annex E attributes that hold IDs, numbers and addresses (beside the person names, dates and UIDs
+found by their value representation): their whole values and their words of :data:`MIN_WORD` characters or more
+are looked for."""
 
-MIN_NAME_PART = 3
-"""Shortest part of a name or identifier looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
+SITE_KEYWORDS = frozenset({
+    "InstitutionName", "InstitutionAddress", "InstitutionalDepartmentName", "StationName", "RegionOfResidence",
+    "CountryOfResidence", "CurrentPatientLocation", "PatientInstitutionResidence", "RequestingService",
+})
+"""Annex E attributes naming a place: looked for whole, not word by word (a hospital's "General" or "Medical" is
+also a maker's word)."""
+
+DESCRIPTION_KEYWORDS = frozenset({
+    "StudyDescription", "SeriesDescription", "RequestedProcedureDescription", "PerformedProcedureStepDescription",
+    "ScheduledProcedureStepDescription", "ProtocolName", "AdmittingDiagnosesDescription", "DerivationDescription",
+    "DischargeDiagnosisDescription", "ReasonForStudy", "ReasonForTheRequestedProcedure", "RequestedContrastAgent",
+    "Occupation", "MedicalAlerts", "Allergies", "PatientState", "AcquisitionComments", "ImageComments",
+    "FrameComments", "StudyComments", "VisitComments", "PatientComments", "AdditionalPatientHistory",
+    "RequestedProcedureComments", "ImagingServiceRequestComments", "CommentsOnThePerformedProcedureStep",
+    "InterpretationText", "TextComments", "TopicTitle", "TopicSubject", "TopicKeywords",
+})
+"""Annex E free-text attributes: a name may be typed into them ("CT for DOE JOHN"), beside words a shown field
+legitimately shares (CHEST), so only runs of :data:`DESCRIPTION_RUN` of their words are looked for. Other text
+(coding schemes' descriptions, a maker's private XML) is not: it names the maker and would withhold its name."""
+
+SKIPPED_SEQUENCES = frozenset({"PerFrameFunctionalGroupsSequence"})
+"""Sequences not searched: one item per frame of an enhanced multi-frame file, geometry and timing, no identifiers."""
+
+MIN_WORD = 3
+"""Shortest word of a person name or an ID looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
 withhold modalities and sexes that merely look alike."""
+
+DESCRIPTION_RUN = 2
+"""Consecutive words of a free-text field that a shown value must repeat to be withheld."""
 
 
 def _values(value: object) -> list[str]:
@@ -120,23 +148,94 @@ def _values(value: object) -> list[str]:
     return [str(value)] if value is not None else []
 
 
-def _identifying_parts(dataset: object) -> set[str]:
-    """Lower-case identifiers of ``dataset``: each identifying value whole, and its name components and words of at
-    least :data:`MIN_NAME_PART` characters."""
-    values = [text for name in IDENTIFYING_FIELDS for text in _values(getattr(dataset, name, None))]
-    parts = set()
-    for text in (" ".join(value.split()).lower() for value in values):
-        parts.add(text)
-        parts.update(part for part in re.split(r"[\s^=,]+", text) if len(part) >= MIN_NAME_PART)
-    return {part for part in parts if len(part) >= 2}
+def _words(text: str) -> tuple[str, ...]:
+    """Case-folded runs of letters and digits of any script: ``^``, ``_``, ``-``, ``.`` and spaces all separate."""
+    return tuple(re.findall(r"[^\W_]+", text.casefold()))
 
 
-def _shown(value: object, identifying: set[str]) -> str:
-    """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or holds one
-    of ``identifying`` as a whole word."""
+@dataclass
+class _Identifying:
+    """What a shown value must not repeat: words (of names and IDs), whole values as word runs (IDs, dates, UIDs,
+    places) and runs of :data:`DESCRIPTION_RUN` words of free text."""
+
+    words: set[str] = field(default_factory=set)
+    runs: set[tuple[str, ...]] = field(default_factory=set)
+
+    def found_in(self, words: tuple[str, ...]) -> bool:
+        if any(word in self.words for word in words):
+            return True
+        lengths = {len(run) for run in self.runs}
+        return any(words[start:start + length] in self.runs
+                   for length in lengths for start in range(len(words) - length + 1))
+
+
+def _elements(dataset: "Dataset") -> Iterator[tuple[str, str, object]]:
+    """(keyword, value representation, value) of the elements of ``dataset`` and of its sequences' items, at any
+    depth, that may identify (:func:`_identifying`); pixel data and other deferred elements are never read."""
+    from pydicom.datadict import dictionary_VR, keyword_for_tag
+    from pydicom.dataelem import RawDataElement
+
+    for tag in list(dataset.keys()):
+        raw = dataset.get_item(tag, keep_deferred=True)
+        if isinstance(raw, RawDataElement) and raw.value is None and raw.length:
+            continue  # deferred: larger than PIXEL_DATA_DEFERRED, the pixel data
+        keyword = keyword_for_tag(tag)
+        try:
+            vr = raw.VR or dictionary_VR(tag)
+        except KeyError:  # a private element of implicit VR: what it holds cannot be told
+            continue
+        if vr == "SQ" and keyword not in SKIPPED_SEQUENCES:
+            for item in dataset[tag].value or ():
+                yield from _elements(item)
+        elif vr in ("PN", "DA", "DT", "UI") or keyword in (
+                IDENTIFIER_KEYWORDS | SITE_KEYWORDS | DESCRIPTION_KEYWORDS):
+            try:
+                value = dataset[tag].value
+            except Exception:  # noqa: BLE001 — a value pydicom cannot convert is not shown either
+                continue
+            yield keyword, vr, value
+
+
+def _identifying(dataset: object) -> _Identifying:
+    """The identifying values of ``dataset`` (a pydicom data set; anything else has none), by DICOM PS3.15 Annex E:
+
+    * every person name (value representation PN, any keyword, in sequences too): its words of :data:`MIN_WORD`
+      characters or more;
+    * IDs, numbers and addresses (:data:`IDENTIFIER_KEYWORDS`): the whole value and its words of :data:`MIN_WORD` or
+      more;
+    * dates (DA, DT) and UIDs (UI): the whole value;
+    * places (:data:`SITE_KEYWORDS`): the whole value, unless the Manufacturer value starts with it (a maker's own
+      site: pydicom's MR_small.dcm has InstitutionName TOSHIBA and Manufacturer TOSHIBA_MEC);
+    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words.
+    """
+    from pydicom import Dataset
+
+    identifying = _Identifying()
+    if not isinstance(dataset, Dataset):
+        return identifying
+    maker = _words(" ".join(_values(dataset.get("Manufacturer"))))
+    for keyword, vr, value in _elements(dataset):
+        for words in (_words(text) for text in _values(value)):
+            if not words:
+                continue
+            if vr == "PN" or keyword in IDENTIFIER_KEYWORDS:
+                identifying.words.update(word for word in words if len(word) >= MIN_WORD)
+            if keyword in SITE_KEYWORDS:
+                if maker[:len(words)] != words:
+                    identifying.runs.add(words)
+            elif keyword in DESCRIPTION_KEYWORDS:
+                identifying.runs.update(words[start:start + DESCRIPTION_RUN]
+                                        for start in range(len(words) - DESCRIPTION_RUN + 1))
+            elif vr != "PN":
+                identifying.runs.add(words)
+    return identifying
+
+
+def _shown(value: object, identifying: _Identifying) -> str:
+    """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or repeats an
+    identifying value (:func:`_identifying`)."""
     text = " ".join(_values(value))
-    folded = " ".join(text.split()).lower()
-    if "^" in text or any(re.search(rf"(?<![0-9a-z]){re.escape(part)}(?![0-9a-z])", folded) for part in identifying):
+    if "^" in text or identifying.found_in(_words(text)):
         return WITHHELD
     return _clean(value)
 
@@ -166,10 +265,11 @@ class DicomImage:
 def safe_metadata(dataset: object) -> dict[str, str]:
     """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band.
 
-    A field's value is :data:`WITHHELD` when it looks like a person name or repeats one of the file's identifiers
-    (:data:`IDENTIFYING_FIELDS`): a scanner's name field typed by hand can hold anything.
+    The values of identifying attributes (DICOM PS3.15 Annex E: names, IDs, dates, UIDs, places, free text) are never
+    copied; a whitelisted field's value is :data:`WITHHELD` when it looks like a person name (``^``) or repeats one of
+    them (:func:`_identifying`): a field typed by hand can hold anything.
     """
-    identifying = _identifying_parts(dataset)
+    identifying = _identifying(dataset)
     metadata = {name: _shown(getattr(dataset, name, None), identifying) for name in SAFE_FIELDS}
     metadata["age-band"] = age_band(getattr(dataset, "PatientAge", None))
     return metadata
