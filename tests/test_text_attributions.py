@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vitroll
-from test_text import IDS, IDS_REAL, MASK, bert, gpt2, saved_classifier  # noqa: F401 (a fixture)
+from test_text import IDS, IDS_REAL, MASK, bert, gpt2, left_padded, saved_classifier  # noqa: F401 (a fixture)
 
 TARGET = 1
 
@@ -83,14 +83,17 @@ def test_gradient_shap_on_text_is_reproducible_class_specific_and_zero_on_paddin
     np.testing.assert_allclose(without_noise.sum(dim=1).numpy(), differences, rtol=0.2)  # expected gradients ≈ IG
 
 
-def test_gradient_shap_scores_of_a_text_do_not_depend_on_the_other_texts_of_its_batch():
-    model = bert()
+@pytest.mark.parametrize("build", [bert, gpt2])
+def test_gradient_shap_scores_of_a_text_do_not_depend_on_the_other_texts_of_its_batch(build):
+    model = build()
     ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    if build is gpt2:  # left padding, as batched generation pads a language model
+        ids, mask = left_padded()
     batch = vitroll.gradient_shap(model, ids, attention_mask=mask, target_class=TARGET, seed=3, samples=4)
-    for row in range(len(IDS)):
-        alone = vitroll.gradient_shap(model, ids[row:row + 1], attention_mask=mask[row:row + 1], target_class=TARGET,
-                                      seed=3, samples=4)
-        torch.testing.assert_close(batch[row], alone[0], rtol=0, atol=1e-7)
+    for row, text in enumerate(IDS_REAL):  # each text alone and unpadded: its noise is drawn for its own length
+        alone = vitroll.gradient_shap(model, torch.tensor([text]), target_class=TARGET, seed=3, samples=4)
+        torch.testing.assert_close(batch[row][mask[row].bool()], alone[0], rtol=0, atol=1e-7)
+        assert (batch[row][~mask[row].bool()] == 0).all()
 
 
 def test_the_cli_explains_texts_with_integrated_gradients(saved_classifier, tmp_path, capsys):  # noqa: F811

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -93,6 +93,9 @@ class AttributionSpace(NamedTuple):
     cells set to the baseline → (P, …)."""
     cells_to_maps: Callable[[torch.Tensor, Sign], torch.Tensor]
     """One score per cell (B, *cells) → maps (B, h, w) or token scores (B, L)."""
+    own_tokens: Optional[torch.Tensor] = None
+    """(B, L) bool, texts only: each row's real tokens, the only ones GradientSHAP draws noise for, so that a text's
+    draws do not depend on the length its batch pads it to; None for images (every pixel is the image's)."""
 
 
 def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -> AttributionSpace:
@@ -136,7 +139,7 @@ def embedding_space(model: nn.Module, batch: TokenBatch) -> AttributionSpace:
         baseline.expand_as(words)[:, None], torch.stack([row[real].std() for row, real in zip(words, batch.real)]),
         lambda attributions, sign: embeddings_to_tokens(attributions, batch.real, sign),
         (words.shape[1],), batch.real.bool(), lambda row, masks: torch.where(masks[..., None], baseline, row),
-        lambda scores, sign: embeddings_to_tokens(scores[..., None], batch.real, sign))
+        lambda scores, sign: embeddings_to_tokens(scores[..., None], batch.real, sign), batch.real)
 
 
 def explained_space(model: nn.Module, inputs: Inputs, target_class: TargetClass
@@ -210,7 +213,7 @@ def gradient_shap(
     it comes in. Images: baselines drawn from a black, the image's mean-grey and its blurred copy, ``noise`` in
     normalised pixel units; maps (B, h, w). Texts: the baseline of :func:`integrated_gradients` (the padding token's
     embedding, or zeros), ``noise`` relative to the standard deviation of the text's word embeddings; token scores
-    (B, L), padded positions 0 (a text padded to another length gets other noise draws).
+    (B, L), padded positions 0; each text is drawn over its real tokens only, as if it came alone and unpadded.
     """
     _check_at_least_one(samples=samples)
     attr = _captum_attr()
@@ -232,13 +235,26 @@ def gradient_shap(
 def _row_gradient_shap(method: object, space: AttributionSpace, targets: torch.Tensor, row: int, samples: int,
                        noise: float, seed: int) -> torch.Tensor:
     """captum's GradientSHAP for row ``row`` of ``space`` alone (1, …), its draws seeded afresh with ``seed``: captum
-    draws noise for the whole batch at once, so a batch would give each input other draws than it gets alone."""
+    draws noise for the whole batch at once, so a batch would give each input other draws than it gets alone. A
+    text is cut to its real tokens first (the noise tensor's shape sets which draw lands on which token), its
+    padded positions 0."""
     np.random.seed(seed)
     torch.manual_seed(seed)
     rows = slice(row, row + 1)
-    return method.attribute(space.inputs[rows], baselines=space.baselines[row], target=targets[rows],
-                            additional_forward_args=tuple(extra[rows] for extra in space.extra),
-                            n_samples=samples, stdevs=noise * float(space.scale[row]))
+    inputs, baselines = space.inputs[rows], space.baselines[row]
+    extra = tuple(tensor[rows] for tensor in space.extra)
+    if space.own_tokens is not None:
+        real = space.own_tokens[row]
+        inputs, baselines = inputs[:, real], baselines[:, real]
+        # per-token extras (1, L) are cut too; the explained position (1,) already counts real tokens only
+        extra = tuple(tensor[:, real] if tensor.ndim == 2 else tensor for tensor in extra)
+    attributions = method.attribute(inputs, baselines=baselines, target=targets[rows], additional_forward_args=extra,
+                                    n_samples=samples, stdevs=noise * float(space.scale[row]))
+    if space.own_tokens is None:
+        return attributions
+    padded = attributions.new_zeros(space.inputs[rows].shape)
+    padded[:, real] = attributions
+    return padded
 
 
 def hide_patches(image: torch.Tensor, masks: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
