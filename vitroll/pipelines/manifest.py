@@ -207,7 +207,8 @@ def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str,
     atomically; returns the compacted rows."""
     final = sorted(latest_rows(rows).values(), key=lambda row: row["path"])
     write_rows(out_dir / MANIFEST, final)
-    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode())
+    # a path that is not UTF-8 on disk is spelt with \\x escapes: manifest.jsonl keeps its bytes exactly
+    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode("utf-8", "backslashreplace"))
     return final
 
 
