@@ -532,3 +532,23 @@ def test_a_rank_that_fails_under_torchrun_stops_all_of_them_with_one_line_and_ke
     assert f'"path": "img0.png"' in (out / "gallery" / "rows.js").read_text()
     assert annotate(str(source), "--out", str(out)) == 0
     assert f"{8 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
+
+
+def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_bytes(tmp_path, capsys):
+    source = tmp_path / "in"
+    source.mkdir()
+    latin1 = os.fsencode(source) + b"/caf\xe9.png"  # as an old Windows share or a Latin-1 camera names it
+    Image.fromarray(rgb(seed=1)).save(latin1)
+    Image.fromarray(rgb(seed=2)).save(source / "caf\\xe9.png")  # a UTF-8 name spelt like its escape
+    out = tmp_path / "out"
+    assert annotate(str(source), "--out", str(out)) == 0  # was 'vitroll: error: 'utf-8' codec can't encode …'
+    assert "2 ok, 0 failed, 0 skipped" in capsys.readouterr().out
+    table = {row["path"]: row for row in rows(out)}
+    key = os.fsdecode(b"caf\xe9.png")
+    assert os.fsencode(source / key) == latin1 and table[key]["status"] == "ok"
+    overlays = {table[key]["overlay"], table["caf\\xe9.png"]["overlay"]}
+    assert len(overlays) == 2 and all((out / name).is_file() for name in overlays)
+    assert table[key]["overlay"].startswith("overlays/caf\\xe9.png~")  # valid UTF-8, a hash of the bytes after
+    assert "caf\\xe9.png" in (out / "manifest.csv").read_text(encoding="utf-8")
+    assert annotate(str(source), "--out", str(out)) == 0
+    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out

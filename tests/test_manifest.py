@@ -208,3 +208,22 @@ def test_rows_of_an_interrupted_sharded_run_never_outrank_newer_ones(tmp_path, c
     rows = assert_manifest_matches_folder(out)
     assert [(row["path"], row["status"]) for row in rows] == [("img0.png", "ok"), ("img1.png", "ok")]
     assert not list(out.glob("manifest.rank*.jsonl"))
+
+
+def test_a_folder_of_a_vitroll_that_recorded_no_settings_asks_for_one_overwrite_then_resumes(five, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert annotate(capsys, str(five), "--out", str(out))[0] == 0
+    (out / "settings.json").unlink()
+    assert annotate(capsys, str(five), "--out", str(out))[1].startswith("0 ok, 0 failed, 5 skipped")  # same hash
+    (out / "settings.json").unlink()
+    old = (out / "manifest.jsonl").read_text()
+    current_hash = assert_manifest_matches_folder(out)[0]["settings_hash"]
+    (out / "manifest.jsonl").write_text(old.replace(current_hash, "0123456789abcdef"))  # an older vitroll's hash
+
+    assert main(["annotate", str(five), "--out", str(out), "--workers", "0", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {out}: its outputs were made by an older vitroll, which recorded no settings.json to tell "
+        "whether they match these settings; add --overwrite once to redo these inputs (later runs resume), or "
+        "choose another --out\n")
+    assert annotate(capsys, str(five), "--out", str(out), "--overwrite", "--limit", "2")[0] == 0
+    assert annotate(capsys, str(five), "--out", str(out))[1].startswith("3 ok, 0 failed, 2 skipped")

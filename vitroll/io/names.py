@@ -25,3 +25,19 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
     if max_bytes < len(tag):
         raise ValueError(f"no name fits in {max_bytes} bytes")
     return encoded[: max_bytes - len(tag)].decode("utf-8", "ignore") + tag
+
+
+def utf8_name(name: str) -> str:
+    """``name`` as valid UTF-8. A file name read from disk that is not (Python keeps its bytes as surrogates:
+    ``caf\\udce9.png`` for Latin-1 ``café.png``) has those bytes spelt ``\\xe9`` and ``~`` with 12 hex digits of
+    the SHA-256 of its bytes after it, so that it stays distinct from a name spelt that way.
+
+    >>> utf8_name("photo.png"), utf8_name("caf\\udce9.png")
+    ('photo.png', 'caf\\\\xe9.png~507c1cbe909e')
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogateescape")
+        return raw.decode("utf-8", "backslashreplace") + _HASH_MARK + hashlib.sha256(raw).hexdigest()[:12]
+    return name

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from vitroll.io.discovery import has_image_suffix, source_files
-from vitroll.io.names import NAME_MAX, fit_name
+from vitroll.io.names import NAME_MAX, fit_name, utf8_name
 
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
@@ -55,7 +55,9 @@ def output_name(key: str) -> str:
     ``@root``, and a name that begins with ``@`` gets one more ``@`` — so no input's name can pass for a mark,
     the mapping is reversible (hence no two inputs share an output), and the result has no ``..`` component
     and is never absolute. A component too long for the file system (the last with room for ``@N`` and the
-    output's suffix) is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`): distinct all the same.
+    output's suffix) is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`), and one that is not UTF-8
+    (a Latin-1 name on disk) spelt with escapes and a hash (:func:`~vitroll.io.names.utf8_name`): distinct all the
+    same.
 
     >>> output_name("a/x.png"), output_name("../x.png"), output_name("/data/@x.png")
     ('a/x.png', '@up/x.png', '@root/data/@@x.png')
@@ -65,6 +67,7 @@ def output_name(key: str) -> str:
         else part
         for index, part in enumerate(key.split("/"))
     ]
+    parts = [utf8_name(part) for part in parts]
     return "/".join([*(fit_name(part) for part in parts[:-1]), fit_name(parts[-1], NAME_MAX - _LAST_ROOM)])
 
 

@@ -91,7 +91,8 @@ def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dic
     """Refuse to resume into ``out_dir`` with ``settings`` when the newest settings it was run with differ and
     made some of ``rows`` (the latest rows of this run's inputs) a success: the folder would mix two settings' maps.
     Rows of settings older than the newest are what an interrupted ``--overwrite`` left to redo, not a conflict.
-    A folder of a vitroll that recorded no settings conflicts through any success of other settings.
+    A folder of a vitroll that recorded no settings conflicts through any success of another settings hash: its
+    rows do not say what that hash stood for, so the only way on is one ``--overwrite``.
 
     Raises
     ------
@@ -108,8 +109,12 @@ def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dic
         conflicting &= {newest}
     if not conflicting:
         return
-    changes = ("; ".join(settings_differences(recorded[newest], settings)) if newest is not None else "")
-    changes = changes or f"settings hash {sorted(conflicting)[0]} → {current}"
+    if newest is None:  # its rows' settings cannot be told: rows name the model and method, not the rendering
+        raise VitrollError(
+            f"{out_dir}: its outputs were made by an older vitroll, which recorded no {SETTINGS} to tell whether they "
+            "match these settings; add --overwrite once to redo these inputs (later runs resume), or choose another "
+            "--out")
+    changes = "; ".join(settings_differences(recorded[newest], settings)) or f"settings hash {newest} → {current}"
     raise VitrollError(
         f"{out_dir}: its outputs were made with other settings ({changes}); rerun with those settings to resume, "
         "add --overwrite to redo these inputs with the new ones, or choose another --out")
@@ -202,7 +207,8 @@ def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str,
     atomically; returns the compacted rows."""
     final = sorted(latest_rows(rows).values(), key=lambda row: row["path"])
     write_rows(out_dir / MANIFEST, final)
-    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode())
+    # a path that is not UTF-8 on disk is spelt with \\x escapes: manifest.jsonl keeps its bytes exactly
+    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode("utf-8", "backslashreplace"))
     return final
 
 
