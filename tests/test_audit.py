@@ -351,6 +351,17 @@ def test_html_report_parses_with_table_summary_and_images(audited):
 
 
 
+def test_each_image_of_the_html_report_gives_its_file_number(audited):
+    """The case key is a hash with a salt kept nowhere: the file number is what leads from a flagged image back to its
+    file (the images table had no such column; only the CSV and JSON carried it)."""
+    html = (audited["out"] / "report.html").read_text(encoding="utf-8")
+    table = html[html.index('id="case-table"'):html.index("</table>", html.index('id="case-table"'))]
+    assert "<th>file number</th><th>case</th>" in table
+    shown = re.findall(r'<td class="num" data-v="[0-9.]+">(\d+)</td><td class="key">(case-[0-9a-f-]+)</td>', table)
+    expected = [(str(row["input"]), row["case"]) for row in audited["json"]["cases"] if row["status"] != "error"]
+    assert sorted(shown) == sorted(expected) and sorted(int(number) for number, _ in shown) == [2, 3, 4, 4, 5]
+
+
 def test_every_value_in_the_html_report_is_escaped():
     from vitroll.audit.report import AuditReport, render_html
 
