@@ -176,8 +176,21 @@ MISTAKES = [
                  id="annotate-cmap"),
     pytest.param("caption {img} --cmap virdis", 2, "unknown matplotlib colormap 'virdis' (did you mean viridis,",
                  id="caption-cmap"),
-    pytest.param("models --pretrained --bogus", 2, "unrecognized arguments: --bogus", id="models-bogus"),
-    pytest.param("explain {img}", 2, "argument COMMAND: invalid choice: 'explain'", id="unknown-command"),
+    pytest.param("models --pretrained --bogus", 2, "vitroll: error: models: unrecognized arguments: --bogus (see",
+                 id="models-bogus"),
+    pytest.param("explain {img}", 2, "argument COMMAND: invalid choice: 'explain' (choose from overlay, annotate,",
+                 id="unknown-command"),
+    # a misspelling names the closest sub-command, option or choice, and the sub-command it was given to
+    pytest.param("overlya {img}", 2, "argument COMMAND: invalid choice: 'overlya'; did you mean overlay? (choose from",
+                 id="command-typo"),
+    pytest.param("overlay {img} --modell vit_tiny_patch16_224", 2,
+                 "vitroll: error: overlay: unrecognized arguments: --modell vit_tiny_patch16_224; did you mean --model? "
+                 "(see `vitroll overlay --help`)", id="option-typo"),
+    pytest.param("annotate {dir} --out {out} --batch_size=4", 2,
+                 "annotate: unrecognized arguments: --batch_size=4; did you mean --batch-size?", id="option-underscore"),
+    pytest.param("overlay {img} --method rollot", 2, "argument --method: invalid choice: 'rollot'; did you mean rollout? "
+                 "(choose from attention, center,", id="method-typo"),
+    pytest.param("evaluate --testbed-kind pair", 2, "invalid choice: 'pair'; did you mean pairs?", id="choice-typo"),
     pytest.param("", 2, "the following arguments are required: COMMAND", id="no-command"),
 ]
 

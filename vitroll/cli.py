@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
-from typing import NoReturn, Optional, Sequence
+from typing import Any, Iterable, NoReturn, Optional, Sequence
 
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
@@ -15,8 +16,15 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
 
 
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean A, B?"`` for the candidates closest to ``word``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.75)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one ``vitroll: error: …`` line (argparse prints the usage too).
+    """An argument parser whose usage errors are one ``vitroll: error: …`` line (argparse prints the usage too),
+    naming the closest sub-command, option or choice to a misspelled one.
 
     Sub-command parsers are made with the parent's class, so they report the same way and name themselves.
     """
@@ -25,6 +33,31 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
         self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                   namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+        """argparse's ``parse_args``, but arguments a sub-command does not know are that sub-command's error (argparse
+        reports them as the top-level parser's), with the closest options it has."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            parser = self._sub_command_parser(parsed) or self
+            options = [option for option in parser._option_string_actions if option.startswith("--")]
+            hints = [did_you_mean(word.partition("=")[0], options) for word in unknown if word.startswith("--")]
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}{next((h for h in hints if h), '')}")
+        return parsed
+
+    def _sub_command_parser(self, parsed: argparse.Namespace) -> Optional[argparse.ArgumentParser]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(parsed, action.dest, None):
+                return action.choices[getattr(parsed, action.dest)]
+        return None
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, with the closest choices named first
+        if action.choices is not None and value not in action.choices:
+            choices = [str(choice) for choice in action.choices]
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(str(value), choices)} "
+                                                 f"(choose from {', '.join(choices)})")
 
 
 def build_parser() -> argparse.ArgumentParser:
