@@ -256,3 +256,43 @@ def reference_torchvision_forward(model: nn.Module, image: torch.Tensor, target:
     logits = reference.heads(reference.encoder.ln(x)[:, 0])[0]
     logits[target].backward()
     return (logits.detach().numpy(), [a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept])
+
+
+def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int) -> np.ndarray:
+    """∂ logit ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64 → (P, C, H, W)."""
+    reference = copy.deepcopy(model).double().eval()
+    gradients = []
+    for point in points.double():
+        point = point[None].clone().requires_grad_(True)
+        reference(point)[0, target].backward()
+        gradients.append(point.grad[0].numpy())
+    return np.stack(gradients)
+
+
+def reference_integrated_gradients(model: nn.Module, image: torch.Tensor, target: int, steps: int) -> np.ndarray:
+    """Integrated Gradients of ONE image (1, C, H, W) from the zero baseline, in float64, by the ``steps``-point
+    Gauss–Legendre rule on [0, 1] written out (nodes and weights from NumPy): (x − 0) · Σ_k w_k ∇f(α_k x) → (C, H, W)."""
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas, weights = (nodes + 1) / 2, weights / 2
+    x = image[0].double()
+    gradients = reference_input_gradient(model, torch.stack([float(alpha) * x for alpha in alphas]), target)
+    return x.numpy() * np.tensordot(weights, gradients, axes=1)
+
+
+def reference_gradient_shap(model: nn.Module, image: torch.Tensor, baselines: torch.Tensor, target: int,
+                            samples: int, stdev: float, seed: int) -> np.ndarray:
+    """GradientSHAP of ONE image (1, C, H, W) in float64: the mean over ``samples`` draws of
+    (x + ε − b) · ∇f(b + α(x + ε − b)), b one of ``baselines`` (K, C, H, W), α ~ U(0, 1), ε ~ N(0, stdev²).
+
+    The draws are made as captum makes them after seeding both generators with ``seed`` (noise from torch in the
+    input's dtype, then the baseline indices and the α from NumPy), so the estimate can be compared number for
+    number; everything after the draws is computed here → (C, H, W)."""
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    noise = torch.normal(0, torch.tensor(stdev).repeat(samples, *image.shape[1:]))
+    noisy = (image.repeat_interleave(samples, dim=0) + noise).double()
+    chosen = baselines[np.random.choice(len(baselines), samples).tolist()].double()
+    alphas = np.random.uniform(0.0, 1.0, samples)
+    points = torch.stack([b + float(a) * (x - b) for x, b, a in zip(noisy, chosen, alphas)])
+    gradients = reference_input_gradient(model, points, target)
+    return ((noisy - chosen).numpy() * gradients).mean(axis=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -9,6 +10,8 @@ import torch
 from vitroll import VitrollError
 from vitroll.methods import gradient_shap, integrated_gradients
 from vitroll.methods.attributions import pixels_to_grid
+
+from reference import reference_gradient_shap, reference_integrated_gradients
 
 pytest.importorskip("captum")
 
@@ -49,6 +52,45 @@ def test_gradient_shap_maps_do_not_depend_on_the_batch(tiny):
                                                              samples=4)[0], rtol=0, atol=1e-7)
     torch.testing.assert_close(batch[2], gradient_shap(tiny, images[[2, 0]], target_class=[2, 1], seed=3,
                                                        samples=4)[0], rtol=0, atol=1e-7)
+
+
+def absolute_patch_means(attributions: np.ndarray, patch: int = 16) -> np.ndarray:
+    """Pixel attributions (C, H, W) → |a| summed over channels, averaged over each patch × patch block (h, w)."""
+    summed = np.abs(attributions).sum(axis=0)
+    height, width = summed.shape
+    return summed.reshape(height // patch, patch, width // patch, patch).mean(axis=(1, 3))
+
+
+def box_blurred(image: np.ndarray, radius: int = 4) -> np.ndarray:
+    """Each pixel of (C, H, W) replaced by the mean of the (2·radius + 1)² window around it, clipped at the borders."""
+    out = np.empty_like(image)
+    for y in range(image.shape[1]):
+        for x in range(image.shape[2]):
+            out[:, y, x] = image[:, max(0, y - radius):y + radius + 1, max(0, x - radius):x + radius + 1].mean(axis=(1, 2))
+    return out
+
+
+def test_integrated_gradients_matches_a_float64_gauss_legendre_sum_per_image(tiny):
+    images = torch.randn(2, 3, 48, 32, generator=torch.Generator().manual_seed(4))
+    maps = integrated_gradients(tiny, images, target_class=[2, 1], steps=8)
+    for row, target in enumerate([2, 1]):
+        expected = absolute_patch_means(reference_integrated_gradients(tiny, images[row:row + 1], target, steps=8))
+        assert expected.max() > 1e-3
+        np.testing.assert_allclose(maps[row].numpy(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_gradient_shap_matches_a_float64_estimate_from_the_same_draws(tiny):
+    """Baselines black, the image's mean grey and its 9 × 9 box blur; noise 0.1 in pixel units; one image at a time."""
+    images = torch.randn(2, 3, 48, 32, generator=torch.Generator().manual_seed(5))
+    maps = gradient_shap(tiny, images, target_class=[2, 1], samples=6, noise=0.1, seed=3)
+    for row, target in enumerate([2, 1]):
+        image = images[row].numpy()
+        grey = np.broadcast_to(image.mean(axis=(1, 2), keepdims=True), image.shape)
+        baselines = torch.from_numpy(np.stack([np.zeros_like(image), grey, box_blurred(image)]))
+        expected = absolute_patch_means(
+            reference_gradient_shap(tiny, images[row:row + 1], baselines, target, samples=6, stdev=0.1, seed=3))
+        assert expected.max() > 1e-3
+        np.testing.assert_allclose(maps[row].numpy(), expected, rtol=1e-4, atol=1e-7)
 
 
 def test_pixels_to_grid_by_hand():
