@@ -383,7 +383,8 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     model = gpt2()  # 40 ids, 11 of them in the tokenizer
     vitroll.use_tokenizer(model, tokenizer)
     names = vitroll.class_names(model)
-    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
+    # half a character reads as its byte, not as the letter that stores it (a byte the text never had)
+    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "\\xc3", "\\xa9", "ca", "cat", " cat", "é"]
     assert names[11:] == [str(index) for index in range(11, 40)]
     assert vitroll.class_names(model) == names  # decoded once per model and tokenizer: a run asks once per batch
     vitroll.use_tokenizer(model, bpe_tokenizer(tmp_path))
