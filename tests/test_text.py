@@ -270,6 +270,29 @@ def test_the_text_view_shades_each_token_of_the_original_text(tmp_path):
     assert terminal_text(shown).plain == "[CLS]the  cat <b>[SEP]"
 
 
+def test_the_text_view_shows_each_character_once_with_the_scores_of_all_its_byte_pieces(tmp_path):
+    import json
+
+    from vitroll.io.text import EncodedText, encode_texts
+    from vitroll.text_view import segments, terminal_text
+
+    # "🙂" is the bytes F0 9F 99 82, stored by byte-level BPE as "ð", "Ł", "Ļ", "Ĥ": three pieces share one character
+    pieces = ["<|endoftext|>", "c", "a", "t", "ca", "cat", "Ġ", "ð", "Ł", "Ļ", "Ĥ", "ðŁ"]
+    (tmp_path / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\nc a\nca t\nð Ł\n", encoding="utf-8")
+    tokenizer = transformers.GPT2TokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
+    _, _, [encoded] = encode_texts(tokenizer, ["cat 🙂"])
+    assert encoded.tokens == ["cat", "Ġ", "ðŁ", "Ļ", "Ĥ"]
+    shown = segments(encoded, [0.1, 0.2, 0.3, 0.4, 0.5])
+    assert [(s.text, s.score, s.pieces) for s in shown] == [("cat", 0.1, 1), (" ", 0.2, 1), ("🙂", pytest.approx(1.2), 3)]
+    assert shown[2].relative == 1.0 and shown[0].relative == pytest.approx(0.1 / 1.2)
+    assert terminal_text(shown).plain == "cat 🙂"
+    # a piece whose leading space was trimmed off (an empty span) is shown with the next piece of its word
+    trimmed = EncodedText("the cat", ["the", "Ġ", "cat"], [0, 1, 1], [(0, 3), (4, 4), (4, 7)])
+    assert [(s.text, s.score, s.pieces) for s in segments(trimmed, [0.5, 0.25, 0.25])] == [
+        ("the", 0.5, 1), (" ", None, 1), ("cat", 0.5, 2)]
+
+
 @pytest.fixture(scope="module")
 def saved_classifier(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bert-classifier")
@@ -360,7 +383,8 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     model = gpt2()  # 40 ids, 11 of them in the tokenizer
     vitroll.use_tokenizer(model, tokenizer)
     names = vitroll.class_names(model)
-    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "Ã", "©", "ca", "cat", " cat", "é"]
+    # half a character reads as its byte, not as the letter that stores it (a byte the text never had)
+    assert names[:11] == ["<|endoftext|>", "c", "a", "t", " ", "\\xc3", "\\xa9", "ca", "cat", " cat", "é"]
     assert names[11:] == [str(index) for index in range(11, 40)]
     assert vitroll.class_names(model) == names  # decoded once per model and tokenizer: a run asks once per batch
     vitroll.use_tokenizer(model, bpe_tokenizer(tmp_path))

@@ -21,11 +21,14 @@ class Segment:
 
     text: str
     score: Optional[float]
-    """The token's score; None for a gap."""
+    """The token's score (the sum of its pieces' for pieces that share characters); None for a gap."""
     relative: float
-    """The score over the text's highest score, in [0, 1] (0 for a gap)."""
+    """The score over the text's highest shown score, in [0, 1] (0 for a gap)."""
     special: bool
     """A special token ([CLS], [SEP], …), shown by its name: it has no characters in the text."""
+    pieces: int = 1
+    """How many tokens it shows: byte-level pieces of one character (an emoji cut into three bytes) are one segment,
+    as is a piece with no characters of its own (a leading space the tokenizer trimmed off) with the next."""
 
     @property
     def colour(self) -> str:
@@ -36,23 +39,59 @@ class Segment:
 def segments(encoded: EncodedText, scores: Sequence[float]) -> list[Segment]:
     """One text's tokens as :class:`Segment` s, in order, with the white space between them as gaps.
 
-    ``scores`` has one score per token of ``encoded`` (its real tokens); each is shaded relative to the text's
-    highest score (scores below 0, which gradient attributions could give, shade as 0).
+    ``scores`` has one score per token of ``encoded`` (its real tokens). A character is shown once: pieces that
+    share one (the bytes of an emoji or a CJK character) are one segment holding the sum of their scores, and a
+    piece without characters (``Ġ`` whose space was trimmed) joins the next piece of its word (else the one before).
+    Each segment is shaded relative to the highest one (scores below 0, which gradient attributions could give, shade
+    as 0).
     """
-    top = max((float(score) for score in scores), default=0.0)
-    shown, cursor = [], 0
+    runs: list[_Run] = []
+    carried = _Run(0, 0, 0.0, 0)  # pieces without characters, waiting for the next piece
+    cursor = 0
     for token, score, word_id, (start, end) in zip(encoded.tokens, scores, encoded.word_ids, encoded.offsets):
-        relative = min(max(float(score) / top, 0.0), 1.0) if top > 0 else 0.0
         if word_id is None and start == end:
-            shown.append(Segment(token, float(score), relative, special=True))
+            runs.append(_Run(start, end, float(score), 1, name=token))
             continue
-        start = max(start, cursor)  # byte-level pieces of one character share its span
-        if start > cursor:
-            shown.append(Segment(encoded.text[cursor:start], None, 0.0, special=False))
-        if end > start:
-            shown.append(Segment(encoded.text[start:end], float(score), relative, special=False))
+        if start == end:
+            carried.add(float(score), 1)
+            continue
+        if start < cursor and runs and runs[-1].name is None:  # shares characters with the piece before
+            runs[-1].end = max(runs[-1].end, end)
+            runs[-1].add(float(score) + carried.score, 1 + carried.pieces)
+        else:
+            runs.append(_Run(max(start, cursor), end, float(score) + carried.score, 1 + carried.pieces))
+        carried = _Run(0, 0, 0.0, 0)
         cursor = max(cursor, end)
+    text_runs = [run for run in runs if run.name is None]
+    if carried.pieces and text_runs:
+        text_runs[-1].add(carried.score, carried.pieces)
+    top = max((run.score for run in runs), default=0.0)
+    shown, cursor = [], 0
+    for run in runs:
+        relative = min(max(run.score / top, 0.0), 1.0) if top > 0 else 0.0
+        if run.name is not None:
+            shown.append(Segment(run.name, run.score, relative, special=True))
+            continue
+        if run.start > cursor:
+            shown.append(Segment(encoded.text[cursor:run.start], None, 0.0, special=False))
+        shown.append(Segment(encoded.text[run.start:run.end], run.score, relative, special=False, pieces=run.pieces))
+        cursor = run.end
     return shown
+
+
+@dataclass
+class _Run:
+    """Consecutive pieces shown as one segment: their character span, summed score and count; ``name`` for a
+    special token."""
+
+    start: int
+    end: int
+    score: float
+    pieces: int
+    name: Optional[str] = None
+
+    def add(self, score: float, pieces: int) -> None:
+        self.score, self.pieces = self.score + score, self.pieces + pieces
 
 
 def terminal_text(shown: Sequence[Segment]) -> Text:

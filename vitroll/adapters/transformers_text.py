@@ -72,8 +72,10 @@ def _vocabulary(model: nn.Module) -> Optional[list[str]]:
     """The tokens of the attached tokenizer as text, in id order (the "classes" of a language model), or None.
 
     Each token is decoded on its own, so a byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather
-    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a piece that holds no whole character
-    (part of a multi-byte one) keeps its stored form, and an id past the tokenizer's vocabulary its number."""
+    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a byte-level piece that holds part of a
+    multi-byte character shows those bytes escaped (``"Ã"`` reads ``"\\xc3"``, not a letter the text never had),
+    another piece that decodes to no whole character its stored form, and an id past the tokenizer's vocabulary its
+    number."""
     tokenizer = registered_tokenizer(model)
     if tokenizer is None:
         return None
@@ -83,10 +85,31 @@ def _vocabulary(model: nn.Module) -> Optional[list[str]]:
         return list(cached[1])
     tokens = tokenizer.convert_ids_to_tokens(ids)
     texts = tokenizer.batch_decode([[index] for index in ids])
-    names = [text if text and "\ufffd" not in text else (token if token is not None else str(index))
+    names = [text if text and "\ufffd" not in text else _partial_piece_name(token, index)
              for index, token, text in zip(ids, tokens, texts)]
     _DECODED[model] = (tokenizer, names)
     return list(names)
+
+
+def _partial_piece_name(token: Optional[str], index: int) -> str:
+    """A piece that decodes to no whole character: its bytes escaped when it is a byte-level piece, else its stored
+    form (its number when the tokenizer has no such id)."""
+    if token is None:
+        return str(index)
+    if all(character in _BYTE_OF_CHARACTER for character in token):
+        return bytes(_BYTE_OF_CHARACTER[character] for character in token).decode("utf-8", errors="backslashreplace")
+    return token
+
+
+def _byte_of_character() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the printable character each byte is stored as → that byte (printable
+    Latin-1 bytes stand for themselves, the others for chr(256 + n) in byte order)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {**{chr(byte): byte for byte in printable}, **{chr(256 + n): byte for n, byte in enumerate(others)}}
+
+
+_BYTE_OF_CHARACTER = _byte_of_character()
 
 
 _DECODED: "WeakKeyDictionary[nn.Module, tuple[Any, list[str]]]" = WeakKeyDictionary()
