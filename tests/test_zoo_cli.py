@@ -83,11 +83,35 @@ def test_dynamic_model_overlay_at_another_input_size(tmp_path, capsys):
     assert code == 0 and (tmp_path / "cat_rollout.png").exists()
 
 
-def test_non_vit_model_is_one_error_line(tmp_path, capsys):
-    code = main(["overlay", str(PHOTO), "--model", "resnet18", "--out", str(tmp_path)])
+@pytest.mark.parametrize("weights", [[], ["--pretrained"]])
+@pytest.mark.parametrize(("name", "module"), [("resnet18", "resnet"),
+                                              ("swin_large_patch4_window12_384", "swin_transformer"),
+                                              ("naflexvit_base_patch16_gap", "naflexvit"),
+                                              ("vit_relpos_small_patch16_224", "vision_transformer_relpos")])
+def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_path, capsys, monkeypatch, weights,
+                                                                        name, module):
+    """The model was built (seconds for swin_large) and, with --pretrained, its weights fetched before the refusal;
+    offline the message was then about the uncached weights of a model that could not be explained anyway."""
+
+    def not_to_be_built(*args, **kwargs):
+        raise AssertionError("a model of no family was built")
+
+    monkeypatch.setattr(timm, "create_model", not_to_be_built)
+    code = main(["overlay", str(PHOTO), "--model", name, *weights, "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 2  # the random-weights note, then the error
-    assert err[-1].startswith("vitroll: error: ResNet has no token attention") and "cait_*" in err[-1]
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"vitroll: error: {name} (timm.models.{module}) has no token attention that vitroll "
+                             "can read; supported families: vit (vit_*, deit_*")
+    assert "cait (cait_*)" in err[0] and err[0].endswith("use Grad-CAM (pip install grad-cam).")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_name_check_passes_every_name_vitroll_lists_as_supported():
+    """Deciding by the timm module must not refuse a model that a family explains."""
+    from vitroll.models.timm import refuse_unexplained_name, supported_timm_names
+
+    for name in sorted(supported_timm_names()):
+        refuse_unexplained_name(name)
 
 
 @pytest.mark.parametrize(("typed", "line"), [

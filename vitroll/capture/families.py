@@ -333,8 +333,12 @@ def family_of(model: nn.Module) -> ModelFamily:
     refusal = refusal_of(model)
     if refusal is not None:
         raise UnsupportedModelError(refusal)
+    raise UnsupportedModelError(unsupported_message(type(model).__name__))
+
+
+def unsupported_message(what: str) -> str:
+    """The one line that refuses ``what`` (a model class, or a model name and where it comes from) as no model of a
+    registered family, listing the families."""
     supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
-    raise UnsupportedModelError(
-        f"{type(model).__name__} has no token attention that vitroll can read; supported families: {supported}. "
-        "For CNNs and windowed-attention models (Swin, ConvNeXt, ResNet) use Grad-CAM (pip install grad-cam)."
-    )
+    return (f"{what} has no token attention that vitroll can read; supported families: {supported}. "
+            "For CNNs and windowed-attention models (Swin, ConvNeXt, ResNet) use Grad-CAM (pip install grad-cam).")

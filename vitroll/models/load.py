@@ -15,7 +15,7 @@ from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
 from vitroll.models.hub import is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
-from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of
+from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of, refuse_unexplained_name
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
 from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
@@ -144,6 +144,7 @@ def load_model(
             _load_weights(model, state, checkpoint)
         return model.eval().to(device)
     check_model_name(name)
+    refuse_unexplained_name(name)
     if num_classes is None and state is not None:
         num_classes = num_classes_of(state)
     if num_classes is not None:

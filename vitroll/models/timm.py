@@ -4,13 +4,15 @@ taken from the local cache when the hub is unreachable."""
 from __future__ import annotations
 
 import difflib
+import inspect
+import sys
 from typing import Iterable, Mapping, Optional
 
 import torch
 from torch import nn
 
-from vitroll.capture.families import FAMILIES
-from vitroll.errors import ModelLoadError
+from vitroll.capture.families import FAMILIES, imported_types, unsupported_message
+from vitroll.errors import ModelLoadError, UnsupportedModelError
 from vitroll.models import hub
 
 
@@ -56,6 +58,27 @@ def check_model_name(name: str) -> None:
         hint = ("; `vitroll models PATTERN` lists the timm names; a Hugging Face model is a save_pretrained folder, a "
                 f"hub id ORG/NAME in the local cache, or transformers:{name} for a hub id without an organisation")
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
+
+
+def refuse_unexplained_name(name: str) -> None:
+    """Raise :class:`UnsupportedModelError` when the timm model ``name`` is of no registered family, decided without
+    building it (building took seconds for a large model, and with ``--pretrained`` downloaded its weights, before
+    the built model was refused).
+
+    The timm module that defines ``name``'s entrypoint builds its models from the classes it holds: when none of them
+    is a family's model class (or a subclass of one), no model it builds can be explained. A module that holds one,
+    and a ``hf-hub:`` name (its architecture is in its hub config), are left to the built model to decide.
+    """
+    import timm
+
+    if hub.is_hub_name(name) or not timm.is_model(name):
+        return
+    module_name = timm.models.model_entrypoint(name).__module__
+    family_types = tuple(imported_types(tuple(kind for family in FAMILIES for kind in family.model_types)))
+    if any(inspect.isclass(member) and issubclass(member, family_types)
+           for member in vars(sys.modules[module_name]).values()):
+        return
+    raise UnsupportedModelError(unsupported_message(f"{name} ({module_name})"))
 
 
 def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
