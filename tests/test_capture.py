@@ -216,6 +216,29 @@ def test_default_attention_budget_is_a_quarter_of_free_gpu_memory_but_never_belo
     assert default_attention_budget(torch.device("cuda", 0)) == DEFAULT_CHUNK_BYTES
 
 
+class _Normalise(torch.nn.Module):
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images - 0.5) / 0.5
+
+
+@pytest.mark.parametrize("wrap, expected", [
+    (torch.nn.DataParallel, "DataParallel: a data-parallel wrapper runs copies of the model in threads, one per "
+     "device, which attention hooks do not follow; explain the model it wraps, model.module (the same weights)"),
+    (lambda model: torch.nn.Sequential(_Normalise(), model),
+     "Sequential is of no registered model family, but the VisionTransformer it holds is: explain model[1], whose "
+     "own preprocessing vitroll applies to images (a tensor must be its input), or register the wrapper with "
+     "vitroll.register_family"),
+], ids=["DataParallel", "Sequential"])
+def test_a_wrapped_model_is_refused_naming_the_model_inside(model, wrap, expected):
+    """Both were refused with the list of every supported family (a thousand characters), or as a model whose
+    preprocessing is unknown."""
+    image = torch.zeros(8, 8, 3, dtype=torch.uint8).numpy()
+    for images in (torch.randn(1, 3, 224, 224), image):
+        with pytest.raises(UnsupportedModelError) as raised:
+            rollout(wrap(model), images)
+        assert str(raised.value) == expected
+
+
 def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
     compiled = torch.compile(model)  # compiles lazily: nothing runs until it is called
     expected = ("OptimizedModule: a torch.compile'd model runs a compiled graph that attention hooks do not see; "

@@ -311,11 +311,27 @@ add_refusal("torch._dynamo.eval_frame.OptimizedModule",
             "wraps, compiled._orig_mod (the same weights)")
 
 
+add_refusal("torch.nn.DataParallel",
+            "a data-parallel wrapper runs copies of the model in threads, one per device, which attention hooks do not "
+            "follow; explain the model it wraps, model.module (the same weights)")
+add_refusal("torch.nn.parallel.DistributedDataParallel",
+            "a data-parallel wrapper runs copies of the model in threads, one per device, which attention hooks do not "
+            "follow; explain the model it wraps, model.module (the same weights)")
+
+
 def refusal_of(model: nn.Module) -> Optional[str]:
-    """The one-line reason ``model`` is refused (:func:`add_refusal`), or None when its kind is not refused."""
+    """The one-line reason ``model`` is refused (:func:`add_refusal`), or None when its kind is not refused. A model of
+    no registered family that holds one (a normaliser and a ViT in ``nn.Sequential``) is refused naming it."""
     for model_type, reason in REFUSALS:
         if any(isinstance(model, known) for known in imported_types((model_type,))):
             return f"{type(model).__name__}: {reason}"
+    if registered_family(model) is None:
+        for name, module in model.named_modules():
+            if name and registered_family(module) is not None:
+                path = "model" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split("."))
+                return (f"{type(model).__name__} is of no registered model family, but the {type(module).__name__} it "
+                        f"holds is: explain {path}, whose own preprocessing vitroll applies to images (a tensor must "
+                        "be its input), or register the wrapper with vitroll.register_family")
     return None
 
 

@@ -181,6 +181,13 @@ def integrated_gradients(
     zero at initialisation and gets no gradient in training); a model without one (GPT-2) starts from zeros, since
     its other tokens (end-of-text included) are words it reads. With ``sign="signed"`` the scores sum to
     score(input) − score(baseline) up to the Riemann error. Float32 on the model's device.
+
+    Parameters
+    ----------
+    steps : int ≥ 1
+        Points on the path from the baseline to the input.
+    sign : {"absolute", "positive", "signed"}
+        What of each attribution counts: its magnitude, its positive part (evidence for the class), or itself.
     """
     _check_at_least_one(steps=steps)
     attr = _captum_attr()
@@ -214,6 +221,17 @@ def gradient_shap(
     normalised pixel units; maps (B, h, w). Texts: the baseline of :func:`integrated_gradients` (the padding token's
     embedding, or zeros), ``noise`` relative to the standard deviation of the text's word embeddings; token scores
     (B, L), padded positions 0; each text is drawn over its real tokens only, as if it came alone and unpadded.
+
+    Parameters
+    ----------
+    samples : int ≥ 1
+        Random points drawn per input.
+    noise : float
+        Standard deviation of the Gaussian noise added to the input at each point (0: none).
+    seed : int
+        Seed of the draws.
+    sign : {"absolute", "positive", "signed"}
+        As in :func:`integrated_gradients`.
     """
     _check_at_least_one(samples=samples)
     attr = _captum_attr()
@@ -309,6 +327,15 @@ def occlusion(
     scores do not depend on how it is padded; token scores (B, L), padded positions 0. ``sign="positive"`` keeps
     the evidence for the target (hiding it lowers the score); ``"signed"`` also shows where hiding raises it.
     Costs one forward pass per window and input, ``batch_size`` windows at a time. Float32 on the model's device.
+
+    Parameters
+    ----------
+    window : int ≥ 1
+        Side of the hidden block, in patches (or the number of consecutive tokens).
+    batch_size : int ≥ 1
+        Hidden copies run in one forward pass.
+    sign : {"positive", "signed", "absolute"}
+        Which score drops count (see above).
     """
     _check_at_least_one(batch_size=batch_size)
     space, targets, logits = explained_space(model, inputs, target_class)

@@ -19,7 +19,13 @@ from vitroll.methods.registry import register_method
 def random_map(model: nn.Module, images: Inputs, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; input ``b`` gets
     stream ``seed + b``. For a text model, random token scores (B, L), padded positions 0. ``images`` as for every
-    method (:data:`~vitroll.methods.inputs.Inputs`)."""
+    method (:data:`~vitroll.methods.inputs.Inputs`).
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the first input's map.
+    """
     images, logits, layout = predict(model, images)
     explained = layout.num_tokens - layout.num_prefix_tokens
     values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(int(seed) + b))
@@ -33,8 +39,16 @@ def center(model: nn.Module, images: Inputs, *, sigma: float = 0.25) -> Saliency
     """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``images``
     as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
-    ``sigma`` is the standard deviation as a fraction of each side (photographers centre their subjects;
-    a method that does not beat this has found nothing).
+    Photographers centre their subjects: a method that does not beat this has found nothing.
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation of the Gaussian as a fraction of each side of the grid.
+
+    Returns
+    -------
+    Tensor, shape (B, h, w), float32, on the model's device
     """
     images, logits, layout = predict(model, images)
     if layout.grid is None:

@@ -123,6 +123,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         The captions to explain, without the decoder's start token (padded after their end token); by default the
         model's greedy caption of at most ``max_new_tokens`` tokens, and of no more than its decoder has positions
         for (a decoder of 16 positions captions in at most 16 tokens).
+    max_new_tokens : int
+        The longest caption generated, in tokens (without ``caption_ids``).
     head_fusion : {"mean", "max", "min"}, optional
         How ``rollout`` fuses heads (default mean); ``chefer`` weights each head by its gradient and takes none.
     attention_weight : float in (0, 1]

@@ -26,10 +26,6 @@ def chefer(model: nn.Module, inputs: Inputs, *, target_class: TargetClass = None
 
     Parameters
     ----------
-    inputs : Inputs
-        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
-        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
-    target_class : None, int, or sequence of B ints
     start_layer : int in [0, L)
         First layer whose relevance is propagated (earlier layers count as identity); out of range raises ValueError.
     """

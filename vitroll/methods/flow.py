@@ -122,9 +122,10 @@ def flow(
 
     Parameters
     ----------
-    inputs : Inputs
-        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
-        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
+    head_fusion : {"mean", "max", "min"}
+        How each layer's heads are fused into the capacities of its edges.
+    attention_weight : float in (0, 1]
+        ``α`` in ``Â = rownorm(α·A + (1−α)·I)``, the residual's share as in :func:`rollout`.
     solver : {"scipy", "networkx"}
         scipy's Dinic solver on capacities rounded to 2⁻²⁴, or networkx on the exact float capacities
         (the small-graph reference; far slower).

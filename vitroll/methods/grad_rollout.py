@@ -31,10 +31,6 @@ def grad_rollout(
 
     Parameters
     ----------
-    inputs : Inputs
-        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
-        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
-    target_class : None, int, or sequence of B ints
     discard_ratio : float in [0, 1)
         vit-explain's default 0.9: keep only the strongest 10 % of each row.
     attention_weight : float in (0, 1]

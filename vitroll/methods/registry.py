@@ -17,6 +17,7 @@ import inspect
 import math
 import numbers
 import sys
+import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -268,6 +269,81 @@ _TEXT_KEYWORDS = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, defaul
                   if name in ("attention_mask", "tokenizer", "readout", "position")]
 """The keywords of :meth:`Method.__call__` that turn texts into tokens, as every public verb takes them too."""
 
+_INPUTS_DOC = ("Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays (H, W, 3) or (H, W); "
+               "texts for a text model: token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` "
+               "(:data:`~vitroll.methods.inputs.Inputs`).")
+SHARED_PARAMETERS: dict[str, tuple[str, str]] = {
+    "model": ("nn.Module", "A model of a registered family (timm, torchvision, transformers, open_clip, or one added "
+                           "with :func:`vitroll.register_family`), on any device."),
+    "inputs": ("Inputs", _INPUTS_DOC),
+    "images": ("Inputs", _INPUTS_DOC),
+    "attention_mask": ("Tensor (B, L), optional", "Text models: 1 at the real tokens of the ids, 0 at padding "
+                                                  "(default all ones)."),
+    "tokenizer": ("optional", "Text models: turns strings into ids (default: the model's own, "
+                              ":func:`vitroll.use_tokenizer`)."),
+    "readout": ('{"class_token", "token_mean", "position"}, optional',
+                "Text models: the row explained (default the model's own: the class token for a classifier, a "
+                "position for a language model)."),
+    "position": ("int, sequence of B ints or Tensor (B,), optional",
+                 "Text models with ``readout='position'``: the position explained, counted among the real tokens "
+                 "(−1: the last)."),
+    "target_class": ("None, int, or sequence of B ints", "The class explained, for every input or one per input "
+                                                         "(default: each input's predicted class)."),
+    "max_attention_memory": ("int, optional", "Attention memory budget in bytes while recording (default 1 GiB, more "
+                                              "on a GPU with room); see :func:`record_attention`."),
+}
+"""numpydoc entries (type, description) of the parameters many public verbs share: :func:`register_method` adds
+those a method's docstring does not document itself, so ``help(vitroll.chefer)`` lists every parameter."""
+
+_DEFAULT_RETURNS = ("Tensor, shape (B, h, w), float32, on the model's device\n"
+                    "    One map per input on the model's patch grid; for a text model token scores (B, L), padded "
+                    "positions 0.")
+
+
+def _sections(doc: str) -> tuple[list[str], dict[str, list[str]]]:
+    """A numpydoc docstring as its lines before the first section and its sections by title (header lines kept)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    starts = [i for i in range(len(lines) - 1)
+              if lines[i].strip() and set(lines[i + 1].strip()) == {"-"} and not lines[i].startswith(" ")]
+    sections = {lines[start]: lines[start: end] for start, end in zip(starts, [*starts[1:], len(lines)])}
+    return lines[: starts[0] if starts else len(lines)], sections
+
+
+def documented_parameters(doc: Optional[str]) -> dict[str, list[str]]:
+    """The entries of a numpydoc docstring's Parameters section, by parameter name (``**options`` as ``options``),
+    each as its lines."""
+    _, sections = _sections(doc or "")
+    entries: dict[str, list[str]] = {}
+    for line in sections.get("Parameters", [])[2:]:
+        if line.strip() and not line.startswith(" "):
+            name = line.split(" : ")[0].strip().lstrip("*")
+            entries[name] = []
+        if entries:
+            entries[list(entries)[-1]].append(line)
+    return {name: [*lines[:1], *(line for line in lines[1:] if line.strip())] for name, lines in entries.items()}
+
+
+def verb_docstring(doc: Optional[str], signature: inspect.Signature) -> str:
+    """``doc`` with a Parameters section documenting every parameter of ``signature`` in its order (the shared ones
+    from :data:`SHARED_PARAMETERS` where ``doc`` has none) and a Returns section (maps (B, h, w)) where it has none."""
+    head, sections = _sections(doc or "")
+    own = documented_parameters(doc)
+    entries = []
+    for name in signature.parameters:
+        if name in own:
+            entries += own.pop(name)
+        elif name in SHARED_PARAMETERS:
+            kind, description = SHARED_PARAMETERS[name]
+            entries += [f"{name} : {kind}", *textwrap.wrap(description, 116, initial_indent="    ",
+                                                           subsequent_indent="    ")]
+    entries += [line for lines in own.values() for line in lines]  # documented but not a parameter: left in sight
+    sections["Parameters"] = ["Parameters", "----------", *entries, ""]
+    sections.setdefault("Returns", ["Returns", "-------", *_DEFAULT_RETURNS.splitlines(), ""])
+    order = ["Parameters", "Returns", *(title for title in sections if title not in ("Parameters", "Returns"))]
+    body = [line for title in order for line in sections[title]]
+    return "\n".join([*head, *([""] if head and head[-1].strip() else []), *body]).rstrip() + "\n"
+
+
 METHODS: dict[str, Method] = {}
 """Every registered method by name: what ``--method`` offers and ``vitroll methods`` lists."""
 
@@ -289,6 +365,7 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
         own = list(inspect.signature(compute).parameters.values())
         maps_only.__signature__ = inspect.signature(compute).replace(
             parameters=[*own[:2], *_TEXT_KEYWORDS, *own[2:]], return_annotation=torch.Tensor)
+        maps_only.__doc__ = verb_docstring(compute.__doc__, maps_only.__signature__)
         maps_only.__annotations__ = {**compute.__annotations__, **{p.name: p.annotation for p in _TEXT_KEYWORDS},
                                      "return": torch.Tensor}
         return maps_only

@@ -190,12 +190,6 @@ def rollout(
 
     Parameters
     ----------
-    model : nn.Module
-        A model of a registered family (timm, torchvision, or one added with :func:`vitroll.register_family`),
-        on any device.
-    inputs : Inputs
-        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
-        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     head_fusion : {"mean", "max", "min"}
         How each layer's heads are fused.
     discard_ratio : float in [0, 1)
@@ -240,12 +234,8 @@ def attention(
 
     Parameters
     ----------
-    inputs : Inputs
-        Images: a preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays; texts for a text model:
-        token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` (:data:`~vitroll.methods.inputs.Inputs`).
     head_fusion : {"mean", "max", "min"} or None
-        ``None`` gives one map per head.
-
+        How the layer's heads are fused; ``None`` gives one map per head.
     layer : int
         Which layer, counted from 0 or from the end (−1: the last); out of range raises ValueError.
 
