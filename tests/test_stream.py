@@ -142,3 +142,18 @@ def test_zero_and_two_workers_give_identical_records(model, preprocessing, files
             for workers in (0, 2)]
     assert runs[0] == runs[1]
     assert len(runs[0]) == (len(files) if source == "files" else 13)
+
+
+def test_a_file_that_cannot_be_opened_is_an_error_that_says_so_not_corrupt_data(tmp_path, monkeypatch):
+    from vitroll.io import images
+
+    path = tmp_path / "locked.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+
+    def refused(file, *args, **kwargs):  # what a file without read permission gives a user who is not root
+        raise PermissionError(13, "Permission denied", str(file))
+
+    monkeypatch.setattr(images.Image, "open", refused)
+    with pytest.raises(ImageReadError) as raised:
+        read_image(path)
+    assert str(raised.value) == f"{path}: cannot be read (Permission denied)"  # was 'corrupt or truncated image data'

@@ -80,7 +80,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
     Raises
     ------
     ImageReadError
-        With a one-line reason: missing, empty, not an image, truncated/corrupt, or too large
+        With a one-line reason: missing, empty, unreadable (permissions), not an image, truncated/corrupt, or too large
         (Pillow's decompression-bomb guard).
     """
     return _decode(path, upright_rgb)
@@ -141,7 +141,11 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
         raise ImageReadError(path, DICOM_HERE if is_dicom(path) else "not an image Pillow can read") from None
-    except (OSError, SyntaxError, ValueError) as error:
+    except OSError as error:
+        if error.errno is not None:  # the file system's (no permission, an I/O error), not the decoder's
+            raise ImageReadError(path, f"cannot be read ({error.strerror or error})") from None
+        raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
+    except (SyntaxError, ValueError) as error:
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
 
 
