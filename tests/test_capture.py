@@ -248,3 +248,18 @@ def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
         with pytest.raises(UnsupportedModelError) as raised:
             rollout(compiled, images)
         assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("name", ["rollout", "attention", "grad_rollout", "chefer", "integrated_gradients", "occlusion"])
+def test_a_model_in_training_mode_with_dropout_gives_its_eval_maps_and_keeps_its_mode(name):
+    """As the README says: dropout would make every call's maps differ."""
+    from vitroll import METHODS
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=5, drop_rate=0.5,
+                              attn_drop_rate=0.5, proj_drop_rate=0.5).train()
+    images = torch.randn(2, 3, 32, 32)
+    options = {"steps": 2} if name == "integrated_gradients" else {}
+    maps = METHODS[name](model, images, **options).maps
+    assert model.training and all(module.training for module in model.modules())
+    torch.testing.assert_close(maps, METHODS[name](model.eval(), images, **options).maps, rtol=0, atol=0)
