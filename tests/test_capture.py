@@ -248,3 +248,42 @@ def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
         with pytest.raises(UnsupportedModelError) as raised:
             rollout(compiled, images)
         assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("name", ["rollout", "attention", "grad_rollout", "chefer", "integrated_gradients", "occlusion"])
+def test_a_model_in_training_mode_with_dropout_gives_its_eval_maps_and_keeps_its_mode(name):
+    """As the README says: dropout would make every call's maps differ."""
+    from vitroll import METHODS
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=5, drop_rate=0.5,
+                              attn_drop_rate=0.5, proj_drop_rate=0.5).train()
+    images = torch.randn(2, 3, 32, 32)
+    options = {"steps": 2} if name == "integrated_gradients" else {}
+    maps = METHODS[name](model, images, **options).maps
+    assert model.training and all(module.training for module in model.modules())
+    torch.testing.assert_close(maps, METHODS[name](model.eval(), images, **options).maps, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["rollout", "chefer", "integrated_gradients", "occlusion"])
+def test_a_keyboard_interrupt_inside_a_verb_leaves_the_model_as_it_was(name):
+    """Ctrl-C in a notebook cell while a method runs: no hook, switched-off fused attention, eval mode or gradient
+    may stay behind on the model."""
+    from vitroll import METHODS
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=5).train()
+    flags, hooks = fused_flags(model), hook_counts(model)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    handle = model.blocks[1].mlp.register_forward_hook(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            METHODS[name](model, torch.randn(1, 3, 32, 32))
+    finally:
+        handle.remove()
+    assert fused_flags(model) == flags and hook_counts(model) == hooks
+    assert all(module.training for module in model.modules())
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
