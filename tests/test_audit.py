@@ -291,7 +291,7 @@ def test_unreadable_files_become_rows_with_reasons(audited):
     for number, reason in ((names.index(name) + 1, reason) for name, reason in reasons.items()):
         assert f"vitroll: not audited: file {number} (case-" in audited["stderr"]
     assert audited["stderr"].count("vitroll: not audited:") == 3
-    assert "3 files could not be read" in audited["json"]["summary"][0]["text"]
+    assert "3 files were not audited" in audited["json"]["summary"][0]["text"]
     assert audited["json"]["settings"]["input_order"].startswith("Files are numbered from 1 in this order")
 
 
@@ -342,8 +342,9 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     assert any(tag == "script" for tag, _ in parser.tags) and any(tag == "table" for tag, _ in parser.tags)
     for sentence in audited["json"]["summary"]:
         assert sentence["text"] in text
-    assert ("The audit covers 5 images from 7 files in 1 study; 3 files could not be read (listed by number in the "
-            "input list).") in text
+    assert ("The audit covers 5 images from 7 files in 1 study; 3 files were not audited (listed by number in the "
+            "input list, each with its reason).") in text
+    assert "Files not audited (3)" in text and "could not be read" not in text
     links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
     assert links and set(links) <= parser.ids  # every summary link lands on a case or a section
     rows = [attrs for tag, attrs in parser.tags if tag == "tr" and attrs.get("id", "").startswith("case-")]

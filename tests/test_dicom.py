@@ -134,6 +134,34 @@ def test_a_part_of_a_long_cine_is_read_from_the_file_without_its_other_frames(tm
     assert [index for index, _ in read_dicom(path, frames=range(380, 388)).frames] == [380, 381, 382, 383]
 
 
+def test_a_part_of_a_compressed_cine_is_read_from_the_file_without_its_other_frames(tmp_path):
+    """RLE: frames=range(...) decodes those frames through their own fragments; the other frames' compressed data
+    never enters memory (it was loaded whole for every part: a 1000-frame 256 × 256 RLE cine of 74 MB audited in
+    parts of 8 took 8.9 s CPU and peaked 75 MB above the process, now 1.7 s and 2 MB)."""
+    import tracemalloc
+
+    import pydicom
+    from pydicom.uid import RLELossless
+
+    rng = np.random.default_rng(0)
+    frames = body_phantom(256, marker=False) + rng.integers(0, 64, (384, 256, 256), dtype=np.uint16)
+    dataset = pydicom.dcmread(write_dicom(tmp_path / "native.dcm", frames))
+    dataset.compress(RLELossless, encoding_plugin="pylibjpeg")
+    path = tmp_path / "rle.dcm"
+    dataset.save_as(path)
+    assert path.stat().st_size > 16 * 2**20
+    tracemalloc.start()
+    try:
+        part = read_dicom(path, frames=range(200, 208))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [index for index, _ in part.frames] == list(range(200, 208))
+    for index, rgb in part.frames:
+        np.testing.assert_array_equal(rgb, read_dicom(tmp_path / "native.dcm", frame=index).frames[0][1])
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
 def test_rgb_and_ybr_colour(tmp_path):
     from pydicom.pixels import convert_color_space
 

@@ -72,7 +72,7 @@ class AuditOptions:
 
 @dataclass
 class AuditRow:
-    """One image (one frame of a file), or one file that could not be read."""
+    """One image (one frame of a file), or one file not audited (no image to explain, withheld or unreadable)."""
 
     case: str
     """Salted key of the file (and frame): the row's anchor in the report."""

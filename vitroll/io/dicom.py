@@ -578,9 +578,10 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     grey = samples == 1 and photometric != "PALETTE COLOR"
     syntax = dataset.file_meta.get("TransferSyntaxUID")
-    # native pixel data is read from the file a frame at a time; pydicom reads deflated or compressed pixel data
-    # (and words a truncation) only from the data set, whose pixel data is then loaded whole
-    from_file = part10 and syntax is not None and not syntax.is_compressed and not syntax.is_deflated
+    # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
+    # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
+    # data is then loaded whole, and words the failures of any pixel data (a truncation…) from there
+    from_file = part10 and syntax is not None and not syntax.is_deflated
     try:
         with _native_stderr_discarded():
             try:
