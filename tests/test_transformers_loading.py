@@ -322,3 +322,26 @@ def test_a_bare_hub_id_without_an_organisation_is_told_how_to_name_it():
         "unknown model name 'bert-base-uncased'; `vitroll models PATTERN` lists the timm names; a Hugging Face model "
         "is a save_pretrained folder, a hub id ORG/NAME in the local cache, or transformers:bert-base-uncased for a "
         "hub id without an organisation")
+
+
+def test_a_saved_deit_with_its_distillation_head_loads_with_both_heads(tmp_path, capsys):
+    """DeiTForImageClassificationWithTeacher was loaded as the bare DeiTModel: both heads dropped (transformers
+    printed a load report of unexpected keys) and no class scores to explain."""
+    config = transformers.DeiTConfig(**{key: value for key, value in tiny_config().to_dict().items()
+                                        if key in ("image_size", "patch_size", "hidden_size", "num_hidden_layers",
+                                                   "num_attention_heads", "intermediate_size", "id2label",
+                                                   "label2id")})
+    torch.manual_seed(0)
+    saved = transformers.DeiTForImageClassificationWithTeacher(config).eval()
+    saved.save_pretrained(tmp_path / "deit-distilled")
+    model = load_model(str(tmp_path / "deit-distilled"))
+    assert type(model) is transformers.DeiTForImageClassificationWithTeacher
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model(pixel_values=images).logits, saved(pixel_values=images).logits)
+    assert class_names(model) == list(LABELS.values())
+    assert main(["overlay", str(PHOTO), "--model", str(tmp_path / "deit-distilled"), "--method", "chefer",
+                 "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "LOAD REPORT" not in captured.err
+    assert captured.out.splitlines()[0] == f"{PHOTO} -> {tmp_path / 'out' / 'cat_chefer.png'}"
+    assert captured.out.splitlines()[1].startswith("  1. ")

@@ -187,7 +187,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
         if any(architecture.endswith("LMHeadModel") for architecture in architectures):
             return [transformers.AutoModelForCausalLM]
         return [transformers.AutoModel]
-    classifier = any(architecture.endswith("ForImageClassification") for architecture in architectures)
+    # DeiT's and LeViT's distilled classifiers end in ...ForImageClassificationWithTeacher
+    classifier = any("ForImageClassification" in architecture for architecture in architectures)
     image_text = None if classifier else _image_text_classes(transformers).get(config.model_type)
     if image_text:
         return [image_text]
