@@ -153,6 +153,8 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
         "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits "
         "it.")
     assert f"vitroll: not audited: file 1 ({withheld[0]['case']}): Withheld: " in stderr
+    summary = json.loads((tmp_path / "out" / "report.json").read_text())["summary"][0]["text"]
+    assert summary.endswith("; 1 file was not audited (listed by number in the input list, with the reason).")
     assert [p.name for p in (tmp_path / "out" / "images").iterdir()] == [f"{drawn[0]['case']}.png"]
     html = (tmp_path / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 2  # the chest thumbnail and the histograms
@@ -343,7 +345,7 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     for sentence in audited["json"]["summary"]:
         assert sentence["text"] in text
     assert ("The audit covers 5 images from 7 files in 1 study; 3 files were not audited (listed by number in the "
-            "input list, each with its reason).") in text
+            "input list, with the reasons).") in text
     assert "Files not audited (3)" in text and "could not be read" not in text
     links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
     assert links and set(links) <= parser.ids  # every summary link lands on a case or a section

@@ -77,8 +77,8 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
     said = [Sentence(
         f"The audit covers {counted(n, 'image')} from {counted(files, 'file')} in "
         f"{counted(len({row.study for row in rows}), 'study')}"
-        + (f"; {counted(len(errors), 'file')} were not audited (listed by number in the input list, each with "
-           "its reason)." if errors else "."),
+        + (f"; {counted(len(errors), 'file')} {'was' if len(errors) == 1 else 'were'} not audited (listed by number "
+           f"in the input list, with the reason{'' if len(errors) == 1 else 's'})." if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
     if not n:
         return said
