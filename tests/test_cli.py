@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from vitroll.cli import main
+from vitroll.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO = ROOT / "sample_images" / "cat.jpg"
@@ -175,3 +176,40 @@ def test_a_folder_given_to_caption_asks_for_its_images_before_any_model_is_loade
     assert code == 2 and out == ""
     assert err == (f"vitroll: error: {folder} is a folder: `vitroll caption` takes image files; pass the folder's "
                    f"images, e.g. {folder}/*.png\n")  # was 'vitroll: failed: …: is a directory, not an image', exit 3
+
+
+def sub_command_options() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
+    """(sub-command, its parser, one of its arguments) for every argument of every sub-command but ``--help``."""
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return [(name, command, action) for name, command in commands.choices.items() for action in command._actions
+            if not isinstance(action, argparse._HelpAction)]
+
+
+def test_every_argument_of_every_sub_command_has_a_help_text():
+    assert [f"{name} {'/'.join(action.option_strings) or action.metavar}" for name, _, action in sub_command_options()
+            if not action.help] == []
+
+
+def test_every_default_a_help_text_could_state_is_stated_as_the_one_used():
+    """An option whose default is a number or a word says `default: VALUE` (or `default VALUE`) with that value."""
+    unstated = []
+    for name, command, action in sub_command_options():
+        if isinstance(action.default, bool) or not isinstance(action.default, (int, float, str)):
+            continue
+        value = f"{action.default:g}" if isinstance(action.default, float) else str(action.default)
+        shown = command._get_formatter()._expand_help(action)
+        if f"default: {value}" not in shown and f"default {value}" not in shown:
+            unstated.append(f"{name} {action.option_strings[0]} = {value}: {shown}")
+    assert unstated == []
+
+
+def test_the_same_option_is_spelled_alike_in_every_sub_command():
+    """Metavars of options shared by several sub-commands agree (--checkpoint FILE, --out DIR, --batch-size N, …)."""
+    metavars: dict[str, set] = {}
+    for _, _, action in sub_command_options():
+        if action.option_strings:
+            metavars.setdefault(action.option_strings[0], set()).add(str(action.metavar))
+    assert {option: spellings for option, spellings in metavars.items() if len(spellings) > 1} == {}
+    assert {option: metavars[option] for option in ("--checkpoint", "--class-names", "--out", "--batch-size")} == {
+        "--checkpoint": {"FILE"}, "--class-names": {"FILE"}, "--out": {"DIR"}, "--batch-size": {"N"}}

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 import timm
+import torch
 from PIL import Image
 
+import vitroll
+from vitroll.capture import recorder
 from vitroll.cli import build_parser, main
 from vitroll.commands.common import preprocessing_from_args
 
@@ -37,15 +40,15 @@ def test_models_lists_families_and_marks_matches(capsys):
     assert "supported    eva02_tiny_patch14_224" in out and "supported    vit_tiny_patch16_224" in out
 
 
-def test_the_eva_and_beit_notes_say_what_holds(capsys):
+def test_the_eva_and_beit_notes_say_what_holds(capsys, monkeypatch):
     assert main(["models", "vit_pe_core_tiny*"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert ("  eva   eva02_*, eva_*, vit_*_rope_*  — rotary embedding included (unfused path); class/register tokens "
-            "skipped; avg pooling → patch mean; 'map' head → pool attention; timm's other Eva models (vit_pe_*, "
-            "*_dinov3*) too") in out
-    assert ("  beit  beit_*, beitv2_*  — relative position bias included (unfused path); avg pooling (default) → "
-            "patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit "
-            "has none)") in out
+    assert ("  eva   eva02_*, eva_*, vit_*_rope_*  — rotary embedding included (blocked kernel on the rotated queries "
+            "and keys); class/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention; timm's "
+            "other Eva models (vit_pe_*, *_dinov3*) too") in out
+    assert ("  beit  beit_*, beitv2_*  — relative position bias included (the blocked kernel's mask); avg pooling "
+            "(default) → patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size "
+            "(timm's Beit has none)") in out
     assert "  supported    vit_pe_core_tiny_patch16_384" in out
     from vitroll.capture import family_of
 
@@ -62,6 +65,12 @@ def test_the_eva_and_beit_notes_say_what_holds(capsys):
     with pytest.raises(ValueError) as refused:  # so the size hint offers only --img-size
         family_of(beit).token_layout(beit, (48, 48))
     assert str(refused.value) == "Beit was built for 32×32 inputs; build it for this size with --img-size 48 48"
+    swapped = []  # both record through the blocked kernel in place of their fused call, as the notes say
+    swap = recorder.attach_kernel_swap
+    monkeypatch.setattr(recorder, "attach_kernel_swap", lambda module, *a, **k: swapped.append(module) or swap(module, *a, **k))
+    vitroll.rollout(eva, torch.randn(1, 3, 28, 28))
+    vitroll.rollout(beit, torch.randn(1, 3, 32, 32))
+    assert swapped == [eva.blocks[0].attn, beit.blocks[0].attn]
 
 
 def test_preprocessing_overrides_reach_the_transform():

@@ -18,8 +18,8 @@ from typing import Any, Optional
 import torch
 
 from vitroll.commands.common import (
-    add_explain_arguments, add_resume_arguments, integer, model_from_args, number, output_folder,
-    preprocessing_from_args, provenance_from_args, settings_from_args,
+    add_batch_size_argument, add_explain_arguments, add_out_argument, add_resume_arguments, integer, model_from_args,
+    number, preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.methods import METHODS
@@ -35,16 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("annotate", help="explain every image of a folder or list, resumably",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", metavar="INPUT", help="a folder of images, or a .txt/.csv file listing image paths")
-    parser.add_argument("--out", type=output_folder, required=True, help="output folder")
-    parser.add_argument("--batch-size", type=integer(1), default=16)
-    parser.add_argument("--workers", type=integer(0), default=min(4, os.cpu_count() or 1), help="decoding processes")
+    add_out_argument(parser, None)
+    add_batch_size_argument(parser, 16)
+    parser.add_argument("--workers", type=integer(0), default=min(4, os.cpu_count() or 1), metavar="N",
+                        help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
-                        help="autocast for the model (fp16: CUDA only); maps are float32")
-    parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)}")
+                        help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
+    parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
                                                       "done ones; other rows are kept")
-    parser.add_argument("--limit", type=integer(0), help="only the first N inputs (sorted by path)")
+    parser.add_argument("--limit", type=integer(0), metavar="N", help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")

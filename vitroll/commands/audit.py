@@ -22,8 +22,8 @@ from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, parse_group_by
 from vitroll.audit.summary import counted
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, number, output_folder, preprocessing_from_args, provenance_from_args,
-    settings_from_args,
+    add_batch_size_argument, add_explain_arguments, add_out_argument, integer, model_from_args, number,
+    preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 from vitroll.io.redact import require_text_detector
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("audit", help="PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="DICOM or image files, or folders (searched recursively)")
-    parser.add_argument("--out", type=output_folder, default="audit", help="report folder (default: audit/)")
+    add_out_argument(parser, "audit", what="report folder")
     group = parser.add_argument_group("DICOM")
     group.add_argument("--window", help=f"grey window for every DICOM: {presets}, or W,L = width,level "
                                         "(default: the file's VOI LUT or Window Center/Width, else min–max)")
@@ -57,9 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--flag-threshold", type=number(0, 1), default=0.5,
                        help="flag images with more than this fraction of saliency outside the body (default 0.5)")
     group.add_argument("--border", type=number(0, 0.5, high_open=True), default=0.05,
-                       help="border band width as a fraction of each side, in [0, 0.5)")
+                       help="border band width as a fraction of each side, in [0, 0.5) (default: %(default)s)")
     group.add_argument("--top-percent", type=number(0, 100, low_open=True), default=5.0,
-                       help="top-k %% of the map compared with the ROI (IoU), in (0, 100]")
+                       help="top-k %% of the map compared with the ROI (IoU), in (0, 100] (default: %(default)g)")
     group.add_argument("--masks", help="folder of ROI masks: <image stem>.png, non-zero inside")
     group.add_argument("--boxes", help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
     group.add_argument("--body-masks", help="folder of body masks <image stem>.png replacing the automatic one "
@@ -67,8 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--group-by", default="ManufacturerModelName",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
-    group.add_argument("--batch-size", type=integer(1), default=8)
-    group.add_argument("--workers", type=integer(0), default=0, help="decoding processes (default 0: the main process)")
+    add_batch_size_argument(group, 8, items="frames")
+    group.add_argument("--workers", type=integer(0), default=0, metavar="N", help="decoding processes (default 0: the main process)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

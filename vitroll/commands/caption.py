@@ -14,7 +14,8 @@ import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
-    add_device_argument, colormap, integer, number, output_folder, refuse_folders, refuse_other_kinds, resolve_device,
+    add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
+    refuse_other_kinds, resolve_device,
 )
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
@@ -24,19 +25,19 @@ from vitroll.pipelines.caption import caption_files
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("caption", help="caption images and map each word of the caption on the image",
                                    description=__doc__)
-    parser.add_argument("images", nargs="+", metavar="IMAGE")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", required=True,
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
                              "processor files), a cached hub id, or vitroll-caption-shapes")
-    parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer")
+    parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer", metavar="METHOD",
+                        help=f"{', '.join(CAPTION_METHODS)} (default: %(default)s)")
     parser.add_argument("--window", type=integer(1), default=None,
                         help="occlusion: the side, in patches, of the blocks it hides (default 1)")
     parser.add_argument("--max-new-tokens", type=integer(1), default=20,
                         help="longest caption, in tokens (default 20; never more than the decoder has positions)")
-    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
-    parser.add_argument("--batch-size", type=integer(1), default=8)
-    parser.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap")
-    parser.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
+    add_out_argument(parser, "out")
+    add_batch_size_argument(parser, 8)
+    add_colour_arguments(parser)
     add_device_argument(parser)
     parser.set_defaults(run=run)
 

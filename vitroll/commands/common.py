@@ -119,7 +119,19 @@ def output_folder(text: str) -> Path:
 
 def add_device_argument(group: "argparse._ActionsContainer") -> None:
     group.add_argument("--device", type=device_name, default="auto",
-                       help="cpu, cuda, cuda:1, mps, … (default: cuda when available)")
+                       help="cpu, cuda, cuda:1, mps, … (default: auto, cuda when available, else cpu)")
+
+
+def add_out_argument(group: "argparse._ActionsContainer", default: str | None, what: str = "output folder") -> None:
+    """``--out DIR``, required when there is no ``default`` folder."""
+    group.add_argument("--out", type=output_folder, metavar="DIR", default=default, required=default is None,
+                       help=what if default is None else f"{what} (default: %(default)s/)")
+
+
+def add_batch_size_argument(group: "argparse._ActionsContainer", default: int, items: str = "images") -> None:
+    """``--batch-size N``: how many ``items`` go through the model at once."""
+    group.add_argument("--batch-size", type=integer(1), default=default, metavar="N",
+                       help=f"{items} per forward pass (default: %(default)s)")
 
 
 def add_resume_arguments(parser: argparse.ArgumentParser, *, done: str, redo: str) -> None:
@@ -149,11 +161,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=TESTBED_NAME,
                        help=f"timm model name, hf-hub:org/name, a transformers folder or hub id, torchvision:ARCH or "
                             f"open_clip:ARCH (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
-    group.add_argument("--checkpoint", help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
+    group.add_argument("--checkpoint", metavar="FILE",
+                       help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
     group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
-    group.add_argument("--num-classes", type=integer(1), help="classifier size (default: from the checkpoint's head)")
-    group.add_argument("--class-names", help="class names file: one per line, or JSON")
+    group.add_argument("--num-classes", type=integer(1), metavar="N",
+                       help="classifier size (default: from the checkpoint's head)")
+    group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
     add_device_argument(group)
     group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
@@ -170,10 +184,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="build the model to accept any input size (ViT, EVA, CaiT)")
 
 
-def add_method_arguments(parser: argparse.ArgumentParser) -> None:
+def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout") -> None:
+    """``--method`` and its options; ``default`` is what ``--help`` states as the default method."""
     group = parser.add_argument_group("method (unset options keep the method's default; a flag it does not take is "
                                       "ignored with a warning; `vitroll methods` lists each method's options)")
-    group.add_argument("--method", default="rollout", choices=sorted(METHODS))
+    group.add_argument("--method", default="rollout", choices=sorted(METHODS), metavar="METHOD",
+                       help=f"saliency method: {', '.join(sorted(METHODS))} (default: {default})")
     add_method_options(group)
 
 
@@ -257,13 +273,23 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
     return check_shared_options(chosen, options)
 
 
+def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
+    """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
+    group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    group.add_argument("--alpha", type=number(0, 1), default=0.5,
+                       help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
+
+
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("rendering")
-    group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap")
-    group.add_argument("--alpha", type=number(0, 1), default=0.5, help="opacity of the heatmap, in [0, 1]")
-    group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"))
-    group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"))
-    group.add_argument("--key-patches", type=integer(0), default=0, metavar="K", help="outline the K highest-scoring patches")
+    add_colour_arguments(group)
+    group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"),
+                       help="how the patch-grid map is resized to the image (default: %(default)s)")
+    group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"),
+                       help="scale each map to [0, 1] from its min and max, or from its 1st and 99th percentiles, "
+                            "robust to a few extreme patches (default: %(default)s)")
+    group.add_argument("--key-patches", type=integer(0), default=0, metavar="K",
+                       help="outline the K highest-scoring patches (default: %(default)s, none)")
 
 
 def add_explain_arguments(parser: argparse.ArgumentParser) -> None:

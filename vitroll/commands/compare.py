@@ -12,7 +12,7 @@ from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    integer, output_folder, resolve_device, settings_from_args, warn_if_trusting,
+    add_out_argument, integer, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.models import class_names, load_model
 from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
@@ -24,9 +24,9 @@ T = TypeVar("T")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="compare the maps of several models on the same images",
                                    description=__doc__)
-    parser.add_argument("images", nargs="+", metavar="IMAGE")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", action="append", required=True, help="a model to compare (repeat: two or more)")
-    parser.add_argument("--checkpoint", action="append",
+    parser.add_argument("--checkpoint", action="append", metavar="FILE",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
     add_trust_checkpoint_argument(parser)
     parser.add_argument("--img-size", action="append", nargs="+", type=_size_or_none, metavar="SIZE",
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "position embeddings; repeat per model, 'none' for its default size)")
     parser.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
-    parser.add_argument("--out", type=output_folder, default="compare", help="output folder")
+    add_out_argument(parser, "compare")
     add_method_arguments(parser)
     add_render_arguments(parser)
     parser.set_defaults(run=run)

@@ -13,11 +13,11 @@ import numpy as np
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
-    add_method_options, add_model_arguments, integer, method_options_from_args, model_from_args, number, output_folder,
-    preprocessing_from_args, resolve_device,
+    add_batch_size_argument, add_method_options, add_model_arguments, add_out_argument, integer,
+    method_options_from_args, model_from_args, number, preprocessing_from_args, resolve_device,
 )
 from vitroll.errors import VitrollError
-from vitroll.methods import method_named
+from vitroll.methods import METHODS, method_named
 from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
     evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
@@ -37,6 +37,8 @@ TESTBEDS = {
 """Each testbed's shipped model (the default ``--model``) and default methods: the shapes images with their
 classifier, the two-shape images with a prompt naming one (an image–text model), the key-word sentences (a text
 classifier)."""
+TESTBED_COUNT = 200
+"""How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
 
 
 def method_list(text: str) -> list[str]:
@@ -49,14 +51,19 @@ def method_list(text: str) -> list[str]:
     return methods
 
 
-def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str) -> None:
+def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str, *, testbed_count: int,
+                               methods_default: str) -> None:
+    """FOLDER or ``--testbed N`` (``testbed_count`` inputs when neither is given), ``--seed``, ``--methods`` (their
+    default as ``--help`` states it: ``methods_default``), ``--out`` and the method and model options."""
     parser.add_argument("folder", nargs="?", metavar="FOLDER", help=folder_help)
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
-                        help="use N generated shapes images instead of a folder (default when no FOLDER: 200)")
-    parser.add_argument("--seed", type=int, default=3, help="testbed split (3: the shipped model's held-out split)")
-    parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS),
-                        help=f"comma-separated (default: {DEFAULT_METHODS}; also: flow)")
-    parser.add_argument("--out", type=output_folder, default="evaluation", help="output folder")
+                        help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
+                             f"{testbed_count})")
+    parser.add_argument("--seed", type=int, default=3,
+                        help="testbed split (default: %(default)s, the shipped models' held-out split)")
+    parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
+                        help=f"comma-separated, from {', '.join(sorted(METHODS))} (default: {methods_default})")
+    add_out_argument(parser, "evaluation")
     add_method_options(parser.add_argument_group("method options"))
     add_model_arguments(parser)
 
@@ -74,18 +81,21 @@ def images_from_args(args: argparse.Namespace, default_count: int):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
-    add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png")
-    parser.add_argument("--batch-size", type=integer(1), default=16)
-    parser.add_argument("--steps", type=integer(1), default=16, help="deletion/insertion steps")
+    methods_default = "; ".join(f"{kind}: {methods}" for kind, (_, methods) in TESTBEDS.items())
+    add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png",
+                               testbed_count=TESTBED_COUNT, methods_default=methods_default)
+    add_batch_size_argument(parser, 16)
+    parser.add_argument("--steps", type=integer(1), default=16, metavar="N",
+                        help="deletion/insertion steps (default: %(default)s)")
     parser.add_argument("--substrate", choices=("blur", "mean"), default="mean",
-                        help="what deleted pixels become and insertion starts from: the image's mean colour (default) "
-                             "or a Gaussian blur (RISE; uninformative when blurred objects stay recognisable)")
+                        help="what deleted pixels become and insertion starts from: the image's mean colour or a Gaussian "
+                             "blur (RISE; uninformative when blurred objects stay recognisable) (default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=number(), default=0.0,
                         help="flag images whose --disagreement correlation is below this (default 0)")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
-                        help="which generated testbed --testbed N draws from: shapes (default), pairs (two shapes and "
+                        help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs (two shapes and "
                              "a prompt naming one; default model vitroll-clip-shapes: pointing game on the named shape) "
                              "or text (a planted key word among fillers and a group word; default model "
                              "vitroll-text-keyword: pointing game on the key word, share on the group word), "
@@ -119,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
     method_options = method_options_from_args(args, args.methods)
-    images = images_from_args(args, default_count=200)
+    images = images_from_args(args, default_count=TESTBED_COUNT)
     model = model_from_args(args)
     result = evaluate(model, images, args.methods, method_options=method_options,
                       preprocessing=preprocessing_from_args(model, args), batch_size=args.batch_size,
@@ -153,7 +163,7 @@ def run_generated(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, methods)
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))
-    count = args.testbed or 200
+    count = args.testbed or TESTBED_COUNT
     if args.testbed_kind == "pairs":
         rows = evaluate_pairs(model, pair_images(count, args.seed), methods, method_options=method_options,
                               batch_size=args.batch_size)

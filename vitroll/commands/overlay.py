@@ -11,8 +11,8 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
-    add_explain_arguments, integer, model_from_args, non_blank, output_folder, preprocessing_from_args, refuse_folders,
-    settings_from_args,
+    add_batch_size_argument, add_method_arguments, add_model_arguments, add_out_argument, add_render_arguments,
+    model_from_args, non_blank, preprocessing_from_args, refuse_folders, settings_from_args,
 )
 from vitroll.models import class_names
 from vitroll.pipelines.single import ImageExplanation, explain_files
@@ -21,15 +21,17 @@ from vitroll.pipelines.single import ImageExplanation, explain_files
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("overlay", help="write saliency overlays for images and print top-5 classes",
                                    description=__doc__)
-    parser.add_argument("images", nargs="+", metavar="IMAGE")
-    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
+    add_out_argument(parser, "out")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
-    parser.add_argument("--batch-size", type=integer(1), default=8)
+    add_batch_size_argument(parser, 8)
     parser.add_argument("--text", action="append", default=[], type=non_blank, metavar="TEXT",
                         help="for an image–text model (CLIP, SigLIP, open_clip): explain its score for this text "
                              "(repeatable; the method defaults to chefer, whose maps follow the text); writes "
                              "IMAGE_METHOD_TEXT.png per text and IMAGE_METHOD_texts.png")
-    add_explain_arguments(parser)
+    add_model_arguments(parser)
+    add_method_arguments(parser, default="rollout; chefer with --text")
+    add_render_arguments(parser)
     parser.set_defaults(run=run, method=None)
 
 

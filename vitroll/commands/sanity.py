@@ -9,15 +9,19 @@ import argparse
 from PIL import Image
 
 from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
-from vitroll.commands.evaluate import add_image_source_arguments, check_one_image_source, write_csv
+from vitroll.commands.evaluate import DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, write_csv
 from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
 from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
+
+TESTBED_COUNT = 32
+"""How many shapes images ``vitroll sanity`` draws without a FOLDER or ``--testbed N``."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sanity", help="do the maps change when the model's weights are randomised?",
                                    description=__doc__)
-    add_image_source_arguments(parser, "a folder of images (files named NAME_mask.* are taken for masks and left out)")
+    add_image_source_arguments(parser, "a folder of images (files named NAME_mask.* are taken for masks and left out)",
+                               testbed_count=TESTBED_COUNT, methods_default=DEFAULT_METHODS)
     parser.set_defaults(run=run)
 
 
@@ -25,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, args.methods)
     check_one_image_source(args)
     images = (folder_images_without_masks(args.folder) if args.folder
-              else [item.image for item in shapes_images(args.testbed or 32, args.seed)])
+              else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, args.seed)])
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])

@@ -20,7 +20,8 @@ from rich.console import Console
 from tqdm import tqdm
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, add_resume_arguments, integer, method_options_from_args, output_folder,
+    add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_resume_arguments,
+    method_options_from_args,
     refuse_other_kinds, resolve_device,
 )
 from vitroll.adapters.tokenizers import registered_tokenizer
@@ -39,12 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("text", help="token and word scores of a text model, in the terminal and as HTML",
                                    description=__doc__)
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
-    parser.add_argument("--file", help="a UTF-8 file with one text per line (after any TEXT given)")
+    parser.add_argument("--file", metavar="FILE", help="a UTF-8 file with one text per line (after any TEXT given)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--model", required=True,
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
-    parser.add_argument("--out", type=output_folder, default="out", help="output folder (default: out/)")
-    parser.add_argument("--batch-size", type=integer(1), default=16)
+    add_out_argument(parser, "out")
+    add_batch_size_argument(parser, 16, items="texts")
     add_resume_arguments(parser, done="texts", redo="redo the texts instead of skipping done ones")
     parser.add_argument("--readout", choices=("class_token", "token_mean", "position"),
                         help="the explained row: class token (encoders' default), mean of the real tokens "
