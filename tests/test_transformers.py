@@ -33,6 +33,8 @@ MODELS = {
     "dinov2": (transformers.Dinov2ForImageClassification, transformers.Dinov2Config, dict(num_labels=3)),
     "dinov2-registers": (transformers.Dinov2WithRegistersModel, transformers.Dinov2WithRegistersConfig,
                          dict(num_register_tokens=4)),
+    "dinov3": (transformers.DINOv3ViTModel, transformers.DINOv3ViTConfig, dict(num_register_tokens=4)),
+    "ijepa": (transformers.IJepaForImageClassification, transformers.IJepaConfig, dict(num_labels=3)),
     "beit": (transformers.BeitForImageClassification, transformers.BeitConfig,
              dict(num_labels=3, use_relative_position_bias=True)),
     "data2vec-vision": (transformers.Data2VecVisionForImageClassification, transformers.Data2VecVisionConfig,
@@ -62,7 +64,10 @@ MODELS.update({
                           on_a_vision_tower(transformers.SiglipConfig, transformers.SiglipVisionConfig),
                           dict(num_labels=3)),
 })
-PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "siglip-vision": 0, "siglip-classifier": 0}
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
+          "siglip-classifier": 0}
+BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision")
+"""Models without a classification head."""
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
@@ -96,7 +101,7 @@ def eager_attentions(name: str, pixels: torch.Tensor, dtype: torch.dtype = torch
 def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchanged(name):
     model, pixels = build(name), images()
     with torch.no_grad():
-        plain = model_logits(model, pixels) if name not in ("vit-mae", "clip-vision", "siglip-vision") else None
+        plain = model_logits(model, pixels) if name not in BACKBONES else None
         with AttentionRecorder(model, head_fusion=None) as recorder:
             recorded = model_logits(model, pixels)
     expected = eager_attentions(name, pixels)
@@ -118,9 +123,9 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
 @pytest.mark.parametrize("name", MODELS)
 def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
     """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
-    interpolate (DINOv2 always does), the logits of its SDPA path, and rollout equal to the float64 reference."""
+    interpolate (DINOv2 and DINOv3 always do), the logits of its SDPA path, and rollout equal to the float64 reference."""
     pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
-    asked = {} if name.startswith("dinov2") else {"interpolate_pos_encoding": True}
+    asked = {} if name.startswith("dinov") else {"interpolate_pos_encoding": True}
     if name == "vit-mae":
         asked["noise"] = torch.arange(15, dtype=torch.float64).expand(2, -1)
     with torch.no_grad():
@@ -144,12 +149,12 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
             assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "beit", "clip-vision"])
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit", "ijepa", "clip-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)
-    class_token = name != "beit"  # BEiT pools the patch tokens' mean
+    class_token = name not in ("beit", "ijepa")  # BEiT and I-JEPA pool the patch tokens' mean
     for index in range(len(pixels)):
         per_layer = [layer[index].numpy() for layer in expected_layers]
         expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token)
@@ -167,7 +172,7 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
     return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
 
 
-MEAN_POOLED = ("data2vec-vision", "clip-classifier", "siglip-classifier")
+MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier")
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", *MEAN_POOLED])

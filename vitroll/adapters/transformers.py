@@ -112,6 +112,8 @@ INTERFACE_ATTENTION = {
     "deit": f"{_MODELS}.deit.modeling_deit.DeiTAttention",
     "dinov2": f"{_MODELS}.dinov2.modeling_dinov2.Dinov2Attention",
     "dinov2-registers": f"{_MODELS}.dinov2_with_registers.modeling_dinov2_with_registers.Dinov2WithRegistersAttention",
+    "dinov3": f"{_MODELS}.dinov3_vit.modeling_dinov3_vit.DINOv3ViTAttention",
+    "ijepa": f"{_MODELS}.ijepa.modeling_ijepa.IJepaAttention",
     "beit": f"{_MODELS}.beit.modeling_beit.BeitAttention",
     "vit-msn": f"{_MODELS}.vit_msn.modeling_vit_msn.ViTMSNAttention",
     "vit-mae": f"{_MODELS}.vit_mae.modeling_vit_mae.ViTMAEAttention",
@@ -168,7 +170,8 @@ def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
 
 
 def _dinov2_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
-    """DINOv2 interpolates its position embeddings for any input size by itself (and takes no option for it)."""
+    """DINOv2 interpolates its position embeddings for any input size by itself, DINOv3 places its rotary embedding
+    on any patch grid (and neither takes an option for it)."""
     return getattr(model(pixel_values=images), "logits", None)
 
 
@@ -281,6 +284,13 @@ _register("hf-dinov2-registers",
           (INTERFACE_ATTENTION["dinov2-registers"],),
           _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
           notes="register tokens skipped; class token read out")
+_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel"), (INTERFACE_ATTENTION["dinov3"],),
+          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
+          notes="rotary embedding included (applied before the kernel); register tokens skipped; class token read "
+                "out; backbone: attention methods only")
+_register("hf-ijepa", _classes("ijepa.modeling_ijepa", "IJepaModel", "IJepaForImageClassification"),
+          (INTERFACE_ATTENTION["ijepa"],), _layout(lambda _model: 0, _patch_mean),
+          notes="no class token: the classifier averages the patch tokens → patch mean")
 _register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
           (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
           notes="relative position bias included (it reaches the kernel as the mask); mean pooling → patch mean")
@@ -353,8 +363,9 @@ register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipMod
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")
 
-MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn",
-                         "vit_mae", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})
+MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
+                         "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
+                         "siglip_vision_model"})
 """The ``config.model_type`` values of the models registered above (CLIP and SigLIP: their vision towers), which
 loading checks before it builds a model."""
 
