@@ -299,3 +299,55 @@ def test_data2vec_built_eager_is_read_at_its_dropout():
         recorder.model(pixel_values=pixels)
     for got, want in zip(recorder.attentions, eager_attentions("data2vec-vision", pixels)):
         assert (got - want).abs().max().item() < 1e-5
+
+
+REFUSED = {
+    "pvt_v2": (lambda: transformers.PvtV2ForImageClassification(transformers.PvtV2Config(
+        image_size=32, num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+        sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], num_labels=3)),
+               "PvtV2ForImageClassification: PVT v2 attends to pooled keys in stages: a hierarchical model"),
+    "hiera": (lambda: transformers.HieraForImageClassification(transformers.HieraConfig(
+        embed_dim=16, image_size=[32, 32], patch_size=[4, 4], patch_stride=[2, 2], depths=[1, 1], num_heads=[1, 2],
+        masked_unit_size=[4, 4], query_stride=[2, 2], num_query_pool=1, num_labels=3)),
+              "HieraForImageClassification: Hiera attends within mask units and pools its tokens between stages: "
+              "a hierarchical model"),
+    "levit": (lambda: transformers.LevitForImageClassification(transformers.LevitConfig(
+        image_size=32, hidden_sizes=[32, 48], num_attention_heads=[2, 2], depths=[1, 1], key_dim=[8, 8],
+        down_ops=[["Subsample", 8, 2, 4, 2, 2]], num_labels=3)),
+              "LevitForImageClassification: LeViT subsamples its tokens between stages: a hierarchical model"),
+    "vitdet": (lambda: transformers.VitDetModel(transformers.VitDetConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, pretrain_image_size=32,
+        patch_size=8, window_size=2, window_block_indices=[0])),
+               "VitDetModel: ViTDet attends within windows in its windowed layers"),
+    "yolos": (lambda: transformers.YolosModel(transformers.YolosConfig(**{**SMALL, "image_size": [32, 32]},
+                                                                       num_detection_tokens=3)),
+              "YolosModel: YOLOS is a detector: its detection tokens follow the patches"),
+    "siglip2": (lambda: transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
+        num_patches=16)),
+                "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_reason(name, tmp_path, capsys):
+    """They were refused with the generic "has no token attention" and the whole list of families (and from the
+    command line with "no vitroll family reads its attention"), not why."""
+    from vitroll.cli import main
+
+    build_model, reason = REFUSED[name]
+    torch.manual_seed(0)
+    model = build_model().eval()
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model, images())
+    assert str(raised.value).startswith(reason) and "supported families" not in str(raised.value)
+    model.save_pretrained(tmp_path / name)
+    capsys.readouterr()  # transformers' shard-writing bar
+    assert main(["overlay", str(ROOT / "sample_images" / "cat.jpg"), "--model", str(tmp_path / name),
+                 "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and not (tmp_path / "out").exists()
+    own_reason = reason.partition(": ")[2]
+    assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
+                               f"'{model.config.model_type}' is not supported: {own_reason}")
+    assert "the supported model types are beit, " in error[0] and "dinov3_vit" in error[0]

@@ -10,7 +10,8 @@ shared config are never switched, and no ``output_attentions=True`` forces the w
 
 Data2VecVision still picks its attention class when it is built: its SDPA class has its
 ``scaled_dot_product_attention`` call swapped for the same kernel; its eager class is read at the dropout that
-receives the probabilities. Hierarchical models (Swin, ConvNeXt, …) are refused with the reason.
+receives the probabilities. Hierarchical and windowed models (Swin, PVT, Hiera, ViTDet, …), detectors and
+segmenters (YOLOS, EoMT) and SigLIP 2's patch input are refused with the reason.
 
 Nothing here imports transformers until a model is recorded: families and readouts name classes by dotted path.
 """
@@ -371,6 +372,9 @@ loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")
+_VIT_LIKE = "vitroll explains image classifiers and backbones (ViT, DeiT, DINOv2/v3, BEiT, CLIP/SigLIP towers, …)"
+_SIGLIP2 = ("SigLIP 2 (NaFlex) takes its images as pre-cut patches with their spatial shapes and a patch mask, not as "
+            "an image tensor; vitroll explains SigLIP (model type siglip) and its vision tower")
 _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", f"Swin attends within shifted windows: {_HIERARCHICAL}"),
     ("swinv2", f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel",
@@ -382,6 +386,26 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("pvt", f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", f"PVT attends to pooled keys in stages: {_HIERARCHICAL}"),
     ("segformer", f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel",
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
+    ("pvt_v2", f"{_MODELS}.pvt_v2.modeling_pvt_v2.PvtV2PreTrainedModel",
+     f"PVT v2 attends to pooled keys in stages: {_HIERARCHICAL}"),
+    ("hiera", f"{_MODELS}.hiera.modeling_hiera.HieraPreTrainedModel",
+     f"Hiera attends within mask units and pools its tokens between stages: {_HIERARCHICAL}"),
+    ("levit", f"{_MODELS}.levit.modeling_levit.LevitPreTrainedModel",
+     f"LeViT subsamples its tokens between stages: {_HIERARCHICAL}"),
+    ("cvt", f"{_MODELS}.cvt.modeling_cvt.CvtPreTrainedModel",
+     f"CvT attends through convolutional projections in stages: {_HIERARCHICAL}"),
+    ("dinat", f"{_MODELS}.dinat.modeling_dinat.DinatPreTrainedModel",
+     f"DiNAT attends within dilated neighbourhoods in stages: {_HIERARCHICAL}"),
+    ("vitdet", f"{_MODELS}.vitdet.modeling_vitdet.VitDetPreTrainedModel",
+     "ViTDet attends within windows in its windowed layers, so no layer-to-layer token sequence spans the image; "
+     "use Grad-CAM (pip install grad-cam)"),
+    ("yolos", f"{_MODELS}.yolos.modeling_yolos.YolosPreTrainedModel",
+     f"YOLOS is a detector: its detection tokens follow the patches and there is no class score per image; {_VIT_LIKE}"),
+    ("eomt", f"{_MODELS}.eomt.modeling_eomt.EomtPreTrainedModel",
+     f"EoMT is a segmenter: its query tokens join in the last blocks and there is no class score per image; "
+     f"{_VIT_LIKE}"),
+    ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
+    ("siglip2_vision_model", None, _SIGLIP2),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 
