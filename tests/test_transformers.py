@@ -33,6 +33,8 @@ MODELS = {
     "dinov2": (transformers.Dinov2ForImageClassification, transformers.Dinov2Config, dict(num_labels=3)),
     "dinov2-registers": (transformers.Dinov2WithRegistersModel, transformers.Dinov2WithRegistersConfig,
                          dict(num_register_tokens=4)),
+    "dinov3": (transformers.DINOv3ViTModel, transformers.DINOv3ViTConfig, dict(num_register_tokens=4)),
+    "ijepa": (transformers.IJepaForImageClassification, transformers.IJepaConfig, dict(num_labels=3)),
     "beit": (transformers.BeitForImageClassification, transformers.BeitConfig,
              dict(num_labels=3, use_relative_position_bias=True)),
     "data2vec-vision": (transformers.Data2VecVisionForImageClassification, transformers.Data2VecVisionConfig,
@@ -62,7 +64,10 @@ MODELS.update({
                           on_a_vision_tower(transformers.SiglipConfig, transformers.SiglipVisionConfig),
                           dict(num_labels=3)),
 })
-PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "siglip-vision": 0, "siglip-classifier": 0}
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
+          "siglip-classifier": 0}
+BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision")
+"""Models without a classification head."""
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
@@ -96,7 +101,7 @@ def eager_attentions(name: str, pixels: torch.Tensor, dtype: torch.dtype = torch
 def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchanged(name):
     model, pixels = build(name), images()
     with torch.no_grad():
-        plain = model_logits(model, pixels) if name not in ("vit-mae", "clip-vision", "siglip-vision") else None
+        plain = model_logits(model, pixels) if name not in BACKBONES else None
         with AttentionRecorder(model, head_fusion=None) as recorder:
             recorded = model_logits(model, pixels)
     expected = eager_attentions(name, pixels)
@@ -118,9 +123,9 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
 @pytest.mark.parametrize("name", MODELS)
 def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
     """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
-    interpolate (DINOv2 always does), the logits of its SDPA path, and rollout equal to the float64 reference."""
+    interpolate (DINOv2 and DINOv3 always do), the logits of its SDPA path, and rollout equal to the float64 reference."""
     pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
-    asked = {} if name.startswith("dinov2") else {"interpolate_pos_encoding": True}
+    asked = {} if name.startswith("dinov") else {"interpolate_pos_encoding": True}
     if name == "vit-mae":
         asked["noise"] = torch.arange(15, dtype=torch.float64).expand(2, -1)
     with torch.no_grad():
@@ -144,12 +149,12 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
             assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "beit", "clip-vision"])
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit", "ijepa", "clip-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)
-    class_token = name != "beit"  # BEiT pools the patch tokens' mean
+    class_token = name not in ("beit", "ijepa")  # BEiT and I-JEPA pool the patch tokens' mean
     for index in range(len(pixels)):
         per_layer = [layer[index].numpy() for layer in expected_layers]
         expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token)
@@ -167,7 +172,7 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
     return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
 
 
-MEAN_POOLED = ("data2vec-vision", "clip-classifier", "siglip-classifier")
+MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier")
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", *MEAN_POOLED])
@@ -294,3 +299,55 @@ def test_data2vec_built_eager_is_read_at_its_dropout():
         recorder.model(pixel_values=pixels)
     for got, want in zip(recorder.attentions, eager_attentions("data2vec-vision", pixels)):
         assert (got - want).abs().max().item() < 1e-5
+
+
+REFUSED = {
+    "pvt_v2": (lambda: transformers.PvtV2ForImageClassification(transformers.PvtV2Config(
+        image_size=32, num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+        sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], num_labels=3)),
+               "PvtV2ForImageClassification: PVT v2 attends to pooled keys in stages: a hierarchical model"),
+    "hiera": (lambda: transformers.HieraForImageClassification(transformers.HieraConfig(
+        embed_dim=16, image_size=[32, 32], patch_size=[4, 4], patch_stride=[2, 2], depths=[1, 1], num_heads=[1, 2],
+        masked_unit_size=[4, 4], query_stride=[2, 2], num_query_pool=1, num_labels=3)),
+              "HieraForImageClassification: Hiera attends within mask units and pools its tokens between stages: "
+              "a hierarchical model"),
+    "levit": (lambda: transformers.LevitForImageClassification(transformers.LevitConfig(
+        image_size=32, hidden_sizes=[32, 48], num_attention_heads=[2, 2], depths=[1, 1], key_dim=[8, 8],
+        down_ops=[["Subsample", 8, 2, 4, 2, 2]], num_labels=3)),
+              "LevitForImageClassification: LeViT subsamples its tokens between stages: a hierarchical model"),
+    "vitdet": (lambda: transformers.VitDetModel(transformers.VitDetConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, pretrain_image_size=32,
+        patch_size=8, window_size=2, window_block_indices=[0])),
+               "VitDetModel: ViTDet attends within windows in its windowed layers"),
+    "yolos": (lambda: transformers.YolosModel(transformers.YolosConfig(**{**SMALL, "image_size": [32, 32]},
+                                                                       num_detection_tokens=3)),
+              "YolosModel: YOLOS is a detector: its detection tokens follow the patches"),
+    "siglip2": (lambda: transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
+        num_patches=16)),
+                "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_reason(name, tmp_path, capsys):
+    """They were refused with the generic "has no token attention" and the whole list of families (and from the
+    command line with "no vitroll family reads its attention"), not why."""
+    from vitroll.cli import main
+
+    build_model, reason = REFUSED[name]
+    torch.manual_seed(0)
+    model = build_model().eval()
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model, images())
+    assert str(raised.value).startswith(reason) and "supported families" not in str(raised.value)
+    model.save_pretrained(tmp_path / name)
+    capsys.readouterr()  # transformers' shard-writing bar
+    assert main(["overlay", str(ROOT / "sample_images" / "cat.jpg"), "--model", str(tmp_path / name),
+                 "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and not (tmp_path / "out").exists()
+    own_reason = reason.partition(": ")[2]
+    assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
+                               f"'{model.config.model_type}' is not supported: {own_reason}")
+    assert "the supported model types are beit, " in error[0] and "dinov3_vit" in error[0]

@@ -10,7 +10,8 @@ shared config are never switched, and no ``output_attentions=True`` forces the w
 
 Data2VecVision still picks its attention class when it is built: its SDPA class has its
 ``scaled_dot_product_attention`` call swapped for the same kernel; its eager class is read at the dropout that
-receives the probabilities. Hierarchical models (Swin, ConvNeXt, …) are refused with the reason.
+receives the probabilities. Hierarchical and windowed models (Swin, PVT, Hiera, ViTDet, …), detectors and
+segmenters (YOLOS, EoMT) and SigLIP 2's patch input are refused with the reason.
 
 Nothing here imports transformers until a model is recorded: families and readouts name classes by dotted path.
 """
@@ -112,6 +113,8 @@ INTERFACE_ATTENTION = {
     "deit": f"{_MODELS}.deit.modeling_deit.DeiTAttention",
     "dinov2": f"{_MODELS}.dinov2.modeling_dinov2.Dinov2Attention",
     "dinov2-registers": f"{_MODELS}.dinov2_with_registers.modeling_dinov2_with_registers.Dinov2WithRegistersAttention",
+    "dinov3": f"{_MODELS}.dinov3_vit.modeling_dinov3_vit.DINOv3ViTAttention",
+    "ijepa": f"{_MODELS}.ijepa.modeling_ijepa.IJepaAttention",
     "beit": f"{_MODELS}.beit.modeling_beit.BeitAttention",
     "vit-msn": f"{_MODELS}.vit_msn.modeling_vit_msn.ViTMSNAttention",
     "vit-mae": f"{_MODELS}.vit_mae.modeling_vit_mae.ViTMAEAttention",
@@ -168,7 +171,8 @@ def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
 
 
 def _dinov2_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
-    """DINOv2 interpolates its position embeddings for any input size by itself (and takes no option for it)."""
+    """DINOv2 interpolates its position embeddings for any input size by itself, DINOv3 places its rotary embedding
+    on any patch grid (and neither takes an option for it)."""
     return getattr(model(pixel_values=images), "logits", None)
 
 
@@ -281,6 +285,13 @@ _register("hf-dinov2-registers",
           (INTERFACE_ATTENTION["dinov2-registers"],),
           _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
           notes="register tokens skipped; class token read out")
+_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel"), (INTERFACE_ATTENTION["dinov3"],),
+          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
+          notes="rotary embedding included (applied before the kernel); register tokens skipped; class token read "
+                "out; backbone: attention methods only")
+_register("hf-ijepa", _classes("ijepa.modeling_ijepa", "IJepaModel", "IJepaForImageClassification"),
+          (INTERFACE_ATTENTION["ijepa"],), _layout(lambda _model: 0, _patch_mean),
+          notes="no class token: the classifier averages the patch tokens → patch mean")
 _register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
           (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
           notes="relative position bias included (it reaches the kernel as the mask); mean pooling → patch mean")
@@ -353,13 +364,17 @@ register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipMod
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")
 
-MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "vit_msn",
-                         "vit_mae", "clip", "clip_vision_model", "siglip", "siglip_vision_model"})
+MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
+                         "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
+                         "siglip_vision_model"})
 """The ``config.model_type`` values of the models registered above (CLIP and SigLIP: their vision towers), which
 loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")
+_VIT_LIKE = "vitroll explains image classifiers and backbones (ViT, DeiT, DINOv2/v3, BEiT, CLIP/SigLIP towers, …)"
+_SIGLIP2 = ("SigLIP 2 (NaFlex) takes its images as pre-cut patches with their spatial shapes and a patch mask, not as "
+            "an image tensor; vitroll explains SigLIP (model type siglip) and its vision tower")
 _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", f"Swin attends within shifted windows: {_HIERARCHICAL}"),
     ("swinv2", f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel",
@@ -371,6 +386,26 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("pvt", f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", f"PVT attends to pooled keys in stages: {_HIERARCHICAL}"),
     ("segformer", f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel",
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
+    ("pvt_v2", f"{_MODELS}.pvt_v2.modeling_pvt_v2.PvtV2PreTrainedModel",
+     f"PVT v2 attends to pooled keys in stages: {_HIERARCHICAL}"),
+    ("hiera", f"{_MODELS}.hiera.modeling_hiera.HieraPreTrainedModel",
+     f"Hiera attends within mask units and pools its tokens between stages: {_HIERARCHICAL}"),
+    ("levit", f"{_MODELS}.levit.modeling_levit.LevitPreTrainedModel",
+     f"LeViT subsamples its tokens between stages: {_HIERARCHICAL}"),
+    ("cvt", f"{_MODELS}.cvt.modeling_cvt.CvtPreTrainedModel",
+     f"CvT attends through convolutional projections in stages: {_HIERARCHICAL}"),
+    ("dinat", f"{_MODELS}.dinat.modeling_dinat.DinatPreTrainedModel",
+     f"DiNAT attends within dilated neighbourhoods in stages: {_HIERARCHICAL}"),
+    ("vitdet", f"{_MODELS}.vitdet.modeling_vitdet.VitDetPreTrainedModel",
+     "ViTDet attends within windows in its windowed layers, so no layer-to-layer token sequence spans the image; "
+     "use Grad-CAM (pip install grad-cam)"),
+    ("yolos", f"{_MODELS}.yolos.modeling_yolos.YolosPreTrainedModel",
+     f"YOLOS is a detector: its detection tokens follow the patches and there is no class score per image; {_VIT_LIKE}"),
+    ("eomt", f"{_MODELS}.eomt.modeling_eomt.EomtPreTrainedModel",
+     f"EoMT is a segmenter: its query tokens join in the last blocks and there is no class score per image; "
+     f"{_VIT_LIKE}"),
+    ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
+    ("siglip2_vision_model", None, _SIGLIP2),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 
