@@ -201,6 +201,19 @@ def test_bad_inputs_are_refused_with_their_messages(texts, options, error, messa
         vitroll.image_text_maps(hf_model("clip"), images(), texts, **options)
 
 
+def test_texts_of_a_length_the_text_tower_cannot_take_are_refused_before_any_image():
+    # open_clip's text tower adds its positional embedding and mask at full length: exactly its context (7 here)
+    with pytest.raises(ValueError, match=r"^input_ids have 5 tokens per text; CLIP's text tower takes exactly 7 \(its "
+                                         r"context\); give ids of that length$"):
+        vitroll.image_text_maps(open_clip_model(), images(), INPUT_IDS[:, :5])
+    with pytest.raises(ValueError, match=r"^the tokenizer gives 77 tokens per text; CLIP's text tower takes exactly 7 "
+                                         r".*open_clip.get_tokenizer\(MODEL_NAME\)\)$"):
+        vitroll.image_text_maps(open_clip_model(), images(), ["a dog"], tokenizer=open_clip.get_tokenizer("ViT-B-32"))
+    with pytest.raises(ValueError, match=r"^input_ids have 17 tokens per text; CLIPModel's text tower takes 1 to 16 "):
+        vitroll.image_text_maps(hf_model("clip"), images(), torch.full((1, 17), 3))
+    assert vitroll.image_text_maps(open_clip_model(), images(1), INPUT_IDS, method="rollout").shape == (1, 3, 4, 4)
+
+
 def test_images_of_the_wrong_shape_are_named_as_given_not_as_paired_with_the_texts():
     with pytest.raises(ValueError, match=r"images must have shape \(B, C, H, W\); got \(3, 32, 32\)$"):
         vitroll.image_text_maps(hf_model("clip"), images()[0], INPUT_IDS)  # was (3·T, 32, 32)

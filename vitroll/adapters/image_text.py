@@ -169,7 +169,10 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     blank = [index for index, text in enumerate(texts) if not text.strip()]
     if blank:
         raise ValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
-    return score.tokenize(model, list(texts), tokenizer)
+    inputs = score.tokenize(model, list(texts), tokenizer)
+    _check_length(model, inputs.input_ids, score, "the tokenizer gives",
+                  "pass the tokenizer made for this model (open_clip: open_clip.get_tokenizer(MODEL_NAME))")
+    return inputs
 
 
 def _checked_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
@@ -188,7 +191,21 @@ def _checked_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: Opti
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids {tuple(ids.shape)}; "
                              "they must match")
     refuse_unknown_ids(ids, _text_vocabulary(model), "input_ids")
+    _check_length(model, ids, score, "input_ids have", "give ids of that length")
     return TextInputs(ids.long(), attention_mask, tuple(f"input_ids[{t}]" for t in range(len(ids))))
+
+
+def _check_length(model: nn.Module, input_ids: torch.Tensor, score: ImageTextScore, what: str, remedy: str) -> None:
+    """Refuse texts (T, L) of a length the text tower cannot take, before any image is read (its own error is a
+    tensor size mismatch deep in the forward); ``what`` says where they came from, ``remedy`` what to do."""
+    if score.context is None:
+        return
+    fewest, most = score.context(model)
+    length = input_ids.shape[1]
+    if not fewest <= length <= most:
+        takes = f"exactly {most}" if fewest == most else f"{fewest} to {most}"
+        raise ValueError(f"{what} {length} tokens per text; {type(model).__name__}'s text tower takes {takes} "
+                         f"(its context); {remedy}")
 
 
 def _text_vocabulary(model: nn.Module) -> Optional[int]:

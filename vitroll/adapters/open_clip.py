@@ -96,6 +96,13 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
     return TextInputs(input_ids, None, tuple(texts))
 
 
+def _context(model: nn.Module) -> tuple[int, int]:
+    """open_clip's text tower adds its positional embedding and causal mask at their full length: exactly
+    ``context_length`` tokens per text."""
+    length = getattr(model, "text", model).context_length
+    return length, length
+
+
 register_family(
     "open-clip-vision", "open_clip.transformer.VisionTransformer", attention_modules=_attention_modules,
     token_layout=_token_layout, preprocessing=_preprocessing, logits=_tower_forward,
@@ -104,7 +111,7 @@ register_family(
 )
 register_dual_encoder(
     "open-clip", ("open_clip.model.CLIP", "open_clip.model.CustomTextCLIP"), vision_tower=lambda model: model.visual,
-    image_text=ImageTextScore(_image_text_logits, _tokenize, takes_attention_mask=False),
+    image_text=ImageTextScore(_image_text_logits, _tokenize, takes_attention_mask=False, context=_context),
     name_patterns=("open_clip CLIP",),
     notes="image–text: get_logits explained on the ViT vision tower (class token read out)",
 )

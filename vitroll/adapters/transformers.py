@@ -333,6 +333,11 @@ def _image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs
                  **_size_options(model, images)).logits_per_image
 
 
+def _text_context(model: nn.Module) -> tuple[int, int]:
+    """A transformers text tower takes up to its position embeddings' count of tokens per text."""
+    return 1, model.config.text_config.max_position_embeddings
+
+
 def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[object]], TextInputs]:
     """Tokenise with the model's transformers tokenizer, padded as its processor pads (``"longest"`` for CLIP, whose
     text tower pools the end-of-text token; ``"max_length"`` for SigLIP, which pools the last position)."""
@@ -354,12 +359,14 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
 
 
 register_dual_encoder("hf-clip", _classes("clip.modeling_clip", "CLIPModel"), vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest")),
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest"),
+                                                context=_text_context),
                       preprocessing=transformers_preprocessing, name_patterns=("CLIPModel",),
                       notes="image–text: logits_per_image explained on the vision tower (class token read out)")
 register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipModel"),
                       vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("max_length")),
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("max_length"),
+                                                context=_text_context),
                       preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")

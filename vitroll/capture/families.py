@@ -156,11 +156,15 @@ class ImageTextScore:
         (one registered with it, or its library's default); raises ValueError when it has none.
     takes_attention_mask : bool
         Whether the text tower reads an attention mask beside the input ids.
+    context : callable or None
+        ``model -> (fewest, most)``: how many tokens per text the text tower takes (open_clip's exactly its context
+        length, transformers' up to its position embeddings); None: not checked.
     """
 
     logits: Callable[[nn.Module, torch.Tensor, TextInputs], torch.Tensor]
     tokenize: Callable[[nn.Module, Sequence[str], Optional[object]], TextInputs]
     takes_attention_mask: bool = True
+    context: Optional[Callable[[nn.Module], tuple[int, int]]] = None
 
 
 AttentionRole = Literal["encoder", "self", "cross"]
