@@ -104,6 +104,7 @@ def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_pat
     assert err[0].startswith(f"vitroll: error: {name} (timm.models.{module}) has no token attention that vitroll "
                              "can read; supported families: vit (vit_*, deit_*")
     assert "cait (cait_*)" in err[0] and err[0].endswith("use Grad-CAM (pip install grad-cam).")
+    assert ", image-text-prompted, hf-vit (ViTModel, " in err[0]  # a family of no names was listed as "name ()"
     assert not list(tmp_path.iterdir())
 
 
