@@ -359,6 +359,6 @@ def family_of(model: nn.Module) -> ModelFamily:
 def unsupported_message(what: str) -> str:
     """The one line that refuses ``what`` (a model class, or a model name and where it comes from) as no model of a
     registered family, listing the families."""
-    supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" for f in FAMILIES)
+    supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" if f.name_patterns else f.name for f in FAMILIES)
     return (f"{what} has no token attention that vitroll can read; supported families: {supported}. "
             "For CNNs and windowed-attention models (Swin, ConvNeXt, ResNet) use Grad-CAM (pip install grad-cam).")

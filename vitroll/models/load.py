@@ -111,6 +111,14 @@ def load_model(
         only for files from a source you trust, since unpickling can run arbitrary code.
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
+
+    Raises
+    ------
+    ModelLoadError
+        For a name that names no model, weights that cannot be had or do not fit.
+    UnsupportedModelError
+        For a timm name of no registered family, before anything is built or downloaded
+        (:func:`~vitroll.models.timm.refuse_unexplained_name`).
     """
     name = os.fspath(name)  # a save_pretrained folder may come as a Path
     _refuse_names_that_are_no_model(name)
