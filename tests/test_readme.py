@@ -1,0 +1,79 @@
+"""The README's Python examples run as written, and the shapes their comments state are the shapes they give.
+
+Each example is a ```` ```python ```` block of README.md, found by a line it contains. Its statements run one at a
+time in the repository root (or a scratch folder with the sample images, for one that writes files); after a
+statement whose comment states a shape, ``# (2, 14, 14)``, the name it assigned must hold a tensor or array of that
+shape. Examples that need weights or folders a reader brings (``my-bert-classifier``, CLIP's) are not run here.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STATED_SHAPE = re.compile(r"#\s*\((\d+(?:,\s*\d+)*)\)")
+
+
+def python_block(containing: str) -> str:
+    """The one Python block of README.md with a line containing ``containing``."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [block.split("\n", 1)[1] for block in readme.split("```")[1::2] if block.startswith("python\n")]
+    (block,) = [block for block in blocks if containing in block]
+    return block
+
+
+def run_checking_stated_shapes(block: str) -> dict[str, object]:
+    """Run ``block`` statement by statement; check each stated shape; return its names."""
+    names: dict[str, object] = {}
+    lines = block.splitlines()
+    checked = 0
+    for statement in ast.parse(block).body:
+        exec(compile(ast.Module(body=[statement], type_ignores=[]), "README.md", "exec"), names)
+        stated = STATED_SHAPE.search(lines[statement.end_lineno - 1])
+        if stated and isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name):
+            value = names[statement.targets[0].id]
+            expected = tuple(int(size) for size in stated.group(1).split(","))
+            assert tuple(value.shape) == expected, lines[statement.lineno - 1]
+            checked += 1
+    assert checked, "no statement of the block states a shape"
+    return names
+
+
+def test_the_python_section_runs_as_written(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    names = run_checking_stated_shapes(python_block('maps = rollout(model, "sample_images/cat.jpg")'))
+    height, width = np.asarray(names["image"]).shape[:2]
+    assert names["saliency"].shape == (height, width)  # "(H0, W0) in original pixels, NaN outside the crop"
+    assert np.isnan(names["saliency"]).any() and not np.isnan(names["saliency"]).all()
+    assert names["picture"].shape == (height, width, 3) and names["picture"].dtype == np.uint8
+    assert str(names["maps"].device) == "cpu"  # "on the model's device"
+
+
+def test_the_hugging_face_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("transformers")
+    (tmp_path / "sample_images").symlink_to(ROOT / "sample_images")
+    monkeypatch.chdir(tmp_path)  # it saves the model folder tiny-vit/ where it runs
+    run_checking_stated_shapes(python_block('transformers.ViTForImageClassification(config).save_pretrained("tiny-vit")'))
+    assert capsys.readouterr().out.splitlines()[-1] == "['benign', 'malignant']"
+
+
+def test_the_captioner_example_runs_as_written(monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(ROOT)
+    block = python_block('vitroll.caption_maps(model, ["sample_images/two_shapes.png"]')
+    generate, fields, own_caption = re.split(r"\n(?=result\.token_ids|result = vitroll.caption_maps\(model, images)",
+                                             block.strip())
+    names: dict[str, object] = {}
+    exec(generate, names)
+    result = names["result"]
+    batch, tokens = result.token_ids.shape
+    assert result.maps.shape[:2] == (batch, tokens) and result.lengths.shape == (batch,)
+    assert "result.maps" in fields
+    names.update(images=["sample_images/two_shapes.png"], ids=result.token_ids)
+    exec(own_caption, names)  # "your caption, (B, K)"
+    assert names["result"].maps.shape == result.maps.shape
