@@ -61,6 +61,17 @@ def test_chefer_matches_per_image_autograd(request, family, target):
         np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("start_layer", [1, 2])
+def test_chefer_start_layer_propagates_only_the_later_layers(tiny, start_layer):
+    model, images = tiny
+    maps = chefer(model, images[:2], target_class=1, start_layer=start_layer)
+    for i in range(2):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], 1)
+        expected = reference_chefer(attentions[start_layer:], gradients[start_layer:], 1, (3, 2))
+        assert np.abs(expected).max() > 1e-3
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("family", GRADIENT_CASES)
 @pytest.mark.parametrize("discard_ratio", [0.0, 0.5])
 def test_grad_rollout_matches_per_image_autograd(request, family, discard_ratio):

@@ -1,14 +1,21 @@
-"""Property-based tests (hypothesis) of the rollout engine on a tiny dynamic-size ViT."""
+"""Property-based tests (hypothesis) of the rollout engine: on a tiny dynamic-size ViT, and on attention matrices
+drawn directly."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import timm
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vitroll import attention, rollout
+from vitroll import TokenLayout, attention, rollout
+from vitroll.capture.fusion import fuse_heads
+from vitroll.methods.gradients import positive_weighted_heads
+from vitroll.methods.rollout import rollout_vector, with_residual
+
+from reference import reference_rollout
 
 PATCH = 8
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -64,3 +71,87 @@ def test_maps_are_deterministic(model, seed, size, opts):
     assert torch.equal(rollout(model, images, **opts), rollout(model, images, **opts))
     fusion = opts["head_fusion"]
     assert torch.equal(attention(model, images, head_fusion=fusion), attention(model, images, head_fusion=fusion))
+
+
+# The engine on attention matrices drawn directly: (B, N, N) row-stochastic, N = 1 class token + h·w patches.
+grids = st.tuples(st.integers(1, 4), st.integers(1, 4))
+
+
+def class_layout(grid: tuple[int, int]) -> TokenLayout:
+    return TokenLayout(num_prefix_tokens=1, readout="class_token", grid=grid)
+
+
+def stochastic(seed: int, shape: tuple[int, ...], levels: int = 0) -> torch.Tensor:
+    """Random rows that sum to 1; with ``levels`` the entries take only that many values before normalising, so
+    rows hold ties."""
+    raw = torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    if levels:
+        raw = (raw * levels).floor() + 1
+    return raw / raw.sum(dim=-1, keepdim=True)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), grid=grids, depth=st.integers(1, 4), alpha=st.floats(0.01, 1.0))
+def test_rollout_of_row_stochastic_layers_is_a_probability_vector_and_each_layer_is_row_stochastic(
+        seed, grid, depth, alpha):
+    n = 1 + grid[0] * grid[1]
+    layers = list(stochastic(seed, (depth, 2, n, n)).float())
+    for layer in layers:
+        torch.testing.assert_close(with_residual(layer, alpha).sum(dim=-1), torch.ones(2, n))
+    vector = rollout_vector(layers, class_layout(grid), attention_weight=alpha)
+    assert (vector >= 0).all()
+    torch.testing.assert_close(vector.sum(dim=-1), torch.ones(2))
+
+
+@SETTINGS
+@given(grid=grids, depth=st.integers(1, 4), alpha=st.floats(0.01, 1.0))
+def test_rollout_of_identity_attention_stays_on_the_class_token_and_of_uniform_attention_is_flat(grid, depth, alpha):
+    n = 1 + grid[0] * grid[1]
+    layout = class_layout(grid)
+    identity = rollout_vector([torch.eye(n)[None]] * depth, layout, attention_weight=alpha)
+    torch.testing.assert_close(identity, torch.eye(n)[:1])
+    uniform = layout.patch_values(rollout_vector([torch.full((1, n, n), 1 / n)] * depth, layout,
+                                                 attention_weight=alpha))
+    torch.testing.assert_close(uniform, torch.full_like(uniform, uniform.mean().item()))
+    # each layer keeps 1 − α of every token's mass and spreads α evenly: the class token's excess over 1/N decays
+    # as (1 − α)^L, so the patches hold (1 − 1/N)·(1 − (1 − α)^L)
+    patch_mass = (1 - 1 / n) * (1 - (1 - alpha) ** depth)
+    assert uniform.sum().item() == pytest.approx(patch_mass, rel=1e-5, abs=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), grid=grids, depth=st.integers(1, 3), alpha=st.floats(0.05, 1.0),
+       levels=st.sampled_from([0, 2, 3]), discard=st.floats(0.0, 0.99))
+def test_rollout_vector_matches_the_float64_reference_with_ties_and_discarding(
+        seed, grid, depth, alpha, levels, discard):
+    n = 1 + grid[0] * grid[1]
+    layers = stochastic(seed, (depth, 1, n, n), levels)
+    got = class_layout(grid).patch_values(
+        rollout_vector(list(layers.float()), class_layout(grid), discard_ratio=discard, attention_weight=alpha))
+    expected = reference_rollout([layer.numpy() for layer in layers], num_prefix=1, grid=grid, class_token=True,
+                                 discard_ratio=discard, attention_weight=alpha)
+    np.testing.assert_allclose(got[0].numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), grid=grids, depth=st.integers(1, 3), data=st.data())
+def test_a_discard_ratio_that_drops_no_entry_is_plain_rollout(seed, grid, depth, data):
+    n = 1 + grid[0] * grid[1]
+    layers = list(stochastic(seed, (depth, 2, n, n)).float())
+    ratio = data.draw(st.floats(0.0, 1 / n, exclude_max=True))  # ⌊n·ratio⌋ = 0
+    assert torch.equal(rollout_vector(layers, class_layout(grid), discard_ratio=ratio),
+                       rollout_vector(layers, class_layout(grid)))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), heads=st.integers(1, 5), n=st.integers(2, 6), data=st.data())
+def test_head_fusions_do_not_depend_on_the_order_of_the_heads(seed, heads, n, data):
+    order = data.draw(st.permutations(range(heads)))
+    attention = stochastic(seed, (2, heads, n, n)).float()
+    gradient = torch.randn(2, heads, n, n, generator=torch.Generator().manual_seed(seed + 1))
+    for fusion in ("mean", "max", "min"):
+        torch.testing.assert_close(fuse_heads(attention[:, order], fusion), fuse_heads(attention, fusion),
+                                   rtol=1e-6, atol=1e-7)
+    for clamp in ("before_mean", "after_mean"):
+        torch.testing.assert_close(positive_weighted_heads(attention[:, order], gradient[:, order], clamp),
+                                   positive_weighted_heads(attention, gradient, clamp), rtol=1e-6, atol=1e-7)

@@ -3,7 +3,8 @@
 Each layer's heads are fused as ``(mean_h ∇A ⊙ A)⁺`` — attention weighted by how much it raises the target
 class's logit — then rolled out like plain attention (:func:`vitroll.methods.rollout.rollout_vector`).
 Unlike vit-explain, the discard step works per row and never drops the class token's column, and rows are
-normalised as rows (vit-explain divides by column sums by accident of broadcasting).
+normalised as rows (vit-explain's ``a / a.sum(dim=-1)`` divides column ``j`` by row ``j``'s sum, by accident of
+broadcasting).
 """
 
 from __future__ import annotations
