@@ -37,6 +37,8 @@ MODELS = {
     "ijepa": (transformers.IJepaForImageClassification, transformers.IJepaConfig, dict(num_labels=3)),
     "beit": (transformers.BeitForImageClassification, transformers.BeitConfig,
              dict(num_labels=3, use_relative_position_bias=True)),
+    "beit-shared-bias-class-token": (transformers.BeitForImageClassification, transformers.BeitConfig,
+                                     dict(num_labels=3, use_shared_relative_position_bias=True, use_mean_pooling=False)),
     "data2vec-vision": (transformers.Data2VecVisionForImageClassification, transformers.Data2VecVisionConfig,
                         dict(num_labels=3, use_relative_position_bias=True)),
     "vit-msn": (transformers.ViTMSNForImageClassification, transformers.ViTMSNConfig, dict(num_labels=3)),
@@ -149,7 +151,8 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
             assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit", "ijepa", "clip-vision"])
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
+                                  "beit-shared-bias-class-token", "ijepa", "clip-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
@@ -175,7 +178,7 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
 MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier")
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", *MEAN_POOLED])
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "beit-shared-bias-class-token", *MEAN_POOLED])
 def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_attentions(name):
     model, pixels = build(name), images()
     chefer_maps = vitroll.chefer(model, pixels, target_class=1)
