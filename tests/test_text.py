@@ -208,8 +208,12 @@ def test_mistakes_are_named():
         vitroll.rollout(model, ids.where(ids != 22, 40), attention_mask=mask)
     with pytest.raises(ValueError, match=r"input_ids\[0, 0\] = -1 is not a token id"):
         vitroll.rollout(gpt2(), torch.tensor([[-1, 5]]))
-    with pytest.raises(ValueError, match="the model takes at most 512"):
+    with pytest.raises(ValueError, match=r"^the text has 513 tokens; the model takes at most 512 \(its position "
+                                         r"embeddings\): shorten it$"):
         vitroll.rollout(model, torch.ones(1, 513, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"^text 1 has 520 tokens \(padded to 600\); the model takes at most 512 "):
+        vitroll.rollout(model, torch.ones(2, 600, dtype=torch.long),
+                        attention_mask=(torch.arange(600) < torch.tensor([[5], [520]])).long())
     with pytest.raises(ValueError, match="position 4 is outside text 1's 4 real tokens"):
         vitroll.rollout(gpt2(), ids, attention_mask=mask, position=4)
     with pytest.raises(ValueError, match="a causal language model is explained at one position"):

@@ -232,6 +232,16 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
                                 "siglip_vision_model, vision-encoder-decoder, vit, vit_mae, vit_msn")
 
 
+def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_before_its_weights(tmp_path, capsys):
+    config = transformers.GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2, n_positions=8, pad_token_id=0,
+                                     architectures=["GPT2ForSequenceClassification"])
+    folder = tmp_path / "gpt2-classifier"
+    config.save_pretrained(folder)  # no weights: the refusal comes from the config, before any would be read
+    assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
+        f"{folder}: GPT2ForSequenceClassification is not supported: of 'gpt2' models vitroll explains GPT2Model, "
+        "GPT2LMHeadModel")
+
+
 def test_a_folder_with_its_own_code_is_refused_without_running_or_asking(folder, tmp_path, capsys):
     remote = tmp_path / "remote"
     shutil.copytree(folder, remote)

@@ -142,9 +142,13 @@ for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
               class_names=config_class_names,
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
-_register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", ("GPT2Model", "GPT2LMHeadModel"),
+_GPT2_CLASSES = ("GPT2Model", "GPT2LMHeadModel")
+_register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
           token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
           notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
 
-MODEL_TYPES = frozenset({*_ENCODERS, "gpt2"})
-"""The ``config.model_type`` values of the text models registered above, which loading checks."""
+MODEL_CLASSES = {**{kind: classes for kind, (_, _, classes) in _ENCODERS.items()},
+                 "gpt2": _GPT2_CLASSES}
+"""The transformers classes registered above, by ``config.model_type``: what loading checks a folder against."""
+MODEL_TYPES = frozenset(MODEL_CLASSES)
+"""The ``config.model_type`` values of the text models registered above."""

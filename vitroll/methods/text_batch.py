@@ -90,7 +90,12 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
         batch = replace(batch, readout=readout)
     longest = max_positions(model)
     if longest is not None and batch.shape[1] > longest:
-        raise ValueError(f"the texts have {batch.shape[1]} tokens; the model takes at most {longest}")
+        counts = batch.real.sum(dim=-1)
+        text = int(counts.argmax())
+        which = "the text has" if len(batch) == 1 else f"text {text} has"
+        padded = f" (padded to {batch.shape[1]})" if int(counts[text]) != batch.shape[1] else ""
+        raise ValueError(f"{which} {int(counts[text])} tokens{padded}; the model takes at most {longest} (its "
+                         "position embeddings): shorten it")
     embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     refuse_unknown_ids(batch.input_ids, getattr(embedding, "num_embeddings", None), "input_ids",
                        "; is the tokenizer this model's?")

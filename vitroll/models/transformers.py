@@ -14,7 +14,7 @@ from torch import nn
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
-from vitroll.adapters.transformers_text import MODEL_TYPES as TEXT_MODEL_TYPES
+from vitroll.adapters.transformers_text import MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES
 from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.checkpoints import file_sha256, load_state
 from vitroll.errors import ModelLoadError
@@ -120,6 +120,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
+    _refuse_unread_classifier(name, config)
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
@@ -165,6 +166,17 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
             _use_tokenizer_of(model, source, offline=offline or local)
     return model
+
+
+def _refuse_unread_classifier(name: str, config: object) -> None:
+    """Refuse, before any weights are read, a text classifier of a supported model type whose class vitroll has no
+    family for (``GPT2ForSequenceClassification``): built as the bare model it would lose its head without a word."""
+    classes = TEXT_MODEL_CLASSES.get(config.model_type, ())
+    unread = [architecture for architecture in config.architectures or ()
+              if architecture.endswith("ForSequenceClassification") and architecture not in classes]
+    if unread:
+        raise ModelLoadError(f"{name}: {unread[0]} is not supported: of {config.model_type!r} models vitroll explains "
+                             f"{', '.join(classes)}")
 
 
 def _image_text_classes(transformers: object) -> dict[str, type]:
