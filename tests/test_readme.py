@@ -8,12 +8,15 @@ shape. Examples that need weights or folders a reader brings (``my-bert-classifi
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from vitroll.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 STATED_SHAPE = re.compile(r"#\s*\((\d+(?:,\s*\d+)*)\)")
@@ -77,3 +80,27 @@ def test_the_captioner_example_runs_as_written(monkeypatch):
     names.update(images=["sample_images/two_shapes.png"], ids=result.token_ids)
     exec(own_caption, names)  # "your caption, (B, K)"
     assert names["result"].maps.shape == result.maps.shape
+
+
+def test_the_command_line_synopsis_names_every_sub_command_and_only_options_they_take():
+    """Each ``vitroll CMD`` line of the README's synopsis (with its continuation lines) names options CMD has, and
+    a ``--flag a|b|c`` lists exactly the flag's choices (``a|b|…`` some of them); every sub-command has a line."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    synopsis = readme.split("## Command line\n\n```\n", 1)[1].split("```", 1)[0]
+    (commands,) = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    lines: dict[str, str] = {}
+    for line in synopsis.splitlines():
+        if line.startswith("vitroll "):
+            command = line.split()[1]
+            lines[command] = line
+        else:
+            lines[command] += line
+    assert sorted(lines) == sorted(commands.choices)
+    for command, line in lines.items():
+        options = commands.choices[command]._option_string_actions
+        for flag, values in re.findall(r"\[(--[a-z-]+)(?: ([^\]…]+))?", line):
+            assert flag in options, f"{command} {flag}"
+            if "|" in values and options[flag].choices is not None:  # `a|b|…` names some of them
+                named = set(values.strip("|").split("|"))
+                choices = set(options[flag].choices)
+                assert named <= choices if values.endswith("|") else named == choices, f"{command} {flag} {values}"
