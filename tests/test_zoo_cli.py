@@ -111,9 +111,10 @@ def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert err[0].startswith(f"vitroll: error: {name} (timm.models.{module}) has no token attention that vitroll "
-                             "can read; supported families: vit (vit_*, deit_*")
-    assert "cait (cait_*)" in err[0] and err[0].endswith("use Grad-CAM (pip install grad-cam).")
-    assert ", image-text-prompted, hf-vit (ViTModel, " in err[0]  # a family of no names was listed as "name ()"
+                             "can read; supported timm families: vit (vit_*, deit_*")
+    assert ("cait (cait_*) (`vitroll models` lists their names and the torchvision, Hugging Face and open_clip "
+            "families). For CNNs") in err[0] and err[0].endswith("use Grad-CAM (pip install grad-cam).")
+    assert "hf-vit" not in err[0] and len(err[0]) < 700, err[0]  # every family was listed: 1,900 characters
     assert not list(tmp_path.iterdir())
 
 

@@ -356,9 +356,13 @@ def family_of(model: nn.Module) -> ModelFamily:
     raise UnsupportedModelError(unsupported_message(type(model).__name__))
 
 
-def unsupported_message(what: str) -> str:
+def unsupported_message(what: str, *, timm_only: bool = False) -> str:
     """The one line that refuses ``what`` (a model class, or a model name and where it comes from) as no model of a
-    registered family, listing the families."""
-    supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" if f.name_patterns else f.name for f in FAMILIES)
-    return (f"{what} has no token attention that vitroll can read; supported families: {supported}. "
+    registered family, listing the families (with ``timm_only``, for a timm name, those of timm models, and where the
+    others are listed)."""
+    families = [f for f in FAMILIES if f.timm_modules] if timm_only else FAMILIES
+    supported = ", ".join(f"{f.name} ({', '.join(f.name_patterns)})" if f.name_patterns else f.name for f in families)
+    listed = (f"supported timm families: {supported} (`vitroll models` lists their names and the torchvision, "
+              "Hugging Face and open_clip families)" if timm_only else f"supported families: {supported}")
+    return (f"{what} has no token attention that vitroll can read; {listed}. "
             "For CNNs and windowed-attention models (Swin, ConvNeXt, ResNet) use Grad-CAM (pip install grad-cam).")

@@ -78,7 +78,7 @@ def refuse_unexplained_name(name: str) -> None:
     if any(inspect.isclass(member) and issubclass(member, family_types)
            for member in vars(sys.modules[module_name]).values()):
         return
-    raise UnsupportedModelError(unsupported_message(f"{name} ({module_name})"))
+    raise UnsupportedModelError(unsupported_message(f"{name} ({module_name})", timm_only=True))
 
 
 def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
