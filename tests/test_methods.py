@@ -193,3 +193,15 @@ def test_every_registered_method_returns_grid_maps_and_logits(tiny):
         assert saliency.maps.shape == (2, 3, 2), name
         assert torch.isfinite(saliency.maps).all(), name
         assert saliency.logits.shape == (2, 5), name
+
+
+def test_random_baseline_gives_each_input_its_own_map_whatever_its_batch(tiny):
+    """The map of an input depends on the input and the seed, not on where it sits in its batch: with the position
+    as the stream, ``evaluate --batch-size 1`` gave every image the same map and the baseline's scores changed with
+    the batch size."""
+    model, images = tiny
+    together = random_map(model, images, seed=5)
+    alone = torch.cat([random_map(model, images[i:i + 1], seed=5) for i in range(3)])
+    torch.testing.assert_close(alone, together, rtol=0, atol=0)
+    torch.testing.assert_close(random_map(model, images[[2, 0, 1]], seed=5), together[[2, 0, 1]], rtol=0, atol=0)
+    assert not torch.equal(alone[0], alone[1])

@@ -5,31 +5,48 @@ They still run the model once (no attention recorded) so pipelines can report it
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vitroll.errors import UnsupportedModelError
+from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, model_device, predict
 from vitroll.methods.registry import register_method
 
 
+def input_stream(seed: int, content: torch.Tensor) -> int:
+    """A random stream for one input: ``seed`` mixed with a digest of the input's ``content``, so the same input
+    draws the same values alone, in any batch and at any position. Pixels are compared at 1/1024 (preprocessing on
+    another device rounds differently); token ids exactly."""
+    if content.is_floating_point():
+        content = (content.float() * 1024).round()
+    digest = hashlib.blake2b(content.to(torch.int64).cpu().contiguous().numpy().tobytes(), digest_size=8,
+                             key=str(int(seed)).encode())
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
 @register_method("random")
 def random_map(model: nn.Module, images: Inputs, *, seed: int = 0) -> Saliency:
-    """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``; input ``b`` gets
-    stream ``seed + b``. For a text model, random token scores (B, L), padded positions 0. ``images`` as for every
-    method (:data:`~vitroll.methods.inputs.Inputs`).
+    """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``: each input's stream
+    is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
+    different inputs get different maps. For a text model, random token scores (B, L) from the real tokens' ids,
+    padded positions 0. ``images`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Parameters
     ----------
     seed : int
-        Seed of the first input's map.
+        Seed mixed with each input's content.
     """
     images, logits, layout = predict(model, images)
     explained = layout.num_tokens - layout.num_prefix_tokens
-    values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(int(seed) + b))
-                          for b in range(len(images))])
+    contents = ([ids[real.bool()] for ids, real in zip(images.input_ids, images.real)]
+                if isinstance(images, TokenBatch) else list(images))
+    values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(input_stream(seed, content)))
+                          for content in contents])
     values = F.pad(values, (layout.num_prefix_tokens, 0))  # the prefix tokens, which the layout drops
     return Saliency(layout.patch_values(values.to(model_device(model))), logits)
 
