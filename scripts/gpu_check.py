@@ -105,7 +105,7 @@ FULL = Plan(sizes=((224, 64), (512, 8), (1024, 1), (1024, 8)), depth=None, atten
             budget_s=270)
 QUICK = Plan(sizes=((32, 1), (32, 2)), depth=1, attention_budget=150, warmup=1, repeats=2,
              annotate_images=4, annotate_batch=2, annotate_workers=0, baseline_images=2, annotate_pixels=48,
-             test_paths=("tests/test_cuda.py",), tests_estimate_s=10, tests_timeout_s=60, budget_s=90)
+             test_paths=("tests/test_cuda.py",), tests_estimate_s=10, tests_timeout_s=150, budget_s=90)
 """Tiny sizes, one layer (N = 5); the attention budget puts batch 2 (200 bytes of records) on the factored path, as
 batch 8 at N = 4097 is in the full plan, and batch 1 (100 bytes) on dense records, as it is there."""
 
