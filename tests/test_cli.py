@@ -213,3 +213,11 @@ def test_the_same_option_is_spelled_alike_in_every_sub_command():
     assert {option: spellings for option, spellings in metavars.items() if len(spellings) > 1} == {}
     assert {option: metavars[option] for option in ("--checkpoint", "--class-names", "--out", "--batch-size")} == {
         "--checkpoint": {"FILE"}, "--class-names": {"FILE"}, "--out": {"DIR"}, "--batch-size": {"N"}}
+
+
+@pytest.mark.parametrize("command", ["overlay", "annotate", "audit", "compare", "evaluate", "text", "models"])
+def test_help_reads_docstring_code_as_plain_backquotes(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and f"`vitroll {command}" in out

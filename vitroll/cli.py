@@ -34,6 +34,10 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{message} (see `{self.prog} --help`)\n")
 
+    def format_help(self) -> str:
+        """argparse's help, with the descriptions' docstring markup (````code````) read as plain `code`."""
+        return super().format_help().replace("``", "`")
+
     def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but arguments a sub-command does not know are that sub-command's error (argparse
