@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-
 import shutil
 
 import pytest
@@ -161,3 +160,10 @@ def test_a_position_alone_reads_that_position(tmp_path, texts_file):
     alone = scores("alone", "--position", "1")
     assert alone == scores("with-readout", "--readout", "position", "--position", "1")
     assert alone != scores("class-token")
+
+
+def test_one_text_is_counted_as_one_text(tmp_path, capsys):
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("good fun\n", encoding="utf-8")
+    assert run_text(tmp_path / "out", texts_file) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("1 text ok, 0 failed -> ")
