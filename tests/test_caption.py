@@ -12,7 +12,7 @@ import torch
 
 import vitroll
 from vitroll.errors import MethodOptionError, UnsupportedModelError
-from vitroll.methods.caption import caption_lengths, caption_maps
+from vitroll.methods.caption import caption_lengths, caption_maps, chefer_relevance
 
 from reference import reference_caption_relevance
 
@@ -348,3 +348,33 @@ def test_a_captioner_saved_without_its_tokenizer_is_named_a_captioner(saved_capt
     assert capsys.readouterr().err == (
         f"vitroll: error: {folder}: no tokenizer saved with the captioner (FileNotFoundError); save it beside the "
         "model with tokenizer.save_pretrained\n")  # was "with the text model"
+
+
+def test_chefer_normalises_a_self_relevance_gain_below_float32_resolution_exactly():
+    # caption position 1's self-attention gain is 1e-8 on itself and 1e-8 on position 0: R̄_tt's row 1 is
+    # [0.5, 0.5] + I, but 1 + 1e-8 rounds to 1 in float32, and R − I would leave row 1 as [1, 0]
+    image = torch.zeros(1, 2, 2)
+    text = torch.tensor([[[0.0, 0.0], [1e-8, 1e-8]]])
+    cross = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]])
+    relevance = chefer_relevance([image, text, cross], ["encoder", "self", "cross"])
+    expected = torch.tensor([[[0.25 + 0.5 * 0.5, 0.75 + 0.5 * 0.5], [1.5 * 0.5, 1.5 * 0.5]]])
+    torch.testing.assert_close(relevance, expected, rtol=1e-6, atol=0)
+
+
+def test_chefer_maps_of_the_shipped_captioner_equal_the_float64_reference():
+    from vitroll.testbed.captioner_model import CLS, load_caption_model
+    from vitroll.testbed.captions import caption_for
+    from vitroll.testbed.shape_pairs import samples
+    from vitroll.testbed.training import to_tensor
+
+    model, tokenizer = load_caption_model()
+    drawn = list(samples(3, 2))  # image 0's position 4 has a text self-relevance gain of 8e-7
+    pixels = to_tensor(np.stack([each.image for each in drawn]))
+    caption_ids = tokenizer([caption_for(each) for each in drawn], padding=True, return_tensors="pt").input_ids[:, 1:]
+    result = caption_maps(model, pixels, caption_ids=caption_ids)
+    for index in range(len(drawn)):
+        length = int(result.lengths[index])
+        expected = reference_caption_relevance(model, pixels[index], caption_ids[index, :length].tolist(), CLS,
+                                               "chefer", num_prefix=1)
+        got = result.maps[index, :length].reshape(length, -1).double().numpy()
+        np.testing.assert_array_less(np.abs(got - expected).max(axis=1), 3e-5 * np.abs(expected).max(axis=1))
