@@ -296,3 +296,124 @@ def reference_gradient_shap(model: nn.Module, image: torch.Tensor, baselines: to
     points = torch.stack([b + float(a) * (x - b) for x, b, a in zip(noisy, chosen, alphas)])
     gradients = reference_input_gradient(model, points, target)
     return ((noisy - chosen).numpy() * gradients).mean(axis=0)
+
+
+def _mean_positive_weighted_heads(attention: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+    """Chefer et al. 2021b eq. (5), Ā = E_h[(∇A ⊙ A)⁺], head by head: (H, Q, S) twice → (Q, S)."""
+    fused = np.zeros(attention.shape[1:])
+    for head in range(attention.shape[0]):
+        fused += np.maximum(gradient[head] * attention[head], 0.0)
+    return fused / attention.shape[0]
+
+
+def _fused_heads(attention: np.ndarray, head_fusion: str) -> np.ndarray:
+    """(H, Q, S) → (Q, S), head by head."""
+    fused = attention[0].copy()
+    for head in range(1, attention.shape[0]):
+        fused = {"mean": fused + attention[head], "max": np.maximum(fused, attention[head]),
+                 "min": np.minimum(fused, attention[head])}[head_fusion]
+    return fused / attention.shape[0] if head_fusion == "mean" else fused
+
+
+def _rows_normalised(matrix: np.ndarray) -> np.ndarray:
+    """Each row divided by its sum, row by row; a row that sums to 0 stays 0."""
+    out = np.zeros_like(matrix)
+    for row in range(matrix.shape[0]):
+        total = matrix[row].sum()
+        if total != 0:
+            out[row] = matrix[row] / total
+    return out
+
+
+def _residual_normalised(relevance: np.ndarray) -> np.ndarray:
+    """Chefer et al. 2021b eqs. (8)–(9): R̂ = R − I, each row of R̂ divided by its sum, then + I (N, N).
+
+    A row of R̂ that sums to 0 (a token whose relevance never grew) stays 0, where the reference code's division
+    gives NaN and its ``R_sq_addition[torch.isnan(R_sq_addition)] = 0`` (DETR/modules/ExplanationGenerator.py,
+    ``apply_mm_attention_rules``) then drops the layer's whole cross-attention addition: every column of R̄ᵀ has
+    that NaN in it."""
+    eye = np.eye(relevance.shape[0])
+    return _rows_normalised(relevance - eye) + eye
+
+
+def _captioner_prefix_forward(model: nn.Module, image: torch.Tensor, decoder_input: list[int], keep_graph: bool):
+    """ONE image (3, H, W) and one decoder input through ``model`` in float64 with transformers' eager attention:
+    the output, and the attention tensors encoder…, decoder self…, cross… in forward order (grads retained)."""
+    output = model(pixel_values=image[None].double(), decoder_input_ids=torch.tensor([decoder_input]),
+                   output_attentions=True, use_cache=False)
+    recorded = [*output.encoder_attentions, *output.decoder_attentions, *output.cross_attentions]
+    if keep_graph:
+        for attention in recorded:
+            attention.retain_grad()
+    return output, recorded
+
+
+def reference_caption_relevance(model: nn.Module, image: torch.Tensor, caption: list[int], start_id: int,
+                                method: str, *, num_prefix: int, head_fusion: str = "mean",
+                                attention_weight: float = 0.5) -> np.ndarray:
+    """Caption maps of a transformers ``VisionEncoderDecoderModel`` for ONE image (3, H, W) and its caption (K token
+    ids), as at generation time: token k is explained from a separate float64 forward pass on the decoder input
+    ``[start_id, caption[0], …, caption[k−1]]`` (k + 1 positions, so no later position exists), its logit at the
+    last position → (K, N − num_prefix), row k over the encoder's patch tokens.
+
+    ``method="chefer"``: Chefer, Gur & Wolf 2021b for encoder–decoders (their DETR generator,
+    ``Generator.generate_ours``), layer by layer with Ā of eq. (5) from autograd on that logit: R_ii = I,
+    R_tt = I, R_ti = 0; each encoder layer R_ii += Ā·R_ii (eq. 6); per decoder layer, its self-attention
+    R_tt += Ā·R_tt and R_ti += Ā·R_ti (eqs. 6, 7, both from the old matrices), then its cross-attention
+    R_ti += R̄_ttᵀ·Ā·R̄_ii (eq. 10, R̄ of eqs. 8–9); eq. 11 adds Ā·R_it = 0, since the image never attends to text.
+
+    ``method="rollout"``: the joint (k + 1 + N)-token graph written out one layer matrix at a time (text tokens
+    first): an encoder layer mixes the image tokens by rownorm(α·A + (1−α)·I); a decoder self-attention the text
+    tokens likewise; a cross-attention sends each text row (1−α) to itself and α·A[q, j] to image token j, row
+    normalised; every other token passes through. R is the product, later layers on the left.
+    """
+    reference = copy.deepcopy(model).double().eval()
+    reference.set_attn_implementation("eager")
+    num_encoder = reference.config.encoder.num_hidden_layers
+    num_decoder = reference.config.decoder.num_hidden_layers
+    rows = []
+    for k in range(len(caption)):
+        chefer = method == "chefer"
+        with torch.set_grad_enabled(chefer):
+            output, recorded = _captioner_prefix_forward(reference, image, [start_id, *caption[:k]], chefer)
+        attentions = [attention[0].detach().numpy() for attention in recorded]  # (H, Q, S) each
+        encoder = attentions[:num_encoder]
+        selfs = attentions[num_encoder:num_encoder + num_decoder]
+        crosses = attentions[num_encoder + num_decoder:]
+        num_text, num_image = k + 1, encoder[0].shape[-1]
+        if chefer:
+            output.logits[0, k, caption[k]].backward()
+            gradients = [attention.grad[0].numpy() for attention in recorded]
+            weighted = [_mean_positive_weighted_heads(a, g) for a, g in zip(attentions, gradients)]
+            image_image = np.eye(num_image)
+            for layer in range(num_encoder):
+                image_image = image_image + weighted[layer] @ image_image
+            text_text, text_image = np.eye(num_text), np.zeros((num_text, num_image))
+            for layer in range(num_decoder):
+                self_weighted = weighted[num_encoder + layer]
+                cross_weighted = weighted[num_encoder + num_decoder + layer]
+                text_text, text_image = (text_text + self_weighted @ text_text,
+                                         text_image + self_weighted @ text_image)
+                text_image = text_image + (_residual_normalised(text_text).T @ cross_weighted
+                                           @ _residual_normalised(image_image))
+            row = text_image[k]
+        else:
+            alpha, size = attention_weight, num_text + num_image
+            joint = np.eye(size)
+            layers = [("encoder", a) for a in encoder] + [
+                (role, a) for self_a, cross_a in zip(selfs, crosses) for role, a in (("self", self_a), ("cross", cross_a))]
+            for role, attention in layers:
+                fused = _fused_heads(attention, head_fusion)
+                step = np.eye(size)
+                if role == "cross":
+                    for query in range(num_text):
+                        step[query, query] = 1.0 - alpha
+                        for key in range(num_image):
+                            step[query, num_text + key] = alpha * fused[query, key]
+                else:
+                    block = slice(num_text, size) if role == "encoder" else slice(0, num_text)
+                    step[block, block] = alpha * fused + (1.0 - alpha) * np.eye(len(fused))
+                joint = _rows_normalised(step) @ joint
+            row = joint[k, num_text:]
+        rows.append(row[num_prefix:])
+    return np.stack(rows)

@@ -1,5 +1,6 @@
 """Caption maps (vitroll.caption_maps) on captioners built from small configs: every map equals a float64 reference
-computed per image and per token from transformers' own eager attentions, by the documented rules."""
+computed per image and per token from transformers' own eager attentions, by the documented rules (tests/reference.py:
+reference_caption_relevance, each token from its own forward pass on the caption before it, as at generation time)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 
 import vitroll
 from vitroll.errors import MethodOptionError, UnsupportedModelError
-from vitroll.methods.caption import caption_lengths, caption_maps
+from vitroll.methods.caption import caption_lengths, caption_maps, chefer_relevance
+
+from reference import reference_caption_relevance
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,68 +55,6 @@ CAPTIONS = torch.tensor([[5, 9, 14, 7, END, PAD], [11, 6, 6, 20, 8, 13]])
 """The first caption ends after 5 tokens (its end token), the second runs to K = 6 without one."""
 
 
-def _fused(attention: torch.Tensor, head_fusion: str) -> torch.Tensor:
-    return {"mean": attention.mean(dim=1), "max": attention.amax(dim=1), "min": attention.amin(dim=1)}[head_fusion][0]
-
-
-def _rownorm(matrix: torch.Tensor) -> torch.Tensor:
-    return matrix / matrix.sum(dim=-1, keepdim=True)
-
-
-def _residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
-    eye = torch.eye(len(relevance), dtype=relevance.dtype)
-    accumulated = relevance - eye
-    for row in range(len(accumulated)):
-        total = accumulated[row].sum()
-        accumulated[row] = accumulated[row] / total if total != 0 else 0.0
-    return accumulated + eye
-
-
-def reference_maps(model, image: torch.Tensor, caption: torch.Tensor, method: str, *, prefix: int,
-                   head_fusion: str = "mean", alpha: float = 0.5) -> torch.Tensor:
-    """(K, N − prefix) float64 for one image: eager attentions straight from transformers, the rule of the method
-    written out on full matrices (rollout over the joint caption + image tokens)."""
-    reference = copy.deepcopy(model).double()
-    reference.set_attn_implementation("eager")
-    decoder_input = torch.cat([torch.tensor([START]), caption[:-1]])[None]
-    out = reference(pixel_values=image[None].double(), decoder_input_ids=decoder_input, output_attentions=True,
-                    use_cache=False)
-    encoder, selfs, crosses = out.encoder_attentions, out.decoder_attentions, out.cross_attentions
-    num_tokens, num_image = len(caption), encoder[0].shape[-1]
-    eye_t, eye_i = torch.eye(num_tokens, dtype=torch.float64), torch.eye(num_image, dtype=torch.float64)
-    if method == "rollout":
-        image_rollout = eye_i
-        for attention in encoder:
-            image_rollout = _rownorm(alpha * _fused(attention, head_fusion) + (1 - alpha) * eye_i) @ image_rollout
-        joint = torch.block_diag(eye_t, image_rollout)
-        for self_attention, cross_attention in zip(selfs, crosses):
-            mixing = torch.block_diag(_rownorm(alpha * _fused(self_attention, head_fusion) + (1 - alpha) * eye_t), eye_i)
-            crossing = torch.block_diag((1 - alpha) * eye_t, eye_i)
-            crossing[:num_tokens, num_tokens:] = alpha * _fused(cross_attention, head_fusion)
-            joint = _rownorm(crossing) @ (mixing @ joint)
-        assert torch.allclose(joint.sum(dim=-1), torch.ones(num_tokens + num_image, dtype=torch.float64))
-        return joint[:num_tokens, num_tokens + prefix:]
-    rows = []
-    recorded = [*encoder, *selfs, *crosses]
-    for k in range(num_tokens):
-        score = out.logits[0, k, caption[k]]
-        gradients = torch.autograd.grad(score, recorded, retain_graph=True)
-        weighted = [(gradient * attention).clamp(min=0).mean(dim=1)[0] for gradient, attention in zip(gradients, recorded)]
-        encoder_w, selfs_w, crosses_w = (weighted[:len(encoder)], weighted[len(encoder):len(encoder) + len(selfs)],
-                                         weighted[len(encoder) + len(selfs):])
-        image_relevance = eye_i.clone()
-        for attention in encoder_w:
-            image_relevance = image_relevance + attention @ image_relevance
-        text, text_image = eye_t.clone(), torch.zeros(num_tokens, num_image, dtype=torch.float64)
-        for self_attention, cross_attention in zip(selfs_w, crosses_w):
-            text = text + self_attention @ text
-            text_image = text_image + self_attention @ text_image
-            text_image = (text_image + _residual_normalised(text).T @ cross_attention
-                          @ _residual_normalised(image_relevance))
-        rows.append(text_image[k, prefix:])
-    return torch.stack(rows)
-
-
 @pytest.mark.parametrize("encoder, decoder", [("vit", "gpt2"), ("vit", "bert"), ("deit", "gpt2")])
 @pytest.mark.parametrize("method", ["rollout", "chefer"])
 def test_caption_maps_equal_the_per_token_float64_reference(encoder, decoder, method, images):
@@ -124,7 +65,8 @@ def test_caption_maps_equal_the_per_token_float64_reference(encoder, decoder, me
     assert result.lengths.tolist() == [5, 6]
     for index in range(2):
         length = int(result.lengths[index])
-        expected = reference_maps(model, images[index], CAPTIONS[index], method, prefix=prefix)
+        expected = torch.from_numpy(reference_caption_relevance(
+            model, images[index], CAPTIONS[index, :length].tolist(), START, method, num_prefix=prefix))
         got = result.maps[index].reshape(6, -1).double()
         torch.testing.assert_close(got[:length], expected[:length], rtol=1e-4, atol=1e-6)
         assert torch.all(got[length:] == 0)
@@ -173,7 +115,8 @@ def test_caption_rollout_fuses_heads_as_asked(head_fusion, images):
     model = build_captioner("vit", "bert", seed=3)
     result = caption_maps(model, images[:1], method="rollout", caption_ids=CAPTIONS[1:], head_fusion=head_fusion,
                           attention_weight=0.7)
-    expected = reference_maps(model, images[0], CAPTIONS[1], "rollout", prefix=1, head_fusion=head_fusion, alpha=0.7)
+    expected = torch.from_numpy(reference_caption_relevance(model, images[0], CAPTIONS[1].tolist(), START, "rollout",
+                                                            num_prefix=1, head_fusion=head_fusion, attention_weight=0.7))
     torch.testing.assert_close(result.maps[0].reshape(6, -1).double(), expected, rtol=1e-4, atol=1e-7)
 
 
@@ -405,3 +348,33 @@ def test_a_captioner_saved_without_its_tokenizer_is_named_a_captioner(saved_capt
     assert capsys.readouterr().err == (
         f"vitroll: error: {folder}: no tokenizer saved with the captioner (FileNotFoundError); save it beside the "
         "model with tokenizer.save_pretrained\n")  # was "with the text model"
+
+
+def test_chefer_normalises_a_self_relevance_gain_below_float32_resolution_exactly():
+    # caption position 1's self-attention gain is 1e-8 on itself and 1e-8 on position 0: R̄_tt's row 1 is
+    # [0.5, 0.5] + I, but 1 + 1e-8 rounds to 1 in float32, and R − I would leave row 1 as [1, 0]
+    image = torch.zeros(1, 2, 2)
+    text = torch.tensor([[[0.0, 0.0], [1e-8, 1e-8]]])
+    cross = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]])
+    relevance = chefer_relevance([image, text, cross], ["encoder", "self", "cross"])
+    expected = torch.tensor([[[0.25 + 0.5 * 0.5, 0.75 + 0.5 * 0.5], [1.5 * 0.5, 1.5 * 0.5]]])
+    torch.testing.assert_close(relevance, expected, rtol=1e-6, atol=0)
+
+
+def test_chefer_maps_of_the_shipped_captioner_equal_the_float64_reference():
+    from vitroll.testbed.captioner_model import CLS, load_caption_model
+    from vitroll.testbed.captions import caption_for
+    from vitroll.testbed.shape_pairs import samples
+    from vitroll.testbed.training import to_tensor
+
+    model, tokenizer = load_caption_model()
+    drawn = list(samples(3, 2))  # image 0's position 4 has a text self-relevance gain of 8e-7
+    pixels = to_tensor(np.stack([each.image for each in drawn]))
+    caption_ids = tokenizer([caption_for(each) for each in drawn], padding=True, return_tensors="pt").input_ids[:, 1:]
+    result = caption_maps(model, pixels, caption_ids=caption_ids)
+    for index in range(len(drawn)):
+        length = int(result.lengths[index])
+        expected = reference_caption_relevance(model, pixels[index], caption_ids[index, :length].tolist(), CLS,
+                                               "chefer", num_prefix=1)
+        got = result.maps[index, :length].reshape(length, -1).double().numpy()
+        np.testing.assert_array_less(np.abs(got - expected).max(axis=1), 3e-5 * np.abs(expected).max(axis=1))

@@ -20,7 +20,8 @@ from ``R_ii = I``, ``R_tt = I``, ``R_ti = 0``:
 
 with ``R̄ = rownorm(R − I) + I`` (rows of ``R − I`` that sum to 0 stay 0): the paper's rule (10) with its
 normalisation of the self-relevance matrices; the image tokens never attend to the caption, so ``R_it`` stays 0
-and rule (11) adds nothing. One backward pass per caption token.
+and rule (11) adds nothing. ``R_ii`` and ``R_tt`` are kept as their gains ``R − I``, so a gain far below 1 is never
+lost to float32 rounding before its row is normalised. One backward pass per caption token.
 
 ``rollout`` — pure attention, the residual stream counted as in :mod:`~vitroll.methods.rollout`, with head-fused
 attention ``A`` and ``α = attention_weight``:
@@ -264,36 +265,36 @@ def _split(layers: Sequence[torch.Tensor], roles: Sequence[AttentionRole]
     return encoder, decoder
 
 
-def _eye_like(matrices: torch.Tensor) -> torch.Tensor:
-    """Identity matrices (B, N, N) for square ``matrices`` (B, N, N)."""
-    return torch.eye(matrices.shape[-1], device=matrices.device, dtype=matrices.dtype).expand_as(matrices).clone()
-
-
-def residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
-    """``R̄ = rownorm(R − I) + I`` of self-relevance (B, N, N), rows of ``R − I`` that sum to 0 kept at 0."""
-    eye = _eye_like(relevance)
-    accumulated = relevance - eye
-    sums = accumulated.sum(dim=-1, keepdim=True)
-    return torch.where(sums != 0, accumulated / torch.where(sums != 0, sums, 1.0), 0.0) + eye
+def residual_normalised(gain: torch.Tensor) -> torch.Tensor:
+    """``R̄ = rownorm(R − I) + I`` of self-relevance given as its gain ``R − I`` (B, N, N); rows of the gain that sum
+    to 0 stay 0."""
+    sums = gain.sum(dim=-1, keepdim=True)
+    normalised = torch.where(sums != 0, gain / torch.where(sums != 0, sums, 1.0), 0.0)
+    return normalised + torch.eye(gain.shape[-1], device=gain.device, dtype=gain.dtype)
 
 
 def chefer_relevance(weighted: Sequence[torch.Tensor], roles: Sequence[AttentionRole]) -> torch.Tensor:
     """``R_ti`` (B, K, N) from gradient-weighted, head-fused attention per module (encoder (B, N, N), decoder
-    self (B, K, K), cross (B, K, N)) in forward order, by Chefer et al. 2021b's rules (module docstring)."""
+    self (B, K, K), cross (B, K, N)) in forward order, by Chefer et al. 2021b's rules (module docstring).
+
+    The self-relevance matrices are kept as their gains ``R − I`` (``R ← R + Ā·R`` is ``G ← G + Ā + Ā·G``): a token
+    whose relevance barely grew has a gain far below float32's resolution next to the 1 on the diagonal, and
+    subtracting I from R before normalising its row would leave rounding noise to be scaled up to a whole row."""
     encoder, decoder = _split(weighted, roles)
     with without_autocast(weighted[0].device):
-        image = _eye_like(encoder[0])
+        image_gain = torch.zeros_like(encoder[0])
         for attention in encoder:
-            image = image + torch.bmm(attention, image)
-        image_bar = residual_normalised(image)
+            image_gain = image_gain + attention + torch.bmm(attention, image_gain)
+        image_bar = residual_normalised(image_gain)
         cross = next(attention for role, attention in decoder if role == "cross")
-        text = torch.eye(cross.shape[1], device=cross.device, dtype=cross.dtype).expand(len(cross), -1, -1).clone()
+        text_gain = cross.new_zeros(len(cross), cross.shape[1], cross.shape[1])
         text_image = torch.zeros_like(cross)
         for role, attention in decoder:
             if role == "self":
-                text, text_image = text + torch.bmm(attention, text), text_image + torch.bmm(attention, text_image)
+                text_gain, text_image = (text_gain + attention + torch.bmm(attention, text_gain),
+                                         text_image + torch.bmm(attention, text_image))
             else:
-                text_image = text_image + residual_normalised(text).transpose(1, 2) @ attention @ image_bar
+                text_image = text_image + residual_normalised(text_gain).transpose(1, 2) @ attention @ image_bar
     return text_image
 
 
