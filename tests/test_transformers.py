@@ -45,6 +45,8 @@ MODELS = {
     "vit-mae": (transformers.ViTMAEModel, transformers.ViTMAEConfig, dict(mask_ratio=0.0)),
     "clip-vision": (transformers.CLIPVisionModelWithProjection, transformers.CLIPVisionConfig, dict(projection_dim=16)),
     "siglip-vision": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig, {}),
+    "metaclip2-vision": (transformers.MetaClip2VisionModelWithProjection, transformers.MetaClip2VisionConfig,
+                         dict(projection_dim=16)),
 }
 
 
@@ -65,10 +67,13 @@ MODELS.update({
     "siglip-classifier": (transformers.SiglipForImageClassification,
                           on_a_vision_tower(transformers.SiglipConfig, transformers.SiglipVisionConfig),
                           dict(num_labels=3)),
+    "metaclip2-classifier": (transformers.MetaClip2ForImageClassification,
+                             on_a_vision_tower(transformers.MetaClip2Config, transformers.MetaClip2VisionConfig),
+                             dict(num_labels=3)),
 })
 PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
           "siglip-classifier": 0}
-BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision")
+BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision")
 """Models without a classification head."""
 
 
@@ -152,7 +157,7 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
-                                  "beit-shared-bias-class-token", "ijepa", "clip-vision"])
+                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
@@ -175,7 +180,7 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
     return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
 
 
-MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier")
+MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier", "metaclip2-classifier")
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "beit-shared-bias-class-token", *MEAN_POOLED])
@@ -354,3 +359,18 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
     assert "the supported model types are beit, " in error[0] and "dinov3_vit" in error[0]
+
+
+@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier"])
+def test_a_saved_metaclip2_model_loads_as_its_class_with_clip_preprocessing(name, tmp_path):
+    """AutoModel has no mapping for MetaCLIP 2's vision tower: it is built from the class its config names."""
+    from vitroll.models import load_model
+
+    saved = build(name)
+    saved.save_pretrained(tmp_path / name)
+    model = load_model(str(tmp_path / name))
+    assert type(model) is type(saved)
+    preprocessing = vitroll.Preprocessing.from_model(model)
+    assert (preprocessing.mean, preprocessing.crop_mode, preprocessing.interpolation) == (
+        (0.48145466, 0.4578275, 0.40821073), "center", "bicubic")
+    torch.testing.assert_close(vitroll.rollout(model, images()), vitroll.rollout(saved, images()))

@@ -120,6 +120,7 @@ INTERFACE_ATTENTION = {
     "vit-mae": f"{_MODELS}.vit_mae.modeling_vit_mae.ViTMAEAttention",
     "clip-vision": f"{_MODELS}.clip.modeling_clip.CLIPAttention",
     "siglip-vision": f"{_MODELS}.siglip.modeling_siglip.SiglipAttention",
+    "metaclip2-vision": f"{_MODELS}.metaclip_2.modeling_metaclip_2.MetaClip2Attention",
 }
 """Attention classes that go through the attention interface, per family."""
 
@@ -324,6 +325,13 @@ _register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionMo
 _register("hf-siglip-classifier", _classes("siglip.modeling_siglip", "SiglipForImageClassification"),
           (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _patch_mean),
           notes="the vision tower with a classifier on the tokens' mean (its pooling head unused)")
+_register("hf-metaclip2-vision", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2VisionModel",
+                                          "MetaClip2VisionModelWithProjection"),
+          (INTERFACE_ATTENTION["metaclip2-vision"],), _layout(_one, _class_token),
+          notes="MetaCLIP 2 vision tower (CLIP's); backbone: attention methods only")
+_register("hf-metaclip2-classifier", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2ForImageClassification"),
+          (INTERFACE_ATTENTION["metaclip2-vision"],), _layout(_one, _patch_mean),
+          notes="the MetaCLIP 2 vision tower with a classifier on the patch tokens' mean (class token skipped)")
 
 
 
@@ -370,12 +378,18 @@ register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipMod
                       preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")
+register_dual_encoder("hf-metaclip2", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2Model"),
+                      vision_tower=lambda model: model.vision_model,
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest"),
+                                                context=_text_context),
+                      preprocessing=transformers_preprocessing, name_patterns=("MetaClip2Model",),
+                      notes="image–text: logits_per_image explained on the vision tower (class token read out)")
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
                          "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
-                         "siglip_vision_model"})
-"""The ``config.model_type`` values of the models registered above (CLIP and SigLIP: their vision towers), which
-loading checks before it builds a model."""
+                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model"})
+"""The ``config.model_type`` values of the models registered above (CLIP, SigLIP and MetaCLIP 2: their vision towers
+too), which loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")
