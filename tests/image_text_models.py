@@ -1,5 +1,5 @@
-"""Small image–text models for the tests: transformers CLIPModel and SiglipModel from tiny configs (2 vision layers of
-2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens."""
+"""Small image–text models for the tests: transformers CLIPModel, SiglipModel and MetaClip2Model from tiny configs
+(2 vision layers of 2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ BOS, EOS = 53, 54
 TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
             max_position_embeddings=16, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
 HF_MODELS = {"clip": (transformers.CLIPModel, transformers.CLIPConfig),
-             "siglip": (transformers.SiglipModel, transformers.SiglipConfig)}
+             "siglip": (transformers.SiglipModel, transformers.SiglipConfig),
+             "metaclip2": (transformers.MetaClip2Model, transformers.MetaClip2Config)}
 
 
 def sharpened(model: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:

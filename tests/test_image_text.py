@@ -1,7 +1,7 @@
-"""Image–text maps for CLIP-like dual encoders (transformers CLIPModel and SiglipModel, open_clip's CLIP), on models
-built from small configs: chefer equals a per-pair float64 reference computed with autograd on the eager attentions
-(``logits_per_image[i, t]`` as the score), texts matter for chefer and not for rollout, capture leaves the logits
-alone, and bad inputs are refused with their messages."""
+"""Image–text maps for CLIP-like dual encoders (transformers CLIPModel, SiglipModel and MetaClip2Model, open_clip's
+CLIP), on models built from small configs: chefer equals a per-pair float64 reference computed with autograd on the
+eager attentions (``logits_per_image[i, t]`` as the score), texts matter for chefer and not for rollout, capture leaves
+the logits alone, and bad inputs are refused with their messages."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def open_clip_reference(image: torch.Tensor, text: int) -> np.ndarray:
     return reference_chefer([a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept], 1, (4, 4))
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
 def test_chefer_maps_equal_the_per_pair_float64_reference(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)
@@ -95,7 +95,7 @@ def test_chefer_maps_equal_the_per_pair_float64_reference(name):
     assert (maps[:, 0] - maps[:, 1]).abs().max() > 1e-2 * maps.abs().max()  # two texts, two maps
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
 def test_rollout_is_the_same_for_every_text_and_is_the_vision_towers(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)
@@ -105,7 +105,7 @@ def test_rollout_is_the_same_for_every_text_and_is_the_vision_towers(name):
     torch.testing.assert_close(maps[:, 0], vitroll.rollout(model, pixels))
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
 def test_capture_leaves_the_image_text_logits_unchanged(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)

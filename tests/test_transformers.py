@@ -45,6 +45,10 @@ MODELS = {
     "vit-mae": (transformers.ViTMAEModel, transformers.ViTMAEConfig, dict(mask_ratio=0.0)),
     "clip-vision": (transformers.CLIPVisionModelWithProjection, transformers.CLIPVisionConfig, dict(projection_dim=16)),
     "siglip-vision": (transformers.SiglipVisionModel, transformers.SiglipVisionConfig, {}),
+    "metaclip2-vision": (transformers.MetaClip2VisionModelWithProjection, transformers.MetaClip2VisionConfig,
+                         dict(projection_dim=16)),
+    "aimv2-native": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, dict(is_native=True)),
+    "aimv2-learned-positions": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, {}),
 }
 
 
@@ -65,16 +69,20 @@ MODELS.update({
     "siglip-classifier": (transformers.SiglipForImageClassification,
                           on_a_vision_tower(transformers.SiglipConfig, transformers.SiglipVisionConfig),
                           dict(num_labels=3)),
+    "metaclip2-classifier": (transformers.MetaClip2ForImageClassification,
+                             on_a_vision_tower(transformers.MetaClip2Config, transformers.MetaClip2VisionConfig),
+                             dict(num_labels=3)),
 })
 PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
-          "siglip-classifier": 0}
-BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision")
+          "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0}
+BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
+             "aimv2-learned-positions")
 """Models without a classification head."""
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
     """The model ``name`` with seeded weights, queries and keys drawn larger (peaked attention), relative position
-    bias tables non-zero; the same weights for every ``implementation``."""
+    bias tables and AIMv2's pooling query non-zero; the same weights for every ``implementation``."""
     model_class, config_class, extra = MODELS[name]
     torch.manual_seed(0)
     model = model_class(config_class(**SMALL, **extra, attn_implementation=implementation)).eval()
@@ -82,7 +90,8 @@ def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
     with torch.no_grad():
         for parameter_name, parameter in model.named_parameters():
             if any(part in parameter_name for part in ("q_proj.weight", "k_proj.weight", "query.weight", "key.weight",
-                                                       "relative_position_bias_table", "classifier.weight")):
+                                                       "relative_position_bias_table", "classifier.weight",
+                                                       "head.cls_token")):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
     return model
 
@@ -122,12 +131,17 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
-@pytest.mark.parametrize("name", MODELS)
+ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native")
+"""Models that take any input size without being asked (``interpolate_pos_encoding``)."""
+
+
+@pytest.mark.parametrize("name", [name for name in MODELS if name != "aimv2-learned-positions"])
 def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
     """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
-    interpolate (DINOv2 and DINOv3 always do), the logits of its SDPA path, and rollout equal to the float64 reference."""
+    interpolate (DINOv2, DINOv3 and native AIMv2 always do), the logits of its SDPA path, and rollout equal to the
+    float64 reference."""
     pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
-    asked = {} if name.startswith("dinov") else {"interpolate_pos_encoding": True}
+    asked = {} if name in ANY_SIZE else {"interpolate_pos_encoding": True}
     if name == "vit-mae":
         asked["noise"] = torch.arange(15, dtype=torch.float64).expand(2, -1)
     with torch.no_grad():
@@ -152,7 +166,7 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
-                                  "beit-shared-bias-class-token", "ijepa", "clip-vision"])
+                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
@@ -175,7 +189,7 @@ def reference_gradients(name: str, image: torch.Tensor, target: int) -> tuple[li
     return [a[0].detach().numpy() for a in output.attentions], [a.grad[0].numpy() for a in output.attentions]
 
 
-MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier")
+MEAN_POOLED = ("data2vec-vision", "ijepa", "clip-classifier", "siglip-classifier", "metaclip2-classifier")
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "beit-shared-bias-class-token", *MEAN_POOLED])
@@ -353,4 +367,63 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     own_reason = reason.partition(": ")[2]
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
-    assert "the supported model types are beit, " in error[0] and "dinov3_vit" in error[0]
+    assert "the supported model types are aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
+
+
+@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native"])
+def test_a_saved_clip_like_model_loads_as_its_class_with_clip_preprocessing(name, tmp_path):
+    """AutoModel has no mapping for MetaCLIP 2's vision tower: it is built from the class its config names."""
+    from vitroll.models import load_model
+
+    saved = build(name)
+    saved.save_pretrained(tmp_path / name)
+    model = load_model(str(tmp_path / name))
+    assert type(model) is type(saved)
+    preprocessing = vitroll.Preprocessing.from_model(model)
+    assert (preprocessing.mean, preprocessing.crop_mode, preprocessing.interpolation) == (
+        (0.48145466, 0.4578275, 0.40821073), "center", "bicubic")
+    torch.testing.assert_close(vitroll.rollout(model, images()), vitroll.rollout(saved, images()))
+
+
+def aimv2_pool_weights(model: torch.nn.Module, pixels: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """AIMv2's pooling-query attention (B, N) in float64 by hand, heads averaged: softmax(q kᵀ / √d) of its learned
+    query against the keys of the normed last tokens; and the eager path's attentions."""
+    model = model.double()
+    head, kept = model.head, {}
+    handle = head.register_forward_pre_hook(lambda _module, args: kept.setdefault("tokens", args[0]))
+    output = model(pixel_values=pixels.double(), output_attentions=True)
+    handle.remove()
+    heads, dim = head.num_heads, head.hidden_size // head.num_heads
+    keys = head.k_proj(kept["tokens"]).unflatten(-1, (heads, dim)).transpose(1, 2)  # (B, H, N, d)
+    query = head.cls_token.reshape(1, heads, 1, dim)
+    weights = torch.softmax(query @ keys.transpose(-1, -2) * dim ** -0.5, dim=-1)[:, :, 0].mean(dim=1)
+    return weights, list(output.attentions)
+
+
+@pytest.mark.parametrize("name", ["aimv2-native", "aimv2-learned-positions"])
+def test_aimv2_reads_out_its_pooling_query_and_rollout_equals_the_float64_reference(name):
+    """AIMv2's attention-pooling head calls the attention kernel itself: its query's attention is the decision row."""
+    pixels = images()
+    with torch.no_grad():
+        weights, eager = aimv2_pool_weights(build(name, "eager"), pixels)
+        with AttentionRecorder(build(name)) as recorder:
+            recorder.model(pixel_values=pixels)
+        maps = vitroll.rollout(build(name), pixels)
+        attention = vitroll.attention(build(name), pixels)
+    layout = recorder.token_layout((32, 32))
+    assert layout.readout == "attention_pool" and weights.std() > 1e-2
+    assert (layout.pool_weights.double() - weights).abs().max().item() < 1e-5
+    for index in range(len(pixels)):
+        per_layer = [layer[index].numpy() for layer in eager]
+        expected = reference_rollout(per_layer, num_prefix=0, grid=(4, 4), class_token=False,
+                                     readout=weights[index].numpy())
+        assert np.abs(maps[index].numpy() - expected).max() < 1e-5
+        expected = weights[index].numpy() @ per_layer[-1].mean(axis=0)
+        assert np.abs(attention[index].numpy() - expected.reshape(4, 4)).max() < 1e-5
+
+
+def test_aimv2_with_learned_position_embeddings_refuses_another_size_in_one_line():
+    with pytest.raises(ValueError) as raised:
+        vitroll.rollout(build("aimv2-learned-positions"), torch.randn(1, 3, 24, 40))
+    assert str(raised.value) == ("images of 24×40 do not fit the model: Aimv2VisionModel has learned position "
+                                 "embeddings for 32×32 images only (it is not a native-resolution AIMv2), not 24×40")

@@ -120,8 +120,13 @@ INTERFACE_ATTENTION = {
     "vit-mae": f"{_MODELS}.vit_mae.modeling_vit_mae.ViTMAEAttention",
     "clip-vision": f"{_MODELS}.clip.modeling_clip.CLIPAttention",
     "siglip-vision": f"{_MODELS}.siglip.modeling_siglip.SiglipAttention",
+    "metaclip2-vision": f"{_MODELS}.metaclip_2.modeling_metaclip_2.MetaClip2Attention",
+    "aimv2-vision": f"{_MODELS}.aimv2.modeling_aimv2.Aimv2Attention",
 }
 """Attention classes that go through the attention interface, per family."""
+
+AIMV2_POOL = f"{_MODELS}.aimv2.modeling_aimv2.Aimv2AttentionPoolingHead"
+"""AIMv2's pooling head: its query (a learned token) calls ``F.scaled_dot_product_attention`` itself."""
 
 _DATA2VEC = f"{_MODELS}.data2vec.modeling_data2vec_vision"
 DATA2VEC_ATTENTION = (f"{_DATA2VEC}.Data2VecVisionSelfAttention", f"{_DATA2VEC}.Data2VecVisionSdpaSelfAttention")
@@ -252,16 +257,35 @@ def _siglip_pool(model: nn.Module) -> list[nn.Module]:
     return [head.attention] if head is not None else []
 
 
+def _aimv2_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
+    """AIMv2: no class token; its pooling head's query attention, else (``use_head=False``) the patch mean. Native
+    checkpoints place sinusoidal position embeddings on any grid; the others learned one embedding per patch of
+    ``image_size`` and take that size only."""
+    config = model.config
+    if not config.is_native and tuple(image_hw) != _pair(config.image_size):
+        size = _pair(config.image_size)
+        raise ValueError(f"{type(model).__name__} has learned position embeddings for {size[0]}×{size[1]} images "
+                         f"only (it is not a native-resolution AIMv2), not {image_hw[0]}×{image_hw[1]}")
+    readout: Readout = "attention_pool" if config.use_head else "patch_mean"
+    return TokenLayout(0, readout, _grid(model, image_hw))
+
+
+def _aimv2_pool(model: nn.Module) -> list[nn.Module]:
+    return [model.head] if model.config.use_head else []
+
+
 def _register(name: str, classes: tuple[str, ...], attention: tuple[str, ...],
               token_layout: Callable[[nn.Module, tuple[int, int]], TokenLayout], *, notes: str,
-              logits: Logits = _logits, readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None) -> None:
-    """A family of ``classes`` whose attention modules (``attention``) go through the attention interface."""
+              logits: Logits = _logits, readout_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
+              pool_readouts: tuple[AttentionReadout, ...] = ()) -> None:
+    """A family of ``classes`` whose attention modules (``attention``) go through the attention interface;
+    ``pool_readouts`` read the modules ``readout_modules`` returns when they do not."""
     register_family(
         name, classes, attention_modules=attention_modules_of(*attention), token_layout=token_layout,
         preprocessing=transformers_preprocessing, randomizable=heads_then_layers_down(*attention), logits=logits,
         class_names=config_class_names, readout_modules=readout_modules,
-        readout=[AttentionReadout(each, probs_module=None, fused_flag=None, attach=attach_attention_interface)
-                 for each in attention],
+        readout=[*(AttentionReadout(each, probs_module=None, fused_flag=None, attach=attach_attention_interface)
+                   for each in attention), *pool_readouts],
         name_patterns=tuple(each.rpartition(".")[2] for each in classes), notes=notes,
     )
 
@@ -324,6 +348,18 @@ _register("hf-siglip-vision", _classes("siglip.modeling_siglip", "SiglipVisionMo
 _register("hf-siglip-classifier", _classes("siglip.modeling_siglip", "SiglipForImageClassification"),
           (INTERFACE_ATTENTION["siglip-vision"],), _layout(lambda _model: 0, _patch_mean),
           notes="the vision tower with a classifier on the tokens' mean (its pooling head unused)")
+_register("hf-metaclip2-vision", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2VisionModel",
+                                          "MetaClip2VisionModelWithProjection"),
+          (INTERFACE_ATTENTION["metaclip2-vision"],), _layout(_one, _class_token),
+          notes="MetaCLIP 2 vision tower (CLIP's); backbone: attention methods only")
+_register("hf-metaclip2-classifier", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2ForImageClassification"),
+          (INTERFACE_ATTENTION["metaclip2-vision"],), _layout(_one, _patch_mean),
+          notes="the MetaCLIP 2 vision tower with a classifier on the patch tokens' mean (class token skipped)")
+_register("hf-aimv2-vision", _classes("aimv2.modeling_aimv2", "Aimv2VisionModel"),
+          (INTERFACE_ATTENTION["aimv2-vision"],), _aimv2_layout, logits=_dinov2_logits, readout_modules=_aimv2_pool,
+          pool_readouts=(AttentionReadout(AIMV2_POOL, probs_module=None, fused_flag=None, attach=attach_sdpa_call),),
+          notes="no class token; attention-pooling head → its query's attention; native checkpoints take any size; "
+                "backbone: attention methods only")
 
 
 
@@ -370,12 +406,18 @@ register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipMod
                       preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
                       notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
                             "attention-pool row read out)")
+register_dual_encoder("hf-metaclip2", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2Model"),
+                      vision_tower=lambda model: model.vision_model,
+                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest"),
+                                                context=_text_context),
+                      preprocessing=transformers_preprocessing, name_patterns=("MetaClip2Model",),
+                      notes="image–text: logits_per_image explained on the vision tower (class token read out)")
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
                          "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
-                         "siglip_vision_model"})
-"""The ``config.model_type`` values of the models registered above (CLIP and SigLIP: their vision towers), which
-loading checks before it builds a model."""
+                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model", "aimv2_vision_model"})
+"""The ``config.model_type`` values of the models registered above (CLIP, SigLIP and MetaCLIP 2: their vision towers
+too), which loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")

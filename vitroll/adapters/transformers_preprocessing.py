@@ -30,6 +30,8 @@ _DEFAULTS: dict[str, tuple[CropMode, float, str, tuple[float, ...], tuple[float,
     "beit": ("squash", 1.0, "bicubic", HALF, HALF),
     "data2vec-vision": ("squash", 1.0, "bicubic", HALF, HALF),
     "clip_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
+    "metaclip_2_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
+    "aimv2_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
     "siglip_vision_model": ("squash", 1.0, "bilinear", HALF, HALF),
 }
 _PROCESSORS: "weakref.WeakKeyDictionary[nn.Module, Preprocessing]" = weakref.WeakKeyDictionary()
