@@ -230,6 +230,32 @@ def test_salt_makes_keys_reproducible_and_the_default_salt_random(tmp_path, audi
     assert cases[0][0] not in {row["case"] for row in audited["json"]["cases"]}
 
 
+def test_keys_survive_a_move_of_the_folder_and_two_folders_alike_keep_distinct_cases(tmp_path, checkpoint):
+    """Keys hash the path relative to the folder given: a copy elsewhere keeps them; the same layout given twice in
+    one run gives each file its own case and overlay."""
+    import shutil
+
+    first = tmp_path / "in"
+    (first / "sub").mkdir(parents=True)
+    write_dicom(first / "sub" / "cine.dcm", np.stack([body_phantom(), body_phantom(marker=False)]), number=1)
+    Image.fromarray(body_phantom(dtype=np.uint8, high=255)).save(first / "plain.png")
+    moved = shutil.copytree(first, tmp_path / "elsewhere" / "copy")
+    keys = {}
+    for run, inputs in (("first", [first]), ("moved", [moved]), ("both", [first, moved])):
+        code, _, stderr = run_cli("audit", *map(str, inputs), "--out", str(tmp_path / run), "--salt", "s",
+                                  "--keep-burned-in-text", *MODEL)
+        assert code == 0, stderr
+        keys[run] = [(row["case"], row["study"]) for row in
+                     sorted(json.loads((tmp_path / run / "report.json").read_text())["cases"],
+                            key=lambda row: (row["input"], row["frame"] or 0))]
+    assert len(keys["first"]) == 3 and len({case for case, _ in keys["first"]}) == 3  # two frames and the PNG
+    assert keys["moved"] == keys["first"]
+    assert keys["both"][:3] == keys["first"]
+    cases = [case for case, _ in keys["both"]]
+    assert len(set(cases)) == 6 and len(list((tmp_path / "both" / "images").glob("*.png"))) == 6
+    assert keys["both"][3][1] != keys["first"][0][1]  # the second PNG (plain.png sorts first): no StudyInstanceUID
+
+
 def test_decoding_workers_give_the_same_report(tmp_path, audited, checkpoint):
     """Decoding in two DataLoader worker processes audits the same cases with the same numbers and errors."""
     reports = []

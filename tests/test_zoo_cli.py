@@ -118,6 +118,24 @@ def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+def test_a_timm_model_of_no_family_is_refused_by_name_before_its_checkpoint_is_read(tmp_path, capsys, monkeypatch):
+    """The whole --checkpoint was read (seconds and gigabytes for a large one) before the name was refused."""
+    import vitroll.models.load
+
+    def not_to_be_read(*args, **kwargs):
+        raise AssertionError("the checkpoint of a model of no family was read")
+
+    monkeypatch.setattr(vitroll.models.load, "read_checkpoint", not_to_be_read)
+    checkpoint = tmp_path / "big.pth"
+    checkpoint.write_bytes(b"not read")
+    code = main(["overlay", str(PHOTO), "--model", "swin_tiny_patch4_window7_224", "--checkpoint", str(checkpoint),
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("vitroll: error: swin_tiny_patch4_window7_224 (timm.models.swin_transformer) has no "
+                             "token attention that vitroll can read")
+
+
 def test_the_name_check_refuses_exactly_the_names_vitroll_lists_as_unsupported():
     """Deciding by the timm module refuses no model a family explains, and `vitroll models` says the same. (Every
     timm 1.0.31 model, built on the meta device, was checked once: the refused ones build no family's class.)"""

@@ -29,7 +29,7 @@ from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
-from vitroll.io.discovery import given_files
+from vitroll.io.discovery import FoundFile, given_found_files
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
@@ -65,8 +65,12 @@ def _sentence(text: str) -> str:
     return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else "Unknown reason."
 
 
-def _file_key(path: Path, options: AuditOptions) -> str:
-    return salted_key(options.salt, "file:" + str(path.resolve()), 10)
+def _file_key(item: AuditInput, options: AuditOptions) -> str:
+    return salted_key(options.salt, "file:" + item.name, 10)
+
+
+def _study_key(item: AuditInput, study_uid: Optional[str], options: AuditOptions) -> str:
+    return salted_key(options.salt, study_uid or item.name)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,10 @@ class AuditInput:
     path: Path
     number: int
     """The file's position in the input list, from 1 (:data:`~vitroll.audit.records.INPUT_ORDER`)."""
+    name: str
+    """What its case key hashes: its path relative to the folder given (its name if given on its own), so that keys
+    survive a move of the folder; a name an earlier file of the run has too (two folders given with the same layout)
+    followed by a NUL and the how-manyth file of that name it is, from 2."""
     frames: Optional[range] = None
     """The frames of this part; None for the whole file (or ``--frame``)."""
 
@@ -83,16 +91,26 @@ class AuditInput:
         return str(self.path)
 
 
-def audit_inputs(files: Sequence[Path], options: AuditOptions) -> list[AuditInput]:
+def _distinct_names(files: Sequence[FoundFile]) -> list[str]:
+    """The :attr:`AuditInput.name` of each of ``files``."""
+    seen: dict[str, int] = {}
+    names = []
+    for file in files:
+        seen[file.key] = seen.get(file.key, 0) + 1
+        names.append(file.key if seen[file.key] == 1 else f"{file.key}\0{seen[file.key]}")
+    return names
+
+
+def audit_inputs(files: Sequence[FoundFile], options: AuditOptions) -> list[AuditInput]:
     """The stream's inputs for ``files``: a file whose header counts more frames than ``batch_size`` (and no
     ``--frame`` chosen) as consecutive parts of ``batch_size`` frames, any other file whole."""
     inputs = []
-    for number, path in enumerate(files, 1):
-        count = 1 if options.frame is not None else frame_count(path)
+    for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
+        count = 1 if options.frame is not None else frame_count(file.path)
         if count <= options.batch_size:
-            inputs.append(AuditInput(path, number))
+            inputs.append(AuditInput(file.path, number, name))
         else:
-            inputs += [AuditInput(path, number, range(start, min(start + options.batch_size, count)))
+            inputs += [AuditInput(file.path, number, name, range(start, min(start + options.batch_size, count)))
                        for start in range(0, count, options.batch_size)]
     return inputs
 
@@ -109,9 +127,9 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
         raise VitrollError(reason) from None
-    file_key = _file_key(path, options)
+    file_key = _file_key(item, options)
     identifiers = {"file": str(path)} if options.keep_ids else {}
-    study = salted_key(options.salt, decoded.study_uid or str(path.resolve()))
+    study = _study_key(item, decoded.study_uid, options)
     if options.keep_ids:
         identifiers.update({k: v for k, v in decoded.identifiers.items() if v})
     many = decoded.frame_count > 1 or options.frame is not None
@@ -131,7 +149,7 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
 def _error_row(failed: Failed, options: AuditOptions) -> AuditRow:
     """The row of a file that gave no image; its reason scrubbed of the file's path and name unless ``keep_ids``."""
     path = failed.item.path
-    return AuditRow(case=f"case-{_file_key(path, options)}", study=salted_key(options.salt, str(path.resolve())),
+    return AuditRow(case=f"case-{_file_key(failed.item, options)}", study=_study_key(failed.item, None, options),
                     input_number=failed.item.number,
                     error=_sentence(failed.message if options.keep_ids else _scrub(failed.message, path)),
                     identifiers={"file": str(path)} if options.keep_ids else {})
@@ -176,7 +194,7 @@ def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndar
 
 
 def audit_items(
-    paths: Sequence[Path],
+    files: Sequence[FoundFile],
     model: nn.Module,
     *,
     out_dir: "str | os.PathLike[str]",
@@ -185,12 +203,12 @@ def audit_items(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
 ) -> Iterator[AuditRow]:
-    """One row per frame of ``paths`` (numbered from 1 in their order), or per file that gives none: each frame
+    """One row per frame of ``files`` (numbered from 1 in their order), or per file that gives none: each frame
     explained in the batch stream, measured, and its overlay written to ``OUT/images/<case>.png`` (burned-in text
     filled). A file streamed in parts that fail alike (or whose later part fails) has one row for its failure."""
     # Workers not forked from this process: once it has run the text detector (an ONNX session with its own
     # threads), a forked worker can wait forever on a lock that a thread which did not survive the fork held.
-    stream = explain_stream(model, audit_inputs(paths, options), functools.partial(audit_frames, options=options),
+    stream = explain_stream(model, audit_inputs(files, options), functools.partial(audit_frames, options=options),
                             preprocessing or Preprocessing.from_model(model), settings, batch_size=options.batch_size,
                             workers=options.workers, multiprocessing_context="forkserver")
     failed_files: set[int] = set()
@@ -275,14 +293,14 @@ def run_audit(
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
-    Every file found (:func:`~vitroll.io.discovery.given_files`: every file counts, each once, none under
+    Every file found (:func:`~vitroll.io.discovery.given_found_files`: every file counts, each once, none under
     ``out_dir``) is one row or more;
     ``provenance`` (the model's name and weights source) heads the report, else it says the weights were not stated.
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
         require_text_detector()
-    inputs = given_files(paths, exclude=out_dir)
+    inputs = given_found_files(paths, exclude=out_dir)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,

@@ -18,13 +18,14 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.images import IMAGE_SUFFIXES
 from vitroll.io.textfile import read_text_file
 
 LIST_SUFFIXES = (".txt", ".csv", ".lst")
+Item = TypeVar("Item")
 
 
 class FoundFile(NamedTuple):
@@ -116,34 +117,47 @@ def source_files(source: "str | os.PathLike[str]", *, accept: Accept = every_fil
     raise ImageReadError(source, "no such folder or list file")
 
 
-def unique_paths(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
-    """``paths`` with each file once, where it first appears: two paths are the same file when they name the same
-    absolute path (``x.png``, ``./x.png``, ``a/../x.png``); a symbolic link and its target stay two files."""
+def _first_of_each_file(items: Sequence[Item], path_of: Callable[[Item], Path]) -> list[Item]:
+    """``items`` with each file once, where it first appears (the rule of :func:`unique_paths`)."""
     seen: set[str] = set()
     unique = []
-    for path in (Path(p) for p in paths):
-        name = os.path.abspath(path)
+    for item in items:
+        name = os.path.abspath(path_of(item))
         if name not in seen:
             seen.add(name)
-            unique.append(path)
+            unique.append(item)
     return unique
 
 
-def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,
-                exclude: "str | os.PathLike[str] | None" = None) -> list[Path]:
+def unique_paths(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
+    """``paths`` with each file once, where it first appears: two paths are the same file when they name the same
+    absolute path (``x.png``, ``./x.png``, ``a/../x.png``); a symbolic link and its target stay two files."""
+    return _first_of_each_file([Path(p) for p in paths], lambda path: path)
+
+
+def given_found_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,
+                      exclude: "str | os.PathLike[str] | None" = None) -> list[FoundFile]:
     """Files as given, plus the files under given folders (:func:`folder_files`, recursive, nothing under
-    ``exclude``: the run's own output folder), in the order given, each file once (:func:`unique_paths`).
+    ``exclude``: the run's own output folder), in the order given, each file once where it first appears (as in
+    :func:`unique_paths`). A file named on its own has its name as key, a folder's file its path relative to the
+    folder: keys do not change when the folders given are moved or renamed.
 
     A file named on its own is taken whatever ``accept`` says: the user chose it. A path that does not exist is
     the user's typo, not a file to report on: it raises :class:`~vitroll.errors.VitrollError` before anything is
     read.
     """
-    found: list[Path] = []
+    found: list[FoundFile] = []
     for path in (Path(p) for p in paths):
         if not path.exists() and not path.is_symlink():
             raise VitrollError(f"{path}: no such file or folder")
         if path.is_dir():
-            found += [file.path for file in folder_files(path, accept=accept, exclude=exclude)]
+            found += folder_files(path, accept=accept, exclude=exclude)
         else:
-            found.append(path)
-    return unique_paths(found)
+            found.append(FoundFile(path, path.name))
+    return _first_of_each_file(found, lambda file: file.path)
+
+
+def given_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,
+                exclude: "str | os.PathLike[str] | None" = None) -> list[Path]:
+    """The paths of :func:`given_found_files`."""
+    return [file.path for file in given_found_files(paths, accept=accept, exclude=exclude)]

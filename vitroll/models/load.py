@@ -77,6 +77,12 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
                              f"them with --img-size {side} (img_size={side})") from None
 
 
+def _read_if_given(checkpoint: "str | os.PathLike[str] | None", trust: bool) -> Optional[Mapping[str, torch.Tensor]]:
+    """The checkpoint's state dict, or None without one; read only once the name and options are accepted, since a
+    large file takes seconds and gigabytes to read."""
+    return read_checkpoint(checkpoint, trust=trust) if checkpoint is not None else None
+
+
 def load_model(
     name: "str | os.PathLike[str]",
     *,
@@ -131,21 +137,22 @@ def load_model(
         model = build_testbed_model()
         load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
         return model.eval().to(device)
-    state = read_checkpoint(checkpoint, trust=trust_checkpoint) if checkpoint is not None else None
     if is_transformers_name(name):
         if pretrained or num_classes is not None or model_kwargs:
             raise ModelLoadError(f"{name}: a transformers model takes its weights and size from its folder or hub id; "
                                  "--pretrained, --num-classes and the timm size options do not apply")
-        return load_transformers(name, state, checkpoint).eval().to(device)
+        return load_transformers(name, _read_if_given(checkpoint, trust_checkpoint), checkpoint).eval().to(device)
     if name.startswith(OPEN_CLIP_PREFIX):
         if num_classes is not None or model_kwargs:
             raise ModelLoadError(f"{name}: an open_clip model takes its size from its architecture; --num-classes "
                                  "and the timm size options do not apply")
+        state = _read_if_given(checkpoint, trust_checkpoint)
         model = build_open_clip(name, pretrained=pretrained)
         if state is not None:
             load_state(model, state, checkpoint)
         return model.eval().to(device)
     if name.startswith(TORCHVISION_PREFIX):
+        state = _read_if_given(checkpoint, trust_checkpoint)
         model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
                                    num_classes=num_classes, **model_kwargs)
         if state is not None:
@@ -153,6 +160,7 @@ def load_model(
         return model.eval().to(device)
     check_model_name(name)
     refuse_unexplained_name(name)
+    state = _read_if_given(checkpoint, trust_checkpoint)
     if num_classes is None and state is not None:
         num_classes = num_classes_of(state)
     if num_classes is not None:
