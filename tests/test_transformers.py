@@ -49,6 +49,7 @@ MODELS = {
                          dict(projection_dim=16)),
     "aimv2-native": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, dict(is_native=True)),
     "aimv2-learned-positions": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, {}),
+    "mlcd-vision": (transformers.MLCDVisionModel, transformers.MLCDVisionConfig, {}),
 }
 
 
@@ -76,7 +77,7 @@ MODELS.update({
 PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
           "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0}
 BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
-             "aimv2-learned-positions")
+             "aimv2-learned-positions", "mlcd-vision")
 """Models without a classification head."""
 
 
@@ -131,14 +132,14 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
-ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native")
+ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision")
 """Models that take any input size without being asked (``interpolate_pos_encoding``)."""
 
 
 @pytest.mark.parametrize("name", [name for name in MODELS if name != "aimv2-learned-positions"])
 def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
     """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
-    interpolate (DINOv2, DINOv3 and native AIMv2 always do), the logits of its SDPA path, and rollout equal to the
+    interpolate (DINOv2, DINOv3, native AIMv2 and MLCD always do), the logits of its SDPA path, and rollout equal to the
     float64 reference."""
     pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
     asked = {} if name in ANY_SIZE else {"interpolate_pos_encoding": True}
@@ -166,7 +167,8 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
-                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision"])
+                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
+                                  "mlcd-vision"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
@@ -370,7 +372,7 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     assert "the supported model types are aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
 
 
-@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native"])
+@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])
 def test_a_saved_clip_like_model_loads_as_its_class_with_clip_preprocessing(name, tmp_path):
     """AutoModel has no mapping for MetaCLIP 2's vision tower: it is built from the class its config names."""
     from vitroll.models import load_model
