@@ -49,6 +49,8 @@ MODELS = {
                          dict(projection_dim=16)),
     "aimv2-native": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, dict(is_native=True)),
     "aimv2-learned-positions": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, {}),
+    "mlcd-vision": (transformers.MLCDVisionModel, transformers.MLCDVisionConfig, {}),
+    "pixio": (transformers.PixioModel, transformers.PixioConfig, dict(n_cls_tokens=4, mlp_ratio=2)),
 }
 
 
@@ -74,9 +76,9 @@ MODELS.update({
                              dict(num_labels=3)),
 })
 PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
-          "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0}
+          "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0, "pixio": 4}
 BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
-             "aimv2-learned-positions")
+             "aimv2-learned-positions", "mlcd-vision", "pixio")
 """Models without a classification head."""
 
 
@@ -94,6 +96,13 @@ def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
                                                        "head.cls_token")):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.4)
     return model
+
+
+def class_tokens_mean(name: str, num_patches: int) -> np.ndarray | None:
+    """The decision row of a model that pools its class tokens' mean (Pixio): their rows averaged, shape (N,)."""
+    if name != "pixio":
+        return None
+    return np.r_[np.full(PREFIX[name], 1 / PREFIX[name]), np.zeros(num_patches)]
 
 
 def images(batch: int = 2, size: int = 32) -> torch.Tensor:
@@ -131,15 +140,15 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
-ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native")
+ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision", "pixio")
 """Models that take any input size without being asked (``interpolate_pos_encoding``)."""
 
 
 @pytest.mark.parametrize("name", [name for name in MODELS if name != "aimv2-learned-positions"])
 def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings(name):
     """24×40 pixels on models built for 32×32: a 3×5 grid, the attention of the model's own eager path asked to
-    interpolate (DINOv2, DINOv3 and native AIMv2 always do), the logits of its SDPA path, and rollout equal to the
-    float64 reference."""
+    interpolate (DINOv2, DINOv3, native AIMv2, MLCD and Pixio always do), the logits of its SDPA path, and rollout equal
+    to the float64 reference."""
     pixels = torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(4))
     asked = {} if name in ANY_SIZE else {"interpolate_pos_encoding": True}
     if name == "vit-mae":
@@ -161,12 +170,14 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
         for index in range(len(pixels)):
             expected = reference_rollout([layer[index].numpy() for layer in eager.attentions],
                                          num_prefix=layout.num_prefix_tokens, grid=(3, 5),
-                                         class_token=layout.readout == "class_token")
+                                         class_token=layout.readout == "class_token",
+                                         readout=class_tokens_mean(name, 15))
             assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
-                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision"])
+                                  "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
+                                  "mlcd-vision", "pixio"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
@@ -174,7 +185,8 @@ def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
     class_token = name not in ("beit", "ijepa")  # BEiT and I-JEPA pool the patch tokens' mean
     for index in range(len(pixels)):
         per_layer = [layer[index].numpy() for layer in expected_layers]
-        expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token)
+        expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token,
+                                     readout=class_tokens_mean(name, 16))
         assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
@@ -370,7 +382,7 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     assert "the supported model types are aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
 
 
-@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native"])
+@pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])
 def test_a_saved_clip_like_model_loads_as_its_class_with_clip_preprocessing(name, tmp_path):
     """AutoModel has no mapping for MetaCLIP 2's vision tower: it is built from the class its config names."""
     from vitroll.models import load_model

@@ -228,8 +228,9 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
         assert message.endswith("; the supported model types are aimv2_vision_model, beit, bert, clip, "
                                 "clip_vision_model, data2vec-vision, deit, dinov2, dinov2_with_registers, dinov3_vit, "
-                                "distilbert, electra, gpt2, ijepa, metaclip_2, metaclip_2_vision_model, roberta, "
-                                "siglip, siglip_vision_model, vision-encoder-decoder, vit, vit_mae, vit_msn")
+                                "distilbert, electra, gpt2, ijepa, metaclip_2, metaclip_2_vision_model, "
+                                "mlcd_vision_model, pixio, roberta, siglip, siglip_vision_model, vision-encoder-decoder, "
+                                "vit, vit_mae, vit_msn")
 
 
 def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_before_its_weights(tmp_path, capsys):

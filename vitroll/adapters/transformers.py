@@ -122,6 +122,8 @@ INTERFACE_ATTENTION = {
     "siglip-vision": f"{_MODELS}.siglip.modeling_siglip.SiglipAttention",
     "metaclip2-vision": f"{_MODELS}.metaclip_2.modeling_metaclip_2.MetaClip2Attention",
     "aimv2-vision": f"{_MODELS}.aimv2.modeling_aimv2.Aimv2Attention",
+    "mlcd-vision": f"{_MODELS}.mlcd.modeling_mlcd.MLCDAttention",
+    "pixio": f"{_MODELS}.pixio.modeling_pixio.PixioAttention",
 }
 """Attention classes that go through the attention interface, per family."""
 
@@ -176,8 +178,9 @@ def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
 
 
 def _dinov2_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
-    """DINOv2 interpolates its position embeddings for any input size by itself, DINOv3 places its rotary embedding
-    on any patch grid (and neither takes an option for it)."""
+    """DINOv2 interpolates its position embeddings for any input size by itself, DINOv3 and MLCD place their rotary
+    embedding on any patch grid, native AIMv2 its sinusoidal one, Pixio interpolates (and none takes an option for
+    it)."""
     return getattr(model(pixel_values=images), "logits", None)
 
 
@@ -360,6 +363,14 @@ _register("hf-aimv2-vision", _classes("aimv2.modeling_aimv2", "Aimv2VisionModel"
           pool_readouts=(AttentionReadout(AIMV2_POOL, probs_module=None, fused_flag=None, attach=attach_sdpa_call),),
           notes="no class token; attention-pooling head → its query's attention; native checkpoints take any size; "
                 "backbone: attention methods only")
+_register("hf-mlcd-vision", _classes("mlcd.modeling_mlcd", "MLCDVisionModel"),
+          (INTERFACE_ATTENTION["mlcd-vision"],), _layout(_one, _class_token), logits=_dinov2_logits,
+          notes="2D rotary embedding included (applied before the kernel; any size); class token read out; backbone: "
+                "attention methods only")
+_register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel"), (INTERFACE_ATTENTION["pixio"],),
+          _layout(lambda model: model.config.n_cls_tokens, lambda _model: "prefix_mean"), logits=_dinov2_logits,
+          notes="its class tokens skipped and their rows' mean read out (it pools their mean); any size; backbone: "
+                "attention methods only")
 
 
 
@@ -415,7 +426,8 @@ register_dual_encoder("hf-metaclip2", _classes("metaclip_2.modeling_metaclip_2",
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
                          "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
-                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model", "aimv2_vision_model"})
+                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model", "aimv2_vision_model",
+                         "mlcd_vision_model", "pixio"})
 """The ``config.model_type`` values of the models registered above (CLIP, SigLIP and MetaCLIP 2: their vision towers
 too), which loading checks before it builds a model."""
 

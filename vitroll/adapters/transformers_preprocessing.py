@@ -32,6 +32,8 @@ _DEFAULTS: dict[str, tuple[CropMode, float, str, tuple[float, ...], tuple[float,
     "clip_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
     "metaclip_2_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
     "aimv2_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
+    "mlcd_vision_model": ("center", 1.0, "bicubic", CLIP_MEAN, CLIP_STD),
+    "pixio": ("center", 1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD),
     "siglip_vision_model": ("squash", 1.0, "bilinear", HALF, HALF),
 }
 _PROCESSORS: "weakref.WeakKeyDictionary[nn.Module, Preprocessing]" = weakref.WeakKeyDictionary()

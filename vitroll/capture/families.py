@@ -15,7 +15,7 @@ from torch import nn
 
 from vitroll.errors import UnsupportedModelError
 
-Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "position"]
+Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"]
 Padding = Literal["identity", "zeros"]
 """What :attr:`ModelFamily.assemble` puts where a layer has no entries of its own: the identity for attention (the
 tokens pass through that layer unchanged), zeros for gradients (those entries are no attention the model computed,
@@ -37,11 +37,12 @@ class TokenLayout:
     num_prefix_tokens : int
         Tokens before the patch tokens: class, distillation and register tokens (0 for sequences, whose scores
         cover every position).
-    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "position"}
+    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"}
         Which row of the attention is the model's "decision" row: the class token's (index 0); for models
         that average the patch tokens, the mean of their rows (``"patch_mean"``); for models that average every
         token, prefix tokens included (timm's ``pool_include_prefix``; a text's real tokens), the mean of all rows
-        (``"token_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
+        (``"token_mean"``); for models that average their several class tokens (Pixio), the mean of the prefix
+        tokens' rows (``"prefix_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
         query's own attention over the tokens; for a language model, the row of the explained ``positions``.
     grid : (int, int) or None
         Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens. None for a sequence.
@@ -86,7 +87,10 @@ class TokenLayout:
         if self.readout == "class_token":
             v[0] = 1.0
             return v
-        v[self.num_prefix_tokens if self.readout == "patch_mean" else 0:] = 1.0
+        if self.readout == "prefix_mean":
+            v[:self.num_prefix_tokens] = 1.0
+        else:
+            v[self.num_prefix_tokens if self.readout == "patch_mean" else 0:] = 1.0
         if self.token_mask is not None:
             v = v * self.token_mask.to(device=device, dtype=dtype)
         return v / v.sum(dim=-1, keepdim=True)
