@@ -121,10 +121,11 @@ def test_discard_lowest_drops_per_row_and_never_the_class_column():
     assert (out[0] > 0).sum(dim=1).tolist() == [2, 2, 2, 1]
 
 
-@pytest.mark.parametrize("num_tokens, ratio, k", [(100, 0.29, 29), (100, 0.53, 53), (50, 0.58, 29), (197, 0.9, 177)])
+@pytest.mark.parametrize("num_tokens, ratio, k", [(100, 0.29, 29), (100, 0.53, 53), (50, 0.58, 29), (197, 0.9, 177),
+                                                  (4, 0.24999999999999997, 0)])
 def test_discard_drops_the_floor_of_n_times_the_decimal_ratio(num_tokens, ratio, k):
     """k = ⌊N·ratio⌋ of the ratio as written: neither float32 (100 · 0.53 → 52) nor float64 (100 · 0.29 →
-    28.999…) rounding may move it by one token."""
+    28.999…) rounding may move it by one token, nor a margin for that round a ratio just below 1/N up to 1/N."""
     attention_rows = torch.rand(1, num_tokens, num_tokens, generator=torch.Generator().manual_seed(0))  # no ties
     for protected, dropped in ((None, k), (0, min(k, num_tokens - 1))):
         out = discard_lowest(attention_rows, ratio, protected_column=protected)

@@ -27,6 +27,7 @@ fused attention pass per layer, in O(N·D) memory.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Optional, Sequence
 
 import torch
@@ -90,10 +91,11 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
 def discarded_count(num_tokens: int, discard_ratio: float) -> int:
     """``k = ⌊n · discard_ratio⌋``, the number of entries per row that :func:`discard_lowest` ranks as weakest.
 
-    Computed in float64 with a margin far below one token: the product of a decimal ratio falls just short of
-    the integer it stands for (100 · 0.29 = 28.999999999999996), and float32 misses both ways (100 · 0.53 → 52).
+    ``discard_ratio`` is taken as the decimal it reads as (its shortest repr) and multiplied exactly: the float
+    product of a decimal ratio falls just short of the integer it stands for (100 · 0.29 = 28.999999999999996), and
+    a margin for that rounds a ratio just below 1/n (0.24999999999999997 for n = 4) up to one token.
     """
-    return math.floor(num_tokens * discard_ratio + 1e-9)
+    return math.floor(Fraction(repr(float(discard_ratio))) * num_tokens)
 
 
 def check_attention_weight(attention_weight: float) -> None:
