@@ -355,6 +355,10 @@ REFUSED = {
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
         num_patches=16)),
                 "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
+    "aimv2": (lambda: transformers.Aimv2Model(transformers.Aimv2Config(
+        vision_config={**SMALL}, text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                 intermediate_size=64, vocab_size=100))),
+              "Aimv2Model: vitroll explains AIMv2's vision tower (Aimv2VisionModel"),
 }
 
 

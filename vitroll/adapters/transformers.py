@@ -467,6 +467,9 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      f"{_VIT_LIKE}"),
     ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
     ("siglip2_vision_model", None, _SIGLIP2),
+    ("aimv2", f"{_MODELS}.aimv2.modeling_aimv2.Aimv2Model",
+     "vitroll explains AIMv2's vision tower (Aimv2VisionModel, model type aimv2_vision_model: pass model.vision_model "
+     "or save it alone), not yet its image–text scores"),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 
