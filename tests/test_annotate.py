@@ -529,7 +529,7 @@ def test_a_rank_that_fails_under_torchrun_stops_all_of_them_with_one_line_and_ke
     done = [row["path"] for row in assert_manifest_matches_folder(out)]  # merged, rank 0's work and rank 1's first
     assert "img1.png" in done and "img0.png" in done and len(done) < 8
     assert not list(out.glob("manifest.rank*.jsonl")) and not (out / ".vitroll.stop").exists()
-    assert f'"path": "img0.png"' in (out / "gallery" / "rows.js").read_text()
+    assert '"path": "img0.png"' in (out / "gallery" / "rows.js").read_text()
     assert annotate(str(source), "--out", str(out)) == 0
     assert f"{8 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
 

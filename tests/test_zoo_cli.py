@@ -68,7 +68,8 @@ def test_the_eva_and_beit_notes_say_what_holds(capsys, monkeypatch):
     assert str(refused.value) == "Beit was built for 32×32 inputs; build it for this size with --img-size 48 48"
     swapped = []  # both record through the blocked kernel in place of their fused call, as the notes say
     swap = recorder.attach_kernel_swap
-    monkeypatch.setattr(recorder, "attach_kernel_swap", lambda module, *a, **k: swapped.append(module) or swap(module, *a, **k))
+    monkeypatch.setattr(recorder, "attach_kernel_swap",
+                        lambda module, *a, **k: swapped.append(module) or swap(module, *a, **k))
     vitroll.rollout(eva, torch.randn(1, 3, 28, 28))
     vitroll.rollout(beit, torch.randn(1, 3, 32, 32))
     assert swapped == [eva.blocks[0].attn, beit.blocks[0].attn]

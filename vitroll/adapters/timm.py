@@ -178,15 +178,16 @@ register_family(
     randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
     readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
-    notes="rotary embedding included (blocked kernel on the rotated queries and keys); class/register tokens skipped; avg pooling → patch mean; 'map' "
-          "head → pool attention; timm's other Eva models (vit_pe_*, *_dinov3*) too",
+    notes="rotary embedding included (blocked kernel on the rotated queries and keys); class/register tokens "
+          "skipped; avg pooling → patch mean; 'map' head → pool attention; timm's other Eva models (vit_pe_*, "
+          "*_dinov3*) too",
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
     randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
-    notes="relative position bias included (the blocked kernel's mask); avg pooling (default) → patch mean, 'token' → class "
-          "token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit has none)",
+    notes="relative position bias included (the blocked kernel's mask); avg pooling (default) → patch mean, "
+          "'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit has none)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,

@@ -461,7 +461,8 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      "ViTDet attends within windows in its windowed layers, so no layer-to-layer token sequence spans the image; "
      "use Grad-CAM (pip install grad-cam)"),
     ("yolos", f"{_MODELS}.yolos.modeling_yolos.YolosPreTrainedModel",
-     f"YOLOS is a detector: its detection tokens follow the patches and there is no class score per image; {_VIT_LIKE}"),
+     "YOLOS is a detector: its detection tokens follow the patches and there is no class score per image; "
+     f"{_VIT_LIKE}"),
     ("eomt", f"{_MODELS}.eomt.modeling_eomt.EomtPreTrainedModel",
      f"EoMT is a segmenter: its query tokens join in the last blocks and there is no class score per image; "
      f"{_VIT_LIKE}"),

@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
-    parser.add_argument("--save", default="overlay,heatmap", help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
+    parser.add_argument("--save", default="overlay,heatmap",
+                        help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
                                                       "done ones; other rows are kept")

@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
     add_batch_size_argument(group, 8, items="frames")
-    group.add_argument("--workers", type=integer(0), default=0, metavar="N", help="decoding processes (default 0: the main process)")
+    group.add_argument("--workers", type=integer(0), default=0, metavar="N",
+                       help="decoding processes (default 0: the main process)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

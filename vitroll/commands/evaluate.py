@@ -95,17 +95,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=integer(1), default=SHAPES_ONLY_DEFAULTS["steps"], metavar="N",
                         help="deletion/insertion steps (default: %(default)s)")
     parser.add_argument("--substrate", choices=("blur", "mean"), default=SHAPES_ONLY_DEFAULTS["substrate"],
-                        help="what deleted pixels become and insertion starts from: the image's mean colour or a Gaussian "
-                             "blur (RISE; uninformative when blurred objects stay recognisable) (default: %(default)s)")
+                        help="what deleted pixels become and insertion starts from: the image's mean colour or a "
+                             "Gaussian blur (RISE; uninformative when blurred objects stay recognisable) "
+                             "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=number(), default=SHAPES_ONLY_DEFAULTS["disagree_below"],
                         help="flag images whose --disagreement correlation is below this (default 0)")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
-                        help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs (two shapes and "
-                             "a prompt naming one; default model vitroll-clip-shapes: pointing game on the named shape) "
-                             "or text (a planted key word among fillers and a group word; default model "
-                             "vitroll-text-keyword: pointing game on the key word, share on the group word), "
+                        help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "
+                             "(two shapes and a prompt naming one; default model vitroll-clip-shapes: pointing game "
+                             "on the named shape) or text (a planted key word among fillers and a group word; "
+                             "default model vitroll-text-keyword: pointing game on the key word, share on the group "
+                             "word), "
                              "or captions (the two-shape images captioned; default model vitroll-caption-shapes: "
                              "pointing game of each shape word's map on its shape)")
     parser.set_defaults(run=run)

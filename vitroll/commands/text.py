@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if len(report.failures) > 10:
         print(f"vitroll: … and {len(report.failures) - 10} more (see {args.out}/scores.json)", file=sys.stderr)
     state = "interrupted — rerun the same command to resume; " if summary.interrupted else ""
-    console.print(f"{state}{summary.ok} {'text' if summary.ok == 1 else 'texts'} ok, {summary.failed} failed -> {args.out / 'text.html'} "
+    texts = "text" if summary.ok == 1 else "texts"
+    console.print(f"{state}{summary.ok} {texts} ok, {summary.failed} failed -> {args.out / 'text.html'} "
                   f"(scores: {args.out / 'scores.json'} and .csv)", markup=False)
     return summary.exit_code
 

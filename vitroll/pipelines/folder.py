@@ -8,8 +8,9 @@ critical path, and keep a manifest that makes the run resumable.
 So a crash or Ctrl-C loses at most the batches in flight, and their files are either complete or absent. Under
 ``torchrun`` every rank takes every K-th input of the sorted list, writes its own manifest shard, and rank 0
 merges the shards at the end. A rank that fails (a full disk) makes the others stop after their batch in flight;
-the shards are still merged, and rank 0 reports the failure in one line. A run touches only its own inputs (the first ``limit``): the rows of the others stay,
-and a redone input's new row replaces its old one, whose outputs that the new row no longer lists are removed.
+the shards are still merged, and rank 0 reports the failure in one line. A run touches only its own inputs (the
+first ``limit``): the rows of the others stay, and a redone input's new row replaces its old one, whose outputs that
+the new row no longer lists are removed.
 """
 
 from __future__ import annotations
