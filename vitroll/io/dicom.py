@@ -130,6 +130,8 @@ DESCRIPTION_KEYWORDS = frozenset({
 legitimately shares (CHEST), so only runs of :data:`DESCRIPTION_RUN` of their words are looked for. Other text
 (coding schemes' descriptions, a maker's private XML) is not: it names the maker and would withhold its name."""
 
+_LOOKED_FOR_KEYWORDS = IDENTIFIER_KEYWORDS | SITE_KEYWORDS | DESCRIPTION_KEYWORDS
+
 SKIPPED_SEQUENCES = frozenset({"PerFrameFunctionalGroupsSequence"})
 """Sequences not searched: one item per frame of an enhanced multi-frame file, geometry and timing, no identifiers."""
 
@@ -141,11 +143,16 @@ DESCRIPTION_RUN = 2
 """Consecutive words of a free-text field that a shown value must repeat to be withheld."""
 
 
+def _items(value: object) -> list[object]:
+    """The values of a (possibly multi-valued) element value; none for None."""
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return list(value)
+    return [value] if value is not None else []
+
+
 def _values(value: object) -> list[str]:
     """The strings of a (possibly multi-valued) element value."""
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
-        return [str(item) for item in value]
-    return [str(value)] if value is not None else []
+    return [str(item) for item in _items(value)]
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -187,8 +194,7 @@ def _elements(dataset: "Dataset") -> Iterator[tuple[str, str, object]]:
         if vr == "SQ" and keyword not in SKIPPED_SEQUENCES:
             for item in dataset[tag].value or ():
                 yield from _elements(item)
-        elif vr in ("PN", "DA", "DT", "UI") or keyword in (
-                IDENTIFIER_KEYWORDS | SITE_KEYWORDS | DESCRIPTION_KEYWORDS):
+        elif vr in ("PN", "DA", "DT", "UI") or keyword in _LOOKED_FOR_KEYWORDS:
             try:
                 value = dataset[tag].value
             except Exception:  # noqa: BLE001 — a value pydicom cannot convert is not shown either
@@ -297,9 +303,7 @@ def _voi_proxy(width: float, level: float, function: str = "LINEAR") -> object:
 
 def _first(value: object) -> float:
     """First value of a possibly multi-valued DS element."""
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
-        value = value[0]
-    return float(value)
+    return float(_items(value)[0])
 
 
 def window_to_unit(values: np.ndarray, width: float, level: float, function: str = "LINEAR") -> np.ndarray:

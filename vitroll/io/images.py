@@ -141,11 +141,10 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
         raise ImageReadError(path, DICOM_HERE if is_dicom(path) else "not an image Pillow can read") from None
-    except OSError as error:
-        if error.errno is not None:  # the file system's (no permission, an I/O error), not the decoder's
+    except (OSError, SyntaxError, ValueError) as error:
+        # an errno is the file system's (no permission, an I/O error), not the decoder's
+        if getattr(error, "errno", None) is not None:
             raise ImageReadError(path, f"cannot be read ({error.strerror or error})") from None
-        raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
-    except (SyntaxError, ValueError) as error:
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
 
 
