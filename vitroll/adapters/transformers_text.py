@@ -17,6 +17,7 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 from weakref import WeakKeyDictionary
 
@@ -96,20 +97,19 @@ def _partial_piece_name(token: Optional[str], index: int) -> str:
     form (its number when the tokenizer has no such id)."""
     if token is None:
         return str(index)
-    if all(character in _BYTE_OF_CHARACTER for character in token):
-        return bytes(_BYTE_OF_CHARACTER[character] for character in token).decode("utf-8", errors="backslashreplace")
+    byte_of = _byte_of_character()
+    if all(character in byte_of for character in token):
+        return bytes(byte_of[character] for character in token).decode("utf-8", errors="backslashreplace")
     return token
 
 
+@functools.cache
 def _byte_of_character() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: the printable character each byte is stored as → that byte (printable
-    Latin-1 bytes stand for themselves, the others for chr(256 + n) in byte order)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    others = [byte for byte in range(256) if byte not in printable]
-    return {**{chr(byte): byte for byte in printable}, **{chr(256 + n): byte for n, byte in enumerate(others)}}
+    """GPT-2's byte-level alphabet (transformers' ``bytes_to_unicode``), inverted: the printable character each
+    byte is stored as → that byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-
-_BYTE_OF_CHARACTER = _byte_of_character()
+    return {character: byte for byte, character in bytes_to_unicode().items()}
 
 
 _DECODED: "WeakKeyDictionary[nn.Module, tuple[Any, list[str]]]" = WeakKeyDictionary()
