@@ -319,12 +319,9 @@ add_refusal("torch._dynamo.eval_frame.OptimizedModule",
             "wraps, compiled._orig_mod (the same weights)")
 
 
-add_refusal("torch.nn.DataParallel",
-            "a data-parallel wrapper runs copies of the model in threads, one per device, which attention hooks do not "
-            "follow; explain the model it wraps, model.module (the same weights)")
-add_refusal("torch.nn.parallel.DistributedDataParallel",
-            "a data-parallel wrapper runs copies of the model in threads, one per device, which attention hooks do not "
-            "follow; explain the model it wraps, model.module (the same weights)")
+for _wrapper in ("torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel"):
+    add_refusal(_wrapper, "a data-parallel wrapper runs copies of the model in threads, one per device, which "
+                          "attention hooks do not follow; explain the model it wraps, model.module (the same weights)")
 
 
 def refusal_of(model: nn.Module) -> Optional[str]:

@@ -39,13 +39,10 @@ classifier, the two-shape images with a prompt naming one (an image–text model
 classifier)."""
 TESTBED_COUNT = 200
 """How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
-SHAPES_ONLY_DEFAULTS: dict[str, object] = {
-    "pretrained": False, "num_classes": None, "class_names": None, "img_size": None, "dynamic_img_size": False,
-    "crop_pct": None, "crop_mode": None, "input_size": None, "mean": None, "std": None, "interpolation": None,
-    "steps": 16, "substrate": "mean", "disagree_below": 0.0,
-}
-"""The options that only the shapes testbed and a FOLDER use, by argparse name, with their defaults: the other
-testbeds load their model without build options, preprocess their own way and have their own metrics."""
+SHAPES_ONLY = ("pretrained", "num_classes", "class_names", "img_size", "dynamic_img_size", "crop_pct", "crop_mode",
+               "input_size", "mean", "std", "interpolation", "steps", "substrate", "disagree_below")
+"""The options that only the shapes testbed and a FOLDER use, by argparse name: the other testbeds load their model
+without build options, preprocess their own way and have their own metrics."""
 
 
 def method_list(text: str) -> list[str]:
@@ -92,15 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png",
                                testbed_count=TESTBED_COUNT, methods_default=methods_default)
     add_batch_size_argument(parser, 16)
-    parser.add_argument("--steps", type=integer(1), default=SHAPES_ONLY_DEFAULTS["steps"], metavar="N",
+    parser.add_argument("--steps", type=integer(1), default=16, metavar="N",
                         help="deletion/insertion steps (default: %(default)s)")
-    parser.add_argument("--substrate", choices=("blur", "mean"), default=SHAPES_ONLY_DEFAULTS["substrate"],
+    parser.add_argument("--substrate", choices=("blur", "mean"), default="mean",
                         help="what deleted pixels become and insertion starts from: the image's mean colour or a "
                              "Gaussian blur (RISE; uninformative when blurred objects stay recognisable) "
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=number(), default=SHAPES_ONLY_DEFAULTS["disagree_below"],
+    parser.add_argument("--disagree-below", type=number(), default=0.0,
                         help="flag images whose --disagreement correlation is below this (default 0)")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
                         help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "
@@ -110,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "word), "
                              "or captions (the two-shape images captioned; default model vitroll-caption-shapes: "
                              "pointing game of each shape word's map on its shape)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, shapes_only_defaults={name: parser.get_default(name) for name in SHAPES_ONLY})
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -166,7 +163,8 @@ def run_generated(args: argparse.Namespace) -> int:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
     if args.disagreement:
         raise ValueError("--disagreement compares maps of the shapes testbed or a folder")
-    ignored = [option_flag(name) for name, default in SHAPES_ONLY_DEFAULTS.items() if getattr(args, name) != default]
+    ignored = [option_flag(name) for name, default in args.shapes_only_defaults.items()
+               if getattr(args, name) != default]
     if ignored:
         raise ValueError(f"--testbed-kind {args.testbed_kind} does not use {', '.join(ignored)} (only the shapes "
                          "testbed and a FOLDER do)")
