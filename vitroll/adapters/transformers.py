@@ -177,7 +177,7 @@ def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
     return {"interpolate_pos_encoding": True} if other_size else {}
 
 
-def _dinov2_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
+def _any_size_logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
     """DINOv2 interpolates its position embeddings for any input size by itself, DINOv3 and MLCD place their rotary
     embedding on any patch grid, native AIMv2 its sinusoidal one, Pixio interpolates (and none takes an option for
     it)."""
@@ -246,6 +246,15 @@ def _patch_mean(_model: nn.Module) -> Readout:
     return "patch_mean"
 
 
+def _prefix_mean(_model: nn.Module) -> Readout:
+    return "prefix_mean"
+
+
+def _class_and_registers(model: nn.Module) -> int:
+    """The class token and the register tokens (DINOv2 with registers, DINOv3)."""
+    return 1 + model.config.num_register_tokens
+
+
 def _mean_pooled(model: nn.Module) -> Readout:
     """BEiT and Data2VecVision pool the patch tokens' mean when ``use_mean_pooling`` (their default)."""
     return "patch_mean" if model.config.use_mean_pooling else "class_token"
@@ -304,16 +313,16 @@ _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageCl
           (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
           notes="class and distillation tokens skipped; the class token read out")
 _register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
-          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_dinov2_logits,
+          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="class token read out")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
                    "Dinov2WithRegistersForImageClassification"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
-          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
+          _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="register tokens skipped; class token read out")
 _register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel"), (INTERFACE_ATTENTION["dinov3"],),
-          _layout(lambda model: 1 + model.config.num_register_tokens, _class_token), logits=_dinov2_logits,
+          _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="rotary embedding included (applied before the kernel); register tokens skipped; class token read "
                 "out; backbone: attention methods only")
 _register("hf-ijepa", _classes("ijepa.modeling_ijepa", "IJepaModel", "IJepaForImageClassification"),
@@ -359,16 +368,16 @@ _register("hf-metaclip2-classifier", _classes("metaclip_2.modeling_metaclip_2", 
           (INTERFACE_ATTENTION["metaclip2-vision"],), _layout(_one, _patch_mean),
           notes="the MetaCLIP 2 vision tower with a classifier on the patch tokens' mean (class token skipped)")
 _register("hf-aimv2-vision", _classes("aimv2.modeling_aimv2", "Aimv2VisionModel"),
-          (INTERFACE_ATTENTION["aimv2-vision"],), _aimv2_layout, logits=_dinov2_logits, readout_modules=_aimv2_pool,
+          (INTERFACE_ATTENTION["aimv2-vision"],), _aimv2_layout, logits=_any_size_logits, readout_modules=_aimv2_pool,
           pool_readouts=(AttentionReadout(AIMV2_POOL, probs_module=None, fused_flag=None, attach=attach_sdpa_call),),
           notes="no class token; attention-pooling head → its query's attention; native checkpoints take any size; "
                 "backbone: attention methods only")
 _register("hf-mlcd-vision", _classes("mlcd.modeling_mlcd", "MLCDVisionModel"),
-          (INTERFACE_ATTENTION["mlcd-vision"],), _layout(_one, _class_token), logits=_dinov2_logits,
+          (INTERFACE_ATTENTION["mlcd-vision"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="2D rotary embedding included (applied before the kernel; any size); class token read out; backbone: "
                 "attention methods only")
 _register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel"), (INTERFACE_ATTENTION["pixio"],),
-          _layout(lambda model: model.config.n_cls_tokens, lambda _model: "prefix_mean"), logits=_dinov2_logits,
+          _layout(lambda model: model.config.n_cls_tokens, _prefix_mean), logits=_any_size_logits,
           notes="its class tokens skipped and their rows' mean read out (it pools their mean); any size; backbone: "
                 "attention methods only")
 
