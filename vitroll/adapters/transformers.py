@@ -404,7 +404,7 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
             raise ValueError(f"{type(model).__name__} reads strings through its tokenizer: pass tokenizer="
                              "AutoTokenizer.from_pretrained(<its folder or hub id>), or input_ids; from the command "
                              "line, save the tokenizer in the model's folder (tokenizer.save_pretrained(FOLDER))")
-        context = model.config.text_config.max_position_embeddings
+        _, context = _text_context(model)
         encoded = tokenizer(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
         # one token more than the context tells a text that was cut (without transformers' own long-input warning)
         longer = tokenizer(texts, truncation=True, max_length=context + 1)["input_ids"]
