@@ -16,6 +16,7 @@ from vitroll import (
     ImageReadError, Preprocessing, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients,
     load_image, occlusion, random_map, rollout,
 )
+from vitroll.io.images import upright_rgb
 from vitroll.methods.image_batch import ACCEPTED, image_batch
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
@@ -99,7 +100,13 @@ def test_tensors_are_taken_as_they_are(model):
     (np.zeros((8, 8, 3)), ValueError,
      f"images is a float64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
     ([np.zeros((8, 8, 4), dtype=np.uint8)], ValueError,
-     f"images[0] is a uint8 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+     "images[0] is a uint8 array of shape (8, 8, 4), RGB with alpha, which vitroll does not guess how to show: "
+     "Image.fromarray(images[0]) puts it on white as image files are, images[0][..., :3] drops the alpha"),
+    (np.zeros((8, 8, 2), dtype=np.uint8), ValueError,
+     "images is a uint8 array of shape (8, 8, 2), grey with alpha, which vitroll does not guess how to show: "
+     "Image.fromarray(images) puts it on white as image files are, images[..., 0] drops the alpha"),
+    (np.zeros((8, 8, 4), dtype=np.float32), ValueError,
+     f"images is a float32 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
     (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
      f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
     (np.zeros((0, 30, 3), dtype=np.uint8), ValueError,
@@ -121,6 +128,46 @@ def test_an_integer_tensor_is_refused_as_raw_pixels(model, dtype):
         f"images is a {dtype} tensor: a tensor must be the model's preprocessed float input "
         "(Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 NumPy array (H, W, 3) or a PIL "
         "image to have them preprocessed")
+
+
+def test_the_conversions_an_alpha_array_refusal_names_give_its_picture(model):
+    rgba = np.zeros((32, 32, 4), dtype=np.uint8)
+    rgba[..., 0], rgba[:16, :, 3] = 200, 255  # top half opaque red, bottom half transparent
+    on_white = np.asarray(upright_rgb(Image.fromarray(rgba)))
+    assert on_white[0, 0].tolist() == [200, 0, 0] and on_white[-1, -1].tolist() == [255, 255, 255]
+    assert torch.equal(rollout(model, Image.fromarray(rgba)), rollout(model, on_white))
+    assert torch.equal(rollout(model, rgba[..., :3]), rollout(model, Image.fromarray(rgba).convert("RGB")))
+    grey_alpha = np.stack([np.full((32, 32), 90, np.uint8), np.full((32, 32), 255, np.uint8)], axis=-1)
+    assert torch.equal(rollout(model, Image.fromarray(grey_alpha)), rollout(model, grey_alpha[..., 0]))
+
+
+CHANNEL_MISTAKES = [
+    ((2, 1, 32, 32), "images of shape (2, 1, 32, 32) have 1 channel; the model takes (B, 3, H, W): pass "
+                     "pictures as uint8 arrays, PIL images or paths to have them converted to RGB and preprocessed"),
+    ((2, 4, 32, 32), "images of shape (2, 4, 32, 32) have 4 channels; the model takes (B, 3, H, W): "
+                     "images[:, :3] drops an alpha channel"),
+    ((1, 32, 32, 3), "images of shape (1, 32, 32, 3) have 32 channels; the model takes (B, 3, H, W): it looks "
+                     "channels-last: images.permute(0, 3, 1, 2) puts the channels second"),
+]
+
+
+@pytest.mark.parametrize("method", VERBS, ids=[verb.__name__ for verb in VERBS])
+@pytest.mark.parametrize("shape,message", CHANNEL_MISTAKES, ids=["grey", "rgba", "channels-last"])
+def test_a_tensor_with_other_channels_is_refused_naming_both_shapes(model, method, shape, message):
+    with pytest.raises(ValueError) as raised:
+        method(model, torch.randn(shape))
+    assert str(raised.value) == message
+
+
+def test_a_model_built_for_other_channels_takes_its_own_and_refuses_rgb_pictures():
+    grey_model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, num_classes=5,
+                                   in_chans=1).eval()
+    assert rollout(grey_model, torch.randn(2, 1, 32, 32)).shape == (2, 2, 2)
+    with pytest.raises(ValueError) as raised:
+        rollout(grey_model, np.zeros((32, 32), dtype=np.uint8))
+    assert str(raised.value) == (
+        "images of shape (1, 3, 32, 32) have 3 channels; the model takes (B, 1, H, W): pictures are "
+        "preprocessed to RGB, so give it a preprocessed tensor (B, 1, H, W)")
 
 
 @pytest.mark.parametrize("method", [rollout, chefer])

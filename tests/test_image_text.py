@@ -377,3 +377,11 @@ def test_a_clip_folder_saved_without_its_tokenizer_says_how_to_save_one(tmp_path
     assert error == ["vitroll: error: CLIPModel reads strings through its tokenizer: pass tokenizer=AutoTokenizer."
                      "from_pretrained(<its folder or hub id>), or input_ids; from the command line, save the tokenizer "
                      "in the model's folder (tokenizer.save_pretrained(FOLDER))"]
+
+
+def test_a_tensor_with_other_channels_is_refused_before_its_rows_meet_the_texts():
+    with pytest.raises(ValueError) as raised:
+        vitroll.image_text_maps(open_clip_model(), torch.randn(2, 4, 32, 32), INPUT_IDS)
+    assert str(raised.value) == (
+        "images of shape (2, 4, 32, 32) have 4 channels; the model takes (B, 3, H, W): "
+        "images[:, :3] drops an alpha channel")

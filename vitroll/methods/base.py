@@ -70,8 +70,36 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
         return batch.to(model_device(model))
     if batch.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+    _check_channels(model, batch)
     _check_image_size(model, tuple(batch.shape[-2:]))
     return batch.to(device=model_device(model), dtype=model_dtype(model))
+
+
+def input_channels(model: nn.Module) -> Optional[int]:
+    """The channels the model's input convolution takes (its first ``Conv2d``: a ViT's patch embedding, a hybrid's
+    stem), or None for a model without one."""
+    convolution = next((module for module in model.modules() if isinstance(module, nn.Conv2d)), None)
+    return None if convolution is None else convolution.in_channels
+
+
+def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
+    """Refuse a batch (B, C, H, W) whose C is not the model's, naming both shapes, rather than the convolution's
+    error from inside the model."""
+    expected = input_channels(model)
+    channels = batch.shape[1]
+    if expected is None or channels == expected:
+        return
+    shape = tuple(batch.shape)
+    if batch.shape[-1] == expected:
+        advice = "it looks channels-last: images.permute(0, 3, 1, 2) puts the channels second"
+    elif expected != 3:
+        advice = f"pictures are preprocessed to RGB, so give it a preprocessed tensor (B, {expected}, H, W)"
+    elif channels == 4:
+        advice = "images[:, :3] drops an alpha channel"
+    else:
+        advice = "pass pictures as uint8 arrays, PIL images or paths to have them converted to RGB and preprocessed"
+    raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
+                     f"the model takes (B, {expected}, H, W): {advice}")
 
 
 def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:

@@ -79,6 +79,11 @@ def _decode(image: object, label: str) -> Image.Image:
     if isinstance(image, (str, os.PathLike)):
         return load_image(image)
     if isinstance(image, np.ndarray):
+        if image.dtype == np.uint8 and image.ndim == 3 and image.shape[-1] in (2, 4):
+            kind, colour = ("grey", "0") if image.shape[-1] == 2 else ("RGB", ":3")
+            raise ValueError(f"{label} is a uint8 array of shape {image.shape}, {kind} with alpha, which vitroll does "
+                             f"not guess how to show: Image.fromarray({label}) puts it on white as image files are, "
+                             f"{label}[..., {colour}] drops the alpha")
         if image.dtype != np.uint8 or not (image.ndim == 2 or (image.ndim == 3 and image.shape[-1] == 3)):
             raise ValueError(f"{label} is a {image.dtype} array of shape {image.shape}, not a uint8 image (H, W, 3) "
                              f"or (H, W); accepted: {ACCEPTED}")
