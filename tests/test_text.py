@@ -246,6 +246,8 @@ def test_wordpiece_pieces_merge_into_words_by_summing(tmp_path):
     assert [(w.word, w.start, w.end, w.pieces) for w in words] == [
         ("Unbelievable", 0, 12, 3), ("cats", 13, 17, 2), (",", 17, 18, 1), ("playing", 19, 26, 2), ("!", 26, 27, 1)]
     np.testing.assert_allclose([w.score for w in words], [0.6, 0.2, 0.01, 0.05, 0.04])
+    # each piece also reads as text: a continuation without its "##"
+    assert encoded.decoded == ["[CLS]", "un", "believ", "able", "cat", "s", ",", "play", "ing", "!", "[SEP]"]
     with pytest.raises(ValueError, match="3 scores for 11 tokens"):
         word_scores(scores[:3], encoded)
 
@@ -287,6 +289,7 @@ def test_the_text_view_shows_each_character_once_with_the_scores_of_all_its_byte
     tokenizer = transformers.GPT2TokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
     _, _, [encoded] = encode_texts(tokenizer, ["cat 🙂"])
     assert encoded.tokens == ["cat", "Ġ", "ðŁ", "Ļ", "Ĥ"]
+    assert encoded.decoded == ["cat", " ", "\\xf0\\x9f", "\\x99", "\\x82"]  # parts of a character: their bytes
     shown = segments(encoded, [0.1, 0.2, 0.3, 0.4, 0.5])
     assert [(s.text, s.score, s.pieces) for s in shown] == [("cat", 0.1, 1), (" ", 0.2, 1), ("🙂", pytest.approx(1.2), 3)]
     assert shown[2].relative == 1.0 and shown[0].relative == pytest.approx(0.1 / 1.2)
@@ -332,8 +335,13 @@ def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_p
     for b, entry in enumerate(report["texts"]):
         np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])], atol=1e-6)
         assert entry["prediction"] in ("negative", "positive") and entry["explained"] == entry["prediction"]
+    # each token as the tokenizer stores it and as text
+    assert [(t["token"], t["decoded"]) for t in report["texts"][2]["tokens"][:4]] == [
+        ("[CLS]", "[CLS]"), ("un", "un"), ("##believ", "believ"), ("##able", "able")]
     rows = list(csv.DictReader((out / "scores.csv").open()))
     assert {row["level"] for row in rows} == {"token", "word"} and rows[0]["piece"] == "[CLS]"
+    assert [(row["piece"], row["decoded"]) for row in rows if row["text_index"] == "3"][2:4] == [
+        ("##believ", "believ"), ("##able", "able")]
     page = (out / "text.html").read_text()
     assert "<script" not in page and ">&lt;</span>" in page
 

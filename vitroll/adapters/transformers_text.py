@@ -17,7 +17,6 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Optional
 from weakref import WeakKeyDictionary
 
@@ -32,7 +31,7 @@ from vitroll.adapters.transformers import (
 from vitroll.capture.families import TokenLayout
 from vitroll.capture.readouts import AttentionReadout
 from vitroll.errors import OptionValueError
-from vitroll.io.text import TokenBatch
+from vitroll.io.text import TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
 
@@ -70,13 +69,8 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
 
 
 def _vocabulary(model: nn.Module) -> Optional[list[str]]:
-    """The tokens of the attached tokenizer as text, in id order (the "classes" of a language model), or None.
-
-    Each token is decoded on its own, so a byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather
-    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a byte-level piece that holds part of a
-    multi-byte character shows those bytes escaped (``"Ã"`` reads ``"\\xc3"``, not a letter the text never had),
-    another piece that decodes to no whole character its stored form, and an id past the tokenizer's vocabulary its
-    number."""
+    """The tokens of the attached tokenizer as text (:func:`~vitroll.io.text.decoded_pieces`: ``"é"``, not its
+    byte-level form ``"Ã©"``), in id order (the "classes" of a language model), or None."""
     tokenizer = registered_tokenizer(model)
     if tokenizer is None:
         return None
@@ -84,32 +78,9 @@ def _vocabulary(model: nn.Module) -> Optional[list[str]]:
     cached = _DECODED.get(model)
     if cached is not None and cached[0] is tokenizer and len(cached[1]) == len(ids):
         return list(cached[1])
-    tokens = tokenizer.convert_ids_to_tokens(ids)
-    texts = tokenizer.batch_decode([[index] for index in ids])
-    names = [text if text and "\ufffd" not in text else _partial_piece_name(token, index)
-             for index, token, text in zip(ids, tokens, texts)]
+    names = decoded_pieces(tokenizer, ids)
     _DECODED[model] = (tokenizer, names)
     return list(names)
-
-
-def _partial_piece_name(token: Optional[str], index: int) -> str:
-    """A piece that decodes to no whole character: its bytes escaped when it is a byte-level piece, else its stored
-    form (its number when the tokenizer has no such id)."""
-    if token is None:
-        return str(index)
-    byte_of = _byte_of_character()
-    if all(character in byte_of for character in token):
-        return bytes(byte_of[character] for character in token).decode("utf-8", errors="backslashreplace")
-    return token
-
-
-@functools.cache
-def _byte_of_character() -> dict[str, int]:
-    """GPT-2's byte-level alphabet (transformers' ``bytes_to_unicode``), inverted: the printable character each
-    byte is stored as → that byte."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {character: byte for byte, character in bytes_to_unicode().items()}
 
 
 _DECODED: "WeakKeyDictionary[nn.Module, tuple[Any, list[str]]]" = WeakKeyDictionary()

@@ -1,7 +1,8 @@
 """``vitroll text "a sentence" … [--file texts.txt] --model FOLDER_OR_ID``: token and word scores of a Hugging Face
 text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers or encoders; GPT-2 language models), shaded in the
-terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv. The model is a save_pretrained folder with
-its tokenizer files, or a hub id in the local cache.
+terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv (each token as the tokenizer stores it,
+"token": "ĠcafÃ©" or "##ing", and as text, "decoded": " café" or "ing"; each word; their character spans and scores).
+The model is a save_pretrained folder with its tokenizer files, or a hub id in the local cache.
 
 Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
 already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C; resuming

@@ -58,9 +58,11 @@ class TextResult:
         return {
             "text": self.encoded.text, self.prediction_kind.replace(" ", "_"): self.prediction,
             "probability": self.probability, "explained": self.target,
-            "tokens": [{"token": token, "start": start, "end": end, "score": score, "word_id": word_id}
-                       for token, (start, end), score, word_id in zip(
-                           self.encoded.tokens, self.encoded.offsets, self.scores, self.encoded.word_ids)],
+            "tokens": [{"token": token, "decoded": decoded, "start": start, "end": end, "score": score,
+                        "word_id": word_id}
+                       for token, decoded, (start, end), score, word_id in zip(
+                           self.encoded.tokens, self.encoded.decoded or self.encoded.tokens, self.encoded.offsets,
+                           self.scores, self.encoded.word_ids)],
             "words": [{"word": w.word, "start": w.start, "end": w.end, "score": w.score, "pieces": w.pieces}
                       for w in self.words],
         }
@@ -69,8 +71,9 @@ class TextResult:
     def from_record(cls, record: Mapping[str, Any]) -> "TextResult":
         """The result that :meth:`as_record` gave ``record`` (read back from a manifest)."""
         tokens = record["tokens"]
+        decoded = [t["decoded"] for t in tokens] if all("decoded" in t for t in tokens) else None
         encoded = EncodedText(record["text"], [t["token"] for t in tokens], [t["word_id"] for t in tokens],
-                              [(t["start"], t["end"]) for t in tokens])
+                              [(t["start"], t["end"]) for t in tokens], decoded)
         words = [WordScore(w["word"], w["start"], w["end"], w["score"], w["pieces"]) for w in record["words"]]
         language_model = "next_token" in record
         return cls(encoded, [t["score"] for t in tokens], words, record["next_token" if language_model else "prediction"],
@@ -132,12 +135,12 @@ def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, m
     records = [{"index": text_index, **result.as_record()} for text_index, result in zip(indices, results)]
     table = io.StringIO()
     writer = csv.writer(table)
-    writer.writerow(["text_index", "level", "index", "piece", "start", "end", "score"])
+    writer.writerow(["text_index", "level", "index", "piece", "decoded", "start", "end", "score"])
     for record in records:
-        for level, key, piece in (("token", "tokens", "token"), ("word", "words", "word")):
+        for level, key, piece, decoded in (("token", "tokens", "token", "decoded"), ("word", "words", "word", "word")):
             for index, entry in enumerate(record[key]):
-                writer.writerow([record["index"], level, index, entry[piece], entry["start"], entry["end"],
-                                 f"{entry['score']:.6g}"])
+                writer.writerow([record["index"], level, index, entry[piece], entry[decoded], entry["start"],
+                                 entry["end"], f"{entry['score']:.6g}"])
     paths = out_dir / "text.html", out_dir / "scores.json", out_dir / "scores.csv"
     write_atomic(paths[0], html.encode())
     write_atomic(paths[1], json.dumps({"model": model, "method": method, "texts": records, "failed": failures},
