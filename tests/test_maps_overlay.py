@@ -306,3 +306,25 @@ def test_an_infinite_cell_of_a_grid_map_is_coloured_as_its_extreme_not_left_a_ho
     bilinear = overlay(image, grid, cmap="gray", alpha=1.0)
     assert np.array_equal(bilinear, overlay(image, np.array([[0.0, 1.0], [1.0, 0.0]], np.float32), cmap="gray",
                                              alpha=1.0))
+
+
+@pytest.mark.parametrize("grid", [
+    np.array([[1e308, 0.0], [0.0, -1e308]]),  # float32 made both extremes inf, and max − min overflows float64 too
+    np.array([[3e38, 0.0], [0.0, -3e38]], np.float32),  # max − min overflowed float32
+    np.array([[1e-300, 5e-301], [5e-301, 0.0]]),  # flushed to 0 in float32: a blank map
+    torch.tensor([[1e300, 0.0], [0.0, -1e300]], dtype=torch.float64),
+], ids=["float64-extremes", "float32-extremes", "float64-tiny", "float64-tensor"])
+def test_a_map_of_huge_or_tiny_finite_values_is_coloured_as_its_scaled_copy_without_warnings(grid):
+    image = np.full((4, 4, 3), 200, np.uint8)
+    unit = [[1.0, 0.5], [0.5, 0.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert normalize(grid).tolist() == unit
+        stretched = overlay(image, grid, cmap="gray", alpha=1.0, interpolation="nearest")
+        image_sized = overlay(image, np.kron(np.asarray(grid), np.ones((2, 2))), cmap="gray", alpha=1.0)
+        bilinear = overlay(image, grid, cmap="gray", alpha=1.0)
+    expected = [[255, 255, 128, 128], [255, 255, 128, 128], [128, 128, 0, 0], [128, 128, 0, 0]]
+    assert stretched[:, :, 0].tolist() == expected and image_sized[:, :, 0].tolist() == expected
+    assert bilinear[:, :, 0].tolist() == [[255, 223, 159, 128], [223, 191, 128, 96], [159, 128, 64, 32],
+                                          [128, 96, 32, 0]]
+    assert np.array_equal(bilinear, overlay(image, np.array(unit, np.float32), cmap="gray", alpha=1.0))

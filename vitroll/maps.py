@@ -7,6 +7,7 @@ centre crop).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -70,14 +71,15 @@ def normalize(
 
     ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
     percentiles first (robust to a few extreme patches), unless they are equal (a map flat but for a few values, which
-    are then its only structure: scaled as ``minmax``). A constant map becomes all zeros.
+    are then its only structure: scaled as ``minmax``). A constant map becomes all zeros. Finite values of any
+    magnitude (float64 up to ±1.8e308, or down to 1e-300) are scaled without overflow (:func:`scaled_into_float32`).
 
     Raises ValueError for an unknown ``mode`` or ``percentiles`` that are not ``0 ≤ low < high ≤ 100``.
     """
     low_percentile, high_percentile = percentiles
     if not 0 <= low_percentile < high_percentile <= 100:
         raise ValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
-    saliency = np.asarray(saliency, dtype=np.float32)
+    saliency = scaled_into_float32(saliency)
     finite = saliency[np.isfinite(saliency)]
     if finite.size == 0:
         return saliency.copy()
@@ -92,6 +94,26 @@ def normalize(
     if high <= low:
         return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
     return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
+
+
+def held_float(values: "np.ndarray | object") -> "type[np.floating]":
+    """float64 for values held in 8 bytes or more (float64, int64), else float32: the float type that loses none of
+    their range."""
+    held = values if hasattr(values, "detach") else np.asarray(values)
+    return np.float64 if held.dtype.itemsize > 4 else np.float32
+
+
+def scaled_into_float32(values: "np.ndarray | object") -> np.ndarray:
+    """``values`` (any shape, given as anything :func:`as_numpy` takes) as float32, first scaled by a power of two
+    where their largest finite magnitude lies outside 2**±64: in float32 they would overflow (or their differences
+    would) or flush to 0. Only for what a positive scale leaves alone (normalisation, colours), never for the values
+    themselves; values within that range are only cast, as they always were."""
+    values = as_numpy(values, held_float(values))
+    largest = float(np.max(np.abs(values), where=np.isfinite(values), initial=0.0))
+    if largest == 0.0 or 2.0**-64 <= largest <= 2.0**64:
+        return values.astype(np.float32, copy=False)
+    _, exponent = math.frexp(largest)
+    return np.ldexp(values.astype(np.float64, copy=False), -exponent).astype(np.float32)
 
 
 def peak_location(saliency: np.ndarray) -> tuple[int, int]:
@@ -205,4 +227,4 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
 
 
 __all__ = ["KeyPatch", "as_map", "as_numpy", "grid_box_in_original", "key_patches", "normalize", "peak_location",
-           "summary", "to_original", "upsample"]
+           "held_float", "scaled_into_float32", "summary", "to_original", "upsample"]

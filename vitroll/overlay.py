@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
-from vitroll.maps import Interpolation, as_map, normalize, upsample
+from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, upsample
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -133,7 +133,8 @@ def overlay(
     heatmap : ndarray or Tensor, shape (h, w) or (H, W)
         A grid map is stretched over the whole image; an image-sized map (e.g. from
         :func:`vitroll.maps.to_original`) is used as is, and its NaN pixels are left uncoloured.
-        Values +inf and −inf take the colours of the largest and smallest finite values.
+        Values +inf and −inf take the colours of the largest and smallest finite values; finite values of any
+        magnitude (float64 up to ±1.8e308, or down to 1e-300) are coloured without overflow or flushing to 0.
     cmap : str or matplotlib.colors.Colormap
         Any matplotlib colormap, by name or as an object.
     alpha : float in [0, 1]
@@ -156,9 +157,9 @@ def overlay(
         For an ``alpha`` or ``cmap`` of another type.
     """
     image = rgb_uint8(image)
-    saliency = as_map(heatmap, "heatmap")
-    if saliency.shape != image.shape[:2]:
-        saliency = upsample(_finite_range(saliency), image.shape[:2], interpolation=interpolation)
+    saliency = as_map(heatmap, "heatmap", dtype=held_float(heatmap))
+    if saliency.shape != image.shape[:2]:  # a grid: into float32's range before interpolation adds and overshoots
+        saliency = upsample(_finite_range(scaled_into_float32(saliency)), image.shape[:2], interpolation=interpolation)
     values = normalize(saliency, mode=normalization)
     return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
 
