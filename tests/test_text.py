@@ -16,6 +16,7 @@ from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
 from vitroll.capture import AttentionRecorder
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import model_logits
+from vitroll.methods.text_batch import text_batch
 
 SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
              initializer_range=0.3)
@@ -44,10 +45,11 @@ def left_padded() -> tuple[torch.Tensor, torch.Tensor]:
     return ids.gather(1, order), mask.gather(1, order)
 
 
-def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = None
+def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = None, row: int = -1
                 ) -> tuple[list[np.ndarray], list[np.ndarray] | None, torch.Tensor]:
     """ONE text, unpadded, through a float64 eager copy with ``output_attentions=True``: per layer (H, n, n), and with
-    ``target`` the gradient of the explained score (class logit, or the last token's next-token log-probability)."""
+    ``target`` the gradient of the explained score (class logit, or a language model's log-probability of the token
+    at ``row``: the next one for GPT-2, the masked one for a masked language model)."""
     reference = copy.deepcopy(model).double()
     reference.config._attn_implementation = "eager"
     for module in reference.modules():
@@ -56,7 +58,7 @@ def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = 
     with torch.set_grad_enabled(target is not None):
         output = reference(input_ids=torch.tensor([ids]), output_attentions=True)
         attentions = output.attentions
-        scores = output.logits[0] if output.logits.ndim == 2 else output.logits[0, -1].log_softmax(-1)
+        scores = output.logits[0] if output.logits.ndim == 2 else output.logits[0, row].log_softmax(-1)
         gradients = None
         if target is not None:
             gradients = [g[0].numpy() for g in torch.autograd.grad(scores[target], attentions)]
@@ -160,6 +162,78 @@ def test_chefer_and_grad_rollout_equal_per_text_float64_autograd(build):
         expected_grad_rollout.append(chain(fused, row))
     compare(chefer, expected_chefer, mask)
     compare(grad_rollout, expected_grad_rollout, mask)
+
+
+def masked_language_model(tmp_path) -> tuple[torch.nn.Module, transformers.PreTrainedTokenizerFast]:
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**SMALL, attn_implementation="sdpa")).eval()
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    vitroll.use_tokenizer(model, tokenizer)
+    return model, tokenizer
+
+
+def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_log_probability(tmp_path):
+    model, tokenizer = masked_language_model(tmp_path)
+    texts = ["the cat [MASK] on the mat", "a [MASK] ran", "[MASK] dog sat"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    rows = [3, 2, 1]  # each text's mask, [CLS] counted
+    assert [int(ids[b, row]) for b, row in enumerate(rows)] == [tokenizer.mask_token_id] * 3
+    rollout = vitroll.rollout(model, ids, attention_mask=mask)
+    chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=6)
+    with torch.no_grad():
+        log_probabilities = model_logits(model, TokenBatch(ids, mask))
+    expected_rollout, expected_chefer = [], []
+    for b, (text, row) in enumerate(zip(real_ids(ids, mask), rows)):
+        attentions, gradients, scores = eager_alone(model, text, target=6, row=row)
+        np.testing.assert_allclose(log_probabilities[b].numpy(), scores.numpy(), atol=1e-5)
+        expected_rollout.append(chain([a.mean(axis=0) for a in attentions], row))
+        relevance = np.eye(len(text))
+        for a, g in zip(attentions, gradients):
+            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+        expected_chefer.append(relevance[row])
+    compare(rollout, expected_rollout, mask)
+    compare(chefer, expected_chefer, mask)
+    assert vitroll.class_names(model)[:6] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"]
+    # another token is explained when asked; a text without a mask says so
+    compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
+        [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
+    with pytest.raises(ValueError, match=r"^no \[MASK\] in the text: a masked language model predicts the token at "
+                                         r"its first \[MASK\] \(or at --position\)\ntexts \[1\] of the batch$"):
+        vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
+
+
+def test_the_cli_explains_a_saved_masked_language_model_at_its_mask(tmp_path, capsys):
+    import json
+
+    from vitroll.cli import main
+
+    model, tokenizer = masked_language_model(tmp_path)
+    folder = tmp_path / "bert-mlm"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    capsys.readouterr()  # transformers' bar of writing the weights
+    out = tmp_path / "out"
+    assert main(["text", "the cat [MASK] on the mat", "the cat sat", "--model", str(folder), "--out", str(out),
+                 "--method", "chefer"]) == 3  # the text without a mask failed, the other was explained
+    captured = capsys.readouterr()
+    expected = vitroll.chefer(model, ["the cat [MASK] on the mat"])[0]
+    with torch.no_grad():
+        predicted = vitroll.class_names(model)[int(model_logits(model, text_batch(model, "the cat [MASK]"
+                                                                                  " on the mat")).argmax())]
+    assert f"#1  masked token: {predicted} (" in captured.out and f"explained: {predicted}" in captured.out
+    assert captured.err == ("vitroll: failed: #2: cannot explain it: no [MASK] in the text: a masked language model "
+                            "predicts the token at its first [MASK] (or at --position)\n")
+    [entry] = json.loads((out / "scores.json").read_text())["texts"]
+    assert entry["masked_token"] == entry["explained"] == predicted and "prediction" not in entry
+    np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected.numpy(), atol=1e-6)
+    assert main(["text", "the [MASK] sat", "--model", str(folder), "--out", str(out), "--overwrite"]) == 0
+    assert "masked token: " in capsys.readouterr().out  # read back from the manifest as a masked token too
+    assert main(["text", "the [MASK] sat", "--model", str(folder), "--out", str(tmp_path / "o2"),
+                 "--readout", "class_token"]) == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: a masked language model is explained at the token it predicts (readout='position'); a "
+        "'class_token' readout reads rows its prediction does not\n")
 
 
 def test_attention_and_flow_follow_the_class_row_of_each_text_alone():

@@ -12,7 +12,10 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
   tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
 * language models (GPT-2): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
-  (B, vocabulary): the predicted token, or the token id given as ``target_class``.
+  (B, vocabulary): the predicted token, or the token id given as ``target_class``;
+* masked language models (``…ForMaskedLM`` of the encoders above, as BERT's, RoBERTa's, DistilBERT's base checkpoints
+  are saved): the same at the explained position, by default the text's first mask token (``[MASK]``, ``<mask>``):
+  the log-probability of the token predicted there.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers import (
     attach_attention_interface, attention_modules_of, config_class_names, heads_then_layers_down,
 )
-from vitroll.capture.families import TokenLayout
+from vitroll.capture.families import TokenLayout, registered_family
 from vitroll.capture.readouts import AttentionReadout
 from vitroll.errors import OptionValueError
 from vitroll.io.text import TokenBatch, decoded_pieces
@@ -50,6 +53,38 @@ def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
 
 
+def _masked_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
+        raise OptionValueError(f"a masked language model is explained at the token it predicts (readout='position'); "
+                               f"a {batch.readout!r} readout reads rows its prediction does not")
+    return TokenLayout(0, "position", None, token_mask=batch.real, positions=_masked_positions(model, batch))
+
+
+def _masked_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """(B,) the index of each text's explained token: the position given, else its first mask token.
+
+    Raises
+    ------
+    ValueError
+        For a text without a mask token (its first line says so without the batch's numbering, which its second
+        line gives).
+    OptionValueError
+        When no position is given and the model has no tokenizer that names its mask token.
+    """
+    if batch.position is not None:
+        return batch.explained_positions()
+    tokenizer = registered_tokenizer(model)
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise OptionValueError("a masked language model is explained at its mask token, and no tokenizer attached to "
+                               "the model names one: attach it (vitroll.use_tokenizer) or give position=")
+    masked = (batch.input_ids == tokenizer.mask_token_id) & batch.real
+    unmasked = (~masked.any(dim=-1)).nonzero().flatten().tolist()
+    if unmasked:
+        raise ValueError(f"no {tokenizer.mask_token} in the text: a masked language model predicts the token at its "
+                         f"first {tokenizer.mask_token} (or at --position)\ntexts {unmasked} of the batch")
+    return masked.long().argmax(dim=-1)
+
+
 def _encoder_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
     """The class logits (B, num_classes), or None for a bare encoder."""
     return getattr(model(**batch.model_inputs()), "logits", None)
@@ -62,9 +97,17 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
     position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
     output = model(**batch.model_inputs(), position_ids=position_ids, use_cache=False)
     logits = getattr(output, "logits", None)
-    if logits is None:
-        return None
-    rows = logits[torch.arange(len(batch), device=logits.device), batch.explained_positions().to(logits.device)]
+    return None if logits is None else _log_probabilities_at(logits, batch.explained_positions())
+
+
+def _masked_language_model_logits(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """The log-probabilities (B, vocabulary) of the token at each text's explained position (its first mask)."""
+    return _log_probabilities_at(model(**batch.model_inputs()).logits, _masked_positions(model, batch))
+
+
+def _log_probabilities_at(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """log_softmax of a language model's logits (B, L, vocabulary) at one position (B,) per text: (B, vocabulary)."""
+    rows = logits[torch.arange(len(logits), device=logits.device), positions.to(logits.device)]
     return rows.float().log_softmax(dim=-1)
 
 
@@ -113,13 +156,29 @@ for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
               class_names=config_class_names,
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
+_MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
+for _kind, (_module, _attention, _classes) in _ENCODERS.items():
+    _register(f"hf-{_kind}-mlm", _module, _attention, (_MASKED_LANGUAGE_MODELS[_kind],),
+              token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
+              notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
+_MASKED_FAMILIES = frozenset(f"hf-{kind}-mlm" for kind in _MASKED_LANGUAGE_MODELS)
 _GPT2_CLASSES = ("GPT2Model", "GPT2LMHeadModel")
 _register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
           token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
           notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
 
-MODEL_CLASSES = {**{kind: classes for kind, (_, _, classes) in _ENCODERS.items()},
+MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
                  "gpt2": _GPT2_CLASSES}
 """The transformers classes registered above, by ``config.model_type``: what loading checks a folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
+
+
+def prediction_kind(model: nn.Module) -> str:
+    """What a text model predicts: ``"next token"`` (a causal language model), ``"masked token"`` (a masked language
+    model) or ``"prediction"`` (a class; none for a bare encoder)."""
+    if bool(getattr(model, "can_generate", lambda: False)()):
+        return "next token"
+    family = registered_family(model)
+    return "masked token" if family is not None and family.name in _MASKED_FAMILIES else "prediction"

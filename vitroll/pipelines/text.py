@@ -12,6 +12,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from torch import nn
 
+from vitroll.adapters.transformers_text import prediction_kind
+
 from vitroll.io.images import write_atomic
 from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts
 from vitroll.maps import as_numpy
@@ -24,6 +26,8 @@ from vitroll.text_view import HIGH, LOW, Segment, segments
 from vitroll.words import WordScore, word_scores
 
 TOP_WORDS = 5
+PREDICTION_KINDS = ("prediction", "next token", "masked token")
+"""What a text's prediction can be (its key in ``scores.json``: spaces as ``_``)."""
 
 
 @dataclass(frozen=True)
@@ -38,16 +42,13 @@ class TextResult:
     """The predicted class, or a language model's most likely next token; None for a bare model."""
     probability: Optional[float]
     target: Optional[str]
-    """What a gradient method explained (the class or next token); None for attention-only methods."""
-    language_model: bool
+    """What a gradient method explained (the class, next token or masked token); None for attention-only methods."""
+    prediction_kind: str = "prediction"
+    """What :attr:`prediction` is: ``"prediction"`` (a class), ``"next token"`` or ``"masked token"``."""
 
     @property
     def segments(self) -> list[Segment]:
         return segments(self.encoded, self.scores)
-
-    @property
-    def prediction_kind(self) -> str:
-        return "next token" if self.language_model else "prediction"
 
     @property
     def top_words(self) -> list[WordScore]:
@@ -75,9 +76,9 @@ class TextResult:
         encoded = EncodedText(record["text"], [t["token"] for t in tokens], [t["word_id"] for t in tokens],
                               [(t["start"], t["end"]) for t in tokens], decoded)
         words = [WordScore(w["word"], w["start"], w["end"], w["score"], w["pieces"]) for w in record["words"]]
-        language_model = "next_token" in record
-        return cls(encoded, [t["score"] for t in tokens], words, record["next_token" if language_model else "prediction"],
-                   record["probability"], record["explained"], language_model)
+        kind = next(kind for kind in PREDICTION_KINDS if kind.replace(" ", "_") in record)
+        return cls(encoded, [t["score"] for t in tokens], words, record[kind.replace(" ", "_")],
+                   record["probability"], record["explained"], kind)
 
 
 def _name(names: Optional[list[str]], index: int) -> str:
@@ -94,7 +95,7 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
     chosen = method_named(method)
     options = chosen.check(dict(options or {}))
     names = class_names(model)
-    language_model = bool(getattr(model, "can_generate", lambda: False)())
+    kind = prediction_kind(model)
     for first in range(0, len(texts), batch_size):
         input_ids, attention_mask, encoded = encode_texts(tokenizer, texts[first:first + batch_size])
         batch = text_batch(model, TokenBatch(input_ids, attention_mask), readout=readout, position=position)
@@ -112,7 +113,7 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
                 prediction, probability = _name(names, best), float(probabilities[row, best])
             if targets is not None:
                 target = _name(names, int(targets[row]))
-            yield TextResult(each, real, word_scores(real, each), prediction, probability, target, language_model)
+            yield TextResult(each, real, word_scores(real, each), prediction, probability, target, kind)
 
 
 def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, model: str, method: str,
