@@ -22,7 +22,6 @@ from vitroll.commands.common import (
     number, preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.errors import EXIT_USER_ERROR
-from vitroll.io.names import readable
 from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     if world()[0] == 0:
         for failure in result.failures[:10]:
-            print(f"vitroll: failed: {readable(failure)}", file=sys.stderr)
+            print(f"vitroll: failed: {failure}", file=sys.stderr)
         if len(result.failures) > 10:
             print(f"vitroll: … and {len(result.failures) - 10} more (see {args.out}/manifest.csv)", file=sys.stderr)
         print(result.line())

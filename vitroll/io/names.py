@@ -3,6 +3,7 @@ limit already) plus an output's suffix may not."""
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 
 NAME_MAX = 255
@@ -35,18 +36,22 @@ def readable(text: str) -> str:
     >>> readable("café.png"), readable("caf\\udce9.png")
     ('café.png', 'caf\\\\xe9.png')
     """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join(_spelt(character) for character in text)
-    return text
+    return text.encode("utf-8", READABLE).decode("utf-8")
 
 
-def _spelt(character: str) -> str:
-    code = ord(character)
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by the file-system decoding
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else character
+def _spelt(error: UnicodeError) -> tuple[str, int]:
+    """The :data:`READABLE` encoding error handler."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    spelt = [f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF  # a byte kept by the file-system decoding
+             else f"\\u{code:04x}" for code in map(ord, error.object[error.start:error.end])]
+    return "".join(spelt), error.end
+
+
+READABLE = "vitroll.readable"
+"""The name of an encoding error handler that spells text as :func:`readable` does (the CLI's standard streams use
+it: a path that is not UTF-8 printed with the default ``strict`` one stopped a command that had done its work)."""
+codecs.register_error(READABLE, _spelt)
 
 
 def utf8_name(name: str) -> str:
