@@ -130,6 +130,15 @@ def test_an_integer_tensor_is_refused_as_raw_pixels(model, dtype):
         "image to have them preprocessed")
 
 
+@pytest.mark.parametrize("method", VERBS, ids=[verb.__name__ for verb in VERBS])
+def test_an_empty_batch_is_refused_as_an_empty_list_is(model, method):
+    """Six verbs gave maps (0, 2, 2); occlusion, random_map and the attributions failed inside (stack of an empty
+    list, a division by zero)."""
+    with pytest.raises(ValueError) as raised:
+        method(model, torch.zeros(0, 3, 32, 32))
+    assert str(raised.value) == "images is an empty batch of shape (0, 3, 32, 32): there is nothing to explain"
+
+
 def test_the_conversions_an_alpha_array_refusal_names_give_its_picture(model):
     rgba = np.zeros((32, 32, 4), dtype=np.uint8)
     rgba[..., 0], rgba[:16, :, 3] = 200, 255  # top half opaque red, bottom half transparent
