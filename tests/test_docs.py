@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import typing
 
 import pytest
 
 import vitroll
+from vitroll.methods.inputs import Inputs
 from vitroll.methods.registry import documented_parameters
 
 PUBLIC_FUNCTIONS = {name: getattr(vitroll, name) for name in vitroll.__all__
@@ -39,6 +41,13 @@ def test_every_verb_documents_every_parameter_and_what_it_returns(name):
     assert all(len(lines) > 1 for lines in documented_parameters(doc).values()), "each with a description"
     returns = doc.split("Returns\n-------\n")[1]
     assert "shape (" in returns.split("\n\n")[0] or name == "caption_maps", "the shape it returns"
+
+
+@pytest.mark.parametrize("name", VERBS[:-3])
+def test_every_method_verb_takes_its_inputs_by_the_name_its_signature_gives(name):
+    """random_map and center advertised ``images``, which their verbs refused as a keyword (they take ``inputs``)."""
+    assert signature_names(PUBLIC_FUNCTIONS[name])[:2] == ["model", "inputs"]
+    assert typing.get_type_hints(PUBLIC_FUNCTIONS[name])["inputs"] is Inputs
 
 
 def test_the_shared_entries_follow_the_methods_own_in_signature_order():

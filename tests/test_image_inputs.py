@@ -119,8 +119,9 @@ def test_anything_else_is_refused_naming_what_is_accepted(model, images, error, 
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64])
-def test_an_integer_tensor_is_refused_as_raw_pixels(model, dtype):
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.complex64])
+def test_a_tensor_not_of_real_floats_is_refused_as_not_preprocessed(model, dtype):
+    """A complex tensor was taken, its imaginary part dropped with a torch warning."""
     pixels = torch.randint(0, 256, (2, 3, 32, 32)).to(dtype)
     with pytest.raises(ValueError) as raised:
         rollout(model, pixels)
@@ -128,6 +129,30 @@ def test_an_integer_tensor_is_refused_as_raw_pixels(model, dtype):
         f"images is a {dtype} tensor: a tensor must be the model's preprocessed float input "
         "(Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 NumPy array (H, W, 3) or a PIL "
         "image to have them preprocessed")
+
+
+@pytest.mark.parametrize("method", VERBS, ids=[verb.__name__ for verb in VERBS])
+def test_an_empty_batch_is_refused_as_an_empty_list_is(model, method):
+    """Six verbs gave maps (0, 2, 2); occlusion, random_map and the attributions failed inside (stack of an empty
+    list, a division by zero)."""
+    with pytest.raises(ValueError) as raised:
+        method(model, torch.zeros(0, 3, 32, 32))
+    assert str(raised.value) == "images is an empty batch of shape (0, 3, 32, 32): there is nothing to explain"
+
+
+@pytest.mark.parametrize("method", [rollout, chefer, random_map])
+def test_raw_pixels_made_float_are_refused_naming_their_range_and_the_models(model, method):
+    """A float tensor of 0…255 pixels gave maps of nothing without a word."""
+    pixels = torch.arange(2 * 3 * 32 * 32, dtype=torch.float32).reshape(2, 3, 32, 32) % 256
+    with pytest.raises(ValueError) as raised:
+        method(model, pixels)
+    assert str(raised.value) == (
+        "images range from 0 to 255, far beyond the -1.00…1.00 the model's normalisation gives pixels: raw 0…255 "
+        "pixels? pass them as uint8 arrays (H, W, 3) or PIL images to have them preprocessed, or normalise them as "
+        "Preprocessing.from_model(model) does")
+    noise = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 20  # strays, but not pixels
+    assert method(model, noise).shape == (2, 2, 2)
+    assert method(model, pixels / 255).shape == (2, 2, 2)  # within 10× of the range: not refused
 
 
 def test_the_conversions_an_alpha_array_refusal_names_give_its_picture(model):

@@ -190,9 +190,13 @@ def test_the_readmes_method_of_your_own_runs_as_written(testbed, tmp_path, capsy
     (block,) = [b.split("\n", 1)[1] for b in readme.split("```")[1::2]
                 if b.startswith("python") and '@register_method("brightness")' in b]
     model, images = testbed
+    namespace = {}
     try:
-        exec(block, {})
+        exec(block, namespace)
         maps = METHODS["brightness"](model, images, power=2).maps
+        verb = namespace["brightness"]  # its compute says `images`; the verb takes `inputs`, as its signature says
+        assert list(inspect.signature(verb).parameters)[:2] == ["model", "inputs"]
+        assert torch.equal(verb(model, inputs=images, power=2), maps)
         code, _, err = run(capsys, "overlay", str(SHAPE), "--method", "brightness", "--option", "power=2",
                            "--out", str(tmp_path))
     finally:

@@ -21,6 +21,7 @@ from vitroll.capture.fusion import HeadFusion
 from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
+from vitroll.preprocess import Preprocessing
 
 
 class Saliency(NamedTuple):
@@ -71,6 +72,7 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
     if batch.ndim != 4:
         raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
     _check_channels(model, batch)
+    _check_normalised(model, batch)
     _check_image_size(model, tuple(batch.shape[-2:]))
     return batch.to(device=model_device(model), dtype=model_dtype(model))
 
@@ -100,6 +102,24 @@ def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
         advice = "pass pictures as uint8 arrays, PIL images or paths to have them converted to RGB and preprocessed"
     raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
                      f"the model takes (B, {expected}, H, W): {advice}")
+
+
+def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
+    """Refuse a batch with no negative value and values far above what the model's normalisation makes of pixels
+    in [0, 1]: raw 0…255 pixels made float (their maps mean nothing, and nothing else would say so). Noise that
+    strays beyond the normalised range (``torch.randn``) has negative values and passes."""
+    try:
+        preprocessing = Preprocessing.from_model(model)
+    except UnsupportedModelError:
+        return
+    bounds = [(edge - mean) / std for mean, std in zip(preprocessing.mean, preprocessing.std) for edge in (0.0, 1.0)]
+    low, high = min(bounds), max(bounds)
+    if not batch.is_floating_point() or float(batch.min()) < 0 or float(batch.max()) <= 10 * max(-low, high):
+        return
+    raise ValueError(f"images range from {float(batch.min()):.4g} to {float(batch.max()):.4g}, far beyond the "
+                     f"{low:.2f}…{high:.2f} the model's normalisation gives pixels: raw 0…255 pixels? pass them as "
+                     "uint8 arrays (H, W, 3) or PIL images to have them preprocessed, or normalise them as "
+                     "Preprocessing.from_model(model) does")
 
 
 def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:

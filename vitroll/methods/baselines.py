@@ -30,21 +30,21 @@ def input_stream(seed: int, content: torch.Tensor) -> int:
 
 
 @register_method("random")
-def random_map(model: nn.Module, images: Inputs, *, seed: int = 0) -> Saliency:
+def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``: each input's stream
     is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
     different inputs get different maps. For a text model, random token scores (B, L) from the real tokens' ids,
-    padded positions 0. ``images`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
+    padded positions 0. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Parameters
     ----------
     seed : int
         Seed mixed with each input's content.
     """
-    images, logits, layout = predict(model, images)
+    batch, logits, layout = predict(model, inputs)
     explained = layout.num_tokens - layout.num_prefix_tokens
-    contents = ([ids[real.bool()] for ids, real in zip(images.input_ids, images.real)]
-                if isinstance(images, TokenBatch) else list(images))
+    contents = ([ids[real.bool()] for ids, real in zip(batch.input_ids, batch.real)]
+                if isinstance(batch, TokenBatch) else list(batch))
     values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(input_stream(seed, content)))
                           for content in contents])
     values = F.pad(values, (layout.num_prefix_tokens, 0))  # the prefix tokens, which the layout drops
@@ -52,8 +52,8 @@ def random_map(model: nn.Module, images: Inputs, *, seed: int = 0) -> Saliency:
 
 
 @register_method("center")
-def center(model: nn.Module, images: Inputs, *, sigma: float = 0.25) -> Saliency:
-    """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``images``
+def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency:
+    """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``inputs``
     as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Photographers centre their subjects: a method that does not beat this has found nothing.
@@ -67,7 +67,7 @@ def center(model: nn.Module, images: Inputs, *, sigma: float = 0.25) -> Saliency
     -------
     Tensor, shape (B, h, w), float32, on the model's device
     """
-    images, logits, layout = predict(model, images)
+    batch, logits, layout = predict(model, inputs)
     if layout.grid is None:
         raise UnsupportedModelError(f"{type(model).__name__} takes tokens, not images: the center baseline has no "
                                     "centre to put its Gaussian on; use random")
@@ -75,4 +75,4 @@ def center(model: nn.Module, images: Inputs, *, sigma: float = 0.25) -> Saliency
     rows = (torch.arange(h) + 0.5) / h - 0.5
     cols = (torch.arange(w) + 0.5) / w - 0.5
     gaussian = torch.exp(-(rows[:, None] ** 2 + cols[None, :] ** 2) / (2 * sigma**2))
-    return Saliency(gaussian.expand(len(images), h, w).to(images.device), logits)
+    return Saliency(gaussian.expand(len(batch), h, w).to(batch.device), logits)

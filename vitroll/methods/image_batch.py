@@ -51,16 +51,18 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
     TypeError
         For a value of any other type (a dict, a tensor inside a list, …), naming what is accepted.
     ValueError
-        For an integer tensor (raw pixels, not preprocessed input), an empty list or tuple, or an array that is not
-        uint8 (H, W, 3) or (H, W).
+        For an integer, bool or complex tensor (not preprocessed input), an empty batch, list or tuple, or an array that
+        is not uint8 (H, W, 3) or (H, W).
     ImageReadError
         For a path that is missing or not a readable image.
     """
     if isinstance(images, torch.Tensor):
-        if not (images.is_floating_point() or images.is_complex()):
+        if not images.is_floating_point():
             raise ValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float "
                              "input (Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 "
                              "NumPy array (H, W, 3) or a PIL image to have them preprocessed")
+        if images.ndim >= 1 and len(images) == 0:
+            raise ValueError(f"images is an empty batch of shape {tuple(images.shape)}: there is nothing to explain")
         return images
     if isinstance(images, (list, tuple)):
         if not images:

@@ -361,12 +361,16 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
         def maps_only(model: nn.Module, inputs: Inputs, **options: object) -> torch.Tensor:
             return method(model, inputs, **options).maps
 
-        # help() and get_type_hints read these: compute's parameters with the text keywords, the maps as the return
-        own = list(inspect.signature(compute).parameters.values())
+        # help() and get_type_hints read these: compute's parameters with the text keywords, the maps as the return;
+        # the inputs named as maps_only takes them (a compute's `images` was advertised but refused as a keyword)
+        model_parameter, inputs_parameter, *own = inspect.signature(compute).parameters.values()
         maps_only.__signature__ = inspect.signature(compute).replace(
-            parameters=[*own[:2], *_TEXT_KEYWORDS, *own[2:]], return_annotation=torch.Tensor)
+            parameters=[model_parameter, inputs_parameter.replace(name="inputs"), *_TEXT_KEYWORDS, *own],
+            return_annotation=torch.Tensor)
         maps_only.__doc__ = verb_docstring(compute.__doc__, maps_only.__signature__)
-        maps_only.__annotations__ = {**compute.__annotations__, **{p.name: p.annotation for p in _TEXT_KEYWORDS},
+        annotations = dict(compute.__annotations__)
+        annotations["inputs"] = annotations.pop(inputs_parameter.name, Inputs)
+        maps_only.__annotations__ = {**annotations, **{p.name: p.annotation for p in _TEXT_KEYWORDS},
                                      "return": torch.Tensor}
         return maps_only
 
