@@ -584,14 +584,15 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
-    # data is then loaded whole, and words the failures of any pixel data (a truncation…) from there
+    # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
+    # other failures (a truncation…) from there
     from_file = part10 and syntax is not None and not syntax.is_deflated
     try:
         with _native_stderr_discarded():
             try:
                 decoded = _rgb_frames(path if from_file else dataset, dataset, indices, grey=grey, window=window)
-            except Exception:
-                if not from_file:
+            except Exception as error:
+                if not from_file or _decoders_failed(error):
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
@@ -600,6 +601,15 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     study = str(dataset.get("StudyInstanceUID", "")) or None
     return DicomImage(frames=decoded, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey,
                       secondary_capture=is_secondary_capture(dataset), frame_count=count)
+
+
+DECODERS_FAILED = "Unable to decode as exceptions were raised by all available plugins"
+"""How pydicom's error begins when every decoder plugin failed on a frame's bytes: the same bytes read through the
+data set fail alike, so its pixel data (all frames of a long cine, for each of its parts) is not loaded to retry."""
+
+
+def _decoders_failed(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and str(error).startswith(DECODERS_FAILED)
 
 
 def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int], *, grey: bool,
