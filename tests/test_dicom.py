@@ -69,6 +69,38 @@ def test_window_tags_used_when_no_window_is_given_and_overridden_by_one(tmp_path
     assert grey(path, window=(1500, -600))[0, 0] == 55
 
 
+def test_enhanced_multi_frame_rescale_and_windows_come_from_its_functional_groups(tmp_path):
+    """An enhanced CT keeps Rescale Slope/Intercept in its shared functional groups and a window per frame: the
+    stored values were windowed as if they were HU (--window soft-tissue showed the whole frame white) and the
+    frames' windows were ignored for the min–max."""
+    import pydicom
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    def group(**macros: dict) -> Dataset:
+        item = Dataset()
+        for name, attributes in macros.items():
+            macro = Dataset()
+            for keyword, value in attributes.items():
+                setattr(macro, keyword, value)
+            setattr(item, name, Sequence([macro]))
+        return item
+
+    path = write_dicom(tmp_path / "enhanced.dcm", np.stack([HU + 1024] * 3).astype(np.uint16),
+                       SOPClassUID="1.2.840.10008.5.1.4.1.1.2.1")
+    dataset = pydicom.dcmread(path)
+    dataset.SharedFunctionalGroupsSequence = Sequence([group(PixelValueTransformationSequence={
+        "RescaleSlope": 1, "RescaleIntercept": -1024, "RescaleType": "HU"})])
+    dataset.PerFrameFunctionalGroupsSequence = Sequence([
+        group(FrameVOILUTSequence={"WindowWidth": width, "WindowCenter": level})
+        for width, level in ((400, 40), (1500, -600), (400, 40))])
+    dataset.save_as(path)
+    np.testing.assert_array_equal(grey(path, frame=0, window=parse_window("soft-tissue")), SOFT_TISSUE)
+    np.testing.assert_array_equal(grey(path, frame=0), SOFT_TISSUE)
+    lung = grey(path, frame=1)
+    assert lung[0, 0] == 55 and lung[1, 0] == 236  # as test_user_window_on_rescaled_16_bit_matches_hand_computed_values
+
+
 def test_rescale_slope_and_intercept_then_min_max(tmp_path):
     stored = np.array([[0, 25], [100, 100]], dtype=np.uint16)  # HU = 2·stored − 100: −100, −50, 100
     path = write_dicom(tmp_path / "r.dcm", stored, slope=2.0, intercept=-100.0)
