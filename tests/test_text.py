@@ -298,6 +298,16 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
+def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id():
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**SMALL, max_position_embeddings=10, pad_token_id=1)
+    model = transformers.RobertaForSequenceClassification(config).eval()  # positions 2…9: 8 tokens
+    assert vitroll.rollout(model, torch.full((1, 8), 5)).shape == (1, 8)
+    with pytest.raises(ValueError, match=r"^the text has 9 tokens; the model takes at most 8 \(its position "
+                                         r"embeddings\): shorten it$"):  # not an index error from inside the model
+        vitroll.rollout(model, torch.full((1, 9), 5))
+
+
 def test_the_verbs_signature_names_the_text_keywords():
     import inspect
     import typing
