@@ -298,6 +298,16 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
+def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id():
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**SMALL, max_position_embeddings=10, pad_token_id=1)
+    model = transformers.RobertaForSequenceClassification(config).eval()  # positions 2…9: 8 tokens
+    assert vitroll.rollout(model, torch.full((1, 8), 5)).shape == (1, 8)
+    with pytest.raises(ValueError, match=r"^the text has 9 tokens; the model takes at most 8 \(its position "
+                                         r"embeddings\): shorten it$"):  # not an index error from inside the model
+        vitroll.rollout(model, torch.full((1, 9), 5))
+
+
 def test_the_verbs_signature_names_the_text_keywords():
     import inspect
     import typing
@@ -335,6 +345,36 @@ def test_byte_level_bpe_pieces_merge_into_words_without_their_leading_space(tmp_
     words = word_scores([0.25, 0.5, 0.125, 0.125], encoded)
     assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
         ("cats", 0, 4, 0.75, 2), ("sat", 5, 8, 0.125, 1), ("dog", 9, 12, 0.125, 1)]
+
+
+def test_words_follow_unicode_word_boundaries_and_blank_pieces_are_no_words():
+    from vitroll.io.text import EncodedText
+    from vitroll.words import word_scores
+
+    # as byte-level BPE splits a decomposed "été" (e + U+0301 …): four words by its rules, one by Unicode's; then a
+    # right-to-left mark before a word, and a tab that GPT-2's rules make a word of its own
+    text = "e\u0301te\u0301 \u200fcats\t!"
+    encoded = EncodedText(text, ["e", "Ì\u0123", "te", "Ì\u0123", "Ġâ\u0122ıcats", "ĉ", "!"], [0, 1, 2, 3, 4, 5, 6],
+                          [(0, 1), (1, 2), (2, 4), (4, 5), (5, 11), (11, 12), (12, 13)])
+    words = word_scores([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], encoded)
+    assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
+        ("e\u0301te\u0301", 0, 5, 10.0, 4), ("cats", 7, 11, 5.0, 1), ("!", 12, 13, 7.0, 1)]
+
+
+def test_characters_an_uncased_tokenizer_drops_stay_in_the_words_and_the_view(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.text_view import segments, terminal_text
+    from vitroll.words import word_scores
+
+    # BERT's uncased normaliser strips the accent of a decomposed "cat\u0301" and drops a zero-width space
+    _, _, [encoded] = encode_texts(wordpiece_tokenizer(tmp_path), ["the cat\u0301\u200b"])
+    assert encoded.tokens == ["[CLS]", "the", "cat", "[SEP]"] and encoded.offsets[2] == (4, 7)
+    assert [(w.word, w.start, w.end) for w in word_scores([0.1, 0.2, 0.3, 0.4], encoded)] == [
+        ("the", 0, 3), ("cat\u0301", 4, 8)]
+    shown = segments(encoded, [0.1, 0.2, 0.3, 0.4])
+    assert [(s.text, s.score) for s in shown] == [
+        ("[CLS]", 0.1), ("the", 0.2), (" ", None), ("cat\u0301", 0.3), ("\u200b", None), ("[SEP]", 0.4)]
+    assert terminal_text(shown).plain == "[CLS]the cat\u0301\u200b[SEP]"  # every character of the text, once
 
 
 def test_the_text_view_shades_each_token_of_the_original_text(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Optional, Sequence
 
@@ -198,6 +199,14 @@ class EncodedText:
     decoded: Optional[list[str]] = None
     """Each piece as text (:func:`decoded_pieces`: ``" café"`` for ``"ĠcafÃ©"``, ``"ing"`` for ``"##ing"``); None
     when not known (a manifest row written before vitroll kept it)."""
+
+    def past_marks(self, end: int) -> int:
+        """``end`` moved past the combining marks right after it that no token covers (the accents of a decomposed
+        ``"cafe\u0301"`` that an uncased BERT normaliser strips): they belong to the letter before them."""
+        while end < len(self.text) and unicodedata.category(self.text[end]).startswith("M") \
+                and not any(start <= end < stop for start, stop in self.offsets):
+            end += 1
+        return end
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[EncodedText]]:
