@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import vitroll
-from reference import reference_chefer, reference_grad_rollout, reference_rollout
+from reference import aimv2_query_weights, reference_chefer, reference_grad_rollout, reference_rollout
 from vitroll.capture import AttentionRecorder
 from vitroll.errors import UnsupportedModelError
 from vitroll.metrics import deletion_insertion
@@ -355,10 +355,6 @@ REFUSED = {
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
         num_patches=16)),
                 "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
-    "aimv2": (lambda: transformers.Aimv2Model(transformers.Aimv2Config(
-        vision_config={**SMALL}, text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                 intermediate_size=64, vocab_size=100))),
-              "Aimv2Model: vitroll explains AIMv2's vision tower (Aimv2VisionModel"),
 }
 
 
@@ -383,7 +379,7 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     own_reason = reason.partition(": ")[2]
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
-    assert "the supported model types are aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
+    assert "the supported model types are aimv2, aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
 
 
 @pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])
@@ -409,11 +405,7 @@ def aimv2_pool_weights(model: torch.nn.Module, pixels: torch.Tensor) -> tuple[to
     handle = head.register_forward_pre_hook(lambda _module, args: kept.setdefault("tokens", args[0]))
     output = model(pixel_values=pixels.double(), output_attentions=True)
     handle.remove()
-    heads, dim = head.num_heads, head.hidden_size // head.num_heads
-    keys = head.k_proj(kept["tokens"]).unflatten(-1, (heads, dim)).transpose(1, 2)  # (B, H, N, d)
-    query = head.cls_token.reshape(1, heads, 1, dim)
-    weights = torch.softmax(query @ keys.transpose(-1, -2) * dim ** -0.5, dim=-1)[:, :, 0].mean(dim=1)
-    return weights, list(output.attentions)
+    return aimv2_query_weights(head, kept["tokens"]), list(output.attentions)
 
 
 @pytest.mark.parametrize("name", ["aimv2-native", "aimv2-learned-positions"])

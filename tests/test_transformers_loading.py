@@ -226,7 +226,7 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
-        assert message.endswith("; the supported model types are aimv2_vision_model, beit, bert, clip, "
+        assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, beit, bert, clip, "
                                 "clip_vision_model, data2vec-vision, deit, dinov2, dinov2_with_registers, dinov3_vit, "
                                 "distilbert, electra, gpt2, ijepa, metaclip_2, metaclip_2_vision_model, "
                                 "mlcd_vision_model, pixio, roberta, siglip, siglip_vision_model, vision-encoder-decoder, "

@@ -183,16 +183,16 @@ def _refuse_unread_classifier(name: str, config: object) -> None:
 def _image_text_classes(transformers: object) -> dict[str, type]:
     """The image–text model class of each model type that has one."""
     return {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel,
-            "metaclip_2": transformers.MetaClip2Model}
+            "metaclip_2": transformers.MetaClip2Model, "aimv2": transformers.Aimv2Model}
 
 
 def _auto_classes(transformers: object, config: object) -> list[type]:
     """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
     model is what its saved architecture says: a sequence classifier, a causal or masked language model, else the bare
-    encoder or decoder; a CLIP, SigLIP or MetaCLIP 2 model that is not an image classifier is the whole image–text
-    model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by AutoModel,
-    else by the class its config names), not a classifier with a random head; one whose config names no architecture
-    is tried as a classifier first."""
+    encoder or decoder; a CLIP, SigLIP, MetaCLIP 2 or AIMv2 model that is not an image classifier is the whole
+    image–text model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by
+    AutoModel, else by the class its config names), not a classifier with a random head; one whose config names no
+    architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
