@@ -51,6 +51,13 @@ MODELS = {
     "aimv2-learned-positions": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, {}),
     "mlcd-vision": (transformers.MLCDVisionModel, transformers.MLCDVisionConfig, {}),
     "pixio": (transformers.PixioModel, transformers.PixioConfig, dict(n_cls_tokens=4, mlp_ratio=2)),
+    "dinov2-backbone": (transformers.Dinov2Backbone, transformers.Dinov2Config, dict(out_indices=[1])),
+    "dinov2-registers-backbone": (transformers.Dinov2WithRegistersBackbone, transformers.Dinov2WithRegistersConfig,
+                                  dict(num_register_tokens=4, out_indices=[1])),
+    "dinov3-backbone": (transformers.DINOv3ViTBackbone, transformers.DINOv3ViTConfig,
+                        dict(num_register_tokens=4, out_indices=[1])),
+    "pixio-backbone": (transformers.PixioBackbone, transformers.PixioConfig,
+                       dict(n_cls_tokens=4, mlp_ratio=2, out_indices=[1])),
 }
 
 
@@ -75,11 +82,13 @@ MODELS.update({
                              on_a_vision_tower(transformers.MetaClip2Config, transformers.MetaClip2VisionConfig),
                              dict(num_labels=3)),
 })
-PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
-          "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0, "pixio": 4}
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov2-registers-backbone": 5, "dinov3": 5, "dinov3-backbone": 5,
+          "ijepa": 0, "siglip-vision": 0, "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0,
+          "pixio": 4, "pixio-backbone": 4}
 BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
-             "aimv2-learned-positions", "mlcd-vision", "pixio")
-"""Models without a classification head."""
+             "aimv2-learned-positions", "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
+             "dinov3-backbone", "pixio-backbone")
+"""Models without a classification head (transformers' ``…Backbone`` classes give feature maps)."""
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
@@ -100,7 +109,7 @@ def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
 
 def class_tokens_mean(name: str, num_patches: int) -> np.ndarray | None:
     """The decision row of a model that pools its class tokens' mean (Pixio): their rows averaged, shape (N,)."""
-    if name != "pixio":
+    if name not in ("pixio", "pixio-backbone"):
         return None
     return np.r_[np.full(PREFIX[name], 1 / PREFIX[name]), np.zeros(num_patches)]
 
@@ -140,7 +149,8 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
-ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision", "pixio")
+ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision", "pixio", "dinov2-backbone",
+            "dinov2-registers-backbone", "dinov3-backbone", "pixio-backbone")
 """Models that take any input size without being asked (``interpolate_pos_encoding``)."""
 
 
@@ -177,8 +187,11 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
                                   "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
-                                  "mlcd-vision", "pixio"])
+                                  "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
+                                  "dinov3-backbone", "pixio-backbone"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
+    """The backbones (``Dinov2Backbone``, …) were refused ("no token attention", or "explain model.pixio") though
+    they attend with their model's attention modules."""
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)

@@ -312,16 +312,18 @@ _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageCl
                               "DeiTForImageClassificationWithTeacher"),
           (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
           notes="class and distillation tokens skipped; the class token read out")
-_register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
+_register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification",
+                                "Dinov2Backbone"),
           (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="class token read out")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
-                   "Dinov2WithRegistersForImageClassification"),
+                   "Dinov2WithRegistersForImageClassification", "Dinov2WithRegistersBackbone"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
           _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="register tokens skipped; class token read out")
-_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel"), (INTERFACE_ATTENTION["dinov3"],),
+_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel", "DINOv3ViTBackbone"),
+          (INTERFACE_ATTENTION["dinov3"],),
           _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="rotary embedding included (applied before the kernel); register tokens skipped; class token read "
                 "out; backbone: attention methods only")
@@ -376,7 +378,8 @@ _register("hf-mlcd-vision", _classes("mlcd.modeling_mlcd", "MLCDVisionModel"),
           (INTERFACE_ATTENTION["mlcd-vision"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="2D rotary embedding included (applied before the kernel; any size); class token read out; backbone: "
                 "attention methods only")
-_register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel"), (INTERFACE_ATTENTION["pixio"],),
+_register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel", "PixioBackbone"),
+          (INTERFACE_ATTENTION["pixio"],),
           _layout(lambda model: model.config.n_cls_tokens, _prefix_mean), logits=_any_size_logits,
           notes="its class tokens skipped and their rows' mean read out (it pools their mean); any size; backbone: "
                 "attention methods only")
