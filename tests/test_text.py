@@ -221,7 +221,7 @@ def test_the_cli_explains_a_saved_masked_language_model_at_its_mask(tmp_path, ca
     with torch.no_grad():
         predicted = vitroll.class_names(model)[int(model_logits(model, text_batch(model, "the cat [MASK]"
                                                                                   " on the mat")).argmax())]
-    assert f"#1  masked token: {predicted} (" in captured.out and f"explained: {predicted}" in captured.out
+    assert f'#1  masked token: "{predicted}" (' in captured.out and f'explained: "{predicted}"' in captured.out
     assert captured.err == ("vitroll: failed: #2: cannot explain it: no [MASK] in the text: a masked language model "
                             "predicts the token at its first [MASK] (or at --position)\n")
     [entry] = json.loads((out / "scores.json").read_text())["texts"]
@@ -515,6 +515,28 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     assert vitroll.class_names(model) == names  # decoded once per model and tokenizer: a run asks once per batch
     vitroll.use_tokenizer(model, bpe_tokenizer(tmp_path))
     assert vitroll.class_names(model)[:6] == ["<|endoftext|>", "c", "a", "t", "s", " "]
+
+
+def test_a_predicted_token_is_shown_quoted_on_one_line(tmp_path, capsys):
+    from rich.console import Console
+
+    from vitroll.commands.text import _print_texts
+    from vitroll.io.text import EncodedText
+    from vitroll.pipelines.text import TextResult, write_text_report
+    from vitroll.pipelines.text_run import TextReport
+    from vitroll.text_view import quoted_token
+    from vitroll.words import WordScore
+
+    assert [quoted_token(token) for token in [" the", "\n", "\r\x0b", "é", "\\xc3"]] == [
+        '" the"', '"\\n"', '"\\r\\x0b"', '"é"', '"\\xc3"']
+    encoded = EncodedText("hi", ["hi"], [0], [(0, 2)], ["hi"])
+    line_break = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "\n", 0.5, "\n", "next token")
+    labelled = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "positive", 0.5, "positive")
+    _print_texts(Console(highlight=False, soft_wrap=True), TextReport([0, 1], [line_break, labelled], []))
+    assert capsys.readouterr().out.splitlines()[::3] == [
+        '#1  next token: "\\n" (0.500)  explained: "\\n"', "#2  prediction: positive (0.500)  explained: positive"]
+    page = write_text_report(tmp_path, [line_break, labelled], model="m", method="chefer")[0].read_text()
+    assert "next token: <b><bdi>&#34;\\n&#34;</bdi></b>" in page and "prediction: <b><bdi>positive</bdi></b>" in page
 
 
 def test_sentence_pairs_keep_their_token_type_ids(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -110,3 +111,14 @@ def terminal_text(shown: Sequence[Segment]) -> Text:
             style = f"black on {segment.colour}" + (" dim" if segment.special else "")
             line.append(segment.text, style=style)
     return line
+
+
+def quoted_token(token: str) -> str:
+    """A predicted token as it is shown on one line: in quotes, so that its white space shows (``" the"``, not
+    ``the``), control characters escaped (``"\\n"``, not a line break; ``"\\x0b"``)."""
+    escaped = "".join(_ESCAPES.get(character, f"\\x{ord(character):02x}")
+                      if unicodedata.category(character) == "Cc" else character for character in token)
+    return f'"{escaped}"'
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}

@@ -101,9 +101,9 @@ def _print_texts(console: Console, report: TextReport) -> None:
     for index, result in zip(report.indices, report.results):
         heading = f"#{index + 1}"
         if result.prediction is not None:
-            heading += f"  {result.prediction_kind}: {result.prediction} ({result.probability:.3f})"
+            heading += f"  {result.prediction_kind}: {result.shown_prediction} ({result.probability:.3f})"
         if result.target is not None:
-            heading += f"  explained: {result.target}"
+            heading += f"  explained: {result.shown_target}"
         console.print(heading, markup=False)
         console.print(terminal_text(result.segments))
         console.print("  words: " + ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words),

@@ -22,7 +22,7 @@ from vitroll.methods.gradients import resolve_targets
 from vitroll.methods.text_batch import Position, text_batch
 from vitroll.models import class_names
 from vitroll.templates import render
-from vitroll.text_view import HIGH, LOW, Segment, segments
+from vitroll.text_view import HIGH, LOW, Segment, quoted_token, segments
 from vitroll.words import WordScore, word_scores
 
 TOP_WORDS = 5
@@ -49,6 +49,20 @@ class TextResult:
     @property
     def segments(self) -> list[Segment]:
         return segments(self.encoded, self.scores)
+
+    @property
+    def shown_prediction(self) -> Optional[str]:
+        """:attr:`prediction` as it is shown: a token quoted (:func:`~vitroll.text_view.quoted_token`), a class as it
+        is."""
+        return self._shown(self.prediction)
+
+    @property
+    def shown_target(self) -> Optional[str]:
+        """:attr:`target` as it is shown, as :attr:`shown_prediction`."""
+        return self._shown(self.target)
+
+    def _shown(self, name: Optional[str]) -> Optional[str]:
+        return name if name is None or self.prediction_kind == "prediction" else quoted_token(name)
 
     @property
     def top_words(self) -> list[WordScore]:
