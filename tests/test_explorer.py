@@ -439,3 +439,20 @@ def test_without_gradio_the_command_names_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` now raises ImportError
     assert main(["app"]) == 2
     assert capsys.readouterr().err == 'vitroll: error: the explorer needs gradio: pip install "vitroll[app]"\n'
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_the_model_is_loaded(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    monkeypatch.setattr(command, "model_from_args", lambda args: pytest.fail("the model was loaded"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["app", "--port", str(port)]) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: app: port {port} on 127.0.0.1 is in use (another server, or an explorer still running); "
+        "pass another --port, or leave it out for the first free one from 7860\n")
+    assert main(["app", "--host", "192.0.2.7", "--share-on-network", "--port", "8000"]) == 2  # TEST-NET-1: not ours
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "vitroll: error: app: cannot serve on 192.0.2.7 port 8000 (")
