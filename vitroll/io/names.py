@@ -39,5 +39,15 @@ def utf8_name(name: str) -> str:
         name.encode("utf-8")
     except UnicodeEncodeError:
         raw = name.encode("utf-8", "surrogateescape")
-        return raw.decode("utf-8", "backslashreplace") + _HASH_MARK + hashlib.sha256(raw).hexdigest()[:12]
+        return spelt_bytes(name) + _HASH_MARK + hashlib.sha256(raw).hexdigest()[:12]
     return name
+
+
+def spelt_bytes(text: str) -> str:
+    """``text`` with the bytes that Python keeps as surrogates (a file name that is not UTF-8) spelt ``\\xe9``: a
+    page would show each as "�".
+
+    >>> spelt_bytes("caf\\udce9.png")
+    'caf\\\\xe9.png'
+    """
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

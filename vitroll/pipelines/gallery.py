@@ -17,6 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from vitroll.io.images import write_atomic
+from vitroll.io.names import spelt_bytes
 from vitroll.templates import finite, render
 
 PAGE_SIZE = 60
@@ -35,11 +36,14 @@ TEXT_KEYS = ("path", "top1_name")
 
 
 def _page_value(key: str, value: Any) -> Any:
-    """A manifest value as the page takes it: a number that is not finite as null, an output path as a relative URL."""
+    """A manifest value as the page takes it: a number that is not finite as null, an output path as a relative URL,
+    text with the bytes of a name that is not UTF-8 spelt out (:func:`~vitroll.io.names.spelt_bytes`)."""
     if isinstance(value, float):
         return finite(value)
     if key in LINK_FIELDS and value:
         return quote(str(value))
+    if isinstance(value, str):
+        return spelt_bytes(value)
     return value
 
 
@@ -55,7 +59,7 @@ def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row.get("status") == "ok":
-            by_class[str(row.get("top1_name"))].append(row)
+            by_class[spelt_bytes(str(row.get("top1_name")))].append(row)
     summaries = []
     for name in sorted(by_class):
         members = by_class[name]
