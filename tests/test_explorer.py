@@ -235,7 +235,6 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(model):
     """The explorer page for the testbed model, served on 127.0.0.1 at a free port while the module's tests run."""
-    pytest.importorskip("gradio")
     from vitroll.app import build_app, example_images, serve
 
     examples = example_images(ROOT / "sample_images")
@@ -286,7 +285,6 @@ def test_an_upload_that_is_not_an_image_is_refused_with_its_name_and_reason(serv
 @pytest.fixture(scope="module")
 def served_clip(clip):
     """The explorer page for the small CLIP model, served on 127.0.0.1 at a free port."""
-    pytest.importorskip("gradio")
     from vitroll.app import build_app, serve
 
     app = build_app(clip[0], model_label="tiny CLIP")
@@ -321,7 +319,6 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
 
 
 def test_the_target_menu_follows_the_prompts():
-    pytest.importorskip("gradio")
     from vitroll.app import prompt_lines, target_menu_update
 
     assert prompt_lines(" a dog \n\n\ta cat\n") == ("a dog", "a cat")
@@ -405,7 +402,6 @@ def test_the_command_refuses_to_serve_beyond_localhost_without_the_flag(capsys):
 
 
 def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeypatch, capsys):
-    pytest.importorskip("gradio")
     import vitroll.commands.app as command
 
     served_at = []
@@ -418,7 +414,6 @@ def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeyp
 
 
 def test_the_command_serves_a_saved_clip_folder_with_a_prompts_box(monkeypatch, tmp_path, capsys):
-    pytest.importorskip("gradio")
     import vitroll.commands.app as command
 
     hf_model("clip").save_pretrained(tmp_path)
@@ -439,3 +434,20 @@ def test_without_gradio_the_command_names_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` now raises ImportError
     assert main(["app"]) == 2
     assert capsys.readouterr().err == 'vitroll: error: the explorer needs gradio: pip install "vitroll[app]"\n'
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_the_model_is_loaded(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    monkeypatch.setattr(command, "model_from_args", lambda args: pytest.fail("the model was loaded"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["app", "--port", str(port)]) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: app: port {port} on 127.0.0.1 is in use (another server, or an explorer still running); "
+        "pass another --port, or leave it out for the first free one from 7860\n")
+    assert main(["app", "--host", "192.0.2.7", "--share-on-network", "--port", "8000"]) == 2  # TEST-NET-1: not ours
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "vitroll: error: app: cannot serve on 192.0.2.7 port 8000 (")

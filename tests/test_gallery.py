@@ -82,6 +82,18 @@ def test_output_paths_reach_the_page_as_percent_encoded_urls(tmp_path):
     assert row["path"] == "a #1 50%?.png"  # shown as text, as it is
 
 
+def test_a_name_that_is_not_utf8_is_shown_with_its_bytes_spelt_out(tmp_path):
+    """Python keeps a Latin-1 ``café.png``'s byte as a lone surrogate, which a page shows as "�": spelt ``\\xe9`` as
+    in its output's name (the manifest keeps the surrogate, so the bytes stay known)."""
+    latin1 = "caf\udce9.png"
+    write_gallery(tmp_path, [{"path": latin1, "status": "error", "error": f"{latin1}: not an image Pillow can read"},
+                             {"path": latin1 + "2", "status": "ok", "top1_name": "r\udcf4le", "overlay": None}])
+    shown = page_rows(tmp_path)
+    assert [row["path"] for row in shown] == ["caf\\xe9.png", "caf\\xe9.png2"]
+    assert shown[0]["error"] == "caf\\xe9.png: not an image Pillow can read" and shown[1]["top1_name"] == "r\\xf4le"
+    assert "<td><bdi>r\\xf4le</bdi></td>" in (tmp_path / "index.html").read_text(encoding="utf-8")  # per class
+
+
 def shown_paths(page) -> list[str]:
     return page.eval_on_selector_all(".card", "cards => cards.map(card => card.dataset.path)")
 

@@ -5,7 +5,9 @@ layer and the top classes. Served on this machine only (127.0.0.1) unless --shar
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
+import socket
 import sys
 from pathlib import Path
 
@@ -63,8 +65,25 @@ def check_host(host: str, share_on_network: bool) -> None:
           "machine (no password)", file=sys.stderr)
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse ``port`` on ``host`` when it cannot be served on (bound as the server will bind it), before a model that
+    may take minutes to load; Gradio's own refusal names its environment variables and ``launch()``."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise ValueError(f"app: port {port} on {host} is in use (another server, or an explorer still "
+                                 "running); pass another --port, or leave it out for the first free one from 7860"
+                                 ) from None
+            raise ValueError(f"app: cannot serve on {host} port {port} ({error.strerror or error})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     check_host(args.host, args.share_on_network)
+    if args.port is not None:
+        check_port(args.host, args.port)
     if args.examples != SAMPLE_IMAGES and not args.examples.is_dir():
         raise ValueError(f"app: --examples {args.examples} is not a folder")
     require_gradio()

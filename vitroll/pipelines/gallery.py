@@ -57,7 +57,7 @@ def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row.get("status") == "ok":
-            by_class[str(row.get("top1_name"))].append(row)
+            by_class[readable(str(row.get("top1_name")))].append(row)
     summaries = []
     for name in sorted(by_class):
         members = by_class[name]

@@ -1,0 +1,262 @@
+"""The interactive explorer's page (Gradio): upload or pick an image, move the controls, see the map change.
+
+This module only lays out the page and turns its widgets' values into
+:class:`~vitroll.pipelines.explorer.ExplorerControls`; what is computed lives in
+:mod:`vitroll.pipelines.explorer`. Gradio is imported when a page is built, so the rest of vitroll runs without it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+from PIL import Image
+from torch import nn
+
+from vitroll.errors import ImageReadError, VitrollError
+from vitroll.io import load_image
+from vitroll.methods import METHODS, method_named
+from vitroll.pipelines.explorer import (
+    ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, scored_model,
+)
+from vitroll.preprocess import Preprocessing
+
+if TYPE_CHECKING:
+    import gradio
+
+ALL_HEADS = "all"
+PREDICTED = "predicted"
+API_NAME = "explain"
+"""The endpoint a ``gradio_client.Client`` calls: ``client.predict(image, method, …, api_name="/explain")``."""
+MAX_DISCARD_RATIO = 0.99
+DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
+"""The prompts an image–text model's page starts with."""
+
+
+def require_gradio() -> "Any":
+    """The ``gradio`` module; without it, one :class:`VitrollError` naming the ``app`` extra."""
+    try:
+        import gradio
+    except ImportError:
+        raise VitrollError('the explorer needs gradio: pip install "vitroll[app]"') from None
+    return gradio
+
+
+def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, start_layer: float, layer: float,
+                          head: str, target_class: str, prompts: str = "") -> ExplorerControls:
+    """The widgets' values (sliders give floats, dropdowns strings, the prompts box one prompt per line) as
+    controls."""
+    return ExplorerControls(
+        method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=int(start_layer),
+        layer=int(layer), head=None if head == ALL_HEADS else int(head),
+        target_class=None if target_class == PREDICTED else int(target_class), prompts=prompt_lines(prompts),
+    )
+
+
+def prompt_lines(text: str) -> tuple[str, ...]:
+    """The prompts of the prompts box: one per line, surrounding blanks and blank lines dropped."""
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def target_choices(class_names: Sequence[str], *, image_text: bool) -> list[tuple[str, str]]:
+    """The target-class menu as (label, value) pairs: the best-scoring class (or prompt), then each by index."""
+    best = ("best-scoring prompt" if image_text else "predicted class", PREDICTED)
+    return [best] + [(f"{k}: {name}", str(k)) for k, name in enumerate(class_names)]
+
+
+def target_menu_update(prompts: str, target_class: str) -> "Any":
+    """The target-class menu for new prompts: their choices, the chosen prompt kept while it still exists."""
+    lines = prompt_lines(prompts)
+    still_there = target_class.isdigit() and int(target_class) < len(lines)
+    kept = target_class if still_there else PREDICTED
+    return require_gradio().update(choices=target_choices(lines, image_text=True), value=kept)
+
+
+def ignored_note(method: str, ignored: Sequence[str], layer: int) -> str:
+    """One Markdown line: which controls ``method`` does not use, and which layer the head grid shows."""
+    unused = f"**{method}** does not use: {', '.join(ignored)}." if ignored else f"**{method}** uses every control."
+    return f"{unused} The per-head grid shows layer {layer}."
+
+
+def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
+    """The images of ``folder`` to offer as examples (masks, named ``*_mask.png``, left out), sorted by name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(path for path in folder.iterdir()
+                  if path.suffix.lower() in (".png", ".jpg", ".jpeg") and not path.stem.endswith("_mask"))
+
+
+def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Preprocessing] = None,
+              class_names: Optional[list[str]] = None, examples: Sequence[Path] = ()) -> "gradio.Blocks":
+    """The explorer page for ``model`` (served with :func:`serve`; tested through ``gradio_client`` at
+    :data:`API_NAME`).
+
+    Parameters
+    ----------
+    model : nn.Module
+        Runs on its own device; one request at a time.
+    model_label : str
+        Shown in the page's title line.
+    preprocessing : Preprocessing, optional
+        Default: the model's own (:meth:`Preprocessing.from_model`).
+    class_names : list of str, optional
+        Names for the top classes and the target-class menu.
+    examples : sequence of Path
+        Images offered under the upload box.
+
+    Raises
+    ------
+    ValueError
+        For an image–text model that cannot read prompts (no tokenizer).
+
+    Notes
+    -----
+    For an image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the
+    last input of :data:`API_NAME`; the target-class menu lists the prompts.
+    """
+    gr = require_gradio()
+    preprocessing = preprocessing or Preprocessing.from_model(model)
+    outline = model_outline(model, preprocessing, class_names)
+    if outline.image_text:
+        scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
+
+    def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
+            layer: float, head: str, target_class: str, prompts: str = "") -> tuple:
+        if image is None:
+            return None, None, None, "Upload an image or pick an example."
+        try:
+            controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
+                                             prompts)
+            exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
+                                  class_names=class_names)
+        except ImageReadError as error:
+            raise gr.Error(upload_refusal(error, Path(image).name)) from None
+        except (VitrollError, ValueError) as error:
+            raise gr.Error(str(error)) from None
+        top = {name: probability for _, name, probability in exploration.top}
+        return (exploration.overlay, exploration.head_grid, top or None,
+                ignored_note(method, exploration.ignored, controls.layer))
+
+    first_ignored = ignored_controls("rollout", image_text=outline.image_text)
+
+    with gr.Blocks(title="vitroll explorer", analytics_enabled=False) as app:
+        gr.Markdown(f"### vitroll explorer — {model_label}: {_describe(outline)}, on {_device_of(model)}")
+        with gr.Row():
+            with gr.Column(scale=1):
+                image = _image_box(gr)(type="filepath", image_mode=None, sources=["upload", "clipboard"],
+                                       label="image")
+                if examples:
+                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
+                controls = _control_widgets(gr, outline)
+                prompts = [gr.Textbox("\n".join(DEFAULT_PROMPTS), lines=3, label="prompts (one per line)",
+                                      elem_id="prompts")] if outline.image_text else []
+                button = gr.Button("Explain", variant="primary")
+            with gr.Column(scale=2):
+                with gr.Row():
+                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
+                    grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
+                                    interactive=False, elem_id="heads")  # each tile is labelled
+                with gr.Row():
+                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
+                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
+        method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
+        explain_event = dict(fn=run, inputs=[image, *controls, *prompts], outputs=[overlay, grid, top, note],
+                             concurrency_limit=1, concurrency_id="model")
+        button.click(**explain_event, api_name=API_NAME)
+        # the target menu's own input only: when new prompts reset it, their event explains once
+        gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
+               layer.release], **explain_event, api_name=False)
+        widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
+        method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],
+                      outputs=widgets, api_name=False).then(**explain_event, api_name=False)
+        head.change(lambda name, one: _widget_updates(name, one, method_changed=False), inputs=[method, head],
+                    outputs=widgets, api_name=False).then(**explain_event, api_name=False)
+        for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
+            box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
+                **explain_event, api_name=False)
+    return app
+
+
+def upload_refusal(error: ImageReadError, name: str) -> str:
+    """Why an upload cannot be explained, named as the user named it (not by the server's copy of it)."""
+    return f"{name}: {error.reason}"
+
+
+def _image_box(gr: Any) -> type:
+    """``gr.Image`` whose uploads that Pillow cannot open are refused with :func:`load_image`'s reason; Gradio's own
+    message for them is several lines about its event handler, with the server's temporary path."""
+from gradio.events import Dependency
+
+    class ImageBox(gr.Image):
+        def preprocess(self, payload: Any) -> Any:
+            try:
+                return super().preprocess(payload)
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+                try:
+                    load_image(payload.path)
+                except ImageReadError as error:
+                    raise gr.Error(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
+                raise
+
+    return ImageBox
+
+
+def _describe(outline: ModelOutline) -> str:
+    if outline.image_text:
+        classes = "image–text: its classes are the prompts"
+    else:
+        classes = f"{len(outline.class_names)} classes" if outline.class_names else "no classification head"
+    return f"{outline.layers} layers, {outline.heads} heads, {classes}"
+
+
+def _device_of(model: nn.Module) -> str:
+    parameter = next(model.parameters(), None)
+    return "cpu" if parameter is None else str(parameter.device)
+
+
+def _control_widgets(gr: Any, outline: ModelOutline) -> list:
+    """method, head fusion, discard ratio, start layer, layer, head, target class — in that order, those that the
+    first method (rollout) ignores greyed out; an image–text model's target classes are its first prompts."""
+    last = outline.layers - 1
+    classes = DEFAULT_PROMPTS if outline.image_text else outline.class_names
+    used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
+    return [
+        gr.Dropdown(sorted(METHODS), value="rollout", label="method"),
+        gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion", interactive=used["head fusion"]),
+        gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio",
+                  interactive=used["discard ratio"]),
+        gr.Slider(0, last, value=0, step=1, label="start layer", interactive=used["start layer"]),
+        gr.Slider(0, last, value=last, step=1, label="layer (per-head grid, single head)"),
+        gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],
+                    value=ALL_HEADS, label="head", interactive=used["head"]),
+        gr.Dropdown(target_choices(classes, image_text=outline.image_text), value=PREDICTED, label="target class",
+                    interactive=used["target class"], allow_custom_value=outline.image_text),  # any prompt's index
+    ]
+
+
+def _widget_updates(method: str, head: str, *, method_changed: bool) -> list:
+    """Updates of the widgets after ``method`` or ``head`` changed, in :data:`_WIDGET_ORDER`: the controls the
+    method ignores greyed out (the layer stays: the head grid uses it); a new method's own default discard ratio."""
+    gr = require_gradio()
+    ignored = set(ignored_controls(method, single_head=head != ALL_HEADS)) - {"layer"}
+    updates = {label: gr.update(interactive=label not in ignored) for label in _WIDGET_ORDER}
+    discard = method_named(method).options.get("discard_ratio")
+    if method_changed and discard is not None:
+        updates["discard ratio"] = gr.update(interactive=True, value=discard.default)
+    return [updates[label] for label in _WIDGET_ORDER]
+
+
+_WIDGET_ORDER = ("head fusion", "discard ratio", "start layer", "layer", "head", "target class")
+
+
+def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Sequence[Path] = (),
+          block: bool = True) -> str:
+    """Serve ``app`` at ``host:port`` (``port`` None: Gradio's first free one from 7860), never through Gradio's
+    public share link; with ``block``, until Ctrl-C. Returns the page's local URL."""
+    _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
+                                 prevent_thread_lock=not block, quiet=not block,
+                                 allowed_paths=sorted({str(path.parent) for path in examples}))
+    return local_url
