@@ -230,7 +230,10 @@ def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: 
         model = load_model("vitroll-shapes")
         result = folder.annotate(source, out, model, ExplainSettings(), identity={"model": "vitroll-shapes"},
                                  options=folder.AnnotateOptions(batch_size=2, workers=0, progress=False))
-        assert result.ok == 9, result  # summed over both ranks
+        assert result.ok == 9 and result.failed == 2, result  # summed over both ranks
+        # each rank had one broken file; rank 0 listed only its own
+        assert result.failures == [f"{source}/bad_a.png: empty file (0 bytes)",
+                                   f"{source}/bad_b.png: not an image Pillow can read"]
     finally:
         torch.distributed.destroy_process_group()
 
@@ -240,11 +243,13 @@ def test_two_gloo_ranks_cover_every_input_exactly_once(tmp_path):
     source.mkdir()
     for index in range(9):
         Image.fromarray(rgb(seed=index)).save(source / f"img{index}.png")
+    (source / "bad_a.png").write_bytes(b"")
+    (source / "bad_b.png").write_text("not a picture")
     out = tmp_path / "out"
     torch.multiprocessing.spawn(_shard_worker, args=(2, str(source), str(out), str(tmp_path / "init")), nprocs=2)
     final = assert_manifest_matches_folder(out)
-    assert [r["path"] for r in final] == [f"img{i}.png" for i in range(9)]
-    assert all(r["status"] == "ok" for r in final)
+    assert [r["path"] for r in final] == ["bad_a.png", "bad_b.png", *(f"img{i}.png" for i in range(9))]
+    assert [r["status"] for r in final] == ["error"] * 2 + ["ok"] * 9
     assert not list(out.glob("manifest.rank*.jsonl"))
     assert folder.shard_of(list(range(9)), 0, 2) == [0, 2, 4, 6, 8]
     assert folder.shard_of(list(range(9)), 1, 2) == [1, 3, 5, 7]

@@ -98,6 +98,15 @@ def shown_paths(page) -> list[str]:
     return page.eval_on_selector_all(".card", "cards => cards.map(card => card.dataset.path)")
 
 
+def test_the_gallery_shows_names_with_their_white_space_in_a_real_browser(tmp_path):
+    names = ["  two leading spaces.png", "new\nline.png", "tab\tand  two.png"]
+    write_gallery(tmp_path, [{"path": name, "status": "error", "error": f"{name}: empty file (0 bytes)"}
+                             for name in names])
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
+        shown = page.eval_on_selector_all(".card .name", "names => names.map(name => name.innerText)")
+        assert shown == names and not errors  # were "two leading spaces.png", "new line.png", "tab and two.png"
+
+
 def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser(run, tmp_path):
     big = tmp_path / "big"
     shutil.copytree(run, big)

@@ -203,7 +203,7 @@ def annotate(
 
     Returns
     -------
-    RunSummary — counts for this process (summed over ranks under torchrun).
+    RunSummary — counts and failures for this process (of all ranks under torchrun).
 
     Raises
     ------
@@ -442,4 +442,7 @@ def _reduce(result: RunSummary, world_size: int) -> RunSummary:
     counts = torch.tensor([result.ok, result.failed, result.skipped], dtype=torch.float64)
     torch.distributed.all_reduce(counts)
     result.ok, result.failed, result.skipped = (int(c) for c in counts.tolist())
+    failures: list[list[str]] = [[] for _ in range(world_size)]
+    torch.distributed.all_gather_object(failures, result.failures)  # rank 0 listed only its own failures' reasons
+    result.failures = sorted(reason for reasons in failures for reason in reasons)  # by path, as one process has them
     return result
