@@ -1,9 +1,11 @@
-"""Small image–text models for the tests: transformers CLIPModel, SiglipModel and MetaClip2Model from tiny configs
+"""Small image–text models for the tests: transformers CLIPModel, SiglipModel, MetaClip2Model and Aimv2Model from tiny
+configs
 (2 vision layers of 2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens."""
 
 from __future__ import annotations
 
 import json
+import math
 import string
 from pathlib import Path
 
@@ -17,7 +19,8 @@ TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermed
             max_position_embeddings=16, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
 HF_MODELS = {"clip": (transformers.CLIPModel, transformers.CLIPConfig),
              "siglip": (transformers.SiglipModel, transformers.SiglipConfig),
-             "metaclip2": (transformers.MetaClip2Model, transformers.MetaClip2Config)}
+             "metaclip2": (transformers.MetaClip2Model, transformers.MetaClip2Config),
+             "aimv2": (transformers.Aimv2Model, transformers.Aimv2Config)}
 
 
 def sharpened(model: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:
@@ -34,7 +37,11 @@ def hf_model(name: str, implementation: str = "sdpa") -> torch.nn.Module:
     model_class, config_class = HF_MODELS[name]
     torch.manual_seed(0)
     config = config_class(vision_config=VISION, text_config=TEXT, attn_implementation=implementation)
-    return sharpened(model_class(config), ("q_proj.weight", "k_proj.weight", "in_proj_weight"))
+    model = model_class(config)
+    if name == "aimv2":  # at its initial scale this tiny AIMv2's chefer maps differ little between texts
+        with torch.no_grad():
+            model.logit_scale.fill_(math.log(config.max_logit_scale))
+    return sharpened(model, ("q_proj.weight", "k_proj.weight", "in_proj_weight"))
 
 
 def clip_tokenizer(folder: Path) -> transformers.CLIPTokenizer:

@@ -115,6 +115,15 @@ def reference_pool_row(model: nn.Module, image: torch.Tensor) -> np.ndarray:
     return row
 
 
+def aimv2_query_weights(head: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """AIMv2's pooling-query attention (B, N), heads averaged: softmax(q kᵀ / √d) of the learned query of ``head``
+    (an ``Aimv2AttentionPoolingHead``) against the keys of ``tokens`` (B, N, D), the head's input."""
+    heads, dim = head.num_heads, head.hidden_size // head.num_heads
+    keys = head.k_proj(tokens).unflatten(-1, (heads, dim)).transpose(1, 2)  # (B, H, N, d)
+    query = head.cls_token.reshape(1, heads, 1, dim)
+    return torch.softmax(query @ keys.transpose(-1, -2) * dim ** -0.5, dim=-1)[:, :, 0].mean(dim=1)
+
+
 def reference_attention_gradients(model: nn.Module, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """ONE image in float64 through the unfused timm path: per block the attention (H, N, N) and the gradient
     of logit ``target`` with respect to it, by retaining each attention tensor's grad."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -540,15 +541,25 @@ def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_by
     latin1 = os.fsencode(source) + b"/caf\xe9.png"  # as an old Windows share or a Latin-1 camera names it
     Image.fromarray(rgb(seed=1)).save(latin1)
     Image.fromarray(rgb(seed=2)).save(source / "caf\\xe9.png")  # a UTF-8 name spelt like its escape
+    open(os.fsencode(source) + b"/vid\xe9.png", "wb").close()
     out = tmp_path / "out"
-    assert annotate(str(source), "--out", str(out)) == 0  # was 'vitroll: error: 'utf-8' codec can't encode …'
-    assert "2 ok, 0 failed, 0 skipped" in capsys.readouterr().out
+    # the figure's title was 'cannot be rendered (TypeError: set_text(): incompatible function arguments …'
+    assert annotate(str(source), "--out", str(out), "--save", "overlay,heatmap,figure") == 3
+    printed = capsys.readouterr()
+    assert "2 ok, 1 failed, 0 skipped" in printed.out
+    assert f"vitroll: failed: {source}/vid\\xe9.png: empty file (0 bytes)" in printed.err.splitlines()
     table = {row["path"]: row for row in rows(out)}
     key = os.fsdecode(b"caf\xe9.png")
     assert os.fsencode(source / key) == latin1 and table[key]["status"] == "ok"
     overlays = {table[key]["overlay"], table["caf\\xe9.png"]["overlay"]}
     assert len(overlays) == 2 and all((out / name).is_file() for name in overlays)
     assert table[key]["overlay"].startswith("overlays/caf\\xe9.png~")  # valid UTF-8, a hash of the bytes after
-    assert "caf\\xe9.png" in (out / "manifest.csv").read_text(encoding="utf-8")
-    assert annotate(str(source), "--out", str(out)) == 0
-    assert "0 ok, 0 failed, 2 skipped" in capsys.readouterr().out
+    assert (out / table[key]["figure"]).is_file()
+    # the CSV and the gallery spell the bytes as the output names and the messages do (they had \udce9 and �)
+    with (out / "manifest.csv").open(encoding="utf-8", newline="") as handle:
+        assert [row["path"] for row in csv.DictReader(handle)] == ["caf\\xe9.png", "caf\\xe9.png", "vid\\xe9.png"]
+    shown = json.loads((out / "gallery" / "rows.js").read_text(encoding="utf-8").split(" = ", 1)[1].rstrip(";\n"))
+    assert [row["path"] for row in shown] == ["caf\\xe9.png", "caf\\xe9.png", "vid\\xe9.png"]
+    assert shown[2]["error"] == f"{source}/vid\\xe9.png: empty file (0 bytes)"
+    assert annotate(str(source), "--out", str(out), "--save", "overlay,heatmap,figure") == 3
+    assert "0 ok, 1 failed, 2 skipped" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from PIL import Image
 
 from vitroll.cli import build_parser, main
+from vitroll.io.names import utf8_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO = ROOT / "sample_images" / "cat.jpg"
@@ -155,6 +157,19 @@ def test_inputs_named_near_the_file_systems_limit_get_short_distinct_stable_outp
         name for name in names if name.endswith("_figure.png")]
     assert run(capsys, *argv)[0] == 0
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == names  # the same names again
+
+
+def test_an_input_named_in_latin1_gets_outputs_named_as_annotate_names_them(tmp_path, capsys):
+    latin1 = os.fsencode(tmp_path) + b"/caf\xe9.png"
+    Image.open(PHOTO).resize((32, 24)).save(latin1)
+    code, out, err = run(capsys, "overlay", os.fsdecode(latin1), "--model", "vit_tiny_patch16_224", "--out",
+                         str(tmp_path / "out"), "--method", "attention", "--figure")
+    assert code == 0, err  # was "vitroll: error: 'utf-8' codec can't encode character '\\udce9' …", also when printed
+    assert f"{tmp_path}/caf\\xe9.png -> " in out
+    stem = utf8_name(os.fsdecode(b"caf\xe9"))
+    assert stem.startswith("caf\\xe9~")
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [f"{stem}_attention.png",
+                                                                         f"{stem}_attention_figure.png"]
 
 
 def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):

@@ -19,6 +19,7 @@ from browser import browser_page, wait_for_text
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
+from vitroll.errors import ImageReadError
 from vitroll.io import load_image
 from vitroll.models import class_names
 from vitroll.overlay import lookup_table
@@ -263,6 +264,25 @@ def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, m
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head.")
 
 
+def test_an_upload_that_is_not_an_image_is_refused_with_its_name_and_reason(served, tmp_path, capfd):
+    """In one line, also on the server's terminal: a user's mistake, not a bug to trace back."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False)
+    truncated, text = tmp_path / "scan.png", tmp_path / "notes.png"
+    truncated.write_bytes(CROSS.read_bytes()[:200])
+    text.write_text("not pixels")
+    for upload, reason in ((truncated, "corrupt or truncated image data ("), (text, "not an image Pillow can read")):
+        with pytest.raises(ImageReadError) as unreadable:
+            load_image(upload)
+        with pytest.raises(AppError) as refused:
+            client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted", api_name="/explain")
+        assert str(refused.value) == f"{upload.name}: {unreadable.value.reason}"  # not the server's copy of it
+        assert unreadable.value.reason.startswith(reason)
+    assert "Traceback" not in capfd.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def served_clip(clip):
     """The explorer page for the small CLIP model, served on 127.0.0.1 at a free port."""
@@ -341,6 +361,21 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert "cross" in page.locator("#top-classes").inner_text()
         page.screenshot(path=str(screenshot), full_page=True)
         assert not errors
+
+
+def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
+    """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
+    and run nothing."""
+    upload = tmp_path / "<img src=x onerror=alert(1)> R&amp;D.png"
+    upload.write_bytes(CROSS.read_bytes()[:200])
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        dialogs = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, ".toast-body", "corrupt or truncated image data")
+        assert page.locator(".toast-body").inner_text().splitlines()[-1].startswith(
+            "img src=x onerror=alert(1) R&amp;D.png: corrupt or truncated image data (")
+        assert not dialogs and not errors
 
 
 def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu(served_clip):

@@ -1,7 +1,7 @@
-"""Image–text maps for CLIP-like dual encoders (transformers CLIPModel, SiglipModel and MetaClip2Model, open_clip's
-CLIP), on models built from small configs: chefer equals a per-pair float64 reference computed with autograd on the
-eager attentions (``logits_per_image[i, t]`` as the score), texts matter for chefer and not for rollout, capture leaves
-the logits alone, and bad inputs are refused with their messages."""
+"""Image–text maps for CLIP-like dual encoders (transformers CLIPModel, SiglipModel, MetaClip2Model and Aimv2Model,
+open_clip's CLIP), on models built from small configs: chefer equals a per-pair float64 reference computed with
+autograd on the eager attentions (``logits_per_image[i, t]`` as the score), texts matter for chefer and not for
+rollout, capture leaves the logits alone, and bad inputs are refused with their messages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from PIL import Image
 
 import vitroll
 from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened
-from reference import multihead_attention_by_hand, reference_chefer
+from reference import aimv2_query_weights, multihead_attention_by_hand, reference_chefer
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture import AttentionRecorder
@@ -46,17 +46,20 @@ def hf_reference(name: str, image: torch.Tensor, text: int) -> np.ndarray:
     """ONE pair in float64 on the model's eager path: ``logits_per_image[0, text]`` backpropagated to each vision
     layer's attention (``output_attentions=True``, gradients retained); chefer's relevance read out at the class row
     (CLIP) or at SigLIP's attention-pool row (its pooling attention, heads averaged, as nn.MultiheadAttention
-    returns it)."""
+    returns it) or AIMv2's (its pooling query's attention, heads averaged, recomputed from its weights)."""
     model = hf_model(name, "eager").double()
     pooled = []
     if name == "siglip":
-        model.vision_model.head.attention.register_forward_hook(lambda _m, _i, out: pooled.append(out[1]))
+        model.vision_model.head.attention.register_forward_hook(lambda _m, _i, out: pooled.append(out[1][0, 0]))
+    if name == "aimv2":
+        model.vision_model.head.register_forward_pre_hook(
+            lambda head, args: pooled.append(aimv2_query_weights(head, args[0])[0]))
     out = model(pixel_values=image.double(), input_ids=INPUT_IDS, attention_mask=ATTENTION_MASK, output_attentions=True)
     attentions = out.vision_model_output.attentions
     for attention in attentions:
         attention.retain_grad()
     out.logits_per_image[0, text].backward()
-    readout = pooled[0][0, 0].detach().numpy() if pooled else None
+    readout = pooled[0].detach().numpy() if pooled else None
     return reference_chefer([a[0].detach().numpy() for a in attentions], [a.grad[0].numpy() for a in attentions],
                             0 if pooled else 1, (4, 4), readout)
 
@@ -80,7 +83,7 @@ def open_clip_reference(image: torch.Tensor, text: int) -> np.ndarray:
     return reference_chefer([a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept], 1, (4, 4))
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
 def test_chefer_maps_equal_the_per_pair_float64_reference(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)
@@ -95,7 +98,7 @@ def test_chefer_maps_equal_the_per_pair_float64_reference(name):
     assert (maps[:, 0] - maps[:, 1]).abs().max() > 1e-2 * maps.abs().max()  # two texts, two maps
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
 def test_rollout_is_the_same_for_every_text_and_is_the_vision_towers(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)
@@ -105,7 +108,7 @@ def test_rollout_is_the_same_for_every_text_and_is_the_vision_towers(name):
     torch.testing.assert_close(maps[:, 0], vitroll.rollout(model, pixels))
 
 
-@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "open_clip"])
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
 def test_capture_leaves_the_image_text_logits_unchanged(name):
     pixels = images()
     model = open_clip_model() if name == "open_clip" else hf_model(name)
@@ -385,3 +388,22 @@ def test_a_tensor_with_other_channels_is_refused_before_its_rows_meet_the_texts(
     assert str(raised.value) == (
         "images of shape (2, 4, 32, 32) have 4 channels; the model takes (B, 3, H, W): "
         "images[:, :3] drops an alpha channel")
+
+
+def test_a_saved_aimv2_model_explains_its_texts_from_the_command_line(tmp_path, capsys):
+    """Aimv2Model was refused ("not yet its image–text scores"); saved with its tokenizer, it loads as the whole
+    image–text model and ``overlay --text`` explains each text."""
+    folder = tmp_path / "aimv2"
+    saved = hf_model("aimv2")
+    saved.save_pretrained(folder)
+    clip_tokenizer(folder).save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.Aimv2Model and registered_tokenizer(model) is not None
+    torch.testing.assert_close(vitroll.image_text_maps(model, images(), ["a dog", "a cat"]),
+                               vitroll.image_text_maps(saved, images(), ["a dog", "a cat"], tokenizer=clip_tokenizer(
+                                   tmp_path)))
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--text", "a dog", "--text", "a cat",
+                 "--out", str(tmp_path / "out"), "--device", "cpu"]) == 0, capsys.readouterr().err
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        "cat_chefer_a-cat.png", "cat_chefer_a-dog.png", "cat_chefer_texts.png"]

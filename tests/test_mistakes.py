@@ -147,6 +147,8 @@ MISTAKES = [
     pytest.param("audit {img} --flag-threshold 1.5", 2, "argument --flag-threshold: must be in [0, 1]; got 1.5",
                  id="audit-flag-threshold"),
     pytest.param("audit {img} --window lungs", 2, "--window must be one of lung", id="audit-window"),
+    pytest.param("audit {img} --salt=", 2, "--salt is empty, which leaves the case and study keys plain hashes",
+                 id="audit-empty-salt"),
     pytest.param("audit {empty_dir}", 2, "no DICOM or image files found", id="audit-nothing-to-read"),
     pytest.param("overlay {dicom}", 1, "CT_small.dcm: a DICOM file: this command reads images; `vitroll audit` "
                  "explains DICOM and keeps patient data out of its outputs", id="overlay-dicom"),

@@ -16,6 +16,7 @@ from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
 from vitroll.capture import AttentionRecorder
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import model_logits
+from vitroll.methods.text_batch import text_batch
 
 SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
              initializer_range=0.3)
@@ -44,10 +45,11 @@ def left_padded() -> tuple[torch.Tensor, torch.Tensor]:
     return ids.gather(1, order), mask.gather(1, order)
 
 
-def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = None
+def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = None, row: int = -1
                 ) -> tuple[list[np.ndarray], list[np.ndarray] | None, torch.Tensor]:
     """ONE text, unpadded, through a float64 eager copy with ``output_attentions=True``: per layer (H, n, n), and with
-    ``target`` the gradient of the explained score (class logit, or the last token's next-token log-probability)."""
+    ``target`` the gradient of the explained score (class logit, or a language model's log-probability of the token
+    at ``row``: the next one for GPT-2, the masked one for a masked language model)."""
     reference = copy.deepcopy(model).double()
     reference.config._attn_implementation = "eager"
     for module in reference.modules():
@@ -56,7 +58,7 @@ def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = 
     with torch.set_grad_enabled(target is not None):
         output = reference(input_ids=torch.tensor([ids]), output_attentions=True)
         attentions = output.attentions
-        scores = output.logits[0] if output.logits.ndim == 2 else output.logits[0, -1].log_softmax(-1)
+        scores = output.logits[0] if output.logits.ndim == 2 else output.logits[0, row].log_softmax(-1)
         gradients = None
         if target is not None:
             gradients = [g[0].numpy() for g in torch.autograd.grad(scores[target], attentions)]
@@ -162,6 +164,78 @@ def test_chefer_and_grad_rollout_equal_per_text_float64_autograd(build):
     compare(grad_rollout, expected_grad_rollout, mask)
 
 
+def masked_language_model(tmp_path) -> tuple[torch.nn.Module, transformers.PreTrainedTokenizerFast]:
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**SMALL, attn_implementation="sdpa")).eval()
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    vitroll.use_tokenizer(model, tokenizer)
+    return model, tokenizer
+
+
+def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_log_probability(tmp_path):
+    model, tokenizer = masked_language_model(tmp_path)
+    texts = ["the cat [MASK] on the mat", "a [MASK] ran", "[MASK] dog sat"]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    rows = [3, 2, 1]  # each text's mask, [CLS] counted
+    assert [int(ids[b, row]) for b, row in enumerate(rows)] == [tokenizer.mask_token_id] * 3
+    rollout = vitroll.rollout(model, ids, attention_mask=mask)
+    chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=6)
+    with torch.no_grad():
+        log_probabilities = model_logits(model, TokenBatch(ids, mask))
+    expected_rollout, expected_chefer = [], []
+    for b, (text, row) in enumerate(zip(real_ids(ids, mask), rows)):
+        attentions, gradients, scores = eager_alone(model, text, target=6, row=row)
+        np.testing.assert_allclose(log_probabilities[b].numpy(), scores.numpy(), atol=1e-5)
+        expected_rollout.append(chain([a.mean(axis=0) for a in attentions], row))
+        relevance = np.eye(len(text))
+        for a, g in zip(attentions, gradients):
+            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+        expected_chefer.append(relevance[row])
+    compare(rollout, expected_rollout, mask)
+    compare(chefer, expected_chefer, mask)
+    assert vitroll.class_names(model)[:6] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"]
+    # another token is explained when asked; a text without a mask says so
+    compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
+        [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
+    with pytest.raises(ValueError, match=r"^no \[MASK\] in the text: a masked language model predicts the token at "
+                                         r"its first \[MASK\] \(or at --position\)\ntexts \[1\] of the batch$"):
+        vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
+
+
+def test_the_cli_explains_a_saved_masked_language_model_at_its_mask(tmp_path, capsys):
+    import json
+
+    from vitroll.cli import main
+
+    model, tokenizer = masked_language_model(tmp_path)
+    folder = tmp_path / "bert-mlm"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    capsys.readouterr()  # transformers' bar of writing the weights
+    out = tmp_path / "out"
+    assert main(["text", "the cat [MASK] on the mat", "the cat sat", "--model", str(folder), "--out", str(out),
+                 "--method", "chefer"]) == 3  # the text without a mask failed, the other was explained
+    captured = capsys.readouterr()
+    expected = vitroll.chefer(model, ["the cat [MASK] on the mat"])[0]
+    with torch.no_grad():
+        predicted = vitroll.class_names(model)[int(model_logits(model, text_batch(model, "the cat [MASK]"
+                                                                                  " on the mat")).argmax())]
+    assert f'#1  masked token: "{predicted}" (' in captured.out and f'explained: "{predicted}"' in captured.out
+    assert captured.err == ("vitroll: failed: #2: cannot explain it: no [MASK] in the text: a masked language model "
+                            "predicts the token at its first [MASK] (or at --position)\n")
+    [entry] = json.loads((out / "scores.json").read_text())["texts"]
+    assert entry["masked_token"] == entry["explained"] == predicted and "prediction" not in entry
+    np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected.numpy(), atol=1e-6)
+    assert main(["text", "the [MASK] sat", "--model", str(folder), "--out", str(out), "--overwrite"]) == 0
+    assert "masked token: " in capsys.readouterr().out  # read back from the manifest as a masked token too
+    assert main(["text", "the [MASK] sat", "--model", str(folder), "--out", str(tmp_path / "o2"),
+                 "--readout", "class_token"]) == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: a masked language model is explained at the token it predicts (readout='position'); a "
+        "'class_token' readout reads rows its prediction does not\n")
+
+
 def test_attention_and_flow_follow_the_class_row_of_each_text_alone():
     model = bert()
     ids, mask = torch.tensor(IDS), torch.tensor(MASK)
@@ -224,6 +298,16 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
+def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id():
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**SMALL, max_position_embeddings=10, pad_token_id=1)
+    model = transformers.RobertaForSequenceClassification(config).eval()  # positions 2…9: 8 tokens
+    assert vitroll.rollout(model, torch.full((1, 8), 5)).shape == (1, 8)
+    with pytest.raises(ValueError, match=r"^the text has 9 tokens; the model takes at most 8 \(its position "
+                                         r"embeddings\): shorten it$"):  # not an index error from inside the model
+        vitroll.rollout(model, torch.full((1, 9), 5))
+
+
 def test_the_verbs_signature_names_the_text_keywords():
     import inspect
     import typing
@@ -246,6 +330,8 @@ def test_wordpiece_pieces_merge_into_words_by_summing(tmp_path):
     assert [(w.word, w.start, w.end, w.pieces) for w in words] == [
         ("Unbelievable", 0, 12, 3), ("cats", 13, 17, 2), (",", 17, 18, 1), ("playing", 19, 26, 2), ("!", 26, 27, 1)]
     np.testing.assert_allclose([w.score for w in words], [0.6, 0.2, 0.01, 0.05, 0.04])
+    # each piece also reads as text: a continuation without its "##"
+    assert encoded.decoded == ["[CLS]", "un", "believ", "able", "cat", "s", ",", "play", "ing", "!", "[SEP]"]
     with pytest.raises(ValueError, match="3 scores for 11 tokens"):
         word_scores(scores[:3], encoded)
 
@@ -259,6 +345,36 @@ def test_byte_level_bpe_pieces_merge_into_words_without_their_leading_space(tmp_
     words = word_scores([0.25, 0.5, 0.125, 0.125], encoded)
     assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
         ("cats", 0, 4, 0.75, 2), ("sat", 5, 8, 0.125, 1), ("dog", 9, 12, 0.125, 1)]
+
+
+def test_words_follow_unicode_word_boundaries_and_blank_pieces_are_no_words():
+    from vitroll.io.text import EncodedText
+    from vitroll.words import word_scores
+
+    # as byte-level BPE splits a decomposed "été" (e + U+0301 …): four words by its rules, one by Unicode's; then a
+    # right-to-left mark before a word, and a tab that GPT-2's rules make a word of its own
+    text = "e\u0301te\u0301 \u200fcats\t!"
+    encoded = EncodedText(text, ["e", "Ì\u0123", "te", "Ì\u0123", "Ġâ\u0122ıcats", "ĉ", "!"], [0, 1, 2, 3, 4, 5, 6],
+                          [(0, 1), (1, 2), (2, 4), (4, 5), (5, 11), (11, 12), (12, 13)])
+    words = word_scores([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], encoded)
+    assert [(w.word, w.start, w.end, w.score, w.pieces) for w in words] == [
+        ("e\u0301te\u0301", 0, 5, 10.0, 4), ("cats", 7, 11, 5.0, 1), ("!", 12, 13, 7.0, 1)]
+
+
+def test_characters_an_uncased_tokenizer_drops_stay_in_the_words_and_the_view(tmp_path):
+    from vitroll.io.text import encode_texts
+    from vitroll.text_view import segments, terminal_text
+    from vitroll.words import word_scores
+
+    # BERT's uncased normaliser strips the accent of a decomposed "cat\u0301" and drops a zero-width space
+    _, _, [encoded] = encode_texts(wordpiece_tokenizer(tmp_path), ["the cat\u0301\u200b"])
+    assert encoded.tokens == ["[CLS]", "the", "cat", "[SEP]"] and encoded.offsets[2] == (4, 7)
+    assert [(w.word, w.start, w.end) for w in word_scores([0.1, 0.2, 0.3, 0.4], encoded)] == [
+        ("the", 0, 3), ("cat\u0301", 4, 8)]
+    shown = segments(encoded, [0.1, 0.2, 0.3, 0.4])
+    assert [(s.text, s.score) for s in shown] == [
+        ("[CLS]", 0.1), ("the", 0.2), (" ", None), ("cat\u0301", 0.3), ("\u200b", None), ("[SEP]", 0.4)]
+    assert terminal_text(shown).plain == "[CLS]the cat\u0301\u200b[SEP]"  # every character of the text, once
 
 
 def test_the_text_view_shades_each_token_of_the_original_text(tmp_path):
@@ -287,6 +403,7 @@ def test_the_text_view_shows_each_character_once_with_the_scores_of_all_its_byte
     tokenizer = transformers.GPT2TokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
     _, _, [encoded] = encode_texts(tokenizer, ["cat 🙂"])
     assert encoded.tokens == ["cat", "Ġ", "ðŁ", "Ļ", "Ĥ"]
+    assert encoded.decoded == ["cat", " ", "\\xf0\\x9f", "\\x99", "\\x82"]  # parts of a character: their bytes
     shown = segments(encoded, [0.1, 0.2, 0.3, 0.4, 0.5])
     assert [(s.text, s.score, s.pieces) for s in shown] == [("cat", 0.1, 1), (" ", 0.2, 1), ("🙂", pytest.approx(1.2), 3)]
     assert shown[2].relative == 1.0 and shown[0].relative == pytest.approx(0.1 / 1.2)
@@ -332,8 +449,13 @@ def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_p
     for b, entry in enumerate(report["texts"]):
         np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])], atol=1e-6)
         assert entry["prediction"] in ("negative", "positive") and entry["explained"] == entry["prediction"]
+    # each token as the tokenizer stores it and as text
+    assert [(t["token"], t["decoded"]) for t in report["texts"][2]["tokens"][:4]] == [
+        ("[CLS]", "[CLS]"), ("un", "un"), ("##believ", "believ"), ("##able", "able")]
     rows = list(csv.DictReader((out / "scores.csv").open()))
     assert {row["level"] for row in rows} == {"token", "word"} and rows[0]["piece"] == "[CLS]"
+    assert [(row["piece"], row["decoded"]) for row in rows if row["text_index"] == "3"][2:4] == [
+        ("##believ", "believ"), ("##able", "able")]
     page = (out / "text.html").read_text()
     assert "<script" not in page and ">&lt;</span>" in page
 
@@ -393,6 +515,28 @@ def test_a_language_models_classes_are_its_tokens_as_text(tmp_path):
     assert vitroll.class_names(model) == names  # decoded once per model and tokenizer: a run asks once per batch
     vitroll.use_tokenizer(model, bpe_tokenizer(tmp_path))
     assert vitroll.class_names(model)[:6] == ["<|endoftext|>", "c", "a", "t", "s", " "]
+
+
+def test_a_predicted_token_is_shown_quoted_on_one_line(tmp_path, capsys):
+    from rich.console import Console
+
+    from vitroll.commands.text import _print_texts
+    from vitroll.io.text import EncodedText
+    from vitroll.pipelines.text import TextResult, write_text_report
+    from vitroll.pipelines.text_run import TextReport
+    from vitroll.text_view import quoted_token
+    from vitroll.words import WordScore
+
+    assert [quoted_token(token) for token in [" the", "\n", "\r\x0b", "é", "\\xc3"]] == [
+        '" the"', '"\\n"', '"\\r\\x0b"', '"é"', '"\\xc3"']
+    encoded = EncodedText("hi", ["hi"], [0], [(0, 2)], ["hi"])
+    line_break = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "\n", 0.5, "\n", "next token")
+    labelled = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "positive", 0.5, "positive")
+    _print_texts(Console(highlight=False, soft_wrap=True), TextReport([0, 1], [line_break, labelled], []))
+    assert capsys.readouterr().out.splitlines()[::3] == [
+        '#1  next token: "\\n" (0.500)  explained: "\\n"', "#2  prediction: positive (0.500)  explained: positive"]
+    page = write_text_report(tmp_path, [line_break, labelled], model="m", method="chefer")[0].read_text()
+    assert "next token: <b><bdi>&#34;\\n&#34;</bdi></b>" in page and "prediction: <b><bdi>positive</bdi></b>" in page
 
 
 def test_sentence_pairs_keep_their_token_type_ids(tmp_path):

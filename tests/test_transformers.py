@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import vitroll
-from reference import reference_chefer, reference_grad_rollout, reference_rollout
+from reference import aimv2_query_weights, reference_chefer, reference_grad_rollout, reference_rollout
 from vitroll.capture import AttentionRecorder
 from vitroll.errors import UnsupportedModelError
 from vitroll.metrics import deletion_insertion
@@ -51,6 +51,13 @@ MODELS = {
     "aimv2-learned-positions": (transformers.Aimv2VisionModel, transformers.Aimv2VisionConfig, {}),
     "mlcd-vision": (transformers.MLCDVisionModel, transformers.MLCDVisionConfig, {}),
     "pixio": (transformers.PixioModel, transformers.PixioConfig, dict(n_cls_tokens=4, mlp_ratio=2)),
+    "dinov2-backbone": (transformers.Dinov2Backbone, transformers.Dinov2Config, dict(out_indices=[1])),
+    "dinov2-registers-backbone": (transformers.Dinov2WithRegistersBackbone, transformers.Dinov2WithRegistersConfig,
+                                  dict(num_register_tokens=4, out_indices=[1])),
+    "dinov3-backbone": (transformers.DINOv3ViTBackbone, transformers.DINOv3ViTConfig,
+                        dict(num_register_tokens=4, out_indices=[1])),
+    "pixio-backbone": (transformers.PixioBackbone, transformers.PixioConfig,
+                       dict(n_cls_tokens=4, mlp_ratio=2, out_indices=[1])),
 }
 
 
@@ -75,11 +82,13 @@ MODELS.update({
                              on_a_vision_tower(transformers.MetaClip2Config, transformers.MetaClip2VisionConfig),
                              dict(num_labels=3)),
 })
-PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov3": 5, "ijepa": 0, "siglip-vision": 0,
-          "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0, "pixio": 4}
+PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov2-registers-backbone": 5, "dinov3": 5, "dinov3-backbone": 5,
+          "ijepa": 0, "siglip-vision": 0, "siglip-classifier": 0, "aimv2-native": 0, "aimv2-learned-positions": 0,
+          "pixio": 4, "pixio-backbone": 4}
 BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
-             "aimv2-learned-positions", "mlcd-vision", "pixio")
-"""Models without a classification head."""
+             "aimv2-learned-positions", "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
+             "dinov3-backbone", "pixio-backbone")
+"""Models without a classification head (transformers' ``…Backbone`` classes give feature maps)."""
 
 
 def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
@@ -100,7 +109,7 @@ def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
 
 def class_tokens_mean(name: str, num_patches: int) -> np.ndarray | None:
     """The decision row of a model that pools its class tokens' mean (Pixio): their rows averaged, shape (N,)."""
-    if name != "pixio":
+    if name not in ("pixio", "pixio-backbone"):
         return None
     return np.r_[np.full(PREFIX[name], 1 / PREFIX[name]), np.zeros(num_patches)]
 
@@ -140,7 +149,8 @@ def test_captured_attention_equals_the_eager_attentions_and_the_output_is_unchan
     assert model.config._attn_implementation == "sdpa"
 
 
-ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision", "pixio")
+ANY_SIZE = ("dinov2", "dinov2-registers", "dinov3", "aimv2-native", "mlcd-vision", "pixio", "dinov2-backbone",
+            "dinov2-registers-backbone", "dinov3-backbone", "pixio-backbone")
 """Models that take any input size without being asked (``interpolate_pos_encoding``)."""
 
 
@@ -177,8 +187,11 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
                                   "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
-                                  "mlcd-vision", "pixio"])
+                                  "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
+                                  "dinov3-backbone", "pixio-backbone"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
+    """The backbones (``Dinov2Backbone``, …) were refused ("no token attention", or "explain model.pixio") though
+    they attend with their model's attention modules."""
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)
@@ -355,10 +368,6 @@ REFUSED = {
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
         num_patches=16)),
                 "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
-    "aimv2": (lambda: transformers.Aimv2Model(transformers.Aimv2Config(
-        vision_config={**SMALL}, text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                 intermediate_size=64, vocab_size=100))),
-              "Aimv2Model: vitroll explains AIMv2's vision tower (Aimv2VisionModel"),
 }
 
 
@@ -383,7 +392,7 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     own_reason = reason.partition(": ")[2]
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
-    assert "the supported model types are aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
+    assert "the supported model types are aimv2, aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
 
 
 @pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])
@@ -409,11 +418,7 @@ def aimv2_pool_weights(model: torch.nn.Module, pixels: torch.Tensor) -> tuple[to
     handle = head.register_forward_pre_hook(lambda _module, args: kept.setdefault("tokens", args[0]))
     output = model(pixel_values=pixels.double(), output_attentions=True)
     handle.remove()
-    heads, dim = head.num_heads, head.hidden_size // head.num_heads
-    keys = head.k_proj(kept["tokens"]).unflatten(-1, (heads, dim)).transpose(1, 2)  # (B, H, N, d)
-    query = head.cls_token.reshape(1, heads, 1, dim)
-    weights = torch.softmax(query @ keys.transpose(-1, -2) * dim ** -0.5, dim=-1)[:, :, 0].mean(dim=1)
-    return weights, list(output.attentions)
+    return aimv2_query_weights(head, kept["tokens"]), list(output.attentions)
 
 
 @pytest.mark.parametrize("name", ["aimv2-native", "aimv2-learned-positions"])

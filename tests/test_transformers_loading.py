@@ -226,7 +226,7 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
-        assert message.endswith("; the supported model types are aimv2_vision_model, beit, bert, clip, "
+        assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, beit, bert, clip, "
                                 "clip_vision_model, data2vec-vision, deit, dinov2, dinov2_with_registers, dinov3_vit, "
                                 "distilbert, electra, gpt2, ijepa, metaclip_2, metaclip_2_vision_model, "
                                 "mlcd_vision_model, pixio, roberta, siglip, siglip_vision_model, vision-encoder-decoder, "
@@ -240,7 +240,20 @@ def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_be
     config.save_pretrained(folder)  # no weights: the refusal comes from the config, before any would be read
     assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
         f"{folder}: GPT2ForSequenceClassification is not supported: of 'gpt2' models vitroll explains GPT2Model, "
-        "GPT2LMHeadModel")
+        "GPT2LMHeadModel (to explain the encoder alone, save model.base_model with save_pretrained)")
+
+
+@pytest.mark.parametrize("architecture", ["ElectraForPreTraining", "ElectraForTokenClassification"])
+def test_a_text_model_whose_head_vitroll_does_not_read_is_refused_rather_than_loaded_as_its_bare_encoder(
+        architecture, tmp_path, capsys):
+    config = transformers.ElectraConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=32, architectures=[architecture])
+    folder = tmp_path / "electra"
+    config.save_pretrained(folder)
+    assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
+        f"{folder}: {architecture} is not supported: of 'electra' models vitroll explains ElectraModel, "
+        "ElectraForSequenceClassification, ElectraForMaskedLM (to explain the encoder alone, save model.base_model "
+        "with save_pretrained)")
 
 
 def test_a_folder_with_its_own_code_is_refused_without_running_or_asking(folder, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,32 @@ def test_cait_gradient_methods_overlay(tmp_path, capsys, method):
     assert capsys.readouterr().err.strip().splitlines() == [
         "vitroll: note: cait_xxs24_224 has random weights (no --pretrained or --checkpoint); its maps mean nothing"]
     assert Image.open(tmp_path / f"cat_{method}.png").size == Image.open(PHOTO).size
+
+
+@pytest.mark.parametrize("weights", [[], ["--pretrained"]])
+def test_a_hub_model_of_no_family_is_refused_by_its_hub_config_before_it_is_built(tmp_path, capsys, monkeypatch,
+                                                                                  weights):
+    """An ``hf-hub:`` name was built (and with --pretrained its weights downloaded) before the refusal; its
+    config.json (here in the local hub cache, the hub unreachable) names the architecture."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--vitroll-tests--resnet-on-hub" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps({"architecture": "resnet18", "num_classes": 10,
+                                                      "pretrained_cfg": {"input_size": [3, 224, 224]}}))
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    def not_to_be_built(*args, **kwargs):
+        raise AssertionError("a model of no family was built")
+
+    monkeypatch.setattr(timm, "create_model", not_to_be_built)
+    code = main(["overlay", str(PHOTO), "--model", "hf-hub:vitroll-tests/resnet-on-hub", *weights,
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("vitroll: error: hf-hub:vitroll-tests/resnet-on-hub (resnet18, timm.models.resnet) has "
+                             "no token attention that vitroll can read; supported timm families: vit (vit_*")
+    assert not (tmp_path / "out").exists()

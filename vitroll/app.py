@@ -7,14 +7,16 @@ This module only lays out the page and turns its widgets' values into
 
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
+from PIL import Image
 from torch import nn
 
-from vitroll.errors import VitrollError
+from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.methods import METHODS, method_named
 from vitroll.pipelines.explorer import (
@@ -131,8 +133,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                              prompts)
             exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
                                   class_names=class_names)
+        except ImageReadError as error:
+            raise refusal(upload_refusal(error, Path(image).name)) from None
         except (VitrollError, ValueError) as error:
-            raise gr.Error(str(error)) from None
+            raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         return (exploration.overlay, exploration.head_grid, top or None,
                 ignored_note(method, exploration.ignored, controls.layer))
@@ -143,7 +147,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         gr.Markdown(f"### vitroll explorer — {model_label}: {_describe(outline)}, on {_device_of(model)}")
         with gr.Row():
             with gr.Column(scale=1):
-                image = gr.Image(type="filepath", image_mode=None, sources=["upload", "clipboard"], label="image")
+                image = _image_box(gr)(type="filepath", image_mode=None, sources=["upload", "clipboard"],
+                                       label="image")
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
                 controls = _control_widgets(gr, outline)
@@ -174,6 +179,37 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
                 **explain_event, api_name=False)
     return app
+
+
+def refusal(message: str) -> "gradio.Error":
+    """The page's one-line message for a user's mistake: ``message`` as text (Gradio shows an error's message as HTML,
+    and a file may be named ``<img src=x onerror=…>.png``), without a traceback on the server's terminal."""
+    return require_gradio().Error(html.escape(message, quote=False), print_exception=False)
+
+
+def upload_refusal(error: ImageReadError, name: str) -> str:
+    """Why an upload cannot be explained, named as the user named it (not by the server's copy of it)."""
+    return f"{name}: {error.reason}"
+
+
+def _image_box(gr: Any) -> type:
+    """``gr.Image`` whose uploads that Pillow cannot open are refused with :func:`load_image`'s reason; Gradio's own
+    message for them is several lines about its event handler, with the server's temporary path."""
+
+    class ImageBox(gr.Image):
+        is_template = True  # Gradio's mark for a subclass that the page draws as its base class, gr.Image
+
+        def preprocess(self, payload: Any) -> Any:
+            try:
+                return super().preprocess(payload)
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+                try:
+                    load_image(payload.path)
+                except ImageReadError as error:
+                    raise refusal(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
+                raise
+
+    return ImageBox
 
 
 def _describe(outline: ModelOutline) -> str:

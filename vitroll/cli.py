@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import os
 import sys
 from typing import Any, Iterable, NoReturn, Optional, Sequence
@@ -11,6 +12,7 @@ from typing import Any, Iterable, NoReturn, Optional, Sequence
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
 from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
+from vitroll.io.names import READABLE
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
@@ -81,7 +83,16 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _readable_output() -> None:
+    """Print a file name that is not UTF-8 with its bytes as ``\\xe9`` on stdout and stderr alike (stdout's handler
+    is ``strict`` in most locales: such a name stopped a command after its work; stderr spelt it ``\\udce9``)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors=READABLE)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    _readable_output()
     args = build_parser().parse_args(argv)
     try:
         status = args.run(args)

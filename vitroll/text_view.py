@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -42,6 +43,8 @@ def segments(encoded: EncodedText, scores: Sequence[float]) -> list[Segment]:
     ``scores`` has one score per token of ``encoded`` (its real tokens). A character is shown once: pieces that
     share one (the bytes of an emoji or a CJK character) are one segment holding the sum of their scores, and a
     piece without characters (``Ġ`` whose space was trimmed) joins the next piece of its word (else the one before).
+    Characters no token covers are shown too: combining marks with the token of their letter (accents an uncased
+    normaliser stripped), others as gaps (white space; what the tokenizer dropped at the end of the text).
     Each segment is shaded relative to the highest one (scores below 0, which gradient attributions could give, shade
     as 0).
     """
@@ -65,6 +68,8 @@ def segments(encoded: EncodedText, scores: Sequence[float]) -> list[Segment]:
     text_runs = [run for run in runs if run.name is None]
     if carried.pieces and text_runs:
         text_runs[-1].add(carried.score, carried.pieces)
+    for run in text_runs:
+        run.end = encoded.past_marks(run.end)
     top = max((run.score for run in runs), default=0.0)
     shown, cursor = [], 0
     for run in runs:
@@ -76,6 +81,8 @@ def segments(encoded: EncodedText, scores: Sequence[float]) -> list[Segment]:
             shown.append(Segment(encoded.text[cursor:run.start], None, 0.0, special=False))
         shown.append(Segment(encoded.text[run.start:run.end], run.score, relative, special=False, pieces=run.pieces))
         cursor = run.end
+        if run is text_runs[-1] and cursor < len(encoded.text):  # what no token covers at the end is still text
+            shown.append(Segment(encoded.text[cursor:], None, 0.0, special=False))
     return shown
 
 
@@ -104,3 +111,14 @@ def terminal_text(shown: Sequence[Segment]) -> Text:
             style = f"black on {segment.colour}" + (" dim" if segment.special else "")
             line.append(segment.text, style=style)
     return line
+
+
+def quoted_token(token: str) -> str:
+    """A predicted token as it is shown on one line: in quotes, so that its white space shows (``" the"``, not
+    ``the``), control characters escaped (``"\\n"``, not a line break; ``"\\x0b"``)."""
+    escaped = "".join(_ESCAPES.get(character, f"\\x{ord(character):02x}")
+                      if unicodedata.category(character) == "Cc" else character for character in token)
+    return f'"{escaped}"'
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}

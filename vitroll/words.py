@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,7 +48,10 @@ def word_scores(scores: Sequence[float], encoded: EncodedText) -> list[WordScore
     list of WordScore
         In text order. Special tokens (``[CLS]``, ``[SEP]``, ``<|endoftext|>``: no word id) are not words and are left
         out; their scores stay in the token scores. A word's span is its pieces' spans joined, white space that
-        byte-level BPE counts into a piece (GPT-2's leading space) trimmed.
+        byte-level BPE counts into a piece (GPT-2's leading space) and invisible formatting characters trimmed, and
+        combining marks no token covers (accents an uncased normaliser stripped) kept with their letter; a "word" of
+        only white space is none, and words the tokenizer cut at a combining mark (byte-level BPE splits a decomposed
+        ``"e\u0301te"`` into ``"e"``, ``"\u0301"``, ``"te"``) are one, as Unicode's word boundaries have it.
 
     Raises
     ------
@@ -66,10 +70,29 @@ def word_scores(scores: Sequence[float], encoded: EncodedText) -> list[WordScore
         span[0], span[1] = min(span[0], start), max(span[1], end)
         totals[word_id] = totals.get(word_id, 0.0) + float(score)
         counts[word_id] = counts.get(word_id, 0) + 1
-    words = []
+    words: list[WordScore] = []
     for word_id, (start, end) in sorted(spans.items(), key=lambda item: item[1][0]):
-        text = encoded.text[start:end]
-        start += len(text) - len(text.lstrip())
-        end -= len(text) - len(text.rstrip())
+        end = encoded.past_marks(end)
+        while start < end and _blank(encoded.text[start]):
+            start += 1
+        while end > start and _blank(encoded.text[end - 1]):
+            end -= 1
+        if start == end:  # white space or an invisible mark on its own (GPT-2's "\t", a right-to-left mark)
+            continue
+        if words and words[-1].end == start and (_mark(encoded.text[start]) or (
+                _mark(encoded.text[start - 1]) and encoded.text[start].isalpha())):
+            before = words.pop()  # one word cut at an accent ("e", "\u0301", "te"), as Unicode's word breaks have it
+            start, totals[word_id], counts[word_id] = (before.start, before.score + totals[word_id],
+                                                       before.pieces + counts[word_id])
         words.append(WordScore(encoded.text[start:end], start, end, totals[word_id], counts[word_id]))
     return words
+
+
+def _blank(character: str) -> bool:
+    """White space, or an invisible formatting character (U+200F RIGHT-TO-LEFT MARK, U+FEFF): never a word's edge."""
+    return character.isspace() or unicodedata.category(character) == "Cf"
+
+
+def _mark(character: str) -> bool:
+    """A combining mark (U+0301 COMBINING ACUTE ACCENT): part of the letter before it."""
+    return unicodedata.category(character).startswith("M")

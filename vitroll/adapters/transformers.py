@@ -312,16 +312,18 @@ _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageCl
                               "DeiTForImageClassificationWithTeacher"),
           (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
           notes="class and distillation tokens skipped; the class token read out")
-_register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification"),
+_register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification",
+                                "Dinov2Backbone"),
           (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="class token read out")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
-                   "Dinov2WithRegistersForImageClassification"),
+                   "Dinov2WithRegistersForImageClassification", "Dinov2WithRegistersBackbone"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
           _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="register tokens skipped; class token read out")
-_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel"), (INTERFACE_ATTENTION["dinov3"],),
+_register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel", "DINOv3ViTBackbone"),
+          (INTERFACE_ATTENTION["dinov3"],),
           _layout(_class_and_registers, _class_token), logits=_any_size_logits,
           notes="rotary embedding included (applied before the kernel); register tokens skipped; class token read "
                 "out; backbone: attention methods only")
@@ -376,7 +378,8 @@ _register("hf-mlcd-vision", _classes("mlcd.modeling_mlcd", "MLCDVisionModel"),
           (INTERFACE_ATTENTION["mlcd-vision"],), _layout(_one, _class_token), logits=_any_size_logits,
           notes="2D rotary embedding included (applied before the kernel; any size); class token read out; backbone: "
                 "attention methods only")
-_register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel"), (INTERFACE_ATTENTION["pixio"],),
+_register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel", "PixioBackbone"),
+          (INTERFACE_ATTENTION["pixio"],),
           _layout(lambda model: model.config.n_cls_tokens, _prefix_mean), logits=_any_size_logits,
           notes="its class tokens skipped and their rows' mean read out (it pools their mean); any size; backbone: "
                 "attention methods only")
@@ -387,6 +390,12 @@ def _image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs
     """``logits_per_image`` (B, T) of CLIPModel and SiglipModel, from their own forward."""
     return model(pixel_values=images, input_ids=texts.input_ids, attention_mask=texts.attention_mask,
                  **_size_options(model, images)).logits_per_image
+
+
+def _aimv2_image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs) -> torch.Tensor:
+    """``logits_per_image`` (B, T) of Aimv2Model, from its own forward, which takes no size option (it would reach
+    the text tower too): a native tower places its embedding on any grid, the others take ``image_size`` only."""
+    return model(pixel_values=images, input_ids=texts.input_ids, attention_mask=texts.attention_mask).logits_per_image
 
 
 def _text_context(model: nn.Module) -> tuple[int, int]:
@@ -432,13 +441,20 @@ register_dual_encoder("hf-metaclip2", _classes("metaclip_2.modeling_metaclip_2",
                                                 context=_text_context),
                       preprocessing=transformers_preprocessing, name_patterns=("MetaClip2Model",),
                       notes="image–text: logits_per_image explained on the vision tower (class token read out)")
+register_dual_encoder("hf-aimv2", _classes("aimv2.modeling_aimv2", "Aimv2Model"),
+                      vision_tower=lambda model: model.vision_model,
+                      image_text=ImageTextScore(_aimv2_image_text_logits, _tokenize_padded("longest"),
+                                                context=_text_context),
+                      preprocessing=transformers_preprocessing, name_patterns=("Aimv2Model",),
+                      notes="image–text: logits_per_image explained on the vision tower (its pooling query's "
+                            "attention read out)")
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
                          "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
-                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model", "aimv2_vision_model",
+                         "siglip_vision_model", "metaclip_2", "metaclip_2_vision_model", "aimv2", "aimv2_vision_model",
                          "mlcd_vision_model", "pixio"})
-"""The ``config.model_type`` values of the models registered above (CLIP, SigLIP and MetaCLIP 2: their vision towers
-too), which loading checks before it builds a model."""
+"""The ``config.model_type`` values of the models registered above (CLIP, SigLIP, MetaCLIP 2 and AIMv2: their vision
+towers too), which loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")
@@ -477,9 +493,6 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      f"{_VIT_LIKE}"),
     ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
     ("siglip2_vision_model", None, _SIGLIP2),
-    ("aimv2", f"{_MODELS}.aimv2.modeling_aimv2.Aimv2Model",
-     "vitroll explains AIMv2's vision tower (Aimv2VisionModel, model type aimv2_vision_model: pass model.vision_model "
-     "or save it alone), not yet its image–text scores"),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 

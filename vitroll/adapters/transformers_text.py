@@ -12,12 +12,14 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
   tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
 * language models (GPT-2): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
-  (B, vocabulary): the predicted token, or the token id given as ``target_class``.
+  (B, vocabulary): the predicted token, or the token id given as ``target_class``;
+* masked language models (``…ForMaskedLM`` of the encoders above, as BERT's, RoBERTa's, DistilBERT's base checkpoints
+  are saved): the same at the explained position, by default the text's first mask token (``[MASK]``, ``<mask>``):
+  the log-probability of the token predicted there.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Optional
 from weakref import WeakKeyDictionary
 
@@ -29,10 +31,10 @@ from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers import (
     attach_attention_interface, attention_modules_of, config_class_names, heads_then_layers_down,
 )
-from vitroll.capture.families import TokenLayout
+from vitroll.capture.families import TokenLayout, registered_family
 from vitroll.capture.readouts import AttentionReadout
 from vitroll.errors import OptionValueError
-from vitroll.io.text import TokenBatch
+from vitroll.io.text import TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
 
@@ -51,6 +53,38 @@ def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
 
 
+def _masked_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
+        raise OptionValueError(f"a masked language model is explained at the token it predicts (readout='position'); "
+                               f"a {batch.readout!r} readout reads rows its prediction does not")
+    return TokenLayout(0, "position", None, token_mask=batch.real, positions=_masked_positions(model, batch))
+
+
+def _masked_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """(B,) the index of each text's explained token: the position given, else its first mask token.
+
+    Raises
+    ------
+    ValueError
+        For a text without a mask token (its first line says so without the batch's numbering, which its second
+        line gives).
+    OptionValueError
+        When no position is given and the model has no tokenizer that names its mask token.
+    """
+    if batch.position is not None:
+        return batch.explained_positions()
+    tokenizer = registered_tokenizer(model)
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise OptionValueError("a masked language model is explained at its mask token, and no tokenizer attached to "
+                               "the model names one: attach it (vitroll.use_tokenizer) or give position=")
+    masked = (batch.input_ids == tokenizer.mask_token_id) & batch.real
+    unmasked = (~masked.any(dim=-1)).nonzero().flatten().tolist()
+    if unmasked:
+        raise ValueError(f"no {tokenizer.mask_token} in the text: a masked language model predicts the token at its "
+                         f"first {tokenizer.mask_token} (or at --position)\ntexts {unmasked} of the batch")
+    return masked.long().argmax(dim=-1)
+
+
 def _encoder_logits(model: nn.Module, batch: TokenBatch) -> Optional[torch.Tensor]:
     """The class logits (B, num_classes), or None for a bare encoder."""
     return getattr(model(**batch.model_inputs()), "logits", None)
@@ -63,20 +97,23 @@ def _language_model_logits(model: nn.Module, batch: TokenBatch) -> Optional[torc
     position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
     output = model(**batch.model_inputs(), position_ids=position_ids, use_cache=False)
     logits = getattr(output, "logits", None)
-    if logits is None:
-        return None
-    rows = logits[torch.arange(len(batch), device=logits.device), batch.explained_positions().to(logits.device)]
+    return None if logits is None else _log_probabilities_at(logits, batch.explained_positions())
+
+
+def _masked_language_model_logits(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """The log-probabilities (B, vocabulary) of the token at each text's explained position (its first mask)."""
+    return _log_probabilities_at(model(**batch.model_inputs()).logits, _masked_positions(model, batch))
+
+
+def _log_probabilities_at(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """log_softmax of a language model's logits (B, L, vocabulary) at one position (B,) per text: (B, vocabulary)."""
+    rows = logits[torch.arange(len(logits), device=logits.device), positions.to(logits.device)]
     return rows.float().log_softmax(dim=-1)
 
 
 def _vocabulary(model: nn.Module) -> Optional[list[str]]:
-    """The tokens of the attached tokenizer as text, in id order (the "classes" of a language model), or None.
-
-    Each token is decoded on its own, so a byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather
-    than as the bytes-as-letters it is stored under (``"Ġthe"``, ``"Ã©"``); a byte-level piece that holds part of a
-    multi-byte character shows those bytes escaped (``"Ã"`` reads ``"\\xc3"``, not a letter the text never had),
-    another piece that decodes to no whole character its stored form, and an id past the tokenizer's vocabulary its
-    number."""
+    """The tokens of the attached tokenizer as text (:func:`~vitroll.io.text.decoded_pieces`: ``"é"``, not its
+    byte-level form ``"Ã©"``), in id order (the "classes" of a language model), or None."""
     tokenizer = registered_tokenizer(model)
     if tokenizer is None:
         return None
@@ -84,32 +121,9 @@ def _vocabulary(model: nn.Module) -> Optional[list[str]]:
     cached = _DECODED.get(model)
     if cached is not None and cached[0] is tokenizer and len(cached[1]) == len(ids):
         return list(cached[1])
-    tokens = tokenizer.convert_ids_to_tokens(ids)
-    texts = tokenizer.batch_decode([[index] for index in ids])
-    names = [text if text and "\ufffd" not in text else _partial_piece_name(token, index)
-             for index, token, text in zip(ids, tokens, texts)]
+    names = decoded_pieces(tokenizer, ids)
     _DECODED[model] = (tokenizer, names)
     return list(names)
-
-
-def _partial_piece_name(token: Optional[str], index: int) -> str:
-    """A piece that decodes to no whole character: its bytes escaped when it is a byte-level piece, else its stored
-    form (its number when the tokenizer has no such id)."""
-    if token is None:
-        return str(index)
-    byte_of = _byte_of_character()
-    if all(character in byte_of for character in token):
-        return bytes(byte_of[character] for character in token).decode("utf-8", errors="backslashreplace")
-    return token
-
-
-@functools.cache
-def _byte_of_character() -> dict[str, int]:
-    """GPT-2's byte-level alphabet (transformers' ``bytes_to_unicode``), inverted: the printable character each
-    byte is stored as → that byte."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {character: byte for byte, character in bytes_to_unicode().items()}
 
 
 _DECODED: "WeakKeyDictionary[nn.Module, tuple[Any, list[str]]]" = WeakKeyDictionary()
@@ -142,13 +156,29 @@ for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
               class_names=config_class_names,
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
+_MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
+for _kind, (_module, _attention, _classes) in _ENCODERS.items():
+    _register(f"hf-{_kind}-mlm", _module, _attention, (_MASKED_LANGUAGE_MODELS[_kind],),
+              token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
+              notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
+_MASKED_FAMILIES = frozenset(f"hf-{kind}-mlm" for kind in _MASKED_LANGUAGE_MODELS)
 _GPT2_CLASSES = ("GPT2Model", "GPT2LMHeadModel")
 _register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
           token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
           notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
 
-MODEL_CLASSES = {**{kind: classes for kind, (_, _, classes) in _ENCODERS.items()},
+MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
                  "gpt2": _GPT2_CLASSES}
 """The transformers classes registered above, by ``config.model_type``: what loading checks a folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
+
+
+def prediction_kind(model: nn.Module) -> str:
+    """What a text model predicts: ``"next token"`` (a causal language model), ``"masked token"`` (a masked language
+    model) or ``"prediction"`` (a class; none for a bare encoder)."""
+    if bool(getattr(model, "can_generate", lambda: False)()):
+        return "next token"
+    family = registered_family(model)
+    return "masked token" if family is not None and family.name in _MASKED_FAMILIES else "prediction"

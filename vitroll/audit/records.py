@@ -66,6 +66,10 @@ class AuditOptions:
     def __post_init__(self) -> None:
         if self.salt is None:
             self.salt = secrets.token_hex(16)
+        elif not self.salt.strip():  # `--salt "$SALT"` with SALT unset
+            raise ValueError("--salt is empty, which leaves the case and study keys plain hashes of file paths and "
+                             "study UIDs (anyone can hash a list of names to find them); give a secret salt, or leave "
+                             "--salt out for a random one")
         if not 0 <= self.flag_threshold <= 1:
             raise ValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
 

@@ -1,7 +1,9 @@
 """``vitroll text "a sentence" … [--file texts.txt] --model FOLDER_OR_ID``: token and word scores of a Hugging Face
-text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers or encoders; GPT-2 language models), shaded in the
-terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv. The model is a save_pretrained folder with
-its tokenizer files, or a hub id in the local cache.
+text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers, encoders or masked language models, explained at each
+text's first [MASK]/<mask>; GPT-2 language models), shaded in the
+terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv (each token as the tokenizer stores it,
+"token": "ĠcafÃ©" or "##ing", and as text, "decoded": " café" or "ing"; each word; their character spans and scores).
+The model is a save_pretrained folder with its tokenizer files, or a hub id in the local cache.
 
 Each text's row goes to OUT/manifest.jsonl as its batch finishes; a rerun with the same --out skips the texts
 already done with the same settings (keyed by their number and SHA-256), so a big --file survives Ctrl-C; resuming
@@ -99,9 +101,9 @@ def _print_texts(console: Console, report: TextReport) -> None:
     for index, result in zip(report.indices, report.results):
         heading = f"#{index + 1}"
         if result.prediction is not None:
-            heading += f"  {result.prediction_kind}: {result.prediction} ({result.probability:.3f})"
+            heading += f"  {result.prediction_kind}: {result.shown_prediction} ({result.probability:.3f})"
         if result.target is not None:
-            heading += f"  explained: {result.target}"
+            heading += f"  explained: {result.shown_target}"
         console.print(heading, markup=False)
         console.print(terminal_text(result.segments))
         console.print("  words: " + ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words),

@@ -4,7 +4,8 @@ A DICOM file is recognised by ``DICM`` at byte 128 (any extension, ``.dcm`` or n
 preamble (an old ACR-NEMA style data set) is read when its first element belongs to group 0002 or 0008, and its
 transfer syntax is then the encoding pydicom found. Compressed pixel data goes through pydicom's decoder plugins
 (pylibjpeg with openjpeg and rle, python-gdcm, Pillow: the ``dicom`` extra). Grey images go
-through the modality LUT (Rescale Slope/Intercept), then a VOI transform — the user's window, else the file's
+through the modality LUT (Rescale Slope/Intercept; an enhanced multi-frame file's, and its windows, from its
+functional groups), then a VOI transform — the user's window, else the file's
 VOI LUT or a usable Window Center/Width, else the frame's own finite min–max — and MONOCHROME1 is inverted so that high
 values are bright; pixels that Pixel Padding Value marks as no image are left out of the min–max and shown black.
 Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as (H, W, 3) uint8.
@@ -365,6 +366,31 @@ def _padding(raw: np.ndarray, dataset: object) -> Optional[np.ndarray]:
     return (raw >= low) & (raw <= high)
 
 
+FRAME_MACROS = ("PixelValueTransformationSequence", "FrameVOILUTSequence")
+"""Functional group macros of an enhanced multi-frame file (PS3.3 C.7.6.16.2.9, C.7.6.16.2.10) that hold a frame's
+Rescale Slope/Intercept and its window, in place of the data set's own (which such a file leaves out)."""
+
+
+def _frame_view(dataset: "Dataset", index: int) -> "Dataset":
+    """The image pixel attributes (group 0028) that frame ``index`` of ``dataset`` is displayed with: the data set's,
+    replaced by those of the :data:`FRAME_MACROS` in its shared functional groups, then in the frame's own. A file
+    without functional groups is returned as it is."""
+    from pydicom.dataset import Dataset
+
+    groups = [sequence[position] for sequence, position in (
+        (dataset.get("SharedFunctionalGroupsSequence") or (), 0),
+        (dataset.get("PerFrameFunctionalGroupsSequence") or (), index)) if position < len(sequence)]
+    macros = [macro[0] for group in groups for macro in (group.get(name) for name in FRAME_MACROS) if macro]
+    if not macros:
+        return dataset
+    view = Dataset()
+    for source in (dataset, *macros):
+        for tag in source.keys():
+            if tag.group == 0x0028:
+                view[tag] = source[tag]
+    return view
+
+
 def _grey_to_rgb(raw: np.ndarray, dataset: object, window: Optional[tuple[float, float]]) -> np.ndarray:
     from pydicom.pixels import apply_modality_lut
 
@@ -584,14 +610,15 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
-    # data is then loaded whole, and words the failures of any pixel data (a truncation…) from there
+    # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
+    # other failures (a truncation…) from there
     from_file = part10 and syntax is not None and not syntax.is_deflated
     try:
         with _native_stderr_discarded():
             try:
                 decoded = _rgb_frames(path if from_file else dataset, dataset, indices, grey=grey, window=window)
-            except Exception:
-                if not from_file:
+            except Exception as error:
+                if not from_file or _decoders_failed(error):
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
@@ -602,6 +629,15 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                       secondary_capture=is_secondary_capture(dataset), frame_count=count)
 
 
+DECODERS_FAILED = "Unable to decode as exceptions were raised by all available plugins"
+"""How pydicom's error begins when every decoder plugin failed on a frame's bytes: the same bytes read through the
+data set fail alike, so its pixel data (all frames of a long cine, for each of its parts) is not loaded to retry."""
+
+
+def _decoders_failed(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and str(error).startswith(DECODERS_FAILED)
+
+
 def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int], *, grey: bool,
                 window: Optional[tuple[float, float]]) -> list[tuple[int, np.ndarray]]:
     """The frames ``indices`` of ``source`` (the file, or its data set) as (index, RGB uint8 (H, W, 3)), each decoded
@@ -610,7 +646,7 @@ def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int]
 
     frames = []
     for index, raw in zip(indices, iter_pixels(source, indices=indices, raw=True)):
-        rgb = _grey_to_rgb(raw, dataset, window) if grey else _colour_to_rgb(raw, dataset)
+        rgb = _grey_to_rgb(raw, _frame_view(dataset, index), window) if grey else _colour_to_rgb(raw, dataset)
         frames.append((index, np.ascontiguousarray(rgb)))
     return frames
 

@@ -3,6 +3,7 @@ limit already) plus an output's suffix may not."""
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 
 NAME_MAX = 255
@@ -27,17 +28,41 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
     return encoded[: max_bytes - len(tag)].decode("utf-8", "ignore") + tag
 
 
+def readable(text: str) -> str:
+    """``text`` as valid UTF-8 that a person can read: the bytes of a file name that is not UTF-8 (which Python keeps
+    as surrogates, ``caf\\udce9.png`` for Latin-1 ``café.png``) spelt ``\\xe9``, as output names, ``manifest.csv``,
+    the gallery, figure titles and the command line's messages spell them (``manifest.jsonl`` keeps them exactly).
+
+    >>> readable("café.png"), readable("caf\\udce9.png")
+    ('café.png', 'caf\\\\xe9.png')
+    """
+    return text.encode("utf-8", READABLE).decode("utf-8")
+
+
+def _spelt(error: UnicodeError) -> tuple[str, int]:
+    """The :data:`READABLE` encoding error handler."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    spelt = [f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF  # a byte kept by the file-system decoding
+             else f"\\u{code:04x}" for code in map(ord, error.object[error.start:error.end])]
+    return "".join(spelt), error.end
+
+
+READABLE = "vitroll.readable"
+"""The name of an encoding error handler that spells text as :func:`readable` does (the CLI's standard streams use
+it: a path that is not UTF-8 printed with the default ``strict`` one stopped a command that had done its work)."""
+codecs.register_error(READABLE, _spelt)
+
+
 def utf8_name(name: str) -> str:
     """``name`` as valid UTF-8. A file name read from disk that is not (Python keeps its bytes as surrogates:
-    ``caf\\udce9.png`` for Latin-1 ``café.png``) has those bytes spelt ``\\xe9`` and ``~`` with 12 hex digits of
+    ``caf\\udce9.png`` for Latin-1 ``café.png``) is spelt :func:`readable`, ``\\xe9``, with ``~`` and 12 hex digits of
     the SHA-256 of its bytes after it, so that it stays distinct from a name spelt that way.
 
     >>> utf8_name("photo.png"), utf8_name("caf\\udce9.png")
     ('photo.png', 'caf\\\\xe9.png~507c1cbe909e')
     """
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raw = name.encode("utf-8", "surrogateescape")
-        return raw.decode("utf-8", "backslashreplace") + _HASH_MARK + hashlib.sha256(raw).hexdigest()[:12]
-    return name
+    spelt = readable(name)
+    if spelt == name:
+        return name
+    return spelt + _HASH_MARK + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]

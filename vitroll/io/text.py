@@ -8,7 +8,9 @@ encoder read at its class token or mean-pooled, a language model at one position
 
 from __future__ import annotations
 
+import functools
 import os
+import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Optional, Sequence
 
@@ -194,6 +196,17 @@ class EncodedText:
     tokens: list[str]
     word_ids: list[Optional[int]]
     offsets: list[tuple[int, int]]
+    decoded: Optional[list[str]] = None
+    """Each piece as text (:func:`decoded_pieces`: ``" café"`` for ``"ĠcafÃ©"``, ``"ing"`` for ``"##ing"``); None
+    when not known (a manifest row written before vitroll kept it)."""
+
+    def past_marks(self, end: int) -> int:
+        """``end`` moved past the combining marks right after it that no token covers (the accents of a decomposed
+        ``"cafe\u0301"`` that an uncased BERT normaliser strips): they belong to the letter before them."""
+        while end < len(self.text) and unicodedata.category(self.text[end]).startswith("M") \
+                and not any(start <= end < stop for start, stop in self.offsets):
+            end += 1
+        return end
 
 
 def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[EncodedText]]:
@@ -225,7 +238,8 @@ def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, to
                          "PreTrainedTokenizerFast (AutoTokenizer gives one)")
     encoding = tokenizer(texts, return_offsets_mapping=True)
     encoded = [EncodedText(text, encoding.tokens(index), encoding.word_ids(index),
-                           [tuple(span) for span in encoding["offset_mapping"][index]])
+                           [tuple(span) for span in encoding["offset_mapping"][index]],
+                           decoded_pieces(tokenizer, encoding["input_ids"][index]))
                for index, text in enumerate(texts)]
     lengths = [len(each.tokens) for each in encoded]
     for index, length in enumerate(lengths):
@@ -238,3 +252,56 @@ def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, to
         input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         attention_mask[row, :len(ids)] = 1
     return input_ids, attention_mask, encoded
+
+
+def decoded_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token id as text, decoded on its own: what a person reads for a piece the tokenizer stores in its own
+    alphabet.
+
+    A byte-level BPE piece reads as its characters (``" the"``, ``"é"``) rather than the bytes-as-letters it is
+    stored under (``"Ġthe"``, ``"Ã©"``); a WordPiece continuation without its prefix (``"ing"``, not ``"##ing"``);
+    a byte-level piece that holds part of a multi-byte character shows those bytes escaped (``"Ã"`` reads
+    ``"\\xc3"``, not a letter the text never had), another piece that decodes to no whole character its stored form,
+    and an id past the tokenizer's vocabulary its number. Special tokens read as they are stored (``"[CLS]"``).
+    """
+    ids = [int(index) for index in ids]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    texts = tokenizer.batch_decode([[index] for index in ids])
+    prefix = _continuation_prefix(tokenizer)
+    decoded = []
+    for index, token, text in zip(ids, tokens, texts):
+        if not text or "\ufffd" in text:
+            text = _partial_piece_text(token, index)
+        elif prefix and token is not None and token.startswith(prefix) and len(token) > len(prefix) \
+                and text.startswith(prefix):
+            text = text[len(prefix):]
+        decoded.append(text)
+    return decoded
+
+
+def _continuation_prefix(tokenizer: Any) -> Optional[str]:
+    """The prefix that marks a WordPiece piece continuing a word (BERT's ``"##"``), or None for other tokenizers."""
+    from tokenizers import decoders
+
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    return decoder.prefix if isinstance(decoder, decoders.WordPiece) else None
+
+
+def _partial_piece_text(token: Optional[str], index: int) -> str:
+    """A piece that decodes to no whole character: its bytes escaped when it is a byte-level piece, else its stored
+    form (its number when the tokenizer has no such id)."""
+    if token is None:
+        return str(index)
+    byte_of = _byte_of_character()
+    if all(character in byte_of for character in token):
+        return bytes(byte_of[character] for character in token).decode("utf-8", errors="backslashreplace")
+    return token
+
+
+@functools.cache
+def _byte_of_character() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (transformers' ``bytes_to_unicode``), inverted: the printable character each
+    byte is stored as → that byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {character: byte for byte, character in bytes_to_unicode().items()}

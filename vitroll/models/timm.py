@@ -60,32 +60,44 @@ def check_model_name(name: str) -> None:
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
 
 
-def refuse_unexplained_name(name: str) -> None:
-    """Raise :class:`UnsupportedModelError` when the timm model ``name`` is of no registered family, decided without
-    building it (building took seconds for a large model, and with ``--pretrained`` downloaded its weights, before
-    the built model was refused).
+def refuse_unexplained_name(name: str, *, architecture: Optional[str] = None) -> None:
+    """Raise :class:`UnsupportedModelError` when the timm model ``name`` (a ``hf-hub:`` name: of ``architecture``,
+    the timm name its hub config gives) is of no registered family, decided without building it (building took
+    seconds for a large model, and with ``--pretrained`` downloaded its weights, before the built model was refused).
 
-    The timm module that defines ``name``'s entrypoint builds its models from the classes it holds: when none of them
-    is a family's model class (or a subclass of one), no model it builds can be explained. A module that holds one,
-    and a ``hf-hub:`` name (its architecture is in its hub config), are left to the built model to decide.
+    The timm module that defines the entrypoint builds its models from the classes it holds: when none of them is a
+    family's model class (or a subclass of one), no model it builds can be explained. A module that holds one is left
+    to the built model to decide.
     """
     import timm
 
-    if hub.is_hub_name(name) or not timm.is_model(name):
+    architecture = architecture or name
+    if hub.is_hub_name(architecture) or not timm.is_model(architecture):
         return
-    module_name = timm.models.model_entrypoint(name).__module__
+    module_name = timm.models.model_entrypoint(architecture).__module__
     family_types = tuple(imported_types(tuple(kind for family in FAMILIES for kind in family.model_types)))
     if any(inspect.isclass(member) and issubclass(member, family_types)
            for member in vars(sys.modules[module_name]).values()):
         return
-    raise UnsupportedModelError(unsupported_message(f"{name} ({module_name})", timm_only=True))
+    what = f"{name} ({architecture}, {module_name})" if architecture != name else f"{name} ({module_name})"
+    raise UnsupportedModelError(unsupported_message(what, timm_only=True))
+
+
+def _hub_architecture(name: str) -> str:
+    """The timm architecture that the ``config.json`` of the ``hf-hub:`` repository ``name`` gives (a small file,
+    read before any weights)."""
+    from timm.models._hub import load_model_config_from_hf
+
+    return load_model_config_from_hf(name.split(":", 1)[1])[1]
 
 
 def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
     """Build ``name`` with timm; whatever must come from the hub comes from the local cache when it is unreachable.
 
     A ``hf-hub:`` name needs the hub even without weights (its ``config.json``), so it always takes the
-    offline-aware path; every failure there is one :class:`ModelLoadError` line within seconds.
+    offline-aware path; every failure there is one :class:`ModelLoadError` line within seconds. Its architecture,
+    named in that config, is refused before any weights are read when no family explains it
+    (:func:`refuse_unexplained_name`).
     """
     import timm
 
@@ -100,7 +112,11 @@ def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Mo
         raise ModelLoadError(f"{name}: {needed} {uncached}; {advice}")
     try:
         with hub.cache_only(offline):
+            if hub.is_hub_name(name):
+                refuse_unexplained_name(name, architecture=_hub_architecture(name))
             return timm.create_model(name, pretrained=pretrained, **kwargs)
+    except UnsupportedModelError:
+        raise
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
         where = uncached if offline else f"could not be fetched ({type(error).__name__})"
         raise ModelLoadError(f"{name}: {needed} {where}; {advice}") from None

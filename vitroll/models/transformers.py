@@ -169,29 +169,30 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
 
 
 def _refuse_unread_classifier(name: str, config: object) -> None:
-    """Refuse, before any weights are read, a text classifier of a supported model type whose class vitroll has no
-    family for (``GPT2ForSequenceClassification``): built as the bare model it would lose its head without a word."""
-    classes = TEXT_MODEL_CLASSES.get(config.model_type, ())
-    unread = [architecture for architecture in config.architectures or ()
-              if architecture.endswith("ForSequenceClassification") and architecture not in classes]
-    if unread:
+    """Refuse, before any weights are read, a text model of a supported model type whose class vitroll has no
+    family for (``GPT2ForSequenceClassification``, ``BertForTokenClassification``, ``ElectraForPreTraining``): built
+    as the bare model it would lose its head without a word."""
+    classes = TEXT_MODEL_CLASSES.get(config.model_type)
+    unread = [architecture for architecture in config.architectures or () if architecture not in (classes or ())]
+    if classes and unread:
         raise ModelLoadError(f"{name}: {unread[0]} is not supported: of {config.model_type!r} models vitroll explains "
-                             f"{', '.join(classes)}")
+                             f"{', '.join(classes)} (to explain the encoder alone, save model.base_model with "
+                             "save_pretrained)")
 
 
 def _image_text_classes(transformers: object) -> dict[str, type]:
     """The image–text model class of each model type that has one."""
     return {"clip": transformers.CLIPModel, "siglip": transformers.SiglipModel,
-            "metaclip_2": transformers.MetaClip2Model}
+            "metaclip_2": transformers.MetaClip2Model, "aimv2": transformers.Aimv2Model}
 
 
 def _auto_classes(transformers: object, config: object) -> list[type]:
     """The classes to try building ``config``'s model with, in order (the first with a mapping for it wins). A text
-    model is what its saved architecture says: a sequence classifier, a causal language model, else the bare encoder
-    or decoder; a CLIP, SigLIP or MetaCLIP 2 model that is not an image classifier is the whole image–text model. A
-    vision model saved without a classification head (a ``ViTModel``) is that backbone (built by AutoModel, else by
-    the class its config names), not a classifier with a random head; one whose config names no architecture is tried
-    as a classifier first."""
+    model is what its saved architecture says: a sequence classifier, a causal or masked language model, else the bare
+    encoder or decoder; a CLIP, SigLIP, MetaCLIP 2 or AIMv2 model that is not an image classifier is the whole
+    image–text model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by
+    AutoModel, else by the class its config names), not a classifier with a random head; one whose config names no
+    architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
@@ -200,6 +201,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
             return [transformers.AutoModelForSequenceClassification]
         if any(architecture.endswith("LMHeadModel") for architecture in architectures):
             return [transformers.AutoModelForCausalLM]
+        if any(architecture.endswith("ForMaskedLM") for architecture in architectures):
+            return [transformers.AutoModelForMaskedLM]
         return [transformers.AutoModel]
     # DeiT's and LeViT's distilled classifiers end in ...ForImageClassificationWithTeacher
     classifier = any("ForImageClassification" in architecture for architecture in architectures)

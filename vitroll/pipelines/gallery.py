@@ -17,6 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from vitroll.io.images import write_atomic
+from vitroll.io.names import readable
 from vitroll.templates import finite, render
 
 PAGE_SIZE = 60
@@ -35,12 +36,13 @@ TEXT_KEYS = ("path", "top1_name")
 
 
 def _page_value(key: str, value: Any) -> Any:
-    """A manifest value as the page takes it: a number that is not finite as null, an output path as a relative URL."""
+    """A manifest value as the page takes it: a number that is not finite as null, an output path as a relative URL,
+    a text :func:`~vitroll.io.names.readable` (a file name that is not UTF-8 with its bytes as ``\\xe9``)."""
     if isinstance(value, float):
         return finite(value)
     if key in LINK_FIELDS and value:
         return quote(str(value))
-    return value
+    return readable(value) if isinstance(value, str) else value
 
 
 def _page_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from torch import nn
 
 from vitroll.io import encode_png, write_atomic
 from vitroll.io.discovery import unique_paths
-from vitroll.io.names import NAME_MAX, fit_name
+from vitroll.io.names import NAME_MAX, fit_name, utf8_name
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
@@ -63,9 +63,10 @@ def unique_names(names: Sequence[str], taken: Iterable[str] = ()) -> list[str]:
 def output_stems(paths: Sequence[Path], marker: str, taken: Iterable[str] = ()) -> list[str]:
     """File stems for outputs named ``<stem><marker>…`` (``marker`` such as ``_rollout``), made unique by suffixing
     ``-2``, ``-3``… when inputs share a name or a stem is ``taken``; a stem too long for the file system with the
-    marker and :data:`SUFFIX_ROOM` after it is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`)."""
+    marker and :data:`SUFFIX_ROOM` after it is cut, with a hash of it (:func:`~vitroll.io.names.fit_name`), and one
+    that is not UTF-8 spelt with escapes and a hash, as ``annotate`` names it (:func:`~vitroll.io.names.utf8_name`)."""
     room = NAME_MAX - len(marker.encode("utf-8")) - SUFFIX_ROOM
-    return [fit_name(stem, room) for stem in unique_names([path.stem for path in paths], taken)]
+    return [fit_name(utf8_name(stem), room) for stem in unique_names([path.stem for path in paths], taken)]
 
 
 def stems_overwriting_inputs(paths: Sequence[Path], out_dir: Path, method: str) -> set[str]:

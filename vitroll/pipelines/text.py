@@ -12,6 +12,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from torch import nn
 
+from vitroll.adapters.transformers_text import prediction_kind
+
 from vitroll.io.images import write_atomic
 from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts
 from vitroll.maps import as_numpy
@@ -20,10 +22,12 @@ from vitroll.methods.gradients import resolve_targets
 from vitroll.methods.text_batch import Position, text_batch
 from vitroll.models import class_names
 from vitroll.templates import render
-from vitroll.text_view import HIGH, LOW, Segment, segments
+from vitroll.text_view import HIGH, LOW, Segment, quoted_token, segments
 from vitroll.words import WordScore, word_scores
 
 TOP_WORDS = 5
+PREDICTION_KINDS = ("prediction", "next token", "masked token")
+"""What a text's prediction can be (its key in ``scores.json``: spaces as ``_``)."""
 
 
 @dataclass(frozen=True)
@@ -38,16 +42,27 @@ class TextResult:
     """The predicted class, or a language model's most likely next token; None for a bare model."""
     probability: Optional[float]
     target: Optional[str]
-    """What a gradient method explained (the class or next token); None for attention-only methods."""
-    language_model: bool
+    """What a gradient method explained (the class, next token or masked token); None for attention-only methods."""
+    prediction_kind: str = "prediction"
+    """What :attr:`prediction` is: ``"prediction"`` (a class), ``"next token"`` or ``"masked token"``."""
 
     @property
     def segments(self) -> list[Segment]:
         return segments(self.encoded, self.scores)
 
     @property
-    def prediction_kind(self) -> str:
-        return "next token" if self.language_model else "prediction"
+    def shown_prediction(self) -> Optional[str]:
+        """:attr:`prediction` as it is shown: a token quoted (:func:`~vitroll.text_view.quoted_token`), a class as it
+        is."""
+        return self._shown(self.prediction)
+
+    @property
+    def shown_target(self) -> Optional[str]:
+        """:attr:`target` as it is shown, as :attr:`shown_prediction`."""
+        return self._shown(self.target)
+
+    def _shown(self, name: Optional[str]) -> Optional[str]:
+        return name if name is None or self.prediction_kind == "prediction" else quoted_token(name)
 
     @property
     def top_words(self) -> list[WordScore]:
@@ -58,9 +73,11 @@ class TextResult:
         return {
             "text": self.encoded.text, self.prediction_kind.replace(" ", "_"): self.prediction,
             "probability": self.probability, "explained": self.target,
-            "tokens": [{"token": token, "start": start, "end": end, "score": score, "word_id": word_id}
-                       for token, (start, end), score, word_id in zip(
-                           self.encoded.tokens, self.encoded.offsets, self.scores, self.encoded.word_ids)],
+            "tokens": [{"token": token, "decoded": decoded, "start": start, "end": end, "score": score,
+                        "word_id": word_id}
+                       for token, decoded, (start, end), score, word_id in zip(
+                           self.encoded.tokens, self.encoded.decoded or self.encoded.tokens, self.encoded.offsets,
+                           self.scores, self.encoded.word_ids)],
             "words": [{"word": w.word, "start": w.start, "end": w.end, "score": w.score, "pieces": w.pieces}
                       for w in self.words],
         }
@@ -69,12 +86,13 @@ class TextResult:
     def from_record(cls, record: Mapping[str, Any]) -> "TextResult":
         """The result that :meth:`as_record` gave ``record`` (read back from a manifest)."""
         tokens = record["tokens"]
+        decoded = [t["decoded"] for t in tokens] if all("decoded" in t for t in tokens) else None
         encoded = EncodedText(record["text"], [t["token"] for t in tokens], [t["word_id"] for t in tokens],
-                              [(t["start"], t["end"]) for t in tokens])
+                              [(t["start"], t["end"]) for t in tokens], decoded)
         words = [WordScore(w["word"], w["start"], w["end"], w["score"], w["pieces"]) for w in record["words"]]
-        language_model = "next_token" in record
-        return cls(encoded, [t["score"] for t in tokens], words, record["next_token" if language_model else "prediction"],
-                   record["probability"], record["explained"], language_model)
+        kind = next(kind for kind in PREDICTION_KINDS if kind.replace(" ", "_") in record)
+        return cls(encoded, [t["score"] for t in tokens], words, record[kind.replace(" ", "_")],
+                   record["probability"], record["explained"], kind)
 
 
 def _name(names: Optional[list[str]], index: int) -> str:
@@ -91,7 +109,7 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
     chosen = method_named(method)
     options = chosen.check(dict(options or {}))
     names = class_names(model)
-    language_model = bool(getattr(model, "can_generate", lambda: False)())
+    kind = prediction_kind(model)
     for first in range(0, len(texts), batch_size):
         input_ids, attention_mask, encoded = encode_texts(tokenizer, texts[first:first + batch_size])
         batch = text_batch(model, TokenBatch(input_ids, attention_mask), readout=readout, position=position)
@@ -109,7 +127,7 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
                 prediction, probability = _name(names, best), float(probabilities[row, best])
             if targets is not None:
                 target = _name(names, int(targets[row]))
-            yield TextResult(each, real, word_scores(real, each), prediction, probability, target, language_model)
+            yield TextResult(each, real, word_scores(real, each), prediction, probability, target, kind)
 
 
 def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, model: str, method: str,
@@ -132,12 +150,12 @@ def write_text_report(out_dir: "str | Path", results: Sequence[TextResult], *, m
     records = [{"index": text_index, **result.as_record()} for text_index, result in zip(indices, results)]
     table = io.StringIO()
     writer = csv.writer(table)
-    writer.writerow(["text_index", "level", "index", "piece", "start", "end", "score"])
+    writer.writerow(["text_index", "level", "index", "piece", "decoded", "start", "end", "score"])
     for record in records:
-        for level, key, piece in (("token", "tokens", "token"), ("word", "words", "word")):
+        for level, key, piece, decoded in (("token", "tokens", "token", "decoded"), ("word", "words", "word", "word")):
             for index, entry in enumerate(record[key]):
-                writer.writerow([record["index"], level, index, entry[piece], entry["start"], entry["end"],
-                                 f"{entry['score']:.6g}"])
+                writer.writerow([record["index"], level, index, entry[piece], entry[decoded], entry["start"],
+                                 entry["end"], f"{entry['score']:.6g}"])
     paths = out_dir / "text.html", out_dir / "scores.json", out_dir / "scores.csv"
     write_atomic(paths[0], html.encode())
     write_atomic(paths[1], json.dumps({"model": model, "method": method, "texts": records, "failed": failures},
