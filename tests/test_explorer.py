@@ -451,3 +451,17 @@ def test_a_port_in_use_is_refused_in_one_line_before_the_model_is_loaded(monkeyp
     assert main(["app", "--host", "192.0.2.7", "--share-on-network", "--port", "8000"]) == 2  # TEST-NET-1: not ours
     assert capsys.readouterr().err.splitlines()[-1].startswith(
         "vitroll: error: app: cannot serve on 192.0.2.7 port 8000 (")
+
+
+def test_serving_until_ctrl_c_prints_one_line_with_the_address_and_no_advice_to_share(model, monkeypatch, capsys):
+    from vitroll.app import build_app, serve
+
+    app = build_app(model, model_label="vitroll-shapes")
+    monkeypatch.setattr(app, "block_thread", lambda: None)  # as if Ctrl-C came at once
+    port = free_port()
+    try:
+        url = serve(app, host="127.0.0.1", port=port)
+        assert capsys.readouterr().out == f"vitroll: the explorer is at {url} (Ctrl-C stops it)\n"
+    finally:
+        app.close()
+    assert url == f"http://127.0.0.1:{port}/"

@@ -150,6 +150,27 @@ def test_the_gallery_sorts_filters_pages_and_loads_every_image_in_a_real_browser
         assert not errors
 
 
+def test_a_keyboard_alone_opens_an_images_details_and_every_control_has_a_name(run):
+    with browser_page((run / "index.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
+        for _ in range(30):  # the controls, then the cards, in the page's order
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.classList.contains('card')"):
+                break
+        focused = page.evaluate("document.activeElement.dataset.path")
+        first_ok = page.eval_on_selector(".card.ok", "card => card.dataset.path")
+        assert focused == first_ok and page.evaluate("document.activeElement.getAttribute('role')") == (
+            "button")
+        page.keyboard.press("Enter")
+        assert page.eval_on_selector("#detail", "dialog => dialog.open")
+        assert page.inner_text("#detail-body").count(focused) == 1  # the file line
+        page.keyboard.press("Escape")
+        assert not page.eval_on_selector("#detail", "dialog => dialog.open")
+        unnamed = page.eval_on_selector_all(
+            "button, select, input", "controls => controls.filter(control => !control.labels?.length && "
+            "!control.getAttribute('aria-label') && !/\\w/.test(control.textContent)).map(control => control.id)")
+        assert unnamed == [] and not errors
+
+
 ODD_CLASSES = ["sea  lion", "  padded", "<script>alert(1)</script>", "a & b \"q\"", "50%_$x\\{}", "N" * 200, "猫 ねこ",
                "مرحبا بالعالم", "😀 emoji"]
 """Class names a real model or --class-names file has: doubled and leading spaces, markup, a long word, CJK, Arabic."""

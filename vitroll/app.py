@@ -263,8 +263,12 @@ _WIDGET_ORDER = ("head fusion", "discard ratio", "start layer", "layer", "head",
 def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Sequence[Path] = (),
           block: bool = True) -> str:
     """Serve ``app`` at ``host:port`` (``port`` None: Gradio's first free one from 7860), never through Gradio's
-    public share link; with ``block``, until Ctrl-C. Returns the page's local URL."""
+    public share link; with ``block``, until Ctrl-C, after one line on stdout with the page's address (Gradio's own
+    start-up lines advise ``share=True``, which vitroll does not offer). Returns the page's local URL."""
     _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-                                 prevent_thread_lock=not block, quiet=not block,
+                                 prevent_thread_lock=True, quiet=True,
                                  allowed_paths=sorted({str(path.parent) for path in examples}))
+    if block:
+        print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)
+        app.block_thread()
     return local_url
