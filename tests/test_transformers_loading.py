@@ -19,6 +19,7 @@ from PIL import Image
 transformers = pytest.importorskip("transformers")
 
 import vitroll  # noqa: E402
+from vitroll.checkpoints import read_checkpoint  # noqa: E402
 from vitroll.cli import main  # noqa: E402
 from vitroll.errors import ModelLoadError  # noqa: E402
 from vitroll.models import ModelProvenance, class_names, is_transformers_name, load_model  # noqa: E402
@@ -370,3 +371,27 @@ def test_a_saved_deit_with_its_distillation_head_loads_with_both_heads(tmp_path,
     assert "LOAD REPORT" not in captured.err
     assert captured.out.splitlines()[0] == f"{PHOTO} -> {tmp_path / 'out' / 'cat_chefer.png'}"
     assert captured.out.splitlines()[1].startswith("  1. ")
+
+
+def test_a_timm_model_saved_by_transformers_is_refused_with_how_to_load_it_through_timm(tmp_path, capsys):
+    """A TimmWrapper folder (AutoModelForImageClassification on a timm hub repository, then save_pretrained) was
+    refused with "no vitroll family reads its attention", though its model is a timm ViT; its weights, with their
+    ``timm_model.`` prefix, now load with --checkpoint on the architecture its config.json names."""
+    import timm
+
+    torch.manual_seed(0)
+    wrapped = transformers.TimmWrapperForImageClassification(transformers.TimmWrapperConfig(
+        architecture="vit_tiny_patch16_224", num_labels=3, model_args=dict(depth=2))).eval()
+    wrapped.save_pretrained(tmp_path / "wrapped")
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(tmp_path / "wrapped"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(
+        f"vitroll: error: {tmp_path / 'wrapped'}: transformers model type 'timm_wrapper' is not supported: it is a timm "
+        "model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME")
+    state = read_checkpoint(tmp_path / "wrapped" / "model.safetensors")
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=3, depth=2).eval()
+    model.load_state_dict(state)
+    pixels = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(model(pixels), wrapped(pixel_values=pixels).logits)

@@ -22,6 +22,9 @@ from torch import nn
 from vitroll.errors import ModelLoadError
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
+_MODEL_PREFIXES = ("module.", "timm_model.")
+"""Key prefixes stripped when every key has one: DataParallel / DDP's wrapper, transformers' TimmWrapper (a timm model
+saved with save_pretrained)."""
 
 
 def _unsafe_globals(path: Path) -> list[str]:
@@ -141,8 +144,8 @@ def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> d
     Torch files are read with ``weights_only=True``; one that holds other Python objects (an
     ``argparse.Namespace`` of training options, say) is refused with :class:`ModelLoadError`, unless
     ``trust`` is set: then it is unpickled in full (``weights_only=False``), which can run arbitrary code
-    from the file. Unwraps ``{"model": …}`` / ``{"state_dict": …}`` containers and strips ``module.``
-    prefixes left by DataParallel / DDP.
+    from the file. Unwraps ``{"model": …}`` / ``{"state_dict": …}`` containers and strips the ``module.``
+    prefixes left by DataParallel / DDP and the ``timm_model.`` prefix of a timm model saved by transformers.
     """
     path = Path(path)
     if path.is_dir():
@@ -161,8 +164,9 @@ def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> d
     tensors = {key: value for key, value in state.items() if isinstance(value, torch.Tensor)} if isinstance(state, Mapping) else {}
     if not tensors:
         raise ModelLoadError(f"{path}: holds no tensors that look like a model state dict")
-    if all(key.startswith("module.") for key in tensors):
-        tensors = {key[len("module."):]: value for key, value in tensors.items()}
+    for prefix in _MODEL_PREFIXES:
+        if all(key.startswith(prefix) for key in tensors):
+            tensors = {key[len(prefix):]: value for key, value in tensors.items()}
     return tensors
 
 

@@ -493,6 +493,10 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      f"{_VIT_LIKE}"),
     ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
     ("siglip2_vision_model", None, _SIGLIP2),
+    ("timm_wrapper", None,
+     "it is a timm model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME "
+     "for its hub repository, or for a saved folder --model ARCH (the architecture in its config.json) --checkpoint "
+     "FOLDER/model.safetensors"),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 
