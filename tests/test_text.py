@@ -198,8 +198,8 @@ def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_l
     # another token is explained when asked; a text without a mask says so
     compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
         [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
-    with pytest.raises(ValueError, match=r"^no \[MASK\] in the text: a masked language model predicts the token at "
-                                         r"its first \[MASK\] \(or at --position\)\ntexts \[1\] of the batch$"):
+    with pytest.raises(ValueError, match=r"^no \[MASK\] in texts \[1\] of the batch: a masked language model "
+                                         r"predicts the token at its first \[MASK\] \(or at --position\)$"):
         vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
 
 
@@ -458,6 +458,26 @@ def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_p
         ("##believ", "believ"), ("##able", "able")]
     page = (out / "text.html").read_text()
     assert "<script" not in page and ">&lt;</span>" in page
+
+
+def test_a_text_too_long_fails_alone_in_one_line(saved_classifier, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path / "model"
+    shutil.copytree(saved_classifier, folder)
+    transformers.AutoTokenizer.from_pretrained(folder, model_max_length=512).save_pretrained(folder)
+    # a process of its own: transformers' logger writes to the stderr it found when imported
+    done = subprocess.run([sys.executable, "-m", "vitroll", "text", "the cat " * 300, "--model", str(folder), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(vitroll.__file__).parents[1])})
+    assert done.returncode == 3
+    assert done.stderr == (  # not transformers' "Token indices sequence length is longer than …" besides
+        "vitroll: failed: #1: cannot explain it: the text has 602 tokens; the model takes at most 512 (its position "
+        "embeddings): shorten it\n")
 
 
 def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):

@@ -34,7 +34,7 @@ from vitroll.adapters.transformers import (
 from vitroll.capture.families import TokenLayout, registered_family
 from vitroll.capture.readouts import AttentionReadout
 from vitroll.errors import OptionValueError
-from vitroll.io.text import TokenBatch, decoded_pieces
+from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
 
@@ -65,9 +65,8 @@ def _masked_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
 
     Raises
     ------
-    ValueError
-        For a text without a mask token (its first line says so without the batch's numbering, which its second
-        line gives).
+    NoMaskToken
+        For texts without a mask token.
     OptionValueError
         When no position is given and the model has no tokenizer that names its mask token.
     """
@@ -80,8 +79,7 @@ def _masked_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
     masked = (batch.input_ids == tokenizer.mask_token_id) & batch.real
     unmasked = (~masked.any(dim=-1)).nonzero().flatten().tolist()
     if unmasked:
-        raise ValueError(f"no {tokenizer.mask_token} in the text: a masked language model predicts the token at its "
-                         f"first {tokenizer.mask_token} (or at --position)\ntexts {unmasked} of the batch")
+        raise NoMaskToken(tokenizer.mask_token, unmasked)
     return masked.long().argmax(dim=-1)
 
 

@@ -25,13 +25,30 @@ classifiers), the mean of the real tokens' rows (mean-pooled sentence embeddings
 language model's next-token prediction)."""
 
 
-class PositionOutsideText(ValueError):
+class UnexplainableText(ValueError):
+    """A text of a batch that cannot be explained; :attr:`alone` says why without the batch's numbering of texts (the
+    reason a run over many texts gives that text)."""
+
+    alone: str
+
+
+class PositionOutsideText(UnexplainableText):
     """The explained position lies outside the real tokens of text ``text`` (its index in the batch), which has
     ``count`` of them."""
 
     def __init__(self, position: int, text: int, count: int) -> None:
         super().__init__(f"position {position} is outside text {text}'s {count} real tokens")
         self.position, self.text, self.count = position, text, count
+        self.alone = f"position {position} is outside its {count} real tokens"
+
+
+class NoMaskToken(UnexplainableText):
+    """Texts ``texts`` (indices in the batch) hold no ``mask`` token for a masked language model to predict."""
+
+    def __init__(self, mask: str, texts: list[int]) -> None:
+        why = f"a masked language model predicts the token at its first {mask} (or at --position)"
+        super().__init__(f"no {mask} in texts {texts} of the batch: {why}")
+        self.alone = f"no {mask} in the text: {why}"
 
 
 @dataclass(frozen=True)
@@ -236,7 +253,7 @@ def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, to
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: word offsets need a "
                          "PreTrainedTokenizerFast (AutoTokenizer gives one)")
-    encoding = tokenizer(texts, return_offsets_mapping=True)
+    encoding = tokenizer(texts, return_offsets_mapping=True, verbose=False)  # a text too long is refused later
     encoded = [EncodedText(text, encoding.tokens(index), encoding.word_ids(index),
                            [tuple(span) for span in encoding["offset_mapping"][index]],
                            decoded_pieces(tokenizer, encoding["input_ids"][index]))

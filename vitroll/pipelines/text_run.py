@@ -20,7 +20,7 @@ from torch import nn
 
 from vitroll._version import __version__
 from vitroll.errors import OptionValueError
-from vitroll.io.text import PositionOutsideText, TextReadout
+from vitroll.io.text import TextReadout, UnexplainableText
 from vitroll.methods import method_named
 from vitroll.methods.text_batch import Position
 from vitroll.pipelines import manifest as mf
@@ -172,8 +172,8 @@ def _explained_rows(model: nn.Module, texts: Sequence[str], keys: list[str], bat
 
 def _reason(error: Exception) -> str:
     """The first line of why one text could not be explained, without the batch's numbering of texts."""
-    if isinstance(error, PositionOutsideText):
-        return f"position {error.position} is outside its {error.count} real tokens"
+    if isinstance(error, UnexplainableText):
+        return error.alone
     return (str(error).splitlines() or [""])[0]
 
 
@@ -189,7 +189,7 @@ def _check_position_fits_some(texts: Sequence[str], tokenizer: Any, position: Op
     texts = [text for text in texts if text.strip()]
     if not isinstance(position, int) or not texts:
         return
-    longest = max(len(ids) for ids in tokenizer(texts)["input_ids"])
+    longest = max(len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"])
     if not -longest <= position < longest:
         raise OptionValueError(f"--position {position} is outside every text: the longest has {longest} tokens "
                                "(0 the first, -1 the last)")
