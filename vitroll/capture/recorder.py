@@ -16,7 +16,7 @@ from vitroll.capture.families import Padding, TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.head_mean import head_mean_attention
 from vitroll.capture.readouts import AttentionReadout, readout_for
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 
 _Record = TypeVar("_Record")
 
@@ -126,7 +126,7 @@ class AttentionRecorder:
         Keep the probabilities in the autograd graph (for gradient methods; see :meth:`gradients`). Forces the
         unfused path and stores per-head probabilities, ignoring ``head_fusion`` and ``dtype``.
     dtype : torch.dtype
-        Storage precision of the recorded maps (fusion itself runs in the model's precision).
+        Storage precision of the recorded maps, a floating-point type (fusion itself runs in the model's precision).
     chunk_bytes : int, optional
         Attention memory budget (default :func:`default_attention_budget`: 1 GiB, or a quarter of a GPU's free
         memory where that is more): per-head probabilities (B, H, Q, N) are
@@ -158,6 +158,9 @@ class AttentionRecorder:
         factored: bool = False,
     ) -> None:
         check_head_fusion(head_fusion)
+        if not dtype.is_floating_point:  # an integer or bool record rounds every probability to 0 or 1
+            raise OptionValueError(f"dtype must be a floating-point type (float32, float16, bfloat16, float64); "
+                                   f"got {dtype}")
         if factored and (keep_graph or head_fusion != "mean"):
             raise ValueError("factored recording keeps the head mean only: use head_fusion='mean' without keep_graph")
         self.model = model

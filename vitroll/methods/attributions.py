@@ -226,7 +226,7 @@ def gradient_shap(
     ----------
     samples : int ≥ 1
         Random points drawn per input.
-    noise : float
+    noise : float ≥ 0
         Standard deviation of the Gaussian noise added to the input at each point (0: none).
     seed : int
         Seed of the draws.
@@ -234,6 +234,8 @@ def gradient_shap(
         As in :func:`integrated_gradients`.
     """
     _check_at_least_one(samples=samples)
+    if not noise >= 0:
+        raise OptionValueError(f"noise must be ≥ 0 (a standard deviation); got {noise}")
     attr = _captum_attr()
 
     def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, model_device, predict
@@ -60,13 +60,15 @@ def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency
 
     Parameters
     ----------
-    sigma : float
+    sigma : float > 0
         Standard deviation of the Gaussian as a fraction of each side of the grid.
 
     Returns
     -------
     Tensor, shape (B, h, w), float32, on the model's device
     """
+    if not sigma > 0:
+        raise OptionValueError(f"sigma must be > 0 (a fraction of the grid's side); got {sigma}")
     batch, logits, layout = predict(model, inputs)
     if layout.grid is None:
         raise UnsupportedModelError(f"{type(model).__name__} takes tokens, not images: the center baseline has no "

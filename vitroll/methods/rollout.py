@@ -201,7 +201,7 @@ def rollout(
     start_layer : int in [0, L)
         First layer included (earlier layers are treated as identity); out of range raises ValueError.
     dtype : torch.dtype
-        Storage precision of the recorded attention; the chain is computed in float32.
+        Storage precision of the recorded attention, a floating-point type; the chain is computed in float32.
     max_attention_memory : int, optional
         Attention memory budget in bytes; see :func:`record_attention`. With the head mean and no discarding,
         when the head-fused maps of all layers (L·B·N²·4 bytes) would exceed it, the rollout is computed from
