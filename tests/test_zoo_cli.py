@@ -211,3 +211,15 @@ def test_cait_gradient_methods_overlay(tmp_path, capsys, method):
     assert capsys.readouterr().err.strip().splitlines() == [
         "vitroll: note: cait_xxs24_224 has random weights (no --pretrained or --checkpoint); its maps mean nothing"]
     assert Image.open(tmp_path / f"cat_{method}.png").size == Image.open(PHOTO).size
+
+
+def test_models_lists_every_shipped_model_first(capsys):
+    from vitroll.commands.models import SHIPPED_MODELS
+    from vitroll.models import SHIPPED_TRANSFORMERS
+
+    assert set(SHIPPED_MODELS) == {"vitroll-shapes", *SHIPPED_TRANSFORMERS}
+    assert main(["models", "no-such-model*"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Shipped with vitroll (offline):\n  vitroll-shapes ")
+    assert "\n  vitroll-caption-shapes captioner of two-shape images: caption" in out
+    assert out.endswith("\n0 timm models match 'no-such-model*' (0 supported)\n")
