@@ -170,6 +170,8 @@ MISTAKES = [
     pytest.param("evaluate --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="evaluate-batch"),
     pytest.param("evaluate --methods rollout,magic", 2, "unknown method 'magic'", id="evaluate-methods"),
     pytest.param("evaluate {dir} --testbed 4", 2, "give a FOLDER or --testbed N, not both", id="evaluate-both"),
+    pytest.param("evaluate --disagree-below 0.5", 2, "--disagree-below flags images by their --disagreement "
+                 "correlation; give --disagreement A,B", id="evaluate-disagree-below-alone"),
     pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),
     pytest.param("sanity --testbed -3", 2, "must be an integer ≥ 1; got -3", id="sanity-testbed"),
     pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range", id="sanity-start"),

@@ -241,3 +241,15 @@ def test_a_hub_model_of_no_family_is_refused_by_its_hub_config_before_it_is_buil
     assert err[0].startswith("vitroll: error: hf-hub:vitroll-tests/resnet-on-hub (resnet18, timm.models.resnet) has "
                              "no token attention that vitroll can read; supported timm families: vit (vit_*")
     assert not (tmp_path / "out").exists()
+
+
+def test_models_lists_every_shipped_model_first(capsys):
+    from vitroll.commands.models import SHIPPED_MODELS
+    from vitroll.models import SHIPPED_TRANSFORMERS
+
+    assert set(SHIPPED_MODELS) == {"vitroll-shapes", *SHIPPED_TRANSFORMERS}
+    assert main(["models", "no-such-model*"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Shipped with vitroll (offline):\n  vitroll-shapes ")
+    assert "\n  vitroll-caption-shapes captioner of two-shape images: caption" in out
+    assert out.endswith("\n0 timm models match 'no-such-model*' (0 supported)\n")

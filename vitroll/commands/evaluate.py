@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         return run_generated(args)
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
+    if not args.disagreement and args.disagree_below != args.shapes_only_defaults["disagree_below"]:
+        raise ValueError("--disagree-below flags images by their --disagreement correlation; give --disagreement A,B")
     method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=TESTBED_COUNT)
     model = model_from_args(args)

@@ -1,10 +1,23 @@
-"""``vitroll models [PATTERN]``: the supported model families, and which timm model names match a pattern."""
+"""``vitroll models [PATTERN]``: the models shipped with vitroll, the supported model families, and which timm
+model names match a pattern."""
 
 from __future__ import annotations
 
 import argparse
+
 from vitroll.capture.families import FAMILIES
 from vitroll.models.timm import supported_timm_names
+from vitroll.testbed.model import TESTBED_NAME
+
+SHIPPED_MODELS = {
+    TESTBED_NAME: "four-shape image classifier, the default --model: overlay, compare, annotate, evaluate, sanity",
+    "vitroll-clip-shapes": "image–text model of two-shape images: overlay --text, evaluate --testbed-kind pairs",
+    "vitroll-caption-shapes": "captioner of two-shape images: caption, evaluate --testbed-kind captions",
+    "vitroll-text-keyword": "text classifier where a planted key word decides: text, evaluate --testbed-kind text",
+    "vitroll-text-shortcut": "text classifier that leans on a group word, a planted bias: text",
+}
+"""What each model shipped with vitroll (:mod:`vitroll.testbed`) is, and the sub-commands that take it; these
+work offline, without a download."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print("Supported families:")
+    print("Shipped with vitroll (offline):")
+    for name, what in SHIPPED_MODELS.items():
+        print(f"  {name:<22} {what}")
+    print("\nSupported families:")
     for family in FAMILIES:
         print(f"  {family.name:<5} {', '.join(family.name_patterns)}  — {family.notes}")
     if args.pattern is None:
@@ -26,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     names = timm.list_models(args.pattern, pretrained=args.pretrained)
     supported = supported_timm_names(args.pattern, pretrained=args.pretrained)
-    print(f"\n{len(names)} timm models match {args.pattern!r} ({len(supported & set(names))} supported):")
+    print(f"\n{len(names)} timm models match {args.pattern!r} ({len(supported & set(names))} supported)"
+          f"{':' if names else ''}")
     for name in names:
         print(f"  {'supported  ' if name in supported else 'unsupported'}  {name}")
     return 0
