@@ -16,7 +16,7 @@ from vitroll import (
     ImageReadError, Preprocessing, attention, center, chefer, flow, grad_rollout, gradient_shap, integrated_gradients,
     load_image, occlusion, random_map, rollout,
 )
-from vitroll.io.images import upright_rgb
+from vitroll.io.images import finite_unit, upright_rgb
 from vitroll.methods.image_batch import ACCEPTED, image_batch
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
@@ -98,7 +98,8 @@ def test_tensors_are_taken_as_they_are(model):
     ([str(SAMPLES / "cat.jpg"), torch.zeros(3, 32, 32)], TypeError, f"images[1] has type Tensor; accepted: {ACCEPTED}"),
     ([[str(SAMPLES / "cat.jpg")]], TypeError, f"images[0] has type list; accepted: {ACCEPTED}"),
     (np.zeros((8, 8, 3)), ValueError,
-     f"images is a float64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+     f"images is a float64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
+     f"(H, W); accepted: {ACCEPTED}"),
     ([np.zeros((8, 8, 4), dtype=np.uint8)], ValueError,
      "images[0] is a uint8 array of shape (8, 8, 4), RGB with alpha, which vitroll does not guess how to show: "
      "Image.fromarray(images[0]) puts it on white as image files are, images[0][..., :3] drops the alpha"),
@@ -106,9 +107,11 @@ def test_tensors_are_taken_as_they_are(model):
      "images is a uint8 array of shape (8, 8, 2), grey with alpha, which vitroll does not guess how to show: "
      "Image.fromarray(images) puts it on white as image files are, images[..., 0] drops the alpha"),
     (np.zeros((8, 8, 4), dtype=np.float32), ValueError,
-     f"images is a float32 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+     f"images is a float32 array of shape (8, 8, 4), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
+     f"(H, W); accepted: {ACCEPTED}"),
     (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
-     f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or (H, W); accepted: {ACCEPTED}"),
+     f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
+     f"(H, W); accepted: {ACCEPTED}"),
     (np.zeros((0, 30, 3), dtype=np.uint8), ValueError,
      "an image of 0×30 pixels (H×W) is empty: there is nothing to preprocess"),
     ([Image.new("RGB", (5, 0))], ValueError, "an image of 0×5 pixels (H×W) is empty: there is nothing to preprocess"),
@@ -216,6 +219,7 @@ def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):
 
 def test_accepted_message_names_every_accepted_form():
     for form in ("tensor (B, 3, H, W)", "PIL image", "path (str or os.PathLike)", "uint8 array (H, W, 3) or (H, W)",
+                 "uint16 array (H, W)",
                  "list or tuple"):
         assert form in ACCEPTED
 
@@ -229,3 +233,34 @@ def test_any_uint8_array_is_preprocessed_by_the_models_transform(model, height, 
     expected = preprocessed(model, [Image.fromarray(array).convert("RGB")] * 2)
     assert batch.shape == (2, 3, 32, 32) and batch.dtype == torch.float32
     assert torch.equal(batch, expected)
+
+
+def test_a_16_bit_grey_array_gives_the_maps_of_its_pil_image_and_png_file(model, tmp_path):
+    """A uint16 (H, W) array was refused while the same pixels as a PIL I;16 image or a 16-bit PNG were taken
+    (stretched to their range)."""
+    grey = (np.random.default_rng(4).integers(0, 4096, (40, 36))).astype(np.uint16)  # 12-bit, as scanners give
+    Image.fromarray(grey).save(tmp_path / "grey16.png")
+    assert Image.open(tmp_path / "grey16.png").mode == "I;16"
+    expected = chefer(model, tmp_path / "grey16.png")
+    for form in (grey, grey[..., None], grey.astype(">u2"), Image.fromarray(grey)):
+        assert torch.equal(chefer(model, form), expected), (form.dtype, form.shape) if hasattr(form, "shape") else form
+    stretched = finite_unit(grey) * 255
+    assert torch.equal(image_batch(model, grey), image_batch(model, stretched.round().astype(np.uint8)))
+
+
+def test_a_grey_array_with_a_channel_axis_is_the_grey_image(model):
+    grey = np.random.default_rng(5).integers(0, 256, (33, 47), dtype=np.uint8)
+    assert torch.equal(rollout(model, grey[..., None]), rollout(model, Image.fromarray(grey)))
+
+
+def test_a_16_bit_colour_array_is_refused_naming_the_conversions(model):
+    """Pillow holds no 16-bit colour image and reads a 16-bit colour PNG at its high byte, while 16-bit grey is
+    stretched to its range: which one an array means is the user's to say."""
+    rgb = np.full((8, 8, 3), 4095, dtype=np.uint16)
+    with pytest.raises(ValueError) as raised:
+        rollout(model, [rgb])
+    assert str(raised.value) == (
+        "images[0] is a uint16 colour array of shape (8, 8, 3), which vitroll does not guess how to scale: "
+        "(images[0] >> 8).astype(np.uint8) reads it as Pillow reads a 16-bit colour PNG, "
+        "(images[0] / images[0].max() * 255).round().astype(np.uint8) stretches it to its maximum")
+    assert torch.equal(rollout(model, (rgb >> 8).astype(np.uint8)), rollout(model, np.full((8, 8, 3), 15, np.uint8)))

@@ -1,7 +1,7 @@
 """The images a saliency method accepts, and their conversion into one batch for the model.
 
 A method takes a preprocessed batch (B, 3, H, W) as it is, or images as users hold them: a PIL image, a path, a
-uint8 array, or a list or tuple of these (sizes may differ). Those are decoded like image files
+uint8 or 16-bit grey array, or a list or tuple of these (sizes may differ). Those are decoded like image files
 (:func:`vitroll.io.images.upright_rgb`: EXIF orientation applied, any mode converted to RGB) and preprocessed with
 the model's own evaluation transform (:meth:`vitroll.preprocess.Preprocessing.from_model`), which brings every
 image to the model's input size, so they stack into one batch.
@@ -22,13 +22,14 @@ from vitroll.io.images import upright_rgb
 from vitroll.preprocess import Preprocessing
 
 ImageLike = Union[Image.Image, str, os.PathLike[str], np.ndarray]
-"""One image: a PIL image, a path to an image file, or a uint8 array (H, W, 3) RGB or (H, W) grey."""
+"""One image: a PIL image, a path to an image file, a uint8 array (H, W, 3) RGB or (H, W) grey, or a uint16 array
+(H, W) grey (stretched to its range, as a 16-bit grey file is); a grey (H, W, 1) is taken as (H, W)."""
 
 Images = Union[torch.Tensor, ImageLike, list[ImageLike], tuple[ImageLike, ...]]
 """What every method takes: a preprocessed tensor (B, 3, H, W), one :data:`ImageLike`, or a list or tuple of them."""
 
 ACCEPTED = ("a preprocessed tensor (B, 3, H, W), a PIL image, a path (str or os.PathLike), a uint8 array (H, W, 3) "
-            "or (H, W), or a list or tuple of images, paths and arrays")
+            "or (H, W), a uint16 array (H, W), or a list or tuple of images, paths and arrays")
 
 
 def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
@@ -52,7 +53,7 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
         For a value of any other type (a dict, a tensor inside a list, …), naming what is accepted.
     ValueError
         For an integer, bool or complex tensor (not preprocessed input), an empty batch, list or tuple, or an array that
-        is not uint8 (H, W, 3) or (H, W).
+        is not uint8 (H, W, 3), (H, W) or uint16 (H, W) (or grey with an axis of 1).
     ImageReadError
         For a path that is missing or not a readable image.
     """
@@ -81,13 +82,29 @@ def _decode(image: object, label: str) -> Image.Image:
     if isinstance(image, (str, os.PathLike)):
         return load_image(image)
     if isinstance(image, np.ndarray):
-        if image.dtype == np.uint8 and image.ndim == 3 and image.shape[-1] in (2, 4):
-            kind, colour = ("grey", "0") if image.shape[-1] == 2 else ("RGB", ":3")
-            raise ValueError(f"{label} is a uint8 array of shape {image.shape}, {kind} with alpha, which vitroll does "
-                             f"not guess how to show: Image.fromarray({label}) puts it on white as image files are, "
-                             f"{label}[..., {colour}] drops the alpha")
-        if image.dtype != np.uint8 or not (image.ndim == 2 or (image.ndim == 3 and image.shape[-1] == 3)):
-            raise ValueError(f"{label} is a {image.dtype} array of shape {image.shape}, not a uint8 image (H, W, 3) "
-                             f"or (H, W); accepted: {ACCEPTED}")
-        return Image.fromarray(image).convert("RGB")
+        return upright_rgb(Image.fromarray(_pillow_pixels(image, label)))
     raise TypeError(f"{label} has type {type(image).__name__}; accepted: {ACCEPTED}")
+
+
+def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
+    """``array`` as pixels Pillow holds as one image: uint8 (H, W, 3) RGB, uint8 (H, W) grey (L) or uint16 (H, W)
+    grey (I;16, which :func:`~vitroll.io.images.upright_rgb` stretches to its range as a 16-bit grey file is); a
+    grey (H, W, 1) loses its channel axis. Anything else is refused, naming what to do.
+    """
+    if array.dtype.kind == "u" and array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    bits = 8 * array.dtype.itemsize if array.dtype.kind == "u" else None
+    channels = array.shape[-1] if array.ndim == 3 else None
+    if bits in (8, 16) and array.ndim == 2 or (bits, channels) == (8, 3):
+        return array
+    if bits == 8 and channels in (2, 4):
+        kind, colour = ("grey", "0") if channels == 2 else ("RGB", ":3")
+        raise ValueError(f"{label} is a uint8 array of shape {array.shape}, {kind} with alpha, which vitroll does "
+                         f"not guess how to show: Image.fromarray({label}) puts it on white as image files are, "
+                         f"{label}[..., {colour}] drops the alpha")
+    if bits == 16 and channels == 3:
+        raise ValueError(f"{label} is a uint16 colour array of shape {array.shape}, which vitroll does not guess how "
+                         f"to scale: ({label} >> 8).astype(np.uint8) reads it as Pillow reads a 16-bit colour PNG, "
+                         f"({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to its maximum")
+    raise ValueError(f"{label} is a {array.dtype} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
+                     f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}")
