@@ -280,6 +280,31 @@ def test_the_cli_runs_occlusion_with_its_window_and_refuses_a_window_elsewhere(s
     assert capsys.readouterr().err == "vitroll: error: chefer hides nothing: window is for occlusion\n"
 
 
+def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_captions(saved_captioner, tmp_path):
+    import json
+    from pathlib import Path
+
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    first, second = tmp_path / "first.png", tmp_path / "second.png"
+    for seed, path in enumerate((first, second)):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "out"
+    common = ["--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "4"]
+    assert main(["caption", str(first), str(second), *common, "--method", "rollout"]) == 0
+    rollout = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert main(["caption", str(first), *common, "--method", "occlusion"]) == 0
+    assert main(["caption", str(second), *common, "--method", "rollout"]) == 0
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert [(Path(entry["path"]).name, entry["method"]) for entry in written] == [
+        ("first.png", "rollout"), ("second.png", "rollout"), ("first.png", "occlusion")]
+    assert written[:2] == rollout  # the rerun of second.png with rollout gave the same entry, in its place
+    assert written[2]["strip"].endswith("first_caption_occlusion.png")
+    assert all(Path(entry["strip"]).is_file() for entry in written)
+
+
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
     from vitroll.cli import main
 

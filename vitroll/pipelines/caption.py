@@ -4,7 +4,8 @@ Images go through the one batch loop (:func:`~vitroll.pipelines.stream.decoded_b
 and mapped by :func:`~vitroll.methods.caption.caption_maps`. A word's map is the sum of its tokens' maps (a word of
 several sub-word pieces, as the tokenizer splits it); special tokens (the end token) get none. Per image:
 ``OUT/<stem>_caption_<method>.png``, the image and one overlay per word under its word, the caption as its title;
-for the run, ``OUT/captions.json`` with each caption, its words, their tokens and logits and each map's peak.
+``OUT/captions.json`` with each caption, its method, its words, their tokens and logits and each map's peak, an
+entry per image and method: a later run replaces its own images' entries for its method and keeps the others.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from vitroll.pipelines.explain import figure_bytes
 from vitroll.pipelines.single import cannot_write, output_stems, stems_overwriting_inputs
 from vitroll.pipelines.stream import Decoded, Failed, decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
+
+CAPTIONS = "captions.json"
+"""Every caption run into an output folder, one entry per image and method: a later run keeps the others."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                   batch_size: int = 8, preprocessing: Optional[Preprocessing] = None, cmap: str = "jet",
                   alpha: float = 0.5, window: Optional[int] = None) -> Iterator[CaptionedImage]:
     """Caption each file and write its strip; one result per input in input order, unreadable files with ``error``
-    set (the others go on). Writes ``OUT/captions.json`` once every input is done. ``window``: of ``occlusion``
+    set (the others go on). Merges its entries into ``OUT/captions.json`` once every input is done. ``window``: of ``occlusion``
     (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -104,10 +108,24 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                 slot += 1
             results.append(captioned)
             yield captioned
-    summary = [{"path": str(each.path), "caption": each.caption, "words": each.words,
+    summary = [{"path": str(each.path), "method": method, "caption": each.caption, "words": each.words,
                 "strip": str(each.strip_path) if each.strip_path else None, "error": each.error} for each in results]
-    write_atomic(out_dir / "captions.json",
-                 json.dumps({"method": method, "images": summary}, indent=1, ensure_ascii=False).encode())
+    write_atomic(out_dir / CAPTIONS, json.dumps({"images": merged_captions(out_dir / CAPTIONS, summary)}, indent=1,
+                                                ensure_ascii=False).encode())
+
+
+def merged_captions(path: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of ``path`` (an earlier run's ``captions.json``) with ``entries`` merged in: an entry of the same
+    image and method is replaced in its place, the others are kept, as their strips are (a file written before
+    entries had their own ``method`` gives them its top-level one; one that is not JSON is started afresh)."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        kept = [{"method": earlier.get("method"), **entry} for entry in earlier["images"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        kept = []
+    by_key = {(entry.get("path"), entry.get("method")): entry for entry in kept}
+    by_key.update({(entry["path"], entry["method"]): entry for entry in entries})
+    return list(by_key.values())
 
 
 def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: Any, special: set[int],
