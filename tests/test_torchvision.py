@@ -401,3 +401,42 @@ def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(t
                                  "encoder.pos_embedding (1, 5, 768) vs model (1, 50, 768); its position embedding is "
                                  "for 64×64 inputs: build the model for them with --img-size 64 (img_size=64)")
     assert vitroll.load_model("torchvision:vit_b_32", checkpoint=path, img_size=64).image_size == 64
+
+
+class TinyViTWithMaskHead(nn.Module):
+    """TinyViT with a dense head over its patch grid, registered before the patch embedding: the model's first
+    ``Conv2d`` takes 32 channels (the tokens'), its images 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mask_head = nn.Conv2d(32, 1, 1)
+        self.vit = TinyViT()
+        self.patch = self.vit.patch
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        grid = self.vit.embed(images)
+        return self.vit(images) + self.mask_head(grid).mean(dim=(1, 2, 3))[:, None]
+
+
+vitroll.register_family(
+    "tiny-test-vit-mask-head", TinyViTWithMaskHead,
+    attention_modules=lambda model: list(model.vit.attns),
+    token_layout=lambda model, hw: vitroll.TokenLayout(1, "class_token", (hw[0] // model.patch, hw[1] // model.patch)),
+    preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3),
+    input_embedding=lambda model: model.vit.embed,
+)
+
+
+def test_a_family_names_the_module_images_enter_when_its_first_convolution_is_another():
+    """The channel check read the model's first Conv2d (here the mask head's 32 channels) and refused every RGB
+    batch; the family's ``input_embedding`` says where the images go in."""
+    torch.manual_seed(4)
+    model = TinyViTWithMaskHead().eval()
+    assert next(module for module in model.modules() if isinstance(module, nn.Conv2d)) is model.mask_head
+    assert vitroll.rollout(model, torch.randn(2, 3, 32, 32)).shape == (2, 4, 4)
+    assert vitroll.chefer(model, ROOT / "sample_images" / "cat.jpg").shape == (1, 4, 4)
+    with pytest.raises(ValueError) as raised:
+        vitroll.rollout(model, torch.randn(2, 32, 32, 32))
+    assert str(raised.value) == (
+        "images of shape (2, 32, 32, 32) have 32 channels; the model takes (B, 3, H, W): pass pictures as uint8 "
+        "arrays, PIL images or paths to have them converted to RGB and preprocessed")

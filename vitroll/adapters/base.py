@@ -31,6 +31,7 @@ def register_family(
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None,
     image_text: Optional[ImageTextScore] = None,
     captioner: Optional[CaptionScore] = None,
+    input_embedding: Optional[Callable[[nn.Module], nn.Module]] = None,
     name_patterns: tuple[str, ...] = (),
     timm_modules: tuple[str, ...] = (),
     notes: str = "",
@@ -88,6 +89,10 @@ def register_family(
     captioner : CaptionScore, optional
         For a captioner (image encoder, text decoder with cross-attention): how it generates and scores a caption;
         ``vitroll.caption_maps`` and ``vitroll caption`` explain each generated token.
+    input_embedding : callable, optional
+        ``model -> module`` the images enter (its patch embedding: ``lambda m: m.patch_embed``), whose first
+        ``nn.Conv2d`` gives the channels a tensor must have. Needed only when another ``Conv2d`` is registered before
+        it (a dense head defined first): without it the model's first ``Conv2d`` is taken as the input convolution.
     name_patterns : tuple of str
         Model names of the family, for messages and ``vitroll models``.
     timm_modules : tuple of str
@@ -107,7 +112,7 @@ def register_family(
                          attention_modules=attention_modules, token_layout=token_layout, inputs=inputs,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
                          logits=logits, class_names=class_names, image_text=image_text, captioner=captioner,
-                         notes=notes)
+                         input_embedding=input_embedding, notes=notes)
     for each in [readout] if isinstance(readout, AttentionReadout) else readout:
         register_readout(each)
     if preprocessing is not None:

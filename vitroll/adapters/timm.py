@@ -32,6 +32,11 @@ def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
     return tuple(image_size) if image_size is not None else None
 
 
+def _patch_embedding(model: nn.Module) -> nn.Module:
+    """The module timm's images enter: the patch embedding (a hybrid's holds its CNN stem)."""
+    return model.patch_embed
+
+
 def timm_preprocessing(model: nn.Module) -> Preprocessing:
     """timm's evaluation transform of ``model`` (``timm.data.resolve_data_config``) at the size it was built for."""
     config = resolve_data_config({}, model=model)
@@ -159,7 +164,8 @@ def _cait_assemble(model: nn.Module, records: list[torch.Tensor], padding: Paddi
 
 register_family(
     "vit", VisionTransformer, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, readout_modules=_attention_pool,
     readout=[
         AttentionReadout(Attention),
         # the pooling query's attention: q_norm/k_norm feed the softmax directly; no dropout module to hook
@@ -175,7 +181,8 @@ register_family(
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout_modules=_attention_pool,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, readout_modules=_attention_pool,
     readout=AttentionReadout(EvaAttention),
     name_patterns=("eva02_*", "eva_*", "vit_*_rope_*"), timm_modules=("eva",),
     notes="rotary embedding included (blocked kernel on the rotated queries and keys); class/register tokens "
@@ -184,14 +191,16 @@ register_family(
 )
 register_family(
     "beit", Beit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, readout=AttentionReadout(BeitAttention),
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, readout=AttentionReadout(BeitAttention),
     name_patterns=("beit_*", "beitv2_*"), timm_modules=("beit",),
     notes="relative position bias included (the blocked kernel's mask); avg pooling (default) → patch mean, "
           "'token' → class token; --img-size resamples the bias, no --dynamic-img-size (timm's Beit has none)",
 )
 register_family(
     "cait", Cait, attention_modules=_cait_attention_modules, token_layout=_pooled_token_layout,
-    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names, assemble=_cait_assemble,
+    randomizable=_cait_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, assemble=_cait_assemble,
     readout=[
         AttentionReadout(ClassAttn),  # CaiT class attention: one query row (the class token)
         # talking heads: logits mixed across heads before the softmax, probabilities mixed after it; the

@@ -184,7 +184,7 @@ def _class_names(model: nn.Module) -> Optional[list[str]]:
 register_family(
     "torchvision-vit", "torchvision.models.vision_transformer.VisionTransformer",
     attention_modules=_attention_modules, token_layout=_token_layout, preprocessing=_preprocessing,
-    randomizable=_heads_then_layers_down, class_names=_class_names,
+    randomizable=_heads_then_layers_down, class_names=_class_names, input_embedding=lambda model: model.conv_proj,
     readout=AttentionReadout(nn.MultiheadAttention, probs_module=None, fused_flag=None,
                              attach=attach_multihead_attention),
     name_patterns=("torchvision:vit_*",),

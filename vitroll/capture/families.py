@@ -247,6 +247,9 @@ class ModelFamily:
         alone and return None: texts are needed for a score).
     captioner : CaptionScore, optional
         For a captioner: how it generates and scores captions (maps per generated token).
+    input_embedding : callable, optional
+        ``model -> module`` the images enter (the patch embedding, a hybrid's stem): its first ``Conv2d`` gives the
+        channels the model takes. Without it, the model's first ``Conv2d`` does.
     notes : str
         One line for the README / ``vitroll models``.
     """
@@ -265,6 +268,7 @@ class ModelFamily:
     class_names: Optional[Callable[[nn.Module], Optional[list[str]]]] = None
     image_text: Optional[ImageTextScore] = None
     captioner: Optional[CaptionScore] = None
+    input_embedding: Optional[Callable[[nn.Module], nn.Module]] = None
     notes: str = ""
 
     def matches(self, model: nn.Module) -> bool:

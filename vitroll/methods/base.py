@@ -78,9 +78,12 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
 
 
 def input_channels(model: nn.Module) -> Optional[int]:
-    """The channels the model's input convolution takes (its first ``Conv2d``: a ViT's patch embedding, a hybrid's
-    stem), or None for a model without one."""
-    convolution = next((module for module in model.modules() if isinstance(module, nn.Conv2d)), None)
+    """The channels the model's input convolution takes (the first ``Conv2d`` of the module its family says the
+    images enter, :attr:`~vitroll.capture.ModelFamily.input_embedding`, else of the model: a ViT's patch embedding,
+    a hybrid's stem), or None for a model without one."""
+    family = registered_family(model)
+    entry = family.input_embedding(model) if family is not None and family.input_embedding is not None else model
+    convolution = next((module for module in entry.modules() if isinstance(module, nn.Conv2d)), None)
     return None if convolution is None else convolution.in_channels
 
 
