@@ -6,6 +6,7 @@ import base64
 import contextlib
 import csv
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -23,8 +24,8 @@ from pydicom.data import get_testdata_file
 from vitroll.cli import main
 from vitroll.errors import VitrollError
 from vitroll.io.dicom import read_dicom
-from vitroll.io.redact import (MIN_MARGIN_PX, TextCheck, fill_regions, find_text_regions, region_mask,
-                               require_text_detector, text_check)
+from vitroll.io.redact import (CHECKED_DESPITE_HEADER_NO, MIN_MARGIN_PX, TRUSTED_HEADER_NO, TextCheck, fill_regions,
+                               find_text_regions, region_mask, require_text_detector, text_check)
 
 PALETTE_ID = "11-05-25-142825"
 """PatientID of pydicom's examples_palette.dcm, burned into its pixels (BurnedInAnnotation absent)."""
@@ -122,17 +123,25 @@ def test_region_margin_covers_anti_aliased_edges_and_no_more():
     assert region_mask(np.zeros((0, 4, 2), np.float32), (5, 5)).sum() == 0
 
 
-@pytest.mark.parametrize("metadata, header, secondary, expected", [
+@pytest.mark.parametrize("metadata, header, secondary, expected, trusted", [
     ({"Modality": "CT", "BurnedInAnnotation": "NO"}, True, False,
-     TextCheck(False, "not checked: BurnedInAnnotation NO")),
-    ({"Modality": "CT", "BurnedInAnnotation": "YES"}, True, False, TextCheck(True, "BurnedInAnnotation YES")),
-    ({"Modality": "CR", "BurnedInAnnotation": "unknown"}, True, False, TextCheck(True, "BurnedInAnnotation absent")),
-    ({"Modality": "US", "BurnedInAnnotation": "NO"}, True, False, TextCheck(True, "ultrasound: always checked")),
-    ({"Modality": "OT", "BurnedInAnnotation": "NO"}, True, True, TextCheck(True, "secondary capture: always checked")),
-    ({"Modality": "unknown", "BurnedInAnnotation": "unknown"}, False, False, TextCheck(True, "no DICOM header")),
+     TextCheck(True, "BurnedInAnnotation NO: checked anyway"),
+     TextCheck(False, "not checked: BurnedInAnnotation NO (--trust-burned-in-header)")),
+    ({"Modality": "CT", "BurnedInAnnotation": "no"}, True, False,
+     TextCheck(True, CHECKED_DESPITE_HEADER_NO), TextCheck(False, TRUSTED_HEADER_NO)),
+    ({"Modality": "CT", "BurnedInAnnotation": "YES"}, True, False, TextCheck(True, "BurnedInAnnotation YES"), None),
+    ({"Modality": "CR", "BurnedInAnnotation": "unknown"}, True, False, TextCheck(True, "BurnedInAnnotation absent"), None),
+    ({"Modality": "US", "BurnedInAnnotation": "NO"}, True, False, TextCheck(True, "ultrasound: always checked"), None),
+    ({"Modality": "OT", "BurnedInAnnotation": "NO"}, True, True,
+     TextCheck(True, "secondary capture: always checked"), None),
+    ({"Modality": "unknown", "BurnedInAnnotation": "unknown"}, False, False, TextCheck(True, "no DICOM header"), None),
 ])
-def test_which_pixels_are_searched(metadata, header, secondary, expected):
+def test_which_pixels_are_searched(metadata, header, secondary, expected, trusted):
+    """Every image by default, whatever its header says; trusting the header skips only a DICOM header's NO on a
+    modality other than ultrasound (``trusted``: the answer then, None when the same)."""
     assert text_check(metadata, has_header=header, secondary_capture=secondary) == expected
+    assert text_check(metadata, has_header=header, secondary_capture=secondary,
+                      trust_header=True) == (trusted or expected)
 
 
 def test_a_missing_detector_is_one_line_naming_the_extra(monkeypatch, tmp_path):
@@ -276,7 +285,52 @@ def test_no_outline_in_a_thumbnail_follows_the_letters_of_text_touching_the_body
     assert shown <= {(0, 0, 0), (255, 255, 255)}  # filled black; the peak's white cross
 
 
+def lying_header(path: Path) -> tuple[Path, np.ndarray]:
+    """A 256 × 256 CT whose header says BurnedInAnnotation NO, with a patient's name and birth year burned into its
+    top-left corner; and the (H, W) mask of the text's pixels."""
+    from pydicom.uid import CTImageStorage
+
+    from dicom_factory import write_dicom
+
+    image = np.zeros((256, 256), np.uint8)
+    cv2.circle(image, (128, 140), 90, 80, -1)
+    cv2.putText(image, "DOE JOHN 1945", (8, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.6, 255, 1)
+    write_dicom(path, image.astype(np.uint16) * 10, BurnedInAnnotation="NO", SOPClassUID=CTImageStorage)
+    return path, image > 200
+
+
+def written_overlay(out: Path, row: dict[str, str]) -> np.ndarray:
+    return cv2.cvtColor(cv2.imread(str(out / row["overlay"])), cv2.COLOR_BGR2RGB)
+
+
+def test_text_behind_a_header_saying_none_is_filled_unless_the_header_is_trusted(tmp_path):
+    """The header said BurnedInAnnotation NO, so the pixels were not searched and the name was written as it was."""
+    path, text_pixels = lying_header(tmp_path / "lie.dcm")
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("audit", str(path), "--out", str(out), *MODEL)
+    assert code == 0, stderr
+    [row] = audit_rows(out)
+    assert (row["text_check"], row["text_regions_filled"]) == ("BurnedInAnnotation NO: checked anyway", "1")
+    assert (written_overlay(out, row)[text_pixels] == 0).all()
+    wrong = ("1 of 1 images (100 %) say BurnedInAnnotation = NO in their header, yet the text detector found text in "
+             "their pixels (filled black in this report): the header was wrong for them.")
+    assert wrong in stdout.splitlines() and wrong in (out / "report.html").read_text()
+
+    trusted = tmp_path / "trusted"
+    code, stdout, stderr = run_cli("audit", str(path), "--out", str(trusted), "--trust-burned-in-header", *MODEL)
+    assert code == 0
+    assert stderr.startswith("vitroll: warning: --trust-burned-in-header: images whose header says "
+                             "BurnedInAnnotation NO are not searched")
+    [row] = audit_rows(trusted)
+    assert (row["text_check"], row["text_regions_filled"]) == (
+        "not checked: BurnedInAnnotation NO (--trust-burned-in-header)", "")
+    shown = written_overlay(trusted, row)[text_pixels]
+    assert (shown == 0).all(axis=-1).mean() < 0.01 and shown.mean() > 150  # the name is there, brighter than the map
+    assert "header was wrong" not in stdout
+
+
 def test_the_report_says_per_image_why_pixels_were_or_were_not_searched(tmp_path):
+    """With the header trusted (the default searches all: the test above), a header's NO is the one reason to skip."""
     from pydicom.uid import CTImageStorage
 
     from dicom_factory import body_phantom, write_dicom
@@ -288,15 +342,17 @@ def test_the_report_says_per_image_why_pixels_were_or_were_not_searched(tmp_path
     write_dicom(folder / "silent.dcm", body_phantom(), number=3, SOPClassUID=CTImageStorage)
     image, _ = scan_with_text((255, 255, 255))
     cv2.imwrite(str(folder / "photo.png"), image[..., ::-1])
-    code, _, stderr = run_cli("audit", str(folder), "--out", str(tmp_path / "out"), *MODEL)
+    code, _, stderr = run_cli("audit", str(folder), "--out", str(tmp_path / "out"), "--trust-burned-in-header", *MODEL)
     assert code == 0, stderr
     checks = sorted((row["text_check"], row["text_regions_filled"]) for row in audit_rows(tmp_path / "out"))
     assert checks[:2] == [("BurnedInAnnotation YES", "0"), ("BurnedInAnnotation absent", "0")]  # phantoms: no text
     assert checks[2][0] == "no DICOM header" and int(checks[2][1]) >= 3  # the PNG with three lines of text
-    assert checks[3] == ("not checked: BurnedInAnnotation NO", "")
+    assert checks[3] == ("not checked: BurnedInAnnotation NO (--trust-burned-in-header)", "")
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Burned-in text: 3 of 4 images searched with a text detector" in html
-    assert "1 not searched because the header says BurnedInAnnotation NO" in html
+    assert ("1 not searched because the header says BurnedInAnnotation NO and --trust-burned-in-header took its word "
+            "(if it is wrong, their burned-in text shows)") in html
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["settings"]["trust_burned_in_header"] is True
 
 
 def test_keep_burned_in_text_warns_and_says_so_in_the_report(tmp_path, audited, ocr):

@@ -158,7 +158,8 @@ def _error_row(failed: Failed, options: AuditOptions) -> AuditRow:
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
     if options.keep_burned_in_text:
         return SKIPPED_ON_REQUEST
-    return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture)
+    return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture,
+                      trust_header=options.trust_burned_in_header)
 
 
 def _resized(mask: np.ndarray, thumb: np.ndarray) -> np.ndarray:

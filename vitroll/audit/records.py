@@ -47,6 +47,9 @@ class AuditOptions:
     """Put file paths and DICOM identifiers into the report (no longer de-identified)."""
     keep_burned_in_text: bool = False
     """Write images without searching them for burned-in text (for pixels already cleaned)."""
+    trust_burned_in_header: bool = False
+    """Do not search the pixels of images whose header says BurnedInAnnotation NO (headers can be wrong: their
+    burned-in text is then written); ultrasound, secondary captures and PNG/TIFF inputs are searched all the same."""
     allow_recognizable_features: bool = False
     """Audit files whose header says RecognizableVisualFeatures YES (faces, surface renderings) instead of
     withholding them."""

@@ -120,6 +120,7 @@ class AuditReport:
             "flag_threshold": self.options.flag_threshold, "border_fraction": self.options.metrics.border_fraction,
             "top_percent": self.options.metrics.top_percent, "group_by": list(self.options.group_by),
             "keep_ids": self.options.keep_ids, "keep_burned_in_text": self.options.keep_burned_in_text,
+            "trust_burned_in_header": self.options.trust_burned_in_header,
             "allow_recognizable_features": self.options.allow_recognizable_features,
             "salt": "not stored (keys are comparable only between runs given the same --salt)",
             "input_order": INPUT_ORDER,

@@ -8,8 +8,9 @@ an image, or the reason it gave none (listed by its number in the sorted input l
 Exit status: 0 every file gave an image, 3 some files gave none (the report is still written), 2 usage error.
 
 Burned-in text (names, IDs, dates written into the pixels) is found with a text detector and filled black in
-every image the report shows; the model sees the original pixels. Pixels are searched unless the header says
-BurnedInAnnotation NO — ultrasound, secondary captures and PNG/TIFF inputs always.
+every image the report shows; the model sees the original pixels. Every image's pixels are searched, whatever
+its header's BurnedInAnnotation says (headers can be wrong); --trust-burned-in-header skips those whose header
+says NO (not ultrasound, secondary captures or PNG/TIFF inputs).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--keep-burned-in-text", action="store_true",
                        help="do not search the pixels for burned-in text, only for images already cleaned: names, IDs "
                             "and dates written into the pixels then appear in the report's images")
+    group.add_argument("--trust-burned-in-header", action="store_true",
+                       help="do not search the pixels of images whose header says BurnedInAnnotation NO (faster). "
+                            "RISK: the attribute is often wrong or copied by converters, and text in those images "
+                            "then appears in the report's images. Ultrasound, secondary captures and PNG/TIFF inputs "
+                            "are searched all the same (default: search every image)")
     group.add_argument("--allow-recognizable-features", action="store_true",
                        help="also explain and draw files whose header says RecognizableVisualFeatures YES (face "
                             "photographs, 3D surface renderings); without it they are rows withheld with that reason. "
@@ -80,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
         flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
         group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
-        keep_burned_in_text=args.keep_burned_in_text, allow_recognizable_features=args.allow_recognizable_features,
+        keep_burned_in_text=args.keep_burned_in_text, trust_burned_in_header=args.trust_burned_in_header,
+        allow_recognizable_features=args.allow_recognizable_features,
     )
     if args.keep_burned_in_text:
         print("vitroll: WARNING: --keep-burned-in-text: the pixels are NOT searched for burned-in text; names, IDs and "
               "dates written into the images will appear in the report's images", file=sys.stderr)
     else:
         require_text_detector()  # before the model loads: the audit cannot write images without it
+        if args.trust_burned_in_header:
+            print("vitroll: warning: --trust-burned-in-header: images whose header says BurnedInAnnotation NO are not "
+                  "searched for burned-in text; if the header is wrong, their names, IDs and dates appear in the "
+                  "report's images", file=sys.stderr)
     if args.allow_recognizable_features:
         print("vitroll: warning: --allow-recognizable-features draws images whose header says "
               "RecognizableVisualFeatures YES (faces, surface renderings): the report's images can identify patients",

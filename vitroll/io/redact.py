@@ -1,4 +1,5 @@
-"""Burned-in text: decide whether a frame's pixels must be searched, find its text regions, and fill them.
+"""Burned-in text: decide whether a frame's pixels are searched (always, unless told to trust its header), find
+its text regions, and fill them.
 
 Regions come from the text detector of rapidocr (PP-OCR's DB detector as ONNX, shipped inside the rapidocr
 wheel, so it runs offline). Detection only: no text is recognised, so none is held in memory or written.
@@ -60,11 +61,20 @@ class TextCheck:
 
 
 SKIPPED_ON_REQUEST = TextCheck(False, "not checked: --keep-burned-in-text")
+CHECKED_DESPITE_HEADER_NO = "BurnedInAnnotation NO: checked anyway"
+"""Reason of a frame whose header says BurnedInAnnotation NO, searched all the same (the default)."""
+TRUSTED_HEADER_NO = "not checked: BurnedInAnnotation NO (--trust-burned-in-header)"
+"""Reason of a frame whose header says BurnedInAnnotation NO, not searched because the header was trusted."""
 
 
-def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_capture: bool) -> TextCheck:
-    """The rule: ultrasound and secondary captures always; files without a DICOM header always; otherwise unless
-    the header says ``BurnedInAnnotation`` NO (absent or any other value: check).
+def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_capture: bool,
+               trust_header: bool = False) -> TextCheck:
+    """The rule: every frame's pixels are searched, whatever its header says; with ``trust_header``
+    (``--trust-burned-in-header``) a header saying ``BurnedInAnnotation`` NO skips the search, except for ultrasound,
+    secondary captures and files without a DICOM header, which are always searched.
+
+    ``BurnedInAnnotation`` is often wrong (left at NO by a scanner that writes its header into the pixels, or copied
+    by a converter), so by default it only names the reason: a frame whose header says NO is searched all the same.
 
     Parameters
     ----------
@@ -74,6 +84,8 @@ def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_captu
         False for PNG/TIFF inputs.
     secondary_capture
         The header marks a secondary capture (SOP class or ConversionType).
+    trust_header
+        Skip the search where the header says ``BurnedInAnnotation`` NO (the header's word taken for the pixels).
     """
     if not has_header:
         return TextCheck(True, "no DICOM header")
@@ -83,7 +95,7 @@ def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_captu
         return TextCheck(True, "secondary capture: always checked")
     burned_in = metadata.get("BurnedInAnnotation", UNKNOWN)
     if burned_in.upper() == "NO":
-        return TextCheck(False, "not checked: BurnedInAnnotation NO")
+        return TextCheck(False, TRUSTED_HEADER_NO) if trust_header else TextCheck(True, CHECKED_DESPITE_HEADER_NO)
     return TextCheck(True, "BurnedInAnnotation absent" if burned_in == UNKNOWN else f"BurnedInAnnotation {burned_in}")
 
 
@@ -188,6 +200,6 @@ def fill_regions(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "SKIPPED_ON_REQUEST", "TextCheck", "fill_regions", "find_text_regions", "region_mask", "require_text_detector",
-    "text_check",
+    "CHECKED_DESPITE_HEADER_NO", "SKIPPED_ON_REQUEST", "TRUSTED_HEADER_NO", "TextCheck", "fill_regions",
+    "find_text_regions", "region_mask", "require_text_detector", "text_check",
 ]
