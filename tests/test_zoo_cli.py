@@ -214,11 +214,9 @@ def test_cait_gradient_methods_overlay(tmp_path, capsys, method):
     assert Image.open(tmp_path / f"cat_{method}.png").size == Image.open(PHOTO).size
 
 
-@pytest.mark.parametrize("weights", [[], ["--pretrained"]])
-def test_a_hub_model_of_no_family_is_refused_by_its_hub_config_before_it_is_built(tmp_path, capsys, monkeypatch,
-                                                                                  weights):
-    """An ``hf-hub:`` name was built (and with --pretrained its weights downloaded) before the refusal; its
-    config.json (here in the local hub cache, the hub unreachable) names the architecture."""
+@pytest.fixture
+def resnet_on_hub(tmp_path, monkeypatch) -> str:
+    """A ``hf-hub:`` name whose config.json (in the local hub cache, the hub unreachable) names resnet18."""
     from huggingface_hub import constants
 
     snapshot = tmp_path / "hub" / "models--vitroll-tests--resnet-on-hub" / "snapshots" / ("0" * 40)
@@ -229,13 +227,27 @@ def test_a_hub_model_of_no_family_is_refused_by_its_hub_config_before_it_is_buil
     (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return "hf-hub:vitroll-tests/resnet-on-hub"
+
+
+@pytest.mark.parametrize("weights", [[], ["--pretrained"], ["--checkpoint", "big.pth"]])
+def test_a_hub_model_of_no_family_is_refused_by_its_hub_config_before_it_is_built(tmp_path, capsys, monkeypatch,
+                                                                                  resnet_on_hub, weights):
+    """An ``hf-hub:`` name was built (and with --pretrained its weights downloaded) before the refusal, and its
+    --checkpoint read in full (seconds and gigabytes for a large one) before that."""
+    import vitroll.models.load
 
     def not_to_be_built(*args, **kwargs):
         raise AssertionError("a model of no family was built")
 
+    def not_to_be_read(*args, **kwargs):
+        raise AssertionError("the checkpoint of a model of no family was read")
+
     monkeypatch.setattr(timm, "create_model", not_to_be_built)
-    code = main(["overlay", str(PHOTO), "--model", "hf-hub:vitroll-tests/resnet-on-hub", *weights,
-                 "--out", str(tmp_path / "out")])
+    monkeypatch.setattr(vitroll.models.load, "read_checkpoint", not_to_be_read)
+    (tmp_path / "big.pth").write_bytes(b"not read")
+    monkeypatch.chdir(tmp_path)
+    code = main(["overlay", str(PHOTO), "--model", resnet_on_hub, *weights, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert err[0].startswith("vitroll: error: hf-hub:vitroll-tests/resnet-on-hub (resnet18, timm.models.resnet) has "

@@ -13,7 +13,7 @@ from torch import nn
 
 from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
-from vitroll.models.hub import is_hub_name
+from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of, refuse_unexplained_name
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
@@ -159,16 +159,18 @@ def load_model(
             _load_weights(model, state, checkpoint)
         return model.eval().to(device)
     check_model_name(name)
-    refuse_unexplained_name(name)
-    state = _read_if_given(checkpoint, trust_checkpoint)
-    if num_classes is None and state is not None:
-        num_classes = num_classes_of(state)
-    if num_classes is not None:
-        model_kwargs["num_classes"] = num_classes
-    try:
-        model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
-    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
-        raise ModelLoadError(f"{name}: cannot build model ({error})") from None
+    # a hf-hub: name reads the hub twice (its config for the refusal, then to build): probe whether it answers once
+    with cache_only(is_hub_name(name) and not hub_reachable()):
+        refuse_unexplained_name(name)  # before the checkpoint is read: a large one takes seconds and gigabytes
+        state = _read_if_given(checkpoint, trust_checkpoint)
+        if num_classes is None and state is not None:
+            num_classes = num_classes_of(state)
+        if num_classes is not None:
+            model_kwargs["num_classes"] = num_classes
+        try:
+            model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
+        except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+            raise ModelLoadError(f"{name}: cannot build model ({error})") from None
     if state is not None:
         _load_weights(model, state, checkpoint)
     return model.eval().to(device)

@@ -3,10 +3,11 @@ taken from the local cache when the hub is unreachable."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import sys
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
@@ -60,10 +61,11 @@ def check_model_name(name: str) -> None:
     raise ModelLoadError(f"unknown model name {name!r}{hint}")
 
 
-def refuse_unexplained_name(name: str, *, architecture: Optional[str] = None) -> None:
-    """Raise :class:`UnsupportedModelError` when the timm model ``name`` (a ``hf-hub:`` name: of ``architecture``,
-    the timm name its hub config gives) is of no registered family, decided without building it (building took
-    seconds for a large model, and with ``--pretrained`` downloaded its weights, before the built model was refused).
+def refuse_unexplained_name(name: str) -> None:
+    """Raise :class:`UnsupportedModelError` when the timm model ``name`` is of no registered family, decided without
+    building it (building took seconds for a large model, and with ``--pretrained`` downloaded its weights, before the
+    built model was refused). A ``hf-hub:`` name is decided by the timm architecture its ``config.json`` names (a
+    small file, read before any weights or checkpoint; :class:`ModelLoadError` when it cannot be had).
 
     The timm module that defines the entrypoint builds its models from the classes it holds: when none of them is a
     family's model class (or a subclass of one), no model it builds can be explained. A module that holds one is left
@@ -71,8 +73,8 @@ def refuse_unexplained_name(name: str, *, architecture: Optional[str] = None) ->
     """
     import timm
 
-    architecture = architecture or name
-    if hub.is_hub_name(architecture) or not timm.is_model(architecture):
+    architecture = _hub_architecture(name) if hub.is_hub_name(name) else name
+    if not timm.is_model(architecture):
         return
     module_name = timm.models.model_entrypoint(architecture).__module__
     family_types = tuple(imported_types(tuple(kind for family in FAMILIES for kind in family.model_types)))
@@ -84,25 +86,17 @@ def refuse_unexplained_name(name: str, *, architecture: Optional[str] = None) ->
 
 
 def _hub_architecture(name: str) -> str:
-    """The timm architecture that the ``config.json`` of the ``hf-hub:`` repository ``name`` gives (a small file,
-    read before any weights)."""
+    """The timm architecture that the ``config.json`` of the ``hf-hub:`` repository ``name`` gives."""
     from timm.models._hub import load_model_config_from_hf
 
-    return load_model_config_from_hf(name.split(":", 1)[1])[1]
+    with _from_the_hub(name, pretrained=False):
+        return load_model_config_from_hf(name.split(":", 1)[1])[1]
 
 
-def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
-    """Build ``name`` with timm; whatever must come from the hub comes from the local cache when it is unreachable.
-
-    A ``hf-hub:`` name needs the hub even without weights (its ``config.json``), so it always takes the
-    offline-aware path; every failure there is one :class:`ModelLoadError` line within seconds. Its architecture,
-    named in that config, is refused before any weights are read when no family explains it
-    (:func:`refuse_unexplained_name`).
-    """
-    import timm
-
-    if not pretrained and not hub.is_hub_name(name):
-        return timm.create_model(name, pretrained=False, **kwargs)
+@contextlib.contextmanager
+def _from_the_hub(name: str, *, pretrained: bool) -> Iterator[None]:
+    """Whatever ``name`` needs from the hub inside comes from the local cache when the hub is unreachable; every
+    failure to have it is one :class:`ModelLoadError` line within seconds."""
     offline = not hub.hub_reachable()
     needed = "pretrained weights" if pretrained else "configuration"
     uncached = f"{'are' if pretrained else 'is'} not in the local cache and the hub cannot be reached"
@@ -112,14 +106,27 @@ def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Mo
         raise ModelLoadError(f"{name}: {needed} {uncached}; {advice}")
     try:
         with hub.cache_only(offline):
-            if hub.is_hub_name(name):
-                refuse_unexplained_name(name, architecture=_hub_architecture(name))
-            return timm.create_model(name, pretrained=pretrained, **kwargs)
-    except UnsupportedModelError:
+            yield
+    except (UnsupportedModelError, ModelLoadError):
         raise
     except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
         where = uncached if offline else f"could not be fetched ({type(error).__name__})"
         raise ModelLoadError(f"{name}: {needed} {where}; {advice}") from None
+
+
+def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
+    """Build ``name`` with timm; whatever must come from the hub comes from the local cache when it is unreachable.
+
+    A ``hf-hub:`` name needs the hub even without weights (its ``config.json``), so it always takes the
+    offline-aware path; every failure there is one :class:`ModelLoadError` line within seconds. Call
+    :func:`refuse_unexplained_name` first, so that a model of no family is refused before it is built.
+    """
+    import timm
+
+    if not pretrained and not hub.is_hub_name(name):
+        return timm.create_model(name, pretrained=False, **kwargs)
+    with _from_the_hub(name, pretrained=pretrained):
+        return timm.create_model(name, pretrained=pretrained, **kwargs)
 
 
 def num_classes_of(state: Mapping[str, torch.Tensor]) -> Optional[int]:
