@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 import vitroll
+import vitroll.app
 from browser import browser_page, wait_for_text
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
@@ -280,6 +281,7 @@ def test_an_upload_that_is_not_an_image_is_refused_with_its_name_and_reason(serv
         assert str(refused.value) == f"{upload.name}: {unreadable.value.reason}"  # not the server's copy of it
         assert unreadable.value.reason.startswith(reason)
     assert "Traceback" not in capfd.readouterr().err
+    assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
 @pytest.fixture(scope="module")

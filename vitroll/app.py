@@ -147,8 +147,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         gr.Markdown(f"### vitroll explorer — {model_label}: {_describe(outline)}, on {_device_of(model)}")
         with gr.Row():
             with gr.Column(scale=1):
-                image = _image_box(gr)(type="filepath", image_mode=None, sources=["upload", "clipboard"],
-                                       label="image")
+                image = _refusing_unreadable_uploads(gr.Image(type="filepath", image_mode=None,
+                                                              sources=["upload", "clipboard"], label="image"))
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
                 controls = _control_widgets(gr, outline)
@@ -192,24 +192,24 @@ def upload_refusal(error: ImageReadError, name: str) -> str:
     return f"{name}: {error.reason}"
 
 
-def _image_box(gr: Any) -> type:
-    """``gr.Image`` whose uploads that Pillow cannot open are refused with :func:`load_image`'s reason; Gradio's own
-    message for them is several lines about its event handler, with the server's temporary path."""
+def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
+    """``box`` with its uploads that Pillow cannot open refused with :func:`load_image`'s reason; Gradio's own message
+    for them is several lines about its event handler, with the server's temporary path. (The instance's method, not a
+    subclass: Gradio writes a ``.pyi`` stub beside the module of every component subclass.)"""
+    preprocess = box.preprocess
 
-    class ImageBox(gr.Image):
-        is_template = True  # Gradio's mark for a subclass that the page draws as its base class, gr.Image
-
-        def preprocess(self, payload: Any) -> Any:
+    def readable_preprocess(payload: Any) -> Any:
+        try:
+            return preprocess(payload)
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
             try:
-                return super().preprocess(payload)
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-                try:
-                    load_image(payload.path)
-                except ImageReadError as error:
-                    raise refusal(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
-                raise
+                load_image(payload.path)
+            except ImageReadError as error:
+                raise refusal(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
+            raise
 
-    return ImageBox
+    box.preprocess = readable_preprocess
+    return box
 
 
 def _describe(outline: ModelOutline) -> str:
