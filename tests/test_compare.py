@@ -168,3 +168,15 @@ def test_grid_titles_show_file_and_model_names_as_written(tmp_path):
     assert titles[1].split("\n")[0] == "$a$_model"
     assert titles[2].split("\n")[0].startswith("b_b_") and titles[2].split("\n")[0].endswith("…")  # one line
     assert not any(axis.title.get_parse_math() for axis in axes)
+
+
+def test_a_missing_image_fails_alone_with_the_exit_status_of_every_command(tmp_path, capsys, images):
+    missing = tmp_path / "nope.png"
+    code = main(["compare", str(missing), images[0], "--model", "vitroll-shapes", "--model", "vitroll-shapes",
+                 "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 3  # some inputs failed, as in overlay, caption, text, annotate and audit (was 1)
+    assert captured.err == f"vitroll: failed: {missing}: no such file\n"
+    assert [row["image"] for row in csv.DictReader((tmp_path / "out" / "agreement.csv").open())] == [images[0]]
+    assert main(["compare", str(missing), "--model", "vitroll-shapes", "--model", "vitroll-shapes",
+                 "--out", str(tmp_path / "none")]) == 3

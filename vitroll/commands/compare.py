@@ -1,6 +1,8 @@
 """``vitroll compare IMAGE… --model A --model B``: where do two (or more) models look? Writes a grid figure
 (images × models, with predictions) and a CSV of per-image agreement (Spearman, top-10 % IoU) for every pair,
-measured in the original image's pixels, so models of different patch and input sizes compare directly."""
+measured in the original image's pixels, so models of different patch and input sizes compare directly.
+Exit status: 0 all ok, 3 some images failed (one ``vitroll: failed:`` line each; the others are compared), 2 usage
+error."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from vitroll.commands.common import (
 )
 from vitroll.models import class_names, load_model
 from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
+from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.preprocess import Preprocessing
 
 T = TypeVar("T")
@@ -98,9 +101,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     result = compare(args.images, explainers_from_args(args), settings)
     for error in result.errors:
-        print(f"vitroll: error: {error}", file=sys.stderr)
+        print(f"vitroll: failed: {error}", file=sys.stderr)
     if not result.images:
-        return 1
+        return EXIT_SOME_FAILED
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=["image", "model_a", "model_b", "spearman", "top10_iou"])
@@ -110,4 +113,4 @@ def run(args: argparse.Namespace) -> int:
     for line in pair_summaries(result.rows):
         print(line)
     print(f"wrote {args.out}/grid.png and agreement.csv")
-    return 1 if result.errors else 0
+    return EXIT_SOME_FAILED if result.errors else 0

@@ -1,5 +1,6 @@
 """``vitroll overlay IMAGE…``: saliency overlays for a few images, with the top-5 predictions; for an image–text
-model, one overlay per ``--text`` and their grid."""
+model, one overlay per ``--text`` and their grid. Exit status: 0 all ok, 3 some images failed (one ``vitroll:
+failed:`` line each, the others still written), 2 usage error."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from vitroll.commands.common import (
     model_from_args, non_blank, preprocessing_from_args, refuse_folders, settings_from_args,
 )
 from vitroll.models import class_names
+from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.pipelines.single import ImageExplanation, explain_files
 
 
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                                 batch_size=args.batch_size, save_figure=args.figure):
         if result.error:
             failures += 1
-            print(f"vitroll: error: {result.error}", file=sys.stderr)
+            print(f"vitroll: failed: {result.error}", file=sys.stderr)
             continue
         _report(result)
-    return 1 if failures else 0
+    return EXIT_SOME_FAILED if failures else 0
