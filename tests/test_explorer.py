@@ -20,7 +20,7 @@ from browser import browser_page, wait_for_text
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
-from vitroll.errors import ImageReadError
+from vitroll.errors import ImageReadError, MethodOptionError
 from vitroll.io import load_image
 from vitroll.models import class_names
 from vitroll.overlay import lookup_table
@@ -146,6 +146,18 @@ def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
         explore(model, np.zeros((4, 4)), ExplorerControls())
 
 
+def test_a_layer_that_is_not_a_whole_number_is_refused_not_rounded(model, image):
+    """As a method's int option is from Python and the command line: the slider's 2.0 is layer 2, its 0.5 no layer."""
+    assert vitroll.app.controls_from_widgets("rollout", "mean", 0.0, 2.0, 3.0, "all", "predicted") == ExplorerControls(
+        method="rollout", head_fusion="mean", discard_ratio=0.0, start_layer=2, layer=3)
+    with pytest.raises(MethodOptionError, match=r"^the explorer's start layer takes int \| None; got 0\.5 \(float\)$"):
+        vitroll.app.controls_from_widgets("chefer", "mean", 0.0, 0.5, 3.0, "all", "predicted")
+    with pytest.raises(MethodOptionError, match=r"^the explorer's layer takes int \| None; got 1\.5 \(float\)$"):
+        explore(model, image, ExplorerControls(layer=1.5))
+    with pytest.raises(MethodOptionError, match=r"^option 'start_layer' of method 'chefer' takes int; got 0\.5"):
+        vitroll.METHODS["chefer"](model, image, start_layer=0.5)
+
+
 def test_the_model_outline_gives_the_ranges_of_the_controls(model):
     outline = model_outline(model, class_names=class_names(model))
     assert (outline.layers, outline.heads, outline.class_names) == (4, 4, ["square", "disk", "triangle", "cross"])
@@ -264,7 +276,7 @@ def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, m
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head.")
 
 
-def test_an_upload_that_is_not_an_image_is_refused_with_its_name_and_reason(served, tmp_path, capfd):
+def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its_reason(served, tmp_path, capfd):
     """In one line, also on the server's terminal: a user's mistake, not a bug to trace back."""
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
@@ -280,6 +292,9 @@ def test_an_upload_that_is_not_an_image_is_refused_with_its_name_and_reason(serv
             client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted", api_name="/explain")
         assert str(refused.value) == f"{upload.name}: {unreadable.value.reason}"  # not the server's copy of it
         assert unreadable.value.reason.startswith(reason)
+    with pytest.raises(AppError) as refused:  # not rounded to start layer 0
+        client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0.5, 3, "all", "predicted", api_name="/explain")
+    assert str(refused.value) == "the explorer's start layer takes int | None; got 0.5 (float)"
     assert "Traceback" not in capfd.readouterr().err
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 

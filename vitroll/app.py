@@ -48,12 +48,24 @@ def require_gradio() -> "Any":
 def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, start_layer: float, layer: float,
                           head: str, target_class: str, prompts: str = "") -> ExplorerControls:
     """The widgets' values (sliders give floats, dropdowns strings, the prompts box one prompt per line) as
-    controls."""
+    controls.
+
+    Raises
+    ------
+    MethodOptionError
+        For a layer or start layer that is not a whole number.
+    """
     return ExplorerControls(
-        method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=int(start_layer),
-        layer=int(layer), head=None if head == ALL_HEADS else int(head),
+        method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=whole(start_layer),
+        layer=whole(layer), head=None if head == ALL_HEADS else int(head),
         target_class=None if target_class == PREDICTED else int(target_class), prompts=prompt_lines(prompts),
     )
+
+
+def whole(number: float) -> "int | float":
+    """A slider's value as an int where it is a whole number (a slider gives 2.0), else as it is, for
+    :class:`ExplorerControls` to refuse: rounding a layer 0.5 to 0 would explain another layer than the one asked for."""
+    return int(number) if isinstance(number, float) and number.is_integer() else number
 
 
 def prompt_lines(text: str) -> tuple[str, ...]:

@@ -75,6 +75,18 @@ def _matches(value: object, hint: object) -> bool:
     return True
 
 
+def check_value(value: object, hint: object, what: str) -> None:
+    """Refuse ``value`` unless it is of type ``hint`` (a float is no ``int``, even a whole one; True is no number).
+
+    Raises
+    ------
+    MethodOptionError
+        ``{what} takes {type}; got {value} ({its type})``.
+    """
+    if not _matches(value, hint):
+        raise MethodOptionError(f"{what} takes {type_name(hint)}; got {value!r} ({type(value).__name__})")
+
+
 def _parse(text: str, hint: object) -> object:
     """``text`` as a value of type ``hint``; raises ValueError when it is not one."""
     origin, arguments = typing.get_origin(hint), typing.get_args(hint)
@@ -232,10 +244,7 @@ class Method:
         if self.takes_any_option:
             return dict(options)
         for name, value in options.items():
-            option = self._option(name)
-            if not _matches(value, option.hint):
-                raise MethodOptionError(f"option {name!r} of method {self.name!r} takes {option.type_name}; "
-                                        f"got {value!r} ({type(value).__name__})")
+            check_value(value, self._option(name).hint, f"option {name!r} of method {self.name!r}")
         return dict(options)
 
     def parse(self, name: str, text: str) -> object:

@@ -28,6 +28,7 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
 from vitroll.methods import Method, method_named, record_attention
+from vitroll.methods.registry import check_value
 from vitroll.overlay import rgb_uint8
 from vitroll.pipelines.explain import ExplainSettings, explain_classes, render, top_classes
 from vitroll.preprocess import CropGeometry, Preprocessing
@@ -38,8 +39,13 @@ CONTROL_OPTIONS = {
 }
 """Each control (as the UI labels it) and the method option it sets."""
 
+_LABELS = {option: label for label, option in CONTROL_OPTIONS.items()}
+
 PROMPTS = "prompts"
 """The label of the image–text model's prompts, among the ignored controls."""
+
+WHOLE_NUMBER_CONTROLS = ("start_layer", "layer", "head", "target_class")
+"""The controls that take an int (or None): a float, even a whole one, is refused, as a method's option would be."""
 
 HEAD_TILE_SIDE = 160
 """Long side, in pixels, of each head's overlay in the per-head grid."""
@@ -65,6 +71,11 @@ class ExplorerControls:
     prompts: tuple[str, ...] = ()
     """For an image–text model, at least one: the texts it scores the image against, which become its classes;
     empty for any other model."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(ExplorerControls)
+        for name in WHOLE_NUMBER_CONTROLS:  # also those the method ignores: a layer 0.5 is a mistake either way
+            check_value(getattr(self, name), hints[name], f"the explorer's {_LABELS.get(name, name)}")
 
 
 @dataclass(frozen=True)
