@@ -168,6 +168,9 @@ MISTAKES = [
     pytest.param("evaluate --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="evaluate-batch"),
     pytest.param("evaluate --methods rollout,magic", 2, "unknown method 'magic'", id="evaluate-methods"),
     pytest.param("evaluate {dir} --testbed 4", 2, "give a FOLDER or --testbed N, not both", id="evaluate-both"),
+    pytest.param("evaluate {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs; a FOLDER's images are "
+                 "not drawn, so leave --seed out (or give --testbed N instead of the FOLDER)", id="evaluate-folder-seed"),
+    pytest.param("sanity {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs", id="sanity-folder-seed"),
     pytest.param("evaluate --disagree-below 0.5", 2, "--disagree-below flags images by their --disagreement "
                  "correlation; give --disagreement A,B", id="evaluate-disagree-below-alone"),
     pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),

@@ -39,6 +39,8 @@ classifier, the two-shape images with a prompt naming one (an image–text model
 classifier)."""
 TESTBED_COUNT = 200
 """How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
+TESTBED_SEED = 3
+"""The testbed split drawn without ``--seed``: the shipped models' held-out split."""
 SHAPES_ONLY = ("pretrained", "num_classes", "class_names", "img_size", "dynamic_img_size", "crop_pct", "crop_mode",
                "input_size", "mean", "std", "interpolation", "steps", "substrate", "disagree_below")
 """The options that only the shapes testbed and a FOLDER use, by argparse name: the other testbeds load their model
@@ -63,8 +65,9 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
                              f"{testbed_count})")
-    parser.add_argument("--seed", type=int, default=3,
-                        help="testbed split (default: %(default)s, the shipped models' held-out split)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"testbed split (default: {TESTBED_SEED}, the shipped models' held-out split; not with a "
+                             "FOLDER, whose images are not drawn)")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
                         help=f"comma-separated, from {', '.join(sorted(METHODS))} (default: {methods_default})")
     add_out_argument(parser, "evaluation")
@@ -73,14 +76,25 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
 
 
 def check_one_image_source(args: argparse.Namespace) -> None:
-    """Refuse a FOLDER given together with --testbed N (ValueError: one error line)."""
+    """Refuse a FOLDER given together with --testbed N or --seed, which would ignore them (ValueError: one error
+    line)."""
     if args.folder and args.testbed:
         raise ValueError("give a FOLDER or --testbed N, not both")
+    if args.folder and args.seed is not None:
+        raise ValueError(f"--seed {args.seed} picks the generated testbed's inputs; a FOLDER's images are not drawn, "
+                         "so leave --seed out (or give --testbed N instead of the FOLDER)")
+
+
+def testbed_seed(args: argparse.Namespace) -> int:
+    """The testbed split to draw: ``--seed``, else :data:`TESTBED_SEED`."""
+    return TESTBED_SEED if args.seed is None else args.seed
 
 
 def images_from_args(args: argparse.Namespace, default_count: int):
     check_one_image_source(args)
-    return folder_images(args.folder) if args.folder else shapes_images(args.testbed or default_count, args.seed)
+    if args.folder:
+        return folder_images(args.folder)
+    return shapes_images(args.testbed or default_count, testbed_seed(args))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -147,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     table = markdown_table(summary)
     write_csv(args.out / "per_image.csv", result.rows)
     write_csv(args.out / "summary.csv", summary)
-    source = args.folder or f"shapes testbed, seed {args.seed}"
+    source = args.folder or f"shapes testbed, seed {testbed_seed(args)}"
     (args.out / "summary.md").write_text(
         f"{len(images)} images ({source}), model {args.model}; mean ± 95 % CI\n\n{table}\n", encoding="utf-8")
     if args.disagreement:
@@ -176,19 +190,19 @@ def run_generated(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, methods)
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))
-    count = args.testbed or TESTBED_COUNT
+    count, seed = args.testbed or TESTBED_COUNT, testbed_seed(args)
     if args.testbed_kind == "pairs":
-        rows = evaluate_pairs(model, pair_images(count, args.seed), methods, method_options=method_options,
+        rows = evaluate_pairs(model, pair_images(count, seed), methods, method_options=method_options,
                               batch_size=args.batch_size)
-        metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {args.seed}"
+        metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {seed}"
     elif args.testbed_kind == "captions":
-        rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, args.seed), methods,
+        rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, seed), methods,
                                  batch_size=args.batch_size, window=method_options.get("window"))
-        metrics, source = CAPTION_METRICS, f"{count} captioned two-shape images, seed {args.seed}"
+        metrics, source = CAPTION_METRICS, f"{count} captioned two-shape images, seed {seed}"
     else:
-        rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, args.seed), methods,
+        rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,
                              method_options=method_options, batch_size=args.batch_size)
-        metrics, source = TEXT_METRICS, f"{count} key-word sentences, seed {args.seed}"
+        metrics, source = TEXT_METRICS, f"{count} key-word sentences, seed {seed}"
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows, metrics)
     table = markdown_table(summary, metrics)

@@ -9,7 +9,9 @@ import argparse
 from PIL import Image
 
 from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
-from vitroll.commands.evaluate import DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, write_csv
+from vitroll.commands.evaluate import (
+    DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed, write_csv,
+)
 from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
 from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, args.methods)
     check_one_image_source(args)
     images = (folder_images_without_masks(args.folder) if args.folder
-              else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, args.seed)])
+              else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])
