@@ -132,6 +132,28 @@ def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_p
     assert any(name in written_text for name in LABELS.values())
 
 
+def test_a_grey_model_takes_the_picture_in_grey_as_its_image_processor_does(tmp_path, capsys):
+    """A model saved with num_channels=1 was given the picture in RGB and refused it in transformers' words (Make
+    sure that the channel dimension of the pixel values match …, Expected 1 but got 3), naming no model."""
+    torch.manual_seed(0)
+    grey = tmp_path / "grey-vit"
+    transformers.ViTForImageClassification(tiny_config(num_channels=1)).save_pretrained(grey)
+    processor = transformers.ViTImageProcessorPil(size={"height": 32, "width": 32}, image_mean=[0.5], image_std=[0.5])
+    processor.save_pretrained(grey)
+    assert main(["overlay", str(PHOTO), "--model", str(grey), "--out", str(tmp_path / "ov")]) == 0
+    assert "error" not in capsys.readouterr().err
+    assert Image.open(tmp_path / "ov" / "cat_rollout.png").size == Image.open(PHOTO).size
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(PHOTO, source / "cat.jpg")
+    assert main(["annotate", str(source), "--model", str(grey), "--out", str(tmp_path / "an")]) == 0
+    saved = np.load(next((tmp_path / "an").rglob("cat.jpg.npy"))).astype(np.float32)
+    pixels = processor(images=Image.open(PHOTO).convert("L"), return_tensors="pt")["pixel_values"]
+    assert pixels.shape == (1, 1, 32, 32)
+    expected = vitroll.rollout(load_model(str(grey)), pixels)[0].numpy()
+    np.testing.assert_allclose(saved, expected, rtol=2e-3, atol=1e-3)
+
+
 def test_a_classifier_on_an_image_text_vision_tower_loads_with_its_head(tmp_path):
     """A saved SiglipForImageClassification is that classifier (not the bare tower its model type usually loads)."""
     vision = transformers.SiglipVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
