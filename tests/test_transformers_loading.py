@@ -347,6 +347,25 @@ def test_a_saved_backbone_loads_as_the_backbone_and_explains_its_class_token(tmp
     assert capsys.readouterr().out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
 
 
+def test_a_saved_beit_backbone_loads_as_itself_with_all_its_weights(tmp_path, capsys):
+    """It was built as a BeitModel, whose pooler its weights lack: transformers printed a load report of missing
+    weights (newly initialised) on the way."""
+    torch.manual_seed(0)
+    saved = transformers.BeitBackbone(transformers.BeitConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        use_relative_position_bias=True, out_indices=[1])).eval()
+    folder = tmp_path / "beit-backbone"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.BeitBackbone
+    assert model.state_dict().keys() == saved.state_dict().keys()
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in model.state_dict().items())
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+    assert "MISSING" not in captured.err and "LOAD REPORT" not in captured.err
+
+
 @pytest.mark.parametrize(("config_text", "reason"), [
     ('{"model_type": "vit", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1, "
                                "column 23); save the model again with save_pretrained"),
