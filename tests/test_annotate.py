@@ -309,6 +309,10 @@ def test_resume_with_other_weights_or_model_settings_is_refused_naming_what_diff
     assert annotate(str(messy), "--out", str(out), *model) == 0
     capsys.readouterr()
     before = {path: path.read_bytes() for path in (out / "overlays").rglob("*.png")}
+    (recorded,) = json.loads((out / "settings.json").read_text()).values()
+    # the fields earlier versions recorded, no more (the grey models' channels follow the model): their folders resume
+    assert set(recorded["preprocessing"]) == {"input_size", "mean", "std", "crop_pct", "interpolation", "crop_mode",
+                                              "crop_rounding"}
 
     checkpoint.write_bytes(weights[1].read_bytes())  # same path, other contents
     assert annotate(str(messy), "--out", str(out), *model) == 2

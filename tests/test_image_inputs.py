@@ -187,15 +187,33 @@ def test_a_tensor_with_other_channels_is_refused_naming_both_shapes(model, metho
     assert str(raised.value) == message
 
 
-def test_a_model_built_for_other_channels_takes_its_own_and_refuses_rgb_pictures():
+def test_a_model_built_for_one_channel_takes_pictures_in_grey_and_refuses_rgb_tensors():
+    """Pictures were preprocessed to RGB whatever the model took, so a grey model refused every picture."""
     grey_model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, num_classes=5,
                                    in_chans=1).eval()
-    assert rollout(grey_model, torch.randn(2, 1, 32, 32)).shape == (2, 2, 2)
+    picture = np.asarray(Image.open(SAMPLES / "cat.jpg").convert("RGB"))
+    grey = np.asarray(Image.fromarray(picture).convert("L").resize((32, 32), Image.Resampling.BICUBIC))
+    # its pretrained_cfg's centre crop of 0.9 crops nothing from a square picture resized to 35×35: crop it ourselves
+    preprocessing = Preprocessing.from_model(grey_model, crop_pct=1.0, crop_mode="squash")
+    assert preprocessing.channels == 1
+    tensor = torch.from_numpy((grey / 255.0 - 0.5) / 0.5).float()[None, None]
+    assert torch.allclose(preprocessing(Image.fromarray(picture))[0], tensor[0], atol=1e-6)
+    assert torch.allclose(rollout(grey_model, tensor), rollout(grey_model, preprocessing(Image.fromarray(picture))[0][None]))
     with pytest.raises(ValueError) as raised:
-        rollout(grey_model, np.zeros((32, 32), dtype=np.uint8))
+        rollout(grey_model, torch.randn(2, 3, 32, 32))
     assert str(raised.value) == (
-        "images of shape (1, 3, 32, 32) have 3 channels; the model takes (B, 1, H, W): pictures are "
-        "preprocessed to RGB, so give it a preprocessed tensor (B, 1, H, W)")
+        "images of shape (2, 3, 32, 32) have 3 channels; the model takes (B, 1, H, W): pass pictures as uint8 "
+        "arrays, PIL images or paths to have them converted to grey and preprocessed")
+
+
+def test_a_grey_preprocessing_normalises_by_the_luma_of_rgb_means():
+    imagenet = Preprocessing(input_size=(4, 4), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), channels=1)
+    mean, std = imagenet.normalisation()
+    assert mean.shape == std.shape == (1,)
+    assert mean[0] == pytest.approx(0.299 * 0.485 + 0.587 * 0.456 + 0.114 * 0.406)
+    assert std[0] == pytest.approx(0.299 * 0.229 + 0.587 * 0.224 + 0.114 * 0.225)
+    tensor, _ = imagenet(Image.new("RGB", (8, 8), (255, 0, 0)))
+    assert tensor.shape == (1, 4, 4) and torch.allclose(tensor, torch.full((1, 4, 4), (76 / 255 - mean[0]) / std[0]))
 
 
 @pytest.mark.parametrize("method", [rollout, chefer])

@@ -58,6 +58,8 @@ MODELS = {
                         dict(num_register_tokens=4, out_indices=[1])),
     "pixio-backbone": (transformers.PixioBackbone, transformers.PixioConfig,
                        dict(n_cls_tokens=4, mlp_ratio=2, out_indices=[1])),
+    "beit-backbone": (transformers.BeitBackbone, transformers.BeitConfig,
+                      dict(use_relative_position_bias=True, out_indices=[1])),
 }
 
 
@@ -87,7 +89,7 @@ PREFIX = {"deit-teacher": 2, "dinov2-registers": 5, "dinov2-registers-backbone":
           "pixio": 4, "pixio-backbone": 4}
 BACKBONES = ("vit-mae", "dinov3", "clip-vision", "siglip-vision", "metaclip2-vision", "aimv2-native",
              "aimv2-learned-positions", "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
-             "dinov3-backbone", "pixio-backbone")
+             "dinov3-backbone", "pixio-backbone", "beit-backbone")
 """Models without a classification head (transformers' ``…Backbone`` classes give feature maps)."""
 
 
@@ -188,14 +190,14 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
 @pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
                                   "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
                                   "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
-                                  "dinov3-backbone", "pixio-backbone"])
+                                  "dinov3-backbone", "pixio-backbone", "beit-backbone"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
-    """The backbones (``Dinov2Backbone``, …) were refused ("no token attention", or "explain model.pixio") though
+    """The backbones (``Dinov2Backbone``, ``BeitBackbone``, …) were refused ("no token attention", or "explain model.pixio") though
     they attend with their model's attention modules."""
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)
-    class_token = name not in ("beit", "ijepa")  # BEiT and I-JEPA pool the patch tokens' mean
+    class_token = name not in ("beit", "beit-backbone", "ijepa")  # BEiT and I-JEPA pool the patch tokens' mean
     for index in range(len(pixels)):
         per_layer = [layer[index].numpy() for layer in expected_layers]
         expected = reference_rollout(per_layer, num_prefix=PREFIX.get(name, 1), grid=(4, 4), class_token=class_token,

@@ -132,6 +132,28 @@ def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_p
     assert any(name in written_text for name in LABELS.values())
 
 
+def test_a_grey_model_takes_the_picture_in_grey_as_its_image_processor_does(tmp_path, capsys):
+    """A model saved with num_channels=1 was given the picture in RGB and refused it in transformers' words (Make
+    sure that the channel dimension of the pixel values match …, Expected 1 but got 3), naming no model."""
+    torch.manual_seed(0)
+    grey = tmp_path / "grey-vit"
+    transformers.ViTForImageClassification(tiny_config(num_channels=1)).save_pretrained(grey)
+    processor = transformers.ViTImageProcessorPil(size={"height": 32, "width": 32}, image_mean=[0.5], image_std=[0.5])
+    processor.save_pretrained(grey)
+    assert main(["overlay", str(PHOTO), "--model", str(grey), "--out", str(tmp_path / "ov")]) == 0
+    assert "error" not in capsys.readouterr().err
+    assert Image.open(tmp_path / "ov" / "cat_rollout.png").size == Image.open(PHOTO).size
+    source = tmp_path / "in"
+    source.mkdir()
+    shutil.copy(PHOTO, source / "cat.jpg")
+    assert main(["annotate", str(source), "--model", str(grey), "--out", str(tmp_path / "an")]) == 0
+    saved = np.load(next((tmp_path / "an").rglob("cat.jpg.npy"))).astype(np.float32)
+    pixels = processor(images=Image.open(PHOTO).convert("L"), return_tensors="pt")["pixel_values"]
+    assert pixels.shape == (1, 1, 32, 32)
+    expected = vitroll.rollout(load_model(str(grey)), pixels)[0].numpy()
+    np.testing.assert_allclose(saved, expected, rtol=2e-3, atol=1e-3)
+
+
 def test_a_classifier_on_an_image_text_vision_tower_loads_with_its_head(tmp_path):
     """A saved SiglipForImageClassification is that classifier (not the bare tower its model type usually loads)."""
     vision = transformers.SiglipVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -323,6 +345,25 @@ def test_a_saved_backbone_loads_as_the_backbone_and_explains_its_class_token(tmp
     torch.testing.assert_close(vitroll.rollout(model, images), vitroll.rollout(saved, images))
     assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+
+
+def test_a_saved_beit_backbone_loads_as_itself_with_all_its_weights(tmp_path, capsys):
+    """It was built as a BeitModel, whose pooler its weights lack: transformers printed a load report of missing
+    weights (newly initialised) on the way."""
+    torch.manual_seed(0)
+    saved = transformers.BeitBackbone(transformers.BeitConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        use_relative_position_bias=True, out_indices=[1])).eval()
+    folder = tmp_path / "beit-backbone"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.BeitBackbone
+    assert model.state_dict().keys() == saved.state_dict().keys()
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in model.state_dict().items())
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+    assert "MISSING" not in captured.err and "LOAD REPORT" not in captured.err
 
 
 @pytest.mark.parametrize(("config_text", "reason"), [

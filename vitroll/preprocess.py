@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from vitroll.capture.families import registered_family
 from vitroll.errors import UnsupportedModelError
 
 CropMode = Literal["center", "squash"]
@@ -30,6 +31,9 @@ _PIL_INTERPOLATION = {
 }
 
 
+_LUMA = np.asarray([0.299, 0.587, 0.114], dtype=np.float32)
+"""ITU-R 601 weights of R, G, B in grey, as PIL's ``convert("L")`` takes them."""
+
 _REGISTERED: list[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = []
 """(matches(model), preprocessing(model)) pairs of registered model families, the most recent first."""
 
@@ -38,6 +42,16 @@ def register_preprocessing(matches: Callable[[nn.Module], bool],
                            preprocessing: Callable[[nn.Module], "Preprocessing"]) -> None:
     """Make :meth:`Preprocessing.from_model` answer ``preprocessing(model)`` for every model that ``matches``."""
     _REGISTERED.insert(0, (matches, preprocessing))
+
+
+def input_channels(model: nn.Module) -> int | None:
+    """The channels the model's input convolution takes (the first ``Conv2d`` of the module its family says the
+    images enter, :attr:`~vitroll.capture.ModelFamily.input_embedding`, else of the model: a ViT's patch embedding,
+    a hybrid's stem), or None for a model without one."""
+    family = registered_family(model)
+    entry = family.input_embedding(model) if family is not None and family.input_embedding is not None else model
+    convolution = next((module for module in entry.modules() if isinstance(module, nn.Conv2d)), None)
+    return None if convolution is None else convolution.in_channels
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,9 @@ class Preprocessing:
         independently, so with ``crop_pct=1`` the model sees the whole image (no-crop mode).
     crop_rounding : {"round", "floor"}
         How a centre crop's odd margin is split: rounded (timm, torchvision) or floored (transformers' processors).
+    channels : {3, 1}
+        The model's input channels: 1 converts the picture to grey (PIL's ``L``, ITU-R 601 luma), normalised by the
+        luma of ``mean`` and ``std`` when they are given per RGB channel (the value itself when all three are equal).
     """
 
     input_size: tuple[int, int]
@@ -107,6 +124,7 @@ class Preprocessing:
     interpolation: str = "bicubic"
     crop_mode: CropMode = "center"
     crop_rounding: Literal["round", "floor"] = "round"
+    channels: Literal[1, 3] = 3
 
     def __post_init__(self) -> None:
         """Refuse settings that would give a division by zero, infinite pixels or a silently different crop."""
@@ -121,19 +139,24 @@ class Preprocessing:
         if 0 in self.std:
             raise ValueError(f"std must not be 0 (the pixels are divided by it); got {self.std!r}")
         for name, value, allowed in (("crop_mode", self.crop_mode, ("center", "squash")),
-                                     ("crop_rounding", self.crop_rounding, ("round", "floor"))):
+                                     ("crop_rounding", self.crop_rounding, ("round", "floor")),
+                                     ("channels", self.channels, (1, 3))):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
-        """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), with
-        ``overrides`` (None values ignored)."""
+        """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), in
+        grey for a model whose input convolution takes one channel (:func:`input_channels`), with ``overrides`` (None
+        values ignored)."""
         from vitroll.capture.families import refusal_of
 
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
-                return preprocessing_of(model).with_overrides(**overrides)
+                preprocessing = preprocessing_of(model)
+                if input_channels(model) == 1:
+                    preprocessing = replace(preprocessing, channels=1)
+                return preprocessing.with_overrides(**overrides)
         refusal = refusal_of(model)
         if refusal is not None:
             raise UnsupportedModelError(refusal)
@@ -171,19 +194,29 @@ class Preprocessing:
         return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
                             input_hw=(target_h, target_w))
 
+    def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, std), float32 arrays of one value per channel of the model's input (or one for all)."""
+        values = [np.asarray(self.mean, dtype=np.float32), np.asarray(self.std, dtype=np.float32)]
+        if self.channels == 1:
+            return tuple(np.asarray([v.item()] if v.size == 1 else [v @ _LUMA], dtype=np.float32) for v in values)
+        return tuple(values)
+
     def __call__(self, image: Image.Image) -> tuple[torch.Tensor, CropGeometry]:
-        """Preprocess one RGB image → (tensor (3, H, W) float32, its geometry)."""
+        """Preprocess one RGB image → (tensor (C, H, W) float32, its geometry); C is :attr:`channels`."""
         geometry = self.geometry((image.height, image.width))
+        if self.channels == 1:
+            image = image.convert("L")
         resample = _PIL_INTERPOLATION.get(self.interpolation, Image.Resampling.BICUBIC)
         resized = image.resize((geometry.resized_hw[1], geometry.resized_hw[0]), resample=resample)
         top, left = geometry.crop_top_left
         cropped = resized.crop((left, top, left + self.input_size[1], top + self.input_size[0]))
-        array = np.asarray(cropped, dtype=np.float32) / 255.0
-        array = (array - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
+        array = np.asarray(cropped, dtype=np.float32).reshape(*self.input_size, self.channels) / 255.0
+        mean, std = self.normalisation()
+        array = (array - mean) / std
         return torch.from_numpy(array.transpose(2, 0, 1).copy()), geometry
 
     def batch(self, images: list[Image.Image]) -> tuple[torch.Tensor, list[CropGeometry]]:
-        """Preprocess several images → (tensor (B, 3, H, W), geometries)."""
+        """Preprocess several images → (tensor (B, C, H, W), geometries)."""
         pairs = [self(image) for image in images]
         return torch.stack([tensor for tensor, _ in pairs]), [geometry for _, geometry in pairs]
 

@@ -330,9 +330,10 @@ _register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTMode
 _register("hf-ijepa", _classes("ijepa.modeling_ijepa", "IJepaModel", "IJepaForImageClassification"),
           (INTERFACE_ATTENTION["ijepa"],), _layout(lambda _model: 0, _patch_mean),
           notes="no class token: the classifier averages the patch tokens → patch mean")
-_register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification"),
+_register("hf-beit", _classes("beit.modeling_beit", "BeitModel", "BeitForImageClassification", "BeitBackbone"),
           (INTERFACE_ATTENTION["beit"],), _layout(_one, _mean_pooled),
-          notes="relative position bias included (it reaches the kernel as the mask); mean pooling → patch mean")
+          notes="relative position bias included (it reaches the kernel as the mask); mean pooling → patch mean; "
+                "backbone: attention methods only")
 register_family(
     "hf-data2vec-vision", _classes("data2vec.modeling_data2vec_vision", "Data2VecVisionModel",
                                    "Data2VecVisionForImageClassification"),

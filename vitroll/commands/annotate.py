@@ -72,10 +72,14 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
                        settings: ExplainSettings, options: AnnotateOptions,
                        names: Optional[list[str]]) -> dict[str, Any]:
     """Everything that changes a run's outputs, by the name a user knows it by: a resume with other values is
-    refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read."""
+    refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read. The
+    preprocessing's channels follow the model, already named: left out, the folders of earlier versions, which did
+    not record them, resume."""
+    preprocessing_fields = {name: value for name, value in dataclasses.asdict(preprocessing).items()
+                            if name != "channels"}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
             "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size, "class_names": names, "method": settings.method,
-            "options": settings.method_options, "preprocessing": dataclasses.asdict(preprocessing),
+            "options": settings.method_options, "preprocessing": preprocessing_fields,
             "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,
             "normalize": settings.normalization, "key_patches": settings.key_patches, "save": options.save,
             "precision": options.precision, "compare_with": options.compare_with,

@@ -21,7 +21,7 @@ from vitroll.capture.fusion import HeadFusion
 from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
-from vitroll.preprocess import Preprocessing
+from vitroll.preprocess import Preprocessing, input_channels
 
 
 class Saliency(NamedTuple):
@@ -77,16 +77,6 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
     return batch.to(device=model_device(model), dtype=model_dtype(model))
 
 
-def input_channels(model: nn.Module) -> Optional[int]:
-    """The channels the model's input convolution takes (the first ``Conv2d`` of the module its family says the
-    images enter, :attr:`~vitroll.capture.ModelFamily.input_embedding`, else of the model: a ViT's patch embedding,
-    a hybrid's stem), or None for a model without one."""
-    family = registered_family(model)
-    entry = family.input_embedding(model) if family is not None and family.input_embedding is not None else model
-    convolution = next((module for module in entry.modules() if isinstance(module, nn.Conv2d)), None)
-    return None if convolution is None else convolution.in_channels
-
-
 def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
     """Refuse a batch (B, C, H, W) whose C is not the model's, naming both shapes, rather than the convolution's
     error from inside the model."""
@@ -97,12 +87,13 @@ def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
     shape = tuple(batch.shape)
     if batch.shape[-1] == expected:
         advice = "it looks channels-last: images.permute(0, 3, 1, 2) puts the channels second"
-    elif expected != 3:
-        advice = f"pictures are preprocessed to RGB, so give it a preprocessed tensor (B, {expected}, H, W)"
-    elif channels == 4:
+    elif expected == 3 and channels == 4:
         advice = "images[:, :3] drops an alpha channel"
+    elif expected in (1, 3):
+        advice = (f"pass pictures as uint8 arrays, PIL images or paths to have them converted to "
+                  f"{'grey' if expected == 1 else 'RGB'} and preprocessed")
     else:
-        advice = "pass pictures as uint8 arrays, PIL images or paths to have them converted to RGB and preprocessed"
+        advice = f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor (B, {expected}, H, W)"
     raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
                      f"the model takes (B, {expected}, H, W): {advice}")
 

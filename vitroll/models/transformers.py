@@ -191,8 +191,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     model is what its saved architecture says: a sequence classifier, a causal or masked language model, else the bare
     encoder or decoder; a CLIP, SigLIP, MetaCLIP 2 or AIMv2 model that is not an image classifier is the whole
     image–text model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by
-    AutoModel, else by the class its config names), not a classifier with a random head; one whose config names no
-    architecture is tried as a classifier first."""
+    AutoModel, else by the class its config names; a ``…Backbone`` by its own class first), not a classifier with a
+    random head; one whose config names no architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
@@ -213,7 +213,9 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
         # AutoModel has no mapping for some vision towers (MetaCLIP 2's): the class the config names builds them
         named = [getattr(transformers, architecture) for architecture in architectures
                  if isinstance(getattr(transformers, architecture, None), type)]
-        return [transformers.AutoModel, *named]
+        # a saved …Backbone is built as itself: as its bare model (BeitModel) it gained a pooler of random weights
+        backbones = [cls for cls in named if cls.__name__.endswith("Backbone")]
+        return [*backbones, transformers.AutoModel, *named]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
