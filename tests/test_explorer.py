@@ -373,6 +373,10 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert overlay.evaluate("image => image.naturalWidth") == 256
         assert page.locator("#heads img").evaluate("image => image.naturalWidth") == 2 * (160 + 4) + 4
         assert "cross" in page.locator("#top-classes").inner_text()
+        legend = page.locator("#legend .vitroll-legend")  # the overlay's colours: jet, each map scaled min to max
+        assert legend.inner_text().startswith("low\nhigh\ncolormap jet; each map scaled on its own: its lowest value")
+        assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
+                                                              ).startswith("linear-gradient(to right, rgb(0, 0, 128) 0%")
         page.screenshot(path=str(screenshot), full_page=True)
         assert not errors
 

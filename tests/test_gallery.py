@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
+import matplotlib
 import numpy as np
 import pytest
 from PIL import Image
@@ -40,6 +42,38 @@ def run(tmp_path_factory) -> Path:
     out_dir = source.parent / "out"
     annotate(source, out_dir, load_testbed_model(), ExplainSettings(method="rollout"), identity={"model": "shapes"})
     return out_dir
+
+
+def legend_stops(html: str) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (n,) in [0, 1] and RGB colours (n, 3) of the first colour bar on a page."""
+    gradient = re.search(r"linear-gradient\(to right, ([^)]*)\)", html).group(1)
+    stops = [stop.split() for stop in gradient.split(", ")]
+    positions = np.array([float(position.rstrip("%")) / 100 for _, position in stops])
+    colours = np.array([[int(colour[i:i + 2], 16) for i in (1, 3, 5)] for colour, _ in stops])
+    return positions, colours
+
+
+def test_the_gallery_legend_is_the_runs_colormap_and_says_how_each_map_was_scaled(tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    Image.fromarray(next(samples(5, 1)).image).save(source / "a.png")
+    annotate(source, tmp_path / "out", load_testbed_model(),
+             ExplainSettings(method="rollout", cmap="viridis", normalization="percentile"), identity={"model": "s"})
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.count('class="vitroll-legend"') == 2  # above the grid and in an image's detail view
+    assert ("colormap <b>viridis</b>; each map scaled on its own: its 1st percentile and below at the low end, its 99th "
+            "percentile and above at the high end: colours compare places within one image") in html
+    positions, colours = legend_stops(html)
+    assert len(positions) == 256 and positions[0] == 0 and positions[-1] == 1
+    expected = matplotlib.colormaps["viridis"](positions)[:, :3] * 255  # the bar is the overlay's 256-colour table
+    assert np.abs(colours - expected).max() <= 0.5 + 1e-9
+
+    write_gallery(tmp_path / "default", [])
+    html = (tmp_path / "default" / "index.html").read_text()
+    assert ("colormap <b>jet</b>; each map scaled on its own: its lowest value at the low end, its highest at the high "
+            "end") in html
+    positions, colours = legend_stops(html)
+    assert np.abs(colours - matplotlib.colormaps["jet"](positions)[:, :3] * 255).max() <= 0.5 + 1e-9
 
 
 def test_annotate_writes_a_gallery_whose_rows_and_class_summary_are_the_manifest(run):

@@ -19,9 +19,11 @@ from torch import nn
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.methods import METHODS, method_named
+from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, scored_model,
 )
+from vitroll.pipelines.legend import legend_html
 from vitroll.preprocess import Preprocessing
 
 if TYPE_CHECKING:
@@ -131,6 +133,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     last input of :data:`API_NAME`; the target-class menu lists the prompts.
     """
     gr = require_gradio()
+    drawing = ExplainSettings()  # colormap and scaling of the overlays, which the legend shows
     preprocessing = preprocessing or Preprocessing.from_model(model)
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
@@ -144,7 +147,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
             exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
-                                  class_names=class_names)
+                                  class_names=class_names, settings=drawing)
         except ImageReadError as error:
             raise refusal(upload_refusal(error, Path(image).name)) from None
         except (VitrollError, ValueError) as error:
@@ -172,6 +175,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
                                     interactive=False, elem_id="heads")  # each tile is labelled
+                gr.HTML(legend_html(drawing.cmap, drawing.normalization), elem_id="legend")
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")

@@ -258,8 +258,9 @@ def annotate(
             if world_size > 1:
                 _raise_stop_flag(stop_flag)
         result.elapsed = time.perf_counter() - started
-        merge_failure = _merge(out_dir, rank, world_size)  # after a failure too: manifest.csv and the gallery show
-        result = _reduce(result, world_size)               # the work done
+        # after a failure too: manifest.csv and the gallery show the work done
+        merge_failure = _merge(out_dir, settings, rank, world_size)
+        result = _reduce(result, world_size)
         _agree(failure or merge_failure, rank, world_size)
     return result
 
@@ -419,16 +420,17 @@ def _compact(out_dir: Path) -> list[dict[str, Any]]:
     return final
 
 
-def _merge(out_dir: Path, rank: int, world_size: int) -> Optional[BaseException]:
+def _merge(out_dir: Path, settings: ExplainSettings, rank: int, world_size: int) -> Optional[BaseException]:
     """Rank 0 compacts the manifests once every rank has finished, removes the outputs without rows and writes the
-    gallery of all rows; returns its failure, which the other ranks must not wait for."""
+    gallery of all rows (its colour legend: ``settings``' colormap and normalisation); returns its failure, which the
+    other ranks must not wait for."""
     _barrier(world_size)
     failure = None
     if rank == 0:
         try:
             rows = _compact(out_dir)
             _remove_unlisted_outputs(out_dir, rows)  # a failed rank's batch whose rows could not be written
-            write_gallery(out_dir, rows)
+            write_gallery(out_dir, rows, cmap=settings.cmap, normalization=settings.normalization)
             (out_dir / STOP_FLAG).unlink(missing_ok=True)
         except USER_ERRORS as error:
             failure = error

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 from urllib.parse import quote
 
 import numpy as np
 
 from vitroll.io.images import write_atomic
 from vitroll.io.names import readable
+from vitroll.pipelines.legend import legend_html
 from vitroll.templates import finite, render
 
 PAGE_SIZE = 60
@@ -80,9 +81,11 @@ def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return summaries
 
 
-def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]]) -> Path:
+def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]], *, cmap: str = "jet",
+                  normalization: Literal["minmax", "percentile"] = "minmax") -> Path:
     """Write ``out_dir/index.html`` and ``out_dir/gallery/rows.js`` for the manifest ``rows`` of an annotate run
-    (their paths relative to ``out_dir``, as the manifest has them); returns the page's path."""
+    (their paths relative to ``out_dir``, as the manifest has them), with the colour legend of the overlays' ``cmap``
+    and ``normalization`` (:func:`~vitroll.pipelines.legend.legend_html`); returns the page's path."""
     out_dir = Path(out_dir)
     page_rows = [_page_row(row) for row in rows]
     data = "window.VITROLL_ROWS = " + json.dumps(page_rows, default=str, allow_nan=False) + ";\n"
@@ -93,6 +96,6 @@ def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]]) -> Path
         title=out_dir.resolve().name, model=first.get("model", "—"), method=first.get("method", "—"),
         counts={"ok": len(page_rows) - failed, "failed": failed, "total": len(page_rows)},
         classes=class_summary(rows), statuses=sorted({row["status"] for row in page_rows}), sort_keys=SORT_KEYS,
-        text_keys=TEXT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS)
+        text_keys=TEXT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS, legend=legend_html(cmap, normalization))
     write_atomic(out_dir / "index.html", html.encode())
     return out_dir / "index.html"
