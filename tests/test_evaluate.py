@@ -163,6 +163,32 @@ def test_sanity_takes_images_as_every_method_does(random_checkpoint):
     assert from_path.table() == sanity_check(model, tensor, ["rollout"]).table()
 
 
+def test_sanity_runs_batch_size_images_at_a_time_with_the_same_correlations(random_checkpoint, tmp_path, capsys):
+    import csv
+
+    from vitroll.cli import main
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    tensor = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(5)])
+    seen = []
+    model.patch_embed.register_forward_hook(lambda module, inputs, output: seen.append(len(inputs[0])))
+    whole = sanity_check(model, tensor, ["rollout", "chefer"])
+    seen.clear()
+    in_twos = sanity_check(model, tensor, ["rollout", "chefer"], batch_size=2)
+    assert set(seen) == {2, 1}  # 2 + 2 + 1 images per forward pass, never all 5
+    for method in ("rollout", "chefer"):  # chefer: each part explains its own images' predictions
+        np.testing.assert_allclose(in_twos.correlations[method], whole.correlations[method], atol=1e-5)
+    assert main(["sanity", "--testbed", "3", "--methods", "rollout", "--batch-size", "2", "--checkpoint",
+                 str(random_checkpoint), "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "sanity.csv").open(encoding="utf-8")))
+    assert [row["method"] for row in rows] == ["rollout"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["sanity", "--help"])
+    assert "--batch-size N images per forward pass (default: 16)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_a_cut_out_mask_on_a_transparent_background_is_its_object_not_the_whole_image(tmp_path):
     item = shapes_images(1, seed=4)[0]
     Image.fromarray(item.image).save(tmp_path / "disk.png")

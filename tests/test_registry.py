@@ -171,7 +171,10 @@ def test_methods_command_lists_every_method_with_its_options_and_defaults(capsys
     for name, method in METHODS.items():
         parameters = list(inspect.signature(method.compute).parameters.values())[2:]
         assert [line.split(":")[0] for line in blocks[name]] == [p.name for p in parameters], name
-        assert all(line.endswith(f" = {p.default!r}") for line, p in zip(blocks[name], parameters)), name
+        assert all(line.split("  # ")[0].endswith(f" = {p.default!r}")  # a unit may follow after "  # "
+                   for line, p in zip(blocks[name], parameters)), name
+    assert ("    max_attention_memory: int | None = None  # bytes, as in the Python API; its flag "
+            "--max-attention-memory takes MiB") in out.splitlines()  # was without a unit: the flag's is MiB
     assert "integrated_gradients  (needs gradients, captum)" in out
     assert "rollout  (needs a forward pass)" in out and "chefer  (needs gradients)" in out
 

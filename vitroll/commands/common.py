@@ -215,7 +215,12 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
                             "(default 1024 MiB; on a GPU a quarter of its free memory where that is more)")
     group.add_argument("--option", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="any option of the method, read as its type (repeatable; `vitroll methods NAME` lists "
-                            "them): e.g. steps=8, solver=networkx, seed=3, layer=-2, target_class=none")
+                            "them, with units): e.g. steps=8, solver=networkx, seed=3, layer=-2, target_class=none, "
+                            "max_attention_memory=268435456 (bytes)")
+
+
+OPTION_UNITS = {"max_attention_memory": "bytes, as in the Python API; its flag --max-attention-memory takes MiB"}
+"""The unit of a method option's number where it has one, as ``--option KEY=VALUE`` reads it."""
 
 
 def option_flag(name: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 
+from vitroll.commands.common import OPTION_UNITS
 from vitroll.methods import METHODS, Method
 
 
@@ -24,8 +25,10 @@ def needs(method: Method) -> str:
 
 
 def describe(method: Method) -> list[str]:
-    """The lines ``vitroll methods`` prints for ``method``: its name and needs, then one option per line."""
-    options = [f"    {option.describe()}" for option in method.options.values()]
+    """The lines ``vitroll methods`` prints for ``method``: its name and needs, then one option per line (its unit
+    after ``#`` where it has one)."""
+    options = [f"    {option.describe()}" + (f"  # {OPTION_UNITS[name]}" if name in OPTION_UNITS else "")
+               for name, option in method.options.items()]
     return [f"{method.name}  (needs {needs(method)})", *(options or ["    no options"])]
 
 

@@ -8,7 +8,9 @@ import argparse
 
 from PIL import Image
 
-from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
+from vitroll.commands.common import (
+    add_batch_size_argument, method_options_from_args, model_from_args, preprocessing_from_args,
+)
 from vitroll.commands.evaluate import (
     DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed, write_csv,
 )
@@ -24,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__)
     add_image_source_arguments(parser, "a folder of images (files named NAME_mask.* are taken for masks and left out)",
                                testbed_count=TESTBED_COUNT, methods_default=DEFAULT_METHODS)
+    add_batch_size_argument(parser, 16)
     parser.set_defaults(run=run)
 
 
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])
-    result = sanity_check(model, tensor, args.methods, method_options=method_options)
+    result = sanity_check(model, tensor, args.methods, method_options=method_options, batch_size=args.batch_size)
     table = result.table()
     header = "| method | " + " | ".join(result.stages) + " | flagged |"
     lines = [header, "|---" * (len(result.stages) + 2) + "|"]

@@ -152,7 +152,7 @@ PER_IMAGE_OPTIONS = ("target_class",)
 """Options that may hold one value per image; a batch split in parts splits them with it."""
 
 
-def _options_of_rows(options: Mapping[str, object], rows: slice, batch: int) -> dict[str, object]:
+def options_of_rows(options: Mapping[str, object], rows: slice, batch: int) -> dict[str, object]:
     """``options`` for the images ``rows`` of a batch of ``batch``: a per-image option with one value per image
     (a sequence or 1-D tensor of length ``batch``) is sliced, everything else kept."""
 
@@ -182,7 +182,7 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
     half = (len(images) + 1) // 2
     print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
           file=sys.stderr)
-    parts = [_in_halves_when_out_of_memory(compute, model, images[rows], _options_of_rows(options, rows, len(images)))
+    parts = [_in_halves_when_out_of_memory(compute, model, images[rows], options_of_rows(options, rows, len(images)))
              for rows in (slice(None, half), slice(half, None))]
     logits = None if parts[0].logits is None else torch.cat([part.logits for part in parts])
     return Saliency(torch.cat([part.maps for part in parts]), logits)

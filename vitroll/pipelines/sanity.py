@@ -21,6 +21,7 @@ from vitroll.errors import UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, eval_mode, prepare_inputs
 from vitroll.methods.inputs import Inputs
+from vitroll.methods.registry import options_of_rows
 from vitroll.metrics import rank_correlation
 
 FLAG_CORRELATION = 0.5
@@ -91,9 +92,11 @@ def sanity_check(
     *,
     method_options: Optional[dict[str, Any]] = None,
     seed: int = 0,
+    batch_size: Optional[int] = None,
 ) -> SanityResult:
     """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
-    a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays).
+    a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays), ``batch_size`` of them through the model at
+    a time (None: all at once).
 
     Gradient methods explain the same class at every stage, so only the weights change: ``target_class`` of
     ``method_options`` where given, else the class the *trained* model predicts.
@@ -103,15 +106,17 @@ def sanity_check(
         options = runs[method].among(shared)
         if "target_class" in runs[method].options and options.get("target_class") is None:
             options["target_class"] = predicted
-        saliency = runs[method](current, images, **options)
-        return saliency.maps.float().cpu().numpy()
+        return np.concatenate([runs[method](current, images[rows], **options_of_rows(options, rows, len(images)))
+                               .maps.float().cpu().numpy() for rows in batches])
 
     randomizable_modules(model)  # a family that names nothing to randomise is refused before any map is computed
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     images = prepare_inputs(model, images)
+    step = batch_size or len(images)
+    batches = [slice(start, start + step) for start in range(0, len(images), step)]
     with eval_mode(model), torch.no_grad():
-        predicted = class_logits(model, images).argmax(dim=-1)
+        predicted = torch.cat([class_logits(model, images[rows]).argmax(dim=-1) for rows in batches])
     trained = {method: maps_of(model, method) for method in runs}  # a method named twice runs once
     stages, correlations = [], {m: [] for m in runs}
     for stage, randomized in cascade(model, seed):
