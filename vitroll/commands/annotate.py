@@ -56,16 +56,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _init_distributed(args: argparse.Namespace) -> None:
-    """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA."""
+def _init_distributed(args: argparse.Namespace) -> bool:
+    """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA. True when
+    this call made the group (then :func:`run` destroys it)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
-        return
+        return False
     cuda = (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
     if cuda:
         if args.device in ("auto", "cuda"):
             args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(args.device)
     torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+    return True
 
 
 def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preprocessing: Preprocessing,
@@ -92,7 +94,15 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with, disagree_below=args.disagree_below,
     )
-    _init_distributed(args)
+    joined = _init_distributed(args)
+    try:
+        return _run_in_group(args, options)
+    finally:
+        if joined:
+            torch.distributed.destroy_process_group()
+
+
+def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
     settings = settings_from_args(args)
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
