@@ -66,7 +66,8 @@ def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, s
 
 def whole(number: float) -> "int | float":
     """A slider's value as an int where it is a whole number (a slider gives 2.0), else as it is, for
-    :class:`ExplorerControls` to refuse: rounding a layer 0.5 to 0 would explain another layer than the one asked for."""
+    :class:`ExplorerControls` to refuse: rounding a layer 0.5 to 0 would explain another layer than the one asked
+    for."""
     return int(number) if isinstance(number, float) and number.is_integer() else number
 
 

@@ -80,7 +80,8 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
     preprocessing_fields = {name: value for name, value in dataclasses.asdict(preprocessing).items()
                             if name != "channels"}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
-            "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size, "class_names": names, "method": settings.method,
+            "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size,
+            "class_names": names, "method": settings.method,
             "options": settings.method_options, "preprocessing": preprocessing_fields,
             "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,
             "normalize": settings.normalization, "key_patches": settings.key_patches, "save": options.save,

@@ -29,7 +29,9 @@ class UnexplainableText(ValueError):
     """A text of a batch that cannot be explained; :attr:`alone` says why without the batch's numbering of texts (the
     reason a run over many texts gives that text)."""
 
-    alone: str
+    def __init__(self, message: str, alone: str) -> None:
+        super().__init__(message)
+        self.alone = alone
 
 
 class PositionOutsideText(UnexplainableText):
@@ -37,9 +39,9 @@ class PositionOutsideText(UnexplainableText):
     ``count`` of them."""
 
     def __init__(self, position: int, text: int, count: int) -> None:
-        super().__init__(f"position {position} is outside text {text}'s {count} real tokens")
+        super().__init__(f"position {position} is outside text {text}'s {count} real tokens",
+                         f"position {position} is outside its {count} real tokens")
         self.position, self.text, self.count = position, text, count
-        self.alone = f"position {position} is outside its {count} real tokens"
 
 
 class NoMaskToken(UnexplainableText):
@@ -47,8 +49,7 @@ class NoMaskToken(UnexplainableText):
 
     def __init__(self, mask: str, texts: list[int]) -> None:
         why = f"a masked language model predicts the token at its first {mask} (or at --position)"
-        super().__init__(f"no {mask} in texts {texts} of the batch: {why}")
-        self.alone = f"no {mask} in the text: {why}"
+        super().__init__(f"no {mask} in texts {texts} of the batch: {why}", f"no {mask} in the text: {why}")
 
 
 @dataclass(frozen=True)
