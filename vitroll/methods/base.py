@@ -93,7 +93,8 @@ def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
         advice = (f"pass pictures as uint8 arrays, PIL images or paths to have them converted to "
                   f"{'grey' if expected == 1 else 'RGB'} and preprocessed")
     else:
-        advice = f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor (B, {expected}, H, W)"
+        advice = (f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor "
+                  f"(B, {expected}, H, W)")
     raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
                      f"the model takes (B, {expected}, H, W): {advice}")
 
