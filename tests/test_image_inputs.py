@@ -158,6 +158,13 @@ def test_raw_pixels_made_float_are_refused_naming_their_range_and_the_models(mod
     assert method(model, pixels / 255).shape == (2, 2, 2)  # within 10× of the range: not refused
 
 
+def test_a_normalised_batch_with_a_nan_is_not_taken_for_raw_pixels(model):
+    """A NaN made min() and max() NaN, every comparison False, so the batch was refused as "raw 0…255 pixels?"."""
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    images[0, 0, 0, 0] = float("nan")
+    assert random_map(model, images).shape == (2, 2, 2)
+
+
 def test_the_conversions_an_alpha_array_refusal_names_give_its_picture(model):
     rgba = np.zeros((32, 32, 4), dtype=np.uint8)
     rgba[..., 0], rgba[:16, :, 3] = 200, 255  # top half opaque red, bottom half transparent

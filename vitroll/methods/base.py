@@ -93,7 +93,8 @@ def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
         advice = (f"pass pictures as uint8 arrays, PIL images or paths to have them converted to "
                   f"{'grey' if expected == 1 else 'RGB'} and preprocessed")
     else:
-        advice = f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor (B, {expected}, H, W)"
+        advice = (f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor "
+                  f"(B, {expected}, H, W)")
     raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
                      f"the model takes (B, {expected}, H, W): {advice}")
 
@@ -108,9 +109,12 @@ def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
         return
     bounds = [(edge - mean) / std for mean, std in zip(preprocessing.mean, preprocessing.std) for edge in (0.0, 1.0)]
     low, high = min(bounds), max(bounds)
-    if not batch.is_floating_point() or float(batch.min()) < 0 or float(batch.max()) <= 10 * max(-low, high):
+    if not batch.is_floating_point():
         return
-    raise ValueError(f"images range from {float(batch.min()):.4g} to {float(batch.max()):.4g}, far beyond the "
+    smallest, largest = float(batch.min()), float(batch.max())
+    if not (smallest >= 0 and largest > 10 * max(-low, high)):  # written so that a NaN (min and max NaN) passes
+        return
+    raise ValueError(f"images range from {smallest:.4g} to {largest:.4g}, far beyond the "
                      f"{low:.2f}…{high:.2f} the model's normalisation gives pixels: raw 0…255 pixels? pass them as "
                      "uint8 arrays (H, W, 3) or PIL images to have them preprocessed, or normalise them as "
                      "Preprocessing.from_model(model) does")

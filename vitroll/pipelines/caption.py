@@ -80,8 +80,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                   batch_size: int = 8, preprocessing: Optional[Preprocessing] = None, cmap: str = "jet",
                   alpha: float = 0.5, window: Optional[int] = None) -> Iterator[CaptionedImage]:
     """Caption each file and write its strip; one result per input in input order, unreadable files with ``error``
-    set (the others go on). Merges its entries into ``OUT/captions.json`` once every input is done. ``window``: of ``occlusion``
-    (:func:`~vitroll.methods.caption.caption_maps`)."""
+    set (the others go on). Merges its entries into ``OUT/captions.json`` once every input is done
+    (:func:`merged_captions`). ``window``: of ``occlusion`` (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
