@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.capture.families import registered_family
+from vitroll.capture.families import refusal_of, registered_family
 from vitroll.errors import UnsupportedModelError
 
 CropMode = Literal["center", "squash"]
@@ -149,8 +149,6 @@ class Preprocessing:
         """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), in
         grey for a model whose input convolution takes one channel (:func:`input_channels`), with ``overrides`` (None
         values ignored)."""
-        from vitroll.capture.families import refusal_of
-
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
                 preprocessing = preprocessing_of(model)
