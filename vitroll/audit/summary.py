@@ -114,11 +114,13 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
     if marked:
         said.append(Sentence(f"{share(len(marked), n)} are marked BurnedInAnnotation = YES in their header.",
                              _cases(marked), "cases"))
-    denied = [row for row in rows if row.metadata.get("BurnedInAnnotation", "").upper() == "NO" and row.text_regions]
-    if denied:
+    wrong_header = [row for row in rows
+                    if row.metadata.get("BurnedInAnnotation", "").upper() == "NO" and row.text_regions]
+    if wrong_header:
         said.append(Sentence(
-            f"{share(len(denied), n)} say BurnedInAnnotation = NO in their header, yet the text detector found text "
-            "in their pixels (filled black in this report): the header was wrong for them.", _cases(denied), "cases"))
+            f"{share(len(wrong_header), n)} say BurnedInAnnotation = NO in their header, yet the text detector found "
+            "text in their pixels (filled black in this report): the header was wrong for them.",
+            _cases(wrong_header), "cases"))
     with_roi = [row for row in rows if np.isfinite(row.metrics.get("roi_energy", np.nan))]
     if with_roi:
         energy = float(np.mean([row.metrics["roi_energy"] for row in with_roi]))
