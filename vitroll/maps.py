@@ -107,7 +107,7 @@ def scaled_into_float32(values: "np.ndarray | object") -> np.ndarray:
     """``values`` (any shape, given as anything :func:`as_numpy` takes) as float32, first scaled by a power of two
     where their largest finite magnitude lies outside 2**±64: in float32 they would overflow (or their differences
     would) or flush to 0. Only for what a positive scale leaves alone (normalisation, colours), never for the values
-    themselves; values within that range are only cast, as they always were."""
+    themselves; values within that range are only cast."""
     values = as_numpy(values, held_float(values))
     largest = float(np.max(np.abs(values), where=np.isfinite(values), initial=0.0))
     if largest == 0.0 or 2.0**-64 <= largest <= 2.0**64:

@@ -95,7 +95,7 @@ def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
         array = array[..., 0]
     bits = 8 * array.dtype.itemsize if array.dtype.kind == "u" else None
     channels = array.shape[-1] if array.ndim == 3 else None
-    if bits in (8, 16) and array.ndim == 2 or (bits, channels) == (8, 3):
+    if (bits in (8, 16) and array.ndim == 2) or (bits, channels) == (8, 3):
         return array
     if bits == 8 and channels in (2, 4):
         kind, colour = ("grey", "0") if channels == 2 else ("RGB", ":3")

@@ -371,7 +371,7 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
             return method(model, inputs, **options).maps
 
         # help() and get_type_hints read these: compute's parameters with the text keywords, the maps as the return;
-        # the inputs named as maps_only takes them (a compute's `images` was advertised but refused as a keyword)
+        # the second parameter is named `inputs` whatever compute calls it, since that is the keyword maps_only takes
         model_parameter, inputs_parameter, *own = inspect.signature(compute).parameters.values()
         maps_only.__signature__ = inspect.signature(compute).replace(
             parameters=[model_parameter, inputs_parameter.replace(name="inputs"), *_TEXT_KEYWORDS, *own],

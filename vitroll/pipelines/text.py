@@ -13,7 +13,6 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from torch import nn
 
 from vitroll.adapters.transformers_text import prediction_kind
-
 from vitroll.io.images import write_atomic
 from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts
 from vitroll.maps import as_numpy
