@@ -170,7 +170,8 @@ _register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
 
 MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
                  "gpt2": _GPT2_CLASSES}
-"""The transformers classes registered above, by ``config.model_type``: what loading checks a folder against."""
+"""The transformers classes registered above, by ``config.model_type``, the bare model first: what loading checks a
+folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
 

@@ -178,7 +178,7 @@ def _refuse_unread_text_head(name: str, config: object) -> None:
     unread = [architecture for architecture in config.architectures or () if architecture not in classes]
     if unread:
         raise ModelLoadError(f"{name}: {unread[0]} is not supported: of {config.model_type!r} models vitroll explains "
-                             f"{', '.join(classes)} (to explain the encoder alone, save model.base_model with "
+                             f"{', '.join(classes)} (to explain {classes[0]} alone, save model.base_model with "
                              "save_pretrained)")
 
 
