@@ -263,7 +263,7 @@ def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_be
     config.save_pretrained(folder)  # no weights: the refusal comes from the config, before any would be read
     assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
         f"{folder}: GPT2ForSequenceClassification is not supported: of 'gpt2' models vitroll explains GPT2Model, "
-        "GPT2LMHeadModel (to explain the encoder alone, save model.base_model with save_pretrained)")
+        "GPT2LMHeadModel (to explain GPT2Model alone, save model.base_model with save_pretrained)")
 
 
 @pytest.mark.parametrize("architecture", ["ElectraForPreTraining", "ElectraForTokenClassification"])
@@ -275,7 +275,7 @@ def test_a_text_model_whose_head_vitroll_does_not_read_is_refused_rather_than_lo
     config.save_pretrained(folder)
     assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
         f"{folder}: {architecture} is not supported: of 'electra' models vitroll explains ElectraModel, "
-        "ElectraForSequenceClassification, ElectraForMaskedLM (to explain the encoder alone, save model.base_model "
+        "ElectraForSequenceClassification, ElectraForMaskedLM (to explain ElectraModel alone, save model.base_model "
         "with save_pretrained)")
 
 

@@ -145,18 +145,20 @@ def _register(name: str, module: str, attention: str, classes: tuple[str, ...], 
 
 _ENCODERS = {
     "bert": ("bert.modeling_bert", "BertSelfAttention", ("BertModel", "BertForSequenceClassification")),
-    "roberta": ("roberta.modeling_roberta", "RobertaSelfAttention", ("RobertaModel", "RobertaForSequenceClassification")),
+    "roberta": ("roberta.modeling_roberta", "RobertaSelfAttention",
+                ("RobertaModel", "RobertaForSequenceClassification")),
     "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
-    "electra": ("electra.modeling_electra", "ElectraSelfAttention", ("ElectraModel", "ElectraForSequenceClassification")),
+    "electra": ("electra.modeling_electra", "ElectraSelfAttention",
+                ("ElectraModel", "ElectraForSequenceClassification")),
 }
+_MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
+"""Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
               class_names=config_class_names,
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
-_MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
-for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}-mlm", _module, _attention, (_MASKED_LANGUAGE_MODELS[_kind],),
               token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
               notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
@@ -168,7 +170,8 @@ _register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
 
 MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
                  "gpt2": _GPT2_CLASSES}
-"""The transformers classes registered above, by ``config.model_type``: what loading checks a folder against."""
+"""The transformers classes registered above, by ``config.model_type``, the bare model first: what loading checks a
+folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
 

@@ -120,7 +120,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
-    _refuse_unread_classifier(name, config)
+    _refuse_unread_text_head(name, config)
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
@@ -168,15 +168,17 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     return model
 
 
-def _refuse_unread_classifier(name: str, config: object) -> None:
+def _refuse_unread_text_head(name: str, config: object) -> None:
     """Refuse, before any weights are read, a text model of a supported model type whose class vitroll has no
     family for (``GPT2ForSequenceClassification``, ``BertForTokenClassification``, ``ElectraForPreTraining``): built
     as the bare model it would lose its head without a word."""
     classes = TEXT_MODEL_CLASSES.get(config.model_type)
-    unread = [architecture for architecture in config.architectures or () if architecture not in (classes or ())]
-    if classes and unread:
+    if classes is None:  # not a text model type
+        return
+    unread = [architecture for architecture in config.architectures or () if architecture not in classes]
+    if unread:
         raise ModelLoadError(f"{name}: {unread[0]} is not supported: of {config.model_type!r} models vitroll explains "
-                             f"{', '.join(classes)} (to explain the encoder alone, save model.base_model with "
+                             f"{', '.join(classes)} (to explain {classes[0]} alone, save model.base_model with "
                              "save_pretrained)")
 
 
