@@ -264,3 +264,14 @@ def test_figures_draw_method_names_as_written_and_the_legend_keeps_one_starting_
     titles = [axis.title for axis in examples_figure(evaluation, [image]).axes]
     assert [title.get_text() for title in titles] == ["image + mask", *methods]
     assert not any(title.get_parse_math() for title in titles)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_sanity_refuses_a_batch_size_below_one(random_checkpoint, batch_size):
+    """0 silently ran everything at once and -1 drew no batch at all, failing in torch.cat([])."""
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(2)])
+    with pytest.raises(ValueError, match=f"batch_size must be ≥ 1 or None; got {batch_size}"):
+        sanity_check(model, images, ["rollout"], batch_size=batch_size)

@@ -96,7 +96,7 @@ def sanity_check(
 ) -> SanityResult:
     """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
     a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays), ``batch_size`` of them through the model at
-    a time (None: all at once).
+    a time (None: all at once; below 1 raises ValueError).
 
     Gradient methods explain the same class at every stage, so only the weights change: ``target_class`` of
     ``method_options`` where given, else the class the *trained* model predicts.
@@ -109,11 +109,13 @@ def sanity_check(
         return np.concatenate([runs[method](current, images[rows], **options_of_rows(options, rows, len(images)))
                                .maps.float().cpu().numpy() for rows in batches])
 
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1 or None; got {batch_size}")
     randomizable_modules(model)  # a family that names nothing to randomise is refused before any map is computed
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     images = prepare_inputs(model, images)
-    step = batch_size or len(images)
+    step = len(images) if batch_size is None else batch_size
     batches = [slice(start, start + step) for start in range(0, len(images), step)]
     with eval_mode(model), torch.no_grad():
         predicted = torch.cat([class_logits(model, images[rows]).argmax(dim=-1) for rows in batches])
