@@ -119,7 +119,7 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
     if wrong_header:
         said.append(Sentence(
             f"{share(len(wrong_header), n)} say BurnedInAnnotation = NO in their header, yet the text detector found "
-            "text in their pixels (filled black in this report): the header was wrong for them.",
+            "text in their pixels (filled black in this report): the header may be wrong for them.",
             _cases(wrong_header), "cases"))
     with_roi = [row for row in rows if np.isfinite(row.metrics.get("roi_energy", np.nan))]
     if with_roi:
