@@ -547,8 +547,8 @@ def test_a_predicted_token_is_shown_quoted_on_one_line(tmp_path, capsys):
     from vitroll.text_view import quoted_token
     from vitroll.words import WordScore
 
-    assert [quoted_token(token) for token in [" the", "\n", "\r\x0b", "é", "\\xc3"]] == [
-        '" the"', '"\\n"', '"\\r\\x0b"', '"é"', '"\\xc3"']
+    assert [quoted_token(token) for token in [" the", "\n", "\r\x0b", "é", "\\xc3", '"']] == [
+        '" the"', '"\\n"', '"\\r\\x0b"', '"é"', '"\\xc3"', '"\\""']
     encoded = EncodedText("hi", ["hi"], [0], [(0, 2)], ["hi"])
     line_break = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "\n", 0.5, "\n", "next token")
     labelled = TextResult(encoded, [1.0], [WordScore("hi", 0, 2, 1.0, 1)], "positive", 0.5, "positive")

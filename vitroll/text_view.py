@@ -115,10 +115,12 @@ def terminal_text(shown: Sequence[Segment]) -> Text:
 
 def quoted_token(token: str) -> str:
     """A predicted token as it is shown on one line: in quotes, so that its white space shows (``" the"``, not
-    ``the``), control characters escaped (``"\\n"``, not a line break; ``"\\x0b"``)."""
+    ``the``), control characters escaped (``"\\n"``, not a line break; ``"\\x0b"``) and a quote too (``"\\""``).
+    A backslash stays as it is: the bytes of a partial character are already spelt ``\\xc3``."""
     escaped = "".join(_ESCAPES.get(character, f"\\x{ord(character):02x}")
-                      if unicodedata.category(character) == "Cc" else character for character in token)
+                      if character in _ESCAPES or unicodedata.category(character) == "Cc" else character
+                      for character in token)
     return f'"{escaped}"'
 
 
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"'}
