@@ -424,31 +424,25 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
     return tokenize
 
 
-register_dual_encoder("hf-clip", _classes("clip.modeling_clip", "CLIPModel"), vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest"),
-                                                context=_text_context),
-                      preprocessing=transformers_preprocessing, name_patterns=("CLIPModel",),
-                      notes="image–text: logits_per_image explained on the vision tower (class token read out)")
-register_dual_encoder("hf-siglip", _classes("siglip.modeling_siglip", "SiglipModel"),
-                      vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("max_length"),
-                                                context=_text_context),
-                      preprocessing=transformers_preprocessing, name_patterns=("SiglipModel",),
-                      notes="image–text: logits_per_image (with its bias) explained on the vision tower (its "
-                            "attention-pool row read out)")
-register_dual_encoder("hf-metaclip2", _classes("metaclip_2.modeling_metaclip_2", "MetaClip2Model"),
-                      vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_image_text_logits, _tokenize_padded("longest"),
-                                                context=_text_context),
-                      preprocessing=transformers_preprocessing, name_patterns=("MetaClip2Model",),
-                      notes="image–text: logits_per_image explained on the vision tower (class token read out)")
-register_dual_encoder("hf-aimv2", _classes("aimv2.modeling_aimv2", "Aimv2Model"),
-                      vision_tower=lambda model: model.vision_model,
-                      image_text=ImageTextScore(_aimv2_image_text_logits, _tokenize_padded("longest"),
-                                                context=_text_context),
-                      preprocessing=transformers_preprocessing, name_patterns=("Aimv2Model",),
-                      notes="image–text: logits_per_image explained on the vision tower (its pooling query's "
-                            "attention read out)")
+def _register_dual_encoder(name: str, module: str, class_name: str, notes: str, *,
+                           logits: Callable = _image_text_logits, padding: str = "longest") -> None:
+    """Register a transformers CLIP-like model ``module.class_name``: its image–text logits explained on its
+    ``vision_model``, texts padded as its tokenizer was trained (``padding``)."""
+    register_dual_encoder(name, _classes(module, class_name), vision_tower=lambda model: model.vision_model,
+                          image_text=ImageTextScore(logits, _tokenize_padded(padding), context=_text_context),
+                          preprocessing=transformers_preprocessing, name_patterns=(class_name,), notes=notes)
+
+
+_register_dual_encoder("hf-clip", "clip.modeling_clip", "CLIPModel",
+                       "image–text: logits_per_image explained on the vision tower (class token read out)")
+_register_dual_encoder("hf-siglip", "siglip.modeling_siglip", "SiglipModel",
+                       "image–text: logits_per_image (with its bias) explained on the vision tower (its attention-pool "
+                       "row read out)", padding="max_length")
+_register_dual_encoder("hf-metaclip2", "metaclip_2.modeling_metaclip_2", "MetaClip2Model",
+                       "image–text: logits_per_image explained on the vision tower (class token read out)")
+_register_dual_encoder("hf-aimv2", "aimv2.modeling_aimv2", "Aimv2Model",
+                       "image–text: logits_per_image explained on the vision tower (its pooling query's attention "
+                       "read out)", logits=_aimv2_image_text_logits)
 
 MODEL_TYPES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "beit",
                          "data2vec-vision", "vit_msn", "vit_mae", "clip", "clip_vision_model", "siglip",
