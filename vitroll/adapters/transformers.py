@@ -220,7 +220,8 @@ def _grid(model: nn.Module, image_hw: tuple[int, int]) -> tuple[int, int]:
     a size that is not whole patches (the embedding would crop it)."""
     patch = _pair(image_config(model).patch_size)
     if any(size % step for size, step in zip(image_hw, patch)):
-        raise ValueError(f"{image_hw[0]}×{image_hw[1]} is not a multiple of the model's {patch[0]}×{patch[1]} patches")
+        raise ValueError(f"{image_hw[0]}×{image_hw[1]} is not a multiple of the model's "
+                         f"{patch[0]}×{patch[1]} patches")
     return image_hw[0] // patch[0], image_hw[1] // patch[1]
 
 
@@ -436,8 +437,8 @@ def _register_dual_encoder(name: str, module: str, class_name: str, notes: str, 
 _register_dual_encoder("hf-clip", "clip.modeling_clip", "CLIPModel",
                        "image–text: logits_per_image explained on the vision tower (class token read out)")
 _register_dual_encoder("hf-siglip", "siglip.modeling_siglip", "SiglipModel",
-                       "image–text: logits_per_image (with its bias) explained on the vision tower (its attention-pool "
-                       "row read out)", padding="max_length")
+                       "image–text: logits_per_image (with its bias) explained on the vision tower (its "
+                       "attention-pool row read out)", padding="max_length")
 _register_dual_encoder("hf-metaclip2", "metaclip_2.modeling_metaclip_2", "MetaClip2Model",
                        "image–text: logits_per_image explained on the vision tower (class token read out)")
 _register_dual_encoder("hf-aimv2", "aimv2.modeling_aimv2", "Aimv2Model",
@@ -457,7 +458,8 @@ _VIT_LIKE = "vitroll explains image classifiers and backbones (ViT, DeiT, DINOv2
 _SIGLIP2 = ("SigLIP 2 (NaFlex) takes its images as pre-cut patches with their spatial shapes and a patch mask, not as "
             "an image tensor; vitroll explains SigLIP (model type siglip) and its vision tower")
 _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
-    ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel", f"Swin attends within shifted windows: {_HIERARCHICAL}"),
+    ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel",
+     f"Swin attends within shifted windows: {_HIERARCHICAL}"),
     ("swinv2", f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel",
      f"Swin V2 attends within shifted windows: {_HIERARCHICAL}"),
     ("convnext", f"{_MODELS}.convnext.modeling_convnext.ConvNextPreTrainedModel",
