@@ -224,6 +224,12 @@ def test_fit_text_breaks_at_spaces_keeps_short_text_and_given_line_breaks():
     assert fit_text("x" * 1000, 0.5, 10, lines=2) == "xxxxxx\nxxxx…"
 
 
+def test_fit_text_spells_the_bytes_of_a_name_that_is_not_utf8():
+    """Every title passes through fit_text; compare's image titles reached matplotlib's set_text with a lone
+    surrogate (TypeError) where overlay, annotate and caption spelt it out themselves."""
+    assert fit_text("caf\udce9.png — cross (98.1%)", 3, 10) == "caf\\xe9.png — cross (98.1%)"
+
+
 def test_grid_panel_titles_fit_their_panels_and_are_drawn_as_written():
     image = np.zeros((32, 32, 3), np.uint8)
     captions = ["$x$ " + "long_label_" * 30, "a$\\frac$b"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
+from vitroll.io.names import readable
 from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, upsample
 
 if TYPE_CHECKING:
@@ -229,7 +230,8 @@ def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LIN
     """``text`` in at most ``lines`` lines, each at most ``width`` inches wide at ``fontsize`` points in matplotlib's
     font, as measured by matplotlib: broken at spaces where it can and inside a word where it must (a long name
     without spaces would run across the next panels); line breaks already in ``text`` are kept; what does not fit
-    is cut, the last line ending in "…"."""
+    is cut, the last line ending in "…". The bytes of a file name that is not UTF-8, which matplotlib cannot draw,
+    are spelt ``\\xe9`` (:func:`~vitroll.io.names.readable`)."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
@@ -249,7 +251,7 @@ def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LIN
         return low
 
     fitted: list[str] = []
-    for paragraph in text.split("\n"):
+    for paragraph in readable(text).split("\n"):
         rest = " ".join(paragraph.split())
         while len(fitted) <= lines:
             if fits(rest):

@@ -20,7 +20,6 @@ from torch import nn
 
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import encode_png, write_atomic
-from vitroll.io.names import readable
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
@@ -146,7 +145,7 @@ def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: 
                                                           for i in word.tokens],
                           "token_logits": [round(logits[i], 4) for i in word.tokens], "peak_xy": [column, row]})
     strip_path = out_dir / f"{stem}_caption_{method}.png"
-    title = readable(f"{record.item.name} — {method}: “{caption}”")
+    title = f"{record.item.name} — {method}: “{caption}”"
     write_atomic(strip_path, figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
                  if overlays else encode_png(record.image))
     return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path)

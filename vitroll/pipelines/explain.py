@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel
-from vitroll.io.names import readable
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS, method_named, prompted_saliency
 from vitroll.overlay import (GRID_PANEL, GRID_TITLE_SIZE, TITLE_SHARE, figure, fit_text, outline_boxes, overlay,
@@ -119,7 +118,7 @@ def figure_bytes(fig: "Figure") -> bytes:
 def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, settings: ExplainSettings,
                top: Optional[tuple[int, str, float]] = None) -> bytes:
     """PNG bytes of the image | heatmap | overlay figure, titled with the file name and the top-1 class."""
-    title = readable(path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})")
+    title = path_name if top is None else f"{path_name} — {top[1]} ({top[2]:.1%})"
     return figure_bytes(figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap))
 
 
@@ -127,4 +126,4 @@ def text_grid_png(path_name: str, rgb: np.ndarray, overlays: list[np.ndarray], t
                   settings: ExplainSettings) -> bytes:
     """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit."""
     titles = [f"{panel_text(text)}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
-    return figure_bytes(overlay_grid(rgb, overlays, titles, title=readable(f"{path_name} — {settings.method}")))
+    return figure_bytes(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))
