@@ -109,8 +109,6 @@ def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
         return
     bounds = [(edge - mean) / std for mean, std in zip(preprocessing.mean, preprocessing.std) for edge in (0.0, 1.0)]
     low, high = min(bounds), max(bounds)
-    if not batch.is_floating_point():
-        return
     smallest, largest = float(batch.min()), float(batch.max())
     if not (smallest >= 0 and largest > 10 * max(-low, high)):  # written so that a NaN (min and max NaN) passes
         return
