@@ -387,7 +387,6 @@ _register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel", "PixioBackb
                 "attention methods only")
 
 
-
 def _image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs) -> torch.Tensor:
     """``logits_per_image`` (B, T) of CLIPModel and SiglipModel, from their own forward."""
     return model(pixel_values=images, input_ids=texts.input_ids, attention_mask=texts.attention_mask,
