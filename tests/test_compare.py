@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import numpy as np
@@ -180,3 +181,15 @@ def test_a_missing_image_fails_alone_with_the_exit_status_of_every_command(tmp_p
     assert [row["image"] for row in csv.DictReader((tmp_path / "out" / "agreement.csv").open())] == [images[0]]
     assert main(["compare", str(missing), "--model", "vitroll-shapes", "--model", "vitroll-shapes",
                  "--out", str(tmp_path / "none")]) == 3
+
+
+def test_an_image_whose_name_is_not_utf8_is_compared_and_spelt_out(tmp_path, capsys, images):
+    """Its row stopped the run when agreement.csv was written ('utf-8' codec can't encode '\\udce9'), after the
+    maps were computed; it is spelt as manifest.csv spells it."""
+    latin1 = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9.png"))
+    latin1.write_bytes(Path(images[0]).read_bytes())
+    assert main(["compare", str(latin1), "--model", "vitroll-shapes", "--model", "vitroll-shapes",
+                 "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    rows = list(csv.DictReader((tmp_path / "out" / "agreement.csv").open(encoding="utf-8")))
+    assert [row["image"] for row in rows] == [f"{tmp_path}/caf\\xe9.png"]
+    assert (tmp_path / "out" / "grid.png").stat().st_size > 0

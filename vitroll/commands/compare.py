@@ -16,6 +16,7 @@ from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
     add_out_argument, integer, resolve_device, settings_from_args, warn_if_trusting,
 )
+from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
 from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.images:
         return EXIT_SOME_FAILED
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8") as handle:
+    with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
         writer = csv.DictWriter(handle, fieldnames=["image", "model_a", "model_b", "spearman", "top10_iou"])
         writer.writeheader()
         writer.writerows(result.rows)

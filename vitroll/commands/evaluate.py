@@ -17,6 +17,7 @@ from vitroll.commands.common import (
     method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
 )
 from vitroll.errors import VitrollError
+from vitroll.io.names import READABLE
 from vitroll.methods import METHODS, method_named
 from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
@@ -125,7 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with path.open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
