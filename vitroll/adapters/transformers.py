@@ -56,10 +56,17 @@ def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     cross = is_cross_attention(module)
-    if dropout or key.shape[1] != query.shape[1] or (key.shape[2] != query.shape[2] and not cross):
+    if dropout or query.shape[1] % key.shape[1] or (key.shape[2] != query.shape[2] and not cross):
         raise UnsupportedModelError(
-            f"{type(module).__name__} attends with dropout, grouped or cached keys; vitroll records attention "
-            "in eval mode without a cache only")
+            f"{type(module).__name__} attends with dropout or cached keys; vitroll records attention in eval mode "
+            "without a cache only")
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+        raise UnsupportedModelError(
+            f"{type(module).__name__} soft-caps its attention logits or adds attention sinks, which vitroll's "
+            "attention kernel does not compute")
+    if key.shape[1] != query.shape[1]:  # grouped-query attention: a key/value head serves consecutive query heads
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
         # transformers leaves an unpadded causal batch's mask to the kernel's is_causal flag
         attention_mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()

@@ -53,6 +53,37 @@ def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
 
 
+def _decoder_classifier_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
+        raise OptionValueError(f"a causal sequence classifier reads one token's row (readout='position'); a "
+                               f"{batch.readout!r} readout mixes rows that see different prefixes")
+    return TokenLayout(0, "position", None, token_mask=batch.real, positions=_classifier_positions(model, batch))
+
+
+def _classifier_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """(B,) the token each text is classified at: the position given, else the one the head reads, as transformers'
+    ``…ForSequenceClassification`` picks it: the last real token whose id is not the padding token's (a text that
+    ends in its padding id, such as an end-of-text token that pads too, is read before it)."""
+    if batch.position is not None:
+        return batch.explained_positions()
+    read = batch.real
+    if model.config.pad_token_id is not None:
+        not_padding_id = batch.real & (batch.input_ids != model.config.pad_token_id)
+        read = torch.where(not_padding_id.any(dim=-1, keepdim=True), not_padding_id, batch.real)  # else its last
+    indices = torch.arange(read.shape[-1], device=read.device)
+    return torch.where(read, indices, -1).argmax(dim=-1)
+
+
+def _decoder_classifier_logits(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """The class logits (B, num_classes): the head on the hidden state of each text's classified token. Computed here
+    rather than by the model, which refuses batches when its config has no padding token, and numbers left padding
+    into its positions."""
+    position_ids = (batch.attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+    hidden = model.base_model(**batch.model_inputs(), position_ids=position_ids, use_cache=False).last_hidden_state
+    positions = _classifier_positions(model, batch).to(hidden.device)
+    return model.score(hidden[torch.arange(len(hidden), device=hidden.device), positions])
+
+
 def _masked_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
     if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
         raise OptionValueError(f"a masked language model is explained at the token it predicts (readout='position'); "
@@ -168,8 +199,34 @@ _register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
           token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
           notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
 
+_DECODERS = {
+    "llama": ("llama.modeling_llama", "LlamaAttention", "Llama"),
+    "qwen2": ("qwen2.modeling_qwen2", "Qwen2Attention", "Qwen2"),
+    "qwen3": ("qwen3.modeling_qwen3", "Qwen3Attention", "Qwen3"),
+    "mistral": ("mistral.modeling_mistral", "MistralAttention", "Mistral"),
+    "gemma": ("gemma.modeling_gemma", "GemmaAttention", "Gemma"),
+    "phi": ("phi.modeling_phi", "PhiAttention", "Phi"),
+    "gpt_neox": ("gpt_neox.modeling_gpt_neox", "GPTNeoXAttention", "GPTNeoX"),
+    "opt": ("opt.modeling_opt", "OPTAttention", "OPT"),
+}
+"""Decoder-only language models that go through the attention interface (grouped-query attention and sliding windows
+included: the window is in the mask the model builds), by ``config.model_type``: module, attention class, prefix of
+their ``…Model``, ``…ForCausalLM`` and ``…ForSequenceClassification`` classes."""
+for _kind, (_module, _attention, _prefix) in _DECODERS.items():
+    _register(f"hf-{_kind.replace('_', '-')}", _module, _attention, (f"{_prefix}Model", f"{_prefix}ForCausalLM"),
+              token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
+              notes="causal language model: the explained position's row (last real token); score: next token's "
+                    "log-prob")
+    _register(f"hf-{_kind.replace('_', '-')}-classifier", _module, _attention, (f"{_prefix}ForSequenceClassification",),
+              token_layout=_decoder_classifier_layout, logits=_decoder_classifier_logits,
+              class_names=config_class_names,
+              notes="causal sequence classifier: the row of the token its head reads (the last real one that is not "
+                    "the padding token)")
+
 MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
-                 "gpt2": _GPT2_CLASSES}
+                 "gpt2": _GPT2_CLASSES,
+                 **{kind: (f"{prefix}Model", f"{prefix}ForCausalLM", f"{prefix}ForSequenceClassification")
+                    for kind, (_, _, prefix) in _DECODERS.items()}}
 """The transformers classes registered above, by ``config.model_type``, the bare model first: what loading checks a
 folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)

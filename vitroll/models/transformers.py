@@ -201,7 +201,7 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     if config.model_type in TEXT_MODEL_TYPES:
         if any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
             return [transformers.AutoModelForSequenceClassification]
-        if any(architecture.endswith("LMHeadModel") for architecture in architectures):
+        if any(architecture.endswith(("LMHeadModel", "ForCausalLM")) for architecture in architectures):
             return [transformers.AutoModelForCausalLM]
         if any(architecture.endswith("ForMaskedLM") for architecture in architectures):
             return [transformers.AutoModelForMaskedLM]

@@ -1,0 +1,122 @@
+"""Decoder-only language models beyond GPT-2 (Llama, Qwen2/3, Mistral, Gemma, Phi, GPT-NeoX, OPT) and their
+``…ForSequenceClassification`` heads, built from small configs: token scores (B, L) against float64 references
+computed by hand from the eager attentions of each text alone, with padding on either side."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import vitroll
+from test_text import IDS, IDS_REAL, MASK, chain, compare, eager_alone, left_padded
+from vitroll.io.text import TokenBatch
+from vitroll.methods.base import model_logits
+
+SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             initializer_range=0.3)
+GROUPED = dict(SMALL, num_key_value_heads=2)  # grouped-query attention: two query heads per key/value head
+CONFIGS = {
+    "llama": lambda **extra: transformers.LlamaConfig(**GROUPED, **extra),
+    "qwen2": lambda **extra: transformers.Qwen2Config(**GROUPED, **extra),
+    "qwen3": lambda **extra: transformers.Qwen3Config(**GROUPED, head_dim=8, **extra),
+    "mistral": lambda **extra: transformers.MistralConfig(**GROUPED, sliding_window=3, **extra),  # texts are longer
+    "gemma": lambda **extra: transformers.GemmaConfig(**dict(SMALL, num_key_value_heads=1), head_dim=8, **extra),
+    "phi": lambda **extra: transformers.PhiConfig(**SMALL, **extra),
+    "gpt_neox": lambda **extra: transformers.GPTNeoXConfig(**SMALL, **extra),
+    "opt": lambda **extra: transformers.OPTConfig(
+        vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32,
+        init_std=0.3, **extra),
+}
+
+
+def decoder(kind: str, head: str = "ForCausalLM", **extra: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = CONFIGS[kind](**{"attn_implementation": "sdpa", **extra})
+    cls = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)] if head == "ForCausalLM" else (
+        transformers.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)])
+    return cls(config).eval()
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_rollout_of_each_decoder_equals_the_eager_reference_of_each_text_alone(kind, padding):
+    model = decoder(kind)
+    ids, mask = (torch.tensor(IDS), torch.tensor(MASK)) if padding == "right" else left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], len(text) - 1) for text in IDS_REAL]
+    compare(scores, expected, mask)
+    with torch.no_grad():
+        log_probabilities = model_logits(model, TokenBatch(ids, mask))
+    for b, text in enumerate(IDS_REAL):
+        np.testing.assert_allclose(log_probabilities[b].numpy(), eager_alone(model, text)[2].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("kind", ["llama", "opt", "gpt_neox"])
+def test_a_sequence_classifier_is_read_at_its_last_token_that_is_not_padding(kind, padding):
+    model = decoder(kind, "ForSequenceClassification", num_labels=3, pad_token_id=3)  # 3 also ends every text
+    ids, mask = (torch.tensor(IDS), torch.tensor(MASK)) if padding == "right" else left_padded()
+    ids = ids.masked_fill(~mask.bool(), 3)
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    # the head reads the last token whose id is not the padding id: the one before each text's closing 3
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], len(text) - 2) for text in IDS_REAL]
+    compare(scores, expected, mask)
+    with torch.no_grad():
+        logits = model_logits(model, TokenBatch(ids, mask))
+        for b, text in enumerate(IDS_REAL):  # the model's own pooling, each text alone
+            np.testing.assert_allclose(logits[b].numpy(), model(input_ids=torch.tensor([text])).logits[0].numpy(),
+                                       atol=1e-5)
+    chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=2)
+    expected = []
+    for text in IDS_REAL:
+        attentions, gradients, _ = eager_alone(model, text, target=2)
+        relevance = np.eye(len(text))
+        for a, g in zip(attentions, gradients):
+            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+        expected.append(relevance[len(text) - 2])
+    compare(chefer, expected, mask)
+
+
+def test_a_classifier_without_a_padding_token_takes_padded_batches():
+    model = decoder("llama", "ForSequenceClassification", num_labels=2)
+    assert model.config.pad_token_id is None  # transformers refuses batches of more than one text then
+    ids, mask = left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], len(text) - 1) for text in IDS_REAL]
+    compare(scores, expected, mask)
+
+
+def test_grouped_query_gradients_equal_per_text_float64_autograd():
+    model = decoder("llama")
+    ids, mask = left_padded()
+    chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=5)
+    expected = []
+    for text in IDS_REAL:
+        attentions, gradients, _ = eager_alone(model, text, target=5)
+        relevance = np.eye(len(text))
+        for a, g in zip(attentions, gradients):
+            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+        expected.append(relevance[-1])
+    compare(chefer, expected, mask)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_eager_and_sdpa_models_give_the_same_maps(kind):
+    ids, mask = left_padded()
+    sdpa = vitroll.attention(decoder(kind), ids, attention_mask=mask, head_fusion=None)
+    eager = vitroll.attention(decoder(kind, attn_implementation="eager"), ids, attention_mask=mask, head_fusion=None)
+    assert sdpa.shape == (3, 4, 7)
+    torch.testing.assert_close(eager, sdpa, atol=1e-6, rtol=0)
+    assert (eager[~mask.bool()[:, None].expand_as(eager)] == 0).all()
+
+
+def test_a_bfloat16_model_is_explained_within_bfloat16_precision():
+    model = decoder("llama").to(torch.bfloat16)
+    ids, mask = left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    assert scores.dtype == torch.float32
+    reference = vitroll.rollout(decoder("llama"), ids, attention_mask=mask)
+    torch.testing.assert_close(scores, reference, atol=2e-2, rtol=0)
+    assert (scores[~mask.bool()] == 0).all()
