@@ -21,7 +21,7 @@ from vitroll.io.names import READABLE
 from vitroll.methods import METHODS, method_named
 from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
-    evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
+    INTERVAL, evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
 )
 from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
 from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
@@ -163,13 +163,13 @@ def run(args: argparse.Namespace) -> int:
     write_csv(args.out / "per_image.csv", result.rows)
     write_csv(args.out / "summary.csv", summary)
     source = args.folder or f"shapes testbed, seed {testbed_seed(args)}"
-    (args.out / "summary.md").write_text(
-        f"{len(images)} images ({source}), model {args.model}; mean ± 95 % CI\n\n{table}\n", encoding="utf-8")
+    caption = f"{len(images)} images ({source}), model {args.model}; {INTERVAL}"
+    (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
     if args.disagreement:
         write_disagreement(args, result)
     plot_curves(result, args.out / "curves.png")
     plot_examples(result, images, args.out / "examples.png")
-    print(table)
+    print(f"{caption}\n{table}")
     print(f"wrote {args.out}/: per_image.csv summary.csv summary.md curves.png examples.png")
     return 0
 
@@ -209,8 +209,8 @@ def run_generated(args: argparse.Namespace) -> int:
     table = markdown_table(summary, metrics)
     write_csv(args.out / "per_input.csv", rows)
     write_csv(args.out / "summary.csv", summary)
-    (args.out / "summary.md").write_text(f"{source}, model {model_name}; mean ± 95 % CI\n\n{table}\n",
-                                         encoding="utf-8")
-    print(table)
+    caption = f"{source}, model {model_name}; {INTERVAL}"
+    (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
+    print(f"{caption}\n{table}")
     print(f"wrote {args.out}/: per_input.csv summary.csv summary.md")
     return 0
