@@ -38,6 +38,8 @@ TESTBEDS = {
 """Each testbed's shipped model (the default ``--model``) and default methods: the shapes images with their
 classifier, the two-shape images with a prompt naming one (an image–text model), the key-word sentences (a text
 classifier)."""
+DISAGREE_BELOW = 0.0
+"""``--disagreement`` flags an image whose two maps' rank correlation is below this, unless ``--disagree-below``."""
 TESTBED_COUNT = 200
 """How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
 TESTBED_SEED = 3
@@ -112,8 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=number(), default=0.0,
-                        help="flag images whose --disagreement correlation is below this (default 0)")
+    parser.add_argument("--disagree-below", type=number(), metavar="R",
+                        help=f"flag images whose --disagreement correlation is below R (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
                         help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "
                              "(two shapes and a prompt naming one; default model vitroll-clip-shapes: pointing game "
@@ -134,13 +136,14 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def write_disagreement(args: argparse.Namespace, result) -> None:
     first, second = args.disagreement
+    threshold = DISAGREE_BELOW if args.disagree_below is None else args.disagree_below
     correlations = result.disagreement(first, second)
     names = list(dict.fromkeys(row["image"] for row in result.rows))
-    rows = [dict(image=n, spearman=float(c), flagged=bool(c < args.disagree_below)) for n, c in zip(names, correlations)]
+    rows = [dict(image=n, spearman=float(c), flagged=bool(c < threshold)) for n, c in zip(names, correlations)]
     write_csv(args.out / "disagreement.csv", rows)
     flagged = [r["image"] for r in rows if r["flagged"]]
     print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; {len(flagged)} of {len(rows)} images "
-          f"below {args.disagree_below} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
+          f"below {threshold:g} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
           f"{' …' if len(flagged) > 5 else ''}")
 
 
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return run_generated(args)
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
-    if not args.disagreement and args.disagree_below != args.shapes_only_defaults["disagree_below"]:
+    if not args.disagreement and args.disagree_below is not None:
         raise ValueError("--disagree-below flags images by their --disagreement correlation; give --disagreement A,B")
     method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=TESTBED_COUNT)
