@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitroll.pipelines.evaluate import mean_and_ci
+from vitroll.pipelines.evaluate import INTERVAL, mean_and_ci
 from vitroll.pipelines.evaluate_text import evaluate_text, text_sentences
 from vitroll.testbed.text_model import load_text_testbed
 
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         f"{args.sentences} held-out key-word sentences (seed {args.seed}), where the group word is noise; accuracy: "
         f"keyword model {accuracy['keyword']:.1%}, shortcut model {accuracy['shortcut']:.1%}. Share of each method's "
-        "word scores (negative scores as 0) on the group word and on the key word, mean ± 95 % CI.",
+        "word scores (negative scores as 0) on the group word and on the key word, "
+        f"{INTERVAL}.",
         "",
         "| method | group word, keyword model | group word, shortcut model | key word, keyword model | "
         "key word, shortcut model |",

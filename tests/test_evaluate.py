@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from vitroll.cli import main
 from vitroll.pipelines.evaluate import (
-    Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, summarize, shapes_images,
+    Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize, shapes_images,
 )
 from vitroll.pipelines.sanity import cascade, sanity_check
 from vitroll.testbed import build_testbed_model
@@ -53,13 +53,29 @@ def test_disagreement_between_two_methods_is_written_and_flagged(tmp_path, capsy
     assert "two of the evaluated methods" in capsys.readouterr().err
 
 
-def test_summary_is_mean_with_a_normal_95_percent_interval():
+def test_summary_is_mean_with_a_student_t_95_percent_interval():
     rows = [dict(method="m", pointing_game=v, energy_in_mask=0.5, top10_iou=0.0, deletion_auc=0.1, insertion_auc=0.2)
             for v in (0.0, 1.0, 1.0, 0.0)]
     (entry,) = summarize(rows)
     assert entry["pointing_game"] == 0.5
-    assert entry["pointing_game_ci95"] == pytest.approx(1.96 * np.std([0, 1, 1, 0], ddof=1) / 2)
+    # t₀.₉₇₅ with 3 degrees of freedom is 3.1824 (printed tables); the normal 1.96 gave 0.566, too narrow at n = 4
+    assert entry["pointing_game_ci95"] == pytest.approx(3.182446 * np.std([0, 1, 1, 0], ddof=1) / 2, rel=1e-6)
+    assert entry["pointing_game_ci95"] == pytest.approx(0.9187, abs=1e-4)
     assert entry["energy_in_mask_ci95"] == 0.0 and entry["images"] == 4
+
+
+@pytest.mark.parametrize("count, quantile", [(2, 12.706205), (5, 2.776445), (11, 2.228139), (31, 2.042272),
+                                             (201, 1.971896)])
+def test_interval_half_width_uses_the_t_quantile_of_n_minus_1_degrees_of_freedom(count, quantile):
+    values = np.r_[np.zeros(count - 1), 1.0]
+    mean, half_width = mean_and_ci(values)
+    assert mean == pytest.approx(1 / count)
+    assert half_width == pytest.approx(quantile * values.std(ddof=1) / np.sqrt(count), rel=1e-6)
+
+
+def test_interval_of_fewer_than_two_values_is_nan():
+    assert mean_and_ci([0.25])[0] == 0.25 and np.isnan(mean_and_ci([0.25])[1])
+    assert all(np.isnan(value) for value in mean_and_ci([]))
 
 
 def test_a_map_equal_to_the_mask_scores_perfectly_on_localisation(random_checkpoint):

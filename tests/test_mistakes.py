@@ -173,6 +173,8 @@ MISTAKES = [
     pytest.param("sanity {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs", id="sanity-folder-seed"),
     pytest.param("evaluate --disagree-below 0.5", 2, "--disagree-below flags images by their --disagreement "
                  "correlation; give --disagreement A,B", id="evaluate-disagree-below-alone"),
+    pytest.param("evaluate --disagree-below 0", 2, "--disagree-below flags images by their --disagreement "
+                 "correlation; give --disagreement A,B", id="evaluate-disagree-below-default-alone"),
     pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),
     pytest.param("sanity --testbed -3", 2, "must be an integer ≥ 1; got -3", id="sanity-testbed"),
     pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range", id="sanity-start"),

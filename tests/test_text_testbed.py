@@ -134,6 +134,8 @@ def test_evaluate_command_scores_the_text_testbed(tmp_path, capsys):
      "--disagreement compares maps of the shapes testbed or a folder"),
     (["--testbed", "4", "--crop-pct", "0.5", "--pretrained", "--steps", "8"],
      "--testbed-kind text does not use --pretrained, --crop-pct, --steps (only the shapes testbed and a FOLDER do)"),
+    (["--disagree-below", "0"],
+     "--testbed-kind text does not use --disagree-below (only the shapes testbed and a FOLDER do)"),
 ])
 def test_evaluate_command_refuses_what_the_text_testbed_cannot_do(arguments, message, capsys):
     assert main(["evaluate", "--testbed-kind", "text", *arguments]) != 0

@@ -21,7 +21,7 @@ from vitroll.io.names import READABLE
 from vitroll.methods import METHODS, method_named
 from vitroll.models import load_model
 from vitroll.pipelines.evaluate import (
-    evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
+    INTERVAL, evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
 )
 from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
 from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
@@ -38,6 +38,8 @@ TESTBEDS = {
 """Each testbed's shipped model (the default ``--model``) and default methods: the shapes images with their
 classifier, the two-shape images with a prompt naming one (an image–text model), the key-word sentences (a text
 classifier)."""
+DISAGREE_BELOW = 0.0
+"""``--disagreement`` flags an image whose two maps' rank correlation is below this, unless ``--disagree-below``."""
 TESTBED_COUNT = 200
 """How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
 TESTBED_SEED = 3
@@ -112,8 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=number(), default=0.0,
-                        help="flag images whose --disagreement correlation is below this (default 0)")
+    parser.add_argument("--disagree-below", type=number(), metavar="R",
+                        help=f"flag images whose --disagreement correlation is below R (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
                         help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "
                              "(two shapes and a prompt naming one; default model vitroll-clip-shapes: pointing game "
@@ -134,13 +136,14 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def write_disagreement(args: argparse.Namespace, result) -> None:
     first, second = args.disagreement
+    threshold = DISAGREE_BELOW if args.disagree_below is None else args.disagree_below
     correlations = result.disagreement(first, second)
     names = list(dict.fromkeys(row["image"] for row in result.rows))
-    rows = [dict(image=n, spearman=float(c), flagged=bool(c < args.disagree_below)) for n, c in zip(names, correlations)]
+    rows = [dict(image=n, spearman=float(c), flagged=bool(c < threshold)) for n, c in zip(names, correlations)]
     write_csv(args.out / "disagreement.csv", rows)
     flagged = [r["image"] for r in rows if r["flagged"]]
     print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; {len(flagged)} of {len(rows)} images "
-          f"below {args.disagree_below} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
+          f"below {threshold:g} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
           f"{' …' if len(flagged) > 5 else ''}")
 
 
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return run_generated(args)
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
         raise ValueError(f"--disagreement takes two of the evaluated methods ({','.join(args.methods)})")
-    if not args.disagreement and args.disagree_below != args.shapes_only_defaults["disagree_below"]:
+    if not args.disagreement and args.disagree_below is not None:
         raise ValueError("--disagree-below flags images by their --disagreement correlation; give --disagreement A,B")
     method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=TESTBED_COUNT)
@@ -163,13 +166,13 @@ def run(args: argparse.Namespace) -> int:
     write_csv(args.out / "per_image.csv", result.rows)
     write_csv(args.out / "summary.csv", summary)
     source = args.folder or f"shapes testbed, seed {testbed_seed(args)}"
-    (args.out / "summary.md").write_text(
-        f"{len(images)} images ({source}), model {args.model}; mean ± 95 % CI\n\n{table}\n", encoding="utf-8")
+    caption = f"{len(images)} images ({source}), model {args.model}; {INTERVAL}"
+    (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
     if args.disagreement:
         write_disagreement(args, result)
     plot_curves(result, args.out / "curves.png")
     plot_examples(result, images, args.out / "examples.png")
-    print(table)
+    print(f"{caption}\n{table}")
     print(f"wrote {args.out}/: per_image.csv summary.csv summary.md curves.png examples.png")
     return 0
 
@@ -209,8 +212,8 @@ def run_generated(args: argparse.Namespace) -> int:
     table = markdown_table(summary, metrics)
     write_csv(args.out / "per_input.csv", rows)
     write_csv(args.out / "summary.csv", summary)
-    (args.out / "summary.md").write_text(f"{source}, model {model_name}; mean ± 95 % CI\n\n{table}\n",
-                                         encoding="utf-8")
-    print(table)
+    caption = f"{source}, model {model_name}; {INTERVAL}"
+    (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
+    print(f"{caption}\n{table}")
     print(f"wrote {args.out}/: per_input.csv summary.csv summary.md")
     return 0
