@@ -64,6 +64,29 @@ POOLED = {  # timm ViTs whose head pools the final tokens, and the tokens it poo
 }
 
 
+RELPOS = {  # timm's vit_relpos models: relative position bias, and their own pooling defaults
+    "vit_relpos_base_patch16_224": (0, "patch_mean"),  # no class token, average pool
+    "vit_relpos_base_patch16_cls_224": (1, "class_token"),
+    "vit_relpos_base_patch16_clsgap_224": (1, "patch_mean"),  # class token, but the pool averages the patches
+    "vit_srelpos_small_patch16_224": (0, "patch_mean"),  # one bias shared by every block
+}
+
+
+@pytest.mark.parametrize("name", RELPOS)
+def test_relative_position_bias_models_match_reference(name):
+    torch.manual_seed(0)
+    model = sharpen_attention(timm.create_model(name, pretrained=False, img_size=(32, 48), patch_size=8, depth=2,
+                                                embed_dim=32, num_heads=2, num_classes=3), std=0.3)
+    images = torch.randn(2, 3, 32, 48)
+    maps = rollout(model, images)
+    _, layout, _ = record_attention(model, images[:1])
+    assert (layout.num_prefix_tokens, layout.readout, layout.grid) == (*RELPOS[name], (4, 6))
+    for i in range(len(images)):
+        expected = reference_rollout(reference_attention(model, images[i:i + 1]), num_prefix=layout.num_prefix_tokens,
+                                     grid=(4, 6), class_token=layout.readout == "class_token")
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("pool", POOLED)
 def test_pooling_models_read_out_exactly_the_tokens_their_pool_reads(pool):
     torch.manual_seed(0)

@@ -63,6 +63,14 @@ def manual_beit(attn, x, kwargs):
     return logits.softmax(-1)
 
 
+def manual_relpos(attn, x, kwargs):
+    """vit_relpos: the block's own relative position bias (MLP or table), else the model's shared one."""
+    q, k = _qkv(attn, x)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    bias = attn.rel_pos.get_bias() if attn.rel_pos is not None else kwargs["shared_rel_pos"]
+    return ((q * attn.scale) @ k.transpose(-2, -1) + bias).softmax(-1)
+
+
 def manual_talking_heads(attn, x, kwargs):
     """CaiT self-attention: logits mixed across heads (proj_l), then the softmax (proj_w mixes after it)."""
     q, k = _qkv(attn, x)
@@ -117,6 +125,9 @@ ZOO = [
     ("beitv2_base_patch16_224", dict(img_size=64, use_shared_rel_pos_bias=True, use_rel_pos_bias=False),
      (64, 64), (4, 4), manual_beit),
     ("cait_xxs24_224", dict(img_size=64), (64, 64), (4, 4), None),
+    ("vit_relpos_base_patch16_224", dict(img_size=(48, 64)), (48, 64), (3, 4), manual_relpos),
+    ("vit_relpos_base_patch16_cls_224", dict(img_size=64), (64, 64), (4, 4), manual_relpos),
+    ("vit_srelpos_small_patch16_224", dict(img_size=64), (64, 64), (4, 4), manual_relpos),
 ]
 
 

@@ -1,4 +1,4 @@
-"""timm's Vision Transformers (vit, eva, beit, cait), registered through the same public call a user has.
+"""timm's Vision Transformers (vit, vit-relpos, eva, beit, cait), registered through the same public call a user has.
 
 Each family names its attention modules and token layout; each of timm's attention types gets its readout (the
 recipes are described in :mod:`vitroll.capture.readouts`); the preprocessing is timm's evaluation transform from the
@@ -17,6 +17,7 @@ from timm.models.beit import Beit
 from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
 from timm.models.eva import Eva, EvaAttention
 from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer_relpos import RelPosAttention, VisionTransformerRelPos
 from torch import nn
 
 from vitroll.adapters.base import register_family
@@ -178,6 +179,14 @@ register_family(
                    "vit_*_siglip*"),
     timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid", "vitamin"),
     notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map'/'prr' head → pool attention",
+)
+register_family(
+    "vit-relpos", VisionTransformerRelPos, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, readout=AttentionReadout(RelPosAttention),
+    name_patterns=("vit_relpos_*", "vit_srelpos_*"), timm_modules=("vision_transformer_relpos",),
+    notes="relative position bias (own or shared, MLP or table) included (the blocked kernel's mask); avg pooling "
+          "(default) → patch mean, 'token' → class token; --img-size only (no --dynamic-img-size in timm)",
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
