@@ -16,7 +16,7 @@ from PIL import Image
 
 from browser import browser_page
 from vitroll.pipelines.explain import ExplainSettings
-from vitroll.pipelines.folder import annotate
+from vitroll.pipelines.folder import AnnotateOptions, annotate
 from vitroll.pipelines.gallery import PAGE_SIZE, class_summary, write_gallery
 from vitroll.pipelines.manifest import read_rows
 from vitroll.testbed.model import load_testbed_model
@@ -60,7 +60,7 @@ def test_the_gallery_legend_is_the_runs_colormap_and_says_how_each_map_was_scale
     annotate(source, tmp_path / "out", load_testbed_model(),
              ExplainSettings(method="rollout", cmap="viridis", normalization="percentile"), identity={"model": "s"})
     html = (tmp_path / "out" / "index.html").read_text()
-    assert html.count('class="vitroll-legend"') == 2  # above the grid and in an image's detail view
+    assert html.count('class="vitroll-legend"') == 1 and "each card names its own" not in html
     assert ("colormap <b>viridis</b>; each map scaled on its own: its 1st percentile and below at the low end, its 99th "
             "percentile and above at the high end: colours compare places within one image") in html
     positions, colours = legend_stops(html)
@@ -74,6 +74,29 @@ def test_the_gallery_legend_is_the_runs_colormap_and_says_how_each_map_was_scale
             "end") in html
     positions, colours = legend_stops(html)
     assert np.abs(colours - matplotlib.colormaps["jet"](positions)[:, :3] * 255).max() <= 0.5 + 1e-9
+
+
+def test_overlays_kept_from_a_run_with_another_colormap_show_their_own_legend(tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    for index, sample in enumerate(samples(5, 3)):
+        Image.fromarray(sample.image).save(source / f"s{index}.png")
+    out_dir, model = tmp_path / "out", load_testbed_model()
+    annotate(source, out_dir, model, ExplainSettings(), identity={"model": "s", "cmap": "jet"})
+    annotate(source, out_dir, model, ExplainSettings(cmap="viridis", normalization="percentile"),
+             identity={"model": "s", "cmap": "viridis"}, options=AnnotateOptions(resume=False, limit=1))
+    rows = {row["path"]: row for row in page_rows(out_dir)}
+    html = (out_dir / "index.html").read_text()
+    assert html.count('class="vitroll-legend"') == 2 and "each card names its own" in html
+    assert re.findall(r"colormap <b>(\w+)</b>; each map scaled on its own: its (\w+)", html) == [
+        ("jet", "lowest"), ("viridis", "1st")]  # the page said viridis for the two jet overlays kept
+    assert {path: row["legend"] for path, row in rows.items()} == {"s0.png": 1, "s1.png": 0, "s2.png": 0}
+    with browser_page((out_dir / "index.html").as_uri(), {"width": 1000, "height": 900}) as (page, errors):
+        colours = page.eval_on_selector_all(".card", "cards => cards.map(card => card.innerText.split('colours: ')[1])")
+        assert colours == ["legend 2, viridis", "legend 1, jet", "legend 1, jet"]
+        page.click(".card.ok >> nth=1")
+        assert page.inner_text("#detail .vitroll-legend").startswith("low\nhigh\ncolormap jet; each map scaled")
+        assert not errors
 
 
 def test_annotate_writes_a_gallery_whose_rows_and_class_summary_are_the_manifest(run):

@@ -130,7 +130,8 @@ class _Annotator:
                  identity: dict[str, Any], class_names: Optional[list[str]]) -> None:
         self.out_dir, self.settings, self.options, self.class_names = out_dir, settings, options, class_names
         self.common = {"model": identity.get("model"), "method": settings.method,
-                       "method_options": settings.method_options, "settings_hash": mf.settings_hash(identity),
+                       "method_options": settings.method_options, "cmap": settings.cmap,
+                       "normalization": settings.normalization, "settings_hash": mf.settings_hash(identity),
                        "vitroll_version": __version__}
 
     def error_row(self, item: InputItem, message: str) -> dict[str, Any]:
@@ -422,15 +423,15 @@ def _compact(out_dir: Path) -> list[dict[str, Any]]:
 
 def _merge(out_dir: Path, settings: ExplainSettings, rank: int, world_size: int) -> Optional[BaseException]:
     """Rank 0 compacts the manifests once every rank has finished, removes the outputs without rows and writes the
-    gallery of all rows (its colour legend: ``settings``' colormap and normalisation); returns its failure, which the
-    other ranks must not wait for."""
+    gallery of all rows (each row's colour legend: the colormap and normalisation it records, else ``settings``');
+    returns its failure, which the other ranks must not wait for."""
     _barrier(world_size)
     failure = None
     if rank == 0:
         try:
             rows = _compact(out_dir)
             _remove_unlisted_outputs(out_dir, rows)  # a failed rank's batch whose rows could not be written
-            write_gallery(out_dir, rows, cmap=settings.cmap, normalization=settings.normalization)
+            write_gallery(out_dir, rows, settings)
             (out_dir / STOP_FLAG).unlink(missing_ok=True)
         except USER_ERRORS as error:
             failure = error

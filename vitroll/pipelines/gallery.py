@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 from urllib.parse import quote
 
 import numpy as np
 
 from vitroll.io.images import write_atomic
 from vitroll.io.names import readable
+from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.legend import legend_html
+from vitroll.pipelines.manifest import read_settings
 from vitroll.templates import finite, render
 
 PAGE_SIZE = 60
@@ -34,6 +36,8 @@ SORT_KEYS = (("path", "name"), ("top1_probability", "probability"), ("entropy", 
              ("top10_mass", "top-10 % mass"), ("agreement", "agreement"), ("top1_name", "class"))
 TEXT_KEYS = ("path", "top1_name")
 """Sort keys whose values are text: a missing value sorts as "" among them, as −∞ among numbers."""
+Drawing = tuple[str, str]
+"""How an overlay was coloured: (colormap, normalisation)."""
 
 
 def _page_value(key: str, value: Any) -> Any:
@@ -81,13 +85,31 @@ def class_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return summaries
 
 
-def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]], *, cmap: str = "jet",
-                  normalization: Literal["minmax", "percentile"] = "minmax") -> Path:
+def drawing_of(row: dict[str, Any], recorded: dict[str, Any], settings: ExplainSettings) -> Drawing:
+    """The colormap and normalisation ``row``'s overlay was drawn with: those it records, else those of its settings
+    hash in the folder's ``settings.json`` (``recorded``; rows of a vitroll that did not record them in the row), else
+    ``settings``'."""
+    from_folder = recorded.get(row.get("settings_hash"), {})
+    return (row.get("cmap") or from_folder.get("cmap") or settings.cmap,
+            row.get("normalization") or from_folder.get("normalize") or settings.normalization)
+
+
+def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]],
+                  settings: ExplainSettings = ExplainSettings()) -> Path:
     """Write ``out_dir/index.html`` and ``out_dir/gallery/rows.js`` for the manifest ``rows`` of an annotate run
-    (their paths relative to ``out_dir``, as the manifest has them), with the colour legend of the overlays' ``cmap``
-    and ``normalization`` (:func:`~vitroll.pipelines.legend.legend_html`); returns the page's path."""
+    (their paths relative to ``out_dir``, as the manifest has them); returns the page's path.
+
+    The page has the colour legend (:func:`~vitroll.pipelines.legend.legend_html`) of each colormap and normalisation
+    its overlays were drawn with (:func:`drawing_of`; ``settings``' for rows that do not say): one above the grid
+    when all agree, else each listed and every card naming its own (a run resumed with ``--overwrite --limit`` and
+    another ``--cmap`` keeps the older rows' overlays).
+    """
     out_dir = Path(out_dir)
-    page_rows = [_page_row(row) for row in rows]
+    recorded = read_settings(out_dir)
+    drawings = [drawing_of(row, recorded, settings) if row.get("status") == "ok" else None for row in rows]
+    legends = sorted({drawing for drawing in drawings if drawing} or {(settings.cmap, settings.normalization)})
+    page_rows = [{**_page_row(row), "legend": None if drawing is None else legends.index(drawing)}
+                 for row, drawing in zip(rows, drawings)]
     data = "window.VITROLL_ROWS = " + json.dumps(page_rows, default=str, allow_nan=False) + ";\n"
     write_atomic(out_dir / "gallery" / "rows.js", data.encode())
     failed = sum(row["status"] != "ok" for row in page_rows)
@@ -96,6 +118,7 @@ def write_gallery(out_dir: "str | Path", rows: Sequence[dict[str, Any]], *, cmap
         title=out_dir.resolve().name, model=first.get("model", "—"), method=first.get("method", "—"),
         counts={"ok": len(page_rows) - failed, "failed": failed, "total": len(page_rows)},
         classes=class_summary(rows), statuses=sorted({row["status"] for row in page_rows}), sort_keys=SORT_KEYS,
-        text_keys=TEXT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS, legend=legend_html(cmap, normalization))
+        text_keys=TEXT_KEYS, page_size=PAGE_SIZE, peak_bins=PEAK_BINS,
+        legends=[legend_html(cmap, normalization) for cmap, normalization in legends])
     write_atomic(out_dir / "index.html", html.encode())
     return out_dir / "index.html"
