@@ -403,3 +403,22 @@ def test_chefer_maps_of_the_shipped_captioner_equal_the_float64_reference():
                                                "chefer", num_prefix=1)
         got = result.maps[index, :length].reshape(length, -1).double().numpy()
         np.testing.assert_array_less(np.abs(got - expected).max(axis=1), 3e-5 * np.abs(expected).max(axis=1))
+
+
+def test_an_image_given_as_a_relative_and_as_an_absolute_path_keeps_one_entry(saved_captioner, tmp_path, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save("photo.png")
+    common = ["--model", str(saved_captioner), "--out", "out", "--max-new-tokens", "3", "--method", "rollout"]
+    assert main(["caption", "photo.png", *common]) == 0
+    assert main(["caption", str(tmp_path / "photo.png"), *common]) == 0
+    assert main(["caption", "./photo.png", *common]) == 0
+    written = json.loads((tmp_path / "out" / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert [(entry["path"], entry["strip"]) for entry in written] == [
+        ("photo.png", str(Path("out") / "photo_caption_rollout.png"))]

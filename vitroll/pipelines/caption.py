@@ -116,15 +116,24 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
 def merged_captions(path: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The entries of ``path`` (an earlier run's ``captions.json``) with ``entries`` merged in: an entry of the same
     image and method is replaced in its place, the others are kept, as their strips are (a file written before
-    entries had their own ``method`` gives them its top-level one; one that is not JSON is started afresh)."""
+    entries had their own ``method`` gives them its top-level one; one that is not JSON is started afresh). The same
+    image is the same absolute path, as :func:`~vitroll.io.discovery.unique_paths` has it: ``x.png`` and
+    ``/abs/x.png`` share one entry, as they share one strip."""
     try:
         earlier = json.loads(path.read_text(encoding="utf-8"))
         kept = [{"method": earlier.get("method"), **entry} for entry in earlier["images"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         kept = []
-    by_key = {(entry.get("path"), entry.get("method")): entry for entry in kept}
-    by_key.update({(entry["path"], entry["method"]): entry for entry in entries})
+    by_key = {_entry_key(entry): entry for entry in kept}
+    for entry in entries:
+        by_key[_entry_key(entry)] = entry
     return list(by_key.values())
+
+
+def _entry_key(entry: dict[str, Any]) -> tuple[Optional[str], Any]:
+    """An entry's image (its absolute path) and method."""
+    image = entry.get("path")
+    return (os.path.abspath(image) if isinstance(image, str) else None, entry.get("method"))
 
 
 def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: Any, special: set[int],
