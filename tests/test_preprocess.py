@@ -8,7 +8,7 @@ import timm
 from PIL import Image
 from timm.data import create_transform, resolve_data_config
 
-from vitroll.preprocess import Preprocessing
+from vitroll.preprocess import _PIL_INTERPOLATION, FULL_RESIZE_LIMIT, Preprocessing
 
 
 @pytest.mark.parametrize("model_name,kwargs", [
@@ -58,3 +58,51 @@ def test_settings_that_cannot_preprocess_are_refused_when_made(settings, message
         Preprocessing(**{**dict(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3), **settings})
     assert str(raised.value) == message
     assert Preprocessing(input_size=(np.int64(32), 48), mean=(0.5,), std=(0.5,), crop_pct=1.15).crop_pct == 1.15
+
+
+@pytest.mark.parametrize("interpolation", ["bicubic", "bilinear", "lanczos", "hamming"])
+@pytest.mark.parametrize("original_hw", [(3, 700), (900, 5), (2, 260)])
+@pytest.mark.parametrize("crop_pct", [0.875, 1.15])
+def test_an_extreme_strip_is_preprocessed_as_its_whole_resized_copy_would_be(interpolation, original_hw, crop_pct):
+    pre = Preprocessing(input_size=(64, 48), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=crop_pct,
+                        interpolation=interpolation)
+    geometry = pre.geometry(original_hw)
+    assert geometry.resized_hw[0] * geometry.resized_hw[1] > FULL_RESIZE_LIMIT * 64 * 48  # only the crop is resampled
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (*original_hw, 3), dtype=np.uint8))
+    top, left = geometry.crop_top_left
+    whole = image.resize(geometry.resized_hw[::-1], _PIL_INTERPOLATION[interpolation])
+    expected = np.asarray(whole.crop((left, top, left + 48, top + 64)), dtype=np.float32) / 255.0
+    tensor, _ = pre(image)
+    difference = np.abs(tensor.numpy().transpose(1, 2, 0) * 0.5 + 0.5 - expected) * 255.0
+    assert difference.max() < 1.01 and (difference > 0.5).mean() < 0.05  # a level of 255 in a few pixels
+
+
+def _bicubic(x: np.ndarray) -> np.ndarray:
+    """Pillow's bicubic kernel (a = -0.5)."""
+    x = np.abs(x)
+    return np.where(x < 1, (1.5 * x - 2.5) * x * x + 1, np.where(x < 2, (((x - 5) * x + 8) * x - 4) * -0.5, 0.0))
+
+
+def test_a_long_strip_is_not_resized_whole(monkeypatch):
+    """A 1×100000 strip (a PNG of a few hundred bytes) resized whole was a 248×24800000 copy (25 GB) of which the
+    crop took 224×224; only the crop is resampled now, to the pixels the whole copy would have."""
+    resize = Image.Image.resize
+
+    def crop_sized_resize(self, size, *args, **kwargs):
+        assert size[0] * size[1] <= 224 * 224, f"resized whole, to {size[0]}×{size[1]}"
+        return resize(self, size, *args, **kwargs)
+
+    monkeypatch.setattr(Image.Image, "resize", crop_sized_resize)
+    pre = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9)
+    for original_hw in [(1, 100_000), (100_000, 1)]:
+        strip = np.zeros((*original_hw, 3), dtype=np.uint8)
+        strip.reshape(-1, 3)[50_000:] = (10, 200, 30)  # the second half green: the centre crop straddles the change
+        tensor, geometry = pre(Image.fromarray(strip))
+        green = np.rint((tensor[1].numpy() * 0.5 + 0.5) * 255.0)
+        along, across = (green[112, :], green[:, 112]) if original_hw[0] == 1 else (green[:, 112], green[112, :])
+        assert geometry.resized_hw == ((248, 24_800_000) if original_hw[0] == 1 else (24_800_000, 248))
+        centres = (geometry.crop_top_left[original_hw[0] == 1] + np.arange(224) + 0.5) / 248  # in original pixels
+        weights = _bicubic(centres[:, None] - (np.arange(49_990, 50_010) + 0.5))
+        expected = weights @ np.where(np.arange(49_990, 50_010) >= 50_000, 200.0, 0.0) / weights.sum(axis=1)
+        assert np.abs(along - np.clip(expected, 0, 255)).max() <= 1  # black into green, as the whole copy has it
+        assert (across == across[0]).all()
