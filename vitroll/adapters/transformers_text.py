@@ -7,7 +7,7 @@ leaves it to the ``is_causal`` flag of an unpadded batch) hides later tokens.
 
 The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
 
-* encoders (BERT, RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``): the class
+* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``): the class
   token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the real
   tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
 * language models (GPT-2): the row of the explained position, the last real token by default. The score that
@@ -178,12 +178,15 @@ _ENCODERS = {
     "bert": ("bert.modeling_bert", "BertSelfAttention", ("BertModel", "BertForSequenceClassification")),
     "roberta": ("roberta.modeling_roberta", "RobertaSelfAttention",
                 ("RobertaModel", "RobertaForSequenceClassification")),
+    "xlm-roberta": ("xlm_roberta.modeling_xlm_roberta", "XLMRobertaSelfAttention",
+                    ("XLMRobertaModel", "XLMRobertaForSequenceClassification")),
     "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
     "electra": ("electra.modeling_electra", "ElectraSelfAttention",
                 ("ElectraModel", "ElectraForSequenceClassification")),
 }
 _MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                           "xlm-roberta": "XLMRobertaForMaskedLM",
                            "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
 """Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
