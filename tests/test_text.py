@@ -298,11 +298,15 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
-def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id():
+@pytest.mark.parametrize("kind", ["Roberta", "XLMRoberta"])
+def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id(kind):
     torch.manual_seed(0)
-    config = transformers.RobertaConfig(**SMALL, max_position_embeddings=10, pad_token_id=1)
-    model = transformers.RobertaForSequenceClassification(config).eval()  # positions 2…9: 8 tokens
+    config = getattr(transformers, f"{kind}Config")(**SMALL, max_position_embeddings=10, pad_token_id=1)
+    model = getattr(transformers, f"{kind}ForSequenceClassification")(config).eval()  # positions 2…9: 8 tokens
     assert vitroll.rollout(model, torch.full((1, 8), 5)).shape == (1, 8)
+    ids, mask = torch.tensor(IDS).masked_fill(~torch.tensor(MASK).bool(), 1), torch.tensor(MASK)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in IDS_REAL]
+    compare(vitroll.rollout(model, ids, attention_mask=mask), expected, mask)
     with pytest.raises(ValueError, match=r"^the text has 9 tokens; the model takes at most 8 \(its position "
                                          r"embeddings\): shorten it$"):  # not an index error from inside the model
         vitroll.rollout(model, torch.full((1, 9), 5))

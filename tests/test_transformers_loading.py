@@ -251,19 +251,21 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
         assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, beit, bert, clip, "
                                 "clip_vision_model, data2vec-vision, deit, dinov2, dinov2_with_registers, dinov3_vit, "
-                                "distilbert, electra, gpt2, ijepa, metaclip_2, metaclip_2_vision_model, "
-                                "mlcd_vision_model, pixio, roberta, siglip, siglip_vision_model, vision-encoder-decoder, "
-                                "vit, vit_mae, vit_msn")
+                                "distilbert, electra, gemma, gpt2, gpt_neox, ijepa, llama, metaclip_2, "
+                                "metaclip_2_vision_model, mistral, mlcd_vision_model, opt, phi, pixio, qwen2, qwen3, "
+                                "roberta, siglip, siglip_vision_model, vision-encoder-decoder, vit, vit_mae, vit_msn, "
+                                "xlm-roberta")
 
 
 def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_before_its_weights(tmp_path, capsys):
     config = transformers.GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2, n_positions=8, pad_token_id=0,
-                                     architectures=["GPT2ForSequenceClassification"])
-    folder = tmp_path / "gpt2-classifier"
+                                     architectures=["GPT2ForTokenClassification"])
+    folder = tmp_path / "gpt2-token-classifier"
     config.save_pretrained(folder)  # no weights: the refusal comes from the config, before any would be read
     assert cli_error(["text", "a cat", "--model", str(folder), "--out", str(tmp_path / "o")], capsys) == (
-        f"{folder}: GPT2ForSequenceClassification is not supported: of 'gpt2' models vitroll explains GPT2Model, "
-        "GPT2LMHeadModel (to explain GPT2Model alone, save model.base_model with save_pretrained)")
+        f"{folder}: GPT2ForTokenClassification is not supported: of 'gpt2' models vitroll explains GPT2Model, "
+        "GPT2LMHeadModel, GPT2ForSequenceClassification (to explain GPT2Model alone, save model.base_model with "
+        "save_pretrained)")
 
 
 @pytest.mark.parametrize("architecture", ["ElectraForPreTraining", "ElectraForTokenClassification"])

@@ -1,18 +1,22 @@
-"""Hugging Face transformers' text models: BERT-style encoders and GPT-2 language models, through the same seam.
+"""Hugging Face transformers' text models: BERT-style encoders and decoder-only language models, through the same seam.
 
 Their attention modules go through transformers' attention interface like the vision models'
 (:func:`~vitroll.adapters.transformers.attach_attention_interface`), so the capture kernel receives the model's own
-attention mask: padded keys get zero attention, and GPT-2's causal mask (built by the kernel when transformers
-leaves it to the ``is_causal`` flag of an unpadded batch) hides later tokens.
+attention mask: padded keys get zero attention, a sliding window hides the keys outside it, and a causal mask (built
+by the kernel when transformers leaves it to the ``is_causal`` flag of an unpadded batch) hides later tokens.
+Grouped key/value heads are repeated to the query heads they serve, so records have one map per query head.
 
 The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
 
-* encoders (BERT, RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``): the class
-  token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the real
-  tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
-* language models (GPT-2): the row of the explained position, the last real token by default. The score that
+* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``):
+  the class token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the
+  real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
+* language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
+  and the bare ``…Model``): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
   (B, vocabulary): the predicted token, or the token id given as ``target_class``;
+* their ``…ForSequenceClassification``: the row of the token the head reads, the last real token that is not the
+  padding id (as transformers pools), or the position given; the score is the class logit;
 * masked language models (``…ForMaskedLM`` of the encoders above, as BERT's, RoBERTa's, DistilBERT's base checkpoints
   are saved): the same at the explained position, by default the text's first mask token (``[MASK]``, ``<mask>``):
   the log-probability of the token predicted there.
@@ -31,7 +35,7 @@ from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers import (
     attach_attention_interface, attention_modules_of, config_class_names, heads_then_layers_down,
 )
-from vitroll.capture.families import TokenLayout, registered_family
+from vitroll.capture.families import TokenLayout, add_refusal, registered_family
 from vitroll.capture.readouts import AttentionReadout
 from vitroll.errors import OptionValueError
 from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
@@ -178,12 +182,15 @@ _ENCODERS = {
     "bert": ("bert.modeling_bert", "BertSelfAttention", ("BertModel", "BertForSequenceClassification")),
     "roberta": ("roberta.modeling_roberta", "RobertaSelfAttention",
                 ("RobertaModel", "RobertaForSequenceClassification")),
+    "xlm-roberta": ("xlm_roberta.modeling_xlm_roberta", "XLMRobertaSelfAttention",
+                    ("XLMRobertaModel", "XLMRobertaForSequenceClassification")),
     "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
     "electra": ("electra.modeling_electra", "ElectraSelfAttention",
                 ("ElectraModel", "ElectraForSequenceClassification")),
 }
 _MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                           "xlm-roberta": "XLMRobertaForMaskedLM",
                            "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
 """Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
@@ -194,43 +201,53 @@ for _kind, (_module, _attention, _classes) in _ENCODERS.items():
               token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
               notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
 _MASKED_FAMILIES = frozenset(f"hf-{kind}-mlm" for kind in _MASKED_LANGUAGE_MODELS)
-_GPT2_CLASSES = ("GPT2Model", "GPT2LMHeadModel")
-_register("hf-gpt2", "gpt2.modeling_gpt2", "GPT2Attention", _GPT2_CLASSES,
-          token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
-          notes="causal language model: the explained position's row (last real token); score: next token's log-prob")
-
 _DECODERS = {
-    "llama": ("llama.modeling_llama", "LlamaAttention", "Llama"),
-    "qwen2": ("qwen2.modeling_qwen2", "Qwen2Attention", "Qwen2"),
-    "qwen3": ("qwen3.modeling_qwen3", "Qwen3Attention", "Qwen3"),
-    "mistral": ("mistral.modeling_mistral", "MistralAttention", "Mistral"),
-    "gemma": ("gemma.modeling_gemma", "GemmaAttention", "Gemma"),
-    "phi": ("phi.modeling_phi", "PhiAttention", "Phi"),
-    "gpt_neox": ("gpt_neox.modeling_gpt_neox", "GPTNeoXAttention", "GPTNeoX"),
-    "opt": ("opt.modeling_opt", "OPTAttention", "OPT"),
+    "gpt2": ("gpt2.modeling_gpt2", "GPT2Attention", ("GPT2Model", "GPT2LMHeadModel"), "GPT2ForSequenceClassification"),
+    **{kind: (module, attention, (f"{prefix}Model", f"{prefix}ForCausalLM"), f"{prefix}ForSequenceClassification")
+       for kind, (module, attention, prefix) in {
+           "llama": ("llama.modeling_llama", "LlamaAttention", "Llama"),
+           "qwen2": ("qwen2.modeling_qwen2", "Qwen2Attention", "Qwen2"),
+           "qwen3": ("qwen3.modeling_qwen3", "Qwen3Attention", "Qwen3"),
+           "mistral": ("mistral.modeling_mistral", "MistralAttention", "Mistral"),
+           "gemma": ("gemma.modeling_gemma", "GemmaAttention", "Gemma"),
+           "phi": ("phi.modeling_phi", "PhiAttention", "Phi"),
+           "gpt_neox": ("gpt_neox.modeling_gpt_neox", "GPTNeoXAttention", "GPTNeoX"),
+           "opt": ("opt.modeling_opt", "OPTAttention", "OPT"),
+       }.items()},
 }
 """Decoder-only language models that go through the attention interface (grouped-query attention and sliding windows
-included: the window is in the mask the model builds), by ``config.model_type``: module, attention class, prefix of
-their ``…Model``, ``…ForCausalLM`` and ``…ForSequenceClassification`` classes."""
-for _kind, (_module, _attention, _prefix) in _DECODERS.items():
-    _register(f"hf-{_kind.replace('_', '-')}", _module, _attention, (f"{_prefix}Model", f"{_prefix}ForCausalLM"),
+included: the window is in the mask the model builds), by ``config.model_type``: module, attention class, the bare
+model and language model classes, the sequence classifier class."""
+for _kind, (_module, _attention, _classes, _classifier) in _DECODERS.items():
+    _register(f"hf-{_kind.replace('_', '-')}", _module, _attention, _classes,
               token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
               notes="causal language model: the explained position's row (last real token); score: next token's "
                     "log-prob")
-    _register(f"hf-{_kind.replace('_', '-')}-classifier", _module, _attention, (f"{_prefix}ForSequenceClassification",),
+    _register(f"hf-{_kind.replace('_', '-')}-classifier", _module, _attention, (_classifier,),
               token_layout=_decoder_classifier_layout, logits=_decoder_classifier_logits,
               class_names=config_class_names,
               notes="causal sequence classifier: the row of the token its head reads (the last real one that is not "
                     "the padding token)")
 
 MODEL_CLASSES = {**{kind: (*classes, _MASKED_LANGUAGE_MODELS[kind]) for kind, (_, _, classes) in _ENCODERS.items()},
-                 "gpt2": _GPT2_CLASSES,
-                 **{kind: (f"{prefix}Model", f"{prefix}ForCausalLM", f"{prefix}ForSequenceClassification")
-                    for kind, (_, _, prefix) in _DECODERS.items()}}
+                 **{kind: (*classes, classifier) for kind, (_, _, classes, classifier) in _DECODERS.items()}}
 """The transformers classes registered above, by ``config.model_type``, the bare model first: what loading checks a
 folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
+
+_REFUSED = (
+    ("gemma2", f"{_MODELS}.gemma2.modeling_gemma2.Gemma2PreTrainedModel",
+     "Gemma 2 soft-caps its attention logits (tanh before the softmax), which vitroll's attention kernel does not "
+     "compute; Gemma (model type gemma) is explained"),
+    ("albert", f"{_MODELS}.albert.modeling_albert.AlbertPreTrainedModel",
+     "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one attention map "
+     "per module, so rollout would see one layer of many"),
+)
+REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_class, why in _REFUSED}
+"""Why loading refuses a text ``config.model_type``, for the types refused by name."""
+for _model_type, _model_class, _why in _REFUSED:
+    add_refusal(_model_class, _why)
 
 
 def prediction_kind(model: nn.Module) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from vitroll.capture.families import registered_family
+from vitroll.capture.families import family_of
 from vitroll.io.text import TextReadout, TokenBatch
 from vitroll.methods.image_batch import Images, image_batch
 from vitroll.methods.text_batch import Position, Texts, text_batch
@@ -32,9 +32,11 @@ def model_batch(model: nn.Module, inputs: Inputs, *, attention_mask: Optional[to
     ------
     ValueError
         For text keywords given with a vision model.
+    UnsupportedModelError
+        For a model of no registered family.
     """
-    family = registered_family(model)
-    if family is not None and family.inputs == "tokens":
+    family = family_of(model)  # a model of no family is refused as that, not told what it "takes"
+    if family.inputs == "tokens":
         return text_batch(model, inputs, attention_mask=attention_mask, tokenizer=tokenizer, readout=readout,
                           position=position)
     given = [name for name, value in (("attention_mask", attention_mask), ("tokenizer", tokenizer),

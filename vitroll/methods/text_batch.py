@@ -29,11 +29,11 @@ Position = Union[int, Sequence[int], torch.Tensor]
 
 
 def max_positions(model: nn.Module) -> Optional[int]:
-    """The longest sequence the model's position embeddings cover, when its config says. RoBERTa numbers its
-    positions from ``pad_token_id + 1``, so its 514 position embeddings cover 512 tokens."""
+    """The longest sequence the model's position embeddings cover, when its config says. RoBERTa and XLM-RoBERTa
+    number their positions from ``pad_token_id + 1``, so their 514 position embeddings cover 512 tokens."""
     config = getattr(model, "config", None)
     longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if longest and getattr(config, "model_type", None) == "roberta":
+    if longest and getattr(config, "model_type", None) in ("roberta", "xlm-roberta"):
         longest -= (getattr(config, "pad_token_id", None) or 0) + 1
     return longest
 

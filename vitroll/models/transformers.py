@@ -14,7 +14,9 @@ from torch import nn
 from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
-from vitroll.adapters.transformers_text import MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES
+from vitroll.adapters.transformers_text import (
+    MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES, REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES,
+)
 from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.checkpoints import file_sha256, load_state
 from vitroll.errors import ModelLoadError
@@ -116,7 +118,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
                              "pass a save_pretrained folder") from None
     kind = config.model_type
     if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
-        why = REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
+        why = {**REFUSED_MODEL_TYPES, **TEXT_REFUSED_MODEL_TYPES}.get(kind, "no vitroll family reads its attention")
         supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
