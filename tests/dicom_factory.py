@@ -111,3 +111,22 @@ def body_phantom(size: int = 64, *, marker: bool = True, dtype=np.uint16, low: i
     if marker:
         image[2:6, 2:8] = high
     return image
+
+
+def write_dual_personality_tiff(path: Path, pixels: np.ndarray, **tags: object) -> Path:
+    """Write 8-bit grey ``pixels`` (H, W) as a DICOM file (:func:`write_dicom`) whose 128-byte preamble is a TIFF
+    header pointing at its PixelData, so that TIFF readers (Pillow) decode the same pixels (DICOM PS3.10 7.5)."""
+    import struct
+
+    pixels = np.asarray(pixels, dtype=np.uint8)
+    write_dicom(path, pixels, **tags)
+    data = bytearray(path.read_bytes())
+    rows, columns = pixels.shape
+    pixel_offset = len(data) - pixels.size  # PixelData, an even number of bytes here, is the last element
+    # (tag, type SHORT=3 / LONG=4, count, value): width, length, 8 bits, no compression, min-is-black, strip
+    entries = [(256, 3, 1, columns), (257, 3, 1, rows), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+               (273, 4, 1, pixel_offset), (278, 3, 1, rows), (279, 4, 1, pixels.size)]
+    directory = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *entry) for entry in entries)
+    data[:128] = (b"II*\x00" + struct.pack("<I", 8) + directory + bytes(4)).ljust(128, b"\x00")
+    path.write_bytes(bytes(data))
+    return path

@@ -47,14 +47,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                       "(default: random for this run, printed and stored nowhere)")
     group.add_argument("--keep-ids", action="store_true",
                        help="also write file paths, PatientID, StudyInstanceUID and SOPInstanceUID (NOT de-identified)")
-    group.add_argument("--keep-burned-in-text", action="store_true",
-                       help="do not search the pixels for burned-in text, only for images already cleaned: names, IDs "
-                            "and dates written into the pixels then appear in the report's images")
-    group.add_argument("--trust-burned-in-header", action="store_true",
-                       help="do not search the pixels of images whose header says BurnedInAnnotation NO (faster). "
-                            "RISK: the attribute is often wrong or copied by converters, and text in those images "
-                            "then appears in the report's images. Ultrasound, secondary captures and PNG/TIFF inputs "
-                            "are searched all the same (default: search every image)")
+    # with the pixels not searched at all, trusting the header for some of them means nothing
+    burned_in_text = group.add_mutually_exclusive_group()
+    burned_in_text.add_argument("--keep-burned-in-text", action="store_true",
+                                help="do not search the pixels for burned-in text, only for images already cleaned: "
+                                     "names, IDs and dates written into the pixels then appear in the report's images")
+    burned_in_text.add_argument("--trust-burned-in-header", action="store_true",
+                                help="do not search the pixels of images whose header says BurnedInAnnotation NO "
+                                     "(faster). RISK: the attribute is often wrong or copied by converters, and text "
+                                     "in those images then appears in the report's images. Ultrasound, secondary "
+                                     "captures and PNG/TIFF inputs are searched all the same (default: search every "
+                                     "image)")
     group.add_argument("--allow-recognizable-features", action="store_true",
                        help="also explain and draw files whose header says RecognizableVisualFeatures YES (face "
                             "photographs, 3D surface renderings); without it they are rows withheld with that reason. "

@@ -132,6 +132,10 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
         raise ImageReadError(path, "is a directory, not an image")
     if path.stat().st_size == 0:
         raise ImageReadError(path, "empty file (0 bytes)")
+    # a DICOM file's 128-byte preamble may hold a TIFF header (a "dual-personality" file) that Pillow would decode:
+    # its pixels, burned-in text and all, are the audit's to read
+    if is_dicom(path):
+        raise ImageReadError(path, DICOM_HERE)
     try:
         with _quiet_pillow():
             with Image.open(path) as image:
@@ -140,7 +144,7 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
-        raise ImageReadError(path, DICOM_HERE if is_dicom(path) else "not an image Pillow can read") from None
+        raise ImageReadError(path, "not an image Pillow can read") from None
     except (OSError, SyntaxError, ValueError) as error:
         # an errno is the file system's (no permission, an I/O error), not the decoder's
         if getattr(error, "errno", None) is not None:
