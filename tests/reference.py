@@ -426,3 +426,65 @@ def reference_caption_relevance(model: nn.Module, image: torch.Tensor, caption: 
             row = joint[k, num_text:]
         rows.append(row[num_prefix:])
     return np.stack(rows)
+
+
+def reference_average_ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank: 1 + (how many are smaller) + (how many others are equal) / 2."""
+    return [1 + sum(v < x for v in values) + (sum(v == x for v in values) - 1) / 2 for x in values]
+
+
+def reference_spearman(first: np.ndarray, second: np.ndarray) -> float:
+    """Spearman correlation of two maps of one image over the pixels finite in both: Pearson's r of their average
+    ranks, summed with math.fsum; 0 where either side's ranks are constant (a constant map, one pixel, none)."""
+    pairs = [(float(a), float(b)) for a, b in zip(first.ravel(), second.ravel()) if math.isfinite(a) and math.isfinite(b)]
+    x, y = reference_average_ranks([a for a, _ in pairs]), reference_average_ranks([b for _, b in pairs])
+    if not pairs:
+        return 0.0
+    mean_x, mean_y = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    covariance = math.fsum((a - mean_x) * (b - mean_y) for a, b in zip(x, y))
+    spread = math.sqrt(math.fsum((a - mean_x) ** 2 for a in x) * math.fsum((b - mean_y) ** 2 for b in y))
+    return covariance / spread if spread > 0 else 0.0
+
+
+def reference_top_pixels(saliency: np.ndarray, fraction: float, candidates: set[int] | None = None) -> set[int]:
+    """Flat positions of one map's top ``fraction`` of its candidate pixels (default all): NaN counted as 0, the larger
+    value first and of equal values the earlier position, round(fraction · N) of them and at least one."""
+    values = [0.0 if math.isnan(v) else float(v) for v in saliency.ravel()]
+    pool = [p for p in range(len(values)) if candidates is None or p in candidates]
+    count = max(1, round(fraction * len(pool))) if pool else 0
+    return set(sorted(pool, key=lambda p: (-values[p], p))[:count])
+
+
+def reference_iou(first: set[int], second: set[int]) -> float:
+    return len(first & second) / len(first | second) if first | second else 0.0
+
+
+def reference_deletion_insertion(model: nn.Module, image: torch.Tensor, saliency: np.ndarray, target: int,
+                                 steps: int) -> tuple[list[float], list[float], float, float]:
+    """Deletion and insertion curves of ONE image (3, H, W) for a map at input size (H, W), mean-colour substrate, in
+    float64 pixel by pixel: pixels in map order (NaN last, ties by position), ``round(k · H·W / steps)`` of them
+    changed at step k. Returns (deletion curve, insertion curve, deletion AUC, insertion AUC) by the trapezoid rule."""
+    model = copy.deepcopy(model).double().eval()
+    image = image.double()
+    _, height, width = image.shape
+    total = height * width
+    values = [-math.inf if math.isnan(v) else float(v) for v in saliency.ravel()]
+    order = sorted(range(total), key=lambda p: (-values[p], p))
+    background = image.mean(dim=(1, 2), keepdim=True).expand_as(image)
+    counts = [round(k * total / steps) for k in range(steps + 1)]
+    curves: tuple[list[float], list[float]] = ([], [])
+    for count in counts:
+        deleted, inserted = image.clone(), background.clone()
+        for position in order[:count]:
+            row, column = divmod(position, width)
+            deleted[:, row, column] = background[:, row, column]
+            inserted[:, row, column] = image[:, row, column]
+        with torch.no_grad():
+            for curve, picture in zip(curves, (deleted, inserted)):
+                curve.append(float(model(picture[None]).softmax(dim=-1)[0, target]))
+    fractions = [count / total for count in counts]
+
+    def area(curve: list[float]) -> float:
+        return math.fsum((curve[k] + curve[k + 1]) / 2 * (fractions[k + 1] - fractions[k]) for k in range(steps))
+
+    return curves[0], curves[1], area(curves[0]), area(curves[1])

@@ -13,7 +13,9 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll.cli import main
-from vitroll.pipelines.compare import Explainer, agreement, compare, comparison_figure, plot_comparison
+from vitroll.pipelines.compare import (
+    Explainer, agreement, compare, comparison_figure, pair_summaries, plot_comparison,
+)
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import build_testbed_model, samples
@@ -193,3 +195,9 @@ def test_an_image_whose_name_is_not_utf8_is_compared_and_spelt_out(tmp_path, cap
     rows = list(csv.DictReader((tmp_path / "out" / "agreement.csv").open(encoding="utf-8")))
     assert [row["image"] for row in rows] == [f"{tmp_path}/caf\\xe9.png"]
     assert (tmp_path / "out" / "grid.png").stat().st_size > 0
+
+
+def test_pair_summaries_count_one_image_in_the_singular():
+    row = dict(image="a.png", model_a="x", model_b="y", spearman=0.5, top10_iou=0.25)
+    assert pair_summaries([row]) == ["x vs y: Spearman 0.500, top-10 % IoU 0.250 over 1 image"]
+    assert pair_summaries([row, {**row, "image": "b.png"}])[0].endswith("over 2 images")

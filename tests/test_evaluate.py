@@ -291,3 +291,18 @@ def test_sanity_refuses_a_batch_size_below_one(random_checkpoint, batch_size):
     images = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(2)])
     with pytest.raises(ValueError, match=f"batch_size must be ≥ 1 or None; got {batch_size}"):
         sanity_check(model, images, ["rollout"], batch_size=batch_size)
+
+
+def test_one_image_is_counted_in_the_singular_and_its_table_has_no_nan_interval(tmp_path, capsys, random_checkpoint):
+    assert main(["evaluate", "--testbed", "1", "--checkpoint", str(random_checkpoint), "--out", str(tmp_path),
+                 "--methods", "rollout,center", "--steps", "2", "--disagreement", "rollout,center",
+                 "--disagree-below", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 image below 2 (disagreement.csv)" in out
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert summary.startswith("1 image (shapes testbed, seed 3), model vitroll-shapes; mean ± 95 % CI (Student's t)")
+    rollout = next(line for line in summary.splitlines() if line.startswith("| rollout |"))
+    assert "nan" not in summary and "±" not in rollout and len(rollout.split("|")) == 8
+    assert main(["sanity", "--testbed", "1", "--methods", "rollout", "--checkpoint", str(random_checkpoint),
+                 "--out", str(tmp_path / "sanity")]) == 0
+    assert ", 1 image, cascading randomisation" in (tmp_path / "sanity" / "sanity.md").read_text(encoding="utf-8")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from torch import nn
 
+from reference import (
+    reference_deletion_insertion, reference_iou, reference_spearman, reference_top_pixels,
+)
 from vitroll.metrics import (
     deletion_insertion, energy_in_mask, peak_preference, pointing_game, rank_correlation, top_fraction_iou,
     top_fraction_mask,
@@ -150,3 +155,72 @@ def test_blur_substrate_keeps_a_constant_image_constant():
     images = torch.full((1, 3, 16, 16), 0.5)
     result = deletion_insertion(model, images, torch.rand(1, 4, 4), torch.tensor([1]), steps=2, substrate="blur")
     assert np.allclose(result.deletion, result.deletion[0, 0])
+
+
+TIED_VALUES = st.sampled_from([0.0, 0.0, 1.0, 1.0, 2.5, -1.0, np.nan])
+"""Few distinct values, so that ties are the rule, and NaN (a pixel the model did not see)."""
+
+
+@st.composite
+def paired_maps(draw):
+    """Two stacks of maps (B, H, W) of the same shape, from one pixel upwards, with ties, NaN and constant maps."""
+    shape = (draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    return draw(arrays(np.float64, shape, elements=TIED_VALUES)), draw(arrays(np.float64, shape, elements=TIED_VALUES))
+
+
+@given(paired_maps())
+def test_rank_correlation_matches_the_float64_reference_with_ties_nan_and_constant_maps(pair):
+    first, second = pair
+    expected = [reference_spearman(a, b) for a, b in zip(first, second)]
+    np.testing.assert_allclose(rank_correlation(first, second), expected, rtol=1e-12, atol=1e-12)
+
+
+@given(paired_maps(), st.sampled_from([0.01, 0.1, 0.25, 0.5, 1.0]))
+def test_top_fraction_iou_matches_the_reference_against_a_mask_and_between_maps(pair, fraction):
+    first, second = pair
+    masks = second > 0
+    against_mask = [reference_iou(reference_top_pixels(a, fraction), set(np.flatnonzero(m)))
+                    for a, m in zip(first, masks)]
+    np.testing.assert_allclose(top_fraction_iou(first, masks, fraction), against_mask, rtol=1e-12)
+    between = []
+    for a, b in zip(first, second):
+        both_seen = set(np.flatnonzero(np.isfinite(a) & np.isfinite(b)))
+        between.append(reference_iou(reference_top_pixels(a, fraction, both_seen),
+                                     reference_top_pixels(b, fraction, both_seen)))
+    np.testing.assert_allclose(top_fraction_iou(first, second, fraction), between, rtol=1e-12)
+
+
+def test_rank_correlation_of_one_pixel_or_none_seen_is_zero_without_a_warning():
+    one = np.array([[np.nan, 2.0], [np.nan, np.nan]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning would be a stray line on a command's stderr
+        assert rank_correlation(one, np.ones((2, 2)) * 3).tolist() == [0.0]
+        assert rank_correlation(np.full((2, 2), np.nan), np.ones((2, 2))).tolist() == [0.0]
+
+
+class PixelLinear(nn.Module):
+    """A three-class linear model on a (3, 4, 4) image whose weights make every pixel matter differently."""
+
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.weight = nn.Parameter(torch.randn(3, 3 * 16, generator=generator))
+
+    def forward(self, x):
+        return x.flatten(1) @ self.weight.T
+
+
+@settings(deadline=None, max_examples=30)
+@given(arrays(np.float64, (2, 4, 4), elements=TIED_VALUES), st.sampled_from([3, 4, 5]), st.integers(0, 2))
+def test_deletion_and_insertion_match_the_float64_reference_with_ties_and_nan(maps, steps, target):
+    model = PixelLinear()
+    images = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+    result = deletion_insertion(model, images, torch.from_numpy(maps), torch.tensor([target, target]), steps=steps,
+                                substrate="mean")
+    for b in range(2):
+        deletion, insertion, deletion_auc, insertion_auc = reference_deletion_insertion(
+            model, images[b], maps[b], target, steps)
+        np.testing.assert_allclose(result.deletion[b], deletion, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(result.insertion[b], insertion, rtol=1e-5, atol=1e-7)
+        assert result.deletion_auc[b] == pytest.approx(deletion_auc, rel=1e-5, abs=1e-7)
+        assert result.insertion_auc[b] == pytest.approx(insertion_auc, rel=1e-5, abs=1e-7)

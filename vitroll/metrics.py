@@ -151,6 +151,8 @@ def rank_correlation(maps: np.ndarray, other: np.ndarray) -> np.ndarray:
     result = np.zeros(len(maps))
     for b, (x, y) in enumerate(zip(maps.reshape(len(maps), -1), other.reshape(len(other), -1))):
         seen = np.isfinite(x) & np.isfinite(y)
+        if not seen.any():
+            continue  # nothing both maps saw: 0, without numpy's warning about the mean of nothing
         rx, ry = rankdata(x[seen]), rankdata(y[seen])
         rx, ry = rx - rx.mean(), ry - ry.mean()
         norm = np.sqrt((rx**2).sum() * (ry**2).sum())

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_batch_size_argument, add_method_options, add_model_arguments, add_out_argument, integer,
     method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
@@ -142,9 +143,9 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
     rows = [dict(image=n, spearman=float(c), flagged=bool(c < threshold)) for n, c in zip(names, correlations)]
     write_csv(args.out / "disagreement.csv", rows)
     flagged = [r["image"] for r in rows if r["flagged"]]
-    print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; {len(flagged)} of {len(rows)} images "
-          f"below {threshold:g} (disagreement.csv){': ' + ', '.join(flagged[:5]) if flagged else ''}"
-          f"{' …' if len(flagged) > 5 else ''}")
+    print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; "
+          f"{len(flagged)} of {counted(len(rows), 'image')} below {threshold:g} (disagreement.csv)"
+          f"{': ' + ', '.join(flagged[:5]) if flagged else ''}{' …' if len(flagged) > 5 else ''}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     write_csv(args.out / "per_image.csv", result.rows)
     write_csv(args.out / "summary.csv", summary)
     source = args.folder or f"shapes testbed, seed {testbed_seed(args)}"
-    caption = f"{len(images)} images ({source}), model {args.model}; {INTERVAL}"
+    caption = f"{counted(len(images), 'image')} ({source}), model {args.model}; {INTERVAL}"
     (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
     if args.disagreement:
         write_disagreement(args, result)
@@ -198,15 +199,15 @@ def run_generated(args: argparse.Namespace) -> int:
     if args.testbed_kind == "pairs":
         rows = evaluate_pairs(model, pair_images(count, seed), methods, method_options=method_options,
                               batch_size=args.batch_size)
-        metrics, source = PAIR_METRICS, f"{count} two-shape images, seed {seed}"
+        metrics, source = PAIR_METRICS, f"{counted(count, 'two-shape image')}, seed {seed}"
     elif args.testbed_kind == "captions":
         rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, seed), methods,
                                  batch_size=args.batch_size, window=method_options.get("window"))
-        metrics, source = CAPTION_METRICS, f"{count} captioned two-shape images, seed {seed}"
+        metrics, source = CAPTION_METRICS, f"{counted(count, 'captioned two-shape image')}, seed {seed}"
     else:
         rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,
                              method_options=method_options, batch_size=args.batch_size)
-        metrics, source = TEXT_METRICS, f"{count} key-word sentences, seed {seed}"
+        metrics, source = TEXT_METRICS, f"{counted(count, 'key-word sentence')}, seed {seed}"
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows, metrics)
     table = markdown_table(summary, metrics)

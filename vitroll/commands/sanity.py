@@ -8,6 +8,7 @@ import argparse
 
 from PIL import Image
 
+from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_batch_size_argument, method_options_from_args, model_from_args, preprocessing_from_args,
 )
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "sanity.csv", table)
     (args.out / "sanity.md").write_text(
-        f"Spearman correlation with the trained model's maps, {len(images)} images, cascading randomisation "
+        f"Spearman correlation with the trained model's maps, {counted(len(images), 'image')}, cascading randomisation "
         f"(head, then blocks top down); flagged: ≥ {FLAG_CORRELATION} after every block is random.\n\n{text}\n",
         encoding="utf-8")
     print(text)

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 from torch import nn
 
+from vitroll.audit.summary import counted
 from vitroll.io.discovery import unique_paths
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
@@ -118,7 +119,7 @@ def pair_summaries(rows: Sequence[dict]) -> list[str]:
     for pair in dict.fromkeys((r["model_a"], r["model_b"]) for r in rows):
         mine = [r for r in rows if (r["model_a"], r["model_b"]) == pair]
         lines.append(f"{pair[0]} vs {pair[1]}: Spearman {np.mean([r['spearman'] for r in mine]):.3f}, "
-                     f"top-10 % IoU {np.mean([r['top10_iou'] for r in mine]):.3f} over {len(mine)} images")
+                     f"top-10 % IoU {np.mean([r['top10_iou'] for r in mine]):.3f} over {counted(len(mine), 'image')}")
     return lines
 
 

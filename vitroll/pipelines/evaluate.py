@@ -222,11 +222,13 @@ def summarize(rows: Sequence[dict[str, Any]], metrics: Mapping[str, str] = METRI
 
 
 def markdown_table(summary: Sequence[dict[str, Any]], metrics: Mapping[str, str] = METRICS) -> str:
-    """The summary as a Markdown table, ``mean ± ci95`` per cell, a column per metric of ``metrics``."""
+    """The summary as a Markdown table, ``mean ± ci95`` per cell (the mean alone where one value leaves no
+    interval), a column per metric of ``metrics``."""
     header = "| method | " + " | ".join(metrics.values()) + " |"
     lines = [header, "|---" * (len(metrics) + 1) + "|"]
     for entry in summary:
-        cells = [f"{entry[m]:.3f} ± {entry[f'{m}_ci95']:.3f}" for m in metrics]
+        cells = [f"{entry[m]:.3f}" + ("" if math.isnan(entry[f"{m}_ci95"]) else f" ± {entry[f'{m}_ci95']:.3f}")
+                 for m in metrics]
         lines.append(f"| {entry['method']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
