@@ -201,8 +201,25 @@ def test_cait_rollout_reaches_patches_through_class_attention():
         torch.testing.assert_close(a[0, 0].sum(), torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("name", ["swin_tiny_patch4_window7_224", "convnext_atto", "resnet18"])
+@pytest.mark.parametrize("name", ["convnext_atto", "resnet18"])
 def test_non_vit_models_are_refused_by_family(name):
     model = timm.create_model(name, pretrained=False).eval()
     with pytest.raises(UnsupportedModelError, match=rf"{type(model).__name__} has no token attention.*vit.*eva.*beit.*cait"):
         rollout(model, torch.randn(1, 3, 64, 64))
+
+
+@pytest.mark.parametrize(("name", "kwargs", "line"), [
+    ("swin_tiny_patch4_window7_224", dict(embed_dim=24, depths=(1, 1), num_heads=(1, 2), img_size=64, window_size=4),
+     "SwinTransformer: Swin attends within shifted windows"),
+    ("levit_128s", dict(img_size=64), "LevitDistilled: LeViT subsamples its tokens between stages"),
+    ("xcit_nano_12_p16_224", dict(img_size=64, depth=1), "Xcit: XCiT's cross-covariance attention mixes channels"),
+    ("pit_ti_224", dict(img_size=64), "PoolingVisionTransformer: PiT pools its tokens"),
+])
+def test_staged_windowed_or_channel_attention_models_are_refused_saying_why(name, kwargs, line):
+    """A built model passed to the Python API is refused with the same reason as its name on the command line."""
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with pytest.raises(UnsupportedModelError) as refused:
+        rollout(model, torch.randn(1, 3, 64, 64))
+    assert str(refused.value).startswith(line)
+    assert str(refused.value).endswith("no single token sequence runs from the image to the class score for rollout "
+                                       "to follow; use Grad-CAM (pip install grad-cam)")

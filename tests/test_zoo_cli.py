@@ -97,9 +97,8 @@ def test_dynamic_model_overlay_at_another_input_size(tmp_path, capsys):
 
 @pytest.mark.parametrize("weights", [[], ["--pretrained"]])
 @pytest.mark.parametrize(("name", "module"), [("resnet18", "resnet"),
-                                              ("swin_large_patch4_window12_384", "swin_transformer"),
                                               ("naflexvit_base_patch16_gap", "naflexvit"),
-                                              ("vit_relpos_small_patch16_224", "vision_transformer_relpos")])
+                                              ("tnt_s_patch16_224", "tnt")])
 def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_path, capsys, monkeypatch, weights,
                                                                         name, module):
     """The model was built (seconds for swin_large) and, with --pretrained, its weights fetched before the refusal;
@@ -120,6 +119,28 @@ def test_a_timm_model_of_no_family_is_refused_by_name_before_it_is_built(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("weights", [[], ["--pretrained"]])
+@pytest.mark.parametrize(("name", "module", "why"), [
+    ("swin_large_patch4_window12_384", "swin_transformer", "Swin attends within shifted windows and merges patches"),
+    ("levit_128s", "levit", "LeViT subsamples its tokens between stages"),
+    ("mvitv2_tiny", "mvitv2", "MViTv2 pools its queries, keys and values"),
+    ("xcit_nano_12_p16_224", "xcit", "XCiT's cross-covariance attention mixes channels, not tokens"),
+    ("pit_ti_distilled_224", "pit", "PiT pools its tokens into a coarser grid between stages"),
+])
+def test_a_timm_model_with_windows_stages_or_channel_attention_is_refused_by_name_saying_why(
+        tmp_path, capsys, monkeypatch, weights, name, module, why):
+    """These were refused with the list of supported families, as if vitroll had never heard of them: now the line
+    says what in the model stops rollout, before anything is built."""
+    monkeypatch.setattr(timm, "create_model", lambda *args, **kwargs: pytest.fail("a refused model was built"))
+    code = main(["overlay", str(PHOTO), "--model", name, *weights, "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"vitroll: error: {name} (timm.models.{module}): {why}")
+    assert err[0].endswith(": no single token sequence runs from the image to the class score for rollout to follow; "
+                           "use Grad-CAM (pip install grad-cam)")
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_timm_model_of_no_family_is_refused_by_name_before_its_checkpoint_is_read(tmp_path, capsys, monkeypatch):
     """The whole --checkpoint was read (seconds and gigabytes for a large one) before the name was refused."""
     import vitroll.models.load
@@ -134,8 +155,8 @@ def test_a_timm_model_of_no_family_is_refused_by_name_before_its_checkpoint_is_r
                  "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert err[0].startswith("vitroll: error: swin_tiny_patch4_window7_224 (timm.models.swin_transformer) has no "
-                             "token attention that vitroll can read")
+    assert err[0].startswith("vitroll: error: swin_tiny_patch4_window7_224 (timm.models.swin_transformer): Swin "
+                             "attends within shifted windows")
 
 
 def test_the_name_check_refuses_exactly_the_names_vitroll_lists_as_unsupported():

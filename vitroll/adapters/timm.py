@@ -21,7 +21,7 @@ from timm.models.vision_transformer_relpos import RelPosAttention, VisionTransfo
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.capture.families import Padding, Readout, TokenLayout
+from vitroll.capture.families import Padding, Readout, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attention_probabilities
 from vitroll.preprocess import Preprocessing
@@ -220,3 +220,29 @@ register_family(
     name_patterns=("cait_*",), timm_modules=("cait",),
     notes="talking-heads softmax; class-attention stage rolled out as the class token's rows",
 )
+
+
+_NO_SEQUENCE = ("no single token sequence runs from the image to the class score for rollout to follow; use Grad-CAM "
+                "(pip install grad-cam)")
+_REFUSED = (
+    ("swin_transformer.SwinTransformer", "Swin attends within shifted windows and merges patches between stages"),
+    ("swin_transformer_v2.SwinTransformerV2", "Swin V2 attends within shifted windows and merges patches between "
+                                              "stages"),
+    ("swin_transformer_v2_cr.SwinTransformerV2Cr", "Swin V2 attends within shifted windows and merges patches "
+                                                   "between stages"),
+    ("levit.Levit", "LeViT subsamples its tokens between stages"),
+    ("mvitv2.MultiScaleVit", "MViTv2 pools its queries, keys and values, shrinking the token grid between stages"),
+    ("pit.PoolingVisionTransformer", "PiT pools its tokens into a coarser grid between stages"),
+    ("hiera.Hiera", "Hiera attends within mask units and pools its tokens between stages"),
+    ("tiny_vit.TinyVit", "TinyViT attends within windows in stages after convolutional ones"),
+    ("pvt_v2.PyramidVisionTransformerV2", "PVT v2 attends to pooled keys in stages"),
+    ("twins.Twins", "Twins attends within windows and to subsampled keys, in stages"),
+    ("xcit.Xcit", "XCiT's cross-covariance attention mixes channels, not tokens (only its last class-attention "
+                  "layers attend over the tokens)"),
+    ("crossvit.CrossVit", "CrossViT runs two token sequences at two patch sizes that exchange only their class "
+                          "tokens"),
+)
+"""timm's attention models vitroll refuses, each with why (``timm.models.`` module and class, reason)."""
+
+for _model_class, _why in _REFUSED:
+    add_refusal(f"timm.models.{_model_class}", f"{_why}: {_NO_SEQUENCE}")

@@ -328,6 +328,13 @@ for _wrapper in ("torch.nn.DataParallel", "torch.nn.parallel.DistributedDataPara
                           "attention hooks do not follow; explain the model it wraps, model.module (the same weights)")
 
 
+def refusal_of_module(module_name: str) -> Optional[str]:
+    """The reason refusing the model classes that the module ``module_name`` defines, when one of them is refused by
+    its dotted path (:func:`add_refusal`): a model can then be refused by its name, before it is built."""
+    return next((reason for model_type, reason in REFUSALS
+                 if isinstance(model_type, str) and model_type.rpartition(".")[0] == module_name), None)
+
+
 def refusal_of(model: nn.Module) -> Optional[str]:
     """The one-line reason ``model`` is refused (:func:`add_refusal`), or None when its kind is not refused. A model of
     no registered family that holds one (a normaliser and a ViT in ``nn.Sequential``) is refused naming it."""

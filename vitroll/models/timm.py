@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from vitroll.capture.families import FAMILIES, imported_types, unsupported_message
+from vitroll.capture.families import FAMILIES, imported_types, refusal_of_module, unsupported_message
 from vitroll.errors import ModelLoadError, UnsupportedModelError
 from vitroll.models import hub
 
@@ -82,7 +82,8 @@ def refuse_unexplained_name(name: str) -> None:
            for member in vars(sys.modules[module_name]).values()):
         return
     what = f"{name} ({architecture}, {module_name})" if architecture != name else f"{name} ({module_name})"
-    raise UnsupportedModelError(unsupported_message(what, timm_only=True))
+    reason = refusal_of_module(module_name)
+    raise UnsupportedModelError(f"{what}: {reason}" if reason else unsupported_message(what, timm_only=True))
 
 
 def _hub_architecture(name: str) -> str:
