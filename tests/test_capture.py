@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -11,6 +12,7 @@ import torch
 from vitroll import AttentionRecorder, rollout
 from vitroll.capture import FactoredAttention, fuse_heads
 from vitroll import UnsupportedModelError
+from vitroll.errors import OptionValueError
 
 
 def hook_counts(model: torch.nn.Module) -> int:
@@ -58,6 +60,16 @@ def test_a_float64_model_keeps_float64_logits_on_every_capture_path():
                 captured = model(images)
             assert isinstance(recorder.attentions[0], FactoredAttention) == bool(options)
             torch.testing.assert_close(captured, plain, atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize("dtype, named", [(np.float16, "<class 'numpy.float16'> (type)"),
+                                          (np.dtype("float16"), "dtype('float16') (Float16DType)"),
+                                          ("float16", "'float16' (str)")])
+def test_a_dtype_that_is_not_torchs_is_refused_by_name(model, dtype, named):
+    with pytest.raises(OptionValueError) as refused:  # it was AttributeError: no attribute 'is_floating_point'
+        AttentionRecorder(model, dtype=dtype)
+    assert str(refused.value) == ("dtype must be a torch dtype (torch.float32, torch.float16, torch.bfloat16, "
+                                  f"torch.float64); got {named}")
 
 
 @pytest.mark.parametrize("keep_graph", [False, True])

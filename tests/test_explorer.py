@@ -273,6 +273,11 @@ def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, m
                     "The per-head grid shows layer 1.")
     _, _, _, rollout_note = client.predict(handle_file(CROSS), "rollout", "mean", 0.9, 1, 3, "all", "predicted",
                                            api_name="/explain")
+    in_viridis, _, _, _ = client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                                         "viridis", api_name="/explain")
+    expected = explore(model, image, ExplorerControls(method="rollout", head_fusion="mean", discard_ratio=0.0,
+                                                      start_layer=0, layer=3), settings=ExplainSettings(cmap="viridis"))
+    assert np.array_equal(np.asarray(Image.open(in_viridis)), expected.overlay)
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head.")
 
 
@@ -320,7 +325,7 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
         "a photo of a cat\na photo of a dog")
     cat = handle_file(ROOT / "sample_images" / "cat.jpg")
     three = ("a bird", "a dog", "a photo of a cat")
-    overlay_path, _, top, note = client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "2",
+    overlay_path, _, top, note = client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "2", "jet",
                                                 " a bird\n\na dog \na photo of a cat\n", api_name="/explain")
     expected = explore(clip[0], photo, ExplorerControls(method="chefer", head_fusion="mean", discard_ratio=0.0,
                                                         start_layer=0, layer=1, target_class=2, prompts=three))
@@ -328,11 +333,11 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
     assert [(entry["label"], round(entry["confidence"], 6)) for entry in top["confidences"]] == [
         (name, round(probability, 6)) for _, name, probability in expected.top] and len(expected.top) == 3
     assert note == "**chefer** does not use: head fusion, discard ratio, layer, head. The per-head grid shows layer 1."
-    _, _, _, rollout_note = client.predict(cat, "rollout", "mean", 0.0, 0, 1, "all", "predicted", "a dog",
+    _, _, _, rollout_note = client.predict(cat, "rollout", "mean", 0.0, 0, 1, "all", "predicted", "jet", "a dog",
                                            api_name="/explain")
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head, prompts.")
     with pytest.raises(AppError, match="CLIPModel is an image–text model: give at least one prompt"):
-        client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", " \n ", api_name="/explain")
+        client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", "jet", " \n ", api_name="/explain")
 
 
 def test_the_target_menu_follows_the_prompts():
@@ -378,6 +383,13 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
                                                               ).startswith("linear-gradient(to right, rgb(0, 0, 128) 0%")
         page.screenshot(path=str(screenshot), full_page=True)
+        choose_colormap = page.get_by_label("colormap", exact=True)
+        choose_colormap.click()
+        page.get_by_role("option", name="viridis", exact=True).click()
+        wait_for_text(page, "#legend", "colormap viridis; each map scaled on its own")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=sources[-1])
+        assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
+                                                              ).startswith("linear-gradient(to right, rgb(68, 1, 84) 0%")
         assert not errors
 
 
@@ -444,6 +456,18 @@ def test_the_command_serves_a_saved_clip_folder_with_a_prompts_box(monkeypatch, 
     assert main(["app", "--model", str(tmp_path)]) == 0, capsys.readouterr().err
     boxes = [block for block in served_pages[0].blocks.values() if getattr(block, "elem_id", None) == "prompts"]
     assert len(boxes) == 1 and boxes[0].value == "a photo of a cat\na photo of a dog"
+
+
+def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    served_pages = []
+    monkeypatch.setattr(command, "serve", lambda app, **_: served_pages.append(app))
+    assert main(["app", "--cmap", "coolwarm"]) == 0, capsys.readouterr().err
+    menu, = [block for block in served_pages[0].blocks.values() if getattr(block, "label", None) == "colormap"]
+    legend, = [block for block in served_pages[0].blocks.values() if getattr(block, "elem_id", None) == "legend"]
+    assert menu.value == "coolwarm" and ("coolwarm", "coolwarm") in menu.choices and "colormap <b>coolwarm</b>" in (
+        legend.value)  # an unknown --cmap: tests/test_mistakes.py
 
 
 def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import warnings
 
@@ -11,7 +12,7 @@ from PIL import Image
 
 from vitroll import ImageReadError, load_image
 from vitroll.io.images import load_mask, write_atomic
-from vitroll.io.names import fit_name
+from vitroll.io.names import fit_name, utf8_name
 
 
 def save(tmp_path, name, image, **kwargs):
@@ -134,6 +135,13 @@ def test_a_name_too_long_for_the_file_system_is_cut_at_a_character_with_a_hash_o
     assert len(cut.encode()) <= 255 and cut.startswith("漢" * 80) and cut == fit_name("漢" * 100 + "a")
     assert cut != fit_name("漢" * 100 + "b")
     assert fit_name("é" * 30, 20) == "ééé~f96161c7582c"
+
+
+def test_a_name_with_a_lone_surrogate_not_from_the_file_system_is_spelt_and_hashed():
+    # \ud800 is no byte kept by surrogateescape: a str path built in Python, not read from disk
+    assert utf8_name("a\ud800") == "a\\ud800~" + hashlib.sha256(b"a\xed\xa0\x80").hexdigest()[:12]
+    assert utf8_name("a\ud800") != utf8_name("a\udced\udca0\udc80")  # the same bytes, spelt as bytes
+    assert utf8_name("caf\udce9") == "caf\\xe9~" + hashlib.sha256(b"caf\xe9").hexdigest()[:12]  # unchanged
 
 
 def test_a_write_that_fails_names_the_file_asked_for_never_the_temporary_one(tmp_path):

@@ -189,6 +189,7 @@ MISTAKES = [
     pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --cmap Jet", 2,
                  "compare: argument --cmap: unknown matplotlib colormap 'Jet' (did you mean jet, jet_r?)",
                  id="compare-cmap"),
+    pytest.param("app --cmap nope", 2, "app: argument --cmap: unknown matplotlib colormap 'nope'", id="app-cmap"),
     pytest.param("annotate {dir} --out {out} --cmap nope", 2,
                  "argument --cmap: unknown matplotlib colormap 'nope' (e.g. jet, viridis, inferno, gray)",
                  id="annotate-cmap"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -36,6 +37,9 @@ API_NAME = "explain"
 MAX_DISCARD_RATIO = 0.99
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
+COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
+"""The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
+other commands takes any matplotlib name)."""
 
 
 def require_gradio() -> "Any":
@@ -106,7 +110,8 @@ def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
 
 
 def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Preprocessing] = None,
-              class_names: Optional[list[str]] = None, examples: Sequence[Path] = ()) -> "gradio.Blocks":
+              class_names: Optional[list[str]] = None, examples: Sequence[Path] = (),
+              settings: ExplainSettings = ExplainSettings()) -> "gradio.Blocks":
     """The explorer page for ``model`` (served with :func:`serve`; tested through ``gradio_client`` at
     :data:`API_NAME`).
 
@@ -122,6 +127,9 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         Names for the top classes and the target-class menu.
     examples : sequence of Path
         Images offered under the upload box.
+    settings : ExplainSettings
+        How the overlays are drawn (opacity, upsampling, normalisation), and the colormap the menu starts at (added to
+        :data:`COLORMAPS` when not among them); the method and its options are the controls'.
 
     Raises
     ------
@@ -130,25 +138,25 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
 
     Notes
     -----
-    For an image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the
-    last input of :data:`API_NAME`; the target-class menu lists the prompts.
+    The colormap menu is the input of :data:`API_NAME` after the target class; the legend follows it. For an
+    image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the last
+    input of :data:`API_NAME`; the target-class menu lists the prompts.
     """
     gr = require_gradio()
-    drawing = ExplainSettings()  # colormap and scaling of the overlays, which the legend shows
     preprocessing = preprocessing or Preprocessing.from_model(model)
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
 
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
-            layer: float, head: str, target_class: str, prompts: str = "") -> tuple:
+            layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
         if image is None:
             return None, None, None, "Upload an image or pick an example."
         try:
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
             exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
-                                  class_names=class_names, settings=drawing)
+                                  class_names=class_names, settings=replace(settings, cmap=cmap))
         except ImageReadError as error:
             raise refusal(upload_refusal(error, Path(image).name)) from None
         except (VitrollError, ValueError) as error:
@@ -168,6 +176,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
                 controls = _control_widgets(gr, outline)
+                colormap = gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))), value=settings.cmap,
+                                       label="colormap")
                 prompts = [gr.Textbox("\n".join(DEFAULT_PROMPTS), lines=3, label="prompts (one per line)",
                                       elem_id="prompts")] if outline.image_text else []
                 button = gr.Button("Explain", variant="primary")
@@ -176,13 +186,13 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
                                     interactive=False, elem_id="heads")  # each tile is labelled
-                gr.HTML(legend_html(drawing.cmap, drawing.normalization), elem_id="legend")
+                legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        explain_event = dict(fn=run, inputs=[image, *controls, *prompts], outputs=[overlay, grid, top, note],
-                             concurrency_limit=1, concurrency_id="model")
+        explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
+                             outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
         # the target menu's own input only: when new prompts reset it, their event explains once
         gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
@@ -192,6 +202,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                       outputs=widgets, api_name=False).then(**explain_event, api_name=False)
         head.change(lambda name, one: _widget_updates(name, one, method_changed=False), inputs=[method, head],
                     outputs=widgets, api_name=False).then(**explain_event, api_name=False)
+        colormap.change(lambda cmap: legend_html(cmap, settings.normalization), inputs=colormap, outputs=legend,
+                        api_name=False).then(**explain_event, api_name=False)
         for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
             box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
                 **explain_event, api_name=False)

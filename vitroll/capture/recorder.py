@@ -158,6 +158,9 @@ class AttentionRecorder:
         factored: bool = False,
     ) -> None:
         check_head_fusion(head_fusion)
+        if not isinstance(dtype, torch.dtype):  # numpy's float16 and "float16" have no is_floating_point
+            raise OptionValueError(f"dtype must be a torch dtype (torch.float32, torch.float16, torch.bfloat16, "
+                                   f"torch.float64); got {dtype!r} ({type(dtype).__name__})")
         if not dtype.is_floating_point:  # an integer or bool record rounds every probability to 0 or 1
             raise OptionValueError(f"dtype must be a floating-point type (float32, float16, bfloat16, float64); "
                                    f"got {dtype}")

@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 from vitroll.app import build_app, example_images, require_gradio, serve
-from vitroll.commands.common import add_model_arguments, integer, model_from_args, preprocessing_from_args
+from vitroll.commands.common import (
+    add_model_arguments, colormap, integer, model_from_args, preprocessing_from_args,
+)
 from vitroll.models import class_names
+from vitroll.pipelines.explain import ExplainSettings
 
 SAMPLE_IMAGES = Path(__file__).resolve().parents[2] / "sample_images"
 """The repository's sample images, offered as examples when vitroll runs from a checkout."""
@@ -30,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=port_number, help="port (default: the first free one from 7860)")
     parser.add_argument("--share-on-network", action="store_true",
                         help="allow a --host that other machines can reach (no password: anyone there can use it)")
+    parser.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap,
+                        help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
     parser.add_argument("--examples", default=SAMPLE_IMAGES, type=Path, metavar="FOLDER",
                         help="images offered as examples (default: the repository's sample_images/, when present)")
     add_model_arguments(parser)
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     examples = example_images(args.examples)
     app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
-                    class_names=class_names(model, args.class_names), examples=examples)
+                    class_names=class_names(model, args.class_names), examples=examples,
+                    settings=ExplainSettings(cmap=args.cmap))
     serve(app, host=args.host, port=args.port, examples=examples)
     return 0

@@ -59,10 +59,17 @@ def utf8_name(name: str) -> str:
     ``caf\\udce9.png`` for Latin-1 ``café.png``) is spelt :func:`readable`, ``\\xe9``, with ``~`` and 12 hex digits of
     the SHA-256 of its bytes after it, so that it stays distinct from a name spelt that way.
 
+    A lone surrogate that no file-system decoding makes (``\\ud800``, from a ``str`` built in Python) is spelt
+    ``\\ud800``, hashed by its code point's UTF-8 form (``surrogatepass``).
+
     >>> utf8_name("photo.png"), utf8_name("caf\\udce9.png")
     ('photo.png', 'caf\\\\xe9.png~507c1cbe909e')
     """
     spelt = readable(name)
     if spelt == name:
         return name
-    return spelt + _HASH_MARK + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    try:
+        encoded = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not a name read from disk: no bytes to give back
+        encoded = name.encode("utf-8", "surrogatepass")
+    return spelt + _HASH_MARK + hashlib.sha256(encoded).hexdigest()[:12]
