@@ -438,3 +438,40 @@ def test_a_timm_model_saved_by_transformers_is_refused_with_how_to_load_it_throu
     pixels = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         torch.testing.assert_close(model(pixels), wrapped(pixel_values=pixels).logits)
+
+
+def test_a_saved_mae_for_pretraining_explains_its_encoder_on_every_patch_quietly(tmp_path, capsys):
+    """MAE checkpoints are saved for pre-training, with mask_ratio 0.75: the command line refused them ("set
+    model.config.mask_ratio = 0.0", which it cannot), and built as the encoder alone transformers printed a load report
+    of every decoder weight."""
+    from reference import reference_rollout
+
+    torch.manual_seed(0)
+    saved = transformers.ViTMAEForPreTraining(transformers.ViTMAEConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        decoder_hidden_size=32, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
+        decoder_intermediate_size=64)).eval()
+    assert saved.config.mask_ratio == 0.75
+    folder = tmp_path / "vit-mae"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.ViTMAEModel and model.config.mask_ratio == 0.0
+    assert model.state_dict().keys() == saved.vit.state_dict().keys()
+    assert all(torch.equal(value, saved.vit.state_dict()[name]) for name, value in model.state_dict().items())
+
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    maps = vitroll.rollout(model, pixels)
+    eager = transformers.ViTMAEModel.from_pretrained(folder, attn_implementation="eager", mask_ratio=0.0).double()
+    with torch.no_grad():  # the patches in grid order: the noise that sorts them is their index
+        attentions = eager(pixel_values=pixels.double(), noise=torch.arange(16.0).double().expand(2, -1),
+                           output_attentions=True).attentions
+    for index in range(len(pixels)):
+        expected = reference_rollout([layer[index].numpy() for layer in attentions], num_prefix=1, grid=(4, 4),
+                                     class_token=True)
+        assert np.abs(maps[index].numpy() - expected).max() < 1e-5
+
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+    assert "LOAD REPORT" not in captured.err and "UNEXPECTED" not in captured.err

@@ -87,6 +87,10 @@ def _check_config_file(name: str, path: Path) -> None:
                              "transformers ships (`vitroll models` lists them)")
 
 
+PRETRAINING_HEADS = ("ForPreTraining", "ForMaskedImageModeling")
+"""How the classes of vision models saved with a pre-training head end: vitroll explains their encoder."""
+
+
 def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
     """Build a transformers model from a ``save_pretrained`` folder or a hub id (from the local cache when the hub
     cannot be reached), with ``state`` on top of its config when given; register its image processor, or for a text
@@ -127,6 +131,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     config._attn_implementation = "sdpa"
+    if kind == "vit_mae":  # saved for pre-training (0.75): vitroll explains the encoder on every patch, in grid order
+        config.mask_ratio = 0.0
     auto = _auto_classes(transformers, config)
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # a weight-loading bar per model would drown vitroll's lines
@@ -158,6 +164,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
+    if type(model).__name__.endswith(PRETRAINING_HEADS):
+        model = model.base_model
     if kind in TEXT_MODEL_TYPES:
         _use_tokenizer_of(model, source, offline=offline or local, needed_by="the text model")
     elif kind in CAPTIONER_MODEL_TYPES:
@@ -219,7 +227,10 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
                  if isinstance(getattr(transformers, architecture, None), type)]
         # a saved …Backbone is built as itself: as its bare model (BeitModel) it gained a pooler of random weights
         backbones = [cls for cls in named if cls.__name__.endswith("Backbone")]
-        return [*backbones, transformers.AutoModel, *named]
+        # a pre-training model (ViTMAEForPreTraining) is built whole and its encoder kept: built as the encoder alone,
+        # transformers printed a load report of every decoder weight it left out
+        pretraining = [cls for cls in named if cls.__name__.endswith(PRETRAINING_HEADS)]
+        return [*backbones, *pretraining, transformers.AutoModel, *named]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
