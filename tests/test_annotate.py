@@ -572,3 +572,23 @@ def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_by
     assert shown[2]["error"] == f"{source}/vid\\xe9.png: empty file (0 bytes)"
     assert annotate(str(source), "--out", str(out), "--save", "overlay,heatmap,figure") == 3
     assert "0 ok, 1 failed, 2 skipped" in capsys.readouterr().out
+
+
+def test_a_name_with_line_breaks_keeps_its_reason_and_one_line(tmp_path, capsys):
+    """A file named ``bad\\nname.jpg`` was recorded with the reason ``…/bad`` (the message cut at the name's line
+    break) and printed on two lines."""
+    root = tmp_path / "in"
+    root.mkdir()
+    Image.fromarray(rgb(seed=1)).save(root / "ok\nname.png")
+    Image.fromarray(rgb(seed=2)).save(root / "full.jpg")
+    (root / "bad\r\nname.jpg").write_bytes((root / "full.jpg").read_bytes()[:200])
+    (root / "full.jpg").unlink()
+    out = tmp_path / "out"
+    assert annotate(str(root), "--out", str(out)) == folder.EXIT_SOME_FAILED
+    table = {row["path"]: row for row in rows(out)}
+    reason = f"{root}/bad\\r\\nname.jpg: corrupt or truncated image data"
+    assert table["bad\r\nname.jpg"]["error"].startswith(reason)
+    assert table["ok\nname.png"]["status"] == "ok"
+    assert np.asarray(Image.open(out / table["ok\nname.png"]["overlay"])).shape == (48, 64, 3)
+    failed = [line for line in capsys.readouterr().err.splitlines() if "bad" in line]
+    assert len(failed) == 1 and failed[0].startswith(f"vitroll: failed: {reason}")

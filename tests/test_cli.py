@@ -97,6 +97,22 @@ def test_missing_file(tmp_path, capsys):
     assert one_error_line(err, "failed") == f"vitroll: failed: {tmp_path / 'nope.jpg'}: no such file"
 
 
+def test_names_with_line_breaks_are_printed_on_one_line_each(tmp_path, capsys):
+    """Each printed name ran on over two lines (``vitroll: failed: …/bad`` then ``name.jpg: corrupt …``), and a
+    terminal escape in a name coloured the rest of the terminal."""
+    Image.open(PHOTO).resize((64, 48)).save(tmp_path / "ok\nname.png")
+    (tmp_path / "bad\x1b[31mname.jpg").write_bytes(PHOTO.read_bytes()[:300])
+    code, out, err = run(capsys, "overlay", str(tmp_path / "ok\nname.png"), str(tmp_path / "bad\x1b[31mname.jpg"),
+                         "--model", "vit_tiny_patch16_224", "--out", str(tmp_path / "out"), "--method", "attention")
+    assert code == 3
+    assert one_error_line(err, "failed").startswith(
+        f"vitroll: failed: {tmp_path}/bad\\x1b[31mname.jpg: corrupt or truncated image data")
+    assert out.splitlines()[0] == f"{tmp_path}/ok\\nname.png -> {tmp_path}/out/ok\\nname_attention.png"
+    assert np.asarray(Image.open(tmp_path / "out" / "ok\nname_attention.png")).shape == (48, 64, 3)
+    code, _, err = run(capsys, "annotate", str(tmp_path / "no\nsuch"), "--out", str(tmp_path / "out2"))
+    assert (code, err) == (2, f"vitroll: error: {tmp_path}/no\\nsuch: no such folder or list file\n")
+
+
 def test_unreadable_image_is_reported_and_the_good_one_still_written(tmp_path, capsys):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"this is not a jpeg")

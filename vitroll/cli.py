@@ -12,7 +12,7 @@ from typing import Any, Iterable, NoReturn, Optional, Sequence
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
 from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
-from vitroll.io.names import READABLE
+from vitroll.io.names import READABLE, single_line
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
@@ -34,7 +34,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
-        self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{single_line(message)} (see `{self.prog} --help`)\n")
 
     def format_help(self) -> str:
         """argparse's help, with the descriptions' docstring markup (````code````) read as plain `code`."""
@@ -99,13 +99,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()  # a reader that went away shows here at the latest, while it can still be handled
         return status
     except (VitrollError, ValueError) as error:
-        print(f"vitroll: error: {error}", file=sys.stderr)
+        print(f"vitroll: error: {single_line(str(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # the reader of our output closed it: stop quietly, as `cat … | head` does
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as error:  # the file system refused (permissions, a full disk): the user's to fix, not a bug
-        print(f"vitroll: error: {one_line(error)}", file=sys.stderr)
+        print(f"vitroll: error: {single_line(one_line(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("vitroll: interrupted", file=sys.stderr)

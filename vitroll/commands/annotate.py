@@ -19,7 +19,7 @@ import torch
 
 from vitroll.commands.common import (
     add_batch_size_argument, add_explain_arguments, add_out_argument, add_resume_arguments, integer, model_from_args,
-    number, preprocessing_from_args, provenance_from_args, settings_from_args,
+    number, preprocessing_from_args, print_failed, provenance_from_args, settings_from_args,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.methods import METHODS
@@ -116,7 +116,7 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
         return EXIT_USER_ERROR
     if world()[0] == 0:
         for failure in result.failures[:10]:
-            print(f"vitroll: failed: {failure}", file=sys.stderr)
+            print_failed(failure)
         if len(result.failures) > 10:
             print(f"vitroll: … and {len(result.failures) - 10} more (see {args.out}/manifest.csv)", file=sys.stderr)
         print(result.line())

@@ -11,13 +11,13 @@ ok, 3 some images failed, 2 usage error."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
     add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
-    refuse_other_kinds, resolve_device,
+    print_failed, refuse_other_kinds, resolve_device,
 )
+from vitroll.io.names import single_line
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.models import load_model
 from vitroll.pipelines.caption import caption_files
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
                                 alpha=args.alpha, window=args.window):
         if result.error is not None:
             failed += 1
-            print(f"vitroll: failed: {result.error}", file=sys.stderr)
+            print_failed(result.error)
             continue
-        print(f"{result.path}: “{result.caption}” -> {result.strip_path}")
+        print(single_line(f"{result.path}: “{result.caption}” -> {result.strip_path}"))
     print(f"captions: {args.out / 'captions.json'}")
     return 3 if failed else 0

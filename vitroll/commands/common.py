@@ -14,6 +14,7 @@ from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError, VitrollError
+from vitroll.io.names import single_line
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.overlay import lookup_table
@@ -416,3 +417,9 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
     if folder is not None:
         raise VitrollError(
             f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
+
+
+def print_failed(failure: object) -> None:
+    """One ``vitroll: failed:`` line on stderr for an input that failed, its name's line breaks spelt
+    (:func:`~vitroll.io.names.single_line`)."""
+    print(f"vitroll: failed: {single_line(str(failure))}", file=sys.stderr)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, resolve_device, settings_from_args, warn_if_trusting,
+    add_out_argument, integer, print_failed, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     result = compare(args.images, explainers_from_args(args), settings)
     for error in result.errors:
-        print(f"vitroll: failed: {error}", file=sys.stderr)
+        print_failed(error)
     if not result.images:
         return EXIT_SOME_FAILED
     args.out.mkdir(parents=True, exist_ok=True)

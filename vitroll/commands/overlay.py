@@ -5,7 +5,6 @@ failed:`` line each, the others still written), 2 usage error."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from torch import nn
 
@@ -13,8 +12,9 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
     add_batch_size_argument, add_method_arguments, add_model_arguments, add_out_argument, add_render_arguments,
-    model_from_args, non_blank, preprocessing_from_args, refuse_folders, settings_from_args,
+    model_from_args, non_blank, preprocessing_from_args, print_failed, refuse_folders, settings_from_args,
 )
+from vitroll.io.names import single_line
 from vitroll.models import class_names
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.pipelines.single import ImageExplanation, explain_files
@@ -52,11 +52,11 @@ def _with_texts(model: nn.Module, args: argparse.Namespace) -> nn.Module:
 
 def _report(result: ImageExplanation) -> None:
     if result.text_overlays is not None:
-        print(f"{result.path} -> {result.figure_path}")
+        print(single_line(f"{result.path} -> {result.figure_path}"))
         for each in result.text_overlays:
-            print(f"  {each.text!r}  S = {each.logit:.3f}  -> {each.path}")
+            print(single_line(f"  {each.text!r}  S = {each.logit:.3f}  -> {each.path}"))
         return
-    print(f"{result.path} -> {result.overlay_path}")
+    print(single_line(f"{result.path} -> {result.overlay_path}"))
     for rank, (_, name, probability) in enumerate(result.top or [], start=1):
         print(f"  {rank}. {name}  {probability:.3f}")
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                                 batch_size=args.batch_size, save_figure=args.figure):
         if result.error:
             failures += 1
-            print(f"vitroll: failed: {result.error}", file=sys.stderr)
+            print_failed(result.error)
             continue
         _report(result)
     return EXIT_SOME_FAILED if failures else 0

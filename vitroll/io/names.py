@@ -39,6 +39,20 @@ def readable(text: str) -> str:
     return text.encode("utf-8", READABLE).decode("utf-8")
 
 
+_CONTROL_SPELT = {code: repr(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
+
+
+def single_line(text: str) -> str:
+    """``text`` with its line breaks and other control characters spelt as Python writes them (``\\n``, ``\\r``,
+    ``\\x1b``): a file name that holds them, printed in a message, keeps it one line and cannot move the terminal's
+    cursor.
+
+    >>> print(single_line("new\\nline.png"), single_line("café.png"))
+    new\\nline.png café.png
+    """
+    return text.translate(_CONTROL_SPELT)
+
+
 def _spelt(error: UnicodeError) -> tuple[str, int]:
     """The :data:`READABLE` encoding error handler."""
     if not isinstance(error, UnicodeEncodeError):

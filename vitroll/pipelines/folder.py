@@ -33,6 +33,7 @@ from torch import nn
 from vitroll._version import __version__
 from vitroll.errors import ImageReadError, VitrollError, one_line
 from vitroll.io import encode_png, write_atomic
+from vitroll.io.names import single_line
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
@@ -135,6 +136,12 @@ class _Annotator:
                        "vitroll_version": __version__}
 
     def error_row(self, item: InputItem, message: str) -> dict[str, Any]:
+        """An ``error`` row whose reason is ``message``'s first line (an exception's text may run on), the input's path
+        that starts it spelt on one line first (:func:`~vitroll.io.names.single_line`): a name with a line break in
+        it left the reason ``/in/bad``."""
+        name = str(item.path)
+        if message.startswith(name):
+            message = single_line(name) + message[len(name):]
         return {**_identity(item), "status": "error", "error": message.splitlines()[0], **self.common}
 
     def output_path(self, kind: str, item: InputItem) -> Path:
