@@ -194,6 +194,20 @@ def test_a_tensor_with_other_channels_is_refused_naming_both_shapes(model, metho
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("in_chans", [3, 1])
+def test_a_linear_patch_embedding_is_checked_for_channels_like_a_convolution(in_chans):
+    """NaFlexViT embeds its patches with an nn.Linear: without a Conv2d its channels were unknown, so a grey tensor
+    given to an RGB model failed inside it (mat1 and mat2 shapes cannot be multiplied) and a grey NaFlexViT was given
+    RGB pictures."""
+    model = timm.create_model("naflexvit_base_patch16_gap", pretrained=False, patch_size=8, depth=1, embed_dim=32,
+                              num_heads=2, num_classes=3, in_chans=in_chans).eval()
+    other = 4 - in_chans  # 1 for RGB, 3 for grey
+    with pytest.raises(ValueError, match=rf"have {other} channels?; the model takes \(B, {in_chans}, H, W\)"):
+        rollout(model, torch.randn(1, other, 32, 48))
+    assert Preprocessing.from_model(model).channels == in_chans
+    assert rollout(model, [np.zeros((40, 60, 3), np.uint8)]).shape[0] == 1
+
+
 def test_a_model_built_for_one_channel_takes_pictures_in_grey_and_refuses_rgb_tensors():
     """Pictures were preprocessed to RGB whatever the model took, so a grey model refused every picture."""
     grey_model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2, num_classes=5,

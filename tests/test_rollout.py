@@ -87,6 +87,32 @@ def test_relative_position_bias_models_match_reference(name):
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-6, rtol=0)
 
 
+NAFLEX = {  # timm's NaFlexViT models given image batches: their prefix tokens and pooling
+    "naflexvit_base_patch16_gap": (4, "patch_mean"),  # 4 register tokens, average pool
+    "naflexvit_base_patch16_siglip": (0, "attention_pool"),
+    "naflexvit_so150m2_patch16_reg1_map": (1, "attention_pool"),  # the pool skips the register token
+    "naflexvit_base_patch16_radio_v3": (8, "class_token"),
+}
+
+
+@pytest.mark.parametrize("name", NAFLEX)
+def test_naflex_models_match_reference(name):
+    torch.manual_seed(0)
+    model = sharpen_attention(timm.create_model(name, pretrained=False, patch_size=8, depth=2, embed_dim=32,
+                                                num_heads=2, num_classes=3), std=0.3)
+    images = torch.randn(2, 3, 32, 48)
+    maps = rollout(model, images)
+    _, layout, _ = record_attention(model, images[:1])
+    assert (layout.num_prefix_tokens, layout.readout, layout.grid) == (*NAFLEX[name], (4, 6))
+    for i in range(len(images)):
+        pool_row = None if layout.readout == "class_token" else reference_pool_row(model, images[i:i + 1])
+        expected = reference_rollout(reference_attention(model, images[i:i + 1]), num_prefix=layout.num_prefix_tokens,
+                                     grid=(4, 6), class_token=pool_row is None, readout=pool_row)
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="not a multiple of the model's 8×8 patches"):
+        rollout(model, torch.randn(1, 3, 36, 48))
+
+
 @pytest.mark.parametrize("pool", POOLED)
 def test_pooling_models_read_out_exactly_the_tokens_their_pool_reads(pool):
     torch.manual_seed(0)

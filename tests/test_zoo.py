@@ -125,6 +125,7 @@ ZOO = [
     ("beitv2_base_patch16_224", dict(img_size=64, use_shared_rel_pos_bias=True, use_rel_pos_bias=False),
      (64, 64), (4, 4), manual_beit),
     ("cait_xxs24_224", dict(img_size=64), (64, 64), (4, 4), None),
+    ("naflexvit_so150m2_patch16_reg1_map", {}, (48, 80), (3, 5), manual_vit),
     ("vit_relpos_base_patch16_224", dict(img_size=(48, 64)), (48, 64), (3, 4), manual_relpos),
     ("vit_relpos_base_patch16_cls_224", dict(img_size=64), (64, 64), (4, 4), manual_relpos),
     ("vit_srelpos_small_patch16_224", dict(img_size=64), (64, 64), (4, 4), manual_relpos),
@@ -180,7 +181,9 @@ def test_family_captures_its_own_attention(case):
         pool, (x, kw) = recorder._readout_modules[0], inputs[-1]
         want = manual_pool(pool, x, kw).mean(dim=(1, 2))
         assert layout.readout == "attention_pool"
-        assert (layout.pool_weights - want).abs().max().item() < 1e-5
+        skipped = layout.num_tokens - want.shape[-1]  # prefix tokens the pool does not read weigh 0
+        assert (layout.pool_weights[:, skipped:] - want).abs().max().item() < 1e-5
+        assert layout.pool_weights[:, :skipped].abs().sum() == 0
 
     for method in (rollout, attention):
         maps = method(model, images)

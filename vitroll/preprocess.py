@@ -54,11 +54,12 @@ def register_preprocessing(matches: Callable[[nn.Module], bool],
 def input_channels(model: nn.Module) -> int | None:
     """The channels the model's input convolution takes (the first ``Conv2d`` of the module its family says the
     images enter, :attr:`~vitroll.capture.ModelFamily.input_embedding`, else of the model: a ViT's patch embedding,
-    a hybrid's stem), or None for a model without one."""
+    a hybrid's stem); for a patch embedding without a convolution (NaFlexViT's linear one), its timm ``in_chans``;
+    None for a model with neither."""
     family = registered_family(model)
     entry = family.input_embedding(model) if family is not None and family.input_embedding is not None else model
     convolution = next((module for module in entry.modules() if isinstance(module, nn.Conv2d)), None)
-    return None if convolution is None else convolution.in_channels
+    return getattr(entry, "in_chans", None) if convolution is None else convolution.in_channels
 
 
 @dataclass(frozen=True)

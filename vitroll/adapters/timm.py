@@ -1,4 +1,4 @@
-"""timm's Vision Transformers (vit, vit-relpos, eva, beit, cait), registered through the same public call a user has.
+"""timm's Vision Transformers (vit, vit-relpos, naflexvit, eva, beit, cait), registered through the same public call a user has.
 
 Each family names its attention modules and token layout; each of timm's attention types gets its readout (the
 recipes are described in :mod:`vitroll.capture.readouts`); the preprocessing is timm's evaluation transform from the
@@ -16,6 +16,7 @@ from timm.models.beit import Attention as BeitAttention
 from timm.models.beit import Beit
 from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
 from timm.models.eva import Eva, EvaAttention
+from timm.models.naflexvit import NaFlexVit
 from timm.models.vision_transformer import VisionTransformer
 from timm.models.vision_transformer_relpos import RelPosAttention, VisionTransformerRelPos
 from torch import nn
@@ -34,8 +35,8 @@ def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
 
 
 def _patch_embedding(model: nn.Module) -> nn.Module:
-    """The module timm's images enter: the patch embedding (a hybrid's holds its CNN stem)."""
-    return model.patch_embed
+    """The module timm's images enter: the patch embedding (a hybrid's holds its CNN stem; NaFlexViT's ``embeds``)."""
+    return model.embeds if isinstance(model, NaFlexVit) else model.patch_embed
 
 
 def timm_preprocessing(model: nn.Module) -> Preprocessing:
@@ -86,7 +87,7 @@ def _cait_head_then_blocks_down(model: nn.Module) -> list[nn.Module]:
 def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
     """Raise ValueError for an input size the model's patch embedding rejects (``strict_img_size``) or would crop
     silently (not whole patches, without ``dynamic_img_pad``)."""
-    embed = model.patch_embed
+    embed = _patch_embedding(model)
     built = tuple(getattr(embed, "img_size", None) or ())
     patch = tuple(getattr(embed, "patch_size", None) or ())
     if getattr(embed, "strict_img_size", False) and built and tuple(image_hw) != built:
@@ -108,7 +109,7 @@ def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLa
     Raises ValueError for an input size the model cannot take.
     """
     _check_input_size(model, image_hw)
-    grid = tuple(model.patch_embed.dynamic_feat_size(image_hw))
+    grid = tuple(_patch_embedding(model).dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
     # timm's pool_include_prefix: the average (or the attention pool) covers the prefix tokens too
     mean: Readout = "token_mean" if getattr(model, "pool_include_prefix", False) else "patch_mean"
@@ -187,6 +188,14 @@ register_family(
     name_patterns=("vit_relpos_*", "vit_srelpos_*"), timm_modules=("vision_transformer_relpos",),
     notes="relative position bias (own or shared, MLP or table) included (the blocked kernel's mask); avg pooling "
           "(default) → patch mean, 'token' → class token; --img-size only (no --dynamic-img-size in timm)",
+)
+register_family(
+    "naflexvit", NaFlexVit, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
+    input_embedding=_patch_embedding, readout_modules=_attention_pool,
+    name_patterns=("naflexvit_*",), timm_modules=("naflexvit",),
+    notes="image batches (not NaFlex's pre-cut patches): any size of whole patches, its position embedding "
+          "resampled; class/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention",
 )
 register_family(
     "eva", Eva, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
