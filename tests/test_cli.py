@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +190,18 @@ def test_an_input_named_in_latin1_gets_outputs_named_as_annotate_names_them(tmp_
     assert stem.startswith("caf\\xe9~")
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [f"{stem}_attention.png",
                                                                          f"{stem}_attention_figure.png"]
+
+
+def test_names_are_printed_readable_while_a_command_runs_and_the_streams_handlers_come_back_after(tmp_path,
+                                                                                                monkeypatch):
+    streams = {name: io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for name in ("stdout", "stderr")}
+    for name, stream in streams.items():
+        monkeypatch.setattr(sys, name, stream)
+    missing = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.png")
+    assert main(["overlay", missing, "--out", str(tmp_path / "out")]) == 3
+    streams["stderr"].flush()
+    assert f"{tmp_path}/caf\\xe9.png: no such file" in streams["stderr"].buffer.getvalue().decode()
+    assert [stream.errors for stream in streams.values()] == ["strict", "strict"]  # was vitroll.readable for good
 
 
 def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):

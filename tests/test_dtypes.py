@@ -12,6 +12,7 @@ import torch
 from vitroll import attention, chefer, gradient_shap, rollout
 from vitroll.capture import FactoredAttention
 from vitroll.methods import record_attention, rollout_matrix, rollout_vector
+from vitroll.methods.baselines import random_map
 from vitroll.methods.gradients import attention_gradients, positive_weighted_heads
 
 # Measured on CPU (vit_tiny, 4 layers, 96 px, qkv std 0.06): max |Δ| = 7.7e-6 (fp16) and 4.4e-5 (bf16) on maps
@@ -39,6 +40,15 @@ def test_half_precision_weights_stay_close_to_float32(model, dtype):
     print(f"{dtype}: max abs diff {difference:.2e} (map max {reference.max().item():.3f})")
     assert difference < TOLERANCE[dtype]
     assert torch.equal(low, rollout(copy.deepcopy(model).to(dtype), images)), "deterministic"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_random_baseline_draws_the_same_map_for_a_half_precision_copy(model, dtype):
+    images = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(2))
+    reference = random_map(model, images, seed=3)
+    # the stream was drawn from the pixels after their cast to the model's dtype: max |Δ| ≈ 0.9
+    assert torch.equal(random_map(copy.deepcopy(model).to(dtype), images, seed=3).float(), reference)
+    assert not torch.equal(random_map(model, images, seed=4), reference)
 
 
 @pytest.mark.parametrize("factored", [False, True], ids=["dense", "factored"])

@@ -226,6 +226,16 @@ def test_offline_pretrained_fails_fast(tmp_path):
     assert elapsed < 25.0  # huggingface_hub retries for ~52 s when it is not told the hub is unreachable
 
 
+def test_an_option_the_model_does_not_take_is_named_with_pretrained_not_blamed_on_the_hub(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.setattr("vitroll.models.hub.hub_reachable", lambda timeout=3.0: True)  # timm builds before it fetches
+    code = main(["overlay", str(PHOTO), "--model", "cait_xxs24_224", "--pretrained", "--dynamic-img-size",
+                 "--out", str(tmp_path)])
+    assert code == 2 and capsys.readouterr().err == (  # it said: pretrained weights could not be fetched (TypeError)
+        "vitroll: error: cait_xxs24_224: cannot build model (TypeError: Cait.__init__() got an unexpected keyword "
+        "argument 'dynamic_img_size')\n")
+
+
 @pytest.mark.parametrize("method", ["chefer", "grad_rollout"])
 def test_cait_gradient_methods_overlay(tmp_path, capsys, method):
     code = main(["overlay", str(PHOTO), "--model", "cait_xxs24_224", "--img-size", "64", "--method", method,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import io
 import os
 import sys
-from typing import Any, Iterable, NoReturn, Optional, Sequence
+from typing import Any, Iterable, Iterator, NoReturn, Optional, Sequence
 
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
@@ -83,16 +84,28 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def _readable_output() -> None:
-    """Print a file name that is not UTF-8 with its bytes as ``\\xe9`` on stdout and stderr alike (stdout's handler
-    is ``strict`` in most locales: such a name stopped a command after its work; stderr spelt it ``\\udce9``)."""
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors=READABLE)
+@contextlib.contextmanager
+def _readable_output() -> Iterator[None]:
+    """While a command runs, print a file name that is not UTF-8 with its bytes as ``\\xe9`` on stdout and stderr
+    alike (stdout's handler is ``strict`` in most locales: such a name stopped a command after its work; stderr spelt
+    it ``\\udce9``). The streams are the process's: their own handlers come back after, for a program that calls
+    :func:`main` and prints on."""
+    streams = [(stream, stream.errors) for stream in (sys.stdout, sys.stderr) if isinstance(stream, io.TextIOWrapper)]
+    for stream, _ in streams:
+        stream.reconfigure(errors=READABLE)
+    try:
+        yield
+    finally:
+        for stream, errors in streams:
+            stream.reconfigure(errors=errors)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    _readable_output()
+    with _readable_output():
+        return _run(argv)
+
+
+def _run(argv: Optional[Sequence[str]]) -> int:
     args = build_parser().parse_args(argv)
     try:
         status = args.run(args)

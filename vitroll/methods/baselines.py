@@ -13,7 +13,7 @@ from torch import nn
 
 from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
-from vitroll.methods.inputs import Inputs
+from vitroll.methods.inputs import Inputs, model_batch
 from vitroll.methods.base import Saliency, model_device, predict
 from vitroll.methods.registry import register_method
 
@@ -33,7 +33,8 @@ def input_stream(seed: int, content: torch.Tensor) -> int:
 def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``: each input's stream
     is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
-    different inputs get different maps. For a text model, random token scores (B, L) from the real tokens' ids,
+    different inputs get different maps; the content is read before the cast to the model's dtype, so a float16 or
+    bfloat16 copy of the model draws the same map for the same image. For a text model, random token scores (B, L) from the real tokens' ids,
     padded positions 0. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Parameters
@@ -41,10 +42,11 @@ def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     seed : int
         Seed mixed with each input's content.
     """
-    batch, logits, layout = predict(model, inputs)
+    given = model_batch(model, inputs)  # float32 pixels (of anything but a tensor), whatever the model's dtype
+    batch, logits, layout = predict(model, given)
     explained = layout.num_tokens - layout.num_prefix_tokens
     contents = ([ids[real.bool()] for ids, real in zip(batch.input_ids, batch.real)]
-                if isinstance(batch, TokenBatch) else list(batch))
+                if isinstance(batch, TokenBatch) else list(given))
     values = torch.stack([torch.rand(explained, generator=torch.Generator().manual_seed(input_stream(seed, content)))
                           for content in contents])
     values = F.pad(values, (layout.num_prefix_tokens, 0))  # the prefix tokens, which the layout drops

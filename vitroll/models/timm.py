@@ -110,9 +110,20 @@ def _from_the_hub(name: str, *, pretrained: bool) -> Iterator[None]:
             yield
     except (UnsupportedModelError, ModelLoadError):
         raise
-    except Exception as error:  # hub errors come in many types (LocalEntryNotFoundError, OSError, HTTP errors)
+    except Exception as error:
+        if not _from_the_network(error):  # a size option the model does not take: not the hub's failure
+            raise ModelLoadError(f"{name}: cannot build model ({type(error).__name__}: {error})") from None
         where = uncached if offline else f"could not be fetched ({type(error).__name__})"
         raise ModelLoadError(f"{name}: {needed} {where}; {advice}") from None
+
+
+_NETWORK_PACKAGES = ("huggingface_hub", "httpx", "requests", "urllib3")
+
+
+def _from_the_network(error: Exception) -> bool:
+    """Whether ``error`` is a failure to fetch (hub errors come in many types: LocalEntryNotFoundError, HTTP errors,
+    HFValidationError; OSError for the rest of the network and the cache) rather than to build."""
+    return isinstance(error, OSError) or type(error).__module__.split(".")[0] in _NETWORK_PACKAGES
 
 
 def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Module:
