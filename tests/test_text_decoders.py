@@ -163,3 +163,21 @@ def test_a_model_of_no_family_is_refused_as_that_rather_than_told_it_takes_image
     with pytest.raises(vitroll.UnsupportedModelError, match="^T5EncoderModel has no token attention that vitroll "
                                                             "can read; supported families: "):
         vitroll.rollout(model, torch.tensor(IDS), attention_mask=torch.tensor(MASK))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_modernbert_with_local_and_global_layers_is_read_where_its_classifier_pools(pooling):
+    """Its local layers attend to the two tokens on either side only (texts are longer); it was refused as an image
+    model."""
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        **dict(SMALL, num_hidden_layers=3), global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
+        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3, classifier_pooling=pooling, num_labels=3,
+        attn_implementation="sdpa")
+    assert config.layer_types == ["full_attention", "sliding_attention", "full_attention"]
+    model = transformers.ModernBertForSequenceClassification(config).eval()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0 if pooling == "cls" else None)
+                for text in IDS_REAL]
+    compare(scores, expected, mask)

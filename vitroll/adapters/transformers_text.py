@@ -8,9 +8,11 @@ Grouped key/value heads are repeated to the query heads they serve, so records h
 
 The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
 
-* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``):
-  the class token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the
-  real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
+* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT; ``…ForSequenceClassification`` and the bare
+  ``…Model``): the class token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the
+  mean of the real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them, and as a
+  ModernBERT classifier with ``classifier_pooling="mean"`` pools, whose default it is). ModernBERT's local layers
+  attend within a sliding window, which its mask carries;
 * language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
   and the bare ``…Model``): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
@@ -42,8 +44,9 @@ from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
 
-def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    readout = batch.readout or ("class_token" if batch.position is None else "position")  # a position alone is read
+def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    pooled = "token_mean" if getattr(model.config, "classifier_pooling", None) == "mean" else "class_token"  # ModernBERT
+    readout = batch.readout or (pooled if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
         raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
     positions = batch.explained_positions() if readout == "position" else None
@@ -184,13 +187,15 @@ _ENCODERS = {
                 ("RobertaModel", "RobertaForSequenceClassification")),
     "xlm-roberta": ("xlm_roberta.modeling_xlm_roberta", "XLMRobertaSelfAttention",
                     ("XLMRobertaModel", "XLMRobertaForSequenceClassification")),
+    "modernbert": ("modernbert.modeling_modernbert", "ModernBertAttention",
+                   ("ModernBertModel", "ModernBertForSequenceClassification")),
     "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
     "electra": ("electra.modeling_electra", "ElectraSelfAttention",
                 ("ElectraModel", "ElectraForSequenceClassification")),
 }
 _MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-                           "xlm-roberta": "XLMRobertaForMaskedLM",
+                           "xlm-roberta": "XLMRobertaForMaskedLM", "modernbert": "ModernBertForMaskedLM",
                            "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
 """Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
