@@ -43,6 +43,15 @@ def decoder(kind: str, head: str = "ForCausalLM", **extra: object) -> torch.nn.M
     return cls.from_config(config).eval()
 
 
+def chefer_alone(model: torch.nn.Module, text: list[int], target: int, row: int) -> np.ndarray:
+    """Chefer's relevance row ``row`` of ONE text, unpadded, from float64 eager autograd."""
+    attentions, gradients, _ = eager_alone(model, text, target=target)
+    relevance = np.eye(len(text))
+    for a, g in zip(attentions, gradients):
+        relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
+    return relevance[row]
+
+
 @pytest.mark.parametrize("padding", ["right", "left"])
 @pytest.mark.parametrize("kind", sorted(set(CONFIGS) - {"gpt2"}))  # GPT-2's: tests/test_text.py
 def test_rollout_of_each_decoder_equals_the_eager_reference_of_each_text_alone(kind, padding):
@@ -73,13 +82,7 @@ def test_a_sequence_classifier_is_read_at_its_last_token_that_is_not_padding(kin
             np.testing.assert_allclose(logits[b].numpy(), model(input_ids=torch.tensor([text])).logits[0].numpy(),
                                        atol=1e-5)
     chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=2)
-    expected = []
-    for text in IDS_REAL:
-        attentions, gradients, _ = eager_alone(model, text, target=2)
-        relevance = np.eye(len(text))
-        for a, g in zip(attentions, gradients):
-            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
-        expected.append(relevance[len(text) - 2])
+    expected = [chefer_alone(model, text, 2, len(text) - 2) for text in IDS_REAL]
     compare(chefer, expected, mask)
 
 
@@ -96,13 +99,7 @@ def test_grouped_query_gradients_equal_per_text_float64_autograd():
     model = decoder("llama")
     ids, mask = left_padded()
     chefer = vitroll.chefer(model, ids, attention_mask=mask, target_class=5)
-    expected = []
-    for text in IDS_REAL:
-        attentions, gradients, _ = eager_alone(model, text, target=5)
-        relevance = np.eye(len(text))
-        for a, g in zip(attentions, gradients):
-            relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
-        expected.append(relevance[-1])
+    expected = [chefer_alone(model, text, 5, -1) for text in IDS_REAL]
     compare(chefer, expected, mask)
 
 
@@ -163,3 +160,68 @@ def test_a_model_of_no_family_is_refused_as_that_rather_than_told_it_takes_image
     with pytest.raises(vitroll.UnsupportedModelError, match="^T5EncoderModel has no token attention that vitroll "
                                                             "can read; supported families: "):
         vitroll.rollout(model, torch.tensor(IDS), attention_mask=torch.tensor(MASK))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_modernbert_with_local_and_global_layers_is_read_where_its_classifier_pools(pooling):
+    """Its local layers attend to the two tokens on either side only (texts are longer); it was refused as an image
+    model."""
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        **dict(SMALL, num_hidden_layers=3), global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
+        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3, classifier_pooling=pooling, num_labels=3,
+        attn_implementation="sdpa")
+    assert config.layer_types == ["full_attention", "sliding_attention", "full_attention"]
+    model = transformers.ModernBertForSequenceClassification(config).eval()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0 if pooling == "cls" else None)
+                for text in IDS_REAL]
+    compare(scores, expected, mask)
+
+
+def test_deberta_v2s_disentangled_attention_is_read_as_the_weights_that_mix_its_tokens():
+    """Its relative-position terms move its attention (the scores), not what is mixed (content values only): rollout
+    and chefer follow its own probabilities, checked against each text alone in float64; it was refused as an image
+    model."""
+    torch.manual_seed(0)
+    config = transformers.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                          max_relative_positions=8, position_buckets=4, num_labels=3, pad_token_id=0)
+    model = transformers.DebertaV2ForSequenceClassification(config).eval()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in IDS_REAL]
+    compare(vitroll.rollout(model, ids, attention_mask=mask), expected, mask)
+    expected = [chefer_alone(model, text, 1, 0) for text in IDS_REAL]
+    compare(vitroll.chefer(model, ids, attention_mask=mask, target_class=1), expected, mask)
+
+
+SAVED = {
+    "llama": lambda: decoder("llama"),
+    "qwen3-classifier": lambda: decoder("qwen3", "ForSequenceClassification", num_labels=2, pad_token_id=0),
+    "deberta-v2": lambda: transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
+        **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], num_labels=2, pad_token_id=0)).eval(),
+}
+
+
+@pytest.mark.parametrize("name", SAVED)
+def test_the_cli_explains_a_saved_folder_as_the_same_model_from_python(name, tmp_path, capsys):
+    """DeBERTa-v2 has no SDPA path: loaded as every model is (SDPA), it failed with transformers' message."""
+    import json
+
+    from small_tokenizers import wordpiece_tokenizer
+    from vitroll.cli import main
+
+    torch.manual_seed(0)
+    model = SAVED[name]()
+    model.save_pretrained(tmp_path / name)
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    tokenizer.save_pretrained(tmp_path / name)
+    texts = ["the cat sat on the mat", "a dog ran"]
+    assert main(["text", *texts, "--model", str(tmp_path / name), "--out", str(tmp_path / "out"), "--method",
+                 "chefer", "--batch-size", "2"]) == 0
+    report = json.loads((tmp_path / "out" / "scores.json").read_text())
+    expected = vitroll.chefer(model, texts, tokenizer=tokenizer)
+    for b, entry in enumerate(report["texts"]):
+        np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])],
+                                   atol=1e-5)
+    assert ("next token: " if name == "llama" else "prediction: ") in capsys.readouterr().out

@@ -250,11 +250,11 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
         assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, beit, bert, clip, "
-                                "clip_vision_model, data2vec-vision, deit, dinov2, dinov2_with_registers, dinov3_vit, "
-                                "distilbert, electra, gemma, gpt2, gpt_neox, ijepa, llama, metaclip_2, "
-                                "metaclip_2_vision_model, mistral, mlcd_vision_model, opt, phi, pixio, qwen2, qwen3, "
-                                "roberta, siglip, siglip_vision_model, vision-encoder-decoder, vit, vit_mae, vit_msn, "
-                                "xlm-roberta")
+                                "clip_vision_model, data2vec-vision, deberta-v2, deit, dinov2, dinov2_with_registers, "
+                                "dinov3_vit, distilbert, electra, gemma, gpt2, gpt_neox, ijepa, llama, metaclip_2, "
+                                "metaclip_2_vision_model, mistral, mlcd_vision_model, modernbert, opt, phi, pixio, "
+                                "qwen2, qwen3, roberta, siglip, siglip_vision_model, vision-encoder-decoder, vit, "
+                                "vit_mae, vit_msn, xlm-roberta")
 
 
 def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_before_its_weights(tmp_path, capsys):

@@ -8,9 +8,12 @@ Grouped key/value heads are repeated to the query heads they serve, so records h
 
 The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
 
-* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA; ``…ForSequenceClassification`` and the bare ``…Model``):
-  the class token's row by default (what the classifier head reads), or with ``readout="token_mean"`` the mean of the
-  real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers pools them);
+* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2; ``…ForSequenceClassification``
+  and the bare ``…Model``): the class token's row by default (what the classifier head reads), or with
+  ``readout="token_mean"`` the mean of the real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers
+  pools them, and as a ModernBERT classifier with ``classifier_pooling="mean"`` pools, whose default it is).
+  ModernBERT's local layers attend within a sliding window, which its mask carries; DeBERTa-v2 computes its attention
+  itself and is read at the dropout that receives its probabilities (see :data:`_PROBABILITIES_MODULE`);
 * language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
   and the bare ``…Model``): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
@@ -42,8 +45,9 @@ from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
 
-def _encoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    readout = batch.readout or ("class_token" if batch.position is None else "position")  # a position alone is read
+def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    pooled = "token_mean" if getattr(model.config, "classifier_pooling", None) == "mean" else "class_token"  # ModernBERT
+    readout = batch.readout or (pooled if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
         raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
     positions = batch.explained_positions() if readout == "position" else None
@@ -167,13 +171,17 @@ takes about a second, and a run over many texts asks for them once per batch."""
 def _register(name: str, module: str, attention: str, classes: tuple[str, ...], *,
               token_layout: Callable[[nn.Module, TokenBatch], TokenLayout],
               logits: Callable[[nn.Module, TokenBatch], Optional[torch.Tensor]],
-              class_names: Callable[[nn.Module], Optional[list[str]]], notes: str) -> None:
+              class_names: Callable[[nn.Module], Optional[list[str]]], notes: str,
+              probs_module: Optional[str] = None) -> None:
+    """Register ``classes`` of ``module``, their ``attention`` modules read through the attention interface, or
+    with ``probs_module`` at the output of that submodule (a model that computes its attention itself)."""
     dotted = f"{_MODELS}.{module}.{attention}"
+    readout = (AttentionReadout(dotted, probs_module=probs_module, fused_flag=None) if probs_module else
+               AttentionReadout(dotted, probs_module=None, fused_flag=None, attach=attach_attention_interface))
     register_family(
         name, tuple(f"{_MODELS}.{module}.{each}" for each in classes), inputs="tokens",
         attention_modules=attention_modules_of(dotted), token_layout=token_layout, logits=logits,
-        randomizable=heads_then_layers_down(dotted), class_names=class_names,
-        readout=AttentionReadout(dotted, probs_module=None, fused_flag=None, attach=attach_attention_interface),
+        randomizable=heads_then_layers_down(dotted), class_names=class_names, readout=readout,
         name_patterns=classes, notes=notes,
     )
 
@@ -184,21 +192,34 @@ _ENCODERS = {
                 ("RobertaModel", "RobertaForSequenceClassification")),
     "xlm-roberta": ("xlm_roberta.modeling_xlm_roberta", "XLMRobertaSelfAttention",
                     ("XLMRobertaModel", "XLMRobertaForSequenceClassification")),
+    "modernbert": ("modernbert.modeling_modernbert", "ModernBertAttention",
+                   ("ModernBertModel", "ModernBertForSequenceClassification")),
+    "deberta-v2": ("deberta_v2.modeling_deberta_v2", "DisentangledSelfAttention",
+                   ("DebertaV2Model", "DebertaV2ForSequenceClassification")),
     "distilbert": ("distilbert.modeling_distilbert", "DistilBertSelfAttention",
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
     "electra": ("electra.modeling_electra", "ElectraSelfAttention",
                 ("ElectraModel", "ElectraForSequenceClassification")),
 }
 _MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-                           "xlm-roberta": "XLMRobertaForMaskedLM",
+                           "xlm-roberta": "XLMRobertaForMaskedLM", "modernbert": "ModernBertForMaskedLM",
+                           "deberta-v2": "DebertaV2ForMaskedLM",
                            "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
 """Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
+_PROBABILITIES_MODULE = {"deberta-v2": "dropout"}
+"""The submodule whose output is the attention probabilities (B, H, N, N), for the encoders that compute their
+attention themselves rather than through the attention interface. DeBERTa-v2's disentangled attention adds
+content-to-position and position-to-content terms to its scores, but the softmax of those scores still mixes the
+tokens' content values alone, so its rows are the token-to-token weights rollout follows, as BERT's are."""
+EAGER_MODEL_TYPES = frozenset(_PROBABILITIES_MODULE)
+"""The ``config.model_type`` values built with eager attention: they have no SDPA path."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
-              class_names=config_class_names,
+              class_names=config_class_names, probs_module=_PROBABILITIES_MODULE.get(_kind),
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
     _register(f"hf-{_kind}-mlm", _module, _attention, (_MASKED_LANGUAGE_MODELS[_kind],),
               token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
+              probs_module=_PROBABILITIES_MODULE.get(_kind),
               notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
 _MASKED_FAMILIES = frozenset(f"hf-{kind}-mlm" for kind in _MASKED_LANGUAGE_MODELS)
 _DECODERS = {

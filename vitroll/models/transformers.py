@@ -15,7 +15,8 @@ from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPE
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import (
-    MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES, REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES,
+    EAGER_MODEL_TYPES as TEXT_EAGER_MODEL_TYPES, MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES,
+    REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES,
 )
 from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.checkpoints import file_sha256, load_state
@@ -130,7 +131,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
-    config._attn_implementation = "sdpa"
+    implementation = "eager" if kind in TEXT_EAGER_MODEL_TYPES else "sdpa"
+    config._attn_implementation = implementation
     if kind == "vit_mae":  # saved for pre-training (0.75): vitroll explains the encoder on every patch, in grid order
         config.mask_ratio = 0.0
     auto = _auto_classes(transformers, config)
@@ -144,7 +146,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
                         model = cls.from_config(config)
                         load_state(model, state, checkpoint)
                     else:
-                        model = cls.from_pretrained(source, config=config, attn_implementation="sdpa",
+                        model = cls.from_pretrained(source, config=config, attn_implementation=implementation,
                                                     local_files_only=offline or local, trust_remote_code=False)
                     break
                 except ValueError:  # this auto class has no mapping for the config (a backbone without a head)
