@@ -99,3 +99,23 @@ def test_a_dicom_file_with_a_tiff_preamble_is_refused_as_dicom_and_nothing_of_it
     assert stderr.splitlines() == [f"vitroll: failed: {dual_personality}: a DICOM file: this command reads images; "
                                    "`vitroll audit` explains DICOM and keeps patient data out of its outputs"]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_annotate_refuses_dicom_inputs_before_writing_their_names(tmp_path, dual_personality):
+    """A listed ``.dcm``, a DICOM named ``.png`` and a TIFF-preamble DICOM: one usage error, no row, no name."""
+    folder = dual_personality.parent
+    write_dicom(folder / f"CT_{PATIENT}.dcm", body_phantom())
+    write_dicom(folder / f"{PATIENT}.png", body_phantom())
+    (tmp_path / "photo.png").write_bytes((Path(__file__).parents[1] / "sample_images" / "shapes_disk.png").read_bytes())
+    listed = ["photo.png", f"{PATIENT}/CT_{PATIENT}.dcm", f"{PATIENT}/{PATIENT}.png", f"{PATIENT}/CT_{PATIENT}.tif"]
+    (tmp_path / "inputs.txt").write_text("\n".join(listed) + "\n")
+    out = tmp_path / "out"
+    code, _, stderr = run_cli("annotate", str(tmp_path / "inputs.txt"), "--out", str(out), "--device", "cpu",
+                              "--no-progress")
+    assert code == 2
+    assert stderr.splitlines() == [
+        f"vitroll: error: {folder / f'CT_{PATIENT}.dcm'}: a DICOM file: this command reads images; `vitroll audit` "
+        "explains DICOM and keeps patient data out of its outputs; leave it and the 2 other DICOM files out of "
+        "annotate's inputs"]
+    assert identifiers_written(out) == []
+    assert not (out / "overlays").exists()
