@@ -119,3 +119,60 @@ def test_annotate_refuses_dicom_inputs_before_writing_their_names(tmp_path, dual
         "annotate's inputs"]
     assert identifiers_written(out) == []
     assert not (out / "overlays").exists()
+
+
+def test_audit_draws_the_pixel_data_alone_not_a_dicom_overlay_plane(tmp_path):
+    """An overlay plane (60xx OverlayData: annotations, at times typed names) is not drawn: the report's images
+    equal those of the same file without it."""
+    import pydicom
+    from pydicom.pixels import pack_bits
+
+    plane = np.zeros((64, 64), dtype=np.uint8)
+    plane[4:20, 36:60] = 1  # over the dark background, where a drawn plane would show
+    for folder, with_plane in (("plain", False), ("with_plane", True)):
+        (tmp_path / folder).mkdir()
+        path = write_dicom(tmp_path / folder / "ct.dcm", body_phantom())
+        if with_plane:
+            dataset = pydicom.dcmread(path)
+            dataset.add_new(0x60000010, "US", 64)
+            dataset.add_new(0x60000011, "US", 64)
+            dataset.add_new(0x60000040, "CS", "G")
+            dataset.add_new(0x60000050, "SS", [1, 1])
+            dataset.add_new(0x60000100, "US", 1)
+            dataset.add_new(0x60000102, "US", 0)
+            dataset.add_new(0x60003000, "OW", pack_bits(plane))
+            dataset.save_as(path)
+            assert dataset.overlay_array(0x6000).sum() == plane.sum()
+        code, _, stderr = run_cli("audit", str(tmp_path / folder), "--out", str(tmp_path / f"out_{folder}"),
+                                  "--salt", "same", "--device", "cpu")
+        assert code == 0, stderr
+    images = {folder: sorted((tmp_path / f"out_{folder}" / "images").iterdir()) for folder in ("plain", "with_plane")}
+    assert [p.name for p in images["plain"]] == [p.name for p in images["with_plane"]] and len(images["plain"]) == 1
+    assert images["plain"][0].read_bytes() == images["with_plane"][0].read_bytes()
+
+
+def test_audit_writes_no_identifier_from_folder_and_file_names_descriptions_or_private_tags(tmp_path):
+    """The audit of a patient-named folder (and a file named on its own) whose headers repeat the name in
+    SeriesDescription, a private tag and the pixels' file names: no identifier in any file, name or printed line."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    folder = tmp_path / PATIENT
+    folder.mkdir()
+    tags = {"SeriesDescription": "CT chest Zyxwuvt Qwerpoiu", "StudyDescription": f"for {PATIENT}"}
+    write_dicom(folder / f"CT_{PATIENT}.dcm", body_phantom(), **tags)
+    bundled = pydicom.dcmread(get_testdata_file("MR_small.dcm"))
+    for name, value in {**FAKE_IDS, **tags}.items():
+        setattr(bundled, name, value)
+    bundled.add_new(0x00990010, "LO", "Zyxwuvt private creator")
+    bundled.add_new(0x00991010, "LO", FAKE_IDS["PatientName"])
+    bundled.save_as(folder / f"MR {PATIENT} {FAKE_IDS['PatientBirthDate']}")
+    single = write_dicom(tmp_path / f"{FAKE_IDS['PatientID']}.dcm", body_phantom(), number=2)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("audit", str(folder), str(single), "--out", str(out), "--device", "cpu",
+                                   "--group-by", "Manufacturer,BodyPartExamined,PatientSex,age-band")
+    assert code == 0, stderr
+    assert len(list((out / "images").iterdir())) == 3
+    assert identifiers_written(out) == []
+    printed = stdout + stderr
+    assert [needle for needle in NEEDLES if needle.lower() in printed.lower()] == []
