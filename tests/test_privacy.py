@@ -99,3 +99,80 @@ def test_a_dicom_file_with_a_tiff_preamble_is_refused_as_dicom_and_nothing_of_it
     assert stderr.splitlines() == [f"vitroll: failed: {dual_personality}: a DICOM file: this command reads images; "
                                    "`vitroll audit` explains DICOM and keeps patient data out of its outputs"]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_annotate_refuses_dicom_inputs_before_writing_their_names(tmp_path, dual_personality):
+    """A listed ``.dcm``, a DICOM named ``.png`` and a TIFF-preamble DICOM: one usage error, no row, no name."""
+    folder = dual_personality.parent
+    write_dicom(folder / f"CT_{PATIENT}.dcm", body_phantom())
+    write_dicom(folder / f"{PATIENT}.png", body_phantom())
+    (tmp_path / "photo.png").write_bytes((Path(__file__).parents[1] / "sample_images" / "shapes_disk.png").read_bytes())
+    listed = ["photo.png", f"{PATIENT}/CT_{PATIENT}.dcm", f"{PATIENT}/{PATIENT}.png", f"{PATIENT}/CT_{PATIENT}.tif"]
+    (tmp_path / "inputs.txt").write_text("\n".join(listed) + "\n")
+    out = tmp_path / "out"
+    code, _, stderr = run_cli("annotate", str(tmp_path / "inputs.txt"), "--out", str(out), "--device", "cpu",
+                              "--no-progress")
+    assert code == 2
+    assert stderr.splitlines() == [
+        f"vitroll: error: {folder / f'CT_{PATIENT}.dcm'}: a DICOM file: this command reads images; `vitroll audit` "
+        "explains DICOM and keeps patient data out of its outputs; leave it and the 2 other DICOM files out of "
+        "annotate's inputs"]
+    assert identifiers_written(out) == []
+    assert not (out / "overlays").exists()
+
+
+def test_audit_draws_the_pixel_data_alone_not_a_dicom_overlay_plane(tmp_path):
+    """An overlay plane (60xx OverlayData: annotations, at times typed names) is not drawn: the report's images
+    equal those of the same file without it."""
+    import pydicom
+    from pydicom.pixels import pack_bits
+
+    plane = np.zeros((64, 64), dtype=np.uint8)
+    plane[4:20, 36:60] = 1  # over the dark background, where a drawn plane would show
+    for folder, with_plane in (("plain", False), ("with_plane", True)):
+        (tmp_path / folder).mkdir()
+        path = write_dicom(tmp_path / folder / "ct.dcm", body_phantom())
+        if with_plane:
+            dataset = pydicom.dcmread(path)
+            dataset.add_new(0x60000010, "US", 64)
+            dataset.add_new(0x60000011, "US", 64)
+            dataset.add_new(0x60000040, "CS", "G")
+            dataset.add_new(0x60000050, "SS", [1, 1])
+            dataset.add_new(0x60000100, "US", 1)
+            dataset.add_new(0x60000102, "US", 0)
+            dataset.add_new(0x60003000, "OW", pack_bits(plane))
+            dataset.save_as(path)
+            assert dataset.overlay_array(0x6000).sum() == plane.sum()
+        code, _, stderr = run_cli("audit", str(tmp_path / folder), "--out", str(tmp_path / f"out_{folder}"),
+                                  "--salt", "same", "--device", "cpu")
+        assert code == 0, stderr
+    images = {folder: sorted((tmp_path / f"out_{folder}" / "images").iterdir()) for folder in ("plain", "with_plane")}
+    assert [p.name for p in images["plain"]] == [p.name for p in images["with_plane"]] and len(images["plain"]) == 1
+    assert images["plain"][0].read_bytes() == images["with_plane"][0].read_bytes()
+
+
+def test_audit_writes_no_identifier_from_folder_and_file_names_descriptions_or_private_tags(tmp_path):
+    """The audit of a patient-named folder (and a file named on its own) whose headers repeat the name in
+    SeriesDescription, a private tag and the pixels' file names: no identifier in any file, name or printed line."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    folder = tmp_path / PATIENT
+    folder.mkdir()
+    tags = {"SeriesDescription": "CT chest Zyxwuvt Qwerpoiu", "StudyDescription": f"for {PATIENT}"}
+    write_dicom(folder / f"CT_{PATIENT}.dcm", body_phantom(), **tags)
+    bundled = pydicom.dcmread(get_testdata_file("MR_small.dcm"))
+    for name, value in {**FAKE_IDS, **tags}.items():
+        setattr(bundled, name, value)
+    bundled.add_new(0x00990010, "LO", "Zyxwuvt private creator")
+    bundled.add_new(0x00991010, "LO", FAKE_IDS["PatientName"])
+    bundled.save_as(folder / f"MR {PATIENT} {FAKE_IDS['PatientBirthDate']}")
+    single = write_dicom(tmp_path / f"{FAKE_IDS['PatientID']}.dcm", body_phantom(), number=2)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("audit", str(folder), str(single), "--out", str(out), "--device", "cpu",
+                                   "--group-by", "Manufacturer,BodyPartExamined,PatientSex,age-band")
+    assert code == 0, stderr
+    assert len(list((out / "images").iterdir())) == 3
+    assert identifiers_written(out) == []
+    printed = stdout + stderr
+    assert [needle for needle in NEEDLES if needle.lower() in printed.lower()] == []

@@ -33,6 +33,8 @@ from torch import nn
 from vitroll._version import __version__
 from vitroll.errors import ImageReadError, VitrollError, one_line
 from vitroll.io import encode_png, write_atomic
+from vitroll.io.formats import is_dicom
+from vitroll.io.images import DICOM_HERE
 from vitroll.io.names import single_line
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
@@ -245,12 +247,13 @@ def annotate(
             mine = shard_of(items, rank, world_size)
             if options.resume:
                 mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
-            if rank == 0:
-                mf.record_settings(out_dir, identity)
             latest = previous if options.resume else {}
             todo = [item for item in mine
                     if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size,
                                       item.mtime_ns, out_dir)]
+            _refuse_dicom(todo)
+            if rank == 0:
+                mf.record_settings(out_dir, identity)
             result.skipped = len(mine) - len(todo)
             result.kept = len(previous.keys() - {item.key for item in items}) if rank == 0 else 0
         failure: Optional[BaseException] = None
@@ -317,6 +320,16 @@ def _raise_stop_flag(stop_flag: Path) -> None:
         stop_flag.touch()
     except OSError:
         pass  # the others then finish their shares before they hear of the failure at the merge
+
+
+def _refuse_dicom(todo: list[InputItem]) -> None:
+    """Refuse the run when an input to do is a DICOM file (told by its first bytes, whatever its name), before
+    anything is written: its error row would put its path, which often holds the patient's name, into the manifest
+    and the gallery."""
+    dicom = [item for item in todo if is_dicom(item.path)]
+    if dicom:
+        which = "it" if len(dicom) == 1 else f"it and the {len(dicom) - 1} other DICOM files"
+        raise ImageReadError(dicom[0].path, f"{DICOM_HERE}; leave {which} out of annotate's inputs")
 
 
 def _output_file(kind: str, name: str) -> str:
