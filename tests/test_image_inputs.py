@@ -257,7 +257,7 @@ def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):
 
 
 def test_accepted_message_names_every_accepted_form():
-    for form in ("tensor (B, 3, H, W)", "PIL image", "path (str or os.PathLike)", "uint8 array (H, W, 3) or (H, W)",
+    for form in ("tensor (B, C, H, W)", "PIL image", "path (str or os.PathLike)", "uint8 array (H, W, 3) or (H, W)",
                  "uint16 array (H, W)",
                  "list or tuple"):
         assert form in ACCEPTED

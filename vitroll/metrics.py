@@ -219,8 +219,8 @@ def deletion_insertion(
     ----------
     model : nn.Module
         The classifier being explained (eval mode is the caller's business).
-    images : Tensor, (B, 3, H, W)
-        Preprocessed inputs, as the model takes them.
+    images : Tensor, (B, C, H, W)
+        Preprocessed inputs, as the model takes them (C = 3, or 1 for a grey model).
     maps : Tensor, (B, h, w)
         Saliency on the patch grid (or at input size); upsampled bilinearly to (H, W) to order the pixels.
     targets : Tensor, (B,)

@@ -1,9 +1,10 @@
 """The images a saliency method accepts, and their conversion into one batch for the model.
 
-A method takes a preprocessed batch (B, 3, H, W) as it is, or images as users hold them: a PIL image, a path, a
-uint8 or 16-bit grey array, or a list or tuple of these (sizes may differ). Those are decoded like image files
-(:func:`vitroll.io.images.upright_rgb`: EXIF orientation applied, any mode converted to RGB) and preprocessed with
-the model's own evaluation transform (:meth:`vitroll.preprocess.Preprocessing.from_model`), which brings every
+A method takes a preprocessed batch (B, C, H, W) as it is (C = 3, or 1 for a model whose input convolution takes grey),
+or images as users hold them: a PIL image, a path, a uint8 or 16-bit grey array, or a list or tuple of these (sizes
+may differ). Those are decoded like image files (:func:`vitroll.io.images.upright_rgb`: EXIF orientation applied, any
+mode converted to RGB) and preprocessed with the model's own evaluation transform
+(:meth:`vitroll.preprocess.Preprocessing.from_model`: grey for a model that takes one channel), which brings every
 image to the model's input size, so they stack into one batch.
 """
 
@@ -26,9 +27,10 @@ ImageLike = Union[Image.Image, str, os.PathLike[str], np.ndarray]
 (H, W) grey (stretched to its range, as a 16-bit grey file is); a grey (H, W, 1) is taken as (H, W)."""
 
 Images = Union[torch.Tensor, ImageLike, list[ImageLike], tuple[ImageLike, ...]]
-"""What every method takes: a preprocessed tensor (B, 3, H, W), one :data:`ImageLike`, or a list or tuple of them."""
+"""What every method takes: a preprocessed tensor (B, C, H, W) (C: the model's input channels, 3 or 1), one
+:data:`ImageLike`, or a list or tuple of them."""
 
-ACCEPTED = ("a preprocessed tensor (B, 3, H, W), a PIL image, a path (str or os.PathLike), a uint8 array (H, W, 3) "
+ACCEPTED = ("a preprocessed tensor (B, C, H, W), a PIL image, a path (str or os.PathLike), a uint8 array (H, W, 3) "
             "or (H, W), a uint16 array (H, W), or a list or tuple of images, paths and arrays")
 
 
@@ -45,7 +47,8 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
 
     Returns
     -------
-    Tensor, shape (B, 3, H, W), float32 on the CPU for converted images (B = 1 for a single image).
+    Tensor, shape (B, C, H, W), float32 on the CPU for converted images (B = 1 for a single image); C is 3, or 1
+    for a model whose input convolution takes one channel (the images converted to grey).
 
     Raises
     ------

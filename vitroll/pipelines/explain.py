@@ -55,7 +55,7 @@ class BatchResult:
 
 
 def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
-    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) (split automatically when out of memory); for an
+    """Run ``settings.method`` on a preprocessed batch (B, C, H, W) (split automatically when out of memory); for an
     image–text model with its texts bound (:class:`PromptedModel`), on every image and text."""
     if isinstance(model, PromptedModel):
         saliency = prompted_saliency(model, images, settings.method, **settings.method_options)
@@ -65,7 +65,7 @@ def explain_batch(model: nn.Module, images: torch.Tensor, settings: ExplainSetti
 
 
 def explain_classes(model: nn.Module, images: torch.Tensor, settings: ExplainSettings) -> BatchResult:
-    """Run ``settings.method`` on a preprocessed batch (B, 3, H, W) with the model's outputs as its classes: one
+    """Run ``settings.method`` on a preprocessed batch (B, C, H, W) with the model's outputs as its classes: one
     map per image, for its ``target_class`` (default: the best-scoring class). An image–text model with its texts
     bound (:class:`PromptedModel`) counts as a classifier of its texts here, where :func:`explain_batch` explains
     every text."""

@@ -95,7 +95,7 @@ def sanity_check(
     batch_size: Optional[int] = None,
 ) -> SanityResult:
     """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
-    a preprocessed batch (B, 3, H, W), PIL images, paths, uint8 arrays), ``batch_size`` of them through the model at
+    a preprocessed batch (B, C, H, W), PIL images, paths, uint8 arrays), ``batch_size`` of them through the model at
     a time (None: all at once; below 1 raises ValueError).
 
     Gradient methods explain the same class at every stage, so only the weights change: ``target_class`` of

@@ -182,7 +182,7 @@ class DecodedBatch:
 
     records: list[Union[Decoded, Failed]]
     tensor: Optional[torch.Tensor]
-    """(B, 3, H, W) on the device for the B :class:`Decoded` records, in order; None when there are none."""
+    """(B, C, H, W) on the device for the B :class:`Decoded` records, in order; None when there are none."""
 
     @property
     def decoded(self) -> list[Decoded]:
