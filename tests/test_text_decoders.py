@@ -225,3 +225,13 @@ def test_the_cli_explains_a_saved_folder_as_the_same_model_from_python(name, tmp
         np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])],
                                    atol=1e-5)
     assert ("next token: " if name == "llama" else "prediction: ") in capsys.readouterr().out
+
+
+def test_a_decoder_classifier_names_its_classes_and_randomises_its_head_first():
+    """Its head is ``score``, not ``classifier``: its labels were dropped (the page read "0") and the sanity check
+    left the head trained."""
+    from vitroll.pipelines.sanity import randomizable_modules
+
+    model = decoder("llama", "ForSequenceClassification", num_labels=2, id2label={0: "negative", 1: "positive"})
+    assert vitroll.capture.families.family_of(model).class_names(model) == ["negative", "positive"]
+    assert [name for name, _ in randomizable_modules(model)] == ["score", "model.layers.1", "model.layers.0"]

@@ -140,8 +140,9 @@ AIMV2_POOL = f"{_MODELS}.aimv2.modeling_aimv2.Aimv2AttentionPoolingHead"
 _DATA2VEC = f"{_MODELS}.data2vec.modeling_data2vec_vision"
 DATA2VEC_ATTENTION = (f"{_DATA2VEC}.Data2VecVisionSelfAttention", f"{_DATA2VEC}.Data2VecVisionSdpaSelfAttention")
 
-HEADS = ("classifier", "cls_classifier", "distillation_classifier")
-"""Attribute names of the classification heads (DeiT's teacher model has two)."""
+HEADS = ("classifier", "cls_classifier", "distillation_classifier", "score")
+"""Attribute names of the classification heads (DeiT's teacher model has two; decoders' sequence classifiers name
+theirs ``score``)."""
 
 _DEFAULT_LABEL = re.compile(r"LABEL_\d+")
 
