@@ -598,6 +598,25 @@ def test_an_roi_outside_the_image_or_an_unreadable_mask_is_not_measured(tmp_path
     assert any(s.text.startswith("1 images have a region of interest") for s in report.sentences())
 
 
+def test_an_unreadable_body_mask_leaves_that_image_not_measured_and_the_audit_goes_on(tmp_path):
+    """It stopped the whole audit with one error line naming the mask (the image's stem), writing no report."""
+    from vitroll.models import load_model
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("badmask", "nomask"):
+        write_dicom(inputs / f"{name}.dcm", body_phantom())
+    (tmp_path / "masks").mkdir()
+    (tmp_path / "masks" / "badmask.png").write_text("not a png")
+    report = run_audit([inputs], load_model("vitroll-shapes"), out_dir=tmp_path / "out", settings=ExplainSettings(),
+                       options=AuditOptions(body_masks=MaskSource(tmp_path / "masks"), salt="x"))
+    rows = {row.input_number: row for row in report.images}  # badmask 1, nomask 2
+    assert rows[1].not_measured == {"outside_body": "not measured: its --body-masks file cannot be read as an image"}
+    assert np.isnan(rows[1].metrics["outside_body"]) and not rows[1].flagged
+    assert rows[2].not_measured == {} and 0.0 <= rows[2].metrics["outside_body"] <= 1.0
+    assert (tmp_path / "out" / "report.html").is_file()
+
+
 # --- metrics on their own ---------------------------------------------------------------------------------------------
 
 def test_body_mask_fills_holes_and_ignores_markers():

@@ -176,3 +176,16 @@ def test_audit_writes_no_identifier_from_folder_and_file_names_descriptions_or_p
     assert identifiers_written(out) == []
     printed = stdout + stderr
     assert [needle for needle in NEEDLES if needle.lower() in printed.lower()] == []
+
+
+def test_annotate_on_a_folder_of_dicom_files_points_to_the_audit(tmp_path):
+    """It said only "no image files found" (``.dcm`` is no image suffix), leaving a new user at a loss."""
+    folder = tmp_path / PATIENT
+    folder.mkdir()
+    write_dicom(folder / f"CT_{PATIENT}.dcm", body_phantom())
+    write_dicom(folder / "IM0001", body_phantom(), number=2)  # as PACS exports name them: no suffix
+    code, _, stderr = run_cli("annotate", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu")
+    assert code == 2
+    assert stderr.splitlines() == [f"vitroll: error: {folder}: no image files found, but 2 DICOM files: "
+                                   "`vitroll audit` reads DICOM and keeps patient data out of its outputs"]
+    assert not (tmp_path / "out").exists()

@@ -243,8 +243,12 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     row.input_number = record.item.number
     saliency, overlaid = render(image, record.grid_map, record.geometry, settings)
     shape_hw = image.shape[:2]
-    body = options.body_masks.get(path, shape_hw) if options.body_masks else None
-    exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
+    try:
+        body = options.body_masks.get(path, shape_hw) if options.body_masks else None
+    except ValueError:  # this image's share outside the body is not measured; the audit goes on
+        body, exemption = None, "not measured: its --body-masks file cannot be read as an image"
+    else:
+        exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
     if exemption is not None:
         row.not_measured["outside_body"] = exemption
     elif body is None:
