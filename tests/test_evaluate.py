@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from reference import reference_spearman
 from vitroll.cli import main
 from vitroll.pipelines.evaluate import (
     Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize, shapes_images,
@@ -306,3 +307,21 @@ def test_one_image_is_counted_in_the_singular_and_its_table_has_no_nan_interval(
     assert main(["sanity", "--testbed", "1", "--methods", "rollout", "--checkpoint", str(random_checkpoint),
                  "--out", str(tmp_path / "sanity")]) == 0
     assert ", 1 image, cascading randomisation" in (tmp_path / "sanity" / "sanity.md").read_text(encoding="utf-8")
+
+
+def test_sanity_correlations_are_the_reference_spearman_of_each_stage_maps_with_the_trained_ones(random_checkpoint):
+    from vitroll import grad_rollout, rollout
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
+    images = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(2)])
+    result = sanity_check(model, images, ["rollout", "grad_rollout"])
+    predicted = model(images).argmax(dim=-1)  # gradient methods keep explaining the trained model's prediction
+    for method, explain in (("rollout", rollout), ("grad_rollout", grad_rollout)):
+        options = {"target_class": predicted} if method == "grad_rollout" else {}
+        trained = explain(model, images, **options).detach().numpy()
+        expected = [[reference_spearman(trained[i], explain(randomized, images, **options).detach().numpy()[i])
+                     for i in range(len(images))] for _, randomized in cascade(model)]
+        np.testing.assert_allclose(result.correlations[method], expected, rtol=1e-9, atol=1e-12)
+        table = next(row for row in result.table() if row["method"] == method)
+        assert [table[stage] for stage in result.stages] == pytest.approx(np.mean(expected, axis=1))
