@@ -252,3 +252,21 @@ def test_every_class_name_filters_its_cards_and_long_names_wrap_inside_the_page(
         assert overflowing == 0  # the 200-letter class ran 1,600 pixels past its card and its table cell
         assert page.eval_on_selector_all("th", "cells => cells.every(cell => cell.scrollWidth <= cell.clientWidth)")
         assert not errors
+
+
+def test_the_detail_view_shows_an_overlay_as_large_as_fits_small_ones_scaled_up(tmp_path):
+    sizes = {"small.png": (64, 64), "tall.png": (40, 400), "wide.png": (1200, 60)}
+    for name, size in sizes.items():
+        Image.new("RGB", size, (200, 30, 30)).save(tmp_path / name)
+    write_gallery(tmp_path, [{"path": name, "status": "ok", "top1_name": "x", "width": width, "height": height,
+                              "overlay": name} for name, (width, height) in sizes.items()])
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 1000, "height": 900}) as (page, errors):
+        shown = {}
+        for name in sizes:
+            page.click(f".card[data-path='{name}']")
+            page.wait_for_function("document.querySelector('#detail img').complete")
+            shown[name] = page.eval_on_selector("#detail img", "image => [image.width, image.height]")
+            page.click("#close")
+        # 90 % of the width or 70 % of the height, whichever binds; the 64-pixel overlay was shown 64 pixels wide
+        assert shown == {"small.png": [630, 630], "tall.png": [63, 630], "wide.png": [900, 45]}
+        assert not errors
