@@ -5,6 +5,7 @@ reference_caption_relevance, each token from its own forward pass on the caption
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from reference import reference_caption_relevance
 
 transformers = pytest.importorskip("transformers")
 
+ROOT = Path(__file__).resolve().parents[1]
 START, END, PAD = 2, 3, 0
 VOCABULARY = 40
 
@@ -407,7 +409,6 @@ def test_chefer_maps_of_the_shipped_captioner_equal_the_float64_reference():
 
 def test_an_image_given_as_a_relative_and_as_an_absolute_path_keeps_one_entry(saved_captioner, tmp_path, monkeypatch):
     import json
-    from pathlib import Path
 
     from PIL import Image
 
@@ -422,3 +423,36 @@ def test_an_image_given_as_a_relative_and_as_an_absolute_path_keeps_one_entry(sa
     written = json.loads((tmp_path / "out" / "captions.json").read_text(encoding="utf-8"))["images"]
     assert [(entry["path"], entry["strip"]) for entry in written] == [
         ("photo.png", str(Path("out") / "photo_caption_rollout.png"))]
+
+
+@pytest.mark.parametrize("encoder, decoder, message", [
+    ("vit", "trocr", "the captioner's text decoder, model type 'trocr', is not supported: vitroll reads the "
+                     "cross-attention of bert and gpt2 decoders"),
+    ("vit", "roberta", "the captioner's text decoder, model type 'roberta', is not supported: vitroll reads the "
+                       "cross-attention of bert and gpt2 decoders"),
+    ("swin", "gpt2", "the captioner's image encoder, model type 'swin', is not supported: Swin attends within shifted "
+                     "windows: a hierarchical model has no single token sequence that rollout could follow from layer "
+                     "to layer; use Grad-CAM (pip install grad-cam)"),
+])
+def test_a_captioner_of_an_unread_encoder_or_decoder_is_refused_in_one_line_before_its_weights(
+        encoder, decoder, message, tmp_path, capsys):
+    """A TrOCR decoder failed on transformers' SDPA support (with an example about whisper), a RoBERTa one was said
+    to lack the cross-attention it has; only the config is saved: the refusal comes before any weights are asked for."""
+    from vitroll.cli import main
+
+    encoders = {"vit": _encoder_config("vit"),
+                "swin": transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                num_heads=[1, 2], window_size=4)}
+    decoders = {"gpt2": _decoder_config("gpt2"),
+                "trocr": transformers.TrOCRConfig(vocab_size=VOCABULARY, d_model=32, decoder_layers=2,
+                                                  decoder_attention_heads=2, decoder_ffn_dim=64),
+                "roberta": transformers.RobertaConfig(vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2,
+                                                      num_attention_heads=2, intermediate_size=64, is_decoder=True,
+                                                      add_cross_attention=True)}
+    config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoders[encoder], decoders[decoder])
+    folder = tmp_path / "captioner"
+    config.save_pretrained(folder)
+    capsys.readouterr()
+    assert main(["caption", str(ROOT / "sample_images" / "cat.jpg"), "--model", str(folder),
+                 "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"vitroll: error: {folder}: {message}"]

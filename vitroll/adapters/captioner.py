@@ -109,3 +109,6 @@ register_family(
 
 MODEL_TYPES = frozenset({"vision-encoder-decoder"})
 """The ``config.model_type`` of the captioners registered above, which loading checks."""
+
+DECODER_MODEL_TYPES = frozenset({"gpt2", "bert"})
+"""The ``config.decoder.model_type`` of the decoders whose attention classes are read (:data:`DECODER_ATTENTION`)."""

@@ -18,7 +18,7 @@ from vitroll.adapters.transformers_text import (
     EAGER_MODEL_TYPES as TEXT_EAGER_MODEL_TYPES, MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES,
     REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES,
 )
-from vitroll.adapters.captioner import MODEL_TYPES as CAPTIONER_MODEL_TYPES
+from vitroll.adapters.captioner import DECODER_MODEL_TYPES as CAPTIONER_DECODER_TYPES, MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.checkpoints import file_sha256, load_state
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
@@ -128,6 +128,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
     _refuse_unread_text_head(name, config)
+    _refuse_unread_captioner(name, config)
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
@@ -192,6 +193,22 @@ def _refuse_unread_text_head(name: str, config: object) -> None:
         raise ModelLoadError(f"{name}: {unread[0]} is not supported: of {config.model_type!r} models vitroll explains "
                              f"{', '.join(classes)} (to explain {classes[0]} alone, save model.base_model with "
                              "save_pretrained)")
+
+
+def _refuse_unread_captioner(name: str, config: object) -> None:
+    """Refuse, before any weights are read, a captioner whose image encoder or text decoder vitroll does not read (a
+    TrOCR or RoBERTa decoder, a Swin encoder): built, it failed on transformers' attention support or was said to
+    lack a cross-attention it has."""
+    if config.model_type not in CAPTIONER_MODEL_TYPES:
+        return
+    encoder, decoder = config.encoder.model_type, config.decoder.model_type
+    if encoder not in TRANSFORMERS_MODEL_TYPES:
+        why = REFUSED_MODEL_TYPES.get(encoder, "no vitroll family reads its attention")
+        raise ModelLoadError(f"{name}: the captioner's image encoder, model type {encoder!r}, is not supported: {why}")
+    if decoder not in CAPTIONER_DECODER_TYPES:
+        raise ModelLoadError(f"{name}: the captioner's text decoder, model type {decoder!r}, is not supported: "
+                             f"vitroll reads the cross-attention of {' and '.join(sorted(CAPTIONER_DECODER_TYPES))} "
+                             "decoders")
 
 
 def _image_text_classes(transformers: object) -> dict[str, type]:
