@@ -346,6 +346,12 @@ def test_data2vec_built_eager_is_read_at_its_dropout():
 
 
 REFUSED = {
+    "swin": (lambda: transformers.SwinForImageClassification(transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4, num_labels=3)),
+             "SwinForImageClassification: Swin attends within shifted windows: a hierarchical model"),
+    "convnext": (lambda: transformers.ConvNextForImageClassification(transformers.ConvNextConfig(
+        hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=3)),
+                 "ConvNextForImageClassification: ConvNeXt is a CNN without attention: a hierarchical model"),
     "pvt_v2": (lambda: transformers.PvtV2ForImageClassification(transformers.PvtV2Config(
         image_size=32, num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
         sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], num_labels=3)),
@@ -370,6 +376,14 @@ REFUSED = {
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8,
         num_patches=16)),
                 "Siglip2VisionModel: SigLIP 2 (NaFlex) takes its images as pre-cut patches"),
+    "dpt": (lambda: transformers.DPTForDepthEstimation(transformers.DPTConfig(**SMALL)),
+            "DPTForDepthEstimation: DPT is a dense predictor (depth, segmentation) that reassembles several layers' "
+            "tokens: there is no class score per image"),
+    "blip": (lambda: transformers.BlipForImageTextRetrieval(transformers.BlipConfig(
+        vision_config=SMALL, text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                              intermediate_size=64, vocab_size=100, encoder_hidden_size=32))),
+             "BlipForImageTextRetrieval: BLIP matches and captions through a text model that cross-attends to the "
+             "image inside its own class"),
 }
 
 

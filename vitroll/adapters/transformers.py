@@ -464,6 +464,9 @@ _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout
 _VIT_LIKE = "vitroll explains image classifiers and backbones (ViT, DeiT, DINOv2/v3, BEiT, CLIP/SigLIP towers, …)"
 _SIGLIP2 = ("SigLIP 2 (NaFlex) takes its images as pre-cut patches with their spatial shapes and a patch mask, not as "
             "an image tensor; vitroll explains SigLIP (model type siglip) and its vision tower")
+_BLIP = ("{name} matches and captions through a text model that cross-attends to the image inside its own class, "
+         "which vitroll does not read; it explains dual encoders (CLIP, SigLIP, MetaCLIP 2, AIMv2) and "
+         "VisionEncoderDecoderModel captioners")
 _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("swin", f"{_MODELS}.swin.modeling_swin.SwinPreTrainedModel",
      f"Swin attends within shifted windows: {_HIERARCHICAL}"),
@@ -495,6 +498,11 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("eomt", f"{_MODELS}.eomt.modeling_eomt.EomtPreTrainedModel",
      f"EoMT is a segmenter: its query tokens join in the last blocks and there is no class score per image; "
      f"{_VIT_LIKE}"),
+    ("dpt", f"{_MODELS}.dpt.modeling_dpt.DPTPreTrainedModel",
+     f"DPT is a dense predictor (depth, segmentation) that reassembles several layers' tokens: there is no class "
+     f"score per image; {_VIT_LIKE}"),
+    ("blip", f"{_MODELS}.blip.modeling_blip.BlipPreTrainedModel", _BLIP.format(name="BLIP")),
+    ("blip-2", f"{_MODELS}.blip_2.modeling_blip_2.Blip2PreTrainedModel", _BLIP.format(name="BLIP-2")),
     ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
     ("siglip2_vision_model", None, _SIGLIP2),
     ("timm_wrapper", None,
