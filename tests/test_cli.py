@@ -161,6 +161,21 @@ def test_cli_rejects_bad_option_values(tmp_path, capsys):
         assert f"argument {option}: " in one_error_line(capsys.readouterr().err)
 
 
+def test_a_file_named_like_an_option_is_named_in_the_error(tmp_path, capsys, monkeypatch):
+    """``vitroll overlay -scan.png`` said only that IMAGE was missing: argparse reads -scan.png as an option."""
+    monkeypatch.chdir(tmp_path)
+    Image.open(PHOTO).resize((32, 24)).save(tmp_path / "-scan.png")
+    hint = "-scan.png is a file read as an option: write ./-scan.png (or put it after --, which ends the options)"
+    for images in (["-scan.png"], [str(PHOTO), "-scan.png"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["overlay", *images, "--model", "vit_tiny_patch16_224", "--out", "out"])
+        assert exit_info.value.code == 2
+        assert f"; {hint} (see `vitroll overlay --help`)" in one_error_line(capsys.readouterr().err)
+    code, out, err = run(capsys, "overlay", "--model", "vit_tiny_patch16_224", "--out", "out", "--method", "attention",
+                         "--", "-scan.png")
+    assert code == 0 and out.startswith("-scan.png -> out/-scan_attention.png"), err
+
+
 def test_inputs_named_near_the_file_systems_limit_get_short_distinct_stable_output_names(tmp_path, capsys):
     stems = ["漢" * 82 + "a", "漢" * 82 + "b"]  # 247 bytes of UTF-8 each: their _attention.png did not fit
     for stem in stems:

@@ -32,9 +32,13 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     Sub-command parsers are made with the parent's class, so they report the same way and name themselves.
     """
 
+    words: Sequence[str] = ()
+    """The command line being parsed (:meth:`parse_args` sets it for the sub-command parsers' errors too)."""
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
+        message = f"{message}{_option_like_file_hint(OneLineArgumentParser.words)}"
         self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{single_line(message)} (see `{self.prog} --help`)\n")
 
     def format_help(self) -> str:
@@ -45,6 +49,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but arguments a sub-command does not know are that sub-command's error (argparse
         reports them as the top-level parser's), with the closest options it has."""
+        OneLineArgumentParser.words = list(sys.argv[1:] if args is None else args)
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:
             parser = self._sub_command_parser(parsed) or self
@@ -65,6 +70,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
             choices = [str(choice) for choice in action.choices]
             raise argparse.ArgumentError(action, f"invalid choice: {value!r}{did_you_mean(str(value), choices)} "
                                                  f"(choose from {', '.join(choices)})")
+
+
+def _option_like_file_hint(words: Sequence[str]) -> str:
+    """A hint for a file whose name starts with ``-`` (argparse took it for an option): how to name it."""
+    file = next((word for word in words if len(word) > 1 and word.startswith("-") and os.path.lexists(word)), None)
+    if file is None:
+        return ""
+    return f"; {file} is a file read as an option: write ./{file} (or put it after --, which ends the options)"
 
 
 def build_parser() -> argparse.ArgumentParser:
