@@ -59,6 +59,22 @@ def test_mismatched_checkpoint_names_keys_and_shapes(tmp_path):
         load_model(NAME, checkpoint=tmp_path / "partial.pth", img_size=112)
 
 
+def test_a_checkpoint_of_a_model_built_with_other_arguments_says_where_it_can_be_explained(tmp_path):
+    """A model built with reg_tokens=4 and saved was refused for its keys alone; the user was not told that --model
+    cannot rebuild it (only --img-size, --dynamic-img-size and --num-classes change the named model)."""
+    path = tmp_path / "registers.safetensors"
+    other = timm.create_model(NAME, img_size=32, reg_tokens=4, num_classes=3)
+    save_file({k: v.contiguous() for k, v in other.state_dict().items()}, path)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=path, img_size=32)
+    assert str(raised.value) == (
+        f"{path}: checkpoint does not match VisionTransformer — shape mismatch: pos_embed (1, 9, 192) vs model "
+        f"(1, 5, 192) | unexpected keys: reg_token; --model {NAME} builds timm's {NAME} as it is, changed only by "
+        "--img-size, --dynamic-img-size and --num-classes: a model built with other timm.create_model arguments "
+        "(depth, embed_dim, reg_tokens, class_token, …) is explained from Python (vitroll.rollout(model, images), "
+        "vitroll.pipelines.folder.annotate)")
+
+
 class NotAStateDict:
     def __reduce__(self):
         return (print, ("this would run on load",))

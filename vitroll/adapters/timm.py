@@ -1,4 +1,5 @@
-"""timm's Vision Transformers (vit, vit-relpos, naflexvit, eva, beit, cait), registered through the same public call a user has.
+"""timm's Vision Transformers (vit, vit-relpos, naflexvit, eva, beit, cait), registered through the same public
+call a user has.
 
 Each family names its attention modules and token layout; each of timm's attention types gets its readout (the
 recipes are described in :mod:`vitroll.capture.readouts`); the preprocessing is timm's evaluation transform from the
@@ -182,7 +183,8 @@ register_family(
     notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map'/'prr' head → pool attention",
 )
 register_family(
-    "vit-relpos", VisionTransformerRelPos, attention_modules=_block_attention_modules, token_layout=_pooled_token_layout,
+    "vit-relpos", VisionTransformerRelPos, attention_modules=_block_attention_modules,
+    token_layout=_pooled_token_layout,
     randomizable=_head_then_blocks_down, preprocessing=timm_preprocessing, class_names=timm_class_names,
     input_embedding=_patch_embedding, readout=AttentionReadout(RelPosAttention),
     name_patterns=("vit_relpos_*", "vit_srelpos_*"), timm_modules=("vision_transformer_relpos",),

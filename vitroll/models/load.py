@@ -64,14 +64,18 @@ def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Option
     return grid * patch if state[key].shape != own[key].shape and grid > 0 and grid * grid == tokens else None
 
 
-def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object) -> None:
+def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object, *,
+                  other_architecture: str = "") -> None:
     """:func:`load_state`, with the ``--img-size`` to build the model with when the checkpoint's position embedding
-    was trained for another input size (the commonest mismatch: fine-tuned at 384, or small)."""
+    was trained for another input size (the commonest mismatch: fine-tuned at 384, or small), else with
+    ``other_architecture`` (what to do with weights of another architecture) appended."""
     try:
         load_state(model, state, checkpoint)
     except ModelLoadError as error:
         side = _trained_side(model, state)
         if side is None:
+            if other_architecture:
+                raise ModelLoadError(f"{error}; {other_architecture}") from None
             raise
         raise ModelLoadError(f"{error}; its position embedding is for {side}×{side} inputs: build the model for "
                              f"them with --img-size {side} (img_size={side})") from None
@@ -172,6 +176,10 @@ def load_model(
         except (RuntimeError, TypeError, ValueError, AssertionError) as error:
             raise ModelLoadError(f"{name}: cannot build model ({error})") from None
     if state is not None:
-        _load_weights(model, state, checkpoint)
+        _load_weights(model, state, checkpoint, other_architecture=(
+            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size and "
+            "--num-classes: a model built with other timm.create_model arguments (depth, embed_dim, reg_tokens, "
+            "class_token, …) is explained from Python (vitroll.rollout(model, images), "
+            "vitroll.pipelines.folder.annotate)"))
     return model.eval().to(device)
 
