@@ -14,7 +14,7 @@ from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, resolve_device, settings_from_args, warn_if_trusting,
+    add_out_argument, integer, note_if_random, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -91,6 +91,7 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
         model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
                            device=resolve_device(args.device), **build)
+        note_if_random(name, pretrained=args.pretrained, checkpoint=checkpoint)
         label = _label(name, checkpoint, build.get("img_size"))
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"
