@@ -91,11 +91,12 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
         model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
                            device=resolve_device(args.device), **build)
-        note_if_random(name, pretrained=args.pretrained, checkpoint=checkpoint)
         label = _label(name, checkpoint, build.get("img_size"))
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"
         explainers.append(Explainer(label, model, Preprocessing.from_model(model), class_names(model)))
+    for name, checkpoint in dict.fromkeys(zip(args.model, checkpoints)):  # after every load: a mistake is one line
+        note_if_random(name, pretrained=args.pretrained, checkpoint=checkpoint)
     return explainers
 
 
