@@ -53,8 +53,11 @@ def images(tmp_path_factory):
 def test_compare_two_patch_sizes_writes_grid_and_csv(tmp_path, capsys, checkpoints, images):
     code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vit_tiny_patch16_224",
                  "--checkpoint", str(checkpoints[0]), "--checkpoint", "none", "--out", str(tmp_path), "--device", "cpu"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert code == 0
+    # as overlay, evaluate and sanity say it: the timm model left at its random initialisation, not the testbed
+    assert err.splitlines() == ["vitroll: note: vit_tiny_patch16_224 has random weights (no --pretrained or "
+                                "--checkpoint); its maps mean nothing"]
     rows = list(csv.DictReader((tmp_path / "agreement.csv").open()))
     assert len(rows) == len(images) and {r["model_b"] for r in rows} == {"vit_tiny_patch16_224"}
     assert all(-1 <= float(r["spearman"]) <= 1 and 0 <= float(r["top10_iou"]) <= 1 for r in rows)

@@ -7,7 +7,7 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -332,6 +332,13 @@ def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
     return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
 
 
+def note_if_random(name: str, *, pretrained: bool, checkpoint: Optional[str]) -> None:
+    """One note line on stderr when :func:`load_model` leaves model ``name`` at its random initialisation."""
+    if has_random_weights(name, pretrained=pretrained, checkpoint=checkpoint):
+        print(f"vitroll: note: {name} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
+              file=sys.stderr)
+
+
 def model_from_args(args: argparse.Namespace) -> nn.Module:
     _check_testbed_arguments(args)
     if args.pretrained and args.checkpoint:
@@ -346,9 +353,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
                        trust_checkpoint=args.trust_checkpoint, num_classes=args.num_classes,
                        device=resolve_device(args.device), **build)
-    if has_random_weights(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint):
-        print(f"vitroll: note: {args.model} has random weights (no --pretrained or --checkpoint); its maps mean nothing",
-              file=sys.stderr)
+    note_if_random(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint)
     refuse_other_kinds(args.model, model, ("an image model", "an image–text model"))  # before any input is read
     return model
 

@@ -13,7 +13,7 @@ from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, print_failed, resolve_device, settings_from_args, warn_if_trusting,
+    add_out_argument, integer, note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -94,6 +94,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"
         explainers.append(Explainer(label, model, Preprocessing.from_model(model), class_names(model)))
+    for name, checkpoint in dict.fromkeys(zip(args.model, checkpoints)):  # after every load: a mistake is one line
+        note_if_random(name, pretrained=args.pretrained, checkpoint=checkpoint)
     return explainers
 
 
