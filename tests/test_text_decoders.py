@@ -131,6 +131,15 @@ REFUSED = {
                                                  architectures=["AlbertForSequenceClassification"]),
                "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one "
                "attention map per module, so rollout would see one layer of many"),
+    "t5": (lambda: transformers.T5Config(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                                         architectures=["T5ForConditionalGeneration"]),
+           "T5 is an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll reads the "
+           "attention of encoders and decoders of one stack"),
+    "bart": (lambda: transformers.BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                             encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                             decoder_ffn_dim=32, architectures=["BartForSequenceClassification"]),
+             "BART is an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll reads "
+             "the attention of encoders and decoders of one stack"),
 }
 
 

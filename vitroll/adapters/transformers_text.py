@@ -257,18 +257,27 @@ folder against."""
 MODEL_TYPES = frozenset(MODEL_CLASSES)
 """The ``config.model_type`` values of the text models registered above."""
 
+_ENCODER_DECODER = ("an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll "
+                    "reads the attention of encoders and decoders of one stack")
 _REFUSED = (
-    ("gemma2", f"{_MODELS}.gemma2.modeling_gemma2.Gemma2PreTrainedModel",
+    ("gemma2", (f"{_MODELS}.gemma2.modeling_gemma2.Gemma2PreTrainedModel",),
      "Gemma 2 soft-caps its attention logits (tanh before the softmax), which vitroll's attention kernel does not "
      "compute; Gemma (model type gemma) is explained"),
-    ("albert", f"{_MODELS}.albert.modeling_albert.AlbertPreTrainedModel",
+    ("albert", (f"{_MODELS}.albert.modeling_albert.AlbertPreTrainedModel",),
      "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one attention map "
      "per module, so rollout would see one layer of many"),
+    *((kind, tuple(f"{_MODELS}.{kind}.modeling_{kind}.{prefix}{head}"
+                   for head in ("Model", "ForConditionalGeneration", "ForSequenceClassification",
+                                "ForQuestionAnswering")),
+       f"{name} is {_ENCODER_DECODER}")
+      for kind, prefix, name in (("t5", "T5", "T5"), ("mt5", "MT5", "mT5"), ("bart", "Bart", "BART"),
+                                 ("mbart", "MBart", "mBART"))),
 )
-REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_class, why in _REFUSED}
+REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_classes, why in _REFUSED}
 """Why loading refuses a text ``config.model_type``, for the types refused by name."""
-for _model_type, _model_class, _why in _REFUSED:
-    add_refusal(_model_class, _why)
+for _model_type, _model_classes, _why in _REFUSED:
+    for _model_class in _model_classes:
+        add_refusal(_model_class, _why)
 
 
 def prediction_kind(model: nn.Module) -> str:
