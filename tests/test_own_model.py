@@ -127,3 +127,18 @@ def test_two_verbs_from_two_threads_on_one_model_take_turns_and_both_match_the_r
     assert np.abs(results["chefer"].numpy() - expected_chefer).max() < 1e-5
     assert model.training and all(module.training for module in model.modules())
     assert all(not module._forward_hooks and not module._forward_pre_hooks for module in model.modules())
+
+
+@pytest.mark.parametrize("returns, type_name", [("dict", "dict"), ("tuple", "tuple")])
+@pytest.mark.parametrize("verb", [vitroll.chefer, vitroll.grad_rollout, vitroll.integrated_gradients])
+def test_a_forward_returning_a_dict_or_tuple_names_the_logits_argument_to_register(returns, type_name, verb):
+    with pytest.raises(UnsupportedModelError) as raised:
+        verb(own_model(returns), IMAGES)
+    assert str(raised.value) == (
+        f"OwnViT returned a {type_name}, not logits (B, num_classes): say where they are with "
+        "vitroll.register_family('own-test-vit', ..., logits=lambda model, images: model(images)[...])")
+
+
+def test_rollout_of_a_forward_returning_a_dict_needs_no_logits_and_matches_the_reference():
+    model = own_model("dict")
+    assert np.abs(vitroll.rollout(model, IMAGES).numpy() - reference(model, target=0)[0]).max() < 1e-5
