@@ -151,7 +151,8 @@ def class_logits(model: nn.Module, images: Batch) -> torch.Tensor:
     Raises
     ------
     UnsupportedModelError
-        For a backbone without a classification head, in one line.
+        For a backbone without a classification head, or a forward that returns something else than a tensor (a
+        dict, a tuple) without a family's ``logits`` saying where the logits are, in one line.
     """
     logits = model_logits(model, images)
     if logits is None and getattr(registered_family(model), "image_text", None) is not None:
@@ -162,6 +163,12 @@ def class_logits(model: nn.Module, images: Batch) -> torch.Tensor:
         raise UnsupportedModelError(
             f"{type(model).__name__} has no classification head: there are no class scores to explain or evaluate; "
             "rollout, attention and flow explain its attention")
+    if not isinstance(logits, torch.Tensor):
+        family = registered_family(model)
+        raise UnsupportedModelError(
+            f"{type(model).__name__} returned a {type(logits).__name__}, not logits (B, num_classes): say where they "
+            f"are with vitroll.register_family({family.name if family else 'NAME'!r}, ..., "
+            "logits=lambda model, images: model(images)[...])")
     return logits
 
 

@@ -18,8 +18,10 @@ import math
 import numbers
 import sys
 import textwrap
+import threading
 import types
 import typing
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
 
@@ -270,7 +272,20 @@ class Method:
         # converted once, before any halving: a batch of paths, PIL images or strings is split as the batch it becomes
         batch = model_batch(model, inputs, attention_mask=attention_mask, tokenizer=tokenizer, readout=readout,
                             position=position)
-        return _in_halves_when_out_of_memory(self.compute, model, batch, options)
+        with _exclusive(model):
+            return _in_halves_when_out_of_memory(self.compute, model, batch, options)
+
+
+_MODEL_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _exclusive(model: nn.Module) -> threading.RLock:
+    """The lock that one method call holds on ``model``: a call hooks its modules, switches it to eval mode and back
+    and toggles flags, all of which a second thread's call on the same model would see half-way; calls on one model
+    therefore take turns (a method calling another on the same thread goes straight on)."""
+    with _MODEL_LOCKS_GUARD:
+        return _MODEL_LOCKS.setdefault(model, threading.RLock())
 
 
 _TEXT_KEYWORDS = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
