@@ -115,8 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=number(), metavar="R",
-                        help=f"flag images whose --disagreement correlation is below R (default {DISAGREE_BELOW:g})")
+    parser.add_argument("--disagree-below", type=number(),
+                        help=f"flag images whose --disagreement correlation is below this (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
                         help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "
                              "(two shapes and a prompt naming one; default model vitroll-clip-shapes: pointing game "
