@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
+import sys
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom
@@ -84,6 +86,60 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
         (Pillow's decompression-bomb guard).
     """
     return _decode(path, upright_rgb)
+
+
+def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[Image.Image]]:
+    """:func:`load_image`'s RGB image, for the model, and the same pixels in sRGB, to draw on (None when they are the
+    same: no embedded ICC profile, or an sRGB one).
+
+    A photo that embeds a wider colour space (Display P3 — every iPhone JPEG —, Adobe RGB…) stores values that a
+    colour-managed viewer converts before showing them; drawn as stored they look duller. The model keeps the raw
+    values, as timm's and torchvision's loaders give them. A profile that cannot be used prints one
+    ``vitroll: warning:`` line and the picture is shown as stored.
+
+    Raises
+    ------
+    ImageReadError
+        As :func:`load_image`.
+    """
+    return _decode(path, lambda image: _with_display(image, Path(path).name))
+
+
+def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
+    with _quiet_pillow():
+        upright = ImageOps.exif_transpose(image)
+        rgb = _to_rgb(upright)
+    return rgb, _srgb_display(rgb, upright.info.get("icc_profile"), upright.mode, name)
+
+
+_SRGB = ImageCms.createProfile("sRGB")
+_COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
+"""Modes whose RGB conversion keeps the stored values, which an RGB profile describes (16-bit and float images are
+stretched to their range, CMYK converted naively: their profile no longer applies)."""
+
+
+def _srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], mode: str, name: str) -> Optional[Image.Image]:
+    """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
+    it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a ``mode``
+    the profile no longer describes. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name``
+    and gives None.
+
+    Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
+    (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
+    those outside sRGB are clipped to its edge, as browsers show them.
+    """
+    if not icc_profile or mode not in _COLOUR_MODES:
+        return None
+    try:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
+        if profile.profile.xcolor_space.strip() != "RGB" or "srgb" in profile.profile.profile_description.lower():
+            return None
+        return ImageCms.profileToProfile(rgb, profile, _SRGB, renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
+                                         outputMode="RGB")
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as error:
+        print(f"vitroll: warning: {name}: its embedded ICC colour profile cannot be used ({error}); shown with its "
+              "stored colours", file=sys.stderr)
+        return None
 
 
 def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from vitroll.errors import VitrollError
-from vitroll.io import load_image
+from vitroll.io.images import load_image_with_display
 from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
@@ -44,9 +44,16 @@ class Frame:
     """One decoded image of an input, with what its reader knows about it."""
 
     image: np.ndarray
-    """(H, W, 3) uint8 RGB: preprocessed for the model, and what its map is drawn on."""
+    """(H, W, 3) uint8 RGB as stored: preprocessed for the model, and what its map is drawn on unless ``display``."""
     info: Any = None
     """Per-frame metadata carried to the record unchanged (the audit's row and burned-in text mask); picklable."""
+    display: Optional[np.ndarray] = None
+    """(H, W, 3) uint8 sRGB picture to draw the map on when it differs from ``image`` (a file that embeds a wider
+    colour profile, :func:`~vitroll.io.images.load_image_with_display`); None: ``image``."""
+
+    @property
+    def shown(self) -> np.ndarray:
+        return self.image if self.display is None else self.display
 
 
 class Reader(Protocol):
@@ -58,8 +65,10 @@ class Reader(Protocol):
 
 
 def read_image(path: "str | os.PathLike[str]") -> list[Frame]:
-    """An image file as one frame: :func:`~vitroll.io.load_image` (EXIF orientation, any mode to RGB)."""
-    return [Frame(np.asarray(load_image(path)))]
+    """An image file as one frame: :func:`~vitroll.io.images.load_image_with_display` (EXIF orientation, any mode to
+    RGB; drawn in sRGB when the file embeds another colour profile)."""
+    image, display = load_image_with_display(path)
+    return [Frame(np.asarray(image), display=None if display is None else np.asarray(display))]
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class Decoded:
     index: int
     item: Any
     image: np.ndarray
-    """(H0, W0, 3) uint8 RGB, the original frame."""
+    """(H0, W0, 3) uint8 RGB, the original frame as shown (:attr:`Frame.shown`)."""
     geometry: CropGeometry
     info: Any
 
@@ -95,7 +104,7 @@ class Explained:
     item: Any
     """The input as given."""
     image: np.ndarray
-    """(H0, W0, 3) uint8 RGB, the original frame."""
+    """(H0, W0, 3) uint8 RGB, the original frame as shown (:attr:`Frame.shown`): what its map is drawn on."""
     grid_map: np.ndarray
     """(h, w) float32 on the model's patch grid; (T, h, w), one per text, for an image–text model."""
     geometry: CropGeometry
@@ -118,7 +127,7 @@ class _Prepared:
     tensors: tuple[torch.Tensor, ...] = ()
     geometries: tuple[CropGeometry, ...] = ()
     images: tuple[torch.Tensor, ...] = ()
-    """Original frames as tensors: sent to the main process through shared memory, not pickled."""
+    """Original frames as shown, as tensors: sent to the main process through shared memory, not pickled."""
     infos: tuple[Any, ...] = ()
     error: Optional[str] = None
 
@@ -145,7 +154,7 @@ class DecodedInputs(Dataset):
             return _Prepared(index, error=f"{item}: cannot be processed ({error})")
         return _Prepared(index, tensors=tuple(tensor for tensor, _ in prepared),
                          geometries=tuple(geometry for _, geometry in prepared),
-                         images=tuple(torch.from_numpy(np.require(frame.image, requirements="CW")) for frame in frames),
+                         images=tuple(torch.from_numpy(np.require(frame.shown, requirements="CW")) for frame in frames),
                          infos=tuple(frame.info for frame in frames))
 
 

@@ -1,0 +1,86 @@
+"""Photos that embed an ICC colour profile: the model reads the stored values, the overlay shows them in sRGB."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageCms
+
+from icc_profiles import display_p3_profile, p3_to_srgb
+from vitroll.cli import main
+from vitroll.io.images import load_image_with_display
+from vitroll.pipelines.stream import decoded_batches, read_image
+from vitroll.preprocess import Preprocessing
+
+P3_COLOUR = (200, 120, 80)
+"""Inside both gamuts: Display P3 (200, 120, 80) is sRGB (213, 115, 70)."""
+
+
+def _picture(path, colours, **save):
+    pixels = np.array([colours], dtype=np.uint8)
+    Image.fromarray(pixels).save(path, **save)
+    return pixels
+
+
+def test_a_display_p3_photo_is_shown_in_srgb_and_read_as_stored(tmp_path):
+    path = tmp_path / "p3.png"
+    stored = _picture(path, [P3_COLOUR, (255, 0, 0), (0, 0, 0), (255, 255, 255)], icc_profile=display_p3_profile())
+    image, display = load_image_with_display(path)
+    assert np.array_equal(np.asarray(image), stored)
+    shown = np.asarray(display).astype(float)
+    assert np.abs(shown[0, 0] - p3_to_srgb(P3_COLOUR)).max() <= 1
+    assert np.abs(shown[0, 0] - (213, 115, 70)).max() <= 1
+    assert shown[0, 1].tolist() == [255, 0, 0]  # P3's red lies outside sRGB: clipped to sRGB's red
+    assert shown[0, 2:].tolist() == [[0, 0, 0], [255, 255, 255]]
+
+
+@pytest.mark.parametrize("profile", [None, ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()],
+                         ids=["untagged", "srgb"])
+def test_an_untagged_or_srgb_photo_is_shown_bit_for_bit_as_stored(tmp_path, profile):
+    path = tmp_path / "photo.png"
+    colours = np.random.default_rng(0).integers(0, 256, (64, 3)).tolist()
+    stored = _picture(path, [tuple(c) for c in colours], **({"icc_profile": profile} if profile else {}))
+    image, display = load_image_with_display(path)
+    assert display is None and np.array_equal(np.asarray(image), stored)
+    assert np.array_equal(read_image(path)[0].shown, stored)
+
+
+@pytest.mark.parametrize("profile", [b"not a profile at all", display_p3_profile()[:200]], ids=["garbage", "truncated"])
+def test_a_broken_profile_gives_one_warning_and_the_stored_pixels(tmp_path, capsys, profile):
+    path = tmp_path / "broken.png"
+    stored = _picture(path, [P3_COLOUR], icc_profile=profile)
+    image, display = load_image_with_display(path)
+    assert display is None and np.array_equal(np.asarray(image), stored)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vitroll: warning: broken.png: its embedded ICC colour profile "
+                                                   "cannot be used (")
+
+
+def test_an_exif_rotated_p3_jpeg_is_turned_upright_and_converted(tmp_path):
+    path = tmp_path / "rotated.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to show
+    Image.new("RGB", (32, 16), P3_COLOUR).save(path, icc_profile=display_p3_profile(), exif=exif, quality=100)
+    image, display = load_image_with_display(path)
+    assert image.size == display.size == (16, 32)
+    assert np.abs(np.asarray(display)[8, 8] - p3_to_srgb(P3_COLOUR)).max() <= 2  # JPEG rounding on top
+
+
+def test_the_model_gets_the_stored_values_and_the_overlay_the_srgb_ones(tmp_path, capsys):
+    tagged, untagged = tmp_path / "tagged.png", tmp_path / "untagged.png"
+    _picture(tagged, [P3_COLOUR] * 40, icc_profile=display_p3_profile())
+    _picture(untagged, [P3_COLOUR] * 40)
+    preprocessing = Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3)
+    (batch,) = decoded_batches([tagged, untagged], read_image, preprocessing, batch_size=2)
+    assert torch.equal(batch.tensor[0], batch.tensor[1])
+    tagged_shown, untagged_shown = (record.image[0, 0].tolist() for record in batch.decoded)
+    assert untagged_shown == list(P3_COLOUR) and np.abs(np.subtract(tagged_shown, (213, 115, 70))).max() <= 1
+
+    out = tmp_path / "out"
+    assert main(["overlay", str(tagged), "--model", "vit_tiny_patch16_224", "--out", str(out), "--alpha", "0",
+                 "--device", "cpu"]) == 0
+    written = np.asarray(Image.open(out / "tagged_rollout.png"))
+    assert np.array_equal(written, np.broadcast_to(tagged_shown, written.shape))
