@@ -298,3 +298,27 @@ def test_a_decoder_classifier_names_its_classes_and_randomises_its_head_first():
     model = decoder("llama", "ForSequenceClassification", num_labels=2, id2label={0: "negative", 1: "positive"})
     assert vitroll.capture.families.family_of(model).class_names(model) == ["negative", "positive"]
     assert [name for name, _ in randomizable_modules(model)] == ["score", "model.layers.1", "model.layers.0"]
+
+
+def test_a_predicted_id_past_the_tokenizers_end_reads_as_not_in_the_tokenizer(tmp_path, capsys):
+    """A model's vocabulary padded past its tokenizer's (Qwen's 151,936 ids for 151,665 tokens): the predicted id 37
+    of a 21-token tokenizer was shown as the token "37"."""
+    import json
+
+    from small_tokenizers import wordpiece_tokenizer
+    from vitroll.cli import main
+
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    model = decoder("llama")
+    with torch.no_grad():  # id 37 is the only logit that is not 0
+        hidden = model.model(**tokenizer(["the cat sat"], return_tensors="pt")).last_hidden_state[0, -1]
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[37] = hidden / hidden.norm()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert main(["text", "the cat sat", "--model", str(tmp_path / "model"), "--out", str(tmp_path / "out")]) == 0
+    assert "#1  next token: <id 37: not in the tokenizer> (" in capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert report["texts"][0]["next_token"] == "<id 37: not in the tokenizer>"
+    assert "next token: <b><bdi>&lt;id 37: not in the tokenizer&gt;</bdi></b>" in (
+        tmp_path / "out" / "text.html").read_text()
