@@ -27,6 +27,13 @@ CONFIGS = {
     "qwen3": lambda **extra: transformers.Qwen3Config(**GROUPED, head_dim=8, **extra),
     "mistral": lambda **extra: transformers.MistralConfig(**GROUPED, sliding_window=3, **extra),  # texts are longer
     "gemma": lambda **extra: transformers.GemmaConfig(**dict(SMALL, num_key_value_heads=1), head_dim=8, **extra),
+    # Gemma 2 has no SDPA path; both scale by query_pre_attn_scalar, not head_dim; a sliding layer, then a global one
+    "gemma2": lambda **extra: transformers.Gemma2Config(**{
+        **GROUPED, "head_dim": 8, "query_pre_attn_scalar": 5, "attn_logit_softcapping": None, "sliding_window": 3,
+        "layer_types": ["sliding_attention", "full_attention"], **extra, "attn_implementation": "eager"}),
+    "gemma3_text": lambda **extra: transformers.Gemma3TextConfig(
+        **GROUPED, head_dim=8, query_pre_attn_scalar=5, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"], **extra),
     "phi": lambda **extra: transformers.PhiConfig(**SMALL, **extra),
     "gpt_neox": lambda **extra: transformers.GPTNeoXConfig(**SMALL, **extra),
     "opt": lambda **extra: transformers.OPTConfig(
@@ -124,9 +131,6 @@ def test_a_bfloat16_model_is_explained_within_bfloat16_precision():
 
 
 REFUSED = {
-    "gemma2": (lambda: transformers.Gemma2Config(**GROUPED, head_dim=8, architectures=["Gemma2ForCausalLM"]),
-               "Gemma 2 soft-caps its attention logits (tanh before the softmax), which vitroll's attention kernel "
-               "does not compute; Gemma (model type gemma) is explained"),
     "albert": (lambda: transformers.AlbertConfig(**SMALL, embedding_size=16,
                                                  architectures=["AlbertForSequenceClassification"]),
                "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one "
@@ -160,6 +164,53 @@ def test_text_models_vitroll_cannot_read_are_refused_with_their_reason_before_th
     assert len(error) == 1 and not (tmp_path / "out").exists()
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{config.model_type}' is not supported: {reason}; the supported model types are ")
+
+
+def test_a_gemma2_that_soft_caps_its_attention_is_refused_by_the_capture_and_its_folder_before_its_weights(
+        tmp_path, capsys):
+    from vitroll.cli import main
+
+    config = transformers.Gemma2Config(**GROUPED, head_dim=8, architectures=["Gemma2ForCausalLM"])
+    assert config.attn_logit_softcapping == 50.0  # Gemma 2's default
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    with pytest.raises(vitroll.UnsupportedModelError, match=re.escape(
+            "Gemma2Attention soft-caps its attention logits (softcap=50.0: tanh before the softmax), which vitroll's "
+            "attention kernel does not compute")):
+        vitroll.rollout(model, torch.tensor(IDS), attention_mask=torch.tensor(MASK))
+    config.save_pretrained(tmp_path / "gemma2")  # no weights: refused from the config
+    assert main(["text", "a cat", "--model", str(tmp_path / "gemma2"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"vitroll: error: {tmp_path / 'gemma2'}: transformers model type 'gemma2' is not supported with "
+                     "this config: its attention logits are soft-capped (attn_logit_softcapping=50.0: tanh before the "
+                     "softmax), which vitroll's attention kernel does not compute; a Gemma 2 without soft-capping, and "
+                     "Gemma 3, are explained"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_user_registered_family_whose_attention_adds_sinks_is_refused_by_the_capture():
+    """GPT-OSS puts a learned logit per head in each softmax (``s_aux``), which the capture kernel does not compute:
+    registered by a user through the attention interface, its model is refused when it runs, not explained wrongly."""
+    from vitroll.adapters.transformers import attach_attention_interface, attention_modules_of
+    from vitroll.capture.families import FAMILIES, registered_family
+    from vitroll.capture.readouts import AttentionReadout
+
+    attention = "transformers.models.gpt_oss.modeling_gpt_oss.GptOssAttention"
+    llama = registered_family(decoder("llama"))
+    family = vitroll.register_family(
+        "user-gpt-oss", "transformers.models.gpt_oss.modeling_gpt_oss.GptOssForCausalLM", inputs="tokens",
+        attention_modules=attention_modules_of(attention), token_layout=llama.token_layout, logits=llama.logits,
+        readout=AttentionReadout(attention, probs_module=None, fused_flag=None, attach=attach_attention_interface))
+    try:
+        torch.manual_seed(0)
+        model = transformers.GptOssForCausalLM(transformers.GptOssConfig(
+            **GROUPED, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=3)).eval()
+        with pytest.raises(vitroll.UnsupportedModelError, match="^" + re.escape(
+                "GptOssAttention adds attention sinks (a learned logit per head in the softmax), which vitroll's "
+                "attention kernel does not compute") + "$"):
+            vitroll.rollout(model, torch.tensor(IDS), attention_mask=torch.tensor(MASK))
+    finally:
+        FAMILIES.remove(family)
 
 
 def test_a_model_of_no_family_is_refused_as_that_rather_than_told_it_takes_images():
@@ -206,6 +257,8 @@ def test_deberta_v2s_disentangled_attention_is_read_as_the_weights_that_mix_its_
 
 SAVED = {
     "llama": lambda: decoder("llama"),
+    "gemma2": lambda: decoder("gemma2"),  # no SDPA path: loaded with eager attention
+    "gemma3_text": lambda: decoder("gemma3_text"),
     "qwen3-classifier": lambda: decoder("qwen3", "ForSequenceClassification", num_labels=2, pad_token_id=0),
     "deberta-v2": lambda: transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
         **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], num_labels=2, pad_token_id=0)).eval(),
@@ -233,7 +286,8 @@ def test_the_cli_explains_a_saved_folder_as_the_same_model_from_python(name, tmp
     for b, entry in enumerate(report["texts"]):
         np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected[b][:len(entry["tokens"])],
                                    atol=1e-5)
-    assert ("next token: " if name == "llama" else "prediction: ") in capsys.readouterr().out
+    language_model = name in ("llama", "gemma2", "gemma3_text")
+    assert ("next token: " if language_model else "prediction: ") in capsys.readouterr().out
 
 
 def test_a_decoder_classifier_names_its_classes_and_randomises_its_head_first():
@@ -244,3 +298,27 @@ def test_a_decoder_classifier_names_its_classes_and_randomises_its_head_first():
     model = decoder("llama", "ForSequenceClassification", num_labels=2, id2label={0: "negative", 1: "positive"})
     assert vitroll.capture.families.family_of(model).class_names(model) == ["negative", "positive"]
     assert [name for name, _ in randomizable_modules(model)] == ["score", "model.layers.1", "model.layers.0"]
+
+
+def test_a_predicted_id_past_the_tokenizers_end_reads_as_not_in_the_tokenizer(tmp_path, capsys):
+    """A model's vocabulary padded past its tokenizer's (Qwen's 151,936 ids for 151,665 tokens): the predicted id 37
+    of a 21-token tokenizer was shown as the token "37"."""
+    import json
+
+    from small_tokenizers import wordpiece_tokenizer
+    from vitroll.cli import main
+
+    tokenizer = wordpiece_tokenizer(tmp_path)
+    model = decoder("llama")
+    with torch.no_grad():  # id 37 is the only logit that is not 0
+        hidden = model.model(**tokenizer(["the cat sat"], return_tensors="pt")).last_hidden_state[0, -1]
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[37] = hidden / hidden.norm()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert main(["text", "the cat sat", "--model", str(tmp_path / "model"), "--out", str(tmp_path / "out")]) == 0
+    assert "#1  next token: <id 37: not in the tokenizer> (" in capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "scores.json").read_text())
+    assert report["texts"][0]["next_token"] == "<id 37: not in the tokenizer>"
+    assert "next token: <b><bdi>&lt;id 37: not in the tokenizer&gt;</bdi></b>" in (
+        tmp_path / "out" / "text.html").read_text()

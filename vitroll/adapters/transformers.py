@@ -60,9 +60,13 @@ def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
         raise UnsupportedModelError(
             f"{type(module).__name__} attends with dropout or cached keys; vitroll records attention in eval mode "
             "without a cache only")
-    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+    if kwargs.get("softcap") is not None:
         raise UnsupportedModelError(
-            f"{type(module).__name__} soft-caps its attention logits or adds attention sinks, which vitroll's "
+            f"{type(module).__name__} soft-caps its attention logits (softcap={kwargs['softcap']}: tanh before the "
+            "softmax), which vitroll's attention kernel does not compute")
+    if kwargs.get("s_aux") is not None:
+        raise UnsupportedModelError(
+            f"{type(module).__name__} adds attention sinks (a learned logit per head in the softmax), which vitroll's "
             "attention kernel does not compute")
     if key.shape[1] != query.shape[1]:  # grouped-query attention: a key/value head serves consecutive query heads
         groups = query.shape[1] // key.shape[1]

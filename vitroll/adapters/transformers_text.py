@@ -14,7 +14,8 @@ The layout is a sequence (``grid=None``): scores (B, L) over every position, pad
   pools them, and as a ModernBERT classifier with ``classifier_pooling="mean"`` pools, whose default it is).
   ModernBERT's local layers attend within a sliding window, which its mask carries; DeBERTa-v2 computes its attention
   itself and is read at the dropout that receives its probabilities (see :data:`_PROBABILITIES_MODULE`);
-* language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
+* language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Gemma 2 without attention soft-capping, Gemma 3's text
+  model, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
   and the bare ``…Model``): the row of the explained position, the last real token by default. The score that
   gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
   (B, vocabulary): the predicted token, or the token id given as ``target_class``;
@@ -211,7 +212,7 @@ _PROBABILITIES_MODULE = {"deberta-v2": "dropout"}
 attention themselves rather than through the attention interface. DeBERTa-v2's disentangled attention adds
 content-to-position and position-to-content terms to its scores, but the softmax of those scores still mixes the
 tokens' content values alone, so its rows are the token-to-token weights rollout follows, as BERT's are."""
-EAGER_MODEL_TYPES = frozenset(_PROBABILITIES_MODULE)
+EAGER_MODEL_TYPES = frozenset({*_PROBABILITIES_MODULE, "gemma2"})
 """The ``config.model_type`` values built with eager attention: they have no SDPA path."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
@@ -234,17 +235,26 @@ _DECODERS = {
            "phi": ("phi.modeling_phi", "PhiAttention", "Phi"),
            "gpt_neox": ("gpt_neox.modeling_gpt_neox", "GPTNeoXAttention", "GPTNeoX"),
            "opt": ("opt.modeling_opt", "OPTAttention", "OPT"),
+           "gemma2": ("gemma2.modeling_gemma2", "Gemma2Attention", "Gemma2"),
        }.items()},
+    "gemma3_text": ("gemma3.modeling_gemma3", "Gemma3Attention", ("Gemma3TextModel", "Gemma3ForCausalLM"),
+                    "Gemma3TextForSequenceClassification"),
 }
 """Decoder-only language models that go through the attention interface (grouped-query attention and sliding windows
-included: the window is in the mask the model builds), by ``config.model_type``: module, attention class, the bare
-model and language model classes, the sequence classifier class."""
+included: the window is in the mask the model builds; Gemma 2 and 3's query_pre_attn_scalar is the scaling the kernel
+receives), by ``config.model_type``: module, attention class, the bare model and language model classes, the sequence
+classifier class. Gemma 3 is its text model (``gemma3_text``). Gemma 2 soft-caps its attention logits by default
+(``attn_logit_softcapping``), which the capture refuses; a Gemma 2 without it, and Gemma 3 (which has none), are
+read."""
+_FAMILY_NAMES = {"gpt_neox": "gpt-neox", "gemma3_text": "gemma3"}
+"""A decoder's family name where it is not its model type's: ``hf-NAME``."""
 for _kind, (_module, _attention, _classes, _classifier) in _DECODERS.items():
-    _register(f"hf-{_kind.replace('_', '-')}", _module, _attention, _classes,
+    _name = _FAMILY_NAMES.get(_kind, _kind)
+    _register(f"hf-{_name}", _module, _attention, _classes,
               token_layout=_decoder_layout, logits=_language_model_logits, class_names=_vocabulary,
               notes="causal language model: the explained position's row (last real token); score: next token's "
                     "log-prob")
-    _register(f"hf-{_kind.replace('_', '-')}-classifier", _module, _attention, (_classifier,),
+    _register(f"hf-{_name}-classifier", _module, _attention, (_classifier,),
               token_layout=_decoder_classifier_layout, logits=_decoder_classifier_logits,
               class_names=config_class_names,
               notes="causal sequence classifier: the row of the token its head reads (the last real one that is not "
@@ -260,9 +270,6 @@ MODEL_TYPES = frozenset(MODEL_CLASSES)
 _ENCODER_DECODER = ("an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll "
                     "reads the attention of encoders and decoders of one stack")
 _REFUSED = (
-    ("gemma2", (f"{_MODELS}.gemma2.modeling_gemma2.Gemma2PreTrainedModel",),
-     "Gemma 2 soft-caps its attention logits (tanh before the softmax), which vitroll's attention kernel does not "
-     "compute; Gemma (model type gemma) is explained"),
     ("albert", (f"{_MODELS}.albert.modeling_albert.AlbertPreTrainedModel",),
      "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one attention map "
      "per module, so rollout would see one layer of many"),
@@ -278,6 +285,16 @@ REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_classes, why in _R
 for _model_type, _model_classes, _why in _REFUSED:
     for _model_class in _model_classes:
         add_refusal(_model_class, _why)
+
+
+def soft_capping_refusal(config: object) -> Optional[str]:
+    """Why a text model of a supported type is refused for what its config turns on, or None: attention logits
+    soft-capped (Gemma 2's default), which the capture refuses once the model runs."""
+    cap = getattr(config, "attn_logit_softcapping", None)
+    if cap is None:
+        return None
+    return (f"its attention logits are soft-capped (attn_logit_softcapping={cap}: tanh before the softmax), which "
+            "vitroll's attention kernel does not compute; a Gemma 2 without soft-capping, and Gemma 3, are explained")
 
 
 def prediction_kind(model: nn.Module) -> str:

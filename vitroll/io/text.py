@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Optional, Sequence
@@ -280,7 +281,8 @@ def decoded_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     stored under (``"Ġthe"``, ``"Ã©"``); a WordPiece continuation without its prefix (``"ing"``, not ``"##ing"``);
     a byte-level piece that holds part of a multi-byte character shows those bytes escaped (``"Ã"`` reads
     ``"\\xc3"``, not a letter the text never had), another piece that decodes to no whole character its stored form,
-    and an id past the tokenizer's vocabulary its number. Special tokens read as they are stored (``"[CLS]"``).
+    and an id the tokenizer does not have (a model's vocabulary padded past its tokenizer's, as Qwen's is) reads
+    :func:`id_not_in_tokenizer`. Special tokens read as they are stored (``"[CLS]"``).
     """
     ids = [int(index) for index in ids]
     tokens = tokenizer.convert_ids_to_tokens(ids)
@@ -305,11 +307,25 @@ def _continuation_prefix(tokenizer: Any) -> Optional[str]:
     return decoder.prefix if isinstance(decoder, decoders.WordPiece) else None
 
 
+def id_not_in_tokenizer(index: int) -> str:
+    """How token id ``index`` reads when the tokenizer has no such id: ``"<id 37: not in the tokenizer>"``, not a bare
+    number that reads as the text "37"."""
+    return f"<id {index}: not in the tokenizer>"
+
+
+def is_id_not_in_tokenizer(name: str) -> bool:
+    """Whether ``name`` is :func:`id_not_in_tokenizer`'s reading of an id rather than a token's text."""
+    return _NOT_IN_TOKENIZER.fullmatch(name) is not None
+
+
+_NOT_IN_TOKENIZER = re.compile(r"<id \d+: not in the tokenizer>")
+
+
 def _partial_piece_text(token: Optional[str], index: int) -> str:
     """A piece that decodes to no whole character: its bytes escaped when it is a byte-level piece, else its stored
-    form (its number when the tokenizer has no such id)."""
+    form (:func:`id_not_in_tokenizer` when the tokenizer has no such id)."""
     if token is None:
-        return str(index)
+        return id_not_in_tokenizer(index)
     byte_of = _byte_of_character()
     if all(character in byte_of for character in token):
         return bytes(byte_of[character] for character in token).decode("utf-8", errors="backslashreplace")

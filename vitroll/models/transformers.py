@@ -16,7 +16,7 @@ from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import (
     EAGER_MODEL_TYPES as TEXT_EAGER_MODEL_TYPES, MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES,
-    REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES,
+    REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES, soft_capping_refusal,
 )
 from vitroll.adapters.captioner import DECODER_MODEL_TYPES as CAPTIONER_DECODER_TYPES, MODEL_TYPES as CAPTIONER_MODEL_TYPES
 from vitroll.checkpoints import file_sha256, load_state
@@ -128,6 +128,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
     _refuse_unread_text_head(name, config)
+    if kind in TEXT_MODEL_TYPES and (why := soft_capping_refusal(config)) is not None:
+        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported with this config: {why}")
     _refuse_unread_captioner(name, config)
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "

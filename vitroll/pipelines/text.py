@@ -14,7 +14,7 @@ from torch import nn
 
 from vitroll.adapters.transformers_text import prediction_kind
 from vitroll.io.images import write_atomic
-from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts
+from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts, is_id_not_in_tokenizer
 from vitroll.maps import as_numpy
 from vitroll.methods import method_named
 from vitroll.methods.gradients import resolve_targets
@@ -51,8 +51,8 @@ class TextResult:
 
     @property
     def shown_prediction(self) -> Optional[str]:
-        """:attr:`prediction` as it is shown: a token quoted (:func:`~vitroll.text_view.quoted_token`), a class as it
-        is."""
+        """:attr:`prediction` as it is shown: a token quoted (:func:`~vitroll.text_view.quoted_token`), a class or an id
+        the tokenizer does not have (:func:`~vitroll.io.text.id_not_in_tokenizer`) as it is."""
         return self._shown(self.prediction)
 
     @property
@@ -61,7 +61,9 @@ class TextResult:
         return self._shown(self.target)
 
     def _shown(self, name: Optional[str]) -> Optional[str]:
-        return name if name is None or self.prediction_kind == "prediction" else quoted_token(name)
+        if name is None or self.prediction_kind == "prediction" or is_id_not_in_tokenizer(name):
+            return name
+        return quoted_token(name)
 
     @property
     def top_words(self) -> list[WordScore]:
