@@ -142,3 +142,91 @@ def test_a_forward_returning_a_dict_or_tuple_names_the_logits_argument_to_regist
 def test_rollout_of_a_forward_returning_a_dict_needs_no_logits_and_matches_the_reference():
     model = own_model("dict")
     assert np.abs(vitroll.rollout(model, IMAGES).numpy() - reference(model, target=0)[0]).max() < 1e-5
+
+
+class SdpaAttention(HandAttention):
+    """The same attention through ``F.scaled_dot_product_attention``: no submodule sees the probabilities."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        q, k, v = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        mixed = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(mixed.transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class SdpaViT(OwnViT):
+    def __init__(self) -> None:
+        super().__init__()
+        for index, attention in enumerate(self.attns):
+            replacement = SdpaAttention(32, 4)
+            replacement.load_state_dict(attention.state_dict())
+            self.attns[index] = replacement
+
+
+def register_mistaken(name: str, **changes) -> type[OwnViT]:
+    """A subclass of OwnViT registered with ``changes`` to the right registration; returns the subclass."""
+    model_type = type("MistakenViT", (OwnViT,), {})
+    arguments = dict(attention_modules=lambda model: list(model.attns), token_layout=own_layout,
+                     preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3))
+    vitroll.register_family(name, model_type, **{**arguments, **changes})
+    return model_type
+
+
+def test_a_module_calling_scaled_dot_product_attention_reads_out_through_attach_sdpa_call():
+    vitroll.register_family(
+        "own-sdpa-vit", SdpaViT, attention_modules=lambda model: list(model.attns), token_layout=own_layout,
+        preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3),
+        readout=vitroll.AttentionReadout(SdpaAttention, attach=vitroll.capture.attach_sdpa_call),  # fused_flag left
+    )
+    torch.manual_seed(0)
+    model = SdpaViT().eval()
+    expected_rollout, expected_chefer = reference(model, target=2)
+    assert np.abs(vitroll.rollout(model, IMAGES).numpy() - expected_rollout).max() < 1e-5
+    assert np.abs(vitroll.chefer(model, IMAGES, target_class=2).numpy() - expected_chefer).max() < 1e-5
+
+
+@pytest.mark.parametrize("readout, message", [
+    (vitroll.AttentionReadout(HandAttention, probs_module="attn_drop"),
+     "AttentionReadout(HandAttention, fused_flag='fused_attn'): HandAttention has no attribute 'fused_attn'; give "
+     "fused_flag=None for a module without a fused path"),
+    (vitroll.AttentionReadout(HandAttention, probs_module="probs", fused_flag=None),
+     "AttentionReadout(HandAttention, probs_module='probs'): HandAttention has no submodule 'probs'; its submodules: "
+     "qkv, proj, attn_drop"),
+    (vitroll.AttentionReadout(HandAttention, probs_module="proj", fused_flag=None),
+     "HandAttention.proj gave a tensor of shape (2, 17, 32), not softmax probabilities (B, H, Q, N): "
+     "AttentionReadout's probs_module must name the submodule whose output is the attention after its softmax"),
+])
+@pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
+def test_a_readout_that_does_not_fit_the_module_is_refused_naming_the_field(readout, message, verb):
+    try:
+        vitroll.register_family("own-test-vit", OwnViT, attention_modules=lambda model: list(model.attns),
+                                token_layout=own_layout, readout=readout,
+                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3))
+        with pytest.raises(UnsupportedModelError) as raised:
+            verb(own_model(), IMAGES)
+        assert str(raised.value) == message
+    finally:
+        vitroll.register_family("own-test-vit", OwnViT, attention_modules=lambda model: list(model.attns),
+                                token_layout=own_layout, readout=OWN_READOUT,
+                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3))
+
+
+def test_attention_modules_that_are_not_attention_say_how_to_give_a_readout():
+    model_type = register_mistaken("own-blocks-vit", attention_modules=lambda model: list(model.norms))
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model_type(), IMAGES)
+    assert str(raised.value).startswith(
+        "attention module LayerNorm has no registered readout: if it is the attention of a layer, say how to read it "
+        "with register_family(..., readout=vitroll.AttentionReadout(LayerNorm, probs_module=NAME, fused_flag=None)), "
+        "NAME its submodule whose output is the softmax probabilities (B, H, N, N), or for a module that calls "
+        "F.scaled_dot_product_attention, AttentionReadout(LayerNorm, attach=vitroll.capture.attach_sdpa_call); else "
+        "attention_modules lists other modules than the attention ones (types read: ")
+    assert "transformers.models" not in str(raised.value)
+
+
+def test_attention_modules_that_list_nothing_are_refused_naming_the_family():
+    model_type = register_mistaken("own-empty-vit", attention_modules=lambda model: [], readout=OWN_READOUT)
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model_type(), IMAGES)
+    assert str(raised.value) == ("family 'own-empty-vit': attention_modules gave no modules for this MistakenViT; "
+                                 "it must list the attention module of each layer, in forward order")

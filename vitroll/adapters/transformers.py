@@ -32,7 +32,7 @@ from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.adapters.transformers_preprocessing import image_config, transformers_preprocessing
 from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
-from vitroll.capture.recorder import attach_kernel_swap
+from vitroll.capture.recorder import attach_sdpa_call
 from vitroll.errors import UnsupportedModelError
 
 IMPLEMENTATION = "vitroll"
@@ -111,12 +111,6 @@ def attach_attention_interface(module: nn.Module, sink: AttentionSink) -> Callab
         _SINKS.pop(module, None)
 
     return detach
-
-
-def attach_sdpa_call(module: nn.Module, sink: AttentionSink) -> Callable[[], None]:
-    """The readout of an attention module that calls ``F.scaled_dot_product_attention`` itself: that call goes to the
-    sink's kernel."""
-    return attach_kernel_swap(module, lambda _args: sink.attention)
 
 
 INTERFACE_ATTENTION = {

@@ -110,7 +110,35 @@ def readout_for(module: nn.Module) -> AttentionReadout:
         for readout in READOUTS:
             if readout.module_type in _names(module_type):
                 return readout
-    known = ", ".join(r.module_type if isinstance(r.module_type, str) else r.module_type.__name__ for r in READOUTS)
+    name = type(module).__name__
+    known = ", ".join(sorted({(r.module_type if isinstance(r.module_type, str) else r.module_type.__name__)
+                              .rsplit(".", 1)[-1] for r in READOUTS}))
     raise UnsupportedModelError(
-        f"attention module {type(module).__name__} has no registered readout (known: {known})"
+        f"attention module {name} has no registered readout: if it is the attention of a layer, say how to read it "
+        f"with register_family(..., readout=vitroll.AttentionReadout({name}, probs_module=NAME, fused_flag=None)), "
+        "NAME its submodule whose output is the softmax probabilities (B, H, N, N), or for a module that calls "
+        f"F.scaled_dot_product_attention, AttentionReadout({name}, attach=vitroll.capture.attach_sdpa_call); "
+        f"else attention_modules lists other modules than the attention ones (types read: {known})"
     )
+
+
+def check_readout(module: nn.Module, readout: AttentionReadout) -> None:
+    """Refuse a readout whose flag or submodules ``module`` does not have, naming the field to correct.
+
+    Raises
+    ------
+    UnsupportedModelError
+        In one line that names the attribute or submodule missing and the ones the module has.
+    """
+    name = type(module).__name__
+    if readout.fused_flag is not None and not hasattr(module, readout.fused_flag):
+        raise UnsupportedModelError(
+            f"AttentionReadout({name}, fused_flag={readout.fused_flag!r}): {name} has no attribute "
+            f"{readout.fused_flag!r}; give fused_flag=None for a module without a fused path")
+    submodules = dict(module.named_modules())
+    for field, value in [("probs_module", readout.probs_module), ("query_key_modules", readout.query_key_modules)]:
+        for path in value if isinstance(value, tuple) else [value]:
+            if path is not None and path not in submodules:
+                raise UnsupportedModelError(
+                    f"AttentionReadout({name}, {field}={value!r}): {name} has no submodule {path!r}; its submodules: "
+                    f"{', '.join(key for key in submodules if key) or 'none'}")

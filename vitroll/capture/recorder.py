@@ -15,7 +15,7 @@ from vitroll.capture.factored import (
 from vitroll.capture.families import Padding, TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.head_mean import head_mean_attention
-from vitroll.capture.readouts import AttentionReadout, readout_for
+from vitroll.capture.readouts import AttentionReadout, AttentionSink, check_readout, readout_for
 from vitroll.errors import OptionValueError, UnsupportedModelError
 
 _Record = TypeVar("_Record")
@@ -108,6 +108,16 @@ def attach_kernel_swap(module: nn.Module,
     return detach
 
 
+def attach_sdpa_call(module: nn.Module, sink: AttentionSink) -> Callable[[], None]:
+    """The readout (:attr:`AttentionReadout.attach`) of an attention module that calls
+    ``F.scaled_dot_product_attention`` itself, without dropout or a causal mask: that call goes to the sink's kernel,
+    which returns the same output and records the probabilities (in the graph for gradient methods).
+
+    >>> readout = AttentionReadout(MyAttention, attach=attach_sdpa_call)   # doctest: +SKIP
+    """
+    return attach_kernel_swap(module, lambda _args: sink.attention)
+
+
 class AttentionRecorder:
     """Context manager that records the attention probabilities of every layer of a model.
 
@@ -177,6 +187,10 @@ class AttentionRecorder:
         self._default_budget: Optional[int] = None
         self.factored = factored and self.family.assemble is None  # assembling (CaiT) needs dense records
         self._modules = self.family.attention_modules(model)
+        if not self._modules:
+            raise UnsupportedModelError(
+                f"family {self.family.name!r}: attention_modules gave no modules for this {type(model).__name__}; "
+                "it must list the attention module of each layer, in forward order")
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
         # keep_graph: per layer, the tensor of the model's graph the probabilities were read from, and the
         # rearrangement of its elements that gives them (B, H, Q, N); the same rearrangement maps its gradient
@@ -197,6 +211,7 @@ class AttentionRecorder:
                     sink = _LayerSink(self, self._readout_records, index, keep_graph=False, head_fusion="mean")
                     self._undo.append(readout.attach(module, sink))
                 else:
+                    check_readout(module, readout)
                     self._attach_query_key(self._readout_records, index, module, readout, "mean")
         except BaseException:
             self._detach()
@@ -267,11 +282,13 @@ class AttentionRecorder:
 
     # -- hooks ---------------------------------------------------------------------------------------
     def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
         if readout.attach is not None:
             sink = _LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
             self._undo.append(readout.attach(module, sink))
-        elif readout.probs_module is None:
+            return
+        check_readout(module, readout)
+        fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
+        if readout.probs_module is None:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion)
         elif self.keep_graph or not fused:
             self._attach_unfused(index, module, readout)
@@ -409,6 +426,11 @@ class AttentionRecorder:
         def record(_module: nn.Module, args: tuple, output: torch.Tensor) -> None:
             source = args[0] if readout.probs_from_input else output
             probs = to_probabilities(source)
+            if probs.dim() != 4:
+                raise UnsupportedModelError(
+                    f"{type(module).__name__}.{readout.probs_module} gave a tensor of shape {tuple(probs.shape)}, not "
+                    "softmax probabilities (B, H, Q, N): AttentionReadout's probs_module must name the submodule "
+                    "whose output is the attention after its softmax")
             if self.keep_graph:
                 self._records[index] = probs
                 self._graph_sources[index] = (source, to_probabilities)
