@@ -145,6 +145,8 @@ MISTAKES = [
     pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "--save takes overlay", id="annotate-save"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
                  id="annotate-disagree-nan"),
+    pytest.param("annotate {dir} --out {out} --disagree-below 0", 2, "--disagree-below marks rows by their agreement "
+                 "with --compare-with METHOD; give --compare-with", id="annotate-disagree-below-alone"),
     pytest.param("annotate {dir}", 2, "the following arguments are required: --out", id="annotate-no-out"),
     pytest.param("audit {img} --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="audit-batch"),
     pytest.param("audit {img} --workers -1", 2, "must be an integer ≥ 0; got -1", id="audit-workers"),

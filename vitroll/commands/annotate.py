@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
-    parser.add_argument("--disagree-below", type=number(), default=0.0,
-                        help="mark rows whose agreement is below this as disagrees=true (default 0)")
+    parser.add_argument("--disagree-below", type=number(),
+                        help="mark rows whose --compare-with agreement is below this as disagrees=true (default 0)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -90,10 +90,13 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.disagree_below is not None and not args.compare_with:
+        raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; give --compare-with")
     options = AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
-        progress=not args.no_progress, compare_with=args.compare_with, disagree_below=args.disagree_below,
+        progress=not args.no_progress, compare_with=args.compare_with,
+        disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
     )
     joined = _init_distributed(args)
     try:
