@@ -84,3 +84,22 @@ def test_the_model_gets_the_stored_values_and_the_overlay_the_srgb_ones(tmp_path
                  "--device", "cpu"]) == 0
     written = np.asarray(Image.open(out / "tagged_rollout.png"))
     assert np.array_equal(written, np.broadcast_to(tagged_shown, written.shape))
+
+
+def test_a_colour_dicom_with_an_icc_profile_is_drawn_in_srgb_and_read_as_stored(tmp_path, capsys):
+    from dicom_factory import write_dicom
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    pixels = np.broadcast_to(np.array(P3_COLOUR, dtype=np.uint8), (8, 8, 3))
+    write_dicom(tmp_path / "p3.dcm", pixels, photometric="RGB", ICCProfile=display_p3_profile())
+    write_dicom(tmp_path / "broken.dcm", pixels, photometric="RGB", number=2, ICCProfile=b"broken profile")
+    options = AuditOptions(salt="s")
+    (tagged,) = audit_frames(AuditInput(tmp_path / "p3.dcm", 1, "p3.dcm"), options)
+    assert np.array_equal(tagged.image, pixels)
+    assert np.abs(tagged.shown[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1
+    (broken,) = audit_frames(AuditInput(tmp_path / "broken.dcm", 2, "broken.dcm"), options)
+    assert broken.display is None
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"vitroll: warning: {broken.info.row.case}: its embedded ICC colour profile")
+    assert "broken" not in warning.split(":")[2]  # the case name, never the file's (it may name the patient)

@@ -109,7 +109,7 @@ def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[
     with _quiet_pillow():
         upright = ImageOps.exif_transpose(image)
         rgb = _to_rgb(upright)
-    return rgb, _srgb_display(rgb, upright.info.get("icc_profile"), upright.mode, name)
+    return rgb, srgb_display(rgb, upright.info.get("icc_profile"), name, decoded_from=upright.mode)
 
 
 _SRGB = ImageCms.createProfile("sRGB")
@@ -118,17 +118,18 @@ _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
 stretched to their range, CMYK converted naively: their profile no longer applies)."""
 
 
-def _srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], mode: str, name: str) -> Optional[Image.Image]:
+def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str, *,
+                 decoded_from: str = "RGB") -> Optional[Image.Image]:
     """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
-    it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a ``mode``
-    the profile no longer describes. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name``
+    it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a
+    mode (``decoded_from``) the profile no longer describes. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name``
     and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
     those outside sRGB are clipped to its edge, as browsers show them.
     """
-    if not icc_profile or mode not in _COLOUR_MODES:
+    if not icc_profile or decoded_from not in _COLOUR_MODES:
         return None
     try:
         profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
