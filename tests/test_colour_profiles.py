@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +12,11 @@ from PIL import Image, ImageCms
 from icc_profiles import display_p3_profile, p3_to_srgb
 from vitroll.cli import main
 from vitroll.io.images import load_image_with_display
+from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.stream import decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
 
+ROOT = Path(__file__).resolve().parents[1]
 P3_COLOUR = (200, 120, 80)
 """Inside both gamuts: Display P3 (200, 120, 80) is sRGB (213, 115, 70)."""
 
@@ -103,3 +105,19 @@ def test_a_colour_dicom_with_an_icc_profile_is_drawn_in_srgb_and_read_as_stored(
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning.startswith(f"vitroll: warning: {broken.info.row.case}: its embedded ICC colour profile")
     assert "broken" not in warning.split(":")[2]  # the case name, never the file's (it may name the patient)
+
+
+def test_the_explorer_draws_on_the_srgb_picture_and_explains_the_stored_one():
+    from vitroll.pipelines.explorer import ExplorerControls, explore
+    from vitroll.testbed.model import load_testbed_model
+
+    model = load_testbed_model()
+    stored = np.asarray(Image.open(ROOT / "sample_images" / "shapes_cross.png").convert("RGB"))
+    display = np.ascontiguousarray(255 - stored)
+    settings = ExplainSettings(alpha=0.0)
+    plain = explore(model, stored, ExplorerControls(), settings=settings)
+    shown = explore(model, stored, ExplorerControls(), settings=settings, display=display)
+    assert np.array_equal(plain.grid_map, shown.grid_map) and plain.top == shown.top
+    assert np.array_equal(plain.overlay, stored) and np.array_equal(shown.overlay, display)
+    with pytest.raises(ValueError, match=r"display has shape \(2, 2, 3\)"):
+        explore(model, stored, ExplorerControls(), display=display[:2, :2])
