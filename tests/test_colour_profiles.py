@@ -121,3 +121,12 @@ def test_the_explorer_draws_on_the_srgb_picture_and_explains_the_stored_one():
     assert np.array_equal(plain.overlay, stored) and np.array_equal(shown.overlay, display)
     with pytest.raises(ValueError, match=r"display has shape \(2, 2, 3\)"):
         explore(model, stored, ExplorerControls(), display=display[:2, :2])
+
+
+def test_written_overlays_and_figures_are_tagged_srgb(tmp_path):
+    assert main(["overlay", str(ROOT / "sample_images" / "shapes_cross.png"), "--model", "vit_tiny_patch16_224",
+                 "--out", str(tmp_path), "--figure", "--device", "cpu"]) == 0
+    for name in ("shapes_cross_rollout.png", "shapes_cross_rollout_figure.png"):
+        with Image.open(tmp_path / name) as written:
+            written.load()  # the CRCs are checked
+            assert written.info.get("srgb") == 0, name

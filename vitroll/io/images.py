@@ -6,8 +6,10 @@ import contextlib
 import errno
 import io
 import os
+import struct
 import sys
 import warnings
+import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
 
@@ -209,8 +211,21 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
 
 
+_SRGB_CHUNK = struct.pack(">I", 1) + b"sRGB\0" + struct.pack(">I", zlib.crc32(b"sRGB\0"))
+"""A PNG ``sRGB`` chunk (rendering intent 0, perceptual): the pixels are sRGB."""
+_PNG_HEADER_END = 8 + 25
+"""The PNG signature and its IHDR chunk, which an ``sRGB`` chunk must follow."""
+
+
+def srgb_tagged(png: bytes) -> bytes:
+    """``png`` with an ``sRGB`` chunk after its header: a viewer that takes an untagged picture as the display's own
+    colours (macOS Preview on a Display P3 screen) converts it from sRGB as browsers do."""
+    return png[:_PNG_HEADER_END] + _SRGB_CHUNK + png[_PNG_HEADER_END:]
+
+
 def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
-    """Encode an RGB uint8 image (H, W, 3) as PNG with no metadata (OpenCV: fast, converts RGB → BGR).
+    """Encode an RGB uint8 image (H, W, 3) as PNG tagged sRGB (:func:`srgb_tagged`) and no other metadata (OpenCV:
+    fast, converts RGB → BGR).
 
     At ``compression`` ≤ 1 (zlib level) the rows are filtered with none/sub/up only and deflated run-length: on a
     6000×4000 overlay 1.4× faster than libpng's default (all five filters, adaptive) and 14 % smaller, on 512-pixel
@@ -225,7 +240,7 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
     ok, buffer = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
     if not ok:
         raise ValueError("PNG encoding failed")
-    return buffer.tobytes()
+    return srgb_tagged(buffer.tobytes())
 
 
 def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
