@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +12,11 @@ from PIL import Image, ImageCms
 from icc_profiles import display_p3_profile, p3_to_srgb
 from vitroll.cli import main
 from vitroll.io.images import load_image_with_display
+from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.stream import decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
 
+ROOT = Path(__file__).resolve().parents[1]
 P3_COLOUR = (200, 120, 80)
 """Inside both gamuts: Display P3 (200, 120, 80) is sRGB (213, 115, 70)."""
 
@@ -84,3 +86,47 @@ def test_the_model_gets_the_stored_values_and_the_overlay_the_srgb_ones(tmp_path
                  "--device", "cpu"]) == 0
     written = np.asarray(Image.open(out / "tagged_rollout.png"))
     assert np.array_equal(written, np.broadcast_to(tagged_shown, written.shape))
+
+
+def test_a_colour_dicom_with_an_icc_profile_is_drawn_in_srgb_and_read_as_stored(tmp_path, capsys):
+    from dicom_factory import write_dicom
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    pixels = np.broadcast_to(np.array(P3_COLOUR, dtype=np.uint8), (8, 8, 3))
+    write_dicom(tmp_path / "p3.dcm", pixels, photometric="RGB", ICCProfile=display_p3_profile())
+    write_dicom(tmp_path / "broken.dcm", pixels, photometric="RGB", number=2, ICCProfile=b"broken profile")
+    options = AuditOptions(salt="s")
+    (tagged,) = audit_frames(AuditInput(tmp_path / "p3.dcm", 1, "p3.dcm"), options)
+    assert np.array_equal(tagged.image, pixels)
+    assert np.abs(tagged.shown[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1
+    (broken,) = audit_frames(AuditInput(tmp_path / "broken.dcm", 2, "broken.dcm"), options)
+    assert broken.display is None
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"vitroll: warning: {broken.info.row.case}: its embedded ICC colour profile")
+    assert "broken" not in warning.split(":")[2]  # the case name, never the file's (it may name the patient)
+
+
+def test_the_explorer_draws_on_the_srgb_picture_and_explains_the_stored_one():
+    from vitroll.pipelines.explorer import ExplorerControls, explore
+    from vitroll.testbed.model import load_testbed_model
+
+    model = load_testbed_model()
+    stored = np.asarray(Image.open(ROOT / "sample_images" / "shapes_cross.png").convert("RGB"))
+    display = np.ascontiguousarray(255 - stored)
+    settings = ExplainSettings(alpha=0.0)
+    plain = explore(model, stored, ExplorerControls(), settings=settings)
+    shown = explore(model, stored, ExplorerControls(), settings=settings, display=display)
+    assert np.array_equal(plain.grid_map, shown.grid_map) and plain.top == shown.top
+    assert np.array_equal(plain.overlay, stored) and np.array_equal(shown.overlay, display)
+    with pytest.raises(ValueError, match=r"display has shape \(2, 2, 3\)"):
+        explore(model, stored, ExplorerControls(), display=display[:2, :2])
+
+
+def test_written_overlays_and_figures_are_tagged_srgb(tmp_path):
+    assert main(["overlay", str(ROOT / "sample_images" / "shapes_cross.png"), "--model", "vit_tiny_patch16_224",
+                 "--out", str(tmp_path), "--figure", "--device", "cpu"]) == 0
+    for name in ("shapes_cross_rollout.png", "shapes_cross_rollout_figure.png"):
+        with Image.open(tmp_path / name) as written:
+            written.load()  # the CRCs are checked
+            assert written.info.get("srgb") == 0, name

@@ -19,6 +19,7 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
+from vitroll.io.images import load_image_with_display
 from vitroll.methods import METHODS, method_named
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.explorer import (
@@ -155,8 +156,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         try:
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            exploration = explore(model, np.asarray(load_image(image)), controls, preprocessing=preprocessing,
-                                  class_names=class_names, settings=replace(settings, cmap=cmap))
+            stored, display = load_image_with_display(image)
+            exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
+                                  class_names=class_names, settings=replace(settings, cmap=cmap),
+                                  display=None if display is None else np.asarray(display))
         except ImageReadError as error:
             raise refusal(upload_refusal(error, Path(image).name)) from None
         except (VitrollError, ValueError) as error:

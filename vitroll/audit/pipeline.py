@@ -22,6 +22,7 @@ from typing import Iterator, Optional, Sequence
 
 import cv2
 import numpy as np
+from PIL import Image
 from torch import nn
 
 from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
@@ -30,7 +31,7 @@ from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
-from vitroll.io.images import encode_png, write_atomic
+from vitroll.io.images import encode_png, srgb_display, write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
 from vitroll.maps import peak_location
@@ -141,8 +142,10 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         row = AuditRow(case=case, study=study, frame=index if decoded.dicom else None,
                        metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
                        text_check=check.reason, text_regions=len(polygons) if check.check else None)
+        display = srgb_display(Image.fromarray(image), decoded.icc_profile, case) if decoded.icc_profile else None
         frames.append(Frame(image, AuditItem(row=row, text_mask=region_mask(polygons, image.shape[:2]),
-                                             colour=decoded.colour)))
+                                             colour=decoded.colour),
+                            display=None if display is None else np.asarray(display)))
     return frames
 
 

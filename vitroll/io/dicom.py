@@ -267,6 +267,9 @@ class DicomImage:
     """The header marks a secondary capture (:func:`is_secondary_capture`)."""
     frame_count: int = 1
     """Frames in the file, whether or not all were decoded."""
+    icc_profile: Optional[bytes] = None
+    """The ICC profile (0028,2000) of a colour image's pixels: the data set's, or its first optical path's (whole-slide
+    microscopy); :func:`~vitroll.io.images.srgb_display` shows them in sRGB with it."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -626,7 +629,14 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
     return DicomImage(frames=decoded, metadata=metadata, study_uid=study, identifiers=identifiers, colour=not grey,
-                      secondary_capture=is_secondary_capture(dataset), frame_count=count)
+                      secondary_capture=is_secondary_capture(dataset), frame_count=count,
+                      icc_profile=None if grey else _icc_profile(dataset))
+
+
+def _icc_profile(dataset: "Dataset") -> Optional[bytes]:
+    paths = dataset.get("OpticalPathSequence") or []
+    profile = dataset.get("ICCProfile") or (paths[0].get("ICCProfile") if len(paths) else None)
+    return bytes(profile) if profile else None
 
 
 DECODERS_FAILED = "Unable to decode as exceptions were raised by all available plugins"

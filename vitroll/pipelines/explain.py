@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel
+from vitroll.io.images import srgb_tagged
 from vitroll.maps import Interpolation, as_numpy, key_patches, to_original
 from vitroll.methods import METHODS, method_named, prompted_saliency
 from vitroll.overlay import (GRID_PANEL, GRID_TITLE_SIZE, TITLE_SHARE, figure, fit_text, outline_boxes, overlay,
@@ -107,12 +108,12 @@ def panel_text(text: str, lines: int = 2) -> str:
 
 
 def figure_bytes(fig: "Figure") -> bytes:
-    """PNG bytes of a matplotlib figure at 100 dpi."""
+    """PNG bytes of a matplotlib figure at 100 dpi, tagged sRGB (:func:`~vitroll.io.images.srgb_tagged`)."""
     import io
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return srgb_tagged(buffer.getvalue())
 
 
 def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, settings: ExplainSettings,

@@ -193,17 +193,20 @@ def model_outline(model: nn.Module, preprocessing: Optional[Preprocessing] = Non
 
 def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
             preprocessing: Optional[Preprocessing] = None, class_names: Optional[list[str]] = None,
-            settings: ExplainSettings = ExplainSettings()) -> Exploration:
+            settings: ExplainSettings = ExplainSettings(), display: Optional[np.ndarray] = None) -> Exploration:
     """Explain one RGB image (H0, W0, 3) uint8 with ``controls``, on the model's device.
 
     ``settings`` gives the drawing (colormap, opacity, …); its method and options are replaced by the controls'.
+    ``display`` (H0, W0, 3) uint8 is drawn on instead of ``image`` when given: the file's picture in sRGB
+    (:func:`~vitroll.io.images.load_image_with_display`), while the model reads ``image``.
     For an image–text model the classes are ``controls.prompts`` (``class_names`` unused).
 
     Raises
     ------
     ValueError
         For a ``head`` or ``layer`` out of range, a ``start_layer`` or ``target_class`` out of range (from the
-        method), an image that is not RGB uint8, or prompts that do not fit the model (:func:`scored_model`).
+        method), an image or ``display`` that is not RGB uint8, a ``display`` of
+        another shape than ``image``, or prompts that do not fit the model (:func:`scored_model`).
     MethodOptionError
         For a control value of the wrong type.
     """
@@ -221,11 +224,14 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
     grid_map = result.grid_maps[0]
     if grid_map.ndim == 3:  # one map per head: the chosen one
         grid_map = grid_map[controls.head]
-    _, overlaid = render(image, grid_map, geometry, settings)
+    shown = image if display is None else rgb_uint8(display)
+    if shown.shape != image.shape:
+        raise ValueError(f"display has shape {shown.shape}, image {image.shape}: it must be the same picture")
+    _, overlaid = render(shown, grid_map, geometry, settings)
     names = list(controls.prompts) if controls.prompts else class_names
     top = [] if result.probabilities is None else top_classes(result.probabilities[0], names)
     return Exploration(grid_map=grid_map, overlay=overlaid,
-                       head_grid=head_grid(image, heads, geometry, settings, chosen=controls.head), top=top,
+                       head_grid=head_grid(shown, heads, geometry, settings, chosen=controls.head), top=top,
                        ignored=ignored_controls(controls.method, single_head=controls.head is not None,
                                                 image_text=bool(controls.prompts)))
 
