@@ -1,6 +1,7 @@
 """Small image–text models for the tests: transformers CLIPModel, SiglipModel, MetaClip2Model and Aimv2Model from tiny
 configs
-(2 vision layers of 2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens."""
+(2 vision layers of 2 heads on 32 × 32 images, patch 8), with peaked attention, and a CLIP tokenizer of 56 tokens;
+open_clip models over such a timm trunk (SigLIP's, EVA02's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import json
 import math
 import string
 from pathlib import Path
+from contextlib import contextmanager
+from typing import Iterator
+from unittest import mock
 
+import open_clip
+import timm
 import torch
 import transformers
 
@@ -53,3 +59,37 @@ def clip_tokenizer(folder: Path) -> transformers.CLIPTokenizer:
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+
+
+OPEN_CLIP_TIMM_TRUNKS = {"siglip": ("vit_base_patch16_siglip_224", "map", "none"),
+                         "eva02": ("eva02_base_patch16_clip_224", "token", None)}
+"""open_clip towers over a timm trunk, as ViT-B-16-SigLIP and EVA02-B-16 configure them: the trunk's architecture,
+``timm_pool`` and ``timm_proj``."""
+
+
+
+@contextmanager
+def tiny_timm_trunks(**sizes: object) -> Iterator[None]:
+    """Within it, open_clip's ``TimmModel`` builds its trunk with ``sizes`` (``embed_dim=32, depth=2``, …) added to
+    its own arguments: open_clip passes timm no sizes, and a timm model registered for the tests would be seen by
+    every test that walks timm's registry."""
+    create_model = timm.create_model
+
+    def tiny(model_name: str, **kwargs: object) -> torch.nn.Module:
+        return create_model(model_name, **sizes, **kwargs)
+
+    with mock.patch.object(open_clip.timm_model.timm, "create_model", tiny):
+        yield
+
+
+def open_clip_timm_model(name: str) -> torch.nn.Module:
+    """An open_clip ``CustomTextCLIP`` whose vision tower is a ``TimmModel`` over a 2-block timm trunk of width 32 on
+    32 × 32 images (patch 8), pooled as the named config pools it (SigLIP's with a logit bias), sharpened."""
+    architecture, pool, proj = OPEN_CLIP_TIMM_TRUNKS[name]
+    torch.manual_seed(0)
+    with tiny_timm_trunks(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2):
+        model = open_clip.model.CustomTextCLIP(
+            32, dict(timm_model_name=architecture, timm_pool=pool, timm_proj=proj, image_size=32),
+            dict(context_length=7, vocab_size=100, width=32, heads=2, layers=1),
+            init_logit_bias=-10 if name == "siglip" else None)
+    return sharpened(model, ("qkv.weight", "q_proj.weight", "k_proj.weight", "kv.weight", "q.weight"))

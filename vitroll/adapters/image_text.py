@@ -56,7 +56,7 @@ def image_text_score(model: nn.Module) -> ImageTextScore:
     return family.image_text
 
 
-def _tower_of(inner: Callable[[nn.Module], nn.Module]) -> dict[str, object]:
+def inner_model_capture(inner: Callable[[nn.Module], nn.Module]) -> dict[str, object]:
     """:func:`register_family`'s capture arguments for a model whose attention is that of ``inner(model)``, a model
     of a registered family: its modules, token layout, readout modules and preprocessing."""
 
@@ -93,7 +93,7 @@ def register_dual_encoder(name: str, model_type: Union[type, str, tuple[Union[ty
         tower = vision_tower(model)
         family_of(tower).logits(tower, images)
 
-    capture = _tower_of(vision_tower)
+    capture = inner_model_capture(vision_tower)
     if preprocessing is not None:
         capture["preprocessing"] = preprocessing
     register_family(name, model_type, **capture, logits=tower_forward, image_text=image_text,
@@ -126,7 +126,7 @@ class PromptedModel(nn.Module):
         return self._score.logits(self.model, images, texts)
 
 
-register_family("image-text-prompted", PromptedModel, **_tower_of(lambda prompted: prompted.model),
+register_family("image-text-prompted", PromptedModel, **inner_model_capture(lambda prompted: prompted.model),
                 logits=lambda prompted, images: prompted(images),
                 class_names=lambda prompted: list(prompted.texts.labels),
                 notes="an image–text model with its texts bound (vitroll.image_text_maps, overlay --text)")

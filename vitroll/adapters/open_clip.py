@@ -1,6 +1,11 @@
 """open_clip's ViT image–text models (``open_clip.create_model("ViT-B-32")``, ``open_clip.model.CLIP(...)``),
 registered through the same public call a user has.
 
+A vision tower that wraps a timm model (``TimmModel``: SigLIP, EVA02 CLIP, any config with ``timm_model_name``) is
+explained through its trunk's own timm family (its attention, its pooling: class token, patch mean, or a 'map' head's
+pooling attention); its head only projects the pooled feature. ResNet and ConvNeXt towers are refused: no token
+attention.
+
 The vision tower (``open_clip.transformer.VisionTransformer``) runs its blocks' ``nn.MultiheadAttention`` with
 ``need_weights=False``; that module's readout (:mod:`vitroll.adapters.torchvision`) recomputes the probabilities
 beside the call, so the model's output is untouched, or, for gradient methods, in the graph. The score is the model's
@@ -19,7 +24,8 @@ from torch import nn
 from vitroll.adapters.base import register_family
 from vitroll.adapters.image_text import register_dual_encoder, warn_cut_texts
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout
+from vitroll.adapters.image_text import inner_model_capture
+from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout, add_refusal, refusal_of, registered_family
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing
 
@@ -55,7 +61,8 @@ def _token_layout(tower: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
 
 def _preprocessing(tower: nn.Module) -> Preprocessing:
     """open_clip's evaluation transform from the tower's ``preprocess_cfg`` (its defaults where it has none: the
-    shortest side resized to the input size, bicubic, centre crop, OpenAI's mean and std)."""
+    shortest side resized to the input size, bicubic, centre crop, OpenAI's mean and std), for a ViT tower or a
+    ``TimmModel`` alike (open_clip sets both the same way, whatever timm's own transform of the trunk)."""
     config = getattr(tower, "preprocess_cfg", None) or {}
     resize_mode = config.get("resize_mode", "shortest")
     if resize_mode not in _CROP_MODES:
@@ -64,6 +71,27 @@ def _preprocessing(tower: nn.Module) -> Preprocessing:
     return Preprocessing(input_size=tuple(tower.image_size), mean=tuple(config.get("mean", OPENAI_MEAN)),
                          std=tuple(config.get("std", OPENAI_STD)), crop_pct=1.0,
                          interpolation=config.get("interpolation", "bicubic"), crop_mode=_CROP_MODES[resize_mode])
+
+
+_NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
+                       "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
+                       "Grad-CAM (pip install grad-cam)")
+
+
+def _timm_trunk(tower: nn.Module) -> nn.Module:
+    """The timm model an open_clip ``TimmModel`` wraps, when it is of a registered family.
+
+    Raises
+    ------
+    UnsupportedModelError
+        For a trunk vitroll refuses (a windowed one: the reason) or one without token attention (ConvNeXt, ResNet).
+    """
+    trunk = tower.trunk
+    if registered_family(trunk) is not None:
+        return trunk
+    architecture = getattr(trunk, "pretrained_cfg", {}).get("architecture") or type(trunk).__name__
+    reason = refusal_of(trunk) or f"{type(trunk).__name__} {_NO_TOKEN_ATTENTION}"
+    raise UnsupportedModelError(f"this open_clip vision tower is timm's {architecture}: {reason}")
 
 
 def _tower_forward(tower: nn.Module, images: torch.Tensor) -> None:
@@ -109,9 +137,16 @@ register_family(
     name_patterns=("open_clip VisionTransformer",),
     notes="open_clip's vision tower: nn.MultiheadAttention read beside the call; backbone: attention methods only",
 )
+register_family(
+    "open-clip-timm", "open_clip.timm_model.TimmModel",
+    **{**inner_model_capture(_timm_trunk), "preprocessing": _preprocessing}, logits=_tower_forward,
+    name_patterns=("open_clip TimmModel",),
+    notes="open_clip's timm vision tower (SigLIP, EVA02): its trunk's timm family; backbone: attention methods only",
+)
+add_refusal("open_clip.modified_resnet.ModifiedResNet", f"open_clip's ResNet tower (RN50, …) {_NO_TOKEN_ATTENTION}")
 register_dual_encoder(
     "open-clip", ("open_clip.model.CLIP", "open_clip.model.CustomTextCLIP"), vision_tower=lambda model: model.visual,
     image_text=ImageTextScore(_image_text_logits, _tokenize, takes_attention_mask=False, context=_context),
     name_patterns=("open_clip CLIP",),
-    notes="image–text: get_logits explained on the ViT vision tower (class token read out)",
+    notes="image–text: get_logits explained on the vision tower (ViT: class token; timm trunk: its readout)",
 )

@@ -1,0 +1,108 @@
+"""open_clip models whose vision tower wraps a timm trunk (``TimmModel``: ViT-B-16-SigLIP's ViT with a 'map' head,
+EVA02-B-16's Eva read at its class token), on tiny trunks: rollout equals the float64 rollout of the trunk's attention
+read at its own decision row, chefer of each image–text pair equals a per-pair float64 autograd reference, and
+ResNet / ConvNeXt towers are refused in one line saying why."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import open_clip
+import pytest
+import torch
+
+import vitroll
+from image_text_models import open_clip_timm_model, tiny_timm_trunks
+from reference import reference_attention, reference_chefer, reference_pool_row, reference_rollout
+from test_image_text import INPUT_IDS, images
+from vitroll.errors import UnsupportedModelError
+from vitroll.preprocess import Preprocessing
+
+NAMES = ("siglip", "eva02")
+
+
+def decision_row(name: str, trunk: torch.nn.Module, image: torch.Tensor) -> np.ndarray | None:
+    """The trunk's own readout for ONE image: SigLIP's pooling query's attention; None for EVA02's class token."""
+    return reference_pool_row(trunk, image) if name == "siglip" else None
+
+
+def chefer_reference(name: str, model: torch.nn.Module, image: torch.Tensor, text: int) -> np.ndarray:
+    """ONE pair in float64 on the trunk's unfused path: open_clip's ``get_logits(image, texts)[0, text]`` (SigLIP's
+    with its bias) backpropagated to each block's attention, read out at the trunk's decision row."""
+    reference = copy.deepcopy(model).double().eval()
+    kept: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, output):
+        output.retain_grad()
+        kept.append(output)
+
+    for block in reference.visual.trunk.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(keep)
+    reference.get_logits(image.double(), INPUT_IDS)[0][0, text].backward()
+    num_prefix = 0 if name == "siglip" else 1
+    return reference_chefer([a[0].detach().numpy() for a in kept], [a.grad[0].numpy() for a in kept], num_prefix,
+                            (4, 4), decision_row(name, model.visual.trunk, image))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rollout_equals_the_float64_rollout_of_the_trunks_attention_at_its_decision_row(name):
+    model, pixels = open_clip_timm_model(name), images()
+    maps = vitroll.rollout(model, pixels)
+    assert maps.shape == (2, 4, 4)
+    trunk = model.visual.trunk
+    for i in range(2):
+        expected = reference_rollout(reference_attention(trunk, pixels[i:i + 1]), num_prefix=trunk.num_prefix_tokens,
+                                     grid=(4, 4), class_token=name == "eva02",
+                                     readout=decision_row(name, trunk, pixels[i:i + 1]))
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(vitroll.image_text_maps(model, pixels, INPUT_IDS, method="rollout")[:, 2], maps)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chefer_maps_equal_the_per_pair_float64_reference(name):
+    model, pixels = open_clip_timm_model(name), images()
+    maps = vitroll.image_text_maps(model, pixels, INPUT_IDS)
+    assert maps.shape == (2, 3, 4, 4) and maps.dtype == torch.float32
+    for i in range(2):
+        for t in range(3):
+            np.testing.assert_allclose(maps[i, t].numpy(), chefer_reference(name, model, pixels[i:i + 1], t),
+                                       rtol=1e-4, atol=1e-4)
+    assert (maps[:, 0] - maps[:, 1]).abs().max() > 1e-2 * maps.abs().max()  # two texts, two maps
+
+
+def test_the_preprocessing_is_open_clips_not_timms():
+    model = open_clip_timm_model("siglip")
+    open_clip.set_model_preprocess_cfg(model, dict(size=32, mode="RGB", mean=(0.5,) * 3, std=(0.5,) * 3,
+                                                   interpolation="bilinear", resize_mode="squash"))
+    preprocessing = Preprocessing.from_model(model)
+    assert (preprocessing.input_size, preprocessing.mean, preprocessing.std, preprocessing.interpolation,
+            preprocessing.crop_mode, preprocessing.crop_pct) == ((32, 32), (0.5,) * 3, (0.5,) * 3, "bilinear",
+                                                                 "squash", 1.0)
+
+
+NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
+                      "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
+                      "Grad-CAM (pip install grad-cam)")
+
+
+def test_resnet_and_convnext_towers_are_refused_saying_they_have_no_token_attention():
+    torch.manual_seed(0)
+    text = dict(context_length=7, vocab_size=100, width=32, heads=2, layers=1)
+    resnet = open_clip.model.CLIP(32, dict(layers=(1, 1, 1, 1), width=8, image_size=32), text)
+    convnext = open_clip.model.CustomTextCLIP(32, dict(timm_model_name="convnext_atto", image_size=32), text)
+    with pytest.raises(UnsupportedModelError) as refused:
+        vitroll.rollout(resnet, images())
+    assert str(refused.value) == f"ModifiedResNet: open_clip's ResNet tower (RN50, …) {NO_TOKEN_ATTENTION}"
+    with pytest.raises(UnsupportedModelError) as refused:
+        vitroll.image_text_maps(convnext, images(), INPUT_IDS)
+    assert str(refused.value) == f"this open_clip vision tower is timm's convnext_atto: ConvNeXt {NO_TOKEN_ATTENTION}"
+
+
+def test_a_windowed_trunk_is_refused_with_timms_reason():
+    with tiny_timm_trunks(img_size=32, window_size=2, embed_dim=8, depths=(1, 1), num_heads=(1, 1)):
+        tower = open_clip.timm_model.TimmModel("swin_tiny_patch4_window7_224", 32, image_size=32)
+    with pytest.raises(UnsupportedModelError, match=r"^this open_clip vision tower is timm's "
+                                                    r"swin_tiny_patch4_window7_224: SwinTransformer: Swin attends"):
+        vitroll.rollout(tower, images())
