@@ -275,8 +275,11 @@ class AttentionRecorder:
             layout = replace(layout, pool_weights=torch.nn.functional.pad(pool_weights, (skipped, 0)))
         recorded = self.attentions[0].shape[-1]
         if layout.num_tokens != recorded:
+            parts = ("" if layout.grid is None else
+                     f" ({layout.num_prefix_tokens} prefix + {layout.grid[0]}×{layout.grid[1]} patches)")
             raise RuntimeError(
-                f"token layout {layout} expects {layout.num_tokens} tokens but {recorded} were recorded"
+                f"token layout {layout} expects {layout.num_tokens} tokens{parts} but {recorded} were recorded: "
+                f"the token_layout of family {self.family.name!r} must give num_prefix_tokens + h·w = {recorded}"
             )
         return layout
 
