@@ -256,3 +256,20 @@ def test_a_token_layout_of_the_wrong_kind_is_refused_naming_the_family(returned,
     with pytest.raises(UnsupportedModelError) as raised:
         vitroll.rollout(model_type(), IMAGES)  # 'cls' was read as a class token before, silently
     assert str(raised.value) == f"family 'own-kind-vit': {message}"
+
+
+@pytest.mark.parametrize("attention_modules, message", [
+    (lambda model: [model.attns[0], model.attns[1], model.attns[0]],
+     "attention_modules lists the same HandAttention at positions 0 and 2; it must list each layer's own attention "
+     "module once"),
+    (lambda model: list(reversed(model.attns)),
+     "attention_modules lists the layers in another order than the forward runs them (it ran positions [2, 1, 0]); "
+     "list them in forward order"),
+])
+@pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
+def test_attention_modules_repeated_or_out_of_forward_order_are_refused(attention_modules, message, verb):
+    # both gave maps before: the repeated layer's attention twice, or the product of the layers in reverse
+    model_type = register_mistaken("own-order-vit", attention_modules=attention_modules, readout=OWN_READOUT)
+    with pytest.raises(UnsupportedModelError) as raised:
+        verb(model_type(), IMAGES)
+    assert str(raised.value) == f"family 'own-order-vit': {message}"
