@@ -230,3 +230,46 @@ def test_attention_modules_that_list_nothing_are_refused_naming_the_family():
         vitroll.rollout(model_type(), IMAGES)
     assert str(raised.value) == ("family 'own-empty-vit': attention_modules gave no modules for this MistakenViT; "
                                  "it must list the attention module of each layer, in forward order")
+
+
+@pytest.mark.parametrize("layout, numbers", [
+    (vitroll.TokenLayout(2, "class_token", (4, 4)), "expects 18 tokens (2 prefix + 4×4 patches)"),
+    (vitroll.TokenLayout(1, "class_token", (3, 5)), "expects 16 tokens (1 prefix + 3×5 patches)"),
+])
+@pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
+def test_a_token_layout_that_does_not_add_up_names_the_numbers(layout, numbers, verb):
+    model_type = register_mistaken("own-layout-vit", token_layout=lambda model, hw: layout, readout=OWN_READOUT)
+    with pytest.raises(RuntimeError) as raised:
+        verb(model_type(), IMAGES)
+    assert str(raised.value) == (f"token layout {layout} {numbers} but 17 were recorded: the token_layout of family "
+                                 "'own-layout-vit' must give num_prefix_tokens + h·w = 17")
+
+
+@pytest.mark.parametrize("returned, message", [
+    ((1, "class_token", (4, 4)), "token_layout returned a tuple, not a vitroll.TokenLayout(num_prefix_tokens, "
+                                 "readout, grid)"),
+    (vitroll.TokenLayout(1, "cls", (4, 4)), "token_layout's readout 'cls' is none of class_token, patch_mean, "
+                                            "attention_pool, token_mean, prefix_mean, position"),
+])
+def test_a_token_layout_of_the_wrong_kind_is_refused_naming_the_family(returned, message):
+    model_type = register_mistaken("own-kind-vit", token_layout=lambda model, hw: returned, readout=OWN_READOUT)
+    with pytest.raises(UnsupportedModelError) as raised:
+        vitroll.rollout(model_type(), IMAGES)  # 'cls' was read as a class token before, silently
+    assert str(raised.value) == f"family 'own-kind-vit': {message}"
+
+
+@pytest.mark.parametrize("attention_modules, message", [
+    (lambda model: [model.attns[0], model.attns[1], model.attns[0]],
+     "attention_modules lists the same HandAttention at positions 0 and 2; it must list each layer's own attention "
+     "module once"),
+    (lambda model: list(reversed(model.attns)),
+     "attention_modules lists the layers in another order than the forward runs them (it ran positions [2, 1, 0]); "
+     "list them in forward order"),
+])
+@pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
+def test_attention_modules_repeated_or_out_of_forward_order_are_refused(attention_modules, message, verb):
+    # both gave maps before: the repeated layer's attention twice, or the product of the layers in reverse
+    model_type = register_mistaken("own-order-vit", attention_modules=attention_modules, readout=OWN_READOUT)
+    with pytest.raises(UnsupportedModelError) as raised:
+        verb(model_type(), IMAGES)
+    assert str(raised.value) == f"family 'own-order-vit': {message}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -9,9 +10,11 @@ import torch
 from torch import nn
 
 from vitroll.capture.families import (
-    CaptionScore, ImageTextScore, InputKind, Logits, ModelFamily, Padding, TokenLayout, add_family, call_model,
+    CaptionScore, ImageTextScore, InputKind, Logits, ModelFamily, Padding, Readout, TokenLayout, add_family,
+    call_model,
 )
 from vitroll.capture.readouts import AttentionReadout, register_readout
+from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing, register_preprocessing
 
 
@@ -108,8 +111,19 @@ def register_family(
     if (preprocessing is None) != (inputs == "tokens"):
         raise ValueError(f"family {name!r}: an image family needs its preprocessing; a text family takes none")
     model_types = model_type if isinstance(model_type, tuple) else (model_type,)
+
+    def checked_layout(model: nn.Module, layout_input: Any) -> TokenLayout:
+        layout = token_layout(model, layout_input)
+        if not isinstance(layout, TokenLayout):
+            raise UnsupportedModelError(f"family {name!r}: token_layout returned a {type(layout).__name__}, not a "
+                                        "vitroll.TokenLayout(num_prefix_tokens, readout, grid)")
+        if layout.readout not in typing.get_args(Readout):
+            raise UnsupportedModelError(f"family {name!r}: token_layout's readout {layout.readout!r} is none of "
+                                        f"{', '.join(typing.get_args(Readout))}")
+        return layout
+
     family = ModelFamily(name=name, model_types=model_types, name_patterns=name_patterns, timm_modules=timm_modules,
-                         attention_modules=attention_modules, token_layout=token_layout, inputs=inputs,
+                         attention_modules=attention_modules, token_layout=checked_layout, inputs=inputs,
                          readout_modules=readout_modules, assemble=assemble, randomizable=randomizable,
                          logits=logits, class_names=class_names, image_text=image_text, captioner=captioner,
                          input_embedding=input_embedding, notes=notes)

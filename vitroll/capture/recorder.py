@@ -191,6 +191,14 @@ class AttentionRecorder:
             raise UnsupportedModelError(
                 f"family {self.family.name!r}: attention_modules gave no modules for this {type(model).__name__}; "
                 "it must list the attention module of each layer, in forward order")
+        first_index = {id(module): index for index, module in reversed(list(enumerate(self._modules)))}
+        repeated = [(first_index[id(module)], index) for index, module in enumerate(self._modules)
+                    if first_index[id(module)] != index]
+        if repeated:
+            first, again = repeated[0]
+            raise UnsupportedModelError(
+                f"family {self.family.name!r}: attention_modules lists the same {type(self._modules[first]).__name__} "
+                f"at positions {first} and {again}; it must list each layer's own attention module once")
         self._records: list[Optional[torch.Tensor | FactoredAttention]] = [None] * len(self._modules)
         # keep_graph: per layer, the tensor of the model's graph the probabilities were read from, and the
         # rearrangement of its elements that gives them (B, H, Q, N); the same rearrangement maps its gradient
@@ -199,11 +207,13 @@ class AttentionRecorder:
         self._readout_modules = self.family.readout_modules(model) if self.family.readout_modules else []
         self._readout_records: list[Optional[torch.Tensor]] = [None] * len(self._readout_modules)
         self._undo: list[Callable[[], None]] = []
+        self._call_order: list[int] = []  # positions in attention_modules, as the first forward pass calls them
 
     # -- context management -------------------------------------------------------------------------
     def __enter__(self) -> "AttentionRecorder":
         try:
             for index, module in enumerate(self._modules):
+                self._undo.append(module.register_forward_pre_hook(self._note_call(index)).remove)
                 self._attach(index, module, readout_for(module))
             for index, module in enumerate(self._readout_modules):
                 readout = readout_for(module)
@@ -248,10 +258,21 @@ class AttentionRecorder:
         return self._in_token_space(
             [to_probabilities(gradient) for gradient, (_, to_probabilities) in zip(gradients, sources)], "zeros")
 
+    def _note_call(self, index: int) -> Callable[[nn.Module, tuple], None]:
+        def note(_module: nn.Module, _args: tuple) -> None:
+            if len(self._call_order) < len(self._modules):
+                self._call_order.append(index)
+
+        return note
+
     def _recorded(self, records: list[Optional[_Record]]) -> list[_Record]:
         missing = [i for i, record in enumerate(records) if record is None]
         if missing:
             raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
+        if records is self._records and self._call_order != sorted(self._call_order):
+            raise UnsupportedModelError(
+                f"family {self.family.name!r}: attention_modules lists the layers in another order than the forward "
+                f"runs them (it ran positions {self._call_order}); list them in forward order")
         return list(records)  # type: ignore[arg-type]
 
     def _in_token_space(self, records: list[torch.Tensor], padding: Padding) -> list[torch.Tensor]:
@@ -275,8 +296,11 @@ class AttentionRecorder:
             layout = replace(layout, pool_weights=torch.nn.functional.pad(pool_weights, (skipped, 0)))
         recorded = self.attentions[0].shape[-1]
         if layout.num_tokens != recorded:
+            parts = ("" if layout.grid is None else
+                     f" ({layout.num_prefix_tokens} prefix + {layout.grid[0]}×{layout.grid[1]} patches)")
             raise RuntimeError(
-                f"token layout {layout} expects {layout.num_tokens} tokens but {recorded} were recorded"
+                f"token layout {layout} expects {layout.num_tokens} tokens{parts} but {recorded} were recorded: "
+                f"the token_layout of family {self.family.name!r} must give num_prefix_tokens + h·w = {recorded}"
             )
         return layout
 
