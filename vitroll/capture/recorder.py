@@ -189,8 +189,11 @@ class AttentionRecorder:
     # -- context management -------------------------------------------------------------------------
     def __enter__(self) -> "AttentionRecorder":
         try:
+            layers_of: dict[nn.Module, list[int]] = {}  # a module shared by several layers runs once for each
             for index, module in enumerate(self._modules):
-                self._attach(index, module, readout_for(module))
+                layers_of.setdefault(module, []).append(index)
+            for module, indices in layers_of.items():
+                self._attach(indices, module, readout_for(module))
             for index, module in enumerate(self._readout_modules):
                 readout = readout_for(module)
                 if readout.attach is not None:  # the pooling query's attention is read beside the model, never in graph
@@ -266,12 +269,22 @@ class AttentionRecorder:
         return layout
 
     # -- hooks ---------------------------------------------------------------------------------------
-    def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
-        fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
+    def _attach(self, indices: list[int], module: nn.Module, readout: AttentionReadout) -> None:
+        """Attach the hooks that record ``module``'s attention as the layers ``indices``: one layer, or, for a module
+        that the family lists at several layers (its weights shared, as ALBERT's), each of its calls in a forward
+        pass as the next of them (through a custom readout only)."""
         if readout.attach is not None:
-            sink = _LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
-            self._undo.append(readout.attach(module, sink))
-        elif readout.probs_module is None:
+            sinks = [_LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
+                     for index in indices]
+            self._undo.append(readout.attach(module, sinks[0] if len(sinks) == 1 else _SharedModuleSink(sinks)))
+            return
+        if len(indices) > 1:
+            raise UnsupportedModelError(
+                f"the family lists one {type(module).__name__} at {len(indices)} layers; vitroll records each call of "
+                "a shared module through a custom readout (AttentionReadout.attach) only")
+        index, = indices
+        fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
+        if readout.probs_module is None:
             self._attach_query_key(self._records, index, module, readout, self.head_fusion)
         elif self.keep_graph or not fused:
             self._attach_unfused(index, module, readout)
@@ -451,6 +464,32 @@ class _LayerSink:
         else:
             kernel = recorder._blocked_kernel(self._records, self._index, self._head_fusion)
         return kernel(q, k, v, attn_mask, scale)
+
+
+class _SharedModuleSink:
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of a module that runs in several layers (its weights
+    shared): each call records the next of its layers' sinks, in call order, from the first again once all have
+    recorded (the next forward pass)."""
+
+    def __init__(self, sinks: list[_LayerSink]) -> None:
+        self._sinks, self._calls = sinks, 0
+        self.keep_graph = sinks[0].keep_graph
+
+    def _next(self) -> _LayerSink:
+        sink = self._sinks[self._calls % len(self._sinks)]
+        self._calls += 1
+        return sink
+
+    def record(self, shape: tuple[int, int, int, int], rows: Callable[[slice], torch.Tensor],
+               device: torch.device) -> None:
+        self._next().record(shape, rows, device)
+
+    def record_graph(self, probabilities: torch.Tensor) -> None:
+        self._next().record_graph(probabilities)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                  scale: float) -> torch.Tensor:
+        return self._next().attention(q, k, v, attn_mask, scale)
 
 
 def _unchanged(probs: torch.Tensor) -> torch.Tensor:
