@@ -131,6 +131,14 @@ def test_a_bfloat16_model_is_explained_within_bfloat16_precision():
 
 
 REFUSED = {
+    "gemma3": (lambda: transformers.Gemma3Config(
+        text_config=dict(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=16, intermediate_size=32),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4, architectures=["Gemma3ForConditionalGeneration"]),
+               "Gemma 3's image–text model is not read; its text model is: Gemma3ForCausalLM (model type gemma3_text, "
+               "as Gemma 3 1B is saved), or from Python the image–text model's model.model.language_model"),
     "t5": (lambda: transformers.T5Config(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
                                          architectures=["T5ForConditionalGeneration"]),
            "T5 is an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll reads the "

@@ -291,6 +291,10 @@ MODEL_TYPES = frozenset(MODEL_CLASSES)
 _ENCODER_DECODER = ("an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll "
                     "reads the attention of encoders and decoders of one stack")
 _REFUSED = (
+    ("gemma3", (f"{_MODELS}.gemma3.modeling_gemma3.Gemma3ForConditionalGeneration",
+                f"{_MODELS}.gemma3.modeling_gemma3.Gemma3Model"),
+     "Gemma 3's image–text model is not read; its text model is: Gemma3ForCausalLM (model type gemma3_text, as "
+     "Gemma 3 1B is saved), or from Python the image–text model's model.model.language_model"),
     *((kind, tuple(f"{_MODELS}.{kind}.modeling_{kind}.{prefix}{head}"
                    for head in ("Model", "ForConditionalGeneration", "ForSequenceClassification",
                                 "ForQuestionAnswering")),
