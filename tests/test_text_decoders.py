@@ -131,10 +131,14 @@ def test_a_bfloat16_model_is_explained_within_bfloat16_precision():
 
 
 REFUSED = {
-    "albert": (lambda: transformers.AlbertConfig(**SMALL, embedding_size=16,
-                                                 architectures=["AlbertForSequenceClassification"]),
-               "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one "
-               "attention map per module, so rollout would see one layer of many"),
+    "gemma3": (lambda: transformers.Gemma3Config(
+        text_config=dict(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=16, intermediate_size=32),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4, architectures=["Gemma3ForConditionalGeneration"]),
+               "Gemma 3's image–text model is not read; its text model is: Gemma3ForCausalLM (model type gemma3_text, "
+               "as Gemma 3 1B is saved), or from Python the image–text model's model.model.language_model"),
     "t5": (lambda: transformers.T5Config(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
                                          architectures=["T5ForConditionalGeneration"]),
            "T5 is an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll reads the "
@@ -164,6 +168,33 @@ def test_text_models_vitroll_cannot_read_are_refused_with_their_reason_before_th
     assert len(error) == 1 and not (tmp_path / "out").exists()
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{config.model_type}' is not supported: {reason}; the supported model types are ")
+
+
+def albert(head: str = "ForSequenceClassification", **extra: object) -> torch.nn.Module:
+    """Four layers that run two groups of two inner layers each: four attention modules, each called twice."""
+    torch.manual_seed(0)
+    config = transformers.AlbertConfig(**dict(SMALL, num_hidden_layers=4), num_hidden_groups=2, inner_group_num=2,
+                                       embedding_size=16, attn_implementation="sdpa", **extra)
+    return getattr(transformers, f"Albert{head}")(config).eval()
+
+
+def test_albert_records_each_call_of_its_shared_attention_modules_as_its_own_layer():
+    """ALBERT was refused: one attention module per group runs in several layers, and one map per module would have
+    shown rollout half of its eight layers."""
+    model = albert(num_labels=2)
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    assert len({id(module) for module in model.modules() if type(module).__name__ == "AlbertAttention"}) == 4
+    with vitroll.AttentionRecorder(model, head_fusion=None) as recorder:
+        model_logits(model, TokenBatch(ids, mask))
+    assert len(recorder.attentions) == 8
+    for b, text in enumerate(IDS_REAL):  # eager output_attentions: one map per layer, in call order
+        for recorded, eager in zip(recorder.attentions, eager_alone(model, text)[0], strict=True):
+            n = len(text)
+            np.testing.assert_allclose(recorded[b, :, :n, :n].numpy(), eager, atol=1e-6)
+    expected = [chain([a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in IDS_REAL]
+    compare(vitroll.rollout(model, ids, attention_mask=mask), expected, mask)
+    expected = [chefer_alone(model, text, 1, 0) for text in IDS_REAL]
+    compare(vitroll.chefer(model, ids, attention_mask=mask, target_class=1), expected, mask)
 
 
 def test_a_gemma2_that_soft_caps_its_attention_is_refused_by_the_capture_and_its_folder_before_its_weights(
@@ -259,6 +290,7 @@ SAVED = {
     "llama": lambda: decoder("llama"),
     "gemma2": lambda: decoder("gemma2"),  # no SDPA path: loaded with eager attention
     "gemma3_text": lambda: decoder("gemma3_text"),
+    "albert": lambda: albert(num_labels=2, pad_token_id=0),
     "qwen3-classifier": lambda: decoder("qwen3", "ForSequenceClassification", num_labels=2, pad_token_id=0),
     "deberta-v2": lambda: transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
         **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], num_labels=2, pad_token_id=0)).eval(),

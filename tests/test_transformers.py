@@ -408,7 +408,7 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     own_reason = reason.partition(": ")[2]
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
-    assert "the supported model types are aimv2, aimv2_vision_model, beit, " in error[0] and "dinov3_vit" in error[0]
+    assert "the supported model types are aimv2, aimv2_vision_model, albert, beit, " in error[0] and "dinov3_vit" in error[0]
 
 
 @pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])

@@ -244,14 +244,16 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         f"{config_only}: {config_only} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
         "pass --checkpoint FILE for a state dict on top of the config")
     for config, why in ((transformers.SwinConfig(), "Swin attends within shifted windows: a hierarchical model"),
-                        (transformers.T5Config(), "no vitroll family reads its attention")):
+                        (transformers.T5Config(), "T5 is an encoder–decoder model (its decoder cross-attends"),
+                        (transformers.XLNetConfig(), "no vitroll family reads its attention")):
         unsupported = tmp_path / config.model_type
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
         assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
-        assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, beit, bert, clip, "
-                                "clip_vision_model, data2vec-vision, deberta-v2, deit, dinov2, dinov2_with_registers, "
-                                "dinov3_vit, distilbert, electra, gemma, gpt2, gpt_neox, ijepa, llama, metaclip_2, "
+        assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, albert, beit, bert, "
+                                "clip, clip_vision_model, data2vec-vision, deberta-v2, deit, dinov2, "
+                                "dinov2_with_registers, dinov3_vit, distilbert, electra, gemma, gemma2, gemma3_text, "
+                                "gpt2, gpt_neox, ijepa, llama, metaclip_2, "
                                 "metaclip_2_vision_model, mistral, mlcd_vision_model, modernbert, opt, phi, pixio, "
                                 "qwen2, qwen3, roberta, siglip, siglip_vision_model, vision-encoder-decoder, vit, "
                                 "vit_mae, vit_msn, xlm-roberta")

@@ -8,16 +8,18 @@ Grouped key/value heads are repeated to the query heads they serve, so records h
 
 The layout is a sequence (``grid=None``): scores (B, L) over every position, padding 0. Its decision row:
 
-* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2; ``…ForSequenceClassification``
-  and the bare ``…Model``): the class token's row by default (what the classifier head reads), or with
-  ``readout="token_mean"`` the mean of the real tokens' rows (mean-pooled sentence embeddings, as sentence-transformers
-  pools them, and as a ModernBERT classifier with ``classifier_pooling="mean"`` pools, whose default it is).
-  ModernBERT's local layers attend within a sliding window, which its mask carries; DeBERTa-v2 computes its attention
-  itself and is read at the dropout that receives its probabilities (see :data:`_PROBABILITIES_MODULE`);
+* encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2, ALBERT;
+  ``…ForSequenceClassification`` and the bare ``…Model``): the class token's row by default (what the classifier
+  head reads), or with ``readout="token_mean"`` the mean of the real tokens' rows (mean-pooled sentence embeddings,
+  as sentence-transformers pools them, and as a ModernBERT classifier with ``classifier_pooling="mean"`` pools,
+  whose default it is). ModernBERT's local layers attend within a sliding window, which its mask carries;
+  DeBERTa-v2 computes its attention itself and is read at the dropout that receives its probabilities (see
+  :data:`_PROBABILITIES_MODULE`); ALBERT's attention modules, shared by the layers of a group, are recorded once per
+  call (see :func:`_albert_layers`);
 * language models (GPT-2, Llama, Qwen2/3, Mistral, Gemma, Gemma 2 without attention soft-capping, Gemma 3's text
-  model, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel``
-  and the bare ``…Model``): the row of the explained position, the last real token by default. The score that
-  gradient methods explain is the log-probability of the next token there, log_softmax of the LM head's logits
+  model, Phi, GPT-NeoX, OPT; ``…ForCausalLM``, ``GPT2LMHeadModel`` and the bare ``…Model``): the row of the
+  explained position, the last real token by default. The score that gradient methods explain is the
+  log-probability of the next token there, log_softmax of the LM head's logits
   (B, vocabulary): the predicted token, or the token id given as ``target_class``;
 * their ``…ForSequenceClassification``: the row of the token the head reads, the last real token that is not the
   padding id (as transformers pools), or the position given; the score is the class logit;
@@ -173,15 +175,17 @@ def _register(name: str, module: str, attention: str, classes: tuple[str, ...], 
               token_layout: Callable[[nn.Module, TokenBatch], TokenLayout],
               logits: Callable[[nn.Module, TokenBatch], Optional[torch.Tensor]],
               class_names: Callable[[nn.Module], Optional[list[str]]], notes: str,
-              probs_module: Optional[str] = None) -> None:
+              probs_module: Optional[str] = None,
+              attention_modules: Optional[Callable[[nn.Module], list[nn.Module]]] = None) -> None:
     """Register ``classes`` of ``module``, their ``attention`` modules read through the attention interface, or
-    with ``probs_module`` at the output of that submodule (a model that computes its attention itself)."""
+    with ``probs_module`` at the output of that submodule (a model that computes its attention itself).
+    ``attention_modules`` lists them per layer where the modules' order is not the layers' (ALBERT's)."""
     dotted = f"{_MODELS}.{module}.{attention}"
     readout = (AttentionReadout(dotted, probs_module=probs_module, fused_flag=None) if probs_module else
                AttentionReadout(dotted, probs_module=None, fused_flag=None, attach=attach_attention_interface))
     register_family(
         name, tuple(f"{_MODELS}.{module}.{each}" for each in classes), inputs="tokens",
-        attention_modules=attention_modules_of(dotted), token_layout=token_layout, logits=logits,
+        attention_modules=attention_modules or attention_modules_of(dotted), token_layout=token_layout, logits=logits,
         randomizable=heads_then_layers_down(dotted), class_names=class_names, readout=readout,
         name_patterns=classes, notes=notes,
     )
@@ -201,26 +205,43 @@ _ENCODERS = {
                    ("DistilBertModel", "DistilBertForSequenceClassification")),
     "electra": ("electra.modeling_electra", "ElectraSelfAttention",
                 ("ElectraModel", "ElectraForSequenceClassification")),
+    "albert": ("albert.modeling_albert", "AlbertAttention", ("AlbertModel", "AlbertForSequenceClassification")),
 }
 _MASKED_LANGUAGE_MODELS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
                            "xlm-roberta": "XLMRobertaForMaskedLM", "modernbert": "ModernBertForMaskedLM",
                            "deberta-v2": "DebertaV2ForMaskedLM",
-                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
+                           "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
+                           "albert": "AlbertForMaskedLM"}
 """Each encoder's masked language model class, registered as its own family (``hf-KIND-mlm``)."""
 _PROBABILITIES_MODULE = {"deberta-v2": "dropout"}
 """The submodule whose output is the attention probabilities (B, H, N, N), for the encoders that compute their
 attention themselves rather than through the attention interface. DeBERTa-v2's disentangled attention adds
 content-to-position and position-to-content terms to its scores, but the softmax of those scores still mixes the
 tokens' content values alone, so its rows are the token-to-token weights rollout follows, as BERT's are."""
+
+
+def _albert_layers(model: nn.Module) -> list[nn.Module]:
+    """ALBERT's attention module of each layer, in call order: layer i runs the inner layers of group
+    ⌊i · groups / layers⌋ (transformers' ``AlbertTransformer``), so a group's modules, their weights shared, recur
+    once per layer they run in; the recorder records each call as its layer."""
+    encoder = next(each for each in model.modules() if type(each).__name__ == "AlbertTransformer")
+    layers, groups = encoder.config.num_hidden_layers, encoder.albert_layer_groups
+    return [inner.attention for i in range(layers)
+            for inner in groups[int(i / (layers / len(groups)))].albert_layers]
+
+
+_ATTENTION_MODULES = {"albert": _albert_layers}
+"""The attention modules per layer, for the encoders whose module order is not their layers'."""
 EAGER_MODEL_TYPES = frozenset({*_PROBABILITIES_MODULE, "gemma2"})
 """The ``config.model_type`` values built with eager attention: they have no SDPA path."""
 for _kind, (_module, _attention, _classes) in _ENCODERS.items():
     _register(f"hf-{_kind}", _module, _attention, _classes, token_layout=_encoder_layout, logits=_encoder_logits,
               class_names=config_class_names, probs_module=_PROBABILITIES_MODULE.get(_kind),
+              attention_modules=_ATTENTION_MODULES.get(_kind),
               notes="text encoder: class token's row (readout='token_mean': mean of the real tokens' rows)")
     _register(f"hf-{_kind}-mlm", _module, _attention, (_MASKED_LANGUAGE_MODELS[_kind],),
               token_layout=_masked_layout, logits=_masked_language_model_logits, class_names=_vocabulary,
-              probs_module=_PROBABILITIES_MODULE.get(_kind),
+              probs_module=_PROBABILITIES_MODULE.get(_kind), attention_modules=_ATTENTION_MODULES.get(_kind),
               notes="masked language model: the masked token's row (its first mask); score: that token's log-prob")
 _MASKED_FAMILIES = frozenset(f"hf-{kind}-mlm" for kind in _MASKED_LANGUAGE_MODELS)
 _DECODERS = {
@@ -270,9 +291,10 @@ MODEL_TYPES = frozenset(MODEL_CLASSES)
 _ENCODER_DECODER = ("an encoder–decoder model (its decoder cross-attends to its encoder's tokens), and vitroll "
                     "reads the attention of encoders and decoders of one stack")
 _REFUSED = (
-    ("albert", (f"{_MODELS}.albert.modeling_albert.AlbertPreTrainedModel",),
-     "ALBERT runs one attention module, its weights shared, in every layer, and vitroll records one attention map "
-     "per module, so rollout would see one layer of many"),
+    ("gemma3", (f"{_MODELS}.gemma3.modeling_gemma3.Gemma3ForConditionalGeneration",
+                f"{_MODELS}.gemma3.modeling_gemma3.Gemma3Model"),
+     "Gemma 3's image–text model is not read; its text model is: Gemma3ForCausalLM (model type gemma3_text, as "
+     "Gemma 3 1B is saved), or from Python the image–text model's model.model.language_model"),
     *((kind, tuple(f"{_MODELS}.{kind}.modeling_{kind}.{prefix}{head}"
                    for head in ("Model", "ForConditionalGeneration", "ForSequenceClassification",
                                 "ForQuestionAnswering")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Callable, Optional, TypeVar
 
@@ -191,9 +192,10 @@ class AttentionRecorder:
             raise UnsupportedModelError(
                 f"family {self.family.name!r}: attention_modules gave no modules for this {type(model).__name__}; "
                 "it must list the attention module of each layer, in forward order")
+        # a module shared by several layers (ALBERT's) is recorded per call, through its custom readout only
         first_index = {id(module): index for index, module in reversed(list(enumerate(self._modules)))}
         repeated = [(first_index[id(module)], index) for index, module in enumerate(self._modules)
-                    if first_index[id(module)] != index]
+                    if first_index[id(module)] != index and readout_for(module).attach is None]
         if repeated:
             first, again = repeated[0]
             raise UnsupportedModelError(
@@ -212,9 +214,12 @@ class AttentionRecorder:
     # -- context management -------------------------------------------------------------------------
     def __enter__(self) -> "AttentionRecorder":
         try:
+            layers_of: dict[nn.Module, list[int]] = {}  # a module shared by several layers runs once for each
             for index, module in enumerate(self._modules):
-                self._undo.append(module.register_forward_pre_hook(self._note_call(index)).remove)
-                self._attach(index, module, readout_for(module))
+                layers_of.setdefault(module, []).append(index)
+            for module, indices in layers_of.items():
+                self._undo.append(module.register_forward_pre_hook(self._note_call(indices)).remove)
+                self._attach(indices, module, readout_for(module))
             for index, module in enumerate(self._readout_modules):
                 readout = readout_for(module)
                 if readout.attach is not None:  # the pooling query's attention is read beside the model, never in graph
@@ -258,10 +263,14 @@ class AttentionRecorder:
         return self._in_token_space(
             [to_probabilities(gradient) for gradient, (_, to_probabilities) in zip(gradients, sources)], "zeros")
 
-    def _note_call(self, index: int) -> Callable[[nn.Module, tuple], None]:
+    def _note_call(self, indices: list[int]) -> Callable[[nn.Module, tuple], None]:
+        """A pre-hook noting the position of each call of a module listed at ``indices`` (the next of them for a
+        module shared by several layers), for the first forward pass."""
+        calls = itertools.count()
+
         def note(_module: nn.Module, _args: tuple) -> None:
             if len(self._call_order) < len(self._modules):
-                self._call_order.append(index)
+                self._call_order.append(indices[next(calls) % len(indices)])
 
         return note
 
@@ -305,11 +314,16 @@ class AttentionRecorder:
         return layout
 
     # -- hooks ---------------------------------------------------------------------------------------
-    def _attach(self, index: int, module: nn.Module, readout: AttentionReadout) -> None:
+    def _attach(self, indices: list[int], module: nn.Module, readout: AttentionReadout) -> None:
+        """Attach the hooks that record ``module``'s attention as the layers ``indices``: one layer, or, for a module
+        that the family lists at several layers (its weights shared, as ALBERT's), each of its calls in a forward
+        pass as the next of them (through a custom readout only: others are refused when the recorder is built)."""
         if readout.attach is not None:
-            sink = _LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
-            self._undo.append(readout.attach(module, sink))
+            sinks = [_LayerSink(self, self._records, index, keep_graph=self.keep_graph, head_fusion=self.head_fusion)
+                     for index in indices]
+            self._undo.append(readout.attach(module, sinks[0] if len(sinks) == 1 else _SharedModuleSink(sinks)))
             return
+        index, = indices
         check_readout(module, readout)
         fused = readout.fused_flag is not None and getattr(module, readout.fused_flag)
         if readout.probs_module is None:
@@ -497,6 +511,32 @@ class _LayerSink:
         else:
             kernel = recorder._blocked_kernel(self._records, self._index, self._head_fusion)
         return kernel(q, k, v, attn_mask, scale)
+
+
+class _SharedModuleSink:
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of a module that runs in several layers (its weights
+    shared): each call records the next of its layers' sinks, in call order, from the first again once all have
+    recorded (the next forward pass)."""
+
+    def __init__(self, sinks: list[_LayerSink]) -> None:
+        self._sinks, self._calls = sinks, 0
+        self.keep_graph = sinks[0].keep_graph
+
+    def _next(self) -> _LayerSink:
+        sink = self._sinks[self._calls % len(self._sinks)]
+        self._calls += 1
+        return sink
+
+    def record(self, shape: tuple[int, int, int, int], rows: Callable[[slice], torch.Tensor],
+               device: torch.device) -> None:
+        self._next().record(shape, rows, device)
+
+    def record_graph(self, probabilities: torch.Tensor) -> None:
+        self._next().record_graph(probabilities)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                  scale: float) -> torch.Tensor:
+        return self._next().attention(q, k, v, attn_mask, scale)
 
 
 def _unchanged(probs: torch.Tensor) -> torch.Tensor:
