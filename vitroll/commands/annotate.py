@@ -91,7 +91,8 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
 
 def run(args: argparse.Namespace) -> int:
     if args.disagree_below is not None and not args.compare_with:
-        raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; give --compare-with")
+        raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
+                         "give --compare-with")
     options = AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,

@@ -34,8 +34,8 @@ def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``: each input's stream
     is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
     different inputs get different maps; the content is read before the cast to the model's dtype, so a float16 or
-    bfloat16 copy of the model draws the same map for the same image. For a text model, random token scores (B, L) from the real tokens' ids,
-    padded positions 0. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
+    bfloat16 copy of the model draws the same map for the same image. For a text model, random token scores (B, L)
+    from the real tokens' ids, padded positions 0. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Parameters
     ----------

@@ -293,7 +293,8 @@ _TEXT_KEYWORDS = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, defaul
                   if name in ("attention_mask", "tokenizer", "readout", "position")]
 """The keywords of :meth:`Method.__call__` that turn texts into tokens, as every public verb takes them too."""
 
-_INPUTS_DOC = ("Images: a preprocessed batch (B, C, H, W) (C = 3, or 1 for a model that takes grey), or PIL images, paths or uint8 arrays (H, W, 3) or (H, W); "
+_INPUTS_DOC = ("Images: a preprocessed batch (B, C, H, W) (C = 3, or 1 for a model that takes grey), or PIL images, "
+               "paths or uint8 arrays (H, W, 3) or (H, W); "
                "texts for a text model: token ids (B, L) with ``attention_mask=``, or strings with ``tokenizer=`` "
                "(:data:`~vitroll.methods.inputs.Inputs`).")
 SHARED_PARAMETERS: dict[str, tuple[str, str]] = {

@@ -18,7 +18,9 @@ from vitroll.adapters.transformers_text import (
     EAGER_MODEL_TYPES as TEXT_EAGER_MODEL_TYPES, MODEL_CLASSES as TEXT_MODEL_CLASSES, MODEL_TYPES as TEXT_MODEL_TYPES,
     REFUSED_MODEL_TYPES as TEXT_REFUSED_MODEL_TYPES, soft_capping_refusal,
 )
-from vitroll.adapters.captioner import DECODER_MODEL_TYPES as CAPTIONER_DECODER_TYPES, MODEL_TYPES as CAPTIONER_MODEL_TYPES
+from vitroll.adapters.captioner import (
+    DECODER_MODEL_TYPES as CAPTIONER_DECODER_TYPES, MODEL_TYPES as CAPTIONER_MODEL_TYPES,
+)
 from vitroll.checkpoints import file_sha256, load_state
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
