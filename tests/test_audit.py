@@ -121,8 +121,8 @@ def test_no_identifier_in_any_output_file(audited):
         assert not any(needle in text for needle in needles)
     pngs = [p.read_bytes() for p in files if p.suffix == ".png"] + embedded
     assert len(embedded) == 6  # 5 thumbnails + the histograms
-    for data in pngs:  # no tEXt/zTXt/iTXt/eXIf/tIME: pixels only
-        assert set(png_chunks(data)) <= {"IHDR", "PLTE", "IDAT", "IEND"}
+    for data in pngs:  # no tEXt/zTXt/iTXt/eXIf/tIME: pixels only, and the one byte saying they are sRGB
+        assert set(png_chunks(data)) <= {"IHDR", "PLTE", "sRGB", "IDAT", "IEND"}
 
 
 def test_keep_ids_is_opt_in_and_warns(tmp_path, checkpoint):
