@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+from huggingface_hub import constants
+from PIL import Image
 import open_clip
 import pytest
 import torch
@@ -15,7 +17,8 @@ import torch
 import vitroll
 from image_text_models import open_clip_timm_model, tiny_timm_trunks
 from reference import reference_attention, reference_chefer, reference_pool_row, reference_rollout
-from test_image_text import INPUT_IDS, images
+from test_image_text import INPUT_IDS, PHOTO, images
+from vitroll.cli import main
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing
 
@@ -106,3 +109,40 @@ def test_a_windowed_trunk_is_refused_with_timms_reason():
     with pytest.raises(UnsupportedModelError, match=r"^this open_clip vision tower is timm's "
                                                     r"swin_tiny_patch4_window7_224: SwinTransformer: Swin attends"):
         vitroll.rollout(tower, images())
+
+
+def test_overlay_text_on_open_clip_siglip_tokenises_with_the_cached_tokenizer_of_its_architecture(
+        monkeypatch, tmp_path, capsys):
+    """``open_clip:ViT-B-16-SigLIP`` (built tiny here) has SigLIP's vocabulary: ``--text`` needs its tokenizer, which
+    open_clip fetches from the Hugging Face hub and vitroll takes from the cache only."""
+    asked = []
+
+    def cached_tokenizer(architecture: str):
+        asked.append((architecture, constants.HF_HUB_OFFLINE))
+        return lambda texts: torch.tensor([[3 + len(text), 5, 7, 9, 0, 0, 0] for text in texts])
+
+    monkeypatch.setattr(open_clip, "create_model", lambda architecture, pretrained: open_clip_timm_model("siglip"))
+    monkeypatch.setattr(open_clip, "get_tokenizer", cached_tokenizer)
+    out = tmp_path / "out"
+    assert main(["overlay", str(PHOTO), "--model", "open_clip:ViT-B-16-SigLIP", "--text", "a dog", "--text",
+                 "a tabby cat", "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    assert asked == [("ViT-B-16-SigLIP", True)]
+    assert sorted(path.name for path in out.iterdir()) == ["cat_chefer_a-dog.png", "cat_chefer_a-tabby-cat.png",
+                                                           "cat_chefer_texts.png"]
+    dog, cat = (np.asarray(Image.open(out / f"cat_chefer_a-{name}.png")) for name in ("dog", "tabby-cat"))
+    assert dog.shape == (*Image.open(PHOTO).size[::-1], 3) and not np.array_equal(dog, cat)
+
+
+def test_overlay_text_without_the_cached_tokenizer_says_how_to_get_it_in_one_line(monkeypatch, tmp_path, capsys):
+    def offline(_architecture: str):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(open_clip, "create_model", lambda architecture, pretrained: open_clip_timm_model("siglip"))
+    monkeypatch.setattr(open_clip, "get_tokenizer", offline)
+    assert main(["overlay", str(PHOTO), "--model", "open_clip:ViT-B-16-SigLIP", "--text", "a dog",
+                 "--out", str(tmp_path), "--device", "cpu"]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vitroll: error")]
+    assert error == ["vitroll: error: this open_clip model's vocabulary has 100 tokens, not those of open_clip's "
+                     "default tokenizer (49408): pass tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on "
+                     "the command line, open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: "
+                     "call open_clip.get_tokenizer(MODEL_NAME) once online)"]

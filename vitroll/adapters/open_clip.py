@@ -113,7 +113,9 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
         if text_tower.vocab_size != DEFAULT_VOCAB_SIZE:
             raise ValueError(f"this open_clip model's vocabulary has {text_tower.vocab_size} tokens, not those of "
                              f"open_clip's default tokenizer ({DEFAULT_VOCAB_SIZE}): pass "
-                             "tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids")
+                             "tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on the command line, "
+                             "open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: call "
+                             "open_clip.get_tokenizer(MODEL_NAME) once online)")
         from open_clip.tokenizer import SimpleTokenizer
 
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)

@@ -6,7 +6,10 @@ import difflib
 
 from torch import nn
 
+from vitroll.adapters.open_clip import DEFAULT_VOCAB_SIZE
+from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.errors import ModelLoadError
+from vitroll.models import hub
 
 OPEN_CLIP_PREFIX = "open_clip:"
 
@@ -25,5 +28,23 @@ def build_open_clip(name: str, *, pretrained: bool) -> nn.Module:
         close = difflib.get_close_matches(architecture, open_clip.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ModelLoadError(f"unknown open_clip model {architecture!r}{hint}")
-    return open_clip.create_model(architecture, pretrained=None)
+    model = open_clip.create_model(architecture, pretrained=None)
+    _use_cached_tokenizer(model, architecture)
+    return model
+
+
+def _use_cached_tokenizer(model: nn.Module, architecture: str) -> None:
+    """Attach ``open_clip.get_tokenizer(architecture)`` to a model whose vocabulary is not open_clip's default BPE
+    (SigLIP's, from the Hugging Face hub), when it is in the local cache: ``--text`` then tokenises with it. Without
+    it, strings are refused in one line that says how to get it (the default BPE needs nothing attached)."""
+    import open_clip
+
+    if getattr(model, "text", model).vocab_size == DEFAULT_VOCAB_SIZE:
+        return
+    try:
+        with hub.cache_only(True):
+            tokenizer = open_clip.get_tokenizer(architecture)
+    except (OSError, ValueError, ImportError):
+        return
+    use_tokenizer(model, tokenizer)
 
