@@ -146,3 +146,21 @@ def test_overlay_text_without_the_cached_tokenizer_says_how_to_get_it_in_one_lin
                      "default tokenizer (49408): pass tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on "
                      "the command line, open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: "
                      "call open_clip.get_tokenizer(MODEL_NAME) once online)"]
+
+
+@pytest.mark.parametrize("architecture, reason", [
+    ("RN50", f"open_clip's ResNet tower (RN50, …) {NO_TOKEN_ATTENTION}"),
+    ("convnext_base", f"its vision tower is timm's convnext_base (timm.models.convnext): it {NO_TOKEN_ATTENTION}"),
+    ("swin_base_patch4_window7_224", "its vision tower is timm's swin_base_patch4_window7_224 "
+                                     "(timm.models.swin_transformer): Swin attends within shifted windows"),
+], ids=["resnet", "convnext", "swin"])
+def test_open_clip_names_of_towers_without_token_attention_are_refused_before_building_or_reading(
+        monkeypatch, tmp_path, capsys, architecture, reason):
+    def never(*_args, **_kwargs):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(open_clip, "create_model", never)
+    assert main(["overlay", str(PHOTO), "--model", f"open_clip:{architecture}", "--text", "a dog",
+                 "--checkpoint", str(tmp_path / "absent.safetensors"), "--out", str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"vitroll: error: open_clip:{architecture}: {reason}")

@@ -73,9 +73,10 @@ def _preprocessing(tower: nn.Module) -> Preprocessing:
                          interpolation=config.get("interpolation", "bicubic"), crop_mode=_CROP_MODES[resize_mode])
 
 
-_NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
-                       "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
-                       "Grad-CAM (pip install grad-cam)")
+NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
+                      "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
+                      "Grad-CAM (pip install grad-cam)")
+RESNET_REFUSAL = f"open_clip's ResNet tower (RN50, …) {NO_TOKEN_ATTENTION}"
 
 
 def _timm_trunk(tower: nn.Module) -> nn.Module:
@@ -90,7 +91,7 @@ def _timm_trunk(tower: nn.Module) -> nn.Module:
     if registered_family(trunk) is not None:
         return trunk
     architecture = getattr(trunk, "pretrained_cfg", {}).get("architecture") or type(trunk).__name__
-    reason = refusal_of(trunk) or f"{type(trunk).__name__} {_NO_TOKEN_ATTENTION}"
+    reason = refusal_of(trunk) or f"{type(trunk).__name__} {NO_TOKEN_ATTENTION}"
     raise UnsupportedModelError(f"this open_clip vision tower is timm's {architecture}: {reason}")
 
 
@@ -145,7 +146,7 @@ register_family(
     name_patterns=("open_clip TimmModel",),
     notes="open_clip's timm vision tower (SigLIP, EVA02): its trunk's timm family; backbone: attention methods only",
 )
-add_refusal("open_clip.modified_resnet.ModifiedResNet", f"open_clip's ResNet tower (RN50, …) {_NO_TOKEN_ATTENTION}")
+add_refusal("open_clip.modified_resnet.ModifiedResNet", RESNET_REFUSAL)
 register_dual_encoder(
     "open-clip", ("open_clip.model.CLIP", "open_clip.model.CustomTextCLIP"), vision_tower=lambda model: model.visual,
     image_text=ImageTextScore(_image_text_logits, _tokenize, takes_attention_mask=False, context=_context),
