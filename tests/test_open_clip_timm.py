@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vitroll
-from image_text_models import open_clip_timm_model, tiny_timm_trunks
+from image_text_models import clip_tokenizer, open_clip_timm_model, tiny_timm_trunks
 from reference import reference_attention, reference_chefer, reference_pool_row, reference_rollout
 from test_image_text import INPUT_IDS, PHOTO, images
 from vitroll.cli import main
@@ -164,3 +164,16 @@ def test_open_clip_names_of_towers_without_token_attention_are_refused_before_bu
                  "--checkpoint", str(tmp_path / "absent.safetensors"), "--out", str(tmp_path)]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith(f"vitroll: error: open_clip:{architecture}: {reason}")
+
+
+def test_a_hugging_face_tokenizer_padding_with_its_end_token_warns_of_the_cut_texts_only(tmp_path, capsys):
+    """open_clip's ``HFTokenizer`` (SigLIP's) pads with the tokenizer's pad token, here its end token (not 0): the
+    text that fits (exactly, or with padding) is not cut, the longer one is, whatever ids it holds (0 is a letter)."""
+    clip_tokenizer(tmp_path).save_pretrained(str(tmp_path))
+    tokenizer = open_clip.tokenizer.HFTokenizer(str(tmp_path), context_length=7)
+    maps = vitroll.image_text_maps(open_clip_timm_model("siglip"), images(1), ["a dog", "abcde", "abcdefghij"],
+                                   tokenizer=tokenizer, method="rollout")
+    assert maps.shape == (1, 3, 4, 4)
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: 'abcdefghij' is longer than the text tower's 7 tokens and cut to them; shorten it to "
+        "explain every word"]

@@ -121,10 +121,26 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
 
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)
     input_ids = torch.as_tensor(tokenizer(list(texts))).long()
-    # open_clip's tokenizers cut a long text to the context and pad the rest with 0: a row with no padding was cut
-    # (or fits exactly)
-    warn_cut_texts(texts, (input_ids != 0).all(dim=1).tolist(), input_ids.shape[1])
+    context = input_ids.shape[1]
+    warn_cut_texts(texts, [length > context for length in _untruncated_lengths(tokenizer, texts, input_ids)],
+                   context)
     return TextInputs(input_ids, None, tuple(texts))
+
+
+def _untruncated_lengths(tokenizer: object, texts: Sequence[str], input_ids: torch.Tensor) -> list[int]:
+    """How many tokens each text has before open_clip's tokenizer cuts it to the context (``input_ids`` (T, L)).
+
+    Its BPE (``SimpleTokenizer``) encodes between a start and an end token; its ``HFTokenizer`` (SigLIP's) cleans the
+    text for the transformers tokenizer it wraps, which pads with a token that may be its end token (not 0). For any
+    other tokenizer, a row without a 0 counts as cut.
+    """
+    inner = getattr(tokenizer, "tokenizer", None)
+    if callable(inner):
+        clean = getattr(tokenizer, "clean_fn", lambda text: text)
+        return [len(ids) for ids in inner([clean(text) for text in texts])["input_ids"]]
+    if callable(getattr(tokenizer, "encode", None)):
+        return [len(tokenizer.encode(text)) + 2 for text in texts]
+    return [input_ids.shape[1] + int(row.all()) for row in input_ids != 0]
 
 
 def _context(model: nn.Module) -> tuple[int, int]:
