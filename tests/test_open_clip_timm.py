@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vitroll
-from image_text_models import open_clip_timm_model, tiny_timm_trunks
+from image_text_models import clip_tokenizer, open_clip_timm_model, tiny_timm_trunks
 from reference import reference_attention, reference_chefer, reference_pool_row, reference_rollout
 from test_image_text import INPUT_IDS, PHOTO, images
 from vitroll.cli import main
@@ -146,3 +146,34 @@ def test_overlay_text_without_the_cached_tokenizer_says_how_to_get_it_in_one_lin
                      "default tokenizer (49408): pass tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on "
                      "the command line, open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: "
                      "call open_clip.get_tokenizer(MODEL_NAME) once online)"]
+
+
+@pytest.mark.parametrize("architecture, reason", [
+    ("RN50", f"open_clip's ResNet tower (RN50, …) {NO_TOKEN_ATTENTION}"),
+    ("convnext_base", f"its vision tower is timm's convnext_base (timm.models.convnext): it {NO_TOKEN_ATTENTION}"),
+    ("swin_base_patch4_window7_224", "its vision tower is timm's swin_base_patch4_window7_224 "
+                                     "(timm.models.swin_transformer): Swin attends within shifted windows"),
+], ids=["resnet", "convnext", "swin"])
+def test_open_clip_names_of_towers_without_token_attention_are_refused_before_building_or_reading(
+        monkeypatch, tmp_path, capsys, architecture, reason):
+    def never(*_args, **_kwargs):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(open_clip, "create_model", never)
+    assert main(["overlay", str(PHOTO), "--model", f"open_clip:{architecture}", "--text", "a dog",
+                 "--checkpoint", str(tmp_path / "absent.safetensors"), "--out", str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"vitroll: error: open_clip:{architecture}: {reason}")
+
+
+def test_a_hugging_face_tokenizer_padding_with_its_end_token_warns_of_the_cut_texts_only(tmp_path, capsys):
+    """open_clip's ``HFTokenizer`` (SigLIP's) pads with the tokenizer's pad token, here its end token (not 0): the
+    text that fits (exactly, or with padding) is not cut, the longer one is, whatever ids it holds (0 is a letter)."""
+    clip_tokenizer(tmp_path).save_pretrained(str(tmp_path))
+    tokenizer = open_clip.tokenizer.HFTokenizer(str(tmp_path), context_length=7)
+    maps = vitroll.image_text_maps(open_clip_timm_model("siglip"), images(1), ["a dog", "abcde", "abcdefghij"],
+                                   tokenizer=tokenizer, method="rollout")
+    assert maps.shape == (1, 3, 4, 4)
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: 'abcdefghij' is longer than the text tower's 7 tokens and cut to them; shorten it to "
+        "explain every word"]

@@ -73,9 +73,10 @@ def _preprocessing(tower: nn.Module) -> Preprocessing:
                          interpolation=config.get("interpolation", "bicubic"), crop_mode=_CROP_MODES[resize_mode])
 
 
-_NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
-                       "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
-                       "Grad-CAM (pip install grad-cam)")
+NO_TOKEN_ATTENTION = ("has no token attention for rollout to follow (a CNN: its features are maps, not a token "
+                      "sequence); vitroll explains open_clip's ViT towers and timm ViT trunks (SigLIP, EVA02); use "
+                      "Grad-CAM (pip install grad-cam)")
+RESNET_REFUSAL = f"open_clip's ResNet tower (RN50, …) {NO_TOKEN_ATTENTION}"
 
 
 def _timm_trunk(tower: nn.Module) -> nn.Module:
@@ -90,7 +91,7 @@ def _timm_trunk(tower: nn.Module) -> nn.Module:
     if registered_family(trunk) is not None:
         return trunk
     architecture = getattr(trunk, "pretrained_cfg", {}).get("architecture") or type(trunk).__name__
-    reason = refusal_of(trunk) or f"{type(trunk).__name__} {_NO_TOKEN_ATTENTION}"
+    reason = refusal_of(trunk) or f"{type(trunk).__name__} {NO_TOKEN_ATTENTION}"
     raise UnsupportedModelError(f"this open_clip vision tower is timm's {architecture}: {reason}")
 
 
@@ -120,10 +121,26 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
 
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)
     input_ids = torch.as_tensor(tokenizer(list(texts))).long()
-    # open_clip's tokenizers cut a long text to the context and pad the rest with 0: a row with no padding was cut
-    # (or fits exactly)
-    warn_cut_texts(texts, (input_ids != 0).all(dim=1).tolist(), input_ids.shape[1])
+    context = input_ids.shape[1]
+    warn_cut_texts(texts, [length > context for length in _untruncated_lengths(tokenizer, texts, input_ids)],
+                   context)
     return TextInputs(input_ids, None, tuple(texts))
+
+
+def _untruncated_lengths(tokenizer: object, texts: Sequence[str], input_ids: torch.Tensor) -> list[int]:
+    """How many tokens each text has before open_clip's tokenizer cuts it to the context (``input_ids`` (T, L)).
+
+    Its BPE (``SimpleTokenizer``) encodes between a start and an end token; its ``HFTokenizer`` (SigLIP's) cleans the
+    text for the transformers tokenizer it wraps, which pads with a token that may be its end token (not 0). For any
+    other tokenizer, a row without a 0 counts as cut.
+    """
+    inner = getattr(tokenizer, "tokenizer", None)
+    if callable(inner):
+        clean = getattr(tokenizer, "clean_fn", lambda text: text)
+        return [len(ids) for ids in inner([clean(text) for text in texts])["input_ids"]]
+    if callable(getattr(tokenizer, "encode", None)):
+        return [len(tokenizer.encode(text)) + 2 for text in texts]
+    return [input_ids.shape[1] + int(row.all()) for row in input_ids != 0]
 
 
 def _context(model: nn.Module) -> tuple[int, int]:
@@ -145,7 +162,7 @@ register_family(
     name_patterns=("open_clip TimmModel",),
     notes="open_clip's timm vision tower (SigLIP, EVA02): its trunk's timm family; backbone: attention methods only",
 )
-add_refusal("open_clip.modified_resnet.ModifiedResNet", f"open_clip's ResNet tower (RN50, …) {_NO_TOKEN_ATTENTION}")
+add_refusal("open_clip.modified_resnet.ModifiedResNet", RESNET_REFUSAL)
 register_dual_encoder(
     "open-clip", ("open_clip.model.CLIP", "open_clip.model.CustomTextCLIP"), vision_tower=lambda model: model.visual,
     image_text=ImageTextScore(_image_text_logits, _tokenize, takes_attention_mask=False, context=_context),

@@ -14,7 +14,7 @@ from torch import nn
 from vitroll.checkpoints import load_state, read_checkpoint
 from vitroll.errors import ModelLoadError
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
-from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip
+from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip, check_open_clip_name
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of, refuse_unexplained_name
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
 from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
@@ -150,8 +150,9 @@ def load_model(
         if num_classes is not None or model_kwargs:
             raise ModelLoadError(f"{name}: an open_clip model takes its size from its architecture; --num-classes "
                                  "and the timm size options do not apply")
+        check_open_clip_name(name, pretrained=pretrained)  # before the checkpoint is read
         state = _read_if_given(checkpoint, trust_checkpoint)
-        model = build_open_clip(name, pretrained=pretrained)
+        model = build_open_clip(name)
         if state is not None:
             load_state(model, state, checkpoint)
         return model.eval().to(device)

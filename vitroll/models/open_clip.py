@@ -6,16 +6,28 @@ import difflib
 
 from torch import nn
 
-from vitroll.adapters.open_clip import DEFAULT_VOCAB_SIZE
+from vitroll.adapters.open_clip import DEFAULT_VOCAB_SIZE, NO_TOKEN_ATTENTION, RESNET_REFUSAL
 from vitroll.adapters.tokenizers import use_tokenizer
-from vitroll.errors import ModelLoadError
+from vitroll.capture.families import refusal_of_module
+from vitroll.errors import ModelLoadError, UnsupportedModelError
 from vitroll.models import hub
+from vitroll.models.timm import unexplained_module
 
 OPEN_CLIP_PREFIX = "open_clip:"
 
 
-def build_open_clip(name: str, *, pretrained: bool) -> nn.Module:
-    """``open_clip.create_model(ARCH)`` for ``open_clip:ARCH`` (random weights; ``--checkpoint`` gives them)."""
+def check_open_clip_name(name: str, *, pretrained: bool) -> None:
+    """Refuse ``open_clip:ARCH`` before anything is built or read: open_clip missing, pretrained tags (a download),
+    an unknown architecture, or a vision tower vitroll cannot explain (a ResNet; a timm trunk of no family: ConvNeXt,
+    Swin), decided from the architecture's config.
+
+    Raises
+    ------
+    ModelLoadError
+        For the first three.
+    UnsupportedModelError
+        For the tower, in one line saying why.
+    """
     architecture = name.removeprefix(OPEN_CLIP_PREFIX)
     try:
         import open_clip
@@ -28,6 +40,22 @@ def build_open_clip(name: str, *, pretrained: bool) -> nn.Module:
         close = difflib.get_close_matches(architecture, open_clip.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ModelLoadError(f"unknown open_clip model {architecture!r}{hint}")
+    vision = open_clip.get_model_config(architecture)["vision_cfg"]
+    if isinstance(vision.get("layers"), (list, tuple)):
+        raise UnsupportedModelError(f"{name}: {RESNET_REFUSAL}")
+    trunk = vision.get("timm_model_name")
+    module_name = unexplained_module(trunk) if trunk else None
+    if module_name is not None:
+        reason = refusal_of_module(module_name) or f"it {NO_TOKEN_ATTENTION}"
+        raise UnsupportedModelError(f"{name}: its vision tower is timm's {trunk} ({module_name}): {reason}")
+
+
+def build_open_clip(name: str) -> nn.Module:
+    """``open_clip.create_model(ARCH)`` for ``open_clip:ARCH`` (random weights; ``--checkpoint`` gives them), after
+    :func:`check_open_clip_name`."""
+    import open_clip
+
+    architecture = name.removeprefix(OPEN_CLIP_PREFIX)
     model = open_clip.create_model(architecture, pretrained=None)
     _use_cached_tokenizer(model, architecture)
     return model

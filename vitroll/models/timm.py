@@ -71,19 +71,29 @@ def refuse_unexplained_name(name: str) -> None:
     family's model class (or a subclass of one), no model it builds can be explained. A module that holds one is left
     to the built model to decide.
     """
-    import timm
-
     architecture = _hub_architecture(name) if hub.is_hub_name(name) else name
-    if not timm.is_model(architecture):
-        return
-    module_name = timm.models.model_entrypoint(architecture).__module__
-    family_types = tuple(imported_types(tuple(kind for family in FAMILIES for kind in family.model_types)))
-    if any(inspect.isclass(member) and issubclass(member, family_types)
-           for member in vars(sys.modules[module_name]).values()):
+    module_name = unexplained_module(architecture)
+    if module_name is None:
         return
     what = f"{name} ({architecture}, {module_name})" if architecture != name else f"{name} ({module_name})"
     reason = refusal_of_module(module_name)
     raise UnsupportedModelError(f"{what}: {reason}" if reason else unsupported_message(what, timm_only=True))
+
+
+def unexplained_module(architecture: str) -> Optional[str]:
+    """The timm module defining the entrypoint of ``architecture`` when none of the classes it holds is a family's
+    model class (or a subclass of one): no model it builds can be explained. None for a module that holds one (the
+    built model decides) or a name that is no timm model."""
+    import timm
+
+    if not timm.is_model(architecture):
+        return None
+    module_name = timm.models.model_entrypoint(architecture).__module__
+    family_types = tuple(imported_types(tuple(kind for family in FAMILIES for kind in family.model_types)))
+    if any(inspect.isclass(member) and issubclass(member, family_types)
+           for member in vars(sys.modules[module_name]).values()):
+        return None
+    return module_name
 
 
 def _hub_architecture(name: str) -> str:
