@@ -49,7 +49,8 @@ from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 _MODELS = "transformers.models"
 
 def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    pooled = "token_mean" if getattr(model.config, "classifier_pooling", None) == "mean" else "class_token"  # ModernBERT
+    # ModernBERT's classifier may pool the mean of the tokens
+    pooled = "token_mean" if getattr(model.config, "classifier_pooling", None) == "mean" else "class_token"
     readout = batch.readout or (pooled if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
         raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
@@ -57,18 +58,24 @@ def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
     return TokenLayout(0, readout, None, token_mask=batch.real, positions=positions)
 
 
-def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
+def _position_layout(batch: TokenBatch, positions: Callable[[], torch.Tensor], explained: str,
+                     other_readout: str) -> TokenLayout:
+    """The layout that reads one row per text, at ``positions()`` (B,); another ``readout`` option is refused, in
+    words saying how the model is ``explained`` and what an ``other_readout`` would do."""
     if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
-        raise OptionValueError(f"a causal language model is explained at one position (readout='position'); a "
-                         f"{batch.readout!r} readout mixes rows that see different prefixes")
-    return TokenLayout(0, "position", None, token_mask=batch.real, positions=batch.explained_positions())
+        raise OptionValueError(f"{explained} (readout='position'); a {batch.readout!r} readout {other_readout}")
+    return TokenLayout(0, "position", None, token_mask=batch.real, positions=positions())
+
+
+def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    return _position_layout(batch, batch.explained_positions, "a causal language model is explained at one position",
+                            "mixes rows that see different prefixes")
 
 
 def _decoder_classifier_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
-        raise OptionValueError(f"a causal sequence classifier reads one token's row (readout='position'); a "
-                               f"{batch.readout!r} readout mixes rows that see different prefixes")
-    return TokenLayout(0, "position", None, token_mask=batch.real, positions=_classifier_positions(model, batch))
+    return _position_layout(batch, lambda: _classifier_positions(model, batch),
+                            "a causal sequence classifier reads one token's row",
+                            "mixes rows that see different prefixes")
 
 
 def _classifier_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -96,10 +103,9 @@ def _decoder_classifier_logits(model: nn.Module, batch: TokenBatch) -> torch.Ten
 
 
 def _masked_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    if batch.readout not in (None, "position"):  # the option's mistake, the same for every text: one error
-        raise OptionValueError(f"a masked language model is explained at the token it predicts (readout='position'); "
-                               f"a {batch.readout!r} readout reads rows its prediction does not")
-    return TokenLayout(0, "position", None, token_mask=batch.real, positions=_masked_positions(model, batch))
+    return _position_layout(batch, lambda: _masked_positions(model, batch),
+                            "a masked language model is explained at the token it predicts",
+                            "reads rows its prediction does not")
 
 
 def _masked_positions(model: nn.Module, batch: TokenBatch) -> torch.Tensor:

@@ -9,6 +9,6 @@ from vitroll.capture.recorder import AttentionRecorder, attach_sdpa_call, attent
 
 __all__ = [
     "FAMILIES", "HEAD_FUSIONS", "READOUTS", "AttentionReadout", "AttentionRecorder", "FactoredAttention", "ModelFamily",
-    "TokenLayout", "attach_sdpa_call", "attention_probabilities", "attention_with_log_normalizer", "family_of", "fuse_heads", "readout_for",
-    "without_autocast",
+    "TokenLayout", "attach_sdpa_call", "attention_probabilities", "attention_with_log_normalizer", "family_of",
+    "fuse_heads", "readout_for", "without_autocast",
 ]

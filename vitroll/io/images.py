@@ -124,8 +124,8 @@ def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str, *,
                  decoded_from: str = "RGB") -> Optional[Image.Image]:
     """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
     it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a
-    mode (``decoded_from``) the profile no longer describes. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name``
-    and gives None.
+    mode (``decoded_from``) the profile no longer describes. A profile LittleCMS cannot use prints one
+    ``vitroll: warning:`` line naming ``name`` and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
