@@ -22,9 +22,8 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.image_text import register_dual_encoder, warn_cut_texts
+from vitroll.adapters.image_text import inner_model_capture, register_dual_encoder, warn_cut_texts
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.adapters.image_text import inner_model_capture
 from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout, add_refusal, refusal_of, registered_family
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing

@@ -235,12 +235,11 @@ register_family(
 
 _NO_SEQUENCE = ("no single token sequence runs from the image to the class score for rollout to follow; use Grad-CAM "
                 "(pip install grad-cam)")
+_SWIN = "attends within shifted windows and merges patches between stages"
 _REFUSED = (
-    ("swin_transformer.SwinTransformer", "Swin attends within shifted windows and merges patches between stages"),
-    ("swin_transformer_v2.SwinTransformerV2", "Swin V2 attends within shifted windows and merges patches between "
-                                              "stages"),
-    ("swin_transformer_v2_cr.SwinTransformerV2Cr", "Swin V2 attends within shifted windows and merges patches "
-                                                   "between stages"),
+    ("swin_transformer.SwinTransformer", f"Swin {_SWIN}"),
+    ("swin_transformer_v2.SwinTransformerV2", f"Swin V2 {_SWIN}"),
+    ("swin_transformer_v2_cr.SwinTransformerV2Cr", f"Swin V2 {_SWIN}"),
     ("levit.Levit", "LeViT subsamples its tokens between stages"),
     ("mvitv2.MultiScaleVit", "MViTv2 pools its queries, keys and values, shrinking the token grid between stages"),
     ("pit.PoolingVisionTransformer", "PiT pools its tokens into a coarser grid between stages"),

@@ -35,7 +35,8 @@ def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
     different inputs get different maps; the content is read before the cast to the model's dtype, so a float16 or
     bfloat16 copy of the model draws the same map for the same image. For a text model, random token scores (B, L)
-    from the real tokens' ids, padded positions 0. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
+    from the real tokens' ids, padded positions 0. ``inputs`` as for every method
+    (:data:`~vitroll.methods.inputs.Inputs`).
 
     Parameters
     ----------

@@ -201,8 +201,8 @@ def _refuse_unread_text_head(name: str, config: object) -> None:
 
 def _refuse_unread_captioner(name: str, config: object) -> None:
     """Refuse, before any weights are read, a captioner whose image encoder or text decoder vitroll does not read (a
-    TrOCR or RoBERTa decoder, a Swin encoder): built, it failed on transformers' attention support or was said to
-    lack a cross-attention it has."""
+    TrOCR or RoBERTa decoder, a Swin encoder): built, it would fail on transformers' attention support, or be refused
+    later for a wrong reason (a cross-attention it has said to be missing)."""
     if config.model_type not in CAPTIONER_MODEL_TYPES:
         return
     encoder, decoder = config.encoder.model_type, config.decoder.model_type
@@ -251,7 +251,7 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
         # a saved …Backbone is built as itself: as its bare model (BeitModel) it gained a pooler of random weights
         backbones = [cls for cls in named if cls.__name__.endswith("Backbone")]
         # a pre-training model (ViTMAEForPreTraining) is built whole and its encoder kept: built as the encoder alone,
-        # transformers printed a load report of every decoder weight it left out
+        # transformers would report every decoder weight it leaves out
         pretraining = [cls for cls in named if cls.__name__.endswith(PRETRAINING_HEADS)]
         return [*backbones, *pretraining, transformers.AutoModel, *named]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
