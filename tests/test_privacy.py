@@ -121,6 +121,18 @@ def test_annotate_refuses_dicom_inputs_before_writing_their_names(tmp_path, dual
     assert not (out / "overlays").exists()
 
 
+def test_annotate_names_one_other_dicom_file_in_the_singular(tmp_path):
+    from types import SimpleNamespace
+
+    from vitroll.errors import ImageReadError
+    from vitroll.pipelines.folder import _refuse_dicom
+
+    for name in ("a.dcm", "b.dcm"):
+        write_dicom(tmp_path / name, body_phantom())
+    with pytest.raises(ImageReadError, match="leave it and the other DICOM file out of annotate's inputs$"):
+        _refuse_dicom([SimpleNamespace(path=tmp_path / name) for name in ("a.dcm", "b.dcm")])
+
+
 def test_audit_draws_the_pixel_data_alone_not_a_dicom_overlay_plane(tmp_path):
     """An overlay plane (60xx OverlayData: annotations, at times typed names) is not drawn: the report's images
     equal those of the same file without it."""

@@ -176,10 +176,10 @@ def _outline(thumb: np.ndarray, mask: np.ndarray, colour: tuple[int, int, int]) 
 
 def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndarray], annotations: np.ndarray,
               roi: Optional[np.ndarray], size: int, text_mask: Optional[np.ndarray] = None) -> bytes:
-    """A PNG (no metadata) of the overlay scaled to longer side ``size``, with outlines (no body outline where
-    ``body`` is None) and a cross at the peak. Inside ``text_mask`` (H, W), the burned-in text filled in
-    ``overlaid``, the outlines are filled again: the body outline found on the original pixels follows the strokes
-    of letters that touch the body."""
+    """A PNG (no metadata but its ``sRGB`` chunk) of the overlay scaled to longer side ``size``, with outlines (no body
+    outline where ``body`` is None) and a cross at the peak. Inside ``text_mask`` (H, W), the burned-in text filled in
+    ``overlaid``, the outlines are filled again: the body outline found on the original pixels follows the strokes of
+    letters that touch the body."""
     height, width = overlaid.shape[:2]
     scale = size / max(height, width)
     thumb_hw = (max(1, round(height * scale)), max(1, round(width * scale)))

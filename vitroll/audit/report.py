@@ -1,9 +1,9 @@
 """The audit report: one self-contained HTML page (inline PNGs, a tiny table sorter), a CSV and a JSON file.
 
 Nothing here reads a DICOM header: rows carry only salted keys, whitelisted fields and numbers, unless the user
-passed ``--keep-ids``. PNGs are encoded without metadata chunks; the thumbnails embedded here are made from overlays
-whose burned-in text is already filled, and each row says how many text regions were filled and why its pixels were
-(or were not) searched.
+passed ``--keep-ids``. PNGs are encoded without metadata chunks (but ``sRGB``, :func:`~vitroll.io.images.srgb_tagged`);
+the thumbnails embedded here are made from overlays whose burned-in text is already filled, and each row says how
+many text regions were filled and why its pixels were (or were not) searched.
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ def _json_safe(value: object) -> object:
 
 
 def histograms(report: AuditReport) -> Optional[bytes]:
-    """One PNG (no metadata) with a histogram per metric, the flag threshold marked on the outside-body panel."""
+    """One PNG (no metadata but ``sRGB``) with a histogram per metric, the flag threshold marked on the outside-body
+    panel."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

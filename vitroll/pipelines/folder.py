@@ -328,7 +328,8 @@ def _refuse_dicom(todo: list[InputItem]) -> None:
     and the gallery."""
     dicom = [item for item in todo if is_dicom(item.path)]
     if dicom:
-        which = "it" if len(dicom) == 1 else f"it and the {len(dicom) - 1} other DICOM files"
+        others = len(dicom) - 1
+        which = {0: "it", 1: "it and the other DICOM file"}.get(others, f"it and the {others} other DICOM files")
         raise ImageReadError(dicom[0].path, f"{DICOM_HERE}; leave {which} out of annotate's inputs")
 
 
