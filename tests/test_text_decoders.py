@@ -12,6 +12,7 @@ import torch
 import transformers
 
 import vitroll
+from vitroll.adapters import transformers as hf_adapter
 from test_text import IDS, IDS_REAL, MASK, chain, compare, eager_alone, left_padded
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import model_logits
@@ -354,3 +355,13 @@ def test_a_predicted_id_past_the_tokenizers_end_reads_as_not_in_the_tokenizer(tm
     assert report["texts"][0]["next_token"] == "<id 37: not in the tokenizer>"
     assert "next token: <b><bdi>&lt;id 37: not in the tokenizer&gt;</bdi></b>" in (
         tmp_path / "out" / "text.html").read_text()
+
+
+def test_query_heads_that_are_no_multiple_of_the_key_value_heads_are_refused_in_their_words():
+    module = torch.nn.Identity()
+    hf_adapter._SINKS[module] = object()  # being recorded; the check comes before the sink is used
+    query, key = torch.zeros(1, 3, 4, 8), torch.zeros(1, 2, 4, 8)
+    with pytest.raises(vitroll.UnsupportedModelError) as raised:
+        hf_adapter._vitroll_attention(module, query, key, key, None, scaling=1.0)
+    assert str(raised.value) == ("Identity has 3 query heads for 2 key/value heads, not a multiple: no grouping of "
+                                 "the key/value heads gives each query head its own")

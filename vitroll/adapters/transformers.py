@@ -56,10 +56,14 @@ def _vitroll_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     cross = is_cross_attention(module)
-    if dropout or query.shape[1] % key.shape[1] or (key.shape[2] != query.shape[2] and not cross):
+    if dropout or (key.shape[2] != query.shape[2] and not cross):
         raise UnsupportedModelError(
             f"{type(module).__name__} attends with dropout or cached keys; vitroll records attention in eval mode "
             "without a cache only")
+    if query.shape[1] % key.shape[1]:
+        raise UnsupportedModelError(
+            f"{type(module).__name__} has {query.shape[1]} query heads for {key.shape[1]} key/value heads, not a "
+            "multiple: no grouping of the key/value heads gives each query head its own")
     if kwargs.get("softcap") is not None:
         raise UnsupportedModelError(
             f"{type(module).__name__} soft-caps its attention logits (softcap={kwargs['softcap']}: tanh before the "
