@@ -176,6 +176,16 @@ def test_a_file_named_like_an_option_is_named_in_the_error(tmp_path, capsys, mon
     assert code == 0 and out.startswith("-scan.png -> out/-scan_attention.png"), err
 
 
+def test_a_file_named_like_an_option_after_the_double_dash_gets_no_hint(tmp_path, capsys, monkeypatch):
+    """After ``--`` it is an input already: another error must not tell the user to put it there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-scan.png").touch()
+    with pytest.raises(SystemExit):
+        main(["overlay", "--method", "nope", "--", "-scan.png"])
+    error = one_error_line(capsys.readouterr().err)
+    assert "invalid choice: 'nope'" in error and "read as an option" not in error
+
+
 def test_inputs_named_near_the_file_systems_limit_get_short_distinct_stable_output_names(tmp_path, capsys):
     stems = ["漢" * 82 + "a", "漢" * 82 + "b"]  # 247 bytes of UTF-8 each: their _attention.png did not fit
     for stem in stems:

@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
     parser.add_argument("--disagree-below", type=number(),
-                        help="mark rows whose --compare-with agreement is below this as disagrees=true (default 0)")
+                        help="mark rows whose --compare-with agreement is below this as disagrees=true "
+                             f"(default {AnnotateOptions.disagree_below:g})")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

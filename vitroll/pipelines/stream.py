@@ -53,6 +53,7 @@ class Frame:
 
     @property
     def shown(self) -> np.ndarray:
+        """(H, W, 3) uint8: what the map is drawn on, ``display`` when given, else ``image``."""
         return self.image if self.display is None else self.display
 
 
