@@ -4,6 +4,7 @@ computed by hand from the eager attentions of each text alone, with padding on e
 
 from __future__ import annotations
 
+import copy
 import re
 
 import numpy as np
@@ -365,3 +366,22 @@ def test_query_heads_that_are_no_multiple_of_the_key_value_heads_are_refused_in_
         hf_adapter._vitroll_attention(module, query, key, key, None, scaling=1.0)
     assert str(raised.value) == ("Identity has 3 query heads for 2 key/value heads, not a multiple: no grouping of "
                                  "the key/value heads gives each query head its own")
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_a_bidirectional_gemma3_embedder_is_read_at_the_mean_of_its_tokens(padding):
+    # EmbeddingGemma: Gemma 3's text model attending both ways, embedding a text by the mean of its tokens
+    torch.manual_seed(0)
+    config = CONFIGS["gemma3_text"](attn_implementation="sdpa", use_bidirectional_attention=True)
+    model = transformers.AutoModel.from_config(config).eval()
+    ids, mask = (torch.tensor(IDS), torch.tensor(MASK)) if padding == "right" else left_padded()
+    scores = vitroll.rollout(model, ids, attention_mask=mask)
+    reference = copy.deepcopy(model).double()
+    reference.config._attn_implementation = "eager"
+    expected = []
+    for text in IDS_REAL:
+        with torch.no_grad():
+            attentions = reference(input_ids=torch.tensor([text]), output_attentions=True).attentions
+        assert (attentions[-1][0] > 0).all()  # every token sees every other: no causal mask
+        expected.append(chain([a[0].mean(dim=0).numpy() for a in attentions], None))
+    compare(scores, expected, mask)

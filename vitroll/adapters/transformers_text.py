@@ -49,8 +49,9 @@ from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 _MODELS = "transformers.models"
 
 def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
-    # ModernBERT's classifier may pool the mean of the tokens
-    pooled = "token_mean" if getattr(model.config, "classifier_pooling", None) == "mean" else "class_token"
+    # ModernBERT's classifier may pool the mean of the tokens; a bidirectional decoder (EmbeddingGemma) embeds by it
+    pooled = ("token_mean" if getattr(model.config, "classifier_pooling", None) == "mean"
+              or _is_bidirectional_embedder(model) else "class_token")
     readout = batch.readout or (pooled if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
         raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
@@ -67,7 +68,15 @@ def _position_layout(batch: TokenBatch, positions: Callable[[], torch.Tensor], e
     return TokenLayout(0, "position", None, token_mask=batch.real, positions=positions())
 
 
-def _decoder_layout(_model: nn.Module, batch: TokenBatch) -> TokenLayout:
+def _is_bidirectional_embedder(model: nn.Module) -> bool:
+    """Whether ``model`` is a bare decoder made to attend both ways (Gemma 3's ``use_bidirectional_attention``, as
+    EmbeddingGemma is saved): every token sees every other, and it embeds a text by the mean of its tokens."""
+    return bool(getattr(model.config, "use_bidirectional_attention", False)) and not hasattr(model, "lm_head")
+
+
+def _decoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
+    if _is_bidirectional_embedder(model):
+        return _encoder_layout(model, batch)
     return _position_layout(batch, batch.explained_positions, "a causal language model is explained at one position",
                             "mixes rows that see different prefixes")
 
