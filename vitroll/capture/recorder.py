@@ -192,12 +192,15 @@ class AttentionRecorder:
             raise UnsupportedModelError(
                 f"family {self.family.name!r}: attention_modules gave no modules for this {type(model).__name__}; "
                 "it must list the attention module of each layer, in forward order")
-        # a module shared by several layers (ALBERT's) is recorded per call, through its custom readout only
-        first_index = {id(module): index for index, module in reversed(list(enumerate(self._modules)))}
-        repeated = [(first_index[id(module)], index) for index, module in enumerate(self._modules)
-                    if first_index[id(module)] != index and readout_for(module).attach is None]
+        # a module shared by several layers (ALBERT's) runs once for each, recorded per call through its custom
+        # readout only
+        self._layers_of: dict[nn.Module, list[int]] = {}
+        for index, module in enumerate(self._modules):
+            self._layers_of.setdefault(module, []).append(index)
+        repeated = [indices[:2] for module, indices in self._layers_of.items()
+                    if len(indices) > 1 and readout_for(module).attach is None]
         if repeated:
-            first, again = repeated[0]
+            first, again = min(repeated, key=lambda pair: pair[1])
             raise UnsupportedModelError(
                 f"family {self.family.name!r}: attention_modules lists the same {type(self._modules[first]).__name__} "
                 f"at positions {first} and {again}; it must list each layer's own attention module once")
@@ -214,10 +217,7 @@ class AttentionRecorder:
     # -- context management -------------------------------------------------------------------------
     def __enter__(self) -> "AttentionRecorder":
         try:
-            layers_of: dict[nn.Module, list[int]] = {}  # a module shared by several layers runs once for each
-            for index, module in enumerate(self._modules):
-                layers_of.setdefault(module, []).append(index)
-            for module, indices in layers_of.items():
+            for module, indices in self._layers_of.items():
                 self._undo.append(module.register_forward_pre_hook(self._note_call(indices)).remove)
                 self._attach(indices, module, readout_for(module))
             for index, module in enumerate(self._readout_modules):
