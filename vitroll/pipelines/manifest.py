@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
 from vitroll.io import write_atomic
-from vitroll.io.names import readable
+from vitroll.io.names import READABLE
 
 MANIFEST = "manifest.jsonl"
 SETTINGS = "settings.json"
@@ -209,7 +209,7 @@ def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str,
     final = sorted(latest_rows(rows).values(), key=lambda row: row["path"])
     write_rows(out_dir / MANIFEST, final)
     # a path that is not UTF-8 on disk is spelt with \\x escapes: manifest.jsonl keeps its bytes exactly
-    write_atomic(out_dir / "manifest.csv", readable(_csv_text(final)).encode("utf-8"))
+    write_atomic(out_dir / "manifest.csv", _csv_text(final).encode("utf-8", READABLE))
     return final
 
 
