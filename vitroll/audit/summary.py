@@ -11,6 +11,7 @@ import numpy as np
 from vitroll.audit.metrics import METRIC_NAMES, group_statistics
 from vitroll.audit.records import AuditOptions, AuditRow
 from vitroll.io.dicom import UNKNOWN
+from vitroll.wording import counted
 
 BORDER_NOTE = 0.25
 """An image is mentioned for its border band when more than this share of its saliency lies there."""
@@ -31,13 +32,6 @@ class Sentence:
 
 def percent(value: float) -> str:
     return f"{100 * value:.0f} %"
-
-
-def counted(number: int, noun: str) -> str:
-    """``1 file``, ``2 files``, ``3 studies``."""
-    if number == 1:
-        return f"{number} {noun}"
-    return f"{number} {noun[:-1]}ies" if noun.endswith("y") else f"{number} {noun}s"
 
 
 def share(part: int, whole: int, noun: str = "images") -> str:

@@ -21,7 +21,6 @@ import sys
 from vitroll.audit.metrics import MaskSource, MetricSettings
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, parse_group_by
-from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_batch_size_argument, add_explain_arguments, add_out_argument, integer, model_from_args, number,
     preprocessing_from_args, provenance_from_args, settings_from_args,
@@ -30,6 +29,7 @@ from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 from vitroll.io.redact import require_text_detector
 from vitroll.models import class_names
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
+from vitroll.wording import counted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

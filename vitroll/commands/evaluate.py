@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_batch_size_argument, add_method_options, add_model_arguments, add_out_argument, integer,
     method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
@@ -28,6 +27,7 @@ from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captio
 from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
 from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
 from vitroll.testbed.model import TESTBED_NAME
+from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
 TESTBEDS = {

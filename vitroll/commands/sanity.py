@@ -8,7 +8,6 @@ import argparse
 
 from PIL import Image
 
-from vitroll.audit.summary import counted
 from vitroll.commands.common import (
     add_batch_size_argument, method_options_from_args, model_from_args, preprocessing_from_args,
 )
@@ -17,6 +16,7 @@ from vitroll.commands.evaluate import (
 )
 from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
 from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
+from vitroll.wording import counted
 
 TESTBED_COUNT = 32
 """How many shapes images ``vitroll sanity`` draws without a FOLDER or ``--testbed N``."""

@@ -17,13 +17,13 @@ import cv2
 import numpy as np
 from torch import nn
 
-from vitroll.audit.summary import counted
 from vitroll.io.discovery import unique_paths
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import counted
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

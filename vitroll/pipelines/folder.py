@@ -45,6 +45,7 @@ from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import counted
 
 SAVE_KINDS = mf.OUTPUT_COLUMNS
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -108,7 +109,7 @@ class RunSummary:
 
     def line(self) -> str:
         state = "interrupted — rerun the same command to resume; " if self.interrupted else ""
-        kept = (f"; {self.kept} row{'s' if self.kept != 1 else ''} of other inputs kept from earlier runs "
+        kept = (f"; {counted(self.kept, 'row')} of other inputs kept from earlier runs "
                 "(in the manifest and the gallery)") if self.kept else ""
         return (f"{state}{self.ok} ok, {self.failed} failed, {self.skipped} skipped (done before), "
                 f"{self.elapsed:.1f} s, {self.images_per_second:.2f} images/s{kept}")

@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Optional
 from vitroll.io.discovery import has_image_suffix, source_files
 from vitroll.io.formats import is_dicom
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
+from vitroll.wording import counted
 
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
@@ -135,6 +136,6 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
         return "no image files in this folder, only in its sub-folders (add --recursive)"
     dicom = sum(is_dicom(file.path) for file in source_files(source, recursive=True, exclude=exclude))
     if dicom:
-        return (f"no image files found, but {dicom} DICOM file{'s' if dicom > 1 else ''}: `vitroll audit` reads "
+        return (f"no image files found, but {counted(dicom, 'DICOM file')}: `vitroll audit` reads "
                 "DICOM and keeps patient data out of its outputs")
     return "no image files found"
