@@ -59,6 +59,9 @@ OVERLAY_MISTAKES = [
     pytest.param(lambda: normalize(GRID, mode="percentile", percentiles=(50, 10)), ValueError,
                  "percentiles must be (low, high)", id="percentiles"),
     pytest.param(lambda: upsample(np.ones((2, 2, 2)), (4, 4)), ValueError, "must be 2-D (h, w)", id="upsample-3d"),
+    pytest.param(lambda: colorize(np.ones((2, 2, 2))), ValueError, "values must be 2-D (h, w)", id="colorize-3d"),
+    pytest.param(lambda: overlay(RGB, torch.ones(2, 2, device="meta")), ValueError,
+                 "heatmap is a tensor on the meta device, which holds no values", id="meta-heatmap"),
 ]
 
 
