@@ -186,7 +186,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 button = gr.Button("Explain", variant="primary")
             with gr.Column(scale=2):
                 with gr.Row():
-                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
+                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
+                                       elem_id="overlay")
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
                                     interactive=False, elem_id="heads")  # each tile is labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")

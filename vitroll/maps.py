@@ -28,7 +28,8 @@ def _cv2_flag(interpolation: str) -> int:
     try:
         return _CV2_INTERPOLATION[interpolation]
     except KeyError:
-        raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; got {interpolation!r}") from None
+        raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; "
+                         f"got {interpolation!r}") from None
 
 
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
@@ -150,7 +151,8 @@ def summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, flo
             "top_mass": float(top.sum(dtype=np.float64)) / total}
 
 
-def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int], cell: tuple[int, int]) -> tuple[float, float, float, float]:
+def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int],
+                         cell: tuple[int, int]) -> tuple[float, float, float, float]:
     """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid."""
     (sy, sx), (crop_top, crop_left) = geometry.scale, geometry.crop_top_left
     cell_h = geometry.input_hw[0] / grid_hw[0]
