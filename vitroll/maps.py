@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 from scipy import special
 
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ def _cv2_flag(interpolation: str) -> int:
     try:
         return _CV2_INTERPOLATION[interpolation]
     except KeyError:
-        raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; got {interpolation!r}") from None
+        raise OptionValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; "
+                               f"got {interpolation!r}") from None
 
 
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
@@ -78,7 +80,7 @@ def normalize(
     """
     low_percentile, high_percentile = percentiles
     if not 0 <= low_percentile < high_percentile <= 100:
-        raise ValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
+        raise OptionValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
     saliency = scaled_into_float32(saliency)
     finite = saliency[np.isfinite(saliency)]
     if finite.size == 0:
@@ -90,7 +92,7 @@ def normalize(
         if high <= low:  # all but a few values are equal: those few are the map, not outliers to clip away
             low, high = float(finite.min()), float(finite.max())
     else:
-        raise ValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
+        raise OptionValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
     if high <= low:
         return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
     return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
@@ -180,9 +182,9 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
     ValueError otherwise); more than the grid has gives every cell.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
+        raise InputTypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
     if k < 0:
-        raise ValueError(f"k must be >= 0 (how many patches); got {k}")
+        raise OptionValueError(f"k must be >= 0 (how many patches); got {k}")
     grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
     order = np.argsort(-flat, kind="stable")[:k]
@@ -218,11 +220,11 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
     kind = "f" if hasattr(saliency, "detach") and not saliency.is_complex() else np.asarray(saliency).dtype.kind
     if kind not in "biuf":
         held = f"{saliency.dtype}" if hasattr(saliency, "dtype") else f"a {type(saliency).__name__}"
-        raise ValueError(f"{name} must hold real numbers (float, int or bool); got {held}")
+        raise InputValueError(f"{name} must hold real numbers (float, int or bool); got {held}")
     values = as_numpy(saliency, dtype)
     if values.ndim != 2 or 0 in values.shape:
         batch = "; a batch of maps? pass one of them, e.g. maps[0]" if values.ndim == 3 else ""
-        raise ValueError(f"{name} must be 2-D (h, w), h and w ≥ 1; got shape {values.shape}{batch}")
+        raise InputValueError(f"{name} must be 2-D (h, w), h and w ≥ 1; got shape {values.shape}{batch}")
     return values
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.io.names import readable
 from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, upsample
 
@@ -34,8 +35,8 @@ def lookup_table(cmap: "str | Colormap") -> np.ndarray:
     if isinstance(cmap, Colormap):
         return _table(cmap)
     if not isinstance(cmap, str):
-        raise TypeError(f"cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; got "
-                        f"{type(cmap).__name__}")
+        raise InputTypeError(f"cmap must be a matplotlib colormap name or a matplotlib.colors.Colormap; got "
+                             f"{type(cmap).__name__}")
     return _named_table(cmap)
 
 
@@ -51,7 +52,7 @@ def _named_table(cmap: str) -> np.ndarray:
         by_lower = {name.lower(): name for name in matplotlib.colormaps}
         close = [by_lower[name] for name in difflib.get_close_matches(cmap.lower(), by_lower, n=3, cutoff=0.75)]
         hint = f"did you mean {', '.join(close)}?" if close else "e.g. jet, viridis, inferno, gray"
-        raise ValueError(f"unknown matplotlib colormap {cmap!r} ({hint})") from None
+        raise OptionValueError(f"unknown matplotlib colormap {cmap!r} ({hint})") from None
     return _table(colormap)
 
 
@@ -92,9 +93,9 @@ def blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: Optional[n
     import cv2
 
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a number in [0, 1]; got {type(alpha).__name__} {alpha!r}")
+        raise InputTypeError(f"alpha must be a number in [0, 1]; got {type(alpha).__name__} {alpha!r}")
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+        raise OptionValueError(f"alpha must be in [0, 1]; got {alpha}")
     # OpenCV's saturating uint8 arithmetic: 30× faster than NumPy's float32 pass on a 6000×4000 image (0.1 s vs 3 s)
     out = cv2.addWeighted(image, 1.0 - alpha, colors, alpha, 0.0)
     if where is not None:
@@ -112,7 +113,8 @@ def rgb_uint8(image: np.ndarray) -> np.ndarray:
     """
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or 0 in image.shape:
-        raise ValueError(f"image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got {image.dtype} {image.shape}")
+        raise InputValueError(f"image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; "
+                              f"got {image.dtype} {image.shape}")
     return image
 
 
@@ -151,10 +153,10 @@ def overlay(
 
     Raises
     ------
-    ValueError
+    VitrollError, also a ValueError
         For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D or holds no real numbers, an
         ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization.
-    TypeError
+    VitrollError, also a TypeError
         For an ``alpha`` or ``cmap`` of another type.
     """
     image = rgb_uint8(image)
