@@ -470,6 +470,25 @@ def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
         legend.value)  # an unknown --cmap: tests/test_mistakes.py
 
 
+def test_the_command_draws_with_alpha_upsample_and_normalize_as_overlay_does(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    drawn_with = []
+    monkeypatch.setattr(command, "build_app", lambda model, **options: drawn_with.append(options["settings"]))
+    monkeypatch.setattr(command, "serve", lambda app, **_: None)
+    assert main(["app", "--alpha", "0.2", "--upsample", "nearest", "--normalize", "percentile"]) == 0
+    assert drawn_with == [ExplainSettings(alpha=0.2, interpolation="nearest", normalization="percentile")]
+    assert main(["app"]) == 0 and drawn_with[1] == ExplainSettings()  # overlay's defaults
+    capsys.readouterr()
+    for mistake in (["--alpha", "2"], ["--upsample", "cubic"], ["--normalize", "robust"]):
+        for command_line in (["app", *mistake], ["overlay", str(CROSS), *mistake]):
+            with pytest.raises(SystemExit) as usage_error:
+                main(command_line)
+            assert usage_error.value.code == 2
+        in_app, in_overlay = capsys.readouterr().err.splitlines()
+        assert in_app == in_overlay.replace("overlay", "app"), mistake
+
+
 def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):
     assert main(["app", "--examples", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == f"vitroll: error: app: --examples {tmp_path / 'nope'} is not a folder\n"
