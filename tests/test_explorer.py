@@ -90,20 +90,39 @@ def test_a_single_head_is_that_heads_attention_and_the_grid_shows_every_head_of_
 
 
 
-def test_head_labels_of_a_very_tall_image_stay_in_their_own_cells():
-    image = np.full((1200, 60, 3), 200, np.uint8)  # tiles 8 pixels wide under labels 38 pixels wide
+def test_head_labels_of_a_tall_image_stay_in_their_own_cells():
+    image = np.full((1200, 400, 3), 200, np.uint8)  # tiles 33 pixels wide under labels 38 pixels wide
     geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
     heads = np.random.default_rng(0).random((12, *GRID)).astype(np.float32)
-    tiles = head_grid(image, heads, geometry, ExplainSettings())
+    tiles = head_grid(image, heads, geometry, ExplainSettings(), tile_side=100)
     ink = tiles.min(axis=2) < 128
     cell = (tiles.shape[1] - 4) // 4  # 4 columns of cells, each its label's width and a 4-pixel gap
     assert cell >= 38 + 4 and tiles.shape[1] == 4 * cell + 4
     for row in range(3):
-        band = ink[4 + row * (160 + 14 + 4):][:14]  # the labels' line of this row of tiles
+        band = ink[4 + row * (100 + 14 + 4):][:14]  # the labels' line of this row of tiles
         for column in range(4):
             left = 4 + column * cell
             assert band[:, left:left + cell - 4].any()  # "head k" is drawn in its cell
             assert not band[:, left + cell - 4:left + cell].any()  # and never reaches the gap to the next one
+
+@pytest.mark.parametrize("crop_mode", ["center", "squash"])
+@pytest.mark.parametrize("height, width", [(1200, 60), (400, 1), (1, 400)])
+def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, width, crop_mode):
+    """A thumbnail of all of a 1×400 strip is one pixel across: each tile shows the model's input instead, every
+    pixel of it under its head's map."""
+    image = np.full((height, width, 3), 128, np.uint8)
+    geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3,
+                             crop_mode=crop_mode).geometry(image.shape[:2])
+    heads = np.zeros((4, *GRID), np.float32)
+    heads[:, :, :4] = 1.0  # each head's left half high: red over the grey, the right half blue
+    tiles = head_grid(image, heads, geometry, ExplainSettings(alpha=1.0))
+    assert tiles.shape == (4 + 2 * (14 + 160 + 4), 4 + 2 * (160 + 4), 3)
+    for top, left in ((4 + 14, 4), (4 + 14, 4 + 164), (4 + 178 + 14, 4), (4 + 178 + 14, 4 + 164)):
+        tile = tiles[top:top + 160, left:left + 160].astype(int)
+        red, blue = tile[:, :70], tile[:, 90:]
+        assert (red[..., 0] > 100).all() and (red[..., 2] < 50).all(), (top, left)
+        assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
+
 
 def test_the_target_class_changes_a_gradient_methods_map_as_the_reference_says(model, image, batch):
     tensor, _ = batch
@@ -468,6 +487,25 @@ def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
     legend, = [block for block in served_pages[0].blocks.values() if getattr(block, "elem_id", None) == "legend"]
     assert menu.value == "coolwarm" and ("coolwarm", "coolwarm") in menu.choices and "colormap <b>coolwarm</b>" in (
         legend.value)  # an unknown --cmap: tests/test_mistakes.py
+
+
+def test_the_command_draws_with_alpha_upsample_and_normalize_as_overlay_does(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    drawn_with = []
+    monkeypatch.setattr(command, "build_app", lambda model, **options: drawn_with.append(options["settings"]))
+    monkeypatch.setattr(command, "serve", lambda app, **_: None)
+    assert main(["app", "--alpha", "0.2", "--upsample", "nearest", "--normalize", "percentile"]) == 0
+    assert drawn_with == [ExplainSettings(alpha=0.2, interpolation="nearest", normalization="percentile")]
+    assert main(["app"]) == 0 and drawn_with[1] == ExplainSettings()  # overlay's defaults
+    capsys.readouterr()
+    for mistake in (["--alpha", "2"], ["--upsample", "cubic"], ["--normalize", "robust"]):
+        for command_line in (["app", *mistake], ["overlay", str(CROSS), *mistake]):
+            with pytest.raises(SystemExit) as usage_error:
+                main(command_line)
+            assert usage_error.value.code == 2
+        in_app, in_overlay = capsys.readouterr().err.splitlines()
+        assert in_app == in_overlay.replace("overlay", "app"), mistake
 
 
 def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):

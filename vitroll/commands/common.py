@@ -282,18 +282,28 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
     """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
     group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    add_alpha_argument(group)
+
+
+def add_alpha_argument(group: "argparse._ActionsContainer") -> None:
+    """``--alpha``: the opacity of a map over its image."""
     group.add_argument("--alpha", type=number(0, 1), default=0.5,
                        help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
 
 
-def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("rendering")
-    add_colour_arguments(group)
+def add_map_scaling_arguments(group: "argparse._ActionsContainer") -> None:
+    """``--upsample`` and ``--normalize``: how a patch-grid map is brought to the image's pixels and to [0, 1]."""
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"),
                        help="how the patch-grid map is resized to the image (default: %(default)s)")
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"),
                        help="scale each map to [0, 1] from its min and max, or from its 1st and 99th percentiles, "
                             "robust to a few extreme patches (default: %(default)s)")
+
+
+def add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("rendering")
+    add_colour_arguments(group)
+    add_map_scaling_arguments(group)
     group.add_argument("--key-patches", type=integer(0), default=0, metavar="K",
                        help="outline the K highest-scoring patches (default: %(default)s, none)")
 
