@@ -512,3 +512,28 @@ def test_files_decode_with_stderr_closed(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             preexec_fn=lambda: os.close(2))
     assert result.stdout == "(64, 64, 3)\n"
+
+
+def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
+    """Without the ``dicom`` extra's decoders, the reason says which command installs them and names python-gdcm by its
+    name on PyPI (pydicom calls it ``gdcm``, and ``pip install gdcm`` does not install it)."""
+    import subprocess
+
+    from pydicom.data import get_testdata_file
+
+    script = (
+        "import sys\n"
+        "for name in ('gdcm', 'pylibjpeg', 'openjpeg', 'rle', 'libjpeg'): sys.modules[name] = None\n"
+        "from vitroll.errors import ImageReadError\n"
+        "from vitroll.io.dicom import read_dicom\n"
+        "for path in sys.argv[1:]:\n"
+        "    try: read_dicom(path)\n"
+        "    except ImageReadError as error: print(error.reason)\n")
+    files = [get_testdata_file(name) for name in ("MR_small_jpeg_ls_lossless.dcm", "JPEG2000.dcm")]
+    result = subprocess.run([sys.executable, "-c", script, *files], stdout=subprocess.PIPE, text=True, check=True)
+    [jpeg_ls] = result.stdout.splitlines()  # Pillow, a dependency, reads the JPEG 2000 file
+    assert jpeg_ls.endswith(
+        "; pip install \"vitroll[dicom]\" adds pydicom's gdcm plugin (python-gdcm>=3.0.10), which would try it; "
+        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
+        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it); pyjpegls plugin would also try it, with "
+        "numpy and pyjpegls>=1.2."), jpeg_ls

@@ -489,23 +489,59 @@ def _sop_class_name(dataset: "Dataset") -> str:
 UNBUNDLED_DECODERS = {"pylibjpeg-libjpeg": "GPL-3.0"}
 """Decoder packages the ``dicom`` extra leaves out, with the licence that keeps them out."""
 
+INSTALL_HINT = 'pip install "vitroll[dicom]"'
+"""The command that installs what reading DICOM needs: pydicom, its decoder plugins and the text detector."""
+
+BUNDLED_DECODERS = frozenset({"pylibjpeg", "pylibjpeg-openjpeg", "pylibjpeg-rle", "python-gdcm", "numpy"})
+"""The packages of pydicom's decoder plugins that :data:`INSTALL_HINT` installs (numpy is vitroll's own)."""
+
+PYPI_NAMES = {"gdcm": "python-gdcm"}
+"""Packages that pydicom names by their import name, by their name on PyPI: ``pip install gdcm`` installs nothing
+that pydicom uses."""
+
+
+def _requirements(text: str) -> list[str]:
+    """pydicom's ``"gdcm>=3.0.10 and numpy"`` as requirements pip understands: ``["python-gdcm>=3.0.10", "numpy"]``."""
+    requirements = []
+    for requirement in text.split(" and ") if text else []:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement.strip())
+        requirements.append(PYPI_NAMES.get(name.group(), name.group()) + requirement.strip()[name.end():]
+                            if name else requirement.strip())
+    return requirements
+
+
+def _package(requirement: str) -> str:
+    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+
 
 def decoder_advice(uid: object) -> str:
-    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment)."""
+    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment): the plugins that
+    :data:`INSTALL_HINT` would add first, then those it leaves out."""
     from pydicom.pixels import get_decoder
 
     try:
         decoder = get_decoder(uid)
     except NotImplementedError:
         return "pydicom has no decoder for this transfer syntax"
-    wanted = [entry.split(" - requires ", 1) for entry in decoder.missing_dependencies]
+    wanted = [(plugin, _requirements(need)) for plugin, _, need in
+              (entry.partition(" - requires ") for entry in decoder.missing_dependencies)]
     if not wanted:
         return "every pydicom decoder for it is installed, so the pixel data itself is damaged or unusual"
-    return "pydicom's " + "; ".join(
-        f"{plugin} plugin would also try it{f', with {need}' if need else ''}" + "".join(
-            f" ({package} is {licence}, so vitroll does not install it)"
-            for package, licence in UNBUNDLED_DECODERS.items() if package in need)
-        for plugin, need in ((pair[0], pair[1] if len(pair) > 1 else "") for pair in wanted))
+    bundled = [(plugin, needs) for plugin, needs in wanted
+               if needs and all(_package(need) in BUNDLED_DECODERS for need in needs)]
+    others = [(plugin, needs) for plugin, needs in wanted if (plugin, needs) not in bundled]
+    advice = []
+    if bundled:
+        advice.append(f"{INSTALL_HINT} adds pydicom's " + " and ".join(
+            f"{plugin} plugin ({', '.join(need for need in needs if _package(need) != 'numpy')})"
+            for plugin, needs in bundled) + ", which would try it")
+    if others:
+        advice.append("pydicom's " + "; ".join(
+            f"{plugin} plugin would also try it" + (", with " + " and ".join(needs) if needs else "") + "".join(
+                f" ({package} is {licence}, so vitroll does not install it)"
+                for package, licence in UNBUNDLED_DECODERS.items() if package in map(_package, needs))
+            for plugin, needs in others))
+    return "; ".join(advice)
 
 
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
