@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.capture.families import refusal_of, registered_family
+from vitroll.capture.families import Refusal, refusal_of, registered_family
 from vitroll.errors import UnsupportedModelError
 
 CropMode = Literal["center", "squash"]
@@ -163,9 +163,8 @@ class Preprocessing:
                 if input_channels(model) == 1:
                     preprocessing = replace(preprocessing, channels=1)
                 return preprocessing.with_overrides(**overrides)
-        refusal = refusal_of(model)
-        if refusal is not None:
-            raise UnsupportedModelError(refusal)
+        if refusal_of(model) is not None:
+            raise Refusal(lambda path: refusal_of(model, path))
         raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
                                     "preprocessing is unknown; see vitroll.register_family")
 
