@@ -82,6 +82,7 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
                             if name != "channels"}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
             "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size,
+            **({"model_args": dict(args.model_arg)} if args.model_arg else {}),  # absent: earlier folders resume
             "class_names": names, "method": settings.method,
             "options": settings.method_options, "preprocessing": preprocessing_fields,
             "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,

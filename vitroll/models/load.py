@@ -178,9 +178,8 @@ def load_model(
             raise ModelLoadError(f"{name}: cannot build model ({error})") from None
     if state is not None:
         _load_weights(model, state, checkpoint, other_architecture=(
-            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size and "
-            "--num-classes: a model built with other timm.create_model arguments (depth, embed_dim, reg_tokens, "
-            "class_token, …) is explained from Python (vitroll.rollout(model, images), "
-            "vitroll.pipelines.folder.annotate)"))
+            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size, "
+            "--num-classes and --model-arg: a model built with other timm.create_model arguments is rebuilt by "
+            "giving them (--model-arg reg_tokens=4, --model-arg depth=6, …)"))
     return model.eval().to(device)
 
