@@ -130,3 +130,35 @@ def test_written_overlays_and_figures_are_tagged_srgb(tmp_path):
         with Image.open(tmp_path / name) as written:
             written.load()  # the CRCs are checked
             assert written.info.get("srgb") == 0, name
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_the_audit_draws_a_display_p3_photo_in_srgb_and_reads_it_as_stored(tmp_path, suffix):
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    path = tmp_path / f"p3{suffix}"
+    Image.new("RGB", (16, 8), P3_COLOUR).save(path, icc_profile=display_p3_profile(), quality=100)
+    stored, display = (np.asarray(picture) for picture in load_image_with_display(path))
+    (frame,) = audit_frames(AuditInput(path, 1, path.name), AuditOptions(salt="s", keep_burned_in_text=True))
+    assert np.array_equal(frame.image, stored)
+    assert np.array_equal(frame.shown, display)
+    assert np.abs(frame.shown[4, 8].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 2  # JPEG rounding on top
+
+
+def test_a_multi_frame_dicom_builds_its_colour_transform_once(tmp_path, monkeypatch):
+    from dicom_factory import write_dicom
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    built = []
+    build = ImageCms.buildTransform
+    monkeypatch.setattr(ImageCms, "buildTransform", lambda *args, **kwargs: built.append(1) or build(*args, **kwargs))
+    pixels = np.broadcast_to(np.array(P3_COLOUR, dtype=np.uint8), (5, 8, 8, 3))
+    profile = display_p3_profile("Display P3 (built once)")  # bytes no other test converted with
+    write_dicom(tmp_path / "cine.dcm", pixels, photometric="RGB", ICCProfile=profile)
+    frames = audit_frames(AuditInput(tmp_path / "cine.dcm", 1, "cine.dcm"),
+                          AuditOptions(salt="s", keep_burned_in_text=True))
+    assert len(frames) == 5 and len(built) == 1
+    for frame in frames:
+        assert np.abs(frame.shown[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1

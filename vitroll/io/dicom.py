@@ -32,7 +32,7 @@ import numpy as np
 
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image
+from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image_with_profile
 
 if TYPE_CHECKING:
     from pydicom import Dataset
@@ -269,7 +269,8 @@ class DicomImage:
     """Frames in the file, whether or not all were decoded."""
     icc_profile: Optional[bytes] = None
     """The ICC profile (0028,2000) of a colour image's pixels: the data set's, or its first optical path's (whole-slide
-    microscopy); :func:`~vitroll.io.images.srgb_display` shows them in sRGB with it."""
+    microscopy); for another image, the profile it embeds (:func:`~vitroll.io.images.load_image_with_profile`).
+    :func:`~vitroll.io.images.srgb_display` shows the pixels in sRGB with it."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -702,8 +703,8 @@ def read_any(
     frames: Optional[range] = None, allow_recognizable: bool = False,
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
-    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
-    ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
+    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through
+    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB) with ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
     its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
     ``allow_recognizable`` go to it)."""
     path = Path(path)
@@ -717,14 +718,16 @@ def read_any(
     if signature is None and not named_image:
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     try:
-        image = np.asarray(load_image(path))
+        loaded, icc_profile = load_image_with_profile(path)
     except ImageReadError as error:
         if named_image:
             raise
         raise ImageReadError(path, f"Its first bytes are those of a {signature.kind}, but it cannot be read as one: "
                                    f"{error.reason}.") from None
+    image = np.asarray(loaded)
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
-    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour)
+    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour,
+                      icc_profile=icc_profile)
 
 
 __all__ = [

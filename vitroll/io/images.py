@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import os
 import struct
@@ -107,11 +108,28 @@ def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image
     return _decode(path, lambda image: _with_display(image, Path(path).name))
 
 
-def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
+def load_image_with_profile(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[bytes]]:
+    """:func:`load_image`'s RGB image and the embedded ICC profile that describes its values, for
+    :func:`srgb_display` (None: no profile, or a mode whose RGB conversion the profile no longer describes).
+
+    Raises
+    ------
+    ImageReadError
+        As :func:`load_image`.
+    """
+    return _decode(path, _with_profile)
+
+
+def _with_profile(image: Image.Image) -> tuple[Image.Image, Optional[bytes]]:
     with _quiet_pillow():
         upright = ImageOps.exif_transpose(image)
         rgb = _to_rgb(upright)
-    return rgb, srgb_display(rgb, upright.info.get("icc_profile"), name, decoded_from=upright.mode)
+    return rgb, upright.info.get("icc_profile") if upright.mode in _COLOUR_MODES else None
+
+
+def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
+    rgb, icc_profile = _with_profile(image)
+    return rgb, srgb_display(rgb, icc_profile, name)
 
 
 _SRGB = ImageCms.createProfile("sRGB")
@@ -120,29 +138,35 @@ _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
 stretched to their range, CMYK converted naively: their profile no longer applies)."""
 
 
-def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str, *,
-                 decoded_from: str = "RGB") -> Optional[Image.Image]:
+def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
     """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
-    it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a
-    mode (``decoded_from``) the profile no longer describes. A profile LittleCMS cannot use prints one
-    ``vitroll: warning:`` line naming ``name`` and gives None.
+    it is already sRGB: no profile, one that describes sRGB, or one for another colour space. A profile LittleCMS
+    cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
     those outside sRGB are clipped to its edge, as browsers show them.
     """
-    if not icc_profile or decoded_from not in _COLOUR_MODES:
+    if not icc_profile:
         return None
     try:
-        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
-        if profile.profile.xcolor_space.strip() != "RGB" or "srgb" in profile.profile.profile_description.lower():
-            return None
-        return ImageCms.profileToProfile(rgb, profile, _SRGB, renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
-                                         outputMode="RGB")
+        transform = _srgb_transform(bytes(icc_profile))
+        return None if transform is None else ImageCms.applyTransform(rgb, transform)
     except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as error:
         print(f"vitroll: warning: {name}: its embedded ICC colour profile cannot be used ({error}); shown with its "
               "stored colours", file=sys.stderr)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _srgb_transform(icc_profile: bytes) -> Optional[ImageCms.ImageCmsTransform]:
+    """The RGB → sRGB transform of ``icc_profile``, None for an sRGB or non-RGB profile; built once per profile (the
+    frames of a cine, the photos of one camera share it)."""
+    profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
+    if profile.profile.xcolor_space.strip() != "RGB" or "srgb" in profile.profile.profile_description.lower():
+        return None
+    return ImageCms.buildTransform(profile, _SRGB, "RGB", "RGB",
+                                   renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
 
 def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:
