@@ -554,3 +554,18 @@ def test_a_file_cut_short_before_its_pixel_data_says_so(tmp_path, cut):
     with pytest.raises(ImageReadError) as caught:
         read_dicom(complete)
     assert caught.value.reason.endswith("has no PixelData, so there is no image to explain.")
+
+
+def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):
+    """A PixelData element of length 0 (blanked by a de-identifier) gave pydicom's "object of type 'NoneType' has no
+    len()" and the advice that the pixel data was damaged."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "blanked.dcm", body_phantom())
+    dataset = pydicom.dcmread(path)
+    dataset.PixelData = b""
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) has an empty PixelData element, "
+                                   "so there is no image to explain.")
