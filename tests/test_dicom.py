@@ -537,3 +537,35 @@ def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
         "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
         "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it); pyjpegls plugin would also try it, with "
         "numpy and pyjpegls>=1.2."), jpeg_ls
+
+
+@pytest.mark.parametrize("cut", [-1, 3], ids=["inside-the-value-before-it", "inside-its-element-header"])
+def test_a_file_cut_short_before_its_pixel_data_says_so(tmp_path, cut):
+    """pydicom stops silently at the end of a truncated file; the reason said the image had no PixelData at all, as
+    a structured report would, and now says the file is cut short (``cut`` bytes after the pixel data's tag)."""
+    good = write_dicom(tmp_path / "good.dcm", body_phantom()).read_bytes()
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(good[:good.index(b"\xe0\x7f\x10\x00") + cut])
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(truncated)
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends inside "
+                                   "an element before any PixelData, so there is no image to explain.")
+    complete = write_dicom(tmp_path / "nopixels.dcm", body_phantom(), with_pixels=False)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(complete)
+    assert caught.value.reason.endswith("has no PixelData, so there is no image to explain.")
+
+
+def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):
+    """A PixelData element of length 0 (blanked by a de-identifier) gave pydicom's "object of type 'NoneType' has no
+    len()" and the advice that the pixel data was damaged."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "blanked.dcm", body_phantom())
+    dataset = pydicom.dcmread(path)
+    dataset.PixelData = b""
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) has an empty PixelData element, "
+                                   "so there is no image to explain.")

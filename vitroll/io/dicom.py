@@ -482,6 +482,34 @@ def _read_dataset(path: Path) -> tuple["Dataset", bool]:
     return dataset, False
 
 
+PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
+
+
+def _empty(dataset: "Dataset", keyword: str) -> bool:
+    """Whether element ``keyword`` of ``dataset`` has no value (read or still in the file, :data:`PIXEL_DATA_DEFERRED`),
+    as a de-identifier that blanks pixel data leaves it."""
+    from pydicom.dataelem import RawDataElement
+    from pydicom.datadict import tag_for_keyword
+
+    element = dataset.get_item(tag_for_keyword(keyword), keep_deferred=True)
+    return element.length == 0 if isinstance(element, RawDataElement) else not element.value
+
+
+def _cut_short(path: Path, dataset: "Dataset") -> bool:
+    """Whether the file ends inside an element: pydicom stops reading a truncated file without a word. Told by its
+    last element, read but not yet converted, whose value should end where the file ends (a deflated data set, or a
+    last element of undefined length, is not judged)."""
+    from pydicom.dataelem import RawDataElement
+
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    if not len(dataset) or (syntax is not None and syntax.is_deflated):
+        return False
+    last = dataset.get_item(max(dataset.keys()), keep_deferred=True)
+    if not isinstance(last, RawDataElement) or last.length == 0xFFFFFFFF:
+        return False
+    return last.value_tell + last.length != path.stat().st_size
+
+
 def _sop_class_name(dataset: "Dataset") -> str:
     uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
     return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
@@ -630,7 +658,14 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This file cannot be opened ({error.strerror or type(error).__name__}).") from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
-    if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
+    pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
+    if pixel_elements and all(_empty(dataset, tag) for tag in pixel_elements):
+        raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
+                                   "there is no image to explain.")
+    if not pixel_elements:
+        if _cut_short(path, dataset):
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends inside an "
+                                       "element before any PixelData, so there is no image to explain.")
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
