@@ -9,7 +9,7 @@ import timm
 import torch
 from PIL import Image
 
-from vitroll import VitrollError, colorize, normalize, overlay, rollout, upsample
+from vitroll import Preprocessing, VitrollError, colorize, normalize, overlay, rollout, upsample
 
 RGB = np.zeros((8, 10, 3), np.uint8)
 GRID = np.ones((2, 2), np.float32)
@@ -59,6 +59,9 @@ OVERLAY_MISTAKES = [
     pytest.param(lambda: normalize(GRID, mode="percentile", percentiles=(50, 10)), ValueError,
                  "percentiles must be (low, high)", id="percentiles"),
     pytest.param(lambda: upsample(np.ones((2, 2, 2)), (4, 4)), ValueError, "must be 2-D (h, w)", id="upsample-3d"),
+    pytest.param(lambda: colorize(np.ones((2, 2, 2))), ValueError, "values must be 2-D (h, w)", id="colorize-3d"),
+    pytest.param(lambda: overlay(RGB, torch.ones(2, 2, device="meta")), ValueError,
+                 "heatmap is a tensor on the meta device, which holds no values", id="meta-heatmap"),
 ]
 
 
@@ -89,3 +92,22 @@ def test_a_model_on_the_meta_device_is_refused_before_any_forward():
                                            r"values: model.to_empty\(device='cpu'\) and load_state_dict"):
         rollout(model.eval(), torch.zeros(1, 3, 32, 32))
     assert all(not module._forward_hooks for module in model.modules())
+
+
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "LA", "CMYK", "I;16"])
+def test_preprocessing_called_on_a_pil_image_of_any_mode_gives_what_a_method_gives_it(model, mode):
+    """``pre(Image.open(path))`` on a grey, palette or transparent PNG raised "cannot reshape array of size 1024 into
+    shape (32,32,3)": it is converted to RGB as a method converts it (alpha on white, 16 bits stretched)."""
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 50, 4), dtype=np.uint8)
+    image = (Image.fromarray(pixels[..., 0].astype(np.uint16) * 257) if mode == "I;16"
+             else Image.fromarray(pixels, "RGBA").convert(mode))
+    pre = Preprocessing.from_model(model)
+    tensor, geometry = pre(image)
+    assert tensor.shape == (3, 32, 32) and geometry.original_hw == (40, 50)
+    torch.testing.assert_close(rollout(model, tensor[None]), rollout(model, image))
+
+
+def test_preprocessing_called_on_an_array_names_the_conversion(model):
+    with pytest.raises(VitrollError, match=r"^image must be a PIL image \(Image.fromarray\(array\) wraps a uint8 "
+                                           r"array, vitroll.load_image\(path\) reads a file\); got ndarray$"):
+        Preprocessing.from_model(model)(RGB)

@@ -213,10 +213,13 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
 
     Raises
     ------
-    ValueError
+    InputValueError
         For any other shape, naming the argument ``name``; for a batch (B, h, w), pointing to one of its maps; for
-        values that are not real numbers (complex, strings, objects).
+        values that are not real numbers (complex, strings, objects) or a tensor on the meta device.
     """
+    if getattr(saliency, "is_meta", False):
+        raise InputValueError(f"{name} is a tensor on the meta device, which holds no values: compute it with a "
+                              "model whose weights are loaded")
     kind = "f" if hasattr(saliency, "detach") and not saliency.is_complex() else np.asarray(saliency).dtype.kind
     if kind not in "biuf":
         held = f"{saliency.dtype}" if hasattr(saliency, "dtype") else f"a {type(saliency).__name__}"

@@ -61,11 +61,11 @@ def _table(colormap: "Colormap") -> np.ndarray:
 
 
 def colorize(values: np.ndarray, *, cmap: "str | Colormap" = "jet") -> np.ndarray:
-    """Map values in [0, 1] (H, W) to RGB uint8 (H, W, 3) with a matplotlib colormap (name or ``Colormap``); NaN →
-    black."""
+    """Map values in [0, 1] (H, W) (ndarray or tensor) to RGB uint8 (H, W, 3) with a matplotlib colormap (name or
+    ``Colormap``); NaN → black. Any other shape is a ValueError (a VitrollError too)."""
     import cv2
 
-    values = np.asarray(values, dtype=np.float32)
+    values = as_map(values, "values")
     index = _table_index(values)
     # cv2.LUT on the index repeated per channel: a fancy-indexed table[index] took 1 s on a 6000×4000 map
     colors = cv2.LUT(cv2.merge([index] * 3), lookup_table(cmap).reshape(256, 1, 3))

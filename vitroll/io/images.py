@@ -43,7 +43,7 @@ def finite_unit(values: np.ndarray) -> np.ndarray:
     return unit
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
+def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
     composited on white."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
@@ -74,7 +74,7 @@ def upright_rgb(image: Image.Image) -> Image.Image:
     """An image turned upright by its EXIF orientation (if it has one) and converted to 8-bit RGB like a file
     :func:`load_image` reads."""
     with _quiet_pillow():
-        return _to_rgb(ImageOps.exif_transpose(image))
+        return to_rgb(ImageOps.exif_transpose(image))
 
 
 def load_image(path: "str | os.PathLike[str]") -> Image.Image:
@@ -123,7 +123,7 @@ def load_image_with_profile(path: "str | os.PathLike[str]") -> tuple[Image.Image
 def _with_profile(image: Image.Image) -> tuple[Image.Image, Optional[bytes]]:
     with _quiet_pillow():
         upright = ImageOps.exif_transpose(image)
-        rgb = _to_rgb(upright)
+        rgb = to_rgb(upright)
     return rgb, upright.info.get("icc_profile") if upright.mode in _COLOUR_MODES else None
 
 
