@@ -162,3 +162,40 @@ def test_a_multi_frame_dicom_builds_its_colour_transform_once(tmp_path, monkeypa
     assert len(frames) == 5 and len(built) == 1
     for frame in frames:
         assert np.abs(frame.shown[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1
+
+
+def test_evaluate_draws_its_examples_in_srgb_and_measures_the_stored_pixels(tmp_path):
+    from vitroll.pipelines.evaluate import Evaluation, examples_figure, folder_images
+
+    stored = np.full((8, 8, 3), P3_COLOUR, np.uint8)
+    Image.fromarray(stored).save(tmp_path / "p3.png", icc_profile=display_p3_profile())
+    mask = np.zeros((8, 8), np.uint8)
+    mask[6:, 6:] = 255
+    Image.fromarray(mask).save(tmp_path / "p3_mask.png")
+    (image,) = folder_images(tmp_path)
+    assert np.array_equal(image.image, stored)
+    evaluation = Evaluation(examples={"rollout": [np.zeros((8, 8), np.float32)]})
+    for axis in examples_figure(evaluation, [image], cmap="gray").axes:  # left: the image; right: a black map on it
+        drawn = np.asarray(axis.get_images()[0].get_array())
+        assert np.abs(drawn[1, 1].astype(float) - p3_to_srgb(P3_COLOUR) / (1 if axis.get_title() == "image + mask"
+                                                                           else 2)).max() <= 1
+
+
+def test_evaluate_and_compare_figures_are_tagged_srgb(tmp_path):
+    from vitroll.pipelines.compare import Comparison, plot_comparison
+    from vitroll.pipelines.evaluate import Evaluation, MaskedImage, plot_curves, plot_examples
+
+    curve = {"deletion": [np.linspace(1, 0, 5)], "insertion": [np.linspace(0, 1, 5)]}
+    evaluation = Evaluation(fractions=np.linspace(0, 1, 5), curves={"rollout": curve},
+                            examples={"rollout": [np.ones((8, 8), np.float32)]})
+    plot_curves(evaluation, tmp_path / "curves.png")
+    plot_examples(evaluation, [MaskedImage("x", np.zeros((8, 8, 3), np.uint8), np.eye(8, dtype=bool))],
+                  tmp_path / "examples.png")
+    picture = np.zeros((8, 8, 3), np.uint8)
+    comparison = Comparison(images=[tmp_path / "x.png"], maps={"a": [np.ones((8, 8))]}, overlays={"a": [picture]},
+                            predictions={"a": ["cat (90%)"]}, pictures=[picture])
+    plot_comparison(comparison, tmp_path / "grid.png")
+    for name in ("curves.png", "examples.png", "grid.png"):
+        with Image.open(tmp_path / name) as written:
+            written.load()
+            assert written.info.get("srgb") == 0, name
