@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image, ImageCms
 
-from icc_profiles import display_p3_profile, p3_to_srgb
+from icc_profiles import cmyk_profile, display_p3_profile, p3_to_srgb, printed_srgb
 from vitroll.cli import main
 from vitroll.io.images import load_image_with_display
 from vitroll.pipelines.explain import ExplainSettings
@@ -199,3 +199,20 @@ def test_evaluate_and_compare_figures_are_tagged_srgb(tmp_path):
         with Image.open(tmp_path / name) as written:
             written.load()
             assert written.info.get("srgb") == 0, name
+
+
+def test_a_cmyk_jpeg_is_shown_in_the_colours_its_profile_prints_and_read_as_pillow_converts_it(tmp_path):
+    inks = [(255, 0, 0, 0), (0, 0, 0, 255), (0, 0, 0, 0)]  # cyan, black, paper
+    cmyk = Image.new("CMYK", (16 * len(inks), 16))
+    for index, ink in enumerate(inks):
+        cmyk.paste(ink, (16 * index, 0, 16 * (index + 1), 16))
+    tagged, untagged = tmp_path / "tagged.jpg", tmp_path / "untagged.jpg"
+    cmyk.save(tagged, icc_profile=cmyk_profile(), quality=100)  # Pillow writes Adobe's inverted CMYK
+    cmyk.save(untagged, quality=100)
+    image, display = load_image_with_display(tagged)
+    plain, none = load_image_with_display(untagged)
+    assert none is None and np.array_equal(np.asarray(image), np.asarray(plain))
+    for index, ink in enumerate(inks):
+        naive = np.asarray(Image.new("CMYK", (1, 1), ink).convert("RGB"))[0, 0]
+        assert np.abs(np.asarray(image)[8, 16 * index + 8].astype(int) - naive).max() <= 2
+        assert np.abs(np.asarray(display)[8, 16 * index + 8] - printed_srgb(ink)).max() <= 8, ink
