@@ -121,37 +121,48 @@ def load_image_with_profile(path: "str | os.PathLike[str]") -> tuple[Image.Image
 
 
 def _with_profile(image: Image.Image) -> tuple[Image.Image, Optional[bytes]]:
-    with _quiet_pillow():
-        upright = ImageOps.exif_transpose(image)
-        rgb = to_rgb(upright)
-    return rgb, upright.info.get("icc_profile") if upright.mode in _COLOUR_MODES else None
+    rgb, described, icc_profile = _profiled(image)
+    return rgb, icc_profile if described is rgb else None
 
 
 def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
-    rgb, icc_profile = _with_profile(image)
-    return rgb, srgb_display(rgb, icc_profile, name)
+    rgb, described, icc_profile = _profiled(image)
+    return rgb, None if described is None else srgb_display(described, icc_profile, name)
+
+
+def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
+    """The upright RGB image, the pixels its embedded ICC profile describes (that RGB image, or the CMYK one it was
+    converted from) and the profile; None, None where none applies (no profile, 16-bit or float stretched)."""
+    with _quiet_pillow():
+        upright = ImageOps.exif_transpose(image)
+        rgb = to_rgb(upright)
+    icc_profile = upright.info.get("icc_profile")
+    if not icc_profile or upright.mode not in _COLOUR_MODES | {"CMYK"}:
+        return rgb, None, None
+    return rgb, upright if upright.mode == "CMYK" else rgb, icc_profile
 
 
 _SRGB = ImageCms.createProfile("sRGB")
 _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
 """Modes whose RGB conversion keeps the stored values, which an RGB profile describes (16-bit and float images are
-stretched to their range, CMYK converted naively: their profile no longer applies)."""
+stretched to their range: their profile no longer applies)."""
 
 
-def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
-    """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
-    it is already sRGB: no profile, one that describes sRGB, or one for another colour space. A profile LittleCMS
-    cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
+def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
+    """``pixels`` (RGB, or CMYK) converted from the colour space of ``icc_profile`` to sRGB (relative colorimetric),
+    or None when they are already sRGB: no profile, one that describes sRGB, or one for another colour space. A
+    profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
-    those outside sRGB are clipped to its edge, as browsers show them.
+    those outside sRGB are clipped to its edge, as browsers show them. A CMYK photo (print work: its profile is
+    the press's) gets the colours its inks print, not Pillow's plain ``255 − ink`` arithmetic, which the model reads.
     """
     if not icc_profile:
         return None
     try:
-        transform = _srgb_transform(bytes(icc_profile))
-        return None if transform is None else ImageCms.applyTransform(rgb, transform)
+        transform = _srgb_transform(bytes(icc_profile), pixels.mode)
+        return None if transform is None else ImageCms.applyTransform(pixels, transform)
     except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as error:
         print(f"vitroll: warning: {name}: its embedded ICC colour profile cannot be used ({error}); shown with its "
               "stored colours", file=sys.stderr)
@@ -159,14 +170,14 @@ def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str) -> O
 
 
 @functools.lru_cache(maxsize=8)
-def _srgb_transform(icc_profile: bytes) -> Optional[ImageCms.ImageCmsTransform]:
-    """The RGB → sRGB transform of ``icc_profile``, None for an sRGB or non-RGB profile; built once per profile (the
-    frames of a cine, the photos of one camera share it)."""
+def _srgb_transform(icc_profile: bytes, mode: str) -> Optional[ImageCms.ImageCmsTransform]:
+    """The ``mode`` (RGB or CMYK) → sRGB transform of ``icc_profile``; None for an sRGB profile or one for another
+    colour space. Built once per profile: the frames of a cine, the photos of one camera share it."""
     profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
-    if profile.profile.xcolor_space.strip() != "RGB" or "srgb" in profile.profile.profile_description.lower():
+    space = profile.profile.xcolor_space.strip()
+    if space != ("CMYK" if mode == "CMYK" else "RGB") or "srgb" in profile.profile.profile_description.lower():
         return None
-    return ImageCms.buildTransform(profile, _SRGB, "RGB", "RGB",
-                                   renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
+    return ImageCms.buildTransform(profile, _SRGB, mode, "RGB", renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
 
 def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:
