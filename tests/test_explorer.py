@@ -412,6 +412,23 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
+    """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
+    boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""
+    upload = tmp_path / "tiny.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (8, 8, 3), np.uint8)).save(upload)
+    with browser_page(served, {"width": 400, "height": 900}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.locator("#heads img").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.images].every(image => image.complete && image.naturalWidth > 0)")
+        boxes = {name: page.locator(f"#{name} img").bounding_box() for name in ("image", "overlay", "heads")}
+        for name, box in boxes.items():
+            assert box["width"] >= 300 and box["height"] >= 250, (name, box)
+        assert boxes["heads"]["y"] >= boxes["overlay"]["y"] + boxes["overlay"]["height"]
+        assert not errors
+
+
 def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
     """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
     and run nothing."""
