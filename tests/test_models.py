@@ -232,3 +232,22 @@ def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monk
         with pytest.raises(ModelLoadError) as raised:
             load_model(name)
         assert str(raised.value) == message
+
+
+def test_naflexvit_preprocesses_as_its_pretrained_config_and_refuses_an_img_size_timm_ignores():
+    """NaFlexViT preprocesses as timm's eval transform of its pretrained config (384 px, crop_pct 1.0); --img-size,
+    which timm drops for it (its position grid comes from the config), left the images at 384 without a word."""
+    from vitroll import Preprocessing
+
+    tiny = dict(depth=1, embed_dim=32, num_heads=2)
+    model = load_model("naflexvit_base_patch16_gap", **tiny)
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    image = Image.fromarray(numpy.random.default_rng(0).integers(0, 256, (300, 500, 3), numpy.uint8))
+    ours, geometry = Preprocessing.from_model(model)(image)
+    assert geometry.input_hw == (384, 384) and torch.equal(ours, transform(image))
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("naflexvit_base_patch16_gap", img_size=224, **tiny)
+    assert str(raised.value) == (
+        "naflexvit_base_patch16_gap: img_size 224×224 does not change the model, which still preprocesses at "
+        "384×384 (it takes any size of whole patches); give the size to preprocess at with --input-size 224 224 "
+        "instead of --img-size")
