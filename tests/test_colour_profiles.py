@@ -216,3 +216,8 @@ def test_a_cmyk_jpeg_is_shown_in_the_colours_its_profile_prints_and_read_as_pill
         naive = np.asarray(Image.new("CMYK", (1, 1), ink).convert("RGB"))[0, 0]
         assert np.abs(np.asarray(image)[8, 16 * index + 8].astype(int) - naive).max() <= 2
         assert np.abs(np.asarray(display)[8, 16 * index + 8] - printed_srgb(ink)).max() <= 8, ink
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    (frame,) = audit_frames(AuditInput(tagged, 1, tagged.name), AuditOptions(salt="s", keep_burned_in_text=True))
+    assert np.array_equal(frame.image, np.asarray(image)) and np.array_equal(frame.shown, np.asarray(display))

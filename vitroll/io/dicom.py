@@ -35,6 +35,7 @@ from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image_with_profile
 
 if TYPE_CHECKING:
+    from PIL import Image
     from pydicom import Dataset
 
 WINDOW_PRESETS: dict[str, tuple[float, float]] = {
@@ -271,6 +272,8 @@ class DicomImage:
     """The ICC profile (0028,2000) of a colour image's pixels: the data set's, or its first optical path's (whole-slide
     microscopy); for another image, the profile it embeds (:func:`~vitroll.io.images.load_image_with_profile`).
     :func:`~vitroll.io.images.srgb_display` shows the pixels in sRGB with it."""
+    profiled: Optional[Image.Image] = None
+    """The pixels ``icc_profile`` describes where they are not the frame's RGB values: a CMYK photo's inks."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -753,7 +756,7 @@ def read_any(
     if signature is None and not named_image:
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     try:
-        loaded, icc_profile = load_image_with_profile(path)
+        loaded, profiled, icc_profile = load_image_with_profile(path)
     except ImageReadError as error:
         if named_image:
             raise
@@ -762,7 +765,7 @@ def read_any(
     image = np.asarray(loaded)
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
     return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour,
-                      icc_profile=icc_profile)
+                      icc_profile=icc_profile, profiled=None if profiled is loaded else profiled)
 
 
 __all__ = [

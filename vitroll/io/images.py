@@ -108,21 +108,19 @@ def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image
     return _decode(path, lambda image: _with_display(image, Path(path).name))
 
 
-def load_image_with_profile(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[bytes]]:
-    """:func:`load_image`'s RGB image and the embedded ICC profile that describes its values, for
-    :func:`srgb_display` (None: no profile, or a mode whose RGB conversion the profile no longer describes).
+def load_image_with_profile(
+    path: "str | os.PathLike[str]",
+) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
+    """:func:`load_image`'s RGB image, the pixels its embedded ICC profile describes (that RGB image, or the CMYK one
+    it was converted from) and the profile, for :func:`srgb_display`; None, None where none applies (no profile,
+    16-bit or float stretched).
 
     Raises
     ------
     ImageReadError
         As :func:`load_image`.
     """
-    return _decode(path, _with_profile)
-
-
-def _with_profile(image: Image.Image) -> tuple[Image.Image, Optional[bytes]]:
-    rgb, described, icc_profile = _profiled(image)
-    return rgb, icc_profile if described is rgb else None
+    return _decode(path, _profiled)
 
 
 def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
@@ -131,8 +129,6 @@ def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[
 
 
 def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
-    """The upright RGB image, the pixels its embedded ICC profile describes (that RGB image, or the CMYK one it was
-    converted from) and the profile; None, None where none applies (no profile, 16-bit or float stretched)."""
     with _quiet_pillow():
         upright = ImageOps.exif_transpose(image)
         rgb = to_rgb(upright)
