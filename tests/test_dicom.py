@@ -569,3 +569,15 @@ def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):
         read_dicom(path)
     assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) has an empty PixelData element, "
                                    "so there is no image to explain.")
+
+
+def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
+    single = write_dicom(tmp_path / "single.dcm", body_phantom())
+    cine = write_dicom(tmp_path / "cine.dcm", np.stack([body_phantom()] * 3))
+    reasons = []
+    for path in (single, cine):
+        with pytest.raises(ImageReadError) as caught:
+            read_dicom(path, frame=5)
+        reasons.append(caught.value.reason)
+    assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
+                       "--frame 5 is out of range: the file has 3 frames, numbered from 0."]

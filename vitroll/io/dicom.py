@@ -33,6 +33,7 @@ import numpy as np
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image_with_profile
+from vitroll.wording import counted
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -680,7 +681,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
                                    "counted.") from None
     if frame is not None and not 0 <= frame < count:
-        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
+        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
+                                   "numbered from 0.")
     indices = [frame] if frame is not None else [index for index in frames or range(count) if index < count]
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
