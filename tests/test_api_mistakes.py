@@ -9,7 +9,9 @@ import timm
 import torch
 from PIL import Image
 
-from vitroll import Preprocessing, VitrollError, colorize, normalize, overlay, rollout, upsample
+from vitroll import (
+    Preprocessing, VitrollError, colorize, key_patches, normalize, overlay, rollout, to_original, upsample,
+)
 
 RGB = np.zeros((8, 10, 3), np.uint8)
 GRID = np.ones((2, 2), np.float32)
@@ -59,6 +61,16 @@ OVERLAY_MISTAKES = [
     pytest.param(lambda: normalize(GRID, mode="percentile", percentiles=(50, 10)), ValueError,
                  "percentiles must be (low, high)", id="percentiles"),
     pytest.param(lambda: upsample(np.ones((2, 2, 2)), (4, 4)), ValueError, "must be 2-D (h, w)", id="upsample-3d"),
+    pytest.param(lambda: upsample(GRID, 8), TypeError, "size_hw must be (H, W), two integers ≥ 1; got int 8",
+                 id="upsample-int-size"),
+    pytest.param(lambda: upsample(GRID, (0, 8)), ValueError, "size_hw must be (H, W), two integers ≥ 1; got (0, 8)",
+                 id="upsample-zero-size"),
+    pytest.param(lambda: upsample(GRID, (8.5, 8)), TypeError, "size_hw must be (H, W), two integers ≥ 1",
+                 id="upsample-float-size"),
+    pytest.param(lambda: to_original(GRID, None), TypeError, "geometry must be the CropGeometry",
+                 id="to-original-no-geometry"),
+    pytest.param(lambda: key_patches(GRID, (8, 10), 1), TypeError, "geometry must be the CropGeometry",
+                 id="key-patches-no-geometry"),
     pytest.param(lambda: colorize(np.ones((2, 2, 2))), ValueError, "values must be 2-D (h, w)", id="colorize-3d"),
     pytest.param(lambda: overlay(RGB, torch.ones(2, 2, device="meta")), ValueError,
                  "heatmap is a tensor on the meta device, which holds no values", id="meta-heatmap"),
@@ -111,3 +123,18 @@ def test_preprocessing_called_on_an_array_names_the_conversion(model):
     with pytest.raises(VitrollError, match=r"^image must be a PIL image \(Image.fromarray\(array\) wraps a uint8 "
                                            r"array, vitroll.load_image\(path\) reads a file\); got ndarray$"):
         Preprocessing.from_model(model)(RGB)
+
+
+@pytest.mark.parametrize("image,advice", [
+    (Image.fromarray(RGB[..., 0]), "image.convert('RGB') converts a PIL image"),
+    (RGB / 255.0, "(image * 255).round().astype(np.uint8) converts values in [0, 1]"),
+    (RGB.transpose(2, 0, 1), "image.transpose(1, 2, 0) puts the channels last"),
+    (RGB[..., 0], "np.stack([image] * 3, axis=-1) makes a grey image RGB"),
+    (np.dstack([RGB, RGB[..., :1]]), "image[..., :3] drops the alpha"),
+], ids=["pil-grey", "float", "chw", "grey", "rgba"])
+def test_an_image_overlay_cannot_draw_on_is_refused_with_the_conversion_it_needs(image, advice):
+    """An ML engineer holds float images in [0, 1], CHW arrays and grey scans; the refusal says how to convert."""
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        overlay(image, GRID)
+    assert str(raised.value).startswith("image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got ")
+    assert str(raised.value).endswith(f": {advice}")

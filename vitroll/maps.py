@@ -8,6 +8,7 @@ centre crop).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -35,9 +36,27 @@ def _cv2_flag(interpolation: str) -> int:
 
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
              interpolation: Interpolation = "bilinear") -> np.ndarray:
-    """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) → float32 (H, W)."""
+    """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) (e.g. ``image.shape[:2]``) → float32
+    (H, W)."""
     grid_map = as_map(grid_map, "grid_map")
-    return cv2.resize(grid_map, (size_hw[1], size_hw[0]), interpolation=_cv2_flag(interpolation))
+    height, width = _size(size_hw)
+    return cv2.resize(grid_map, (width, height), interpolation=_cv2_flag(interpolation))
+
+
+def _size(size_hw: object) -> tuple[int, int]:
+    """``size_hw`` as (H, W), refusing anything but two integers ≥ 1 (OpenCV's own errors are assertions)."""
+    pair = tuple(size_hw) if isinstance(size_hw, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(side, numbers.Integral) for side in pair):
+        raise InputTypeError(f"size_hw must be (H, W), two integers ≥ 1; got {type(size_hw).__name__} {size_hw!r}")
+    if min(pair) < 1:
+        raise InputValueError(f"size_hw must be (H, W), two integers ≥ 1; got {pair}")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_geometry(geometry: object) -> None:
+    if not isinstance(geometry, CropGeometry):
+        raise InputTypeError("geometry must be the CropGeometry that Preprocessing gives with the tensor (tensor, "
+                             f"geometry = Preprocessing.from_model(model)(image)); got {type(geometry).__name__}")
 
 
 def to_original(
@@ -50,6 +69,7 @@ def to_original(
     ndarray, float32, shape ``geometry.original_hw``
         The map in original pixels; NaN outside the region the model saw.
     """
+    _check_geometry(geometry)
     grid_map = as_map(grid_map, "grid_map")
     height, width = geometry.original_hw
     affine = geometry.grid_to_original_affine(grid_map.shape)
@@ -209,6 +229,7 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
         raise InputTypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
     if k < 0:
         raise OptionValueError(f"k must be >= 0 (how many patches); got {k}")
+    _check_geometry(geometry)
     grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
     order = np.argsort(-flat, kind="stable")[:k]

@@ -108,14 +108,32 @@ def rgb_uint8(image: np.ndarray) -> np.ndarray:
 
     Raises
     ------
-    ValueError
-        Naming the dtype and shape given.
+    InputValueError
+        Naming the dtype and shape given and, for the images people hold (a grey or RGBA PIL image or array, floats
+        in [0, 1], channels first), the conversion to RGB uint8.
     """
+    given = image
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or 0 in image.shape:
+        advice = _rgb_advice(given, image)
         raise InputValueError(f"image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; "
-                              f"got {image.dtype} {image.shape}")
+                              f"got {image.dtype} {image.shape}{f': {advice}' if advice else ''}")
     return image
+
+
+def _rgb_advice(given: object, image: np.ndarray) -> str:
+    """How to make ``image`` (``given`` as an array) RGB uint8 (H, W, 3), or "" when no one conversion fits."""
+    if hasattr(given, "convert") and hasattr(given, "mode"):
+        return "image.convert('RGB') converts a PIL image"
+    if image.ndim == 3 and image.shape[0] in (1, 3, 4) and image.shape[2] not in (1, 3, 4):
+        return "image.transpose(1, 2, 0) puts the channels last"
+    if image.dtype.kind == "f" and image.ndim == 3 and image.shape[2] == 3:
+        return "(image * 255).round().astype(np.uint8) converts values in [0, 1]"
+    if image.ndim == 2 and image.dtype == np.uint8:
+        return "np.stack([image] * 3, axis=-1) makes a grey image RGB"
+    if image.ndim == 3 and image.shape[2] == 4:
+        return "image[..., :3] drops the alpha"
+    return ""
 
 
 def overlay(
