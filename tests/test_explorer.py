@@ -124,6 +124,20 @@ def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, w
         assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
 
 
+def test_a_model_without_a_classification_head_shows_no_empty_top_classes_box(model):
+    """The title line says "no classification head"; the top-classes box under the maps stayed, empty but for an
+    icon."""
+    from transformers import ViTConfig, ViTModel
+
+    backbone = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                  image_size=32, patch_size=8), add_pooling_layer=False).eval()
+    for page_model, shown in ((backbone, False), (model, True)):
+        page = vitroll.app.build_app(page_model, model_label="m")
+        top, = [block for block in page.blocks.values() if getattr(block, "elem_id", None) == "top-classes"]
+        title = next(block.value for block in page.blocks.values() if str(getattr(block, "value", "")).startswith("###"))
+        assert top.visible is shown and ("no classification head" in title) is not shown
+
+
 def test_the_target_class_changes_a_gradient_methods_map_as_the_reference_says(model, image, batch):
     tensor, _ = batch
     maps = {}

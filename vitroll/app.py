@@ -202,7 +202,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                     interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH)  # tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
-                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
+                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
+                                   visible=bool(outline.class_names) or outline.image_text)  # else an empty box
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
