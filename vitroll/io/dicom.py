@@ -495,14 +495,27 @@ def _empty(dataset: "Dataset", keyword: str) -> bool:
     return element.length == 0 if isinstance(element, RawDataElement) else not element.value
 
 
+EARLY_END = "End of file reached before delimiter"
+"""How pydicom's warning begins when a file ends inside an element of undefined length (a sequence, encapsulated pixel
+data): it then drops the elements read."""
+
+
+FILE_META_START = 128 + 4 + 12
+"""Where the file meta elements after (0002,0000) FileMetaInformationGroupLength begin: preamble, ``DICM``, itself."""
+
+
 def _cut_short(path: Path, dataset: "Dataset") -> bool:
-    """Whether the file ends inside an element: pydicom stops reading a truncated file without a word. Told by its
-    last element, read but not yet converted, whose value should end where the file ends (a deflated data set, or a
-    last element of undefined length, is not judged)."""
+    """Whether the file ends inside an element of defined length: pydicom stops reading a truncated file without a
+    word (:data:`EARLY_END` is its word for the others). Told by its last element, read but not yet converted, whose
+    value should end where the file ends (a deflated data set, or a last element of undefined length, is not
+    judged)."""
     from pydicom.dataelem import RawDataElement
 
+    if not len(dataset):  # it ends inside its file meta information (or right after it, which no writer does)
+        meta_length = dataset.file_meta.get("FileMetaInformationGroupLength")
+        return meta_length is None or path.stat().st_size < FILE_META_START + int(meta_length)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
-    if not len(dataset) or (syntax is not None and syntax.is_deflated):
+    if syntax is not None and syntax.is_deflated:
         return False
     last = dataset.get_item(max(dataset.keys()), keep_deferred=True)
     if not isinstance(last, RawDataElement) or last.length == 0xFFFFFFFF:
@@ -651,7 +664,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except ImportError:
         raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
     try:
-        dataset, part10 = _read_dataset(path)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")  # recorded, never shown: they quote the path and element values
+            dataset, part10 = _read_dataset(path)
     except ImageReadError:
         raise
     except OSError as error:
@@ -663,9 +678,10 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
                                    "there is no image to explain.")
     if not pixel_elements:
-        if _cut_short(path, dataset):
-            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends inside an "
-                                       "element before any PixelData, so there is no image to explain.")
+        if any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset):
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
+                                       "middle of an element and no PixelData was read from it, so there is no image "
+                                       "to explain.")
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
