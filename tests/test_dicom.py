@@ -589,3 +589,14 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
         reasons.append(caught.value.reason)
     assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
                        "--frame 5 is out of range: the file has 3 frames, numbered from 0."]
+
+
+def test_a_dicomdir_points_to_its_folder():
+    """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
+    the images it lists are."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_any(get_testdata_file("DICOMDIR"))
+    assert caught.value.reason == ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; "
+                                   "give the folder that holds it to audit the image files it lists.")

@@ -523,8 +523,19 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
     return last.value_tell + last.length != path.stat().st_size
 
 
+MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
+"""The SOP class of a DICOMDIR."""
+
+DICOMDIR_HAS_NO_IMAGE = ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; give the "
+                         "folder that holds it to audit the image files it lists.")
+
+
+def _sop_class(dataset: "Dataset") -> object:
+    return dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+
+
 def _sop_class_name(dataset: "Dataset") -> str:
-    uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+    uid = _sop_class(dataset)
     return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
 
 
@@ -678,6 +689,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
                                    "there is no image to explain.")
     if not pixel_elements:
+        if _sop_class(dataset) == MEDIA_STORAGE_DIRECTORY:
+            raise ImageReadError(path, DICOMDIR_HAS_NO_IMAGE)
         if any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset):
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
                                        "middle of an element and no PixelData was read from it, so there is no image "
