@@ -483,6 +483,7 @@ def _read_dataset(path: Path) -> tuple["Dataset", bool]:
 
 
 PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
+"""The elements that hold an image's pixels (integer, float and double pixel data)."""
 
 
 def _empty(dataset: "Dataset", keyword: str) -> bool:
@@ -553,18 +554,15 @@ PYPI_NAMES = {"gdcm": "python-gdcm"}
 that pydicom uses."""
 
 
+def _package(requirement: str) -> str:
+    """``python-gdcm>=3.0.10`` → ``python-gdcm``."""
+    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+
+
 def _requirements(text: str) -> list[str]:
     """pydicom's ``"gdcm>=3.0.10 and numpy"`` as requirements pip understands: ``["python-gdcm>=3.0.10", "numpy"]``."""
-    requirements = []
-    for requirement in text.split(" and ") if text else []:
-        name = re.match(r"[A-Za-z0-9_.-]+", requirement.strip())
-        requirements.append(PYPI_NAMES.get(name.group(), name.group()) + requirement.strip()[name.end():]
-                            if name else requirement.strip())
-    return requirements
-
-
-def _package(requirement: str) -> str:
-    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+    needs = [need.strip() for need in text.split(" and ") if need.strip()]
+    return [PYPI_NAMES.get(_package(need), _package(need)) + need[len(_package(need)):] for need in needs]
 
 
 def decoder_advice(uid: object) -> str:
@@ -673,7 +671,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     try:
         from pydicom.pixels import iter_pixels  # noqa: F401 (pydicom 3)
     except ImportError:
-        raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
+        raise ImageReadError(path, f"Reading DICOM needs pydicom 3: {INSTALL_HINT}.") from None
     try:
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")  # recorded, never shown: they quote the path and element values
