@@ -539,17 +539,25 @@ def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
         "numpy and pyjpegls>=1.2."), jpeg_ls
 
 
-@pytest.mark.parametrize("cut", [-1, 3], ids=["inside-the-value-before-it", "inside-its-element-header"])
-def test_a_file_cut_short_before_its_pixel_data_says_so(tmp_path, cut):
-    """pydicom stops silently at the end of a truncated file; the reason said the image had no PixelData at all, as
-    a structured report would, and now says the file is cut short (``cut`` bytes after the pixel data's tag)."""
-    good = write_dicom(tmp_path / "good.dcm", body_phantom()).read_bytes()
+@pytest.mark.parametrize(("compressed", "cut"), [(False, -1), (False, 3), (True, 60), (False, None)],
+                         ids=["inside-the-value-before-it", "inside-its-element-header", "inside-its-fragments",
+                              "inside-the-file-meta"])
+def test_a_file_cut_short_before_or_inside_its_pixel_data_says_so(tmp_path, compressed, cut):
+    """pydicom stops silently at the end of a truncated file (and drops every element when the file ends inside
+    encapsulated pixel data, an interrupted copy of a JPEG study); the reason said the image had no PixelData at
+    all, as a structured report would, and now says the file is cut short (``cut`` bytes after the pixel data's tag)."""
+    from pydicom.uid import JPEGBaseline8Bit
+
+    options = {"transfer_syntax": JPEGBaseline8Bit, "pixel_bytes": b"\xff\xd8" + bytes(300)} if compressed else {}
+    good = write_dicom(tmp_path / "good.dcm", body_phantom(dtype=np.uint8, high=255), **options).read_bytes()
     truncated = tmp_path / "truncated.dcm"
-    truncated.write_bytes(good[:good.index(b"\xe0\x7f\x10\x00") + cut])
+    truncated.write_bytes(good[:good.index(b"\xe0\x7f\x10\x00") + cut] if cut is not None else
+                          good[:good.index(b"\x02\x00\x10\x00") + 12])  # inside the transfer syntax UID
     with pytest.raises(ImageReadError) as caught:
         read_dicom(truncated)
-    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends inside "
-                                   "an element before any PixelData, so there is no image to explain.")
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the "
+                                   "middle of an element and no PixelData was read from it, so there is no image to "
+                                   "explain.")
     complete = write_dicom(tmp_path / "nopixels.dcm", body_phantom(), with_pixels=False)
     with pytest.raises(ImageReadError) as caught:
         read_dicom(complete)
@@ -581,3 +589,14 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
         reasons.append(caught.value.reason)
     assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
                        "--frame 5 is out of range: the file has 3 frames, numbered from 0."]
+
+
+def test_a_dicomdir_points_to_its_folder():
+    """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
+    the images it lists are."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_any(get_testdata_file("DICOMDIR"))
+    assert caught.value.reason == ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; "
+                                   "give the folder that holds it to audit the image files it lists.")

@@ -487,6 +487,7 @@ def _read_dataset(path: Path) -> tuple["Dataset", bool]:
 
 
 PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
+"""The elements that hold an image's pixels (integer, float and double pixel data)."""
 
 
 def _empty(dataset: "Dataset", keyword: str) -> bool:
@@ -499,14 +500,27 @@ def _empty(dataset: "Dataset", keyword: str) -> bool:
     return element.length == 0 if isinstance(element, RawDataElement) else not element.value
 
 
+EARLY_END = "End of file reached before delimiter"
+"""How pydicom's warning begins when a file ends inside an element of undefined length (a sequence, encapsulated pixel
+data): it then drops the elements read."""
+
+
+FILE_META_START = 128 + 4 + 12
+"""Where the file meta elements after (0002,0000) FileMetaInformationGroupLength begin: preamble, ``DICM``, itself."""
+
+
 def _cut_short(path: Path, dataset: "Dataset") -> bool:
-    """Whether the file ends inside an element: pydicom stops reading a truncated file without a word. Told by its
-    last element, read but not yet converted, whose value should end where the file ends (a deflated data set, or a
-    last element of undefined length, is not judged)."""
+    """Whether the file ends inside an element of defined length: pydicom stops reading a truncated file without a
+    word (:data:`EARLY_END` is its word for the others). Told by its last element, read but not yet converted, whose
+    value should end where the file ends (a deflated data set, or a last element of undefined length, is not
+    judged)."""
     from pydicom.dataelem import RawDataElement
 
+    if not len(dataset):  # it ends inside its file meta information (or right after it, which no writer does)
+        meta_length = dataset.file_meta.get("FileMetaInformationGroupLength")
+        return meta_length is None or path.stat().st_size < FILE_META_START + int(meta_length)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
-    if not len(dataset) or (syntax is not None and syntax.is_deflated):
+    if syntax is not None and syntax.is_deflated:
         return False
     last = dataset.get_item(max(dataset.keys()), keep_deferred=True)
     if not isinstance(last, RawDataElement) or last.length == 0xFFFFFFFF:
@@ -514,8 +528,19 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
     return last.value_tell + last.length != path.stat().st_size
 
 
+MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
+"""The SOP class of a DICOMDIR."""
+
+DICOMDIR_HAS_NO_IMAGE = ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; give the "
+                         "folder that holds it to audit the image files it lists.")
+
+
+def _sop_class(dataset: "Dataset") -> object:
+    return dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+
+
 def _sop_class_name(dataset: "Dataset") -> str:
-    uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+    uid = _sop_class(dataset)
     return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
 
 
@@ -533,18 +558,15 @@ PYPI_NAMES = {"gdcm": "python-gdcm"}
 that pydicom uses."""
 
 
+def _package(requirement: str) -> str:
+    """``python-gdcm>=3.0.10`` → ``python-gdcm``."""
+    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+
+
 def _requirements(text: str) -> list[str]:
     """pydicom's ``"gdcm>=3.0.10 and numpy"`` as requirements pip understands: ``["python-gdcm>=3.0.10", "numpy"]``."""
-    requirements = []
-    for requirement in text.split(" and ") if text else []:
-        name = re.match(r"[A-Za-z0-9_.-]+", requirement.strip())
-        requirements.append(PYPI_NAMES.get(name.group(), name.group()) + requirement.strip()[name.end():]
-                            if name else requirement.strip())
-    return requirements
-
-
-def _package(requirement: str) -> str:
-    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+    needs = [need.strip() for need in text.split(" and ") if need.strip()]
+    return [PYPI_NAMES.get(_package(need), _package(need)) + need[len(_package(need)):] for need in needs]
 
 
 def decoder_advice(uid: object) -> str:
@@ -653,9 +675,11 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     try:
         from pydicom.pixels import iter_pixels  # noqa: F401 (pydicom 3)
     except ImportError:
-        raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
+        raise ImageReadError(path, f"Reading DICOM needs pydicom 3: {INSTALL_HINT}.") from None
     try:
-        dataset, part10 = _read_dataset(path)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")  # recorded, never shown: they quote the path and element values
+            dataset, part10 = _read_dataset(path)
     except ImageReadError:
         raise
     except OSError as error:
@@ -667,9 +691,12 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
                                    "there is no image to explain.")
     if not pixel_elements:
-        if _cut_short(path, dataset):
-            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends inside an "
-                                       "element before any PixelData, so there is no image to explain.")
+        if _sop_class(dataset) == MEDIA_STORAGE_DIRECTORY:
+            raise ImageReadError(path, DICOMDIR_HAS_NO_IMAGE)
+        if any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset):
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
+                                       "middle of an element and no PixelData was read from it, so there is no image "
+                                       "to explain.")
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
