@@ -6,8 +6,8 @@
 
 The old path is tests/reference_rendering.py (two-pass normalisation, float32 NumPy blend, fancy-indexed colours,
 float64 statistics, libpng's default filters) and the figure with ``SHOWN_SIDE`` lifted (matplotlib resamples the
-full image). Each round times old then new of every stage; the fastest round counts, as CPU seconds of this process (other processes
-on the machine slow the wall clock, less so this) and wall seconds.
+full image). Each round times old then new of every stage; the fastest round counts, as CPU seconds of this process
+(other processes on the machine slow the wall clock, less so this) and wall seconds.
 """
 
 from __future__ import annotations

@@ -771,9 +771,9 @@ def read_any(
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
     :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through
-    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB) with ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
-    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
-    ``allow_recognizable`` go to it)."""
+    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB) with ``unknown`` metadata; a PDF, ZIP
+    or gzip file refused by name. A file of no known kind is read as an image when its suffix says so, else as DICOM
+    (:func:`read_dicom` refuses what is not DICOM; ``frames`` and ``allow_recognizable`` go to it)."""
     path = Path(path)
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)

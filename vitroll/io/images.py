@@ -93,7 +93,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
 
 def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[Image.Image]]:
     """:func:`load_image`'s RGB image, for the model, and the same pixels in sRGB, to draw on (None when they are the
-    same: no embedded ICC profile, or an sRGB one).
+    same: no embedded ICC profile, or an sRGB one). A CMYK photo with a CMYK profile is drawn in the colours it prints.
 
     A photo that embeds a wider colour space (Display P3 — every iPhone JPEG —, Adobe RGB…) stores values that a
     colour-managed viewer converts before showing them; drawn as stored they look duller. The model keeps the raw
