@@ -138,3 +138,15 @@ def test_an_image_overlay_cannot_draw_on_is_refused_with_the_conversion_it_needs
         overlay(image, GRID)
     assert str(raised.value).startswith("image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got ")
     assert str(raised.value).endswith(f": {advice}")
+
+
+@pytest.mark.parametrize("images,advice", [
+    (np.zeros((32, 32, 3), np.float32), "(images * 255).round().astype(np.uint8) converts values in [0, 1]"),
+    (np.zeros((3, 32, 32), np.uint8), "images.transpose(1, 2, 0) puts the channels last"),
+    (np.zeros((2, 32, 32, 3), np.uint8), "list(images) passes a stacked batch as its images"),
+    (torch.zeros(3, 32, 32), "images[None] is a batch of one"),
+], ids=["float", "chw", "stacked", "chw-tensor"])
+def test_images_people_hold_are_refused_with_the_conversion_they_need(model, images, advice):
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        rollout(model, images)
+    assert str(raised.value).endswith(advice)

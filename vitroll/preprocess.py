@@ -18,7 +18,7 @@ from PIL import Image
 from torch import nn
 
 from vitroll.capture.families import Refusal, refusal_of, registered_family
-from vitroll.errors import InputTypeError, UnsupportedModelError
+from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
 
 CropMode = Literal["center", "squash"]
@@ -183,7 +183,8 @@ class Preprocessing:
         """
         height, width = original_hw
         if height < 1 or width < 1:
-            raise ValueError(f"an image of {height}×{width} pixels (H×W) is empty: there is nothing to preprocess")
+            raise InputValueError(f"an image of {height}×{width} pixels (H×W) is empty: "
+                                  "there is nothing to preprocess")
         target_h, target_w = self.input_size
         scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
         if self.crop_mode == "squash":

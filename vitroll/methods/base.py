@@ -84,7 +84,8 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
     if isinstance(batch, TokenBatch):
         return batch.to(model_device(model))
     if batch.ndim != 4:
-        raise InputValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+        one = "; images[None] is a batch of one" if batch.ndim == 3 else ""
+        raise InputValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}{one}")
     _check_channels(model, batch)
     _check_normalised(model, batch)
     _check_image_size(model, tuple(batch.shape[-2:]))

@@ -112,5 +112,18 @@ def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
                               f"how to scale: ({label} >> 8).astype(np.uint8) reads it as Pillow reads a 16-bit "
                               f"colour PNG, ({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to "
                               "its maximum")
+    advice = _array_advice(array, label)
     raise InputValueError(f"{label} is a {array.dtype} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
-                          f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}")
+                          f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}{f'; {advice}' if advice else ''}")
+
+
+def _array_advice(array: np.ndarray, label: str) -> str:
+    """The conversion that makes ``array`` images a method takes, for the arrays ML code holds (floats in [0, 1],
+    channels first, a stacked batch), or "" when no one conversion fits."""
+    if array.ndim == 4 and array.dtype == np.uint8 and array.shape[-1] in (1, 3):
+        return f"list({label}) passes a stacked batch as its images"
+    if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3, 4):
+        return f"{label}.transpose(1, 2, 0) puts the channels last"
+    if array.dtype.kind == "f" and (array.ndim == 2 or (array.ndim == 3 and array.shape[2] == 3)):
+        return f"({label} * 255).round().astype(np.uint8) converts values in [0, 1]"
+    return ""
