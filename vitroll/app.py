@@ -196,8 +196,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 button = gr.Button("Explain", variant="primary")
             with gr.Column(scale=2):
                 with gr.Row():  # one above the other in a narrow window: side by side, the heads' labels are specks
-                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay",
-                                       min_width=MAP_MIN_WIDTH)
+                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
+                                       elem_id="overlay", min_width=MAP_MIN_WIDTH)
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
                                     interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH)  # tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")

@@ -196,7 +196,8 @@ def summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, flo
             "top_mass": float(top.sum(dtype=np.float64)) / total}
 
 
-def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int], cell: tuple[int, int]) -> tuple[float, float, float, float]:
+def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int],
+                         cell: tuple[int, int]) -> tuple[float, float, float, float]:
     """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid."""
     (sy, sx), (crop_top, crop_left) = geometry.scale, geometry.crop_top_left
     cell_h = geometry.input_hw[0] / grid_hw[0]

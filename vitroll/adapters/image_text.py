@@ -63,26 +63,25 @@ def inner_model_capture(inner: Callable[[nn.Module], nn.Module], passed_inner: b
     model names modules by their path in ``model`` (``model.visual.trunk[1]``), or in the inner model itself where
     that is the one the user passed (``passed_inner``: vitroll wrapped it)."""
 
-    def through_inner(read: Callable[[nn.Module, ModelFamily], object]) -> Callable[[nn.Module], object]:
-        def call(model: nn.Module) -> object:
-            tower = inner(model)
-            try:
-                return read(tower, family_of(tower))
-            except Refusal as refusal:
-                raise refusal.within("model" if passed_inner else module_path(model, tower)) from None
-        return call
+    def through_inner(model: nn.Module, read: Callable[[nn.Module, ModelFamily], object]) -> object:
+        tower = inner(model)
+        try:
+            return read(tower, family_of(tower))
+        except Refusal as refusal:
+            raise refusal.within("model" if passed_inner else module_path(model, tower)) from None
 
     def attention_modules(model: nn.Module) -> list[nn.Module]:
-        return through_inner(lambda tower, family: family.attention_modules(tower))(model)
+        return through_inner(model, lambda tower, family: family.attention_modules(tower))
 
     def token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-        return through_inner(lambda tower, family: family.token_layout(tower, image_hw))(model)
+        return through_inner(model, lambda tower, family: family.token_layout(tower, image_hw))
 
     def readout_modules(model: nn.Module) -> list[nn.Module]:
-        return through_inner(lambda tower, family: family.readout_modules(tower) if family.readout_modules else [])(model)
+        return through_inner(model, lambda tower, family: family.readout_modules(tower) if family.readout_modules
+                             else [])
 
     def preprocessing(model: nn.Module) -> Preprocessing:
-        return through_inner(lambda tower, family: Preprocessing.from_model(tower))(model)
+        return through_inner(model, lambda tower, family: Preprocessing.from_model(tower))
 
     return dict(attention_modules=attention_modules, token_layout=token_layout, readout_modules=readout_modules,
                 preprocessing=preprocessing)
@@ -155,7 +154,8 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
         Only with input ids, for a model whose text tower reads one.
     tokenizer : optional
         A transformers tokenizer, or an open_clip tokenizer (``open_clip.get_tokenizer(name)``); default: the one
-        :func:`~vitroll.adapters.tokenizers.use_tokenizer` registered, else open_clip's default BPE for an open_clip model of its vocabulary.
+        :func:`~vitroll.adapters.tokenizers.use_tokenizer` registered, else open_clip's default BPE for an open_clip
+        model of its vocabulary.
 
     Raises
     ------

@@ -356,7 +356,8 @@ class AttentionRecorder:
     def _attach_fused(self, index: int, module: nn.Module) -> None:
         """For a module on its fused kernel, its kernel call goes to the one :meth:`_kernel` picks per forward call.
         Masked layers (relative position bias) always take the blocked kernel."""
-        self._undo.append(attach_kernel_swap(module, lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
+        self._undo.append(attach_kernel_swap(module,
+                                             lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
 
     def _kernel(self, index: int, batch: int, num_tokens: int, device: torch.device) -> Callable[..., torch.Tensor]:
         """The kernel ``(q, k, v, attn_mask, scale) -> output (B, H, Q, Dv)`` that computes layer ``index``'s attention
@@ -502,8 +503,8 @@ class AttentionRecorder:
 
 
 class _LayerSink:
-    """The :class:`~vitroll.capture.readouts.AttentionSink` of one record of a recorder (a layer, or an attention-pooling
-    module's), for custom readouts."""
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of one record of a recorder (a layer, or an
+    attention-pooling module's), for custom readouts."""
 
     def __init__(self, recorder: AttentionRecorder, records: list, index: int, *, keep_graph: bool,
                  head_fusion: Optional[str]) -> None:

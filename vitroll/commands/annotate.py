@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
                          "give --compare-with")
     options = AnnotateOptions(
-        batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
+        batch_size=args.batch_size, workers=args.workers,
+        save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,

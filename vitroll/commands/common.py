@@ -87,7 +87,8 @@ def available_devices() -> list[str]:
 
 
 def device_name(text: str) -> str:
-    """An argparse ``type`` for ``--device``: ``auto`` or a device that exists here, checked before any model is built."""
+    """An argparse ``type`` for ``--device``: ``auto`` or a device that exists here, checked before any model is
+    built."""
     if text == "auto":
         return text
     available = ", ".join(available_devices())
@@ -110,7 +111,8 @@ def device_name(text: str) -> str:
 def output_folder(text: str) -> Path:
     """An argparse ``type`` for ``--out``: a folder that exists or can be made (no file on the way)."""
     path = Path(text)
-    existing = next(ancestor for ancestor in (path, *path.parents) if ancestor.exists() or ancestor == Path(ancestor.anchor))
+    existing = next(ancestor for ancestor in (path, *path.parents)
+                    if ancestor.exists() or ancestor == Path(ancestor.anchor))
     if existing == path and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is an existing file, not a folder; choose another --out")
     if not existing.is_dir():
@@ -165,18 +167,21 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--checkpoint", metavar="FILE",
                        help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
-    group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
+    group.add_argument("--pretrained", action="store_true",
+                       help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), metavar="N",
                        help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
     add_device_argument(group)
     group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
-    group.add_argument("--crop-mode", choices=("center", "squash"), help="squash with --crop-pct 1 shows the whole image")
+    group.add_argument("--crop-mode", choices=("center", "squash"),
+                       help="squash with --crop-pct 1 shows the whole image")
     group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
                        help="override the model input size (models built with --img-size or dynamic_img_size)")
     group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
-    group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S", help="override the normalisation std")
+    group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S",
+                       help="override the normalisation std")
     group.add_argument("--interpolation", choices=("bicubic", "bilinear", "nearest", "lanczos"),
                        help="override the resize filter")
     group.add_argument("--img-size", type=integer(1), nargs="+", metavar="SIZE",
@@ -238,7 +243,8 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--attention-weight", type=number(0, 1, low_open=True),
                        help="α in rownorm(α·A + (1−α)·I), in (0, 1] (default 0.5)")
     group.add_argument("--start-layer", type=integer(0), help="first layer included in rollout / chefer (default 0)")
-    group.add_argument("--target-class", type=integer(0), help="class explained by gradient methods (default: the prediction)")
+    group.add_argument("--target-class", type=integer(0),
+                       help="class explained by gradient methods (default: the prediction)")
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "

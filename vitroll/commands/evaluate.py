@@ -114,7 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "Gaussian blur (RISE; uninformative when blurred objects stay recognisable) "
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
-                        help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
+                        help="per image, rank correlation between two of the methods (e.g. "
+                             "rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=number(),
                         help=f"flag images whose --disagreement correlation is below this (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",

@@ -67,7 +67,8 @@ def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
     try:
         width, level = (float(part) for part in parts)
     except ValueError:
-        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); got {text!r}") from None
+        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
+                         f"got {text!r}") from None
     if width < 1:
         raise ValueError(f"--window width must be at least 1; got {width:g}")
     return width, level

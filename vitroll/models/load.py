@@ -133,7 +133,8 @@ def load_model(
         Local weights (``.safetensors``, ``.pth``, ``.pt``, ``.bin``). ``num_classes`` is taken from the
         checkpoint's ``head.weight`` when not given.
     trust_checkpoint : bool
-        Unpickle a torch checkpoint that holds Python objects besides tensors (see :func:`vitroll.checkpoints.read_checkpoint`);
+        Unpickle a torch checkpoint that holds Python objects besides tensors (see
+        :func:`vitroll.checkpoints.read_checkpoint`);
         only for files from a source you trust, since unpickling can run arbitrary code.
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).

@@ -177,7 +177,8 @@ def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: 
                           "token_logits": [round(logits[i], 4) for i in word.tokens], "peak_xy": [column, row]})
     strip_path = out_dir / f"{stem}_caption_{method}.png"
     title = f"{record.item.name} — {method}: “{caption}”"
-    write_atomic(strip_path, figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
+    write_atomic(strip_path,
+                 figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
                  if overlays else encode_png(record.image))
     return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path)
 
