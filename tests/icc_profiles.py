@@ -70,6 +70,13 @@ def display_p3_profile(description: str = "Display P3 (vitroll test)") -> bytes:
         (b"rTRC", curve), (b"gTRC", curve), (b"bTRC", curve), (b"cprt", b"text" + bytes(4) + b"none\0")])
 
 
+def linear_grey_profile() -> bytes:
+    """A grey display profile whose values are linear light (gamma 1): grey 128 is sRGB's 188."""
+    gamma_one = b"curv" + bytes(4) + struct.pack(">I", 0)  # no entries: the identity
+    return _profile(b"mntrGRAYXYZ ", [(b"desc", _desc_tag("Linear grey (vitroll test)")), (b"wtpt", _xyz_tag(D50)),
+                                     (b"kTRC", gamma_one), (b"cprt", b"text" + bytes(4) + b"none\0")])
+
+
 def printed_srgb(cmyk: tuple[int, int, int, int]) -> np.ndarray:
     """The sRGB colour 0–255 (float) that :func:`cmyk_profile` gives a CMYK corner (each ink 0 or 255): Pillow's
     plain conversion, muted toward grey as ink on paper is (black ink 51, not 0)."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image, ImageCms
 
-from icc_profiles import cmyk_profile, display_p3_profile, p3_to_srgb, printed_srgb
+from icc_profiles import cmyk_profile, display_p3_profile, linear_grey_profile, p3_to_srgb, printed_srgb, srgb_encode
 from vitroll.cli import main
 from vitroll.io.images import load_image_with_display
 from vitroll.pipelines.explain import ExplainSettings
@@ -221,3 +221,12 @@ def test_a_cmyk_jpeg_is_shown_in_the_colours_its_profile_prints_and_read_as_pill
 
     (frame,) = audit_frames(AuditInput(tagged, 1, tagged.name), AuditOptions(salt="s", keep_burned_in_text=True))
     assert np.array_equal(frame.image, np.asarray(image)) and np.array_equal(frame.shown, np.asarray(display))
+
+
+def test_a_grey_photo_with_a_grey_profile_is_shown_in_srgb_and_read_as_stored(tmp_path):
+    path = tmp_path / "grey.png"
+    Image.fromarray(np.array([[0, 128, 255]], np.uint8)).save(path, icc_profile=linear_grey_profile())
+    image, display = load_image_with_display(path)
+    assert np.asarray(image)[0, :, 0].tolist() == [0, 128, 255]
+    want = srgb_encode(np.array([0.0, 128 / 255, 1.0])) * 255  # 0, 188, 255
+    assert np.abs(np.asarray(display).astype(float) - want[None, :, None]).max() <= 1

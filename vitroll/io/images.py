@@ -133,21 +133,24 @@ def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], O
         upright = ImageOps.exif_transpose(image)
         rgb = to_rgb(upright)
     icc_profile = upright.info.get("icc_profile")
-    if not icc_profile or upright.mode not in _COLOUR_MODES | {"CMYK"}:
+    if not icc_profile or upright.mode not in _COLOUR_MODES | _OTHER_SPACES.keys():
         return rgb, None, None
-    return rgb, upright if upright.mode == "CMYK" else rgb, icc_profile
+    return rgb, upright if upright.mode in _OTHER_SPACES else rgb, icc_profile
 
 
 _SRGB = ImageCms.createProfile("sRGB")
 _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
 """Modes whose RGB conversion keeps the stored values, which an RGB profile describes (16-bit and float images are
 stretched to their range: their profile no longer applies)."""
+_OTHER_SPACES = {"CMYK": "CMYK", "L": "GRAY"}
+"""Modes converted to sRGB from their own pixels, and the colour space their profile must have: inks (a print
+profile), grey levels (a scan's or Photoshop's grey profile, e.g. Dot Gain 20 %)."""
 
 
 def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
-    """``pixels`` (RGB, or CMYK) converted from the colour space of ``icc_profile`` to sRGB (relative colorimetric),
-    or None when they are already sRGB: no profile, one that describes sRGB, or one for another colour space. A
-    profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
+    """``pixels`` (RGB, CMYK or grey) converted from the colour space of ``icc_profile`` to sRGB (relative
+    colorimetric), or None when they are already sRGB: no profile, one that describes sRGB, or one for another
+    colour space. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
@@ -167,11 +170,11 @@ def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -
 
 @functools.lru_cache(maxsize=8)
 def _srgb_transform(icc_profile: bytes, mode: str) -> Optional[ImageCms.ImageCmsTransform]:
-    """The ``mode`` (RGB or CMYK) → sRGB transform of ``icc_profile``; None for an sRGB profile or one for another
+    """The ``mode`` (RGB, CMYK or L) → sRGB transform of ``icc_profile``; None for an sRGB profile or one for another
     colour space. Built once per profile: the frames of a cine, the photos of one camera share it."""
     profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
     space = profile.profile.xcolor_space.strip()
-    if space != ("CMYK" if mode == "CMYK" else "RGB") or "srgb" in profile.profile.profile_description.lower():
+    if space != _OTHER_SPACES.get(mode, "RGB") or "srgb" in profile.profile.profile_description.lower():
         return None
     return ImageCms.buildTransform(profile, _SRGB, mode, "RGB", renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
