@@ -598,5 +598,6 @@ def test_a_dicomdir_points_to_its_folder():
 
     with pytest.raises(ImageReadError) as caught:
         read_any(get_testdata_file("DICOMDIR"))
-    assert caught.value.reason == ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; "
-                                   "give the folder that holds it to audit the image files it lists.")
+    assert caught.value.reason == ("This file is the directory of a DICOM medium (Media Storage Directory Storage), "
+                                   "which holds no image itself; give the folder that holds it to audit the image "
+                                   "files it lists.")

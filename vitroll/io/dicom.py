@@ -532,8 +532,9 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
 MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
 """The SOP class of a DICOMDIR."""
 
-DICOMDIR_HAS_NO_IMAGE = ("This file is a DICOMDIR, the index of a DICOM medium, which holds no image itself; give the "
-                         "folder that holds it to audit the image files it lists.")
+DICOMDIR_HAS_NO_IMAGE = ("This file is the directory of a DICOM medium (Media Storage Directory Storage), which holds "
+                         "no image itself; give the folder that holds it to audit the image files it lists.")
+"""A DICOMDIR's reason; it does not say DICOMDIR, which is also the file's name, and reasons quote no file names."""
 
 
 def _sop_class(dataset: "Dataset") -> object:
