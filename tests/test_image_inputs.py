@@ -85,7 +85,8 @@ def test_pil_modes_are_converted_like_files(model, tmp_path):
 def test_tensors_are_taken_as_they_are(model):
     batch = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     assert image_batch(model, batch) is batch
-    with pytest.raises(ValueError, match=r"^images must have shape \(B, C, H, W\); got \(3, 32, 32\)$"):
+    with pytest.raises(ValueError, match=r"^images must have shape \(B, C, H, W\); got \(3, 32, 32\); "
+                                         r"images\[None\] is a batch of one$"):
         rollout(model, batch[0])
 
 
@@ -99,7 +100,7 @@ def test_tensors_are_taken_as_they_are(model):
     ([[str(SAMPLES / "cat.jpg")]], TypeError, f"images[0] has type list; accepted: {ACCEPTED}"),
     (np.zeros((8, 8, 3)), ValueError,
      f"images is a float64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
-     f"(H, W); accepted: {ACCEPTED}"),
+     f"(H, W); accepted: {ACCEPTED}; (images * 255).round().astype(np.uint8) converts values in [0, 1]"),
     ([np.zeros((8, 8, 4), dtype=np.uint8)], ValueError,
      "images[0] is a uint8 array of shape (8, 8, 4), RGB with alpha, which vitroll does not guess how to show: "
      "Image.fromarray(images[0]) puts it on white as image files are, images[0][..., :3] drops the alpha"),
@@ -111,7 +112,7 @@ def test_tensors_are_taken_as_they_are(model):
      f"(H, W); accepted: {ACCEPTED}"),
     (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
      f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
-     f"(H, W); accepted: {ACCEPTED}"),
+     f"(H, W); accepted: {ACCEPTED}; list(images) passes a stacked batch as its images"),
     (np.zeros((0, 30, 3), dtype=np.uint8), ValueError,
      "an image of 0×30 pixels (H×W) is empty: there is nothing to preprocess"),
     ([Image.new("RGB", (5, 0))], ValueError, "an image of 0×5 pixels (H×W) is empty: there is nothing to preprocess"),

@@ -7,6 +7,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
@@ -334,3 +336,27 @@ def test_a_map_of_huge_or_tiny_finite_values_is_coloured_as_its_scaled_copy_with
     assert bilinear[:, :, 0].tolist() == [[255, 223, 159, 128], [223, 191, 128, 96], [159, 128, 64, 32],
                                           [128, 96, 32, 0]]
     assert np.array_equal(bilinear, overlay(image, np.array(unit, np.float32), cmap="gray", alpha=1.0))
+
+
+images = st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(0, 2**16)).map(
+    lambda hws: np.random.default_rng(hws[2]).integers(0, 256, (hws[0], hws[1], 3), dtype=np.uint8))
+heatmaps = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2**16), st.booleans()).map(
+    lambda hwsn: np.where(np.random.default_rng(hwsn[2]).random((hwsn[0], hwsn[1])) < 0.2 * hwsn[3], np.nan,
+                          np.random.default_rng(hwsn[2] + 1).normal(size=(hwsn[0], hwsn[1])) * 100))
+
+
+@settings(max_examples=40, deadline=None)
+@given(image=images, heatmap=heatmaps, cmap=st.sampled_from(["jet", "viridis", "gray"]),
+       interpolation=st.sampled_from(["bilinear", "bicubic", "nearest"]))
+def test_overlay_at_alpha_0_is_the_image_and_at_alpha_1_the_colormap_exactly(image, heatmap, cmap, interpolation):
+    """Whatever the image, grid and NaN cells: RGB uint8 of the image's size; alpha 0 gives the image back byte for
+    byte, alpha 1 the colormap of the normalised, stretched map (the image itself where that map is NaN)."""
+    untouched = overlay(image, heatmap, cmap=cmap, alpha=0.0, interpolation=interpolation)
+    assert untouched.dtype == np.uint8 and untouched.shape == image.shape
+    np.testing.assert_array_equal(untouched, image)
+    coloured = overlay(image, heatmap, cmap=cmap, alpha=1.0, interpolation=interpolation)
+    stretched = heatmap if heatmap.shape == image.shape[:2] else upsample(
+        heatmap, image.shape[:2], interpolation=interpolation)
+    values = normalize(stretched)
+    expected = np.where(np.isfinite(values)[..., None], colorize(values, cmap=cmap), image)
+    np.testing.assert_array_equal(coloured, expected)

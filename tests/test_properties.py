@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from vitroll import TokenLayout, attention, rollout
 from vitroll.capture.fusion import fuse_heads
 from vitroll.methods.gradients import positive_weighted_heads
-from vitroll.methods.rollout import rollout_vector, with_residual
+from vitroll.methods.base import record_attention
+from vitroll.methods.rollout import rollout_matrix, rollout_vector, with_residual
 
 from reference import reference_rollout
 
@@ -155,3 +156,17 @@ def test_head_fusions_do_not_depend_on_the_order_of_the_heads(seed, heads, n, da
     for clamp in ("before_mean", "after_mean"):
         torch.testing.assert_close(positive_weighted_heads(attention[:, order], gradient[:, order], clamp),
                                    positive_weighted_heads(attention, gradient, clamp), rtol=1e-6, atol=1e-7)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**16), size=sizes, opts=options)
+def test_the_rollout_matrix_of_a_model_is_row_stochastic_and_its_readout_row_is_the_map(model, seed, size, opts):
+    """Before the readout every row of R = Â_L ··· Â_1 is a probability vector (discarding included: each Â is
+    renormalised), and the class token's row over the patches is what rollout returns."""
+    images = batch(seed, 2, *size)
+    attentions, layout, _ = record_attention(model, images, head_fusion=opts["head_fusion"])
+    matrix = rollout_matrix(attentions, layout, discard_ratio=opts["discard_ratio"],
+                            attention_weight=opts["attention_weight"])
+    assert (matrix >= 0).all()
+    torch.testing.assert_close(matrix.sum(dim=-1), torch.ones(matrix.shape[:2]))
+    torch.testing.assert_close(layout.patch_values(matrix[:, 0]), rollout(model, images, **opts))

@@ -42,6 +42,17 @@ class OptionValueError(VitrollError, ValueError):
     with this one message instead of failing each input with it."""
 
 
+class InputValueError(VitrollError, ValueError):
+    """An input has a shape, dtype or range the function does not take: images a method cannot batch (a float array,
+    a tensor of other channels or size than the model's, raw 0…255 pixels made float), an image or heatmap
+    :func:`~vitroll.overlay.overlay` cannot draw. A ValueError too, as the README names it."""
+
+
+class InputTypeError(VitrollError, TypeError):
+    """An input or option of a type the function does not take (a dict as images, a string as ``alpha``). A TypeError
+    too, as the README names it."""
+
+
 def one_line(error: BaseException) -> str:
     """A user error as the CLI prints it after ``vitroll: error:`` (a file-system error with the file it names)."""
     if isinstance(error, OSError):

@@ -8,6 +8,7 @@ centre crop).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -15,6 +16,7 @@ import cv2
 import numpy as np
 from scipy import special
 
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
@@ -28,15 +30,33 @@ def _cv2_flag(interpolation: str) -> int:
     try:
         return _CV2_INTERPOLATION[interpolation]
     except KeyError:
-        raise ValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; "
-                         f"got {interpolation!r}") from None
+        raise OptionValueError(f"interpolation must be one of {', '.join(_CV2_INTERPOLATION)}; "
+                               f"got {interpolation!r}") from None
 
 
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
              interpolation: Interpolation = "bilinear") -> np.ndarray:
-    """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) → float32 (H, W)."""
+    """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) (e.g. ``image.shape[:2]``) → float32
+    (H, W)."""
     grid_map = as_map(grid_map, "grid_map")
-    return cv2.resize(grid_map, (size_hw[1], size_hw[0]), interpolation=_cv2_flag(interpolation))
+    height, width = _size(size_hw)
+    return cv2.resize(grid_map, (width, height), interpolation=_cv2_flag(interpolation))
+
+
+def _size(size_hw: object) -> tuple[int, int]:
+    """``size_hw`` as (H, W), refusing anything but two integers ≥ 1 (OpenCV's own errors are assertions)."""
+    pair = tuple(size_hw) if isinstance(size_hw, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(side, numbers.Integral) for side in pair):
+        raise InputTypeError(f"size_hw must be (H, W), two integers ≥ 1; got {type(size_hw).__name__} {size_hw!r}")
+    if min(pair) < 1:
+        raise InputValueError(f"size_hw must be (H, W), two integers ≥ 1; got {pair}")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_geometry(geometry: object) -> None:
+    if not isinstance(geometry, CropGeometry):
+        raise InputTypeError("geometry must be the CropGeometry that Preprocessing gives with the tensor (tensor, "
+                             f"geometry = Preprocessing.from_model(model)(image)); got {type(geometry).__name__}")
 
 
 def to_original(
@@ -49,6 +69,7 @@ def to_original(
     ndarray, float32, shape ``geometry.original_hw``
         The map in original pixels; NaN outside the region the model saw.
     """
+    _check_geometry(geometry)
     grid_map = as_map(grid_map, "grid_map")
     height, width = geometry.original_hw
     affine = geometry.grid_to_original_affine(grid_map.shape)
@@ -79,22 +100,32 @@ def normalize(
     """
     low_percentile, high_percentile = percentiles
     if not 0 <= low_percentile < high_percentile <= 100:
-        raise ValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
-    saliency = scaled_into_float32(saliency)
-    finite = saliency[np.isfinite(saliency)]
-    if finite.size == 0:
-        return saliency.copy()
-    if mode == "minmax":
-        low, high = float(finite.min()), float(finite.max())
-    elif mode == "percentile":
-        low, high = (float(v) for v in np.percentile(finite, percentiles))
-        if high <= low:  # all but a few values are equal: those few are the map, not outliers to clip away
-            low, high = float(finite.min()), float(finite.max())
+        raise OptionValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
+    if mode not in ("minmax", "percentile"):
+        raise OptionValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
+    saliency = as_numpy(saliency, held_float(saliency))
+    finite = np.isfinite(saliency)
+    if not finite.any():
+        return saliency.astype(np.float32)
+    # one pass finds the range, which also tells whether float32 needs the values scaled (scaled_into_float32's
+    # own pass over them, and a copy of the finite values, cost as much as the rest on a 6000×4000 map)
+    low, high = _finite_range_of(saliency, finite)
+    largest = max(-low, high)
+    if _fits_float32(largest):
+        saliency = saliency.astype(np.float32, copy=False)
+        low, high = float(np.float32(low)), float(np.float32(high))  # the cast values' range: rounding keeps order
     else:
-        raise ValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
+        saliency = _float32_scaled(saliency, largest)
+        low, high = _finite_range_of(saliency, finite)
+    if mode == "percentile":
+        clipped_low, clipped_high = (float(v) for v in np.percentile(saliency[finite], percentiles))
+        if clipped_high > clipped_low:  # else all but a few values are equal: those few are the map, not outliers
+            low, high = clipped_low, clipped_high
     if high <= low:
-        return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
-    return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
+        return np.where(finite, 0.0, np.nan).astype(np.float32)
+    unit = np.subtract(saliency, low, dtype=np.float32)  # in place from here: one array, not four temporaries
+    unit /= high - low
+    return np.clip(unit, 0.0, 1.0, out=unit)
 
 
 def held_float(values: "np.ndarray | object") -> "type[np.floating]":
@@ -111,10 +142,24 @@ def scaled_into_float32(values: "np.ndarray | object") -> np.ndarray:
     themselves; values within that range are only cast."""
     values = as_numpy(values, held_float(values))
     largest = float(np.max(np.abs(values), where=np.isfinite(values), initial=0.0))
-    if largest == 0.0 or 2.0**-64 <= largest <= 2.0**64:
-        return values.astype(np.float32, copy=False)
+    return values.astype(np.float32, copy=False) if _fits_float32(largest) else _float32_scaled(values, largest)
+
+
+def _fits_float32(largest: float) -> bool:
+    """Whether values whose largest finite magnitude is ``largest`` need no scaling into float32."""
+    return largest == 0.0 or 2.0**-64 <= largest <= 2.0**64
+
+
+def _float32_scaled(values: np.ndarray, largest: float) -> np.ndarray:
+    """``values`` whose largest finite magnitude is ``largest`` scaled by a power of two to about 1, as float32."""
     _, exponent = math.frexp(largest)
     return np.ldexp(values.astype(np.float64, copy=False), -exponent).astype(np.float32)
+
+
+def _finite_range_of(values: np.ndarray, finite: np.ndarray) -> tuple[float, float]:
+    """(smallest, largest) of ``values`` where ``finite`` (at least one)."""
+    return (float(np.min(values, where=finite, initial=np.inf)),
+            float(np.max(values, where=finite, initial=-np.inf)))
 
 
 def peak_location(saliency: np.ndarray) -> tuple[int, int]:
@@ -182,9 +227,10 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
     ValueError otherwise); more than the grid has gives every cell.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
+        raise InputTypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
     if k < 0:
-        raise ValueError(f"k must be >= 0 (how many patches); got {k}")
+        raise OptionValueError(f"k must be >= 0 (how many patches); got {k}")
+    _check_geometry(geometry)
     grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
     order = np.argsort(-flat, kind="stable")[:k]
@@ -213,18 +259,21 @@ def as_map(saliency: "np.ndarray | object", name: str = "map", dtype: "type[np.f
 
     Raises
     ------
-    ValueError
+    InputValueError
         For any other shape, naming the argument ``name``; for a batch (B, h, w), pointing to one of its maps; for
-        values that are not real numbers (complex, strings, objects).
+        values that are not real numbers (complex, strings, objects) or a tensor on the meta device.
     """
+    if getattr(saliency, "is_meta", False):
+        raise InputValueError(f"{name} is a tensor on the meta device, which holds no values: compute it with a "
+                              "model whose weights are loaded")
     kind = "f" if hasattr(saliency, "detach") and not saliency.is_complex() else np.asarray(saliency).dtype.kind
     if kind not in "biuf":
         held = f"{saliency.dtype}" if hasattr(saliency, "dtype") else f"a {type(saliency).__name__}"
-        raise ValueError(f"{name} must hold real numbers (float, int or bool); got {held}")
+        raise InputValueError(f"{name} must hold real numbers (float, int or bool); got {held}")
     values = as_numpy(saliency, dtype)
     if values.ndim != 2 or 0 in values.shape:
         batch = "; a batch of maps? pass one of them, e.g. maps[0]" if values.ndim == 3 else ""
-        raise ValueError(f"{name} must be 2-D (h, w), h and w ≥ 1; got shape {values.shape}{batch}")
+        raise InputValueError(f"{name} must be 2-D (h, w), h and w ≥ 1; got shape {values.shape}{batch}")
     return values
 
 

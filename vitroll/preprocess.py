@@ -18,7 +18,8 @@ from PIL import Image
 from torch import nn
 
 from vitroll.capture.families import Refusal, refusal_of, registered_family
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
+from vitroll.io.images import to_rgb
 
 CropMode = Literal["center", "squash"]
 _PIL_INTERPOLATION = {
@@ -183,7 +184,8 @@ class Preprocessing:
         """
         height, width = original_hw
         if height < 1 or width < 1:
-            raise ValueError(f"an image of {height}×{width} pixels (H×W) is empty: there is nothing to preprocess")
+            raise InputValueError(f"an image of {height}×{width} pixels (H×W) is empty: "
+                                  "there is nothing to preprocess")
         target_h, target_w = self.input_size
         scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
         if self.crop_mode == "squash":
@@ -209,7 +211,21 @@ class Preprocessing:
         return tuple(values)
 
     def __call__(self, image: Image.Image) -> tuple[torch.Tensor, CropGeometry]:
-        """Preprocess one RGB image → (tensor (C, H, W) float32, its geometry); C is :attr:`channels`."""
+        """Preprocess one PIL image → (tensor (C, H, W) float32, its geometry (of ``image`` as given)); C is
+        :attr:`channels`. An image of another mode than RGB (grey, palette, 16-bit, with alpha) is converted as
+        :func:`~vitroll.load_image` converts files (alpha on white, 16 bits stretched to their range); EXIF
+        orientation is not applied (the geometry is that of the pixels given).
+
+        Raises
+        ------
+        InputTypeError
+            For anything but a PIL image, naming the conversions to it.
+        """
+        if not isinstance(image, Image.Image):
+            raise InputTypeError("image must be a PIL image (Image.fromarray(array) wraps a uint8 array, "
+                                 f"vitroll.load_image(path) reads a file); got {type(image).__name__}")
+        if image.mode != "RGB":  # not to_rgb's copy of every RGB image a method already converted
+            image = to_rgb(image)
         geometry = self.geometry((image.height, image.width))
         if self.channels == 1:
             image = image.convert("L")

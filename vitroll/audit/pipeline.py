@@ -143,7 +143,8 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         row = AuditRow(case=case, study=study, frame=index if decoded.dicom else None,
                        metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
                        text_check=check.reason, text_regions=len(polygons) if check.check else None)
-        display = srgb_display(Image.fromarray(image), decoded.icc_profile, case) if decoded.icc_profile else None
+        profiled = Image.fromarray(image) if decoded.profiled is None else decoded.profiled
+        display = srgb_display(profiled, decoded.icc_profile, case) if decoded.icc_profile else None
         frames.append(Frame(image, AuditItem(row=row, text_mask=region_mask(polygons, image.shape[:2]),
                                              colour=decoded.colour),
                             display=None if display is None else np.asarray(display)))

@@ -188,6 +188,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="build the model for this input size (H or H W; timm resamples position embeddings)")
     group.add_argument("--dynamic-img-size", action="store_true",
                        help="build the model to accept any input size (ViT, EVA, CaiT)")
+    group.add_argument("--model-arg", type=model_argument, action="append", default=[], metavar="KEY=VALUE",
+                       help="any other timm.create_model (or torchvision builder) argument, to rebuild a model saved "
+                            "with it (repeatable; VALUE read as an int, float, true/false, none or else text): e.g. "
+                            "reg_tokens=4, class_token=false, global_pool=avg, depth=6")
 
 
 def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout") -> None:
@@ -205,6 +209,31 @@ def key_value(text: str) -> tuple[str, str]:
     if not equals or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE; got {text!r}")
     return key.strip().replace("-", "_"), value.strip()
+
+
+MODEL_ARGUMENT_FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size",
+                        "num_classes": "--num-classes", "pretrained": "--pretrained", "checkpoint_path": "--checkpoint"}
+"""The model-building arguments that have a flag of their own: ``--model-arg`` refuses them, naming the flag (the flag
+is checked and recorded; ``checkpoint_path`` would make timm unpickle a file)."""
+
+
+def model_argument(text: str) -> tuple[str, object]:
+    """An argparse ``type`` for ``--model-arg KEY=VALUE``: the argument's name (``-`` read as ``_``) and its value
+    read as an int, a float, ``true``/``false``, ``none`` or else as the text itself (never evaluated)."""
+    key, value = key_value(text)
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{key!r} is not an argument name; expected KEY=VALUE")
+    if key in MODEL_ARGUMENT_FLAGS:
+        raise argparse.ArgumentTypeError(f"{key} has its own flag: give {MODEL_ARGUMENT_FLAGS[key]}")
+    words = {"true": True, "false": False, "none": None}
+    if value.lower() in words:
+        return key, words[value.lower()]
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
 
 
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
@@ -288,18 +317,28 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
     """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
     group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    add_alpha_argument(group)
+
+
+def add_alpha_argument(group: "argparse._ActionsContainer") -> None:
+    """``--alpha``: the opacity of a map over its image."""
     group.add_argument("--alpha", type=number(0, 1), default=0.5,
                        help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
 
 
-def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("rendering")
-    add_colour_arguments(group)
+def add_map_scaling_arguments(group: "argparse._ActionsContainer") -> None:
+    """``--upsample`` and ``--normalize``: how a patch-grid map is brought to the image's pixels and to [0, 1]."""
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"),
                        help="how the patch-grid map is resized to the image (default: %(default)s)")
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"),
                        help="scale each map to [0, 1] from its min and max, or from its 1st and 99th percentiles, "
                             "robust to a few extreme patches (default: %(default)s)")
+
+
+def add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("rendering")
+    add_colour_arguments(group)
+    add_map_scaling_arguments(group)
     group.add_argument("--key-patches", type=integer(0), default=0, metavar="K",
                        help="outline the K highest-scoring patches (default: %(default)s, none)")
 
@@ -320,7 +359,8 @@ def resolve_device(name: str) -> torch.device:
 def _check_testbed_arguments(args: argparse.Namespace) -> None:
     """Refuse build options that the fixed testbed model would silently ignore."""
     given = [flag for flag, value in (("--pretrained", args.pretrained), ("--num-classes", args.num_classes),
-                                      ("--img-size", args.img_size), ("--dynamic-img-size", args.dynamic_img_size))
+                                      ("--img-size", args.img_size), ("--dynamic-img-size", args.dynamic_img_size),
+                                      ("--model-arg", args.model_arg))
              if value]
     if args.model == TESTBED_NAME and given:
         verb = "does" if len(given) == 1 else "do"
@@ -336,6 +376,16 @@ def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
     if len(numbers) > 2:
         raise ValueError(f"--img-size takes H or H W; got {len(numbers)} numbers")
     return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
+
+
+def model_arguments_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The ``--model-arg`` values by name; one name given twice is refused (ValueError)."""
+    given: dict[str, object] = {}
+    for key, value in args.model_arg:
+        if key in given:
+            raise ValueError(f"--model-arg {key} is given twice; give it once")
+        given[key] = value
+    return given
 
 
 def note_if_random(name: str, *, pretrained: bool, checkpoint: Optional[str]) -> None:
@@ -355,6 +405,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["img_size"] = img_size_option(args.img_size)
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
+    build.update(model_arguments_from_args(args))
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
                        trust_checkpoint=args.trust_checkpoint, num_classes=args.num_classes,

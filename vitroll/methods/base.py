@@ -10,6 +10,8 @@ through :func:`prepare_inputs`, which converts it into the batch the model's fam
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 from typing import Callable, Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 import torch
@@ -18,7 +20,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, registered_family
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import OptionValueError, UnsupportedModelError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.preprocess import Preprocessing, input_channels
@@ -50,6 +52,18 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
+def check_model(model: object) -> None:
+    """Refuse, in one line, a ``model`` that is not an ``nn.Module`` (a model's name, or the arguments swapped) or
+    whose weights are on the meta device (no values to compute with), before anything hooks or runs it."""
+    if not isinstance(model, nn.Module):
+        advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})" if isinstance(model, (str, os.PathLike))
+                  else "the arguments are (model, images)")
+        raise InputTypeError(f"model is a {type(model).__name__}, not a torch.nn.Module: {advice}")
+    if any(tensor.is_meta for tensor in itertools.chain(model.parameters(), model.buffers())):
+        raise InputValueError(f"{type(model).__name__}'s weights are on the meta device, which holds no values: "
+                              "model.to_empty(device='cpu') and load_state_dict(...) give them values first")
+
+
 def model_device(model: nn.Module) -> torch.device:
     """Device of the model's first parameter (CPU for a parameter-less model)."""
     parameter = next(model.parameters(), None)
@@ -70,7 +84,8 @@ def prepare_inputs(model: nn.Module, inputs: Inputs) -> Batch:
     if isinstance(batch, TokenBatch):
         return batch.to(model_device(model))
     if batch.ndim != 4:
-        raise ValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}")
+        one = "; images[None] is a batch of one" if batch.ndim == 3 else ""
+        raise InputValueError(f"images must have shape (B, C, H, W); got {tuple(batch.shape)}{one}")
     _check_channels(model, batch)
     _check_normalised(model, batch)
     _check_image_size(model, tuple(batch.shape[-2:]))
@@ -95,8 +110,8 @@ def _check_channels(model: nn.Module, batch: torch.Tensor) -> None:
     else:
         advice = (f"pictures are preprocessed to RGB or grey only, so give it a preprocessed tensor "
                   f"(B, {expected}, H, W)")
-    raise ValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
-                     f"the model takes (B, {expected}, H, W): {advice}")
+    raise InputValueError(f"images of shape {shape} have {channels} channel{'s' if channels != 1 else ''}; "
+                          f"the model takes (B, {expected}, H, W): {advice}")
 
 
 def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
@@ -112,10 +127,10 @@ def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
     smallest, largest = float(batch.min()), float(batch.max())
     if not (smallest >= 0 and largest > 10 * max(-low, high)):  # written so that a NaN (min and max NaN) passes
         return
-    raise ValueError(f"images range from {smallest:.4g} to {largest:.4g}, far beyond the "
-                     f"{low:.2f}…{high:.2f} the model's normalisation gives pixels: raw 0…255 pixels? pass them as "
-                     "uint8 arrays (H, W, 3) or PIL images to have them preprocessed, or normalise them as "
-                     "Preprocessing.from_model(model) does")
+    raise InputValueError(f"images range from {smallest:.4g} to {largest:.4g}, far beyond the {low:.2f}…{high:.2f} "
+                          "the model's normalisation gives pixels: raw 0…255 pixels? pass them as uint8 arrays "
+                          "(H, W, 3) or PIL images to have them preprocessed, or normalise them as "
+                          "Preprocessing.from_model(model) does")
 
 
 def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
@@ -126,7 +141,7 @@ def _check_image_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
     try:
         family.token_layout(model, image_hw)
     except ValueError as error:
-        raise ValueError(f"images of {image_hw[0]}×{image_hw[1]} do not fit the model: {error}") from None
+        raise InputValueError(f"images of {image_hw[0]}×{image_hw[1]} do not fit the model: {error}") from None
 
 
 def layout_input(batch: Batch) -> object:

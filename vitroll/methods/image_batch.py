@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from vitroll.errors import InputTypeError, InputValueError
 from vitroll.io import load_image
 from vitroll.io.images import upright_rgb
 from vitroll.preprocess import Preprocessing
@@ -62,15 +63,16 @@ def image_batch(model: nn.Module, images: Images) -> torch.Tensor:
     """
     if isinstance(images, torch.Tensor):
         if not images.is_floating_point():
-            raise ValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float "
-                             "input (Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 "
-                             "NumPy array (H, W, 3) or a PIL image to have them preprocessed")
+            raise InputValueError(f"images is a {images.dtype} tensor: a tensor must be the model's preprocessed float "
+                                  "input (Preprocessing.from_model(model).batch gives it); pass raw pixels as a uint8 "
+                                  "NumPy array (H, W, 3) or a PIL image to have them preprocessed")
         if images.ndim >= 1 and len(images) == 0:
-            raise ValueError(f"images is an empty batch of shape {tuple(images.shape)}: there is nothing to explain")
+            raise InputValueError(f"images is an empty batch of shape {tuple(images.shape)}: "
+                                  "there is nothing to explain")
         return images
     if isinstance(images, (list, tuple)):
         if not images:
-            raise ValueError(f"images is an empty {type(images).__name__}; accepted: {ACCEPTED}")
+            raise InputValueError(f"images is an empty {type(images).__name__}; accepted: {ACCEPTED}")
         decoded = [_decode(image, f"images[{index}]") for index, image in enumerate(images)]
     else:
         decoded = [_decode(images, "images")]
@@ -86,7 +88,7 @@ def _decode(image: object, label: str) -> Image.Image:
         return load_image(image)
     if isinstance(image, np.ndarray):
         return upright_rgb(Image.fromarray(_pillow_pixels(image, label)))
-    raise TypeError(f"{label} has type {type(image).__name__}; accepted: {ACCEPTED}")
+    raise InputTypeError(f"{label} has type {type(image).__name__}; accepted: {ACCEPTED}")
 
 
 def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
@@ -102,12 +104,26 @@ def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
         return array
     if bits == 8 and channels in (2, 4):
         kind, colour = ("grey", "0") if channels == 2 else ("RGB", ":3")
-        raise ValueError(f"{label} is a uint8 array of shape {array.shape}, {kind} with alpha, which vitroll does "
-                         f"not guess how to show: Image.fromarray({label}) puts it on white as image files are, "
-                         f"{label}[..., {colour}] drops the alpha")
+        raise InputValueError(f"{label} is a uint8 array of shape {array.shape}, {kind} with alpha, which vitroll does "
+                              f"not guess how to show: Image.fromarray({label}) puts it on white as image files are, "
+                              f"{label}[..., {colour}] drops the alpha")
     if bits == 16 and channels == 3:
-        raise ValueError(f"{label} is a uint16 colour array of shape {array.shape}, which vitroll does not guess how "
-                         f"to scale: ({label} >> 8).astype(np.uint8) reads it as Pillow reads a 16-bit colour PNG, "
-                         f"({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to its maximum")
-    raise ValueError(f"{label} is a {array.dtype} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
-                     f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}")
+        raise InputValueError(f"{label} is a uint16 colour array of shape {array.shape}, which vitroll does not guess "
+                              f"how to scale: ({label} >> 8).astype(np.uint8) reads it as Pillow reads a 16-bit "
+                              f"colour PNG, ({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to "
+                              "its maximum")
+    advice = _array_advice(array, label)
+    raise InputValueError(f"{label} is a {array.dtype} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
+                          f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}{f'; {advice}' if advice else ''}")
+
+
+def _array_advice(array: np.ndarray, label: str) -> str:
+    """The conversion that makes ``array`` images a method takes, for the arrays ML code holds (floats in [0, 1],
+    channels first, a stacked batch), or "" when no one conversion fits."""
+    if array.ndim == 4 and array.dtype == np.uint8 and array.shape[-1] in (1, 3):
+        return f"list({label}) passes a stacked batch as its images"
+    if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3, 4):
+        return f"{label}.transpose(1, 2, 0) puts the channels last"
+    if array.dtype.kind == "f" and (array.ndim == 2 or (array.ndim == 3 and array.shape[2] == 3)):
+        return f"({label} * 255).round().astype(np.uint8) converts values in [0, 1]"
+    return ""

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from vitroll.errors import MethodOptionError, VitrollError
-from vitroll.methods.base import Saliency, SaliencyMethod
+from vitroll.methods.base import Saliency, SaliencyMethod, check_model
 from vitroll.io.text import TextReadout
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.methods.text_batch import Position
@@ -268,6 +268,7 @@ class Method:
     def __call__(self, model: nn.Module, inputs: Inputs, *, attention_mask: Optional[torch.Tensor] = None,
                  tokenizer: Optional[Any] = None, readout: Optional[TextReadout] = None,
                  position: Optional[Position] = None, **options: object) -> Saliency:
+        check_model(model)
         options = self.check(options)
         # converted once, before any halving: a batch of paths, PIL images or strings is split as the batch it becomes
         batch = model_batch(model, inputs, attention_mask=attention_mask, tokenizer=tokenizer, readout=readout,

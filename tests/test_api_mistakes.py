@@ -1,0 +1,152 @@
+"""Every mistake a user can make with the Python API is a VitrollError (errors.py's promise), one line naming what
+to do, and still the TypeError or ValueError the README names, so ``except ValueError`` keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image
+
+from vitroll import (
+    Preprocessing, VitrollError, colorize, key_patches, normalize, overlay, rollout, to_original, upsample,
+)
+
+RGB = np.zeros((8, 10, 3), np.uint8)
+GRID = np.ones((2, 2), np.float32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=5).eval()
+
+
+IMAGE_MISTAKES = [
+    pytest.param(lambda: np.zeros((32, 32, 3)), ValueError, "float64 array of shape (32, 32, 3)", id="float-array"),
+    pytest.param(lambda: np.zeros((32, 32, 4), np.uint8), ValueError, "RGB with alpha", id="rgba-array"),
+    pytest.param(lambda: np.zeros((32, 32, 3), np.uint16), ValueError, "uint16 colour array", id="uint16-colour"),
+    pytest.param(lambda: [], ValueError, "empty list", id="empty-list"),
+    pytest.param(lambda: {"image": 1}, TypeError, "images has type dict", id="dict"),
+    pytest.param(lambda: [torch.zeros(3, 32, 32)], TypeError, "images[0] has type Tensor", id="tensor-in-list"),
+    pytest.param(lambda: torch.zeros(1, 3, 32, 32, dtype=torch.uint8), ValueError, "torch.uint8 tensor", id="uint8"),
+    pytest.param(lambda: torch.zeros(0, 3, 32, 32), ValueError, "empty batch", id="empty-batch"),
+    pytest.param(lambda: torch.zeros(3, 32, 32), ValueError, "must have shape (B, C, H, W)", id="chw"),
+    pytest.param(lambda: torch.zeros(1, 4, 32, 32), ValueError, "have 4 channels", id="four-channels"),
+    pytest.param(lambda: torch.full((1, 3, 32, 32), 200.0), ValueError, "raw 0…255 pixels?", id="raw-pixels"),
+    pytest.param(lambda: torch.zeros(1, 3, 24, 24), ValueError, "do not fit the model", id="size"),
+]
+
+
+@pytest.mark.parametrize("images,builtin,message", IMAGE_MISTAKES)
+def test_images_a_method_cannot_take_are_a_vitroll_error(model, images, builtin, message):
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        rollout(model, images())
+    assert isinstance(raised.value, builtin)
+    assert message in str(raised.value)
+
+
+OVERLAY_MISTAKES = [
+    pytest.param(lambda: overlay(RGB[..., 0], GRID), ValueError, "image must be RGB uint8", id="grey-image"),
+    pytest.param(lambda: overlay(RGB, np.ones((1, 2, 2))), ValueError, "a batch of maps?", id="batch-map"),
+    pytest.param(lambda: overlay(RGB, np.array([["a"]])), ValueError, "must hold real numbers", id="text-map"),
+    pytest.param(lambda: overlay(RGB, GRID, alpha=2), ValueError, "alpha must be in [0, 1]", id="alpha-range"),
+    pytest.param(lambda: overlay(RGB, GRID, alpha="0.5"), TypeError, "alpha must be a number", id="alpha-type"),
+    pytest.param(lambda: overlay(RGB, GRID, cmap="jett"), ValueError, "did you mean jet?", id="cmap-name"),
+    pytest.param(lambda: overlay(RGB, GRID, cmap=3), TypeError, "cmap must be", id="cmap-type"),
+    pytest.param(lambda: overlay(RGB, GRID, interpolation="linear"), ValueError, "interpolation must be one of",
+                 id="interpolation"),
+    pytest.param(lambda: overlay(RGB, GRID, normalization="max"), ValueError, "'minmax' or 'percentile'",
+                 id="normalization"),
+    pytest.param(lambda: normalize(GRID, mode="percentile", percentiles=(50, 10)), ValueError,
+                 "percentiles must be (low, high)", id="percentiles"),
+    pytest.param(lambda: upsample(np.ones((2, 2, 2)), (4, 4)), ValueError, "must be 2-D (h, w)", id="upsample-3d"),
+    pytest.param(lambda: upsample(GRID, 8), TypeError, "size_hw must be (H, W), two integers ≥ 1; got int 8",
+                 id="upsample-int-size"),
+    pytest.param(lambda: upsample(GRID, (0, 8)), ValueError, "size_hw must be (H, W), two integers ≥ 1; got (0, 8)",
+                 id="upsample-zero-size"),
+    pytest.param(lambda: upsample(GRID, (8.5, 8)), TypeError, "size_hw must be (H, W), two integers ≥ 1",
+                 id="upsample-float-size"),
+    pytest.param(lambda: to_original(GRID, None), TypeError, "geometry must be the CropGeometry",
+                 id="to-original-no-geometry"),
+    pytest.param(lambda: key_patches(GRID, (8, 10), 1), TypeError, "geometry must be the CropGeometry",
+                 id="key-patches-no-geometry"),
+    pytest.param(lambda: colorize(np.ones((2, 2, 2))), ValueError, "values must be 2-D (h, w)", id="colorize-3d"),
+    pytest.param(lambda: overlay(RGB, torch.ones(2, 2, device="meta")), ValueError,
+                 "heatmap is a tensor on the meta device, which holds no values", id="meta-heatmap"),
+]
+
+
+@pytest.mark.parametrize("call,builtin,message", OVERLAY_MISTAKES)
+def test_overlay_and_map_mistakes_are_a_vitroll_error(call, builtin, message):
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        call()
+    assert isinstance(raised.value, builtin)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("not_a_model,message", [
+    ("vit_tiny_patch16_224", "model is a str, not a torch.nn.Module: load it first with "
+                             "vitroll.load_model('vit_tiny_patch16_224')"),
+    (RGB, "model is a ndarray, not a torch.nn.Module: the arguments are (model, images)"),
+])
+def test_a_model_that_is_not_a_module_is_a_vitroll_error(not_a_model, message):
+    with pytest.raises(VitrollError) as raised:
+        rollout(not_a_model, RGB)
+    assert isinstance(raised.value, TypeError)
+    assert str(raised.value) == message
+
+
+def test_a_model_on_the_meta_device_is_refused_before_any_forward():
+    with torch.device("meta"):
+        model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=5)
+    with pytest.raises(VitrollError, match=r"^VisionTransformer's weights are on the meta device, which holds no "
+                                           r"values: model.to_empty\(device='cpu'\) and load_state_dict"):
+        rollout(model.eval(), torch.zeros(1, 3, 32, 32))
+    assert all(not module._forward_hooks for module in model.modules())
+
+
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "LA", "CMYK", "I;16"])
+def test_preprocessing_called_on_a_pil_image_of_any_mode_gives_what_a_method_gives_it(model, mode):
+    """``pre(Image.open(path))`` on a grey, palette or transparent PNG raised "cannot reshape array of size 1024 into
+    shape (32,32,3)": it is converted to RGB as a method converts it (alpha on white, 16 bits stretched)."""
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 50, 4), dtype=np.uint8)
+    image = (Image.fromarray(pixels[..., 0].astype(np.uint16) * 257) if mode == "I;16"
+             else Image.fromarray(pixels, "RGBA").convert(mode))
+    pre = Preprocessing.from_model(model)
+    tensor, geometry = pre(image)
+    assert tensor.shape == (3, 32, 32) and geometry.original_hw == (40, 50)
+    torch.testing.assert_close(rollout(model, tensor[None]), rollout(model, image))
+
+
+def test_preprocessing_called_on_an_array_names_the_conversion(model):
+    with pytest.raises(VitrollError, match=r"^image must be a PIL image \(Image.fromarray\(array\) wraps a uint8 "
+                                           r"array, vitroll.load_image\(path\) reads a file\); got ndarray$"):
+        Preprocessing.from_model(model)(RGB)
+
+
+@pytest.mark.parametrize("image,advice", [
+    (Image.fromarray(RGB[..., 0]), "image.convert('RGB') converts a PIL image"),
+    (RGB / 255.0, "(image * 255).round().astype(np.uint8) converts values in [0, 1]"),
+    (RGB.transpose(2, 0, 1), "image.transpose(1, 2, 0) puts the channels last"),
+    (RGB[..., 0], "np.stack([image] * 3, axis=-1) makes a grey image RGB"),
+    (np.dstack([RGB, RGB[..., :1]]), "image[..., :3] drops the alpha"),
+], ids=["pil-grey", "float", "chw", "grey", "rgba"])
+def test_an_image_overlay_cannot_draw_on_is_refused_with_the_conversion_it_needs(image, advice):
+    """An ML engineer holds float images in [0, 1], CHW arrays and grey scans; the refusal says how to convert."""
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        overlay(image, GRID)
+    assert str(raised.value).startswith("image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got ")
+    assert str(raised.value).endswith(f": {advice}")
+
+
+@pytest.mark.parametrize("images,advice", [
+    (np.zeros((32, 32, 3), np.float32), "(images * 255).round().astype(np.uint8) converts values in [0, 1]"),
+    (np.zeros((3, 32, 32), np.uint8), "images.transpose(1, 2, 0) puts the channels last"),
+    (np.zeros((2, 32, 32, 3), np.uint8), "list(images) passes a stacked batch as its images"),
+    (torch.zeros(3, 32, 32), "images[None] is a batch of one"),
+], ids=["float", "chw", "stacked", "chw-tensor"])
+def test_images_people_hold_are_refused_with_the_conversion_they_need(model, images, advice):
+    with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
+        rollout(model, images)
+    assert str(raised.value).endswith(advice)
