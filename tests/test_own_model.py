@@ -266,7 +266,7 @@ def test_a_grid_of_the_right_count_in_the_wrong_shape_is_refused(grid, sides, ve
     ((1, "class_token", (4, 4)), "token_layout returned a tuple, not a vitroll.TokenLayout(num_prefix_tokens, "
                                  "readout, grid)"),
     (vitroll.TokenLayout(1, "cls", (4, 4)), "token_layout's readout 'cls' is none of class_token, patch_mean, "
-                                            "attention_pool, token_mean, prefix_mean, position"),
+                                            "attention_pool, token_mean, prefix_mean, class_and_patch_mean, position"),
 ])
 def test_a_token_layout_of_the_wrong_kind_is_refused_naming_the_family(returned, message):
     model_type = register_mistaken("own-kind-vit", token_layout=lambda model, hw: returned, readout=OWN_READOUT)

@@ -15,7 +15,8 @@ from torch import nn
 
 from vitroll.errors import UnsupportedModelError
 
-Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"]
+Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
+                  "position"]
 Padding = Literal["identity", "zeros"]
 """What :attr:`ModelFamily.assemble` puts where a layer has no entries of its own: the identity for attention (the
 tokens pass through that layer unchanged), zeros for gradients (those entries are no attention the model computed,
@@ -37,12 +38,15 @@ class TokenLayout:
     num_prefix_tokens : int
         Tokens before the patch tokens: class, distillation and register tokens (0 for sequences, whose scores
         cover every position).
-    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"}
+    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean", \
+               "position"}
         Which row of the attention is the model's "decision" row: the class token's (index 0); for models
         that average the patch tokens, the mean of their rows (``"patch_mean"``); for models that average every
         token, prefix tokens included (timm's ``pool_include_prefix``; a text's real tokens), the mean of all rows
         (``"token_mean"``); for models that average their several class tokens (Pixio), the mean of the prefix
-        tokens' rows (``"prefix_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
+        tokens' rows (``"prefix_mean"``); for models whose head reads the class token concatenated with the patch
+        tokens' mean (transformers' DINOv2 classifiers), half the class token's row and half the patch tokens' mean
+        row (``"class_and_patch_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
         query's own attention over the tokens; for a language model, the row of the explained ``positions``.
     grid : (int, int) or None
         Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens. None for a sequence.
@@ -86,6 +90,10 @@ class TokenLayout:
         v = torch.zeros(self.num_tokens, device=device, dtype=dtype)
         if self.readout == "class_token":
             v[0] = 1.0
+            return v
+        if self.readout == "class_and_patch_mean":
+            v[0] = 0.5
+            v[self.num_prefix_tokens:] = 0.5 / (self.num_tokens - self.num_prefix_tokens)
             return v
         if self.readout == "prefix_mean":
             v[:self.num_prefix_tokens] = 1.0
