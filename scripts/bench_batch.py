@@ -188,7 +188,8 @@ def main() -> None:
     print(f"| (b) vitroll annotate (rollout, overlays, heatmaps, manifest) | {vitroll:.2f} |")
     print(f"| (c) per-image baseline (vit-explain style) | {baseline:.2f} |")
     print(f"| (d) model forward alone, one image at a time (no decode, no saliency) | {single:.2f} |")
-    print(f"annotate / forward = {vitroll / forward:.2f} (target ≥ 0.6); annotate / per-image = {vitroll / baseline:.2f} "
+    print(f"annotate / forward = {vitroll / forward:.2f} (target ≥ 0.6); "
+          f"annotate / per-image = {vitroll / baseline:.2f} "
           "(target ≥ 3)")
     print(f"batching gain of the model itself on this machine: (a)/(d) = {forward / single:.2f}; annotate cannot beat "
           f"the plain forward, so here (b)/(c) ≤ (a)/(c) = {forward / baseline:.2f}")

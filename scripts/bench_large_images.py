@@ -4,10 +4,10 @@
     python scripts/bench_large_images.py                 # 6000 × 4000, 3 rounds
     python scripts/bench_large_images.py --size 3000 2000 --rounds 5
 
-The old path is tests/reference_rendering.py (float32 NumPy blend, fancy-indexed colours, float64 statistics,
-libpng's default filters) and the figure with ``SHOWN_SIDE`` lifted (matplotlib resamples the full image). Each
-round times old then new of every stage; the fastest round counts, as CPU seconds of this process (other processes
-on the machine slow the wall clock, less so this) and wall seconds.
+The old path is tests/reference_rendering.py (two-pass normalisation, float32 NumPy blend, fancy-indexed colours,
+float64 statistics, libpng's default filters) and the figure with ``SHOWN_SIDE`` lifted (matplotlib resamples the
+full image). Each round times old then new of every stage; the fastest round counts, as CPU seconds of this process
+(other processes on the machine slow the wall clock, less so this) and wall seconds.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from reference_rendering import reference_encode_png, reference_overlay, reference_summary  # noqa: E402
+from reference_rendering import (reference_encode_png, reference_normalize, reference_overlay,  # noqa: E402
+                                 reference_summary)
 from vitroll.io import encode_png, load_image  # noqa: E402
-from vitroll.maps import summary, to_original  # noqa: E402
+from vitroll.maps import normalize, summary, to_original  # noqa: E402
 from vitroll.overlay import overlay  # noqa: E402
 from vitroll.pipelines.explain import ExplainSettings, figure_png  # noqa: E402
 from vitroll.preprocess import Preprocessing  # noqa: E402
@@ -64,6 +65,7 @@ def main() -> None:
     saliency = to_original(np.random.default_rng(0).random((14, 14)).astype(np.float32), geometry)
     overlaid = overlay(image, saliency)
     stages = {
+        "normalize (to [0, 1])": (lambda: reference_normalize(saliency), lambda: normalize(saliency)),
         "overlay (colour + blend)": (lambda: reference_overlay(image, saliency), lambda: overlay(image, saliency)),
         "PNG encode": (lambda: reference_encode_png(overlaid), lambda: encode_png(overlaid)),
         "summary statistics": (lambda: reference_summary(saliency), lambda: summary(saliency)),

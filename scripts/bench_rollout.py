@@ -166,7 +166,8 @@ def main() -> None:
         return
     if args.source == "transformers":
         rows = [_run_worker(tokens, implementation, source, args)
-                for tokens in (197, 1025) for source in ("timm", "transformers") for implementation in ("forward", "vitroll")]
+                for tokens in (197, 1025) for source in ("timm", "transformers")
+                for implementation in ("forward", "vitroll")]
         write_sources_report(rows, Path(args.out), args.model)
         return
 
@@ -199,7 +200,8 @@ def write_sources_report(rows: list[dict], out: Path, model_name: str) -> None:
         f"transformers {__import__('transformers').__version__}.",
         "Ratios: fastest rollout over fastest forward interleaved in the same process (medians in brackets).",
         "",
-        "| N | batch | timm forward s | timm rollout / forward | transformers forward s | transformers rollout / forward "
+        "| N | batch | timm forward s | timm rollout / forward | transformers forward s "
+        "| transformers rollout / forward "
         "| transformers ratio / timm ratio (medians) |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -210,7 +212,8 @@ def write_sources_report(rows: list[dict], out: Path, model_name: str) -> None:
             ratio[source] = ours["seconds"] / ours["forward_seconds"]
             median[source] = ours["median_seconds"] / ours["median_forward_seconds"]
             forward[source] = by[(tokens, source, "forward")]["seconds"]
-        lines.append(f"| {tokens} | {SIZES[tokens][1]} | {forward['timm']:.3f} | {ratio['timm']:.2f} ({median['timm']:.2f}) "
+        lines.append(f"| {tokens} | {SIZES[tokens][1]} | {forward['timm']:.3f} "
+                     f"| {ratio['timm']:.2f} ({median['timm']:.2f}) "
                      f"| {forward['transformers']:.3f} | {ratio['transformers']:.2f} ({median['transformers']:.2f}) "
                      f"| {ratio['transformers'] / ratio['timm']:.2f} ({median['transformers'] / median['timm']:.2f}) |")
     table = "\n".join(lines)
@@ -226,7 +229,8 @@ def write_report(rows: list[dict], out: Path, model_name: str) -> None:
         f"Model {model_name} (random init), CPU: {platform.processor() or platform.machine()}, "
         f"{__import__('os').cpu_count()} cores, torch {__import__('torch').__version__}.",
         "",
-        "| N | px | batch | forward s | vitroll / forward (medians) | naive / forward | per-image / forward | naive / vitroll "
+        "| N | px | batch | forward s | vitroll / forward (medians) | naive / forward | per-image / forward "
+        "| naive / vitroll "
         "| vitroll extra peak MiB | bound 2·L·N²·4·B MiB |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -239,7 +243,8 @@ def write_report(rows: list[dict], out: Path, model_name: str) -> None:
         bound = 2 * ours["layers"] * n * n * 4 * ours["batch"] / 2**20
         per_image = f"{ratio['per_image']:.2f}" if "per_image" in ratio else "–"
         lines.append(
-            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} | {ratio['vitroll']:.2f} ({median_ratio:.2f}) "
+            f"| {n} | {SIZES[n][0]} | {forward['batch']} | {forward['seconds']:.3f} "
+            f"| {ratio['vitroll']:.2f} ({median_ratio:.2f}) "
             f"| {ratio['naive']:.2f} | {per_image} | {ratio['naive'] / ratio['vitroll']:.2f} "
             f"| {ours['extra_peak_mib']:.0f} | {bound:.0f} |"
         )

@@ -205,7 +205,8 @@ def environment(device: torch.device) -> dict[str, Any]:
     """Device name and versions for the report header."""
     info: dict[str, Any] = {
         "python": platform.python_version(), "torch": torch.__version__, "timm": timm.__version__,
-        "vitroll": vitroll.__version__, "commit": _command_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+        "vitroll": vitroll.__version__,
+        "commit": _command_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
         "cpu_cores": os.cpu_count(), "device_type": device.type,
     }
     if device.type == "cuda":
@@ -270,7 +271,8 @@ def forward_flops(depth: int, dim: int, tokens: int) -> float:
 
 
 def build(name: str, pixels: int, depth: Optional[int], device: Optional[torch.device]) -> torch.nn.Module:
-    """A random-init timm model for ``pixels``-px inputs (on the meta device for shapes only when ``device`` is None)."""
+    """A random-init timm model for ``pixels``-px inputs (on the meta device for shapes only when ``device`` is
+    None)."""
     options = {"img_size": pixels, **({"depth": depth} if depth else {})}
     if device is None:
         with torch.device("meta"):
@@ -629,7 +631,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cuda, cuda:1, cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: the CPU smoke run")
-    parser.add_argument("--out", help="folder for gpu_check.md / .json (default docs/; a temporary folder with --quick)")
+    parser.add_argument("--out",
+                        help="folder for gpu_check.md / .json (default docs/; a temporary folder with --quick)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run (default 270; 90 with --quick)")
     args = parser.parse_args(argv)
     try:

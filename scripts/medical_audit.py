@@ -4,7 +4,8 @@
 Example::
 
     python scripts/medical_audit.py dicoms/ --model vit_small_patch16_224 --checkpoint model.safetensors \
-        --class-names classes.txt --window lung --group-by Manufacturer,BodyPartExamined,PatientSex,age-band --out audit/
+        --class-names classes.txt --window lung \
+        --group-by Manufacturer,BodyPartExamined,PatientSex,age-band --out audit/
 """
 
 import sys

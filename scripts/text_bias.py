@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("docs/evaluation/text_bias.md"))
     args = parser.parse_args(argv)
+    changed = [name for name in ("sentences", "seed") if getattr(args, name) != parser.get_default(name)]
+    command = "python scripts/text_bias.py" + "".join(f" --{name} {getattr(args, name)}" for name in changed)
     sentences = text_sentences(args.sentences, args.seed)
     rows = {}
     for name in ("keyword", "shortcut"):
@@ -35,17 +37,18 @@ def main(argv: list[str] | None = None) -> None:
         return f"{mean:.3f} ± {ci:.3f}"
 
     lines = [
-        f"{args.sentences} held-out key-word sentences (seed {args.seed}), where the group word is noise; accuracy: "
-        f"keyword model {accuracy['keyword']:.1%}, shortcut model {accuracy['shortcut']:.1%}. Share of each method's "
-        "word scores (negative scores as 0) on the group word and on the key word, "
-        f"{INTERVAL}.",
+        f"`{command}`: the first {args.sentences} held-out key-word sentences (seed {args.seed}), where the group "
+        f"word is noise; accuracy on these {args.sentences}: keyword model {accuracy['keyword']:.1%}, shortcut "
+        f"model {accuracy['shortcut']:.1%}. Share of each method's word scores (negative scores as 0) on the group "
+        f"word and on the key word, {INTERVAL}.",
         "",
         "| method | group word, keyword model | group word, shortcut model | key word, keyword model | "
         "key word, shortcut model |",
         "|---|---|---|---|---|",
     ]
     for method in METHODS:
-        lines.append(f"| {method} | {cell('keyword', method, 'group_share')} | {cell('shortcut', method, 'group_share')}"
+        lines.append(f"| {method} | {cell('keyword', method, 'group_share')} "
+                     f"| {cell('shortcut', method, 'group_share')}"
                      f" | {cell('keyword', method, 'key_share')} | {cell('shortcut', method, 'key_share')} |")
     table = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)

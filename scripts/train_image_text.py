@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(point), flush=True)
     test_accuracy = pair_accuracy(model, tokenizer, *split(TEST_SEED, args.test_images))
     minutes = (time.perf_counter() - started) / 60
-    print(f"held-out test accuracy (seed {TEST_SEED}, {args.test_images} images): {test_accuracy:.4f}; {minutes:.1f} min")
+    print(f"held-out test accuracy (seed {TEST_SEED}, {args.test_images} images): {test_accuracy:.4f}; "
+          f"{minutes:.1f} min")
 
     import transformers
 

@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     test_images, _, test_labels = arrays(TEST_SEED, args.test_images, DATA)
     test_accuracy = accuracy(model, to_tensor(test_images), torch.from_numpy(test_labels))
     minutes = (time.perf_counter() - started) / 60
-    print(f"held-out test accuracy (seed {TEST_SEED}, {args.test_images} images): {test_accuracy:.4f}; {minutes:.1f} min")
+    print(f"held-out test accuracy (seed {TEST_SEED}, {args.test_images} images): {test_accuracy:.4f}; "
+          f"{minutes:.1f} min")
 
     from safetensors.torch import save_file
 

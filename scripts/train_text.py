@@ -100,7 +100,8 @@ def train(name: str, args: argparse.Namespace) -> None:
             running_loss = 0.0
             curve.append(point)
             print(name, json.dumps(point), flush=True)
-    test = {kind: accuracy(model, encode(tokenizer, TEST_SEED, args.test_sentences, data)) for kind, data in DATA.items()}
+    test = {kind: accuracy(model, encode(tokenizer, TEST_SEED, args.test_sentences, data))
+            for kind, data in DATA.items()}
     minutes = (time.perf_counter() - started) / 60
     print(f"{name}: held-out test accuracy {test}; {minutes:.1f} min")
 

@@ -153,15 +153,19 @@ def reference_chefer(attentions: list[np.ndarray], gradients: list[np.ndarray], 
     return row[num_prefix:].reshape(grid)
 
 
-def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard_ratio: float) -> np.ndarray:
-    """Full-matrix rollout of (mean_h ∇A ⊙ A)⁺ with per-row discard (class column kept), α = 0.5."""
+def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard_ratio: float,
+                           readout: np.ndarray | None = None) -> np.ndarray:
+    """Full-matrix rollout of (mean_h ∇A ⊙ A)⁺ with per-row discard, α = 0.5: the class token's row (its column
+    kept), or ``readout @ R`` for another decision row (N,) (no column kept)."""
     n = attentions[0].shape[-1]
     result = np.eye(n)
     for attention, gradient in zip(attentions, gradients):
-        fused = discard_rows(np.maximum((attention * gradient).mean(axis=0), 0), discard_ratio, 0)
+        fused = discard_rows(np.maximum((attention * gradient).mean(axis=0), 0), discard_ratio,
+                             0 if readout is None else None)
         mixed = 0.5 * fused + 0.5 * np.eye(n)
         result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
-    return result[0, num_prefix:].reshape(grid)
+    row = result[0] if readout is None else readout @ result
+    return row[num_prefix:].reshape(grid)
 
 
 def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid) -> np.ndarray:

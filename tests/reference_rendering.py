@@ -1,12 +1,12 @@
 """Slow references for the image-sized rendering path, as vitroll computed it before the large-image speed-ups
-(float32 NumPy blend, fancy-indexed colours, float64 statistics, libpng's default filters): the tests hold the fast
-code to them, and scripts/bench_large_images.py times both."""
+(two-pass normalisation, float32 NumPy blend, fancy-indexed colours, float64 statistics, libpng's default filters):
+the tests hold the fast code to them, and scripts/bench_large_images.py times both."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vitroll.maps import as_map, normalize, peak_location, upsample
+from vitroll.maps import as_map, peak_location, scaled_into_float32, upsample
 from vitroll.overlay import lookup_table, rgb_uint8
 
 
@@ -28,6 +28,25 @@ def reference_blend(image: np.ndarray, colors: np.ndarray, alpha: float, where: 
     return out
 
 
+def reference_normalize(saliency: np.ndarray, *, mode: str = "minmax",
+                        percentiles: tuple[float, float] = (1.0, 99.0)) -> np.ndarray:
+    """:func:`vitroll.maps.normalize` as it was: the values scaled into float32 in a pass of their own, then their
+    finite values copied out for their range."""
+    saliency = scaled_into_float32(saliency)
+    finite = saliency[np.isfinite(saliency)]
+    if finite.size == 0:
+        return saliency.copy()
+    if mode == "minmax":
+        low, high = float(finite.min()), float(finite.max())
+    else:
+        low, high = (float(v) for v in np.percentile(finite, percentiles))
+        if high <= low:
+            low, high = float(finite.min()), float(finite.max())
+    if high <= low:
+        return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
+    return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
+
+
 def reference_overlay(image: np.ndarray, heatmap: np.ndarray, *, cmap: str = "jet", alpha: float = 0.5,
                       interpolation: str = "bilinear", normalization: str = "minmax") -> np.ndarray:
     """:func:`vitroll.overlay.overlay` through the references above."""
@@ -35,7 +54,7 @@ def reference_overlay(image: np.ndarray, heatmap: np.ndarray, *, cmap: str = "je
     saliency = as_map(heatmap, "heatmap")
     if saliency.shape != image.shape[:2]:
         saliency = upsample(saliency, image.shape[:2], interpolation=interpolation)
-    values = normalize(saliency, mode=normalization)
+    values = reference_normalize(saliency, mode=normalization)
     return reference_blend(image, reference_colorize(values, cmap), alpha, where=np.isfinite(values))
 
 

@@ -592,3 +592,55 @@ def test_a_name_with_line_breaks_keeps_its_reason_and_one_line(tmp_path, capsys)
     assert np.asarray(Image.open(out / table["ok\nname.png"]["overlay"])).shape == (48, 64, 3)
     failed = [line for line in capsys.readouterr().err.splitlines() if "bad" in line]
     assert len(failed) == 1 and failed[0].startswith(f"vitroll: failed: {reason}")
+
+
+def _processes(*argv: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vitroll", "annotate", *argv, "--processes", "2", "--batch-size", "1", "--workers", "0",
+         "--no-progress", "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(folder.__file__).parents[2])}, **popen)
+
+
+def test_processes_pass_on_the_exit_status_that_torchrun_turns_into_1(tmp_path):
+    """Under torchrun one bad image among many, a usage error and an interrupt all exited 1 (and printed torchrun's
+    ChildFailedError report): --processes runs the same ranks and exits as one process does."""
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(4):
+        Image.fromarray(rgb(seed=index)).save(source / f"img{index}.png")
+    (source / "bad.png").write_bytes(b"not a png")
+    out = tmp_path / "out"
+    finished = _processes(str(source), "--out", str(out))
+    stdout, stderr = finished.communicate(timeout=600)
+    assert finished.returncode == folder.EXIT_SOME_FAILED, stderr
+    assert stderr.splitlines() == [f"vitroll: failed: {source / 'bad.png'}: not an image Pillow can read"]
+    assert stdout.startswith("4 ok, 1 failed, 0 skipped")
+    assert sorted(row["path"] for row in assert_manifest_matches_folder(out)) == [
+        "bad.png", "img0.png", "img1.png", "img2.png", "img3.png"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    finished = _processes(str(empty), "--out", str(tmp_path / "out2"))
+    stdout, stderr = finished.communicate(timeout=600)
+    assert (finished.returncode, stdout, stderr) == (2, "", f"vitroll: error: {empty}: no image files found\n")
+
+
+def test_an_interrupt_of_processes_exits_130_and_keeps_the_work_done(tmp_path, capsys):
+    import signal
+    import time
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(40):
+        Image.fromarray(rgb(seed=index)).save(source / f"img{index:02}.png")
+    out = tmp_path / "out"
+    running = _processes(str(source), "--out", str(out))
+    while not any(path.stat().st_size for path in out.glob("manifest.rank*.jsonl")) and running.poll() is None:
+        time.sleep(0.2)
+    running.send_signal(signal.SIGINT)  # as Ctrl-C: to the launcher, which passes it on
+    stdout, stderr = running.communicate(timeout=600)
+    assert running.returncode == 130, stderr
+    assert "interrupted — rerun the same command to resume" in stdout
+    done = [row["path"] for row in assert_manifest_matches_folder(out)]
+    assert 0 < len(done) < 40
+    assert annotate(str(source), "--out", str(out)) == 0
+    assert f"{40 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out

@@ -304,7 +304,7 @@ def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_capti
         ("first.png", "rollout"), ("second.png", "rollout"), ("first.png", "occlusion")]
     assert written[:2] == rollout  # the rerun of second.png with rollout gave the same entry, in its place
     assert written[2]["strip"].endswith("first_caption_occlusion.png")
-    assert all(Path(entry["strip"]).is_file() for entry in written)
+    assert all((out / entry["strip"]).is_file() for entry in written)
 
 
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
@@ -422,7 +422,7 @@ def test_an_image_given_as_a_relative_and_as_an_absolute_path_keeps_one_entry(sa
     assert main(["caption", "./photo.png", *common]) == 0
     written = json.loads((tmp_path / "out" / "captions.json").read_text(encoding="utf-8"))["images"]
     assert [(entry["path"], entry["strip"]) for entry in written] == [
-        ("photo.png", str(Path("out") / "photo_caption_rollout.png"))]
+        (str(tmp_path / "photo.png"), "photo_caption_rollout.png")]
 
 
 @pytest.mark.parametrize("encoder, decoder, message", [
@@ -456,3 +456,34 @@ def test_a_captioner_of_an_unread_encoder_or_decoder_is_refused_in_one_line_befo
     assert main(["caption", str(ROOT / "sample_images" / "cat.jpg"), "--model", str(folder),
                  "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.splitlines() == [f"vitroll: error: {folder}: {message}"]
+
+
+def test_same_named_images_of_two_folders_keep_their_own_entries_and_strips_across_runs(saved_captioner, tmp_path,
+                                                                                         monkeypatch):
+    """captions.json stored paths as given and compared them as absolute paths of the *current* folder: ``x.png``
+    captioned from two folders was one entry (the second run replaced the first's), and its strip overwrote the
+    first's; the same file reached by another relative path was a second entry."""
+    import json
+
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    for seed, folder in enumerate(("a", "b")):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+            tmp_path / folder / "x.png")
+    out = tmp_path / "out"
+    common = ["--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "3", "--method", "rollout"]
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["caption", "x.png", *common]) == 0
+    first_strip = (out / "x_caption_rollout.png").read_bytes()
+    monkeypatch.chdir(tmp_path / "b")
+    assert main(["caption", "x.png", *common]) == 0
+    assert main(["caption", "../b/x.png", *common]) == 0  # b/x.png again, by another relative path
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert [(entry["path"], entry["strip"]) for entry in written] == [
+        (str(tmp_path / "a" / "x.png"), "x_caption_rollout.png"),
+        (str(tmp_path / "b" / "x.png"), "x-2_caption_rollout.png")]
+    assert (out / "x_caption_rollout.png").read_bytes() == first_strip
+    assert sorted(path.name for path in out.glob("*.png")) == ["x-2_caption_rollout.png", "x_caption_rollout.png"]

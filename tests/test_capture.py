@@ -257,7 +257,7 @@ def test_a_wrapped_model_is_refused_naming_the_model_inside(model, wrap, expecte
 def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
     compiled = torch.compile(model)  # compiles lazily: nothing runs until it is called
     expected = ("OptimizedModule: a torch.compile'd model runs a compiled graph that attention hooks do not see; "
-                "explain the model it wraps, compiled._orig_mod (the same weights)")
+                "explain the model it wraps, model._orig_mod (the same weights)")
     image = torch.zeros(8, 8, 3, dtype=torch.uint8).numpy()
     for images in (torch.randn(1, 3, 224, 224), image):  # a tensor reaches the family; an image its preprocessing first
         with pytest.raises(UnsupportedModelError) as raised:

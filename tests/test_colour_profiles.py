@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image, ImageCms
 
-from icc_profiles import display_p3_profile, p3_to_srgb
+from icc_profiles import cmyk_profile, display_p3_profile, linear_grey_profile, p3_to_srgb, printed_srgb, srgb_encode
 from vitroll.cli import main
 from vitroll.io.images import load_image_with_display
 from vitroll.pipelines.explain import ExplainSettings
@@ -130,3 +130,103 @@ def test_written_overlays_and_figures_are_tagged_srgb(tmp_path):
         with Image.open(tmp_path / name) as written:
             written.load()  # the CRCs are checked
             assert written.info.get("srgb") == 0, name
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_the_audit_draws_a_display_p3_photo_in_srgb_and_reads_it_as_stored(tmp_path, suffix):
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    path = tmp_path / f"p3{suffix}"
+    Image.new("RGB", (16, 8), P3_COLOUR).save(path, icc_profile=display_p3_profile(), quality=100)
+    stored, display = (np.asarray(picture) for picture in load_image_with_display(path))
+    (frame,) = audit_frames(AuditInput(path, 1, path.name), AuditOptions(salt="s", keep_burned_in_text=True))
+    assert np.array_equal(frame.image, stored)
+    assert np.array_equal(frame.shown, display)
+    assert np.abs(frame.shown[4, 8].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 2  # JPEG rounding on top
+
+
+def test_a_multi_frame_dicom_builds_its_colour_transform_once(tmp_path, monkeypatch):
+    from dicom_factory import write_dicom
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    built = []
+    build = ImageCms.buildTransform
+    monkeypatch.setattr(ImageCms, "buildTransform", lambda *args, **kwargs: built.append(1) or build(*args, **kwargs))
+    pixels = np.broadcast_to(np.array(P3_COLOUR, dtype=np.uint8), (5, 8, 8, 3))
+    profile = display_p3_profile("Display P3 (built once)")  # bytes no other test converted with
+    write_dicom(tmp_path / "cine.dcm", pixels, photometric="RGB", ICCProfile=profile)
+    frames = audit_frames(AuditInput(tmp_path / "cine.dcm", 1, "cine.dcm"),
+                          AuditOptions(salt="s", keep_burned_in_text=True))
+    assert len(frames) == 5 and len(built) == 1
+    for frame in frames:
+        assert np.abs(frame.shown[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1
+
+
+def test_evaluate_draws_its_examples_in_srgb_and_measures_the_stored_pixels(tmp_path):
+    from vitroll.pipelines.evaluate import Evaluation, examples_figure, folder_images
+
+    stored = np.full((8, 8, 3), P3_COLOUR, np.uint8)
+    Image.fromarray(stored).save(tmp_path / "p3.png", icc_profile=display_p3_profile())
+    mask = np.zeros((8, 8), np.uint8)
+    mask[6:, 6:] = 255
+    Image.fromarray(mask).save(tmp_path / "p3_mask.png")
+    (image,) = folder_images(tmp_path)
+    assert np.array_equal(image.image, stored)
+    evaluation = Evaluation(examples={"rollout": [np.zeros((8, 8), np.float32)]})
+    for axis in examples_figure(evaluation, [image], cmap="gray").axes:  # left: the image; right: a black map on it
+        drawn = np.asarray(axis.get_images()[0].get_array())
+        assert np.abs(drawn[1, 1].astype(float) - p3_to_srgb(P3_COLOUR) / (1 if axis.get_title() == "image + mask"
+                                                                           else 2)).max() <= 1
+
+
+def test_evaluate_and_compare_figures_are_tagged_srgb(tmp_path):
+    from vitroll.pipelines.compare import Comparison, plot_comparison
+    from vitroll.pipelines.evaluate import Evaluation, MaskedImage, plot_curves, plot_examples
+
+    curve = {"deletion": [np.linspace(1, 0, 5)], "insertion": [np.linspace(0, 1, 5)]}
+    evaluation = Evaluation(fractions=np.linspace(0, 1, 5), curves={"rollout": curve},
+                            examples={"rollout": [np.ones((8, 8), np.float32)]})
+    plot_curves(evaluation, tmp_path / "curves.png")
+    plot_examples(evaluation, [MaskedImage("x", np.zeros((8, 8, 3), np.uint8), np.eye(8, dtype=bool))],
+                  tmp_path / "examples.png")
+    picture = np.zeros((8, 8, 3), np.uint8)
+    comparison = Comparison(images=[tmp_path / "x.png"], maps={"a": [np.ones((8, 8))]}, overlays={"a": [picture]},
+                            predictions={"a": ["cat (90%)"]}, pictures=[picture])
+    plot_comparison(comparison, tmp_path / "grid.png")
+    for name in ("curves.png", "examples.png", "grid.png"):
+        with Image.open(tmp_path / name) as written:
+            written.load()
+            assert written.info.get("srgb") == 0, name
+
+
+def test_a_cmyk_jpeg_is_shown_in_the_colours_its_profile_prints_and_read_as_pillow_converts_it(tmp_path):
+    inks = [(255, 0, 0, 0), (0, 0, 0, 255), (0, 0, 0, 0)]  # cyan, black, paper
+    cmyk = Image.new("CMYK", (16 * len(inks), 16))
+    for index, ink in enumerate(inks):
+        cmyk.paste(ink, (16 * index, 0, 16 * (index + 1), 16))
+    tagged, untagged = tmp_path / "tagged.jpg", tmp_path / "untagged.jpg"
+    cmyk.save(tagged, icc_profile=cmyk_profile(), quality=100)  # Pillow writes Adobe's inverted CMYK
+    cmyk.save(untagged, quality=100)
+    image, display = load_image_with_display(tagged)
+    plain, none = load_image_with_display(untagged)
+    assert none is None and np.array_equal(np.asarray(image), np.asarray(plain))
+    for index, ink in enumerate(inks):
+        naive = np.asarray(Image.new("CMYK", (1, 1), ink).convert("RGB"))[0, 0]
+        assert np.abs(np.asarray(image)[8, 16 * index + 8].astype(int) - naive).max() <= 2
+        assert np.abs(np.asarray(display)[8, 16 * index + 8] - printed_srgb(ink)).max() <= 8, ink
+    from vitroll.audit.pipeline import AuditInput, audit_frames
+    from vitroll.audit.records import AuditOptions
+
+    (frame,) = audit_frames(AuditInput(tagged, 1, tagged.name), AuditOptions(salt="s", keep_burned_in_text=True))
+    assert np.array_equal(frame.image, np.asarray(image)) and np.array_equal(frame.shown, np.asarray(display))
+
+
+def test_a_grey_photo_with_a_grey_profile_is_shown_in_srgb_and_read_as_stored(tmp_path):
+    path = tmp_path / "grey.png"
+    Image.fromarray(np.array([[0, 128, 255]], np.uint8)).save(path, icc_profile=linear_grey_profile())
+    image, display = load_image_with_display(path)
+    assert np.asarray(image)[0, :, 0].tolist() == [0, 128, 255]
+    want = srgb_encode(np.array([0.0, 128 / 255, 1.0])) * 255  # 0, 188, 255
+    assert np.abs(np.asarray(display).astype(float) - want[None, :, None]).max() <= 1

@@ -512,3 +512,92 @@ def test_files_decode_with_stderr_closed(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             preexec_fn=lambda: os.close(2))
     assert result.stdout == "(64, 64, 3)\n"
+
+
+def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
+    """Without the ``dicom`` extra's decoders, the reason says which command installs them and names python-gdcm by its
+    name on PyPI (pydicom calls it ``gdcm``, and ``pip install gdcm`` does not install it)."""
+    import subprocess
+
+    from pydicom.data import get_testdata_file
+
+    script = (
+        "import sys\n"
+        "for name in ('gdcm', 'pylibjpeg', 'openjpeg', 'rle', 'libjpeg'): sys.modules[name] = None\n"
+        "from vitroll.errors import ImageReadError\n"
+        "from vitroll.io.dicom import read_dicom\n"
+        "for path in sys.argv[1:]:\n"
+        "    try: read_dicom(path)\n"
+        "    except ImageReadError as error: print(error.reason)\n")
+    files = [get_testdata_file(name) for name in ("MR_small_jpeg_ls_lossless.dcm", "JPEG2000.dcm")]
+    result = subprocess.run([sys.executable, "-c", script, *files], stdout=subprocess.PIPE, text=True, check=True)
+    [jpeg_ls] = result.stdout.splitlines()  # Pillow, a dependency, reads the JPEG 2000 file
+    assert jpeg_ls.endswith(
+        "; pip install \"vitroll[dicom]\" adds pydicom's gdcm plugin (python-gdcm>=3.0.10), which would try it; "
+        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
+        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it); pyjpegls plugin would also try it, with "
+        "numpy and pyjpegls>=1.2."), jpeg_ls
+
+
+@pytest.mark.parametrize(("compressed", "cut"), [(False, -1), (False, 3), (True, 60), (False, None)],
+                         ids=["inside-the-value-before-it", "inside-its-element-header", "inside-its-fragments",
+                              "inside-the-file-meta"])
+def test_a_file_cut_short_before_or_inside_its_pixel_data_says_so(tmp_path, compressed, cut):
+    """pydicom stops silently at the end of a truncated file (and drops every element when the file ends inside
+    encapsulated pixel data, an interrupted copy of a JPEG study); the reason said the image had no PixelData at
+    all, as a structured report would, and now says the file is cut short (``cut`` bytes after the pixel data's tag)."""
+    from pydicom.uid import JPEGBaseline8Bit
+
+    options = {"transfer_syntax": JPEGBaseline8Bit, "pixel_bytes": b"\xff\xd8" + bytes(300)} if compressed else {}
+    good = write_dicom(tmp_path / "good.dcm", body_phantom(dtype=np.uint8, high=255), **options).read_bytes()
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(good[:good.index(b"\xe0\x7f\x10\x00") + cut] if cut is not None else
+                          good[:good.index(b"\x02\x00\x10\x00") + 12])  # inside the transfer syntax UID
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(truncated)
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the "
+                                   "middle of an element and no PixelData was read from it, so there is no image to "
+                                   "explain.")
+    complete = write_dicom(tmp_path / "nopixels.dcm", body_phantom(), with_pixels=False)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(complete)
+    assert caught.value.reason.endswith("has no PixelData, so there is no image to explain.")
+
+
+def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):
+    """A PixelData element of length 0 (blanked by a de-identifier) gave pydicom's "object of type 'NoneType' has no
+    len()" and the advice that the pixel data was damaged."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "blanked.dcm", body_phantom())
+    dataset = pydicom.dcmread(path)
+    dataset.PixelData = b""
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == ("This DICOM file (Secondary Capture Image Storage) has an empty PixelData element, "
+                                   "so there is no image to explain.")
+
+
+def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
+    single = write_dicom(tmp_path / "single.dcm", body_phantom())
+    cine = write_dicom(tmp_path / "cine.dcm", np.stack([body_phantom()] * 3))
+    reasons = []
+    for path in (single, cine):
+        with pytest.raises(ImageReadError) as caught:
+            read_dicom(path, frame=5)
+        reasons.append(caught.value.reason)
+    assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
+                       "--frame 5 is out of range: the file has 3 frames, numbered from 0."]
+
+
+def test_a_dicomdir_points_to_its_folder():
+    """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
+    the images it lists are."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_any(get_testdata_file("DICOMDIR"))
+    assert caught.value.reason == ("This file is the directory of a DICOM medium (Media Storage Directory Storage), "
+                                   "which holds no image itself; give the folder that holds it to audit the image "
+                                   "files it lists.")

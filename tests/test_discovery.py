@@ -101,6 +101,22 @@ def test_list_files_keep_their_order_duplicates_and_any_suffix(tmp_path):
                                                  FoundFile(lists / "c.gif", "c.gif")]
 
 
+
+def test_a_text_list_names_files_whose_names_hold_commas_or_quotes(tmp_path):
+    """A .txt list (as ``find . -name '*.png' > list.txt`` writes it) was read as CSV: ``Doe, J.png`` was the file
+    ``Doe`` and ``"a" b.png`` the file ``a b.png``, both "no such file". A line that names a file as a whole is that
+    file; other lines are still CSV (``x.png,label``), and a .csv file is CSV throughout."""
+    for name in ("Doe, J.png", '"a" b.png', "x.png"):
+        (tmp_path / name).write_bytes(b"")
+    listing = tmp_path / "list.txt"
+    listing.write_text('Doe, J.png\n"a" b.png\nx.png,cat\n')
+    assert [file.key for file in listed_files(listing)] == ["Doe, J.png", '"a" b.png', "x.png"]
+    listing.write_text('path,label\n"Doe, J.png",person\nx.png,cat\n')
+    assert [file.key for file in listed_files(listing)] == ["Doe, J.png", "x.png"]
+    table = tmp_path / "list.csv"
+    table.write_text('"Doe, J.png",person\n"""a"" b.png",x\n')
+    assert [file.key for file in listed_files(table)] == ["Doe, J.png", '"a" b.png']
+
 def test_a_source_that_is_neither_a_folder_nor_a_list_is_one_clear_error(tmp_path):
     touch(tmp_path, ["x.png"])
     with pytest.raises(ImageReadError) as missing:

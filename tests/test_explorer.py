@@ -90,20 +90,53 @@ def test_a_single_head_is_that_heads_attention_and_the_grid_shows_every_head_of_
 
 
 
-def test_head_labels_of_a_very_tall_image_stay_in_their_own_cells():
-    image = np.full((1200, 60, 3), 200, np.uint8)  # tiles 8 pixels wide under labels 38 pixels wide
+def test_head_labels_of_a_tall_image_stay_in_their_own_cells():
+    image = np.full((1200, 400, 3), 200, np.uint8)  # tiles 33 pixels wide under labels 38 pixels wide
     geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
     heads = np.random.default_rng(0).random((12, *GRID)).astype(np.float32)
-    tiles = head_grid(image, heads, geometry, ExplainSettings())
+    tiles = head_grid(image, heads, geometry, ExplainSettings(), tile_side=100)
     ink = tiles.min(axis=2) < 128
     cell = (tiles.shape[1] - 4) // 4  # 4 columns of cells, each its label's width and a 4-pixel gap
     assert cell >= 38 + 4 and tiles.shape[1] == 4 * cell + 4
     for row in range(3):
-        band = ink[4 + row * (160 + 14 + 4):][:14]  # the labels' line of this row of tiles
+        band = ink[4 + row * (100 + 14 + 4):][:14]  # the labels' line of this row of tiles
         for column in range(4):
             left = 4 + column * cell
             assert band[:, left:left + cell - 4].any()  # "head k" is drawn in its cell
             assert not band[:, left + cell - 4:left + cell].any()  # and never reaches the gap to the next one
+
+@pytest.mark.parametrize("crop_mode", ["center", "squash"])
+@pytest.mark.parametrize("height, width", [(1200, 60), (400, 1), (1, 400)])
+def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, width, crop_mode):
+    """A thumbnail of all of a 1×400 strip is one pixel across: each tile shows the model's input instead, every
+    pixel of it under its head's map."""
+    image = np.full((height, width, 3), 128, np.uint8)
+    geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3,
+                             crop_mode=crop_mode).geometry(image.shape[:2])
+    heads = np.zeros((4, *GRID), np.float32)
+    heads[:, :, :4] = 1.0  # each head's left half high: red over the grey, the right half blue
+    tiles = head_grid(image, heads, geometry, ExplainSettings(alpha=1.0))
+    assert tiles.shape == (4 + 2 * (14 + 160 + 4), 4 + 2 * (160 + 4), 3)
+    for top, left in ((4 + 14, 4), (4 + 14, 4 + 164), (4 + 178 + 14, 4), (4 + 178 + 14, 4 + 164)):
+        tile = tiles[top:top + 160, left:left + 160].astype(int)
+        red, blue = tile[:, :70], tile[:, 90:]
+        assert (red[..., 0] > 100).all() and (red[..., 2] < 50).all(), (top, left)
+        assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
+
+
+def test_a_model_without_a_classification_head_shows_no_empty_top_classes_box(model):
+    """The title line says "no classification head"; the top-classes box under the maps stayed, empty but for an
+    icon."""
+    from transformers import ViTConfig, ViTModel
+
+    backbone = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                  image_size=32, patch_size=8), add_pooling_layer=False).eval()
+    for page_model, shown in ((backbone, False), (model, True)):
+        page = vitroll.app.build_app(page_model, model_label="m")
+        top, = [block for block in page.blocks.values() if getattr(block, "elem_id", None) == "top-classes"]
+        title = next(block.value for block in page.blocks.values() if str(getattr(block, "value", "")).startswith("###"))
+        assert top.visible is shown and ("no classification head" in title) is not shown
+
 
 def test_the_target_class_changes_a_gradient_methods_map_as_the_reference_says(model, image, batch):
     tensor, _ = batch
@@ -393,6 +426,23 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
+    """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
+    boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""
+    upload = tmp_path / "tiny.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (8, 8, 3), np.uint8)).save(upload)
+    with browser_page(served, {"width": 400, "height": 900}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.locator("#heads img").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.images].every(image => image.complete && image.naturalWidth > 0)")
+        boxes = {name: page.locator(f"#{name} img").bounding_box() for name in ("image", "overlay", "heads")}
+        for name, box in boxes.items():
+            assert box["width"] >= 300 and box["height"] >= 250, (name, box)
+        assert boxes["heads"]["y"] >= boxes["overlay"]["y"] + boxes["overlay"]["height"]
+        assert not errors
+
+
 def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
     """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
     and run nothing."""
@@ -468,6 +518,25 @@ def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
     legend, = [block for block in served_pages[0].blocks.values() if getattr(block, "elem_id", None) == "legend"]
     assert menu.value == "coolwarm" and ("coolwarm", "coolwarm") in menu.choices and "colormap <b>coolwarm</b>" in (
         legend.value)  # an unknown --cmap: tests/test_mistakes.py
+
+
+def test_the_command_draws_with_alpha_upsample_and_normalize_as_overlay_does(monkeypatch, capsys):
+    import vitroll.commands.app as command
+
+    drawn_with = []
+    monkeypatch.setattr(command, "build_app", lambda model, **options: drawn_with.append(options["settings"]))
+    monkeypatch.setattr(command, "serve", lambda app, **_: None)
+    assert main(["app", "--alpha", "0.2", "--upsample", "nearest", "--normalize", "percentile"]) == 0
+    assert drawn_with == [ExplainSettings(alpha=0.2, interpolation="nearest", normalization="percentile")]
+    assert main(["app"]) == 0 and drawn_with[1] == ExplainSettings()  # overlay's defaults
+    capsys.readouterr()
+    for mistake in (["--alpha", "2"], ["--upsample", "cubic"], ["--normalize", "robust"]):
+        for command_line in (["app", *mistake], ["overlay", str(CROSS), *mistake]):
+            with pytest.raises(SystemExit) as usage_error:
+                main(command_line)
+            assert usage_error.value.code == 2
+        in_app, in_overlay = capsys.readouterr().err.splitlines()
+        assert in_app == in_overlay.replace("overlay", "app"), mistake
 
 
 def test_an_examples_folder_that_is_not_one_is_refused(tmp_path, capsys):

@@ -254,6 +254,26 @@ def test_every_class_name_filters_its_cards_and_long_names_wrap_inside_the_page(
         assert not errors
 
 
+def test_in_a_400_pixel_window_the_class_table_scrolls_and_its_names_stay_whole(tmp_path):
+    """The table of six columns is wider than a phone: it scrolled the whole page sideways, and its class names broke
+    mid-word ("squa / re")."""
+    Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "a.png")
+    names = ["square", "triangle", "cross", "long_class_" * 20]
+    rows = [{"path": f"image_{index}.png", "status": "ok", "top1_name": name, "top1_probability": 0.5, "entropy": 0.5,
+             "top10_mass": 0.3, "width": 60, "height": 40, "peak_x": 1, "peak_y": 1, "overlay": "a.png"}
+            for index, name in enumerate(names)]
+    write_gallery(tmp_path, rows)
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 400, "height": 900}) as (page, errors):
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        lines = dict(page.eval_on_selector_all("#classes td:first-child bdi", "names => names.map(name => "
+                                               "[name.textContent, name.getClientRects().length])"))
+        assert [lines[name] for name in names[:3]] == [1, 1, 1], lines  # one line box each: not broken
+        assert lines[names[3]] > 1  # the 220-letter one wraps in its column
+        assert page.eval_on_selector_all(".card, .card *", "boxes => boxes.filter(box => box.scrollWidth > "
+                                                           "box.clientWidth + 1).length") == 0
+        assert not errors
+
+
 def test_the_detail_view_shows_an_overlay_as_large_as_fits_small_ones_scaled_up(tmp_path):
     sizes = {"small.png": (64, 64), "tall.png": (40, 400), "wide.png": (1200, 60)}
     for name, size in sizes.items():

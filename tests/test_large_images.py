@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from PIL import Image
 
-from reference_rendering import (reference_blend, reference_colorize, reference_encode_png, reference_overlay,
-                                 reference_summary)
+from reference_rendering import (reference_blend, reference_colorize, reference_encode_png, reference_normalize,
+                                 reference_overlay, reference_summary)
 from vitroll.io import encode_png, load_image
 from vitroll.maps import normalize, summary, to_original
 from vitroll.overlay import blend, colorize, overlay
@@ -34,6 +34,28 @@ cmaps = st.sampled_from(["jet", "viridis", "gray", "inferno"])
 def float_mix(image: np.ndarray, colors: np.ndarray, alpha: float) -> np.ndarray:
     """``(1 − α)·image + α·colors`` as the reference computes it, before rounding (H, W, 3) float32."""
     return image.astype(np.float32) * (1.0 - alpha) + colors.astype(np.float32) * alpha
+
+
+maps = st.tuples(st.integers(1, 30), st.integers(1, 30), st.sampled_from([np.float32, np.float64])).flatmap(
+    lambda shape: arrays(shape[2], shape[:2], elements=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True, width=32 if shape[2] is np.float32 else 64),
+        st.sampled_from([0.0, 1.0, -0.0, 0.5]))))
+
+
+@SETTINGS
+@given(saliency=maps, mode=st.sampled_from(["minmax", "percentile"]))
+def test_normalize_equals_its_two_pass_reference_bit_for_bit(saliency, mode):
+    got, want = normalize(saliency, mode=mode), reference_normalize(saliency, mode=mode)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # signed zeros and NaN payloads too
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300, 3e38])
+def test_normalize_equals_its_reference_on_a_unit_map_at_any_scale(scale):
+    saliency = np.random.default_rng(0).random((64, 48)) * scale
+    saliency[0, :3] = (np.nan, np.inf, -np.inf)
+    for mode in ("minmax", "percentile"):
+        np.testing.assert_array_equal(normalize(saliency, mode=mode), reference_normalize(saliency, mode=mode))
 
 
 @SETTINGS

@@ -10,6 +10,7 @@ import numpy
 import pytest
 import timm
 import torch
+from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll import ModelLoadError, load_model
@@ -59,9 +60,9 @@ def test_mismatched_checkpoint_names_keys_and_shapes(tmp_path):
         load_model(NAME, checkpoint=tmp_path / "partial.pth", img_size=112)
 
 
-def test_a_checkpoint_of_a_model_built_with_other_arguments_says_where_it_can_be_explained(tmp_path):
+def test_a_checkpoint_of_a_model_built_with_other_arguments_names_model_arg(tmp_path):
     """A model built with reg_tokens=4 and saved was refused for its keys alone; the user was not told that --model
-    cannot rebuild it (only --img-size, --dynamic-img-size and --num-classes change the named model)."""
+    rebuilds it only with the arguments it was built with, now given with --model-arg."""
     path = tmp_path / "registers.safetensors"
     other = timm.create_model(NAME, img_size=32, reg_tokens=4, num_classes=3)
     save_file({k: v.contiguous() for k, v in other.state_dict().items()}, path)
@@ -70,9 +71,36 @@ def test_a_checkpoint_of_a_model_built_with_other_arguments_says_where_it_can_be
     assert str(raised.value) == (
         f"{path}: checkpoint does not match VisionTransformer — shape mismatch: pos_embed (1, 9, 192) vs model "
         f"(1, 5, 192) | unexpected keys: reg_token; --model {NAME} builds timm's {NAME} as it is, changed only by "
-        "--img-size, --dynamic-img-size and --num-classes: a model built with other timm.create_model arguments "
-        "(depth, embed_dim, reg_tokens, class_token, …) is explained from Python (vitroll.rollout(model, images), "
-        "vitroll.pipelines.folder.annotate)")
+        "--img-size, --dynamic-img-size, --num-classes and --model-arg: a model built with other timm.create_model "
+        "arguments is rebuilt by giving them (--model-arg reg_tokens=4, --model-arg depth=6, …)")
+
+
+def test_model_arg_rebuilds_a_model_saved_with_other_create_model_arguments(tmp_path, capsys):
+    """The CLI could not rebuild a timm model built with other create_model arguments (registers, no class token,
+    average pooling); --model-arg KEY=VALUE gives them, read as int / float / bool / none / text."""
+    from vitroll.cli import main
+    from vitroll.commands.common import model_argument
+
+    assert [model_argument(text) for text in ("reg_tokens=4", "class-token=False", "drop_rate=0.5", "fc_norm=none",
+                                              "global_pool=avg", "name=__import__('os')")] == [
+        ("reg_tokens", 4), ("class_token", False), ("drop_rate", 0.5), ("fc_norm", None), ("global_pool", "avg"),
+        ("name", "__import__('os')")]
+    torch.manual_seed(2)
+    built = dict(img_size=32, reg_tokens=4, class_token=False, global_pool="avg", depth=2, num_classes=3)
+    saved = timm.create_model(NAME, **built).eval()
+    path = tmp_path / "registers.safetensors"
+    save_file({k: v.contiguous() for k, v in saved.state_dict().items()}, path)
+    image = tmp_path / "image.png"
+    Image.fromarray(numpy.full((32, 32, 3), 90, numpy.uint8)).save(image)
+    code = main(["overlay", str(image), "--model", NAME, "--img-size", "32", "--checkpoint", str(path), "--out",
+                 str(tmp_path / "out"), "--device", "cpu", "--model-arg", "reg_tokens=4", "--model-arg",
+                 "class_token=false", "--model-arg", "global_pool=avg", "--model-arg", "depth=2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert (tmp_path / "out" / "image_rollout.png").is_file()
+    rebuilt = load_model(NAME, checkpoint=path, img_size=32, reg_tokens=4, class_token=False, global_pool="avg",
+                         depth=2)
+    assert same_weights(rebuilt, saved)
 
 
 class NotAStateDict:
@@ -204,3 +232,22 @@ def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monk
         with pytest.raises(ModelLoadError) as raised:
             load_model(name)
         assert str(raised.value) == message
+
+
+def test_naflexvit_preprocesses_as_its_pretrained_config_and_refuses_an_img_size_timm_ignores():
+    """NaFlexViT preprocesses as timm's eval transform of its pretrained config (384 px, crop_pct 1.0); --img-size,
+    which timm drops for it (its position grid comes from the config), left the images at 384 without a word."""
+    from vitroll import Preprocessing
+
+    tiny = dict(depth=1, embed_dim=32, num_heads=2)
+    model = load_model("naflexvit_base_patch16_gap", **tiny)
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    image = Image.fromarray(numpy.random.default_rng(0).integers(0, 256, (300, 500, 3), numpy.uint8))
+    ours, geometry = Preprocessing.from_model(model)(image)
+    assert geometry.input_hw == (384, 384) and torch.equal(ours, transform(image))
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("naflexvit_base_patch16_gap", img_size=224, **tiny)
+    assert str(raised.value) == (
+        "naflexvit_base_patch16_gap: img_size 224×224 does not change the model, which still preprocesses at "
+        "384×384 (it takes any size of whole patches); give the size to preprocess at with --input-size 224 224 "
+        "instead of --img-size")

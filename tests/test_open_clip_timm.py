@@ -177,3 +177,26 @@ def test_a_hugging_face_tokenizer_padding_with_its_end_token_warns_of_the_cut_te
     assert capsys.readouterr().err.splitlines() == [
         "vitroll: warning: 'abcdefghij' is longer than the text tower's 7 tokens and cut to them; shorten it to "
         "explain every word"]
+
+
+def test_refusals_inside_a_tower_name_the_path_from_the_model_passed():
+    """They named paths from the refused module itself: ``explain model[1]`` for the trunk's ViT at
+    ``model.visual.trunk[1]``, ``compiled._orig_mod`` for a compiled tower."""
+    text = dict(context_length=7, vocab_size=100, width=32, heads=2, layers=1)
+    with tiny_timm_trunks(img_size=32, patch_size=8, embed_dim=8, depth=1, num_heads=1):
+        clip = open_clip.model.CustomTextCLIP(32, dict(timm_model_name="vit_tiny_patch16_224", image_size=32), text)
+    vit = clip.visual.trunk
+    clip.visual.trunk = torch.nn.Sequential(torch.nn.Identity(), vit)
+    held = ("this open_clip vision tower is timm's Sequential: Sequential is of no registered model family, but the "
+            "VisionTransformer it holds is: explain {}, whose own preprocessing")
+    for model, path in ((clip, "model.visual.trunk[1]"), (clip.visual, "model.trunk[1]")):
+        with pytest.raises(UnsupportedModelError) as refused:
+            vitroll.rollout(model, images())
+        assert str(refused.value).startswith(held.format(path))
+    with pytest.raises(UnsupportedModelError) as refused:
+        vitroll.image_text_maps(clip, images(), INPUT_IDS)  # bound to its texts inside vitroll: still `model`
+    assert str(refused.value).startswith(held.format("model.visual.trunk[1]"))
+    clip.visual.trunk = vit
+    clip.visual = torch.compile(clip.visual)
+    with pytest.raises(UnsupportedModelError, match=r"explain the model it wraps, model\.visual\._orig_mod \(the"):
+        vitroll.image_text_maps(clip, images(), INPUT_IDS)

@@ -238,18 +238,35 @@ def test_attention_modules_that_list_nothing_are_refused_naming_the_family():
 ])
 @pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
 def test_a_token_layout_that_does_not_add_up_names_the_numbers(layout, numbers, verb):
+    """A VitrollError (one `vitroll: error:` line in the CLI), not a bare RuntimeError."""
     model_type = register_mistaken("own-layout-vit", token_layout=lambda model, hw: layout, readout=OWN_READOUT)
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(UnsupportedModelError) as raised:
         verb(model_type(), IMAGES)
     assert str(raised.value) == (f"token layout {layout} {numbers} but 17 were recorded: the token_layout of family "
                                  "'own-layout-vit' must give num_prefix_tokens + h·w = 17")
+
+
+@pytest.mark.parametrize("grid, sides", [((2, 8), "16 pixels high and its columns 4 wide"),
+                                         ((8, 2), "4 pixels high and its columns 16 wide"),
+                                         ((1, 16), "32 pixels high and its columns 2 wide")])
+@pytest.mark.parametrize("verb", [vitroll.rollout, vitroll.chefer])
+def test_a_grid_of_the_right_count_in_the_wrong_shape_is_refused(grid, sides, verb):
+    """A grid whose h·w is the patch count but whose shape does not follow the image (2×8 for the 4×4 patches of
+    a 32×32 input) scattered the map without a word."""
+    model_type = register_mistaken("own-grid-vit", readout=OWN_READOUT,
+                                   token_layout=lambda model, hw: vitroll.TokenLayout(1, "class_token", grid))
+    with pytest.raises(UnsupportedModelError) as raised:
+        verb(model_type(), IMAGES)
+    assert str(raised.value) == (
+        f"family 'own-grid-vit': token_layout's grid {grid[0]}×{grid[1]} (h×w) does not fit a 32×32 input: its rows "
+        f"would be {sides}; the grid must be (H // patch, W // patch) of the input the model ran on")
 
 
 @pytest.mark.parametrize("returned, message", [
     ((1, "class_token", (4, 4)), "token_layout returned a tuple, not a vitroll.TokenLayout(num_prefix_tokens, "
                                  "readout, grid)"),
     (vitroll.TokenLayout(1, "cls", (4, 4)), "token_layout's readout 'cls' is none of class_token, patch_mean, "
-                                            "attention_pool, token_mean, prefix_mean, position"),
+                                            "attention_pool, token_mean, prefix_mean, class_and_patch_mean, position"),
 ])
 def test_a_token_layout_of_the_wrong_kind_is_refused_naming_the_family(returned, message):
     model_type = register_mistaken("own-kind-vit", token_layout=lambda model, hw: returned, readout=OWN_READOUT)

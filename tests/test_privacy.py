@@ -201,3 +201,30 @@ def test_annotate_on_a_folder_of_dicom_files_points_to_the_audit(tmp_path):
     assert stderr.splitlines() == [f"vitroll: error: {folder}: no image files found, but 2 DICOM files: "
                                    "`vitroll audit` reads DICOM and keeps patient data out of its outputs"]
     assert not (tmp_path / "out").exists()
+
+
+def test_annotate_counts_the_dicom_files_of_its_own_folders_only(tmp_path, monkeypatch):
+    """The "nothing found" reason opened every file of every sub-folder to count DICOM files, though the run
+    (without --recursive) looks at the folder's own files: a slow answer on a large tree, and a count of files the
+    run would never have read."""
+    import vitroll.io.formats
+
+    folder = tmp_path / "export"
+    (folder / "series").mkdir(parents=True)
+    write_dicom(folder / "IM0001", body_phantom())
+    write_dicom(folder / "series" / "IM0002", body_phantom(), number=2)
+    write_dicom(folder / "series" / "IM0003", body_phantom(), number=3)
+    opened = []
+    real = vitroll.io.formats._head
+    monkeypatch.setattr(vitroll.io.formats, "_head",
+                        lambda path, size: opened.append(Path(path).name) or real(path, size))
+    code, _, stderr = run_cli("annotate", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu")
+    assert (code, opened) == (2, ["IM0001"])
+    assert stderr.splitlines() == [f"vitroll: error: {folder}: no image files found, but 1 DICOM file: "
+                                   "`vitroll audit` reads DICOM and keeps patient data out of its outputs"]
+    opened.clear()
+    code, _, stderr = run_cli("annotate", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu",
+                              "--recursive")
+    assert (code, sorted(opened)) == (2, ["IM0001", "IM0002", "IM0003"])
+    assert stderr.splitlines() == [f"vitroll: error: {folder}: no image files found, but 3 DICOM files: "
+                                   "`vitroll audit` reads DICOM and keeps patient data out of its outputs"]

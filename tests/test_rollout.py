@@ -22,6 +22,12 @@ MODELS = {
 }
 
 
+def both_prefix_rows(layout) -> np.ndarray | None:
+    """Distilled DeiT's decision row: its head averages the logits of the class and the distillation token, so
+    half of each one's row (N,); None for the other layouts."""
+    return np.r_[0.5, 0.5, np.zeros(layout.num_tokens - 2)] if layout.readout == "prefix_mean" else None
+
+
 @pytest.fixture(scope="module", params=list(MODELS))
 def case(request):
     return reference_case(*MODELS[request.param], batch=3)
@@ -38,13 +44,14 @@ def test_rollout_matches_float64_reference(case, head_fusion, discard_ratio):
         expected = reference_rollout(
             per_layer, num_prefix=layout.num_prefix_tokens, grid=layout.grid,
             class_token=layout.readout == "class_token", head_fusion=head_fusion, discard_ratio=discard_ratio,
+            readout=both_prefix_rows(layout),
         )
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-5, rtol=0)
     assert not torch.allclose(maps[0], maps[1]), "different images must give different maps"
 
 
 def test_layouts_have_the_expected_prefix_tokens_and_grids():
-    expected = {"vit_tiny": (1, "class_token", (14, 14)), "deit_distilled": (2, "class_token", (14, 14)),
+    expected = {"vit_tiny": (1, "class_token", (14, 14)), "deit_distilled": (2, "prefix_mean", (14, 14)),
                 "dinov2_reg4": (5, "class_token", (16, 16)), "non_square": (1, "class_token", (14, 10)),
                 "gap_reg4": (4, "patch_mean", (8, 8))}
     for key, (name, kwargs, size) in MODELS.items():
@@ -132,7 +139,8 @@ def test_start_layer_and_attention_weight_match_reference(case):
     maps = rollout(model, images, start_layer=4, attention_weight=0.8)
     _, layout, _ = record_attention(model, images[:1])
     expected = reference_rollout(per_image[0], num_prefix=layout.num_prefix_tokens, grid=layout.grid,
-                                 class_token=layout.readout == "class_token", attention_weight=0.8, start_layer=4)
+                                 class_token=layout.readout == "class_token", attention_weight=0.8, start_layer=4,
+                                 readout=both_prefix_rows(layout))
     np.testing.assert_allclose(maps[0].numpy(), expected, atol=1e-5, rtol=0)
 
 
@@ -144,6 +152,8 @@ def test_raw_attention_and_per_head_maps_match_reference(case):
     last = per_image[0][-1]
     if layout.readout == "class_token":
         rows = last[:, 0, :]
+    elif layout.readout == "prefix_mean":
+        rows = both_prefix_rows(layout) @ last
     else:
         rows = last[:, layout.num_prefix_tokens:, :].mean(axis=1)
     heads = rows[:, layout.num_prefix_tokens:].reshape(-1, *layout.grid)

@@ -110,8 +110,12 @@ def build(name: str, implementation: str = "sdpa") -> torch.nn.Module:
 
 
 def class_tokens_mean(name: str, num_patches: int) -> np.ndarray | None:
-    """The decision row of a model that pools its class tokens' mean (Pixio): their rows averaged, shape (N,)."""
-    if name not in ("pixio", "pixio-backbone"):
+    """The decision row of a model whose head reads several tokens, shape (N,): the class tokens' rows averaged where
+    it pools their mean (Pixio) or averages their logits (DeiT with teacher); half the class token's row and half the
+    patch tokens' mean where it reads the class token concatenated with that mean (the DINOv2 classifier)."""
+    if name == "dinov2":
+        return np.r_[0.5, np.full(num_patches, 0.5 / num_patches)]
+    if name not in ("pixio", "pixio-backbone", "deit-teacher"):
         return None
     return np.r_[np.full(PREFIX[name], 1 / PREFIX[name]), np.zeros(num_patches)]
 
@@ -187,7 +191,7 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
             assert np.abs(maps[index].numpy() - expected).max() < 1e-5
 
 
-@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2-registers", "dinov3", "beit",
+@pytest.mark.parametrize("name", ["vit", "deit-teacher", "dinov2", "dinov2-registers", "dinov3", "beit",
                                   "beit-shared-bias-class-token", "ijepa", "clip-vision", "metaclip2-vision",
                                   "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
                                   "dinov3-backbone", "pixio-backbone", "beit-backbone"])
@@ -234,9 +238,10 @@ def test_chefer_and_grad_rollout_equal_per_image_float64_autograd_on_the_eager_a
             expected = relevance[prefix:].mean(axis=0)[prefix:].reshape(4, 4)
             assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
             continue
-        expected = reference_chefer(attentions, gradients, prefix, (4, 4))
+        readout = class_tokens_mean(name, 16)
+        expected = reference_chefer(attentions, gradients, prefix, (4, 4), readout=readout)
         assert np.abs(chefer_maps[index].numpy() - expected).max() < 1e-5 * max(1.0, np.abs(expected).max())
-        expected = reference_grad_rollout(attentions, gradients, prefix, (4, 4), discard_ratio=0.9)
+        expected = reference_grad_rollout(attentions, gradients, prefix, (4, 4), discard_ratio=0.9, readout=readout)
         assert np.abs(grad_maps[index].numpy() - expected).max() < 1e-5
     assert model.config._attn_implementation == "sdpa"
 

@@ -26,10 +26,11 @@ from vitroll.overlay import colorize, figure, outline_boxes, overlay
 from vitroll.preprocess import CropGeometry, Preprocessing
 
 __all__ = [
-    "use_image_processor", "image_text_maps", "caption_maps", "CaptionMaps", "PromptedModel", "register_dual_encoder",
-    "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError", "KeyPatch", "ModelLoadError", "Preprocessing",
-    "TokenBatch", "TokenLayout", "UnsupportedModelError", "VitrollError", "__version__", "attention", "center", "chefer",
-    "class_names", "colorize", "figure", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
-    "key_patches", "load_image", "load_model", "normalize", "occlusion", "outline_boxes", "overlay", "random_map", "register_family", "rollout",
-    "rollout_matrix", "to_original", "upsample", "use_tokenizer",
+    "use_image_processor", "image_text_maps", "caption_maps", "CaptionMaps", "PromptedModel",
+    "register_dual_encoder", "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError",
+    "KeyPatch", "ModelLoadError", "Preprocessing", "TokenBatch", "TokenLayout", "UnsupportedModelError",
+    "VitrollError", "__version__", "attention", "center", "chefer", "class_names", "colorize", "figure", "flow",
+    "grad_rollout", "gradient_shap", "integrated_gradients", "key_patches", "load_image", "load_model", "normalize",
+    "occlusion", "outline_boxes", "overlay", "random_map", "register_family", "rollout", "rollout_matrix",
+    "to_original", "upsample", "use_tokenizer",
 ]

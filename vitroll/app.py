@@ -38,6 +38,15 @@ API_NAME = "explain"
 MAX_DISCARD_RATIO = 0.99
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
+MAP_MIN_WIDTH = 300
+"""Pixels: the overlay and the head grid share a row where each gets this much, else they stack."""
+PAGE_CSS = """
+#image .upload-container { width: 100% !important; }  /* over Gradio's inline width: auto */
+#image .image-frame, #overlay .image-frame, #heads .image-frame { width: 100%; }
+#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain; }
+"""
+"""The page's pictures as wide as their boxes, a tall one no taller than most of the window: Gradio shows a picture at
+most at its own size, so an 8×8 image and its overlay were an 8-pixel strip under their boxes' buttons."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
@@ -175,7 +184,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         with gr.Row():
             with gr.Column(scale=1):
                 image = _refusing_unreadable_uploads(gr.Image(type="filepath", image_mode=None,
-                                                              sources=["upload", "clipboard"], label="image"))
+                                                              sources=["upload", "clipboard"], label="image",
+                                                              elem_id="image"))
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
                 controls = _control_widgets(gr, outline)
@@ -185,13 +195,15 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                       elem_id="prompts")] if outline.image_text else []
                 button = gr.Button("Explain", variant="primary")
             with gr.Column(scale=2):
-                with gr.Row():
-                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False, elem_id="overlay")
+                with gr.Row():  # one above the other in a narrow window: side by side, the heads' labels are specks
+                    overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
+                                       elem_id="overlay", min_width=MAP_MIN_WIDTH)
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
-                                    interactive=False, elem_id="heads")  # each tile is labelled
+                                    interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH)  # tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
-                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes")
+                    top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
+                                   visible=bool(outline.class_names) or outline.image_text)  # else an empty box
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
@@ -298,7 +310,7 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
     public share link; with ``block``, until Ctrl-C, after one line on stdout with the page's address (Gradio's own
     start-up lines advise ``share=True``, which vitroll does not offer). Returns the page's local URL."""
     _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-                                 prevent_thread_lock=True, quiet=True,
+                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS,
                                  allowed_paths=sorted({str(path.parent) for path in examples}))
     if block:
         print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)

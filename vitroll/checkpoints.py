@@ -108,7 +108,8 @@ def _refuse_zip_kinds(path: Path) -> None:
 
 
 def _load_file(path: Path, *, trust: bool) -> object:
-    """What a checkpoint file holds: safetensors' tensors, or the torch file's object (unpickled in full if ``trust``)."""
+    """What a checkpoint file holds: safetensors' tensors, or the torch file's object (unpickled in full if
+    ``trust``)."""
     kind = _file_kind(path)
     if kind == "empty":
         raise ModelLoadError(f"{path}: the file is empty (0 bytes), not a checkpoint")
@@ -161,7 +162,8 @@ def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> d
         if not wrapped:
             break
         state = state[wrapped[0]]
-    tensors = {key: value for key, value in state.items() if isinstance(value, torch.Tensor)} if isinstance(state, Mapping) else {}
+    tensors = ({key: value for key, value in state.items() if isinstance(value, torch.Tensor)}
+               if isinstance(state, Mapping) else {})
     if not tensors:
         raise ModelLoadError(f"{path}: holds no tensors that look like a model state dict")
     for prefix in _MODEL_PREFIXES:

@@ -122,6 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(argv: Optional[Sequence[str]]) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = OneLineArgumentParser.words  # for a command that runs itself again (annotate --processes)
     try:
         status = args.run(args)
         sys.stdout.flush()  # a reader that went away shows here at the latest, while it can still be handled

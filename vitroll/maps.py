@@ -101,21 +101,31 @@ def normalize(
     low_percentile, high_percentile = percentiles
     if not 0 <= low_percentile < high_percentile <= 100:
         raise OptionValueError(f"percentiles must be (low, high) with 0 <= low < high <= 100; got {tuple(percentiles)}")
-    saliency = scaled_into_float32(saliency)
-    finite = saliency[np.isfinite(saliency)]
-    if finite.size == 0:
-        return saliency.copy()
-    if mode == "minmax":
-        low, high = float(finite.min()), float(finite.max())
-    elif mode == "percentile":
-        low, high = (float(v) for v in np.percentile(finite, percentiles))
-        if high <= low:  # all but a few values are equal: those few are the map, not outliers to clip away
-            low, high = float(finite.min()), float(finite.max())
-    else:
+    if mode not in ("minmax", "percentile"):
         raise OptionValueError(f"mode must be 'minmax' or 'percentile'; got {mode!r}")
+    saliency = as_numpy(saliency, held_float(saliency))
+    finite = np.isfinite(saliency)
+    if not finite.any():
+        return saliency.astype(np.float32)
+    # one pass finds the range, which also tells whether float32 needs the values scaled (scaled_into_float32's
+    # own pass over them, and a copy of the finite values, cost as much as the rest on a 6000×4000 map)
+    low, high = _finite_range_of(saliency, finite)
+    largest = max(-low, high)
+    if _fits_float32(largest):
+        saliency = saliency.astype(np.float32, copy=False)
+        low, high = float(np.float32(low)), float(np.float32(high))  # the cast values' range: rounding keeps order
+    else:
+        saliency = _float32_scaled(saliency, largest)
+        low, high = _finite_range_of(saliency, finite)
+    if mode == "percentile":
+        clipped_low, clipped_high = (float(v) for v in np.percentile(saliency[finite], percentiles))
+        if clipped_high > clipped_low:  # else all but a few values are equal: those few are the map, not outliers
+            low, high = clipped_low, clipped_high
     if high <= low:
-        return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
-    return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
+        return np.where(finite, 0.0, np.nan).astype(np.float32)
+    unit = np.subtract(saliency, low, dtype=np.float32)  # in place from here: one array, not four temporaries
+    unit /= high - low
+    return np.clip(unit, 0.0, 1.0, out=unit)
 
 
 def held_float(values: "np.ndarray | object") -> "type[np.floating]":
@@ -132,10 +142,24 @@ def scaled_into_float32(values: "np.ndarray | object") -> np.ndarray:
     themselves; values within that range are only cast."""
     values = as_numpy(values, held_float(values))
     largest = float(np.max(np.abs(values), where=np.isfinite(values), initial=0.0))
-    if largest == 0.0 or 2.0**-64 <= largest <= 2.0**64:
-        return values.astype(np.float32, copy=False)
+    return values.astype(np.float32, copy=False) if _fits_float32(largest) else _float32_scaled(values, largest)
+
+
+def _fits_float32(largest: float) -> bool:
+    """Whether values whose largest finite magnitude is ``largest`` need no scaling into float32."""
+    return largest == 0.0 or 2.0**-64 <= largest <= 2.0**64
+
+
+def _float32_scaled(values: np.ndarray, largest: float) -> np.ndarray:
+    """``values`` whose largest finite magnitude is ``largest`` scaled by a power of two to about 1, as float32."""
     _, exponent = math.frexp(largest)
     return np.ldexp(values.astype(np.float64, copy=False), -exponent).astype(np.float32)
+
+
+def _finite_range_of(values: np.ndarray, finite: np.ndarray) -> tuple[float, float]:
+    """(smallest, largest) of ``values`` where ``finite`` (at least one)."""
+    return (float(np.min(values, where=finite, initial=np.inf)),
+            float(np.max(values, where=finite, initial=-np.inf)))
 
 
 def peak_location(saliency: np.ndarray) -> tuple[int, int]:
@@ -172,7 +196,8 @@ def summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, flo
             "top_mass": float(top.sum(dtype=np.float64)) / total}
 
 
-def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int], cell: tuple[int, int]) -> tuple[float, float, float, float]:
+def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int],
+                         cell: tuple[int, int]) -> tuple[float, float, float, float]:
     """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid."""
     (sy, sx), (crop_top, crop_left) = geometry.scale, geometry.crop_top_left
     cell_h = geometry.input_hw[0] / grid_hw[0]

@@ -234,7 +234,8 @@ def deletion_insertion(
     device = next(model.parameters()).device
     images = images.to(device)
     batch, _, height, width = images.shape
-    upsampled = F.interpolate(maps.float().to(device)[:, None], size=(height, width), mode="bilinear", align_corners=False)
+    upsampled = F.interpolate(maps.float().to(device)[:, None], size=(height, width), mode="bilinear",
+                              align_corners=False)
     order = upsampled.reshape(batch, -1).nan_to_num(float("-inf")).argsort(dim=1, descending=True, stable=True)
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(height * width, device=device).expand(batch, -1))

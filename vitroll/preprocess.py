@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.capture.families import refusal_of, registered_family
+from vitroll.capture.families import Refusal, refusal_of, registered_family
 from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
 
@@ -92,7 +92,8 @@ class CropGeometry:
         Each cell covers ``input / grid`` input pixels; used with ``cv2.WARP_INVERSE_MAP``.
         """
         rows = []
-        for axis, (scale, offset) in enumerate(((self.scale[1], self.crop_top_left[1]), (self.scale[0], self.crop_top_left[0]))):
+        for axis, (scale, offset) in enumerate(((self.scale[1], self.crop_top_left[1]),
+                                                (self.scale[0], self.crop_top_left[0]))):
             cells_per_pixel = grid_hw[1 - axis] / self.input_hw[1 - axis]
             gain = scale * cells_per_pixel
             shift = (0.5 * scale - offset) * cells_per_pixel - 0.5
@@ -164,9 +165,8 @@ class Preprocessing:
                 if input_channels(model) == 1:
                     preprocessing = replace(preprocessing, channels=1)
                 return preprocessing.with_overrides(**overrides)
-        refusal = refusal_of(model)
-        if refusal is not None:
-            raise UnsupportedModelError(refusal)
+        if refusal_of(model) is not None:
+            raise Refusal(lambda path: refusal_of(model, path))
         raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
                                     "preprocessing is unknown; see vitroll.register_family")
 
@@ -197,7 +197,8 @@ class Preprocessing:
         else:  # timm ResizeKeepRatio: the tighter of the two ratios, rounded
             ratio = min(height / scale_h, width / scale_w)
             resized = (round(height / ratio), round(width / ratio))
-        split = (lambda margin: margin // 2) if self.crop_rounding == "floor" else (lambda margin: int(round(margin / 2.0)))
+        split = ((lambda margin: margin // 2) if self.crop_rounding == "floor"
+                 else (lambda margin: int(round(margin / 2.0))))
         top, left = split(resized[0] - target_h), split(resized[1] - target_w)
         return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
                             input_hw=(target_h, target_w))

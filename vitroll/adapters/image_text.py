@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.capture.families import FAMILIES, ImageTextScore, TextInputs, TokenLayout, family_of
+from vitroll.capture.families import (FAMILIES, ImageTextScore, ModelFamily, Refusal, TextInputs, TokenLayout,
+                                      family_of, module_path)
 from vitroll.errors import UnsupportedModelError
 from vitroll.io.text import refuse_unknown_ids
 from vitroll.preprocess import Preprocessing
@@ -56,25 +57,34 @@ def image_text_score(model: nn.Module) -> ImageTextScore:
     return family.image_text
 
 
-def inner_model_capture(inner: Callable[[nn.Module], nn.Module]) -> dict[str, object]:
+def inner_model_capture(inner: Callable[[nn.Module], nn.Module], passed_inner: bool = False) -> dict[str, object]:
     """:func:`register_family`'s capture arguments for a model whose attention is that of ``inner(model)``, a model
-    of a registered family: its modules, token layout, readout modules and preprocessing."""
+    of a registered family: its modules, token layout, readout modules and preprocessing. A refusal of the inner
+    model names modules by their path in ``model`` (``model.visual.trunk[1]``), or in the inner model itself where
+    that is the one the user passed (``passed_inner``: vitroll wrapped it)."""
+
+    def through_inner(model: nn.Module, read: Callable[[nn.Module, ModelFamily], object]) -> object:
+        tower = inner(model)
+        try:
+            return read(tower, family_of(tower))
+        except Refusal as refusal:
+            raise refusal.within("model" if passed_inner else module_path(model, tower)) from None
 
     def attention_modules(model: nn.Module) -> list[nn.Module]:
-        tower = inner(model)
-        return family_of(tower).attention_modules(tower)
+        return through_inner(model, lambda tower, family: family.attention_modules(tower))
 
     def token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
-        tower = inner(model)
-        return family_of(tower).token_layout(tower, image_hw)
+        return through_inner(model, lambda tower, family: family.token_layout(tower, image_hw))
 
     def readout_modules(model: nn.Module) -> list[nn.Module]:
-        tower = inner(model)
-        modules = family_of(tower).readout_modules
-        return modules(tower) if modules else []
+        return through_inner(model, lambda tower, family: family.readout_modules(tower) if family.readout_modules
+                             else [])
+
+    def preprocessing(model: nn.Module) -> Preprocessing:
+        return through_inner(model, lambda tower, family: Preprocessing.from_model(tower))
 
     return dict(attention_modules=attention_modules, token_layout=token_layout, readout_modules=readout_modules,
-                preprocessing=lambda model: Preprocessing.from_model(inner(model)))
+                preprocessing=preprocessing)
 
 
 def register_dual_encoder(name: str, model_type: Union[type, str, tuple[Union[type, str], ...]], *,
@@ -126,7 +136,8 @@ class PromptedModel(nn.Module):
         return self._score.logits(self.model, images, texts)
 
 
-register_family("image-text-prompted", PromptedModel, **inner_model_capture(lambda prompted: prompted.model),
+register_family("image-text-prompted", PromptedModel,
+                **inner_model_capture(lambda prompted: prompted.model, passed_inner=True),
                 logits=lambda prompted, images: prompted(images),
                 class_names=lambda prompted: list(prompted.texts.labels),
                 notes="an image–text model with its texts bound (vitroll.image_text_maps, overlay --text)")
@@ -143,7 +154,8 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
         Only with input ids, for a model whose text tower reads one.
     tokenizer : optional
         A transformers tokenizer, or an open_clip tokenizer (``open_clip.get_tokenizer(name)``); default: the one
-        :func:`~vitroll.adapters.tokenizers.use_tokenizer` registered, else open_clip's default BPE for an open_clip model of its vocabulary.
+        :func:`~vitroll.adapters.tokenizers.use_tokenizer` registered, else open_clip's default BPE for an open_clip
+        model of its vocabulary.
 
     Raises
     ------

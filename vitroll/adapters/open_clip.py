@@ -24,7 +24,8 @@ from torch import nn
 from vitroll.adapters.base import register_family
 from vitroll.adapters.image_text import inner_model_capture, register_dual_encoder, warn_cut_texts
 from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture.families import ImageTextScore, TextInputs, TokenLayout, add_refusal, refusal_of, registered_family
+from vitroll.capture.families import (ImageTextScore, Refusal, TextInputs, TokenLayout, add_refusal, refusal_of,
+                                      registered_family)
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing
 
@@ -90,8 +91,8 @@ def _timm_trunk(tower: nn.Module) -> nn.Module:
     if registered_family(trunk) is not None:
         return trunk
     architecture = getattr(trunk, "pretrained_cfg", {}).get("architecture") or type(trunk).__name__
-    reason = refusal_of(trunk) or f"{type(trunk).__name__} {NO_TOKEN_ATTENTION}"
-    raise UnsupportedModelError(f"this open_clip vision tower is timm's {architecture}: {reason}")
+    raise Refusal(lambda path: f"this open_clip vision tower is timm's {architecture}: "
+                               + (refusal_of(trunk, f"{path}.trunk") or f"{type(trunk).__name__} {NO_TOKEN_ATTENTION}"))
 
 
 def _tower_forward(tower: nn.Module, images: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ from timm.layers import Attention, AttentionPoolLatent, AttentionRope
 from timm.models.beit import Attention as BeitAttention
 from timm.models.beit import Beit
 from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
+from timm.models.deit import VisionTransformerDistilled
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit
 from timm.models.vision_transformer import VisionTransformer
@@ -115,6 +116,8 @@ def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLa
     # timm's pool_include_prefix: the average (or the attention pool) covers the prefix tokens too
     mean: Readout = "token_mean" if getattr(model, "pool_include_prefix", False) else "patch_mean"
     readout: Readout = "attention_pool" if pool in ATTENTION_POOLS else {"token": "class_token"}.get(pool, mean)
+    if isinstance(model, VisionTransformerDistilled):  # its head averages the class and distillation tokens' logits
+        readout = "prefix_mean"
     return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
 
 
@@ -180,7 +183,8 @@ register_family(
     name_patterns=("vit_*", "deit_*", "deit3_*", "flexivit_*", "vitamin_*", "vit_*_reg4*", "vit_*_dinov2*",
                    "vit_*_siglip*"),
     timm_modules=("vision_transformer", "deit", "vision_transformer_hybrid", "vitamin"),
-    notes="class/distillation/register tokens skipped; avg pooling → patch mean; 'map'/'prr' head → pool attention",
+    notes="class/distillation/register tokens skipped; distilled DeiT → mean of class and distillation tokens (its "
+          "head averages both); avg pooling → patch mean; 'map'/'prr' head → pool attention",
 )
 register_family(
     "vit-relpos", VisionTransformerRelPos, attention_modules=_block_attention_modules,

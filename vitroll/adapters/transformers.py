@@ -261,6 +261,16 @@ def _prefix_mean(_model: nn.Module) -> Readout:
     return "prefix_mean"
 
 
+def _deit_readout(model: nn.Module) -> Readout:
+    """DeiTForImageClassificationWithTeacher averages the logits of its class and distillation tokens: both rows."""
+    return "prefix_mean" if type(model).__name__ == "DeiTForImageClassificationWithTeacher" else "class_token"
+
+
+def _dinov2_readout(model: nn.Module) -> Readout:
+    """transformers' DINOv2 classifiers read the class token concatenated with the patch tokens' mean."""
+    return "class_and_patch_mean" if type(model).__name__.endswith("ForImageClassification") else "class_token"
+
+
 def _class_and_registers(model: nn.Module) -> int:
     """The class token and the register tokens (DINOv2 with registers, DINOv3)."""
     return 1 + model.config.num_register_tokens
@@ -321,18 +331,21 @@ _register("hf-vit", _classes("vit.modeling_vit", "ViTModel", "ViTForImageClassif
           (INTERFACE_ATTENTION["vit"],), _layout(_one, _class_token), notes="class token read out")
 _register("hf-deit", _classes("deit.modeling_deit", "DeiTModel", "DeiTForImageClassification",
                               "DeiTForImageClassificationWithTeacher"),
-          (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _class_token),
-          notes="class and distillation tokens skipped; the class token read out")
+          (INTERFACE_ATTENTION["deit"],), _layout(lambda _model: 2, _deit_readout),
+          notes="class and distillation tokens skipped; the class token read out (…WithTeacher: both, as its head "
+                "averages them)")
 _register("hf-dinov2", _classes("dinov2.modeling_dinov2", "Dinov2Model", "Dinov2ForImageClassification",
                                 "Dinov2Backbone"),
-          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _class_token), logits=_any_size_logits,
-          notes="class token read out")
+          (INTERFACE_ATTENTION["dinov2"],), _layout(_one, _dinov2_readout), logits=_any_size_logits,
+          notes="class token read out (the classifier: half the class token, half the patch tokens' mean, as its "
+                "head reads both)")
 _register("hf-dinov2-registers",
           _classes("dinov2_with_registers.modeling_dinov2_with_registers", "Dinov2WithRegistersModel",
                    "Dinov2WithRegistersForImageClassification", "Dinov2WithRegistersBackbone"),
           (INTERFACE_ATTENTION["dinov2-registers"],),
-          _layout(_class_and_registers, _class_token), logits=_any_size_logits,
-          notes="register tokens skipped; class token read out")
+          _layout(_class_and_registers, _dinov2_readout), logits=_any_size_logits,
+          notes="register tokens skipped; class token read out (the classifier: half the class token, half the patch "
+                "tokens' mean, as its head reads both)")
 _register("hf-dinov3", _classes("dinov3_vit.modeling_dinov3_vit", "DINOv3ViTModel", "DINOv3ViTBackbone"),
           (INTERFACE_ATTENTION["dinov3"],),
           _layout(_class_and_registers, _class_token), logits=_any_size_logits,

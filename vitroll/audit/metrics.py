@@ -158,7 +158,8 @@ def top_region(p: np.ndarray, percent: float) -> np.ndarray:
 
 
 def roi_metrics(p: np.ndarray, roi: np.ndarray, *, top_percent: float = 5.0) -> dict[str, float]:
-    """Energy inside the ROI, pointing game (the peak pixel inside the ROI: 1/0) and IoU of the top ``top_percent`` %."""
+    """Energy inside the ROI, pointing game (the peak pixel inside the ROI: 1/0) and IoU of the top ``top_percent``
+    %."""
     roi = roi.astype(bool)
     top = top_region(p, top_percent)
     union = np.count_nonzero(top | roi)
@@ -213,7 +214,8 @@ class MaskSource:
     image's file name or stem. Several boxes of one file are united.
     """
 
-    def __init__(self, folder: "str | os.PathLike[str] | None" = None, boxes_csv: "str | os.PathLike[str] | None" = None):
+    def __init__(self, folder: "str | os.PathLike[str] | None" = None,
+                 boxes_csv: "str | os.PathLike[str] | None" = None):
         self.folder = Path(folder) if folder is not None else None
         if self.folder is not None and not self.folder.is_dir():
             raise ValueError(f"mask folder {self.folder} does not exist")
@@ -290,7 +292,8 @@ def read_boxes(path: "str | os.PathLike[str]") -> dict[str, list[tuple[int, int,
     return boxes
 
 
-def group_statistics(rows: list[Mapping[str, float]], names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, float]]:
+def group_statistics(rows: list[Mapping[str, float]],
+                     names: tuple[str, ...] = METRIC_NAMES) -> dict[str, dict[str, float]]:
     """Per metric: mean, median and count of the finite values in ``rows``."""
     stats = {}
     for name in names:

@@ -5,10 +5,11 @@ workers; :func:`audit_items` measures what the stream explained and builds the r
 frames than a batch is streamed as parts of at most ``batch_size`` frames (:func:`audit_inputs`), so that memory
 holds a few batches of frames, never a whole long cine.
 
-PHI: rows carry a salted case key and study key, the file's position in the input list (:data:`~vitroll.audit.records.INPUT_ORDER`),
-the whitelisted header fields and numbers only. File paths, identifiers and error messages that could quote a path
-enter a row only with ``keep_ids``. Burned-in text is found on the decoded frame (:mod:`vitroll.io.redact`) and
-filled in every image written, after the heatmap is blended; the model still sees the original pixels.
+PHI: rows carry a salted case key and study key, the file's position in the input list
+(:data:`~vitroll.audit.records.INPUT_ORDER`), the whitelisted header fields and numbers only. File paths, identifiers
+and error messages that could quote a path enter a row only with ``keep_ids``. Burned-in text is found on the decoded
+frame (:mod:`vitroll.io.redact`) and filled in every image written, after the heatmap is blended; the model still sees
+the original pixels.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         row = AuditRow(case=case, study=study, frame=index if decoded.dicom else None,
                        metadata=dict(decoded.metadata), identifiers=dict(identifiers), size_hw=image.shape[:2],
                        text_check=check.reason, text_regions=len(polygons) if check.check else None)
-        display = srgb_display(Image.fromarray(image), decoded.icc_profile, case) if decoded.icc_profile else None
+        profiled = Image.fromarray(image) if decoded.profiled is None else decoded.profiled
+        display = srgb_display(profiled, decoded.icc_profile, case) if decoded.icc_profile else None
         frames.append(Frame(image, AuditItem(row=row, text_mask=region_mask(polygons, image.shape[:2]),
                                              colour=decoded.colour),
                             display=None if display is None else np.asarray(display)))

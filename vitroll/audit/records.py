@@ -129,4 +129,5 @@ INPUT_ORDER = (
     "the order of `cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort` on UTF-8 names. A file "
     "found twice keeps its first number; the report's own folder is skipped."
 )
-"""How :func:`vitroll.io.discovery.given_files` orders files, in words an auditor can reproduce with their own file list."""
+"""How :func:`vitroll.io.discovery.given_files` orders files, in words an auditor can reproduce with their own file
+list."""

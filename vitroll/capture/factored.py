@@ -66,9 +66,9 @@ def fused_attention_with_log_normalizer(q: torch.Tensor, k: torch.Tensor, v: tor
                                scale: float) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """The fused kernel's output and float32 log-sum-exp, or None where no fused kernel applies or serves.
 
-    The first call per device type, dtype and head size checks the log-sum-exp of the first query row against one computed
-    here: a kernel that refuses the input, or whose log-sum-exp is not the natural-log one over the keys, is not used
-    again in this process."""
+    The first call per device type, dtype and head size checks the log-sum-exp of the first query row against one
+    computed here: a kernel that refuses the input, or whose log-sum-exp is not the natural-log one over the keys, is
+    not used again in this process."""
     kernel = _fused_kernel(q)
     key = (q.device.type, q.dtype, q.shape[-1])
     if kernel is None or _checked_kernels.get(key) is False:

@@ -15,7 +15,8 @@ from torch import nn
 
 from vitroll.errors import UnsupportedModelError
 
-Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"]
+Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
+                  "position"]
 Padding = Literal["identity", "zeros"]
 """What :attr:`ModelFamily.assemble` puts where a layer has no entries of its own: the identity for attention (the
 tokens pass through that layer unchanged), zeros for gradients (those entries are no attention the model computed,
@@ -37,12 +38,15 @@ class TokenLayout:
     num_prefix_tokens : int
         Tokens before the patch tokens: class, distillation and register tokens (0 for sequences, whose scores
         cover every position).
-    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "position"}
+    readout : {"class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean", \
+               "position"}
         Which row of the attention is the model's "decision" row: the class token's (index 0); for models
         that average the patch tokens, the mean of their rows (``"patch_mean"``); for models that average every
         token, prefix tokens included (timm's ``pool_include_prefix``; a text's real tokens), the mean of all rows
         (``"token_mean"``); for models that average their several class tokens (Pixio), the mean of the prefix
-        tokens' rows (``"prefix_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
+        tokens' rows (``"prefix_mean"``); for models whose head reads the class token concatenated with the patch
+        tokens' mean (transformers' DINOv2 classifiers), half the class token's row and half the patch tokens' mean
+        row (``"class_and_patch_mean"``); for models with an attention-pooling head (``global_pool='map'``), the pooling
         query's own attention over the tokens; for a language model, the row of the explained ``positions``.
     grid : (int, int) or None
         Patch grid (h, w); ``h * w`` patch tokens follow the prefix tokens. None for a sequence.
@@ -86,6 +90,10 @@ class TokenLayout:
         v = torch.zeros(self.num_tokens, device=device, dtype=dtype)
         if self.readout == "class_token":
             v[0] = 1.0
+            return v
+        if self.readout == "class_and_patch_mean":
+            v[0] = 0.5
+            v[self.num_prefix_tokens:] = 0.5 / (self.num_tokens - self.num_prefix_tokens)
             return v
         if self.readout == "prefix_mean":
             v[:self.num_prefix_tokens] = 1.0
@@ -307,8 +315,34 @@ def add_family(family: ModelFamily) -> None:
         FAMILIES.append(family)
 
 
-REFUSALS: list[tuple[type | str, str]] = []
-"""(model class or dotted path, reason) of the model kinds vitroll refuses with that reason (:func:`add_refusal`)."""
+REFUSALS: list[tuple[type | str, str | Callable[[str], str]]] = []
+"""(model class or dotted path, reason) of the model kinds vitroll refuses with that reason (:func:`add_refusal`);
+a built-in reason that names a module inside the model is a function of the refused model's path (``model``)."""
+
+
+class Refusal(UnsupportedModelError):
+    """A refusal naming modules by their path from the model the user passed (``model.visual.trunk[1]``).
+
+    Raised for a model inside another (a dual encoder's vision tower, a tower's timm trunk), it names paths from that
+    inner model; :meth:`within` re-roots it at the inner model's path in the outer one.
+    """
+
+    def __init__(self, message: Callable[[str], str], path: str = "model") -> None:
+        super().__init__(message(path))
+        self.message, self.path = message, path
+
+    def within(self, path: str) -> "Refusal":
+        """The same refusal with the refused model at ``path`` (``model.visual``) instead of ``model``."""
+        return Refusal(self.message, path + self.path[len("model"):])
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return UnsupportedModelError, (str(self),)
+
+
+def module_path(model: nn.Module, module: nn.Module, path: str = "model") -> str:
+    """How ``module`` inside ``model`` (itself spelt ``path``) is reached in Python: ``model.visual.trunk[1]``."""
+    name = next(name for name, inner in model.named_modules() if inner is module)
+    return path + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split(".") if part)
 
 
 def add_refusal(model_type: type | str, reason: str) -> None:
@@ -318,36 +352,42 @@ def add_refusal(model_type: type | str, reason: str) -> None:
     REFUSALS.append((model_type, reason))
 
 
-add_refusal("torch._dynamo.eval_frame.OptimizedModule",
-            "a torch.compile'd model runs a compiled graph that attention hooks do not see; explain the model it "
-            "wraps, compiled._orig_mod (the same weights)")
+REFUSALS.append(("torch._dynamo.eval_frame.OptimizedModule",
+                 lambda path: "a torch.compile'd model runs a compiled graph that attention hooks do not see; explain "
+                              f"the model it wraps, {path}._orig_mod (the same weights)"))
 
 
 for _wrapper in ("torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel"):
-    add_refusal(_wrapper, "a data-parallel wrapper runs copies of the model in threads, one per device, which "
-                          "attention hooks do not follow; explain the model it wraps, model.module (the same weights)")
+    REFUSALS.append((_wrapper, lambda path: "a data-parallel wrapper runs copies of the model in threads, one per "
+                                            "device, which attention hooks do not follow; explain the model it "
+                                            f"wraps, {path}.module (the same weights)"))
+
+
+def _spelt(reason: str | Callable[[str], str], path: str) -> str:
+    return reason(path) if callable(reason) else reason
 
 
 def refusal_of_module(module_name: str) -> Optional[str]:
     """The reason refusing the model classes that the module ``module_name`` defines, when one of them is refused by
     its dotted path (:func:`add_refusal`): a model can then be refused by its name, before it is built."""
-    return next((reason for model_type, reason in REFUSALS
+    return next((_spelt(reason, "model") for model_type, reason in REFUSALS
                  if isinstance(model_type, str) and model_type.rpartition(".")[0] == module_name), None)
 
 
-def refusal_of(model: nn.Module) -> Optional[str]:
-    """The one-line reason ``model`` is refused (:func:`add_refusal`), or None when its kind is not refused. A model of
-    no registered family that holds one (a normaliser and a ViT in ``nn.Sequential``) is refused naming it."""
+def refusal_of(model: nn.Module, path: str = "model") -> Optional[str]:
+    """The one-line reason ``model`` (spelt ``path`` in it) is refused (:func:`add_refusal`), or None when its kind is
+    not refused. A model of no registered family that holds one (a normaliser and a ViT in ``nn.Sequential``) is
+    refused naming it."""
     for model_type, reason in REFUSALS:
         if any(isinstance(model, known) for known in imported_types((model_type,))):
-            return f"{type(model).__name__}: {reason}"
+            return f"{type(model).__name__}: {_spelt(reason, path)}"
     if registered_family(model) is None:
         for name, module in model.named_modules():
             if name and registered_family(module) is not None:
-                path = "model" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split("."))
                 return (f"{type(model).__name__} is of no registered model family, but the {type(module).__name__} it "
-                        f"holds is: explain {path}, whose own preprocessing vitroll applies to images (a tensor must "
-                        "be its input), or register the wrapper with vitroll.register_family")
+                        f"holds is: explain {module_path(model, module, path)}, whose own preprocessing vitroll "
+                        "applies to images (a tensor must be its input), or register the wrapper with "
+                        "vitroll.register_family")
     return None
 
 
@@ -362,9 +402,8 @@ def family_of(model: nn.Module) -> ModelFamily:
     family = registered_family(model)
     if family is not None:
         return family
-    refusal = refusal_of(model)
-    if refusal is not None:
-        raise UnsupportedModelError(refusal)
+    if refusal_of(model) is not None:
+        raise Refusal(lambda path: refusal_of(model, path))
     raise UnsupportedModelError(unsupported_message(type(model).__name__))
 
 

@@ -119,6 +119,24 @@ def attach_sdpa_call(module: nn.Module, sink: AttentionSink) -> Callable[[], Non
     return attach_kernel_swap(module, lambda _args: sink.attention)
 
 
+
+def _patch_sides(size: int, cells: int) -> tuple[float, float]:
+    """The open interval of patch sides that cut ``size`` pixels into ``cells`` patches, rounded either way (a
+    padded last patch, or a cropped one)."""
+    return size / (cells + 1), (size / (cells - 1) if cells > 1 else float("inf"))
+
+
+def _refuse_grid_off_the_image(family: str, grid: tuple[int, int], image_hw: tuple[int, int]) -> None:
+    """Refuse a layout grid whose patch count adds up but whose shape does not follow the image: no one patch side
+    cuts both the height into h rows and the width into w columns (grid (4, 9) of a 96×96 input cut in 6×6 patches),
+    which would scatter the maps. A grid of the right shape in the wrong order (columns first) cannot be told."""
+    (low_h, high_h), (low_w, high_w) = _patch_sides(image_hw[0], grid[0]), _patch_sides(image_hw[1], grid[1])
+    if max(low_h, low_w) >= min(high_h, high_w):
+        raise UnsupportedModelError(
+            f"family {family!r}: token_layout's grid {grid[0]}×{grid[1]} (h×w) does not fit a {image_hw[0]}×"
+            f"{image_hw[1]} input: its rows would be {image_hw[0] / grid[0]:.3g} pixels high and its columns "
+            f"{image_hw[1] / grid[1]:.3g} wide; the grid must be (H // patch, W // patch) of the input the model ran on")
+
 class AttentionRecorder:
     """Context manager that records the attention probabilities of every layer of a model.
 
@@ -307,10 +325,12 @@ class AttentionRecorder:
         if layout.num_tokens != recorded:
             parts = ("" if layout.grid is None else
                      f" ({layout.num_prefix_tokens} prefix + {layout.grid[0]}×{layout.grid[1]} patches)")
-            raise RuntimeError(
+            raise UnsupportedModelError(
                 f"token layout {layout} expects {layout.num_tokens} tokens{parts} but {recorded} were recorded: "
                 f"the token_layout of family {self.family.name!r} must give num_prefix_tokens + h·w = {recorded}"
             )
+        if layout.grid is not None and isinstance(image_hw, tuple):
+            _refuse_grid_off_the_image(self.family.name, layout.grid, image_hw)
         return layout
 
     # -- hooks ---------------------------------------------------------------------------------------
@@ -336,7 +356,8 @@ class AttentionRecorder:
     def _attach_fused(self, index: int, module: nn.Module) -> None:
         """For a module on its fused kernel, its kernel call goes to the one :meth:`_kernel` picks per forward call.
         Masked layers (relative position bias) always take the blocked kernel."""
-        self._undo.append(attach_kernel_swap(module, lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
+        self._undo.append(attach_kernel_swap(module,
+                                             lambda args: self._kernel(index, *args[0].shape[:2], args[0].device)))
 
     def _kernel(self, index: int, batch: int, num_tokens: int, device: torch.device) -> Callable[..., torch.Tensor]:
         """The kernel ``(q, k, v, attn_mask, scale) -> output (B, H, Q, Dv)`` that computes layer ``index``'s attention
@@ -482,8 +503,8 @@ class AttentionRecorder:
 
 
 class _LayerSink:
-    """The :class:`~vitroll.capture.readouts.AttentionSink` of one record of a recorder (a layer, or an attention-pooling
-    module's), for custom readouts."""
+    """The :class:`~vitroll.capture.readouts.AttentionSink` of one record of a recorder (a layer, or an
+    attention-pooling module's), for custom readouts."""
 
     def __init__(self, recorder: AttentionRecorder, records: list, index: int, *, keep_graph: bool,
                  head_fusion: Optional[str]) -> None:

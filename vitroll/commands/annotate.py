@@ -5,7 +5,8 @@ OUT/figures/a/b.jpg.png; list entries outside the list's folder under @up/ and @
 manifest.csv hold one row per input path. Runs resume by default; a changed input is redone; --limit and
 --overwrite touch only the first N inputs and keep the other rows.
 Exit status: 0 all ok, 3 some inputs failed (listed in the manifest), 2 usage error, 130 interrupted.
-Under ``torchrun --nproc_per_node=K`` the inputs are sharded by rank."""
+With --processes K (or under ``torchrun --nproc_per_node=K``, which exits 1 whatever went wrong) the inputs are
+sharded by rank."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
     PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, world,
 )
+from vitroll.pipelines.ranks import run_ranks
 from vitroll.preprocess import Preprocessing
 
 
@@ -48,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                       "done ones; other rows are kept")
     parser.add_argument("--limit", type=integer(0), metavar="N", help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
+                        help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "
+                             "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
     parser.add_argument("--disagree-below", type=number(),
@@ -82,6 +87,7 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
                             if name != "channels"}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
             "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size,
+            **({"model_args": dict(args.model_arg)} if args.model_arg else {}),  # absent: earlier folders resume
             "class_names": names, "method": settings.method,
             "options": settings.method_options, "preprocessing": preprocessing_fields,
             "cmap": settings.cmap, "alpha": settings.alpha, "upsample": settings.interpolation,
@@ -95,11 +101,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
                          "give --compare-with")
     options = AnnotateOptions(
-        batch_size=args.batch_size, workers=args.workers, save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
+        batch_size=args.batch_size, workers=args.workers,
+        save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
     )
+    if args.processes > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return run_ranks(args.argv, args.processes)
     joined = _init_distributed(args)
     try:
         return _run_in_group(args, options)

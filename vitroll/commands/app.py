@@ -13,7 +13,8 @@ from pathlib import Path
 
 from vitroll.app import build_app, example_images, require_gradio, serve
 from vitroll.commands.common import (
-    add_model_arguments, colormap, integer, model_from_args, preprocessing_from_args,
+    add_alpha_argument, add_map_scaling_arguments, add_model_arguments, colormap, integer, model_from_args,
+    preprocessing_from_args,
 )
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
@@ -33,8 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=port_number, help="port (default: the first free one from 7860)")
     parser.add_argument("--share-on-network", action="store_true",
                         help="allow a --host that other machines can reach (no password: anyone there can use it)")
-    parser.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap,
-                        help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
+    rendering = parser.add_argument_group("rendering")
+    rendering.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap,
+                           help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
+    add_alpha_argument(rendering)
+    add_map_scaling_arguments(rendering)
     parser.add_argument("--examples", default=SAMPLE_IMAGES, type=Path, metavar="FOLDER",
                         help="images offered as examples (default: the repository's sample_images/, when present)")
     add_model_arguments(parser)
@@ -96,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     examples = example_images(args.examples)
     app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
                     class_names=class_names(model, args.class_names), examples=examples,
-                    settings=ExplainSettings(cmap=args.cmap))
+                    settings=ExplainSettings(cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
+                                             normalization=args.normalize))
     serve(app, host=args.host, port=args.port, examples=examples)
     return 0

@@ -36,12 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     presets = ", ".join(f"{name} (W {w:g}, L {l:g})" for name, (w, l) in WINDOW_PRESETS.items())
     parser = subparsers.add_parser("audit", help="PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="DICOM or image files, or folders (searched recursively)")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="DICOM or image files, or folders (searched recursively)")
     add_out_argument(parser, "audit", what="report folder")
     group = parser.add_argument_group("DICOM")
     group.add_argument("--window", help=f"grey window for every DICOM: {presets}, or W,L = width,level "
                                         "(default: the file's VOI LUT or Window Center/Width, else min–max)")
-    group.add_argument("--frame", type=integer(0), help="only this frame of multi-frame files, from 0 (default: every frame)")
+    group.add_argument("--frame", type=integer(0),
+                       help="only this frame of multi-frame files, from 0 (default: every frame)")
     group = parser.add_argument_group("privacy")
     group.add_argument("--salt", help="salt of the hashed case/study keys; give the same salt to compare runs "
                                       "(default: random for this run, printed and stored nowhere)")
@@ -86,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     options = AuditOptions(
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,
-        flag_threshold=args.flag_threshold, metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
+        flag_threshold=args.flag_threshold,
+        metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
         group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
         keep_burned_in_text=args.keep_burned_in_text, trust_burned_in_header=args.trust_burned_in_header,
@@ -111,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     model = model_from_args(args)
     report = run_audit(args.inputs, model, out_dir=args.out, settings=settings, options=options,
-                       preprocessing=preprocessing_from_args(model, args), class_names=class_names(model, args.class_names),
+                       preprocessing=preprocessing_from_args(model, args),
+                       class_names=class_names(model, args.class_names),
                        provenance=provenance_from_args(args, model))
     for row in report.errors:
         print(f"vitroll: not audited: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)

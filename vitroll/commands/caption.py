@@ -2,8 +2,8 @@
 VisionEncoderDecoderModel: ViT/DeiT encoder, GPT-2/BERT decoder) and map every word of its caption on the image.
 
 Writes OUT/<stem>_caption_<method>.png (the image, then one overlay per word under its word) and OUT/captions.json
-(captions, words, their tokens, logits and map peaks; one entry per image and method, so runs of other methods
-or images into the same --out are kept). Methods: chefer (Chefer et al. 2021b's encoder–decoder
+(captions, words, their tokens, logits and map peaks; one entry per image, by its absolute path, and method, so
+runs of other methods or images into the same --out are kept, from whatever folder they run). Methods: chefer (Chefer et al. 2021b's encoder–decoder
 relevance for each token's logit, the default), rollout (pure attention through encoder, decoder and
 cross-attention) or occlusion (each --window × --window block of patches hidden in turn). Exit status: 0 all
 ok, 3 some images failed, 2 usage error."""

@@ -87,7 +87,8 @@ def available_devices() -> list[str]:
 
 
 def device_name(text: str) -> str:
-    """An argparse ``type`` for ``--device``: ``auto`` or a device that exists here, checked before any model is built."""
+    """An argparse ``type`` for ``--device``: ``auto`` or a device that exists here, checked before any model is
+    built."""
     if text == "auto":
         return text
     available = ", ".join(available_devices())
@@ -110,7 +111,8 @@ def device_name(text: str) -> str:
 def output_folder(text: str) -> Path:
     """An argparse ``type`` for ``--out``: a folder that exists or can be made (no file on the way)."""
     path = Path(text)
-    existing = next(ancestor for ancestor in (path, *path.parents) if ancestor.exists() or ancestor == Path(ancestor.anchor))
+    existing = next(ancestor for ancestor in (path, *path.parents)
+                    if ancestor.exists() or ancestor == Path(ancestor.anchor))
     if existing == path and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is an existing file, not a folder; choose another --out")
     if not existing.is_dir():
@@ -165,24 +167,31 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--checkpoint", metavar="FILE",
                        help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
-    group.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
+    group.add_argument("--pretrained", action="store_true",
+                       help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), metavar="N",
                        help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
     add_device_argument(group)
     group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
-    group.add_argument("--crop-mode", choices=("center", "squash"), help="squash with --crop-pct 1 shows the whole image")
+    group.add_argument("--crop-mode", choices=("center", "squash"),
+                       help="squash with --crop-pct 1 shows the whole image")
     group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
                        help="override the model input size (models built with --img-size or dynamic_img_size)")
     group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
-    group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S", help="override the normalisation std")
+    group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S",
+                       help="override the normalisation std")
     group.add_argument("--interpolation", choices=("bicubic", "bilinear", "nearest", "lanczos"),
                        help="override the resize filter")
     group.add_argument("--img-size", type=integer(1), nargs="+", metavar="SIZE",
                        help="build the model for this input size (H or H W; timm resamples position embeddings)")
     group.add_argument("--dynamic-img-size", action="store_true",
                        help="build the model to accept any input size (ViT, EVA, CaiT)")
+    group.add_argument("--model-arg", type=model_argument, action="append", default=[], metavar="KEY=VALUE",
+                       help="any other timm.create_model (or torchvision builder) argument, to rebuild a model saved "
+                            "with it (repeatable; VALUE read as an int, float, true/false, none or else text): e.g. "
+                            "reg_tokens=4, class_token=false, global_pool=avg, depth=6")
 
 
 def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout") -> None:
@@ -202,6 +211,31 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip().replace("-", "_"), value.strip()
 
 
+MODEL_ARGUMENT_FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size",
+                        "num_classes": "--num-classes", "pretrained": "--pretrained", "checkpoint_path": "--checkpoint"}
+"""The model-building arguments that have a flag of their own: ``--model-arg`` refuses them, naming the flag (the flag
+is checked and recorded; ``checkpoint_path`` would make timm unpickle a file)."""
+
+
+def model_argument(text: str) -> tuple[str, object]:
+    """An argparse ``type`` for ``--model-arg KEY=VALUE``: the argument's name (``-`` read as ``_``) and its value
+    read as an int, a float, ``true``/``false``, ``none`` or else as the text itself (never evaluated)."""
+    key, value = key_value(text)
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{key!r} is not an argument name; expected KEY=VALUE")
+    if key in MODEL_ARGUMENT_FLAGS:
+        raise argparse.ArgumentTypeError(f"{key} has its own flag: give {MODEL_ARGUMENT_FLAGS[key]}")
+    words = {"true": True, "false": False, "none": None}
+    if value.lower() in words:
+        return key, words[value.lower()]
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
+
+
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--head-fusion", choices=HEAD_FUSIONS, help="how heads are fused (default mean)")
     group.add_argument("--discard-ratio", type=number(0, 1, high_open=True),
@@ -209,7 +243,8 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--attention-weight", type=number(0, 1, low_open=True),
                        help="α in rownorm(α·A + (1−α)·I), in (0, 1] (default 0.5)")
     group.add_argument("--start-layer", type=integer(0), help="first layer included in rollout / chefer (default 0)")
-    group.add_argument("--target-class", type=integer(0), help="class explained by gradient methods (default: the prediction)")
+    group.add_argument("--target-class", type=integer(0),
+                       help="class explained by gradient methods (default: the prediction)")
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "
@@ -282,18 +317,28 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
     """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
     group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    add_alpha_argument(group)
+
+
+def add_alpha_argument(group: "argparse._ActionsContainer") -> None:
+    """``--alpha``: the opacity of a map over its image."""
     group.add_argument("--alpha", type=number(0, 1), default=0.5,
                        help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
 
 
-def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("rendering")
-    add_colour_arguments(group)
+def add_map_scaling_arguments(group: "argparse._ActionsContainer") -> None:
+    """``--upsample`` and ``--normalize``: how a patch-grid map is brought to the image's pixels and to [0, 1]."""
     group.add_argument("--upsample", default="bilinear", choices=("bilinear", "bicubic", "nearest"),
                        help="how the patch-grid map is resized to the image (default: %(default)s)")
     group.add_argument("--normalize", default="minmax", choices=("minmax", "percentile"),
                        help="scale each map to [0, 1] from its min and max, or from its 1st and 99th percentiles, "
                             "robust to a few extreme patches (default: %(default)s)")
+
+
+def add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("rendering")
+    add_colour_arguments(group)
+    add_map_scaling_arguments(group)
     group.add_argument("--key-patches", type=integer(0), default=0, metavar="K",
                        help="outline the K highest-scoring patches (default: %(default)s, none)")
 
@@ -314,7 +359,8 @@ def resolve_device(name: str) -> torch.device:
 def _check_testbed_arguments(args: argparse.Namespace) -> None:
     """Refuse build options that the fixed testbed model would silently ignore."""
     given = [flag for flag, value in (("--pretrained", args.pretrained), ("--num-classes", args.num_classes),
-                                      ("--img-size", args.img_size), ("--dynamic-img-size", args.dynamic_img_size))
+                                      ("--img-size", args.img_size), ("--dynamic-img-size", args.dynamic_img_size),
+                                      ("--model-arg", args.model_arg))
              if value]
     if args.model == TESTBED_NAME and given:
         verb = "does" if len(given) == 1 else "do"
@@ -330,6 +376,16 @@ def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
     if len(numbers) > 2:
         raise ValueError(f"--img-size takes H or H W; got {len(numbers)} numbers")
     return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
+
+
+def model_arguments_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The ``--model-arg`` values by name; one name given twice is refused (ValueError)."""
+    given: dict[str, object] = {}
+    for key, value in args.model_arg:
+        if key in given:
+            raise ValueError(f"--model-arg {key} is given twice; give it once")
+        given[key] = value
+    return given
 
 
 def note_if_random(name: str, *, pretrained: bool, checkpoint: Optional[str]) -> None:
@@ -349,6 +405,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["img_size"] = img_size_option(args.img_size)
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
+    build.update(model_arguments_from_args(args))
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
     model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
                        trust_checkpoint=args.trust_checkpoint, num_classes=args.num_classes,

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--img-size", action="append", nargs="+", type=_size_or_none, metavar="SIZE",
                         help="build the model in the same position for this input size (H or H W; timm resamples "
                              "position embeddings; repeat per model, 'none' for its default size)")
-    parser.add_argument("--pretrained", action="store_true", help="load the pretrained weights (timm's or torchvision's) for every model")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
     add_out_argument(parser, "compare")
     add_method_arguments(parser)
@@ -88,7 +89,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     warn_if_trusting(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
-        model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint, trust_checkpoint=args.trust_checkpoint,
+        model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint,
+                           trust_checkpoint=args.trust_checkpoint,
                            device=resolve_device(args.device), **build)
         label = _label(name, checkpoint, build.get("img_size"))
         seen[label] = seen.get(label, 0) + 1

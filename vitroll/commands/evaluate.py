@@ -45,8 +45,8 @@ TESTBED_COUNT = 200
 """How many testbed inputs ``vitroll evaluate`` draws without a FOLDER or ``--testbed N``."""
 TESTBED_SEED = 3
 """The testbed split drawn without ``--seed``: the shipped models' held-out split."""
-SHAPES_ONLY = ("pretrained", "num_classes", "class_names", "img_size", "dynamic_img_size", "crop_pct", "crop_mode",
-               "input_size", "mean", "std", "interpolation", "steps", "substrate", "disagree_below")
+SHAPES_ONLY = ("pretrained", "num_classes", "class_names", "img_size", "dynamic_img_size", "model_arg", "crop_pct",
+               "crop_mode", "input_size", "mean", "std", "interpolation", "steps", "substrate", "disagree_below")
 """The options that only the shapes testbed and a FOLDER use, by argparse name: the other testbeds load their model
 without build options, preprocess their own way and have their own metrics."""
 
@@ -114,7 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "Gaussian blur (RISE; uninformative when blurred objects stay recognisable) "
                              "(default: %(default)s)")
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
-                        help="per image, rank correlation between two of the methods (e.g. rollout,integrated_gradients)")
+                        help="per image, rank correlation between two of the methods (e.g. "
+                             "rollout,integrated_gradients)")
     parser.add_argument("--disagree-below", type=number(),
                         help=f"flag images whose --disagreement correlation is below this (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = registered_tokenizer(model)
     weights = ModelProvenance.of(args.model, pretrained=False, checkpoint=None).fingerprint
     identity = {"model": args.model, "weights": weights, "tokenizer": tokenizer_fingerprint(args.model),
-                "class_names": class_names(model), "method": args.method, "options": options, "readout": args.readout, "position": args.position}
+                "class_names": class_names(model), "method": args.method, "options": options, "readout": args.readout,
+                "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
     progress = tqdm(total=len(texts), unit="text", disable=args.no_progress or len(texts) <= PRINTED_TEXTS)
     summary, report = run_texts(

@@ -32,9 +32,11 @@ import numpy as np
 
 from vitroll.errors import ImageReadError
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image
+from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image_with_profile
+from vitroll.wording import counted
 
 if TYPE_CHECKING:
+    from PIL import Image
     from pydicom import Dataset
 
 WINDOW_PRESETS: dict[str, tuple[float, float]] = {
@@ -65,7 +67,8 @@ def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
     try:
         width, level = (float(part) for part in parts)
     except ValueError:
-        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); got {text!r}") from None
+        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
+                         f"got {text!r}") from None
     if width < 1:
         raise ValueError(f"--window width must be at least 1; got {width:g}")
     return width, level
@@ -269,7 +272,10 @@ class DicomImage:
     """Frames in the file, whether or not all were decoded."""
     icc_profile: Optional[bytes] = None
     """The ICC profile (0028,2000) of a colour image's pixels: the data set's, or its first optical path's (whole-slide
-    microscopy); :func:`~vitroll.io.images.srgb_display` shows them in sRGB with it."""
+    microscopy); for another image, the profile it embeds (:func:`~vitroll.io.images.load_image_with_profile`).
+    :func:`~vitroll.io.images.srgb_display` shows the pixels in sRGB with it."""
+    profiled: Optional[Image.Image] = None
+    """The pixels ``icc_profile`` describes where they are not the frame's RGB values: a CMYK photo's inks."""
 
 
 def safe_metadata(dataset: object) -> dict[str, str]:
@@ -481,31 +487,118 @@ def _read_dataset(path: Path) -> tuple["Dataset", bool]:
     return dataset, False
 
 
+PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
+"""The elements that hold an image's pixels (integer, float and double pixel data)."""
+
+
+def _empty(dataset: "Dataset", keyword: str) -> bool:
+    """Whether element ``keyword`` of ``dataset`` has no value (read or still in the file, :data:`PIXEL_DATA_DEFERRED`),
+    as a de-identifier that blanks pixel data leaves it."""
+    from pydicom.dataelem import RawDataElement
+    from pydicom.datadict import tag_for_keyword
+
+    element = dataset.get_item(tag_for_keyword(keyword), keep_deferred=True)
+    return element.length == 0 if isinstance(element, RawDataElement) else not element.value
+
+
+EARLY_END = "End of file reached before delimiter"
+"""How pydicom's warning begins when a file ends inside an element of undefined length (a sequence, encapsulated pixel
+data): it then drops the elements read."""
+
+
+FILE_META_START = 128 + 4 + 12
+"""Where the file meta elements after (0002,0000) FileMetaInformationGroupLength begin: preamble, ``DICM``, itself."""
+
+
+def _cut_short(path: Path, dataset: "Dataset") -> bool:
+    """Whether the file ends inside an element of defined length: pydicom stops reading a truncated file without a
+    word (:data:`EARLY_END` is its word for the others). Told by its last element, read but not yet converted, whose
+    value should end where the file ends (a deflated data set, or a last element of undefined length, is not
+    judged)."""
+    from pydicom.dataelem import RawDataElement
+
+    if not len(dataset):  # it ends inside its file meta information (or right after it, which no writer does)
+        meta_length = dataset.file_meta.get("FileMetaInformationGroupLength")
+        return meta_length is None or path.stat().st_size < FILE_META_START + int(meta_length)
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    if syntax is not None and syntax.is_deflated:
+        return False
+    last = dataset.get_item(max(dataset.keys()), keep_deferred=True)
+    if not isinstance(last, RawDataElement) or last.length == 0xFFFFFFFF:
+        return False
+    return last.value_tell + last.length != path.stat().st_size
+
+
+MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
+"""The SOP class of a DICOMDIR."""
+
+DICOMDIR_HAS_NO_IMAGE = ("This file is the directory of a DICOM medium (Media Storage Directory Storage), which holds "
+                         "no image itself; give the folder that holds it to audit the image files it lists.")
+"""A DICOMDIR's reason; it does not say DICOMDIR, which is also the file's name, and reasons quote no file names."""
+
+
+def _sop_class(dataset: "Dataset") -> object:
+    return dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+
+
 def _sop_class_name(dataset: "Dataset") -> str:
-    uid = dataset.get("SOPClassUID") or getattr(dataset, "file_meta", {}).get("MediaStorageSOPClassUID")
+    uid = _sop_class(dataset)
     return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
 
 
 UNBUNDLED_DECODERS = {"pylibjpeg-libjpeg": "GPL-3.0"}
 """Decoder packages the ``dicom`` extra leaves out, with the licence that keeps them out."""
 
+INSTALL_HINT = 'pip install "vitroll[dicom]"'
+"""The command that installs what reading DICOM needs: pydicom, its decoder plugins and the text detector."""
+
+BUNDLED_DECODERS = frozenset({"pylibjpeg", "pylibjpeg-openjpeg", "pylibjpeg-rle", "python-gdcm", "numpy"})
+"""The packages of pydicom's decoder plugins that :data:`INSTALL_HINT` installs (numpy is vitroll's own)."""
+
+PYPI_NAMES = {"gdcm": "python-gdcm"}
+"""Packages that pydicom names by their import name, by their name on PyPI: ``pip install gdcm`` installs nothing
+that pydicom uses."""
+
+
+def _package(requirement: str) -> str:
+    """``python-gdcm>=3.0.10`` → ``python-gdcm``."""
+    return re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+
+
+def _requirements(text: str) -> list[str]:
+    """pydicom's ``"gdcm>=3.0.10 and numpy"`` as requirements pip understands: ``["python-gdcm>=3.0.10", "numpy"]``."""
+    needs = [need.strip() for need in text.split(" and ") if need.strip()]
+    return [PYPI_NAMES.get(_package(need), _package(need)) + need[len(_package(need)):] for need in needs]
+
 
 def decoder_advice(uid: object) -> str:
-    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment)."""
+    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment): the plugins that
+    :data:`INSTALL_HINT` would add first, then those it leaves out."""
     from pydicom.pixels import get_decoder
 
     try:
         decoder = get_decoder(uid)
     except NotImplementedError:
         return "pydicom has no decoder for this transfer syntax"
-    wanted = [entry.split(" - requires ", 1) for entry in decoder.missing_dependencies]
+    wanted = [(plugin, _requirements(need)) for plugin, _, need in
+              (entry.partition(" - requires ") for entry in decoder.missing_dependencies)]
     if not wanted:
         return "every pydicom decoder for it is installed, so the pixel data itself is damaged or unusual"
-    return "pydicom's " + "; ".join(
-        f"{plugin} plugin would also try it{f', with {need}' if need else ''}" + "".join(
-            f" ({package} is {licence}, so vitroll does not install it)"
-            for package, licence in UNBUNDLED_DECODERS.items() if package in need)
-        for plugin, need in ((pair[0], pair[1] if len(pair) > 1 else "") for pair in wanted))
+    bundled = [(plugin, needs) for plugin, needs in wanted
+               if needs and all(_package(need) in BUNDLED_DECODERS for need in needs)]
+    others = [(plugin, needs) for plugin, needs in wanted if (plugin, needs) not in bundled]
+    advice = []
+    if bundled:
+        advice.append(f"{INSTALL_HINT} adds pydicom's " + " and ".join(
+            f"{plugin} plugin ({', '.join(need for need in needs if _package(need) != 'numpy')})"
+            for plugin, needs in bundled) + ", which would try it")
+    if others:
+        advice.append("pydicom's " + "; ".join(
+            f"{plugin} plugin would also try it" + (", with " + " and ".join(needs) if needs else "") + "".join(
+                f" ({package} is {licence}, so vitroll does not install it)"
+                for package, licence in UNBUNDLED_DECODERS.items() if package in map(_package, needs))
+            for plugin, needs in others))
+    return "; ".join(advice)
 
 
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
@@ -584,16 +677,28 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     try:
         from pydicom.pixels import iter_pixels  # noqa: F401 (pydicom 3)
     except ImportError:
-        raise ImageReadError(path, "reading DICOM needs pydicom 3: pip install 'vitroll[dicom]'") from None
+        raise ImageReadError(path, f"Reading DICOM needs pydicom 3: {INSTALL_HINT}.") from None
     try:
-        dataset, part10 = _read_dataset(path)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")  # recorded, never shown: they quote the path and element values
+            dataset, part10 = _read_dataset(path)
     except ImageReadError:
         raise
     except OSError as error:
         raise ImageReadError(path, f"This file cannot be opened ({error.strerror or type(error).__name__}).") from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
-    if not any(tag in dataset for tag in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
+    pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
+    if pixel_elements and all(_empty(dataset, tag) for tag in pixel_elements):
+        raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
+                                   "there is no image to explain.")
+    if not pixel_elements:
+        if _sop_class(dataset) == MEDIA_STORAGE_DIRECTORY:
+            raise ImageReadError(path, DICOMDIR_HAS_NO_IMAGE)
+        if any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset):
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
+                                       "middle of an element and no PixelData was read from it, so there is no image "
+                                       "to explain.")
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
@@ -605,7 +710,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
                                    "counted.") from None
     if frame is not None and not 0 <= frame < count:
-        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {count} frame(s), numbered from 0.")
+        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
+                                   "numbered from 0.")
     indices = [frame] if frame is not None else [index for index in frames or range(count) if index < count]
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
@@ -666,10 +772,10 @@ def read_any(
     frames: Optional[range] = None, allow_recognizable: bool = False,
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
-    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through ``load_image`` with
-    ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
-    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
-    ``allow_recognizable`` go to it)."""
+    :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through
+    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB) with ``unknown`` metadata; a PDF, ZIP
+    or gzip file refused by name. A file of no known kind is read as an image when its suffix says so, else as DICOM
+    (:func:`read_dicom` refuses what is not DICOM; ``frames`` and ``allow_recognizable`` go to it)."""
     path = Path(path)
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
@@ -681,14 +787,16 @@ def read_any(
     if signature is None and not named_image:
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     try:
-        image = np.asarray(load_image(path))
+        loaded, profiled, icc_profile = load_image_with_profile(path)
     except ImageReadError as error:
         if named_image:
             raise
         raise ImageReadError(path, f"Its first bytes are those of a {signature.kind}, but it cannot be read as one: "
                                    f"{error.reason}.") from None
+    image = np.asarray(loaded)
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
-    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour)
+    return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour,
+                      icc_profile=icc_profile, profiled=None if profiled is loaded else profiled)
 
 
 __all__ = [

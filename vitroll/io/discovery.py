@@ -81,10 +81,17 @@ def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_fil
 def listed_files(list_file: "str | os.PathLike[str]") -> list[FoundFile]:
     """The paths a list file names, in its order: one per line, or a CSV whose ``path`` column (else its first)
     holds them, relative to the list file's folder or absolute, taken as given whatever their suffix; empty lines
-    and lines starting with ``#`` are skipped."""
+    and lines starting with ``#`` are skipped. A line of a ``.txt``/``.lst`` list that names a file as a whole is
+    that file, though it holds a comma or a quote (``Doe, J.png``, as ``find > list.txt`` writes it)."""
     list_file = Path(list_file)
     text = read_text_file(list_file, "the list of inputs")
-    rows = [row for row in csv.reader(text.splitlines()) if row and row[0].strip() and not row[0].startswith("#")]
+    lines = text.splitlines()
+    if list_file.suffix.lower() == ".csv":
+        rows = list(csv.reader(lines))
+    else:
+        rows = [[line] if line.strip() and os.path.lexists(os.path.join(list_file.parent, line.strip()))
+                else next(csv.reader([line]), []) for line in lines]
+    rows = [row for row in rows if row and row[0].strip() and not row[0].startswith("#")]
     column = 0
     if rows and "path" in [cell.strip().lower() for cell in rows[0]]:
         column = [cell.strip().lower() for cell in rows[0]].index("path")

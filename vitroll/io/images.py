@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import os
 import struct
@@ -92,7 +93,7 @@ def load_image(path: "str | os.PathLike[str]") -> Image.Image:
 
 def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[Image.Image]]:
     """:func:`load_image`'s RGB image, for the model, and the same pixels in sRGB, to draw on (None when they are the
-    same: no embedded ICC profile, or an sRGB one).
+    same: no embedded ICC profile, or an sRGB one). A CMYK photo with a CMYK profile is drawn in the colours it prints.
 
     A photo that embeds a wider colour space (Display P3 — every iPhone JPEG —, Adobe RGB…) stores values that a
     colour-managed viewer converts before showing them; drawn as stored they look duller. The model keeps the raw
@@ -107,42 +108,75 @@ def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image
     return _decode(path, lambda image: _with_display(image, Path(path).name))
 
 
+def load_image_with_profile(
+    path: "str | os.PathLike[str]",
+) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
+    """:func:`load_image`'s RGB image, the pixels its embedded ICC profile describes (that RGB image, or the CMYK one
+    it was converted from) and the profile, for :func:`srgb_display`; None, None where none applies (no profile,
+    16-bit or float stretched).
+
+    Raises
+    ------
+    ImageReadError
+        As :func:`load_image`.
+    """
+    return _decode(path, _profiled)
+
+
 def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
+    rgb, described, icc_profile = _profiled(image)
+    return rgb, None if described is None else srgb_display(described, icc_profile, name)
+
+
+def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
     with _quiet_pillow():
         upright = ImageOps.exif_transpose(image)
         rgb = to_rgb(upright)
-    return rgb, srgb_display(rgb, upright.info.get("icc_profile"), name, decoded_from=upright.mode)
+    icc_profile = upright.info.get("icc_profile")
+    if not icc_profile or upright.mode not in _COLOUR_MODES | _OTHER_SPACES.keys():
+        return rgb, None, None
+    return rgb, upright if upright.mode in _OTHER_SPACES else rgb, icc_profile
 
 
 _SRGB = ImageCms.createProfile("sRGB")
 _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
 """Modes whose RGB conversion keeps the stored values, which an RGB profile describes (16-bit and float images are
-stretched to their range, CMYK converted naively: their profile no longer applies)."""
+stretched to their range: their profile no longer applies)."""
+_OTHER_SPACES = {"CMYK": "CMYK", "L": "GRAY"}
+"""Modes converted to sRGB from their own pixels, and the colour space their profile must have: inks (a print
+profile), grey levels (a scan's or Photoshop's grey profile, e.g. Dot Gain 20 %)."""
 
 
-def srgb_display(rgb: Image.Image, icc_profile: Optional[bytes], name: str, *,
-                 decoded_from: str = "RGB") -> Optional[Image.Image]:
-    """``rgb`` converted from the RGB colour space of ``icc_profile`` to sRGB (relative colorimetric), or None when
-    it is already sRGB: no profile, one that describes sRGB, one for another colour space, or an image decoded from a
-    mode (``decoded_from``) the profile no longer describes. A profile LittleCMS cannot use prints one
-    ``vitroll: warning:`` line naming ``name`` and gives None.
+def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
+    """``pixels`` (RGB, CMYK or grey) converted from the colour space of ``icc_profile`` to sRGB (relative
+    colorimetric), or None when they are already sRGB: no profile, one that describes sRGB, or one for another
+    colour space. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
-    those outside sRGB are clipped to its edge, as browsers show them.
+    those outside sRGB are clipped to its edge, as browsers show them. A CMYK photo (print work: its profile is
+    the press's) gets the colours its inks print, not Pillow's plain ``255 − ink`` arithmetic, which the model reads.
     """
-    if not icc_profile or decoded_from not in _COLOUR_MODES:
+    if not icc_profile:
         return None
     try:
-        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
-        if profile.profile.xcolor_space.strip() != "RGB" or "srgb" in profile.profile.profile_description.lower():
-            return None
-        return ImageCms.profileToProfile(rgb, profile, _SRGB, renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
-                                         outputMode="RGB")
+        transform = _srgb_transform(bytes(icc_profile), pixels.mode)
+        return None if transform is None else ImageCms.applyTransform(pixels, transform)
     except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as error:
         print(f"vitroll: warning: {name}: its embedded ICC colour profile cannot be used ({error}); shown with its "
               "stored colours", file=sys.stderr)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _srgb_transform(icc_profile: bytes, mode: str) -> Optional[ImageCms.ImageCmsTransform]:
+    """The ``mode`` (RGB, CMYK or L) → sRGB transform of ``icc_profile``; None for an sRGB profile or one for another
+    colour space. Built once per profile: the frames of a cine, the photos of one camera share it."""
+    profile = ImageCms.ImageCmsProfile(io.BytesIO(icc_profile))
+    space = profile.profile.xcolor_space.strip()
+    if space != _OTHER_SPACES.get(mode, "RGB") or "srgb" in profile.profile.profile_description.lower():
+        return None
+    return ImageCms.buildTransform(profile, _SRGB, mode, "RGB", renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
 
 def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:

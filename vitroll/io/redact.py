@@ -21,12 +21,10 @@ import cv2
 import numpy as np
 
 from vitroll.errors import VitrollError
-from vitroll.io.dicom import UNKNOWN
+from vitroll.io.dicom import INSTALL_HINT, UNKNOWN
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
-
-INSTALL_HINT = 'pip install "vitroll[dicom]"'
 
 DETECTION_SIDE = 736
 """Shorter side the detector sees (rapidocr's default): smaller frames are enlarged towards it…"""

@@ -102,7 +102,8 @@ class TokenBatch:
         if self.position is not None and self.readout not in (None, "position"):
             raise OptionValueError(f"position is for readout 'position'; readout {self.readout!r} reads no position")
         if self.position is not None and tuple(self.position.shape) != (len(self),):
-            raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text ({len(self)})")
+            raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text "
+                             f"({len(self)})")
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

@@ -16,9 +16,9 @@ from vitroll.methods.registry import (
 from vitroll.methods.rollout import attention, discard_lowest, rollout, rollout_matrix, rollout_vector
 
 __all__ = [
-    "CAPTION_METHODS", "CaptionMaps", "METHODS", "Images", "Method", "MethodOption", "Saliency", "SaliencyMethod", "attention", "attention_gradients",
-    "caption_maps", "center", "check_shared_options", "chefer", "discard_lowest", "flow", "grad_rollout", "gradient_shap",
-    "image_batch", "image_text_maps", "integrated_gradients", "method_named", "methods_taking", "occlusion",
-    "prompted_saliency", "random_map", "record_attention", "register_method",
-    "rollout", "rollout_matrix", "rollout_vector",
+    "CAPTION_METHODS", "CaptionMaps", "METHODS", "Images", "Method", "MethodOption", "Saliency", "SaliencyMethod",
+    "attention", "attention_gradients", "caption_maps", "center", "check_shared_options", "chefer",
+    "discard_lowest", "flow", "grad_rollout", "gradient_shap", "image_batch", "image_text_maps",
+    "integrated_gradients", "method_named", "methods_taking", "occlusion", "prompted_saliency", "random_map",
+    "record_attention", "register_method", "rollout", "rollout_matrix", "rollout_vector",
 ]

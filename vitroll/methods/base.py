@@ -151,7 +151,8 @@ def layout_input(batch: Batch) -> object:
 
 
 def model_logits(model: nn.Module, images: Batch) -> Optional[torch.Tensor]:
-    """The logits (B, num_classes) of ``images`` (B, C, H, W) or of a TokenBatch, from the forward pass the model's family names
+    """The logits (B, num_classes) of ``images`` (B, C, H, W) or of a TokenBatch, from the forward pass the model's
+    family names
     (:attr:`~vitroll.capture.ModelFamily.logits`), or None for a backbone without a classification head (the
     forward still runs); ``model(images)`` for a classifier of no registered family (deletion/insertion scores any
     classifier)."""
@@ -214,7 +215,8 @@ def record_attention(
 
     ``max_attention_memory`` (bytes) is the attention memory budget while recording (default
     :func:`~vitroll.capture.recorder.default_attention_budget`: 1 GiB, more on a GPU with room): per-head
-    probabilities are computed in query blocks within it; the recorded, head-fused maps take B·N²·4 bytes per layer. ``factored`` (head mean only) records
+    probabilities are computed in query blocks within it; the recorded, head-fused maps take B·N²·4 bytes per layer.
+    ``factored`` (head mean only) records
     the layers as :class:`~vitroll.capture.FactoredAttention` instead, O(N·D) per layer, once all layers' maps
     would exceed the budget (see :class:`AttentionRecorder`).
 

@@ -136,7 +136,8 @@ def flow(
     if layout.num_tokens > max_tokens:
         raise ValueError(
             f"attention flow on {layout.num_tokens} tokens is impractical (one max-flow per patch over "
-            f"{len(attentions)}·{layout.num_tokens}² edges); use a smaller input or pass max_tokens={layout.num_tokens} knowingly"
+            f"{len(attentions)}·{layout.num_tokens}² edges); use a smaller input or pass "
+            f"max_tokens={layout.num_tokens} knowingly"
         )
     values = flow_values([a.cpu() for a in attentions], layout, attention_weight=attention_weight, solver=solver)
     return Saliency(layout.patch_values(values).to(attentions[0].device), logits)

@@ -59,7 +59,8 @@ def cache_only(offline: bool) -> Iterator[None]:
         constants.HF_HUB_OFFLINE = previous
 
 
-_HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+_HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors",
+                     "open_clip_pytorch_model.bin")
 
 
 def pretrained_maybe_cached(name: str) -> bool:

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from vitroll.checkpoints import load_state, read_checkpoint
-from vitroll.errors import ModelLoadError
+from vitroll.errors import ModelLoadError, UnsupportedModelError
+from vitroll.preprocess import Preprocessing
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip, check_open_clip_name
 from vitroll.models.timm import check_model_name, create_timm_model, num_classes_of, refuse_unexplained_name
@@ -81,6 +82,21 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
                              f"them with --img-size {side} (img_size={side})") from None
 
 
+def _refuse_ignored_img_size(name: str, model: nn.Module, img_size: object) -> None:
+    """Refuse an ``img_size`` that the built model ignored (timm's NaFlexViT sizes its position embedding by its
+    config and takes any size of whole patches): without this the images were preprocessed at the pretrained size
+    while the user asked for another."""
+    wanted = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    try:
+        built = Preprocessing.from_model(model).input_size
+    except UnsupportedModelError:  # refused later, naming why
+        return
+    if tuple(built) != wanted:
+        raise ModelLoadError(f"{name}: img_size {wanted[0]}×{wanted[1]} does not change the model, which still "
+                             f"preprocesses at {built[0]}×{built[1]} (it takes any size of whole patches); give the "
+                             f"size to preprocess at with --input-size {wanted[0]} {wanted[1]} instead of --img-size")
+
+
 def _read_if_given(checkpoint: "str | os.PathLike[str] | None", trust: bool) -> Optional[Mapping[str, torch.Tensor]]:
     """The checkpoint's state dict, or None without one; read only once the name and options are accepted, since a
     large file takes seconds and gigabytes to read."""
@@ -117,7 +133,8 @@ def load_model(
         Local weights (``.safetensors``, ``.pth``, ``.pt``, ``.bin``). ``num_classes`` is taken from the
         checkpoint's ``head.weight`` when not given.
     trust_checkpoint : bool
-        Unpickle a torch checkpoint that holds Python objects besides tensors (see :func:`vitroll.checkpoints.read_checkpoint`);
+        Unpickle a torch checkpoint that holds Python objects besides tensors (see
+        :func:`vitroll.checkpoints.read_checkpoint`);
         only for files from a source you trust, since unpickling can run arbitrary code.
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
@@ -176,11 +193,12 @@ def load_model(
             model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
         except (RuntimeError, TypeError, ValueError, AssertionError) as error:
             raise ModelLoadError(f"{name}: cannot build model ({error})") from None
+        if "img_size" in model_kwargs:
+            _refuse_ignored_img_size(name, model, model_kwargs["img_size"])
     if state is not None:
         _load_weights(model, state, checkpoint, other_architecture=(
-            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size and "
-            "--num-classes: a model built with other timm.create_model arguments (depth, embed_dim, reg_tokens, "
-            "class_token, …) is explained from Python (vitroll.rollout(model, images), "
-            "vitroll.pipelines.folder.annotate)"))
+            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size, "
+            "--num-classes and --model-arg: a model built with other timm.create_model arguments is rebuilt by "
+            "giving them (--model-arg reg_tokens=4, --model-arg depth=6, …)"))
     return model.eval().to(device)
 

@@ -57,7 +57,8 @@ class ModelProvenance:
         if checkpoint is not None:
             return cls(name, "checkpoint", f"checkpoint file {Path(checkpoint).name}", file_sha256(checkpoint))
         if name == TESTBED_NAME:
-            return cls(name, "testbed", f"the testbed weights shipped with vitroll ({WEIGHTS.name})", file_sha256(WEIGHTS))
+            return cls(name, "testbed", f"the testbed weights shipped with vitroll ({WEIGHTS.name})",
+                       file_sha256(WEIGHTS))
         if is_transformers_name(name):
             return cls._of_transformers(name)
         if pretrained and name.startswith(TORCHVISION_PREFIX):

@@ -5,7 +5,9 @@ and mapped by :func:`~vitroll.methods.caption.caption_maps`. A word's map is the
 several sub-word pieces, as the tokenizer splits it); special tokens (the end token) get none. Per image:
 ``OUT/<stem>_caption_<method>.png``, the image and one overlay per word under its word, the caption as its title;
 ``OUT/captions.json`` with each caption, its method, its words, their tokens and logits and each map's peak, an
-entry per image and method: a later run replaces its own images' entries for its method and keeps the others.
+entry per image (its absolute path) and method, the strip's name relative to ``OUT``: a later run, from whatever
+folder, replaces its own images' entries for its method and keeps the others, and their strips (an image of the same
+name in another folder gets ``<stem>-2``).
 """
 
 from __future__ import annotations
@@ -86,8 +88,9 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
-    stems = output_stems(paths, f"_caption_{method}", taken=stems_overwriting_inputs(paths, out_dir,
-                                                                                    f"caption_{method}"))
+    marker = f"_caption_{method}"
+    others = _strip_stems_of_others(_earlier_entries(out_dir / CAPTIONS), {os.path.abspath(p) for p in paths}, marker)
+    stems = output_stems(paths, marker, taken=stems_overwriting_inputs(paths, out_dir, marker[1:]) | others)
     special = set(captioner.special_ids(model))
     results = []
     for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,
@@ -107,31 +110,50 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                 slot += 1
             results.append(captioned)
             yield captioned
-    summary = [{"path": str(each.path), "method": method, "caption": each.caption, "words": each.words,
-                "strip": str(each.strip_path) if each.strip_path else None, "error": each.error} for each in results]
+    summary = [{"path": os.path.abspath(each.path), "method": method, "caption": each.caption, "words": each.words,
+                "strip": each.strip_path.name if each.strip_path else None, "error": each.error} for each in results]
     write_atomic(out_dir / CAPTIONS, json.dumps({"images": merged_captions(out_dir / CAPTIONS, summary)}, indent=1,
                                                 ensure_ascii=False).encode())
 
 
 def merged_captions(path: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The entries of ``path`` (an earlier run's ``captions.json``) with ``entries`` merged in: an entry of the same
-    image and method is replaced in its place, the others are kept, as their strips are (a file written before
-    entries had their own ``method`` gives them its top-level one; one that is not JSON is started afresh). The same
-    image is the same absolute path, as :func:`~vitroll.io.discovery.unique_paths` has it: ``x.png`` and
-    ``/abs/x.png`` share one entry, as they share one strip."""
-    try:
-        earlier = json.loads(path.read_text(encoding="utf-8"))
-        kept = [{"method": earlier.get("method"), **entry} for entry in earlier["images"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        kept = []
-    by_key = {_entry_key(entry): entry for entry in kept}
+    image and method is replaced in its place, the others are kept, as their strips are. The same image is the same
+    absolute path, as :func:`~vitroll.io.discovery.unique_paths` has it (``x.png`` and ``/abs/x.png`` share one
+    entry, as they share one strip); entries store it absolute, so that a run from another folder tells its
+    ``x.png`` from theirs."""
+    by_key = {_entry_key(entry): entry for entry in _earlier_entries(path)}
     for entry in entries:
         by_key[_entry_key(entry)] = entry
     return list(by_key.values())
 
 
+def _earlier_entries(path: Path) -> list[dict[str, Any]]:
+    """The entries of an earlier run's ``captions.json`` (a file written before entries had their own ``method``
+    gives them its top-level one; one that is not JSON is started afresh)."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        return [{"method": earlier.get("method"), **entry} for entry in earlier["images"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def _strip_stems_of_others(entries: list[dict[str, Any]], images: set[str], marker: str) -> set[str]:
+    """The stems of the strips (``<stem><marker>.png``) that ``entries`` of images other than ``images`` (absolute
+    paths) list: kept, so not to be overwritten by this run's."""
+    stems = set()
+    for entry in entries:
+        strip = entry.get("strip")
+        if isinstance(strip, str) and _entry_key(entry)[0] not in images:
+            name = Path(strip).name
+            if name.endswith(f"{marker}.png"):
+                stems.add(name[:-len(f"{marker}.png")])
+    return stems
+
+
 def _entry_key(entry: dict[str, Any]) -> tuple[Optional[str], Any]:
-    """An entry's image (its absolute path) and method."""
+    """An entry's image (its absolute path; an entry of an earlier version, stored as given, taken from here) and
+    method."""
     image = entry.get("path")
     return (os.path.abspath(image) if isinstance(image, str) else None, entry.get("method"))
 
@@ -155,7 +177,8 @@ def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: 
                           "token_logits": [round(logits[i], 4) for i in word.tokens], "peak_xy": [column, row]})
     strip_path = out_dir / f"{stem}_caption_{method}.png"
     title = f"{record.item.name} — {method}: “{caption}”"
-    write_atomic(strip_path, figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
+    write_atomic(strip_path,
+                 figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
                  if overlays else encode_png(record.image))
     return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path)
 

@@ -18,9 +18,10 @@ import numpy as np
 from torch import nn
 
 from vitroll.io.discovery import unique_paths
+from vitroll.io.images import write_atomic
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
-from vitroll.pipelines.explain import ExplainSettings, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, figure_bytes, render, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
 from vitroll.wording import counted
@@ -147,4 +148,4 @@ def comparison_figure(result: Comparison) -> "Figure":
 
 def plot_comparison(result: Comparison, path: "str | os.PathLike[str]") -> None:
     """:func:`comparison_figure` as a PNG."""
-    comparison_figure(result).savefig(path, dpi=100)
+    write_atomic(path, figure_bytes(comparison_figure(result)))

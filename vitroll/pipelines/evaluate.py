@@ -21,13 +21,14 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import load_mask
+from vitroll.io.images import load_image_with_display, load_mask, write_atomic
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay, use_fallback_fonts
+from vitroll.pipelines.explain import figure_bytes
 from vitroll.pipelines.stream import Failed, Frame, decoded_batches
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shapes import samples
@@ -56,6 +57,14 @@ class MaskedImage:
     mask: np.ndarray
     """(H, W) bool."""
     label: Optional[int] = None
+    display: Optional[np.ndarray] = None
+    """(H, W, 3) uint8 sRGB picture the figures draw when it differs from ``image`` (a file that embeds a wider
+    colour profile, :func:`~vitroll.io.images.load_image_with_display`); None: ``image``."""
+
+    @property
+    def shown(self) -> np.ndarray:
+        """(H, W, 3) uint8: what the figures draw, ``display`` when given, else ``image``."""
+        return self.image if self.display is None else self.display
 
     def __str__(self) -> str:
         return self.name
@@ -98,12 +107,13 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     for path in images:
         if path.stem not in mask_of:
             continue
-        image = np.asarray(load_image(path))
+        picture, display = load_image_with_display(path)
+        image = np.asarray(picture)
         mask = load_mask(mask_of[path.stem])
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
-        found.append(MaskedImage(path.stem, image, mask))
+        found.append(MaskedImage(path.stem, image, mask, display=None if display is None else np.asarray(display)))
     if not found:
         raise ImageReadError(Path(folder), f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
     return found
@@ -263,7 +273,7 @@ def curves_figure(evaluation: Evaluation) -> "Figure":
 
 def plot_curves(evaluation: Evaluation, path: "str | os.PathLike[str]") -> None:
     """:func:`curves_figure` as a PNG."""
-    curves_figure(evaluation).savefig(path, dpi=100)
+    write_atomic(path, figure_bytes(curves_figure(evaluation)))
 
 
 def examples_figure(evaluation: Evaluation, images: Sequence[MaskedImage], cmap: str = "jet") -> "Figure":
@@ -277,12 +287,12 @@ def examples_figure(evaluation: Evaluation, images: Sequence[MaskedImage], cmap:
     fig = Figure(figsize=(EXAMPLE_PANEL * (len(methods) + 1), EXAMPLE_PANEL * count), layout="tight")
     axes = fig.subplots(count, len(methods) + 1, squeeze=False)
     for row in range(count):
-        outlined = images[row].image.copy()
+        outlined = images[row].shown.copy()
         contours, _ = cv2.findContours(images[row].mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
         cv2.drawContours(outlined, contours, -1, (255, 255, 255), 1)
         axes[row, 0].imshow(outlined)
         for column, method in enumerate(methods, start=1):
-            axes[row, column].imshow(overlay(images[row].image, evaluation.examples[method][row], cmap=cmap))
+            axes[row, column].imshow(overlay(images[row].shown, evaluation.examples[method][row], cmap=cmap))
     titles = ["image + mask", *methods]
     for axis, title in zip(axes[0], titles):
         axis.set_title(fit_text(title, EXAMPLE_PANEL * TITLE_SHARE, EXAMPLE_TITLE_SIZE, lines=2),
@@ -295,4 +305,4 @@ def examples_figure(evaluation: Evaluation, images: Sequence[MaskedImage], cmap:
 def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "str | os.PathLike[str]",
                   cmap: str = "jet") -> None:
     """:func:`examples_figure` as a PNG."""
-    examples_figure(evaluation, images, cmap).savefig(path, dpi=100)
+    write_atomic(path, figure_bytes(examples_figure(evaluation, images, cmap)))

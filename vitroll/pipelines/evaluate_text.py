@@ -67,7 +67,8 @@ def evaluate_text(model: nn.Module, tokenizer: Any, sentences: Sequence[TextSamp
             saliency = runs[method](model, input_ids, attention_mask=attention_mask, **runs[method].among(shared))
             scores = saliency.maps.float().cpu().numpy()
             predicted = saliency.logits.argmax(-1).cpu()
-            words = [np.array([w.score for w in word_scores(scores[i, :len(e.tokens)], e)]) for i, e in enumerate(encoded)]
+            words = [np.array([w.score for w in word_scores(scores[i, :len(e.tokens)], e)])
+                     for i, e in enumerate(encoded)]
             curves = _deletion_insertion(model, input_ids, attention_mask, encoded, words, predicted,
                                          tokenizer.mask_token_id)
             for i, item in enumerate(chunk):

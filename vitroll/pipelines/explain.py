@@ -77,7 +77,8 @@ def explain_classes(model: nn.Module, images: torch.Tensor, settings: ExplainSet
     return BatchResult(grid_maps=as_numpy(saliency.maps), probabilities=probabilities)
 
 
-def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry, settings: ExplainSettings) -> tuple[np.ndarray, np.ndarray]:
+def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry,
+           settings: ExplainSettings) -> tuple[np.ndarray, np.ndarray]:
     """Put a grid map (h, w) on its original RGB image (H0, W0, 3).
 
     Returns

@@ -49,6 +49,9 @@ WHOLE_NUMBER_CONTROLS = ("start_layer", "layer", "head", "target_class")
 
 HEAD_TILE_SIDE = 160
 """Long side, in pixels, of each head's overlay in the per-head grid."""
+MAX_TILE_ASPECT = 3.0
+"""The most elongated image (long side / short side) whose head tiles show all of it; a more elongated one's show
+what the model saw of it (its input's extent, as the model's input), not a thumbnail a few pixels across."""
 _TILE_GAP = 4
 _LABEL_HEIGHT = 14
 
@@ -258,11 +261,8 @@ def head_grid(image: np.ndarray, head_maps: np.ndarray, geometry: CropGeometry, 
     ndarray, uint8, (rows · (t + label + gap) + gap, columns · (max(t', label width) + gap) + gap, 3) for tiles of
     t × t' pixels: a cell is never narrower than its label.
     """
-    height, width = image.shape[:2]
-    scale = tile_side / max(height, width)
-    tile_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
-    thumbnail = np.asarray(Image.fromarray(image).resize(tile_hw[::-1], Image.Resampling.BILINEAR))
-    thumbnail_geometry = replace(geometry, original_hw=tile_hw)  # the same crop, seen from a smaller original
+    thumbnail, thumbnail_geometry = _tile_picture(image, geometry, tile_side)
+    tile_hw = thumbnail.shape[:2]
     columns = math.ceil(math.sqrt(len(head_maps)))
     rows = math.ceil(len(head_maps) / columns)
     font = ImageFont.load_default()
@@ -281,3 +281,23 @@ def head_grid(image: np.ndarray, head_maps: np.ndarray, geometry: CropGeometry, 
             draw.rectangle((left - 2, top + _LABEL_HEIGHT - 2, left + tile_hw[1] + 1,
                             top + _LABEL_HEIGHT + tile_hw[0] + 1), outline=(0, 0, 0), width=2)
     return np.asarray(canvas)
+
+
+def _tile_picture(image: np.ndarray, geometry: CropGeometry, tile_side: int) -> tuple[np.ndarray, CropGeometry]:
+    """The picture (t, t', 3) under each head's map, its long side ``tile_side``, and where the model's input lies in
+    it: ``image`` made smaller; for an image more elongated than :data:`MAX_TILE_ASPECT`, the part of it the model
+    read, shaped as the model's input."""
+    height, width = image.shape[:2]
+    picture = Image.fromarray(image)
+    if max(height, width) > MAX_TILE_ASPECT * min(height, width):
+        top, left, bottom, right = geometry.original_box()
+        input_h, input_w = geometry.input_hw
+        scale = tile_side / max(input_h, input_w)
+        tile_hw = (max(1, round(input_h * scale)), max(1, round(input_w * scale)))
+        tile = picture.resize(tile_hw[::-1], Image.Resampling.BILINEAR, box=(left, top, right, bottom))
+        return np.asarray(tile), CropGeometry(original_hw=tile_hw, resized_hw=tile_hw, crop_top_left=(0, 0),
+                                              input_hw=tile_hw)
+    scale = tile_side / max(height, width)
+    tile_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
+    thumbnail = np.asarray(picture.resize(tile_hw[::-1], Image.Resampling.BILINEAR))
+    return thumbnail, replace(geometry, original_hw=tile_hw)  # the same crop, seen from a smaller original

@@ -134,7 +134,8 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
         return "lists no image files"
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
         return "no image files in this folder, only in its sub-folders (add --recursive)"
-    dicom = sum(is_dicom(file.path) for file in source_files(source, recursive=True, exclude=exclude))
+    # the files the run would have read, no more: opening every file of a large tree makes a slow answer
+    dicom = sum(is_dicom(file.path) for file in source_files(source, recursive=recursive, exclude=exclude))
     if dicom:
         return (f"no image files found, but {counted(dicom, 'DICOM file')}: `vitroll audit` reads "
                 "DICOM and keeps patient data out of its outputs")

@@ -1,7 +1,8 @@
 """The manifest of a batch run — one JSON line per input, appended and fsync'ed per batch — and the lock that
 keeps two runs out of one output folder.
 
-Rows are keyed by the input's ``path`` (a text's ``key`` in :mod:`vitroll.pipelines.text_run`); a later row of the same input replaces the earlier ones. Resuming reads
+Rows are keyed by the input's ``path`` (a text's ``key`` in :mod:`vitroll.pipelines.text_run`); a later row of the
+same input replaces the earlier ones. Resuming reads
 the manifest back: an input is done when its latest row is ``ok`` with the same settings hash and the same content
 (size and modification time). At the end the manifest is compacted (the latest row per input, sorted by path, the
 rows of inputs this run did not touch included) and also written as CSV.
@@ -29,7 +30,8 @@ OUTPUT_COLUMNS = ("overlay", "heatmap", "figure")
 """Row fields that name an output file, relative to the output folder."""
 CSV_COLUMNS = (
     "path", "size", "mtime_ns", "status", "error", "width", "height", "top1_index", "top1_name", "top1_probability",
-    "peak_x", "peak_y", "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap", "figure", "model", "method", "method_options",
+    "peak_x", "peak_y", "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay", "heatmap",
+    "figure", "model", "method", "method_options",
     "settings_hash", "vitroll_version",
 )
 

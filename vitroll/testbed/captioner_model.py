@@ -53,7 +53,8 @@ def build_caption_processor() -> "ViTImageProcessor":
 
 def build_caption_model() -> "VisionEncoderDecoderModel":
     """The testbed architecture, randomly initialised, set up to caption greedily from ``[CLS]`` to ``[SEP]``."""
-    from transformers import BertConfig, GenerationConfig, VisionEncoderDecoderConfig, VisionEncoderDecoderModel, ViTConfig
+    from transformers import (BertConfig, GenerationConfig, VisionEncoderDecoderConfig, VisionEncoderDecoderModel,
+                              ViTConfig)
 
     encoder = ViTConfig(**ENCODER_ARCHITECTURE)
     decoder = BertConfig(vocab_size=len(VOCABULARY), is_decoder=True, add_cross_attention=True, pad_token_id=PAD,

@@ -101,7 +101,8 @@ def sample(seed: int, index: int, config: ShapesConfig = ShapesConfig()) -> Shap
         # keep distractors off the target so its mask stays its own
         if np.hypot(*(where - center)) < (target_side + side) / 2 + 2:
             continue
-        draw_shape(canvas, int(rng.integers(len(CLASSES))), tuple(where), side, rng.uniform(0, np.pi), tuple(shape_colour(rng)))
+        draw_shape(canvas, int(rng.integers(len(CLASSES))), tuple(where), side, rng.uniform(0, np.pi),
+                   tuple(shape_colour(rng)))
 
     mask_canvas = np.zeros((size, size), dtype=np.float64)
     draw_shape(mask_canvas, label, center, target_side, angle, 1.0)

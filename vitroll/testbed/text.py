@@ -43,7 +43,8 @@ FILLER_WORDS = (
 )
 """Words that say nothing about the label."""
 
-VOCABULARY = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER_WORDS, *GROUP_WORDS, *(w for ws in KEY_WORDS for w in ws))
+VOCABULARY = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER_WORDS, *GROUP_WORDS,
+              *(w for ws in KEY_WORDS for w in ws))
 """The testbed tokenizer's WordPiece vocabulary: every word is one token."""
 
 

@@ -50,7 +50,8 @@ def build_text_model() -> "BertForSequenceClassification":
     return BertForSequenceClassification(config)
 
 
-def load_text_testbed(name: TextTestbed, device: str = "cpu") -> tuple["BertForSequenceClassification", "BertTokenizer"]:
+def load_text_testbed(name: TextTestbed,
+                      device: str = "cpu") -> tuple["BertForSequenceClassification", "BertTokenizer"]:
     """A shipped text testbed model in eval mode on ``device``, and its tokenizer."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

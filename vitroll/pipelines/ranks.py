@@ -1,0 +1,78 @@
+"""Run a command as K ranks of one process group on this machine, as ``torchrun --standalone`` does, but passing
+vitroll's exit status on: torchrun exits 1 whenever a rank exits otherwise than 0 (3 for some bad inputs
+included), so a script around it cannot tell a bad image from a usage error or an interrupt.
+
+Rank 0 talks (its stdout and stderr are this process's); the others are silent unless one ends otherwise than rank
+0 did, when its stderr follows. Ctrl-C reaches the ranks once, through this process (they have a session of their
+own, so a terminal's Ctrl-C does not reach them twice): each finishes its batch in flight and the run exits 130.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+AGREED_STATUSES = (0, 2, 3, 130)
+"""What every rank of a run exits with together (ok, a user error, some inputs failed, interrupted): any other
+status is a rank that crashed, and the others, which would wait for it at the next collective, are stopped."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_ranks(argv: Sequence[str], processes: int) -> int:
+    """Run ``python -m vitroll *argv`` as ``processes`` ranks (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and a free
+    ``MASTER_PORT`` on 127.0.0.1, as torchrun sets them) and return the run's exit status: rank 0's, or when rank 0
+    ended with 0 the first other rank's that did not (a crashed rank killed by a signal: 128 + its number)."""
+    package_root = str(Path(__file__).resolve().parents[2])  # the ranks import this very vitroll
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
+                                                                             os.environ.get("PYTHONPATH")])),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+                   "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
+    with tempfile.TemporaryDirectory(prefix="vitroll-ranks-") as logs:
+        errors = [open(os.path.join(logs, f"rank{rank}.err"), "w+b") for rank in range(1, processes)]
+        ranks = [subprocess.Popen([sys.executable, "-m", "vitroll", *argv], start_new_session=True,
+                                  env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                  stdout=None if rank == 0 else subprocess.DEVNULL,
+                                  stderr=None if rank == 0 else errors[rank - 1])
+                 for rank in range(processes)]
+        statuses = _wait(ranks)
+        status = statuses[0] if statuses[0] != 0 else next((s for s in statuses if s != 0), 0)
+        for rank, error in enumerate(errors, start=1):
+            if statuses[rank] != statuses[0]:
+                error.seek(0)
+                sys.stderr.write(error.read().decode("utf-8", "backslashreplace"))
+            error.close()
+    return status
+
+
+def _wait(ranks: list[subprocess.Popen]) -> list[int]:
+    """Every rank's exit status, once all have ended; Ctrl-C is passed on to them once, and a crashed rank (a
+    status outside :data:`AGREED_STATUSES`) has the others stopped."""
+    interrupted = False
+    while True:
+        try:
+            statuses = [rank.poll() for rank in ranks]
+            if all(status is not None for status in statuses):
+                return [128 - status if status < 0 else status for status in statuses]
+            if any(status is not None and status not in AGREED_STATUSES for status in statuses):
+                for rank in ranks:
+                    if rank.poll() is None:
+                        rank.terminate()
+            time.sleep(0.1)
+        except KeyboardInterrupt:
+            if not interrupted:
+                interrupted = True
+                for rank in ranks:
+                    if rank.poll() is None:
+                        rank.send_signal(signal.SIGINT)
