@@ -218,7 +218,8 @@ def test_texts_of_a_length_the_text_tower_cannot_take_are_refused_before_any_ima
 
 
 def test_images_of_the_wrong_shape_are_named_as_given_not_as_paired_with_the_texts():
-    with pytest.raises(ValueError, match=r"images must have shape \(B, C, H, W\); got \(3, 32, 32\)$"):
+    with pytest.raises(ValueError, match=r"images must have shape \(B, C, H, W\); got \(3, 32, 32\); "
+                                         r"images\[None\] is a batch of one$"):
         vitroll.image_text_maps(hf_model("clip"), images()[0], INPUT_IDS)  # was (3·T, 32, 32)
 
 

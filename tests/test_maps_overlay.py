@@ -141,7 +141,8 @@ def test_a_colormap_is_taken_by_name_or_as_a_matplotlib_object():
     (np.zeros((0, 6, 3), np.uint8), np.ones((2, 2)),
      "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (0, 6, 3)"),
     (np.zeros((4, 6), np.uint8), np.ones((2, 2)),
-     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6)"),
+     "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got uint8 (4, 6): "
+     "np.stack([image] * 3, axis=-1) makes a grey image RGB"),
     (np.zeros((4, 6, 3), np.uint8), np.ones((0, 2)), "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (0, 2)"),
     (np.zeros((4, 6, 3), np.uint8), np.ones((1, 2, 2)),
      "heatmap must be 2-D (h, w), h and w ≥ 1; got shape (1, 2, 2); a batch of maps? pass one of them, e.g. maps[0]"),
