@@ -135,7 +135,8 @@ def _refuse_grid_off_the_image(family: str, grid: tuple[int, int], image_hw: tup
         raise UnsupportedModelError(
             f"family {family!r}: token_layout's grid {grid[0]}×{grid[1]} (h×w) does not fit a {image_hw[0]}×"
             f"{image_hw[1]} input: its rows would be {image_hw[0] / grid[0]:.3g} pixels high and its columns "
-            f"{image_hw[1] / grid[1]:.3g} wide; the grid must be (H // patch, W // patch) of the input the model ran on")
+            f"{image_hw[1] / grid[1]:.3g} wide; the grid must be (H // patch, W // patch) of the input the model ran "
+            "on")
 
 class AttentionRecorder:
     """Context manager that records the attention probabilities of every layer of a model.

@@ -3,10 +3,10 @@ VisionEncoderDecoderModel: ViT/DeiT encoder, GPT-2/BERT decoder) and map every w
 
 Writes OUT/<stem>_caption_<method>.png (the image, then one overlay per word under its word) and OUT/captions.json
 (captions, words, their tokens, logits and map peaks; one entry per image, by its absolute path, and method, so
-runs of other methods or images into the same --out are kept, from whatever folder they run). Methods: chefer (Chefer et al. 2021b's encoder–decoder
-relevance for each token's logit, the default), rollout (pure attention through encoder, decoder and
-cross-attention) or occlusion (each --window × --window block of patches hidden in turn). Exit status: 0 all
-ok, 3 some images failed, 2 usage error."""
+runs of other methods or images into the same --out are kept, from whatever folder they run). Methods: chefer
+(Chefer et al. 2021b's encoder–decoder relevance for each token's logit, the default), rollout (pure attention
+through encoder, decoder and cross-attention) or occlusion (each --window × --window block of patches hidden in
+turn). Exit status: 0 all ok, 3 some images failed, 2 usage error."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def check_model(model: object) -> None:
     """Refuse, in one line, a ``model`` that is not an ``nn.Module`` (a model's name, or the arguments swapped) or
     whose weights are on the meta device (no values to compute with), before anything hooks or runs it."""
     if not isinstance(model, nn.Module):
-        advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})" if isinstance(model, (str, os.PathLike))
-                  else "the arguments are (model, images)")
+        advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})"
+                  if isinstance(model, (str, os.PathLike)) else "the arguments are (model, images)")
         raise InputTypeError(f"model is a {type(model).__name__}, not a torch.nn.Module: {advice}")
     if any(tensor.is_meta for tensor in itertools.chain(model.parameters(), model.buffers())):
         raise InputValueError(f"{type(model).__name__}'s weights are on the meta device, which holds no values: "
