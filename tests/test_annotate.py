@@ -472,6 +472,36 @@ def test_a_manifest_that_cannot_be_written_is_one_line_naming_it(messy, tmp_path
                                  "left on device); the next run redoes the inputs whose rows are missing")
 
 
+def test_an_output_folder_that_cannot_be_written_is_named_not_its_lock_file(messy, tmp_path, monkeypatch, capsys):
+    """A read-only --out said 'OUT/.vitroll.lock: Read-only file system' (we run as root: chmod cannot show it)."""
+    import errno
+
+    from vitroll.pipelines import manifest
+
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    real_open, real_mkdir = os.open, Path.mkdir
+
+    def open_on_a_read_only_disk(path, *args, **kwargs):
+        if Path(path).parent == read_only:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    def mkdir_on_a_read_only_disk(path, *args, **kwargs):
+        if path.parent == read_only:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(manifest.os, "open", open_on_a_read_only_disk)
+    monkeypatch.setattr(Path, "mkdir", mkdir_on_a_read_only_disk)
+    assert annotate(str(messy), "--out", str(read_only)) == 2
+    assert one_error(capsys) == f"vitroll: error: cannot write to the output folder {read_only} (Read-only file system)"
+    assert annotate(str(messy), "--out", str(read_only / "new")) == 2
+    assert one_error(capsys) == (f"vitroll: error: cannot make the output folder {read_only / 'new'} "
+                                 "(Read-only file system)")
+    assert list(read_only.iterdir()) == []
+
+
 def test_an_input_named_near_the_file_systems_limit_gets_outputs_that_fit(tmp_path, capsys):
     root = tmp_path / "in"
     root.mkdir()

@@ -176,6 +176,18 @@ def test_a_file_named_like_an_option_is_named_in_the_error(tmp_path, capsys, mon
     assert code == 0 and out.startswith("-scan.png -> out/-scan_attention.png"), err
 
 
+def test_a_folder_named_like_an_option_is_called_a_folder(tmp_path, capsys, monkeypatch):
+    """``vitroll annotate -dashdir`` called the folder a file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-dashdir").mkdir()
+    hint = "-dashdir is a folder read as an option: write ./-dashdir (or put it after --, which ends the options)"
+    for command in ("annotate", "evaluate"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "-dashdir", "--out", "out"])
+        assert exit_info.value.code == 2
+        assert f"; {hint} (see `vitroll {command} --help`)" in one_error_line(capsys.readouterr().err)
+
+
 def test_a_file_named_like_an_option_after_the_double_dash_gets_no_hint(tmp_path, capsys, monkeypatch):
     """After ``--`` it is an input already: another error must not tell the user to put it there."""
     monkeypatch.chdir(tmp_path)

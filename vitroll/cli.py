@@ -73,13 +73,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 
 def _option_like_file_hint(words: Sequence[str]) -> str:
-    """A hint for a file whose name starts with ``-`` (argparse took it for an option): how to name it. Words after
-    ``--`` are inputs already."""
+    """A hint for a file or folder whose name starts with ``-`` (argparse took it for an option): how to name it.
+    Words after ``--`` are inputs already."""
     options = words[:words.index("--")] if "--" in words else words
-    file = next((word for word in options if len(word) > 1 and word.startswith("-") and os.path.lexists(word)), None)
-    if file is None:
+    path = next((word for word in options if len(word) > 1 and word.startswith("-") and os.path.lexists(word)), None)
+    if path is None:
         return ""
-    return f"; {file} is a file read as an option: write ./{file} (or put it after --, which ends the options)"
+    kind = "folder" if os.path.isdir(path) else "file"
+    return f"; {path} is a {kind} read as an option: write ./{path} (or put it after --, which ends the options)"
 
 
 def build_parser() -> argparse.ArgumentParser:

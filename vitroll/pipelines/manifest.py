@@ -238,7 +238,11 @@ class OutputLock:
         self.path = out_dir / name
 
     def __enter__(self) -> "OutputLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        out_dir = self.path.parent
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error
         for _ in range(2):
             try:
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -246,10 +250,13 @@ class OutputLock:
                 owner = self._owner()
                 if owner is not None and _alive(owner):
                     raise VitrollError(
-                        f"{self.path.parent}: another vitroll run (pid {owner}) is writing here; wait for it, or "
+                        f"{out_dir}: another vitroll run (pid {owner}) is writing here; wait for it, or "
                         f"remove {self.path} if it is gone") from None
                 self.path.unlink(missing_ok=True)  # stale: its process has ended
                 continue
+            except OSError as error:  # the user knows the folder, not our lock file in it
+                raise VitrollError(f"cannot write to the output folder {out_dir} ({error.strerror or error})") \
+                    from error
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(f"{os.getpid()} {socket.gethostname()}\n")
             return self
