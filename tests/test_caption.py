@@ -204,22 +204,29 @@ def test_caption_words_group_wordpiece_and_byte_level_pieces(tmp_path):
     assert [(w.word, w.tokens) for w in words] == [("cats", (0, 1)), ("sat", (2,)), ("dog", (3,))]
 
 
-@pytest.fixture(scope="module")
-def saved_captioner(tmp_path_factory):
-    """A BERT-decoder captioner saved with its WordPiece tokenizer and image processor, as a user's folder is."""
+def save_captioner(folder: Path, always: str = "") -> Path:
+    """A BERT-decoder captioner saved with its WordPiece tokenizer and image processor, as a user's folder is;
+    ``always``: a token it generates at every position, whatever the image."""
     from small_tokenizers import wordpiece_tokenizer
 
-    folder = tmp_path_factory.mktemp("captioner")
     tokenizer = wordpiece_tokenizer(folder)
     model = build_captioner("vit", "bert", seed=2)
     model.config.decoder_start_token_id = tokenizer.cls_token_id
     model.config.eos_token_id, model.config.pad_token_id = tokenizer.sep_token_id, tokenizer.pad_token_id
     model.config.decoder.vocab_size = VOCABULARY
+    if always:
+        with torch.no_grad():
+            model.decoder.cls.predictions.bias[tokenizer.convert_tokens_to_ids(always)] = 100.0
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3,
                                    image_std=[0.5] * 3).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def saved_captioner(tmp_path_factory):
+    return save_captioner(tmp_path_factory.mktemp("captioner"))
 
 
 def test_the_cli_writes_a_strip_per_image_and_the_captions_json(saved_captioner, tmp_path, capsys):
@@ -487,3 +494,56 @@ def test_same_named_images_of_two_folders_keep_their_own_entries_and_strips_acro
         (str(tmp_path / "b" / "x.png"), "x-2_caption_rollout.png")]
     assert (out / "x_caption_rollout.png").read_bytes() == first_strip
     assert sorted(path.name for path in out.glob("*.png")) == ["x-2_caption_rollout.png", "x_caption_rollout.png"]
+
+
+def test_caption_words_give_tokens_that_decode_to_nothing_to_a_word_and_make_no_word_of_them_alone(tmp_path):
+    """A caption opening with [MASK] (a special token of the tokenizer, not the captioner's start, end or pad) or a
+    blank piece had a first word "" with a map of its own, a panel without a label under it."""
+    from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
+    from vitroll.pipelines.caption import caption_words
+
+    wordpiece = wordpiece_tokenizer(tmp_path)
+    special = [wordpiece.sep_token_id, wordpiece.pad_token_id]
+    ids = wordpiece.convert_tokens_to_ids(["[MASK]", "cat", "[MASK]", "sat", "[SEP]"])
+    assert [(w.word, w.tokens) for w in caption_words(ids, wordpiece, special)] == [("cat", (0, 1, 2)),
+                                                                                    ("sat", (3,))]
+    assert caption_words(wordpiece.convert_tokens_to_ids(["[MASK]", "[UNK]", "[SEP]"]), wordpiece, special) == []
+    bpe = bpe_tokenizer(tmp_path)
+    ids = bpe.convert_tokens_to_ids(["Ġ", "Ġdog", "Ġ"])
+    assert [(w.word, w.tokens) for w in caption_words(ids, bpe, [])] == [("dog", (0, 1, 2))]
+    assert caption_words(bpe.convert_tokens_to_ids(["Ġ", "Ġ"]), bpe, []) == []
+
+
+@pytest.mark.parametrize("always, max_new_tokens, generated", [
+    ("[SEP]", 5, "[SEP]"), ("[MASK]", 3, "[MASK] [MASK] [MASK]")], ids=["end-token-first", "only-special-tokens"])
+def test_an_empty_caption_is_said_to_be_empty_on_the_terminal_and_in_the_strip(always, max_new_tokens, generated,
+                                                                                tmp_path, capsys, monkeypatch):
+    """An empty caption was printed as “” and the strip was the bare image without a title (the end token first),
+    or titled “” over a panel with no label (only [MASK] tokens)."""
+    import json
+
+    from PIL import Image
+
+    import vitroll.pipelines.caption as caption_pipeline
+    from vitroll.cli import main
+
+    (tmp_path / "captioner").mkdir()
+    model = save_captioner(tmp_path / "captioner", always=always)
+    image = tmp_path / "image.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
+    drawn, overlay_grid = [], caption_pipeline.overlay_grid
+
+    def recording_grid(picture, overlays, titles, *, title):
+        drawn.append((len(overlays), titles, title))
+        return overlay_grid(picture, overlays, titles, title=title)
+
+    monkeypatch.setattr(caption_pipeline, "overlay_grid", recording_grid)
+    out = tmp_path / "out"
+    assert main(["caption", str(image), "--model", str(model), "--out", str(out),
+                 "--max-new-tokens", str(max_new_tokens)]) == 0
+    strip = out / "image_caption_chefer.png"
+    assert capsys.readouterr().out.splitlines()[0] == f"{image}: (empty caption: only {generated}) -> {strip}"
+    assert drawn == [(0, [], f"image.png — chefer: (empty caption: only {generated})")]
+    entry = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"][0]
+    assert (entry["caption"], entry["words"], entry["strip"]) == ("", [], strip.name)
+    assert np.asarray(Image.open(strip)).shape[0] > 32  # the figure with its title, not the bare 32 × 32 image

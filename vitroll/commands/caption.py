@@ -56,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
             failed += 1
             print_failed(result.error)
             continue
-        print(single_line(f"{result.path}: “{result.caption}” -> {result.strip_path}"))
+        print(single_line(f"{result.path}: {result.quoted} -> {result.strip_path}"))
     print(f"captions: {args.out / 'captions.json'}")
     return 3 if failed else 0

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional, Sequence
 from torch import nn
 
 from vitroll.io.discovery import unique_paths
-from vitroll.io.images import encode_png, write_atomic
+from vitroll.io.images import write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
@@ -53,24 +53,52 @@ class CaptionedImage:
     words: list[dict[str, Any]] = field(default_factory=list)
     strip_path: Optional[Path] = None
     error: Optional[str] = None
+    tokens: list[str] = field(default_factory=list)
+    """Every token the captioner generated, as the tokenizer spells it, special ones included."""
+
+    @property
+    def quoted(self) -> str:
+        """The caption in quotes, or what was generated instead of one (:func:`quoted_caption`)."""
+        return quoted_caption(self.caption, self.tokens)
+
+
+MAX_TOKENS_SHOWN = 6
+"""The most tokens :func:`quoted_caption` lists for a caption without words."""
+
+
+def quoted_caption(caption: str, tokens: Sequence[str]) -> str:
+    """``caption`` in quotes; an empty one (the captioner generated its end token first, or only blanks and special
+    tokens) said so, with the ``tokens`` it generated, the first :data:`MAX_TOKENS_SHOWN` of them: a pair of empty
+    quotes reads as a bug."""
+    if caption:
+        return f"“{caption}”"
+    shown = " ".join(tokens[:MAX_TOKENS_SHOWN])
+    more = f" … ({len(tokens)} tokens)" if len(tokens) > MAX_TOKENS_SHOWN else ""
+    return f"(empty caption: only {shown}{more})"
 
 
 def caption_words(token_ids: Sequence[int], tokenizer: Any, special_ids: Sequence[int]) -> list[CaptionWord]:
     """Group a caption's tokens into the words the tokenizer decodes them to: token j starts a new word when the
     text decoded from tokens 0 … j has more whitespace-separated words than the text before it (WordPiece's ``##``
     pieces and byte-level BPE's pieces without a leading space continue a word; punctuation the decoder attaches to
-    a word, as BERT's does ``playing!``, stays with it). Special tokens belong to none."""
+    a word, as BERT's does ``playing!``, stays with it). ``special_ids`` belong to none; a token that decodes to
+    nothing (a blank, or a special token of the tokenizer's own such as ``[MASK]``) joins the word before it, or
+    before the first word the one after it: a caption of only such tokens has no words."""
     words: list[list[int]] = []
+    before_first: list[int] = []
     count = 0
     for position, token in enumerate(token_ids):
         if token in special_ids:
             continue
         decoded = tokenizer.decode(list(token_ids[:position + 1]), skip_special_tokens=True)
         now = len(decoded.split())
-        if now > count or not words:
-            words.append([position])
-        else:
+        if now > count:
+            words.append(before_first + [position])
+            before_first = []
+        elif words:
             words[-1].append(position)
+        else:
+            before_first.append(position)
         count = now
     return [CaptionWord(tokenizer.decode([token_ids[i] for i in group], skip_special_tokens=True).strip(),
                         tuple(group)) for group in words]
@@ -176,9 +204,9 @@ def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: 
                                                           for i in word.tokens],
                           "token_logits": [round(logits[i], 4) for i in word.tokens], "peak_xy": [column, row]})
     strip_path = out_dir / f"{stem}_caption_{method}.png"
-    title = f"{record.item.name} — {method}: “{caption}”"
+    generated = tokenizer.convert_ids_to_tokens(token_ids)
+    title = f"{record.item.name} — {method}: {quoted_caption(caption, generated)}"
     write_atomic(strip_path,
-                 figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title))
-                 if overlays else encode_png(record.image))
-    return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path)
+                 figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title)))
+    return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path, tokens=generated)
 
