@@ -273,7 +273,8 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
             read_any(path)
         assert "\n" not in caught.value.reason
         reasons[path.stem] = caught.value.reason
-    assert reasons["truncated"].startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian")
+    assert reasons["truncated"] == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the "
+                                    "middle of its pixel data, so the image is incomplete and is not shown.")
     assert reasons["nopixels"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no "
                                    "image to explain.")
     assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
@@ -562,6 +563,26 @@ def test_a_file_cut_short_before_or_inside_its_pixel_data_says_so(tmp_path, comp
     with pytest.raises(ImageReadError) as caught:
         read_dicom(complete)
     assert caught.value.reason.endswith("has no PixelData, so there is no image to explain.")
+
+
+@pytest.mark.parametrize("missing", [1, 500, 4000])
+def test_a_file_cut_short_inside_native_pixel_data_says_so(tmp_path, missing):
+    """A native image whose file ends inside its pixel data was called undecodable, quoting pydicom's guesses (a
+    corrupt data set, a wrong group 0028 value or transfer syntax) and the advice that the data was damaged; it now
+    says the file is cut short. A file cut short after its pixel data (in trailing padding) shows its whole image."""
+    from pydicom.data import get_testdata_file
+
+    original = Path(get_testdata_file("MR_small.dcm")).read_bytes()  # PixelData, then DataSetTrailingPadding
+    padding_start = original.index(b"\xfc\xff\xfc\xff")
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(original[:padding_start - missing])
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(truncated)
+    assert caught.value.reason == ("This DICOM file (MR Image Storage) is cut short: it ends in the middle of its "
+                                   "pixel data, so the image is incomplete and is not shown.")
+    truncated.write_bytes(original[:padding_start + 20])
+    np.testing.assert_array_equal(read_dicom(truncated).frames[0][1],
+                                  read_dicom(get_testdata_file("MR_small.dcm")).frames[0][1])
 
 
 def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):

@@ -722,6 +722,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
     # other failures (a truncation…) from there
     from_file = part10 and syntax is not None and not syntax.is_deflated
+    cut_short = part10 and _cut_short(path, dataset)  # told before decoding converts the element it judges
     try:
         with _native_stderr_discarded():
             try:
@@ -731,6 +732,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
+        if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
+                                       "middle of its pixel data, so the image is incomplete and is not shown.") from None
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
