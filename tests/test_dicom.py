@@ -242,6 +242,34 @@ def test_rgb_and_ybr_colour(tmp_path):
     assert np.abs(back.astype(int) - rgb).max() <= 3
 
 
+@pytest.mark.parametrize(("photometric", "samples", "reason"), [
+    ("MONOCHROME2", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
+                       "MONOCHROME2 has 1 sample per pixel, so its pixels cannot be told apart."),
+    ("PALETTE COLOR", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
+                         "PALETTE COLOR has 1 sample per pixel, so its pixels cannot be told apart."),
+    ("HSV", 3, "This DICOM file's PhotometricInterpretation, HSV, is not one that vitroll converts to RGB, so its pixels "
+               "are not shown."),
+    (FAKE_IDS["StudyID"], 3, "This DICOM file's PhotometricInterpretation is no DICOM term, so how its 3 samples per "
+                             "pixel make a colour is not said."),
+])
+def test_a_colour_header_that_does_not_hold_together_is_named_in_vitrolls_words(tmp_path, photometric, samples,
+                                                                                 reason):
+    """SamplesPerPixel 3 with MONOCHROME2 was reported as "pydicom said: unsupported PhotometricInterpretation" (words
+    of vitroll's own, put in pydicom's mouth) and as damaged pixel data; a palette with 3 samples quoted pydicom's
+    missing lookup table. The reason now says what in the header disagrees, and quotes no value that is no DICOM
+    term."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "colour.dcm", np.zeros((8, 8, 3), np.uint8), photometric="RGB")
+    dataset = pydicom.dcmread(path)
+    dataset.PhotometricInterpretation = photometric
+    dataset.SamplesPerPixel = samples
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == reason
+
+
 def with_raw_element(path: Path, tag: int, vr: str, value: str) -> Path:
     """Rewrite ``path`` with element ``tag`` holding ``value`` as it is, however invalid for ``vr``."""
     import pydicom
