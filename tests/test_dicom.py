@@ -242,6 +242,34 @@ def test_rgb_and_ybr_colour(tmp_path):
     assert np.abs(back.astype(int) - rgb).max() <= 3
 
 
+@pytest.mark.parametrize(("photometric", "samples", "reason"), [
+    ("MONOCHROME2", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
+                       "MONOCHROME2 has 1 sample per pixel, so its pixels cannot be told apart."),
+    ("PALETTE COLOR", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
+                         "PALETTE COLOR has 1 sample per pixel, so its pixels cannot be told apart."),
+    ("HSV", 3, "This DICOM file's PhotometricInterpretation, HSV, is not one that vitroll converts to RGB, so its pixels "
+               "are not shown."),
+    (FAKE_IDS["StudyID"], 3, "This DICOM file's PhotometricInterpretation is no DICOM term, so how its 3 samples per "
+                             "pixel make a colour is not said."),
+])
+def test_a_colour_header_that_does_not_hold_together_is_named_in_vitrolls_words(tmp_path, photometric, samples,
+                                                                                 reason):
+    """SamplesPerPixel 3 with MONOCHROME2 was reported as "pydicom said: unsupported PhotometricInterpretation" (words
+    of vitroll's own, put in pydicom's mouth) and as damaged pixel data; a palette with 3 samples quoted pydicom's
+    missing lookup table. The reason now says what in the header disagrees, and quotes no value that is no DICOM
+    term."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "colour.dcm", np.zeros((8, 8, 3), np.uint8), photometric="RGB")
+    dataset = pydicom.dcmread(path)
+    dataset.PhotometricInterpretation = photometric
+    dataset.SamplesPerPixel = samples
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == reason
+
+
 def with_raw_element(path: Path, tag: int, vr: str, value: str) -> Path:
     """Rewrite ``path`` with element ``tag`` holding ``value`` as it is, however invalid for ``vr``."""
     import pydicom
@@ -273,7 +301,8 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
             read_any(path)
         assert "\n" not in caught.value.reason
         reasons[path.stem] = caught.value.reason
-    assert reasons["truncated"].startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian")
+    assert reasons["truncated"] == ("This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the "
+                                    "middle of its pixel data, so the image is incomplete and is not shown.")
     assert reasons["nopixels"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no "
                                    "image to explain.")
     assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
@@ -562,6 +591,26 @@ def test_a_file_cut_short_before_or_inside_its_pixel_data_says_so(tmp_path, comp
     with pytest.raises(ImageReadError) as caught:
         read_dicom(complete)
     assert caught.value.reason.endswith("has no PixelData, so there is no image to explain.")
+
+
+@pytest.mark.parametrize("missing", [1, 500, 4000])
+def test_a_file_cut_short_inside_native_pixel_data_says_so(tmp_path, missing):
+    """A native image whose file ends inside its pixel data was called undecodable, quoting pydicom's guesses (a
+    corrupt data set, a wrong group 0028 value or transfer syntax) and the advice that the data was damaged; it now
+    says the file is cut short. A file cut short after its pixel data (in trailing padding) shows its whole image."""
+    from pydicom.data import get_testdata_file
+
+    original = Path(get_testdata_file("MR_small.dcm")).read_bytes()  # PixelData, then DataSetTrailingPadding
+    padding_start = original.index(b"\xfc\xff\xfc\xff")
+    truncated = tmp_path / "truncated.dcm"
+    truncated.write_bytes(original[:padding_start - missing])
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(truncated)
+    assert caught.value.reason == ("This DICOM file (MR Image Storage) is cut short: it ends in the middle of its "
+                                   "pixel data, so the image is incomplete and is not shown.")
+    truncated.write_bytes(original[:padding_start + 20])
+    np.testing.assert_array_equal(read_dicom(truncated).frames[0][1],
+                                  read_dicom(get_testdata_file("MR_small.dcm")).frames[0][1])
 
 
 def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):

@@ -416,6 +416,32 @@ def _grey_to_rgb(raw: np.ndarray, dataset: object, window: Optional[tuple[float,
     return np.repeat(grey[..., None], 3, axis=-1)
 
 
+SAMPLES_PER_PIXEL = {"MONOCHROME1": 1, "MONOCHROME2": 1, "PALETTE COLOR": 1, "RGB": 3, "YBR_FULL": 3,
+                     "YBR_FULL_422": 3, "YBR_PARTIAL_422": 3, "YBR_PARTIAL_420": 3, "YBR_ICT": 3, "YBR_RCT": 3,
+                     "HSV": 3, "XYB": 3, "ARGB": 4, "CMYK": 4}
+"""The Samples per Pixel each Photometric Interpretation of PS3.3 C.7.6.3.1.2 (retired ones included) has."""
+
+SHOWN_COLOUR = ("PALETTE COLOR", "RGB", "YBR_FULL", "YBR_FULL_422", "YBR_PARTIAL_422", "YBR_PARTIAL_420", "YBR_ICT",
+                "YBR_RCT")
+"""The colour Photometric Interpretations that are converted to RGB."""
+
+
+def _colour_header_problem(samples: int, photometric: str) -> Optional[str]:
+    """Why the header of a colour image (``samples`` > 1, or a palette) keeps its pixels from being shown, a
+    sentence; None when nothing does. A value that is no DICOM term is not quoted: a header field may hold anything."""
+    expected = SAMPLES_PER_PIXEL.get(photometric)
+    if expected is None:
+        return (f"This DICOM file's PhotometricInterpretation is no DICOM term, so how its {samples} samples per "
+                "pixel make a colour is not said.")
+    if expected != samples:
+        return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but PhotometricInterpretation "
+                f"{photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
+    if photometric not in SHOWN_COLOUR:
+        return (f"This DICOM file's PhotometricInterpretation, {photometric}, is not one that vitroll converts to "
+                "RGB, so its pixels are not shown.")
+    return None
+
+
 def _colour_to_rgb(raw: np.ndarray, dataset: object) -> np.ndarray:
     from pydicom.pixels import apply_color_lut, convert_color_space
 
@@ -424,8 +450,6 @@ def _colour_to_rgb(raw: np.ndarray, dataset: object) -> np.ndarray:
         raw = apply_color_lut(raw, dataset)
     elif photometric.startswith("YBR") and photometric != "YBR_RCT" and photometric != "YBR_ICT":
         raw = convert_color_space(raw, photometric, "RGB")
-    elif photometric != "RGB" and not photometric.startswith("YBR"):
-        raise ValueError(f"unsupported PhotometricInterpretation {photometric!r}")
     raw = np.asarray(raw)
     if raw.dtype == np.uint8:
         return raw
@@ -716,12 +740,17 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     grey = samples == 1 and photometric != "PALETTE COLOR"
+    if not grey:
+        problem = _colour_header_problem(samples, photometric)
+        if problem is not None:
+            raise ImageReadError(path, problem)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
     # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
     # other failures (a truncation…) from there
     from_file = part10 and syntax is not None and not syntax.is_deflated
+    cut_short = part10 and _cut_short(path, dataset)  # told before decoding converts the element it judges
     try:
         with _native_stderr_discarded():
             try:
@@ -731,6 +760,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
+        if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
+            raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
+                                       "middle of its pixel data, so the image is incomplete and is not shown.") from None
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
