@@ -574,6 +574,19 @@ def test_a_rank_that_fails_under_torchrun_stops_all_of_them_with_one_line_and_ke
     assert f"{8 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
 
 
+def test_a_bad_model_under_torchrun_is_one_line_not_one_per_rank(tmp_path):
+    """An error before the run started (here loading the model) was printed by every rank: K identical lines."""
+    finished = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "vitroll",
+         "annotate", str(tmp_path), "--out", str(tmp_path / "out"), "--model", "nonexistent", "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(folder.__file__).parents[2])})
+    assert finished.returncode != 0
+    errors = [line for line in finished.stderr.splitlines() if "vitroll: error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("vitroll: error: unknown model name 'nonexistent'"), \
+        finished.stderr
+
+
 def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_bytes(tmp_path, capsys):
     source = tmp_path / "in"
     source.mkdir()

@@ -27,7 +27,7 @@ from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
-    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, world,
+    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, together, world,
 )
 from vitroll.pipelines.ranks import run_ranks
 from vitroll.preprocess import Preprocessing
@@ -118,17 +118,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
-    settings = settings_from_args(args)
-    model = model_from_args(args)
-    preprocessing = preprocessing_from_args(model, args)
-    names = class_names(model, args.class_names)
-    identity = _settings_identity(args, model, preprocessing, settings, options, names)
+    rank, world_size = world()
     try:
+        with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank
+            settings = settings_from_args(args)
+            model = model_from_args(args)
+            preprocessing = preprocessing_from_args(model, args)
+            names = class_names(model, args.class_names)
+            identity = _settings_identity(args, model, preprocessing, settings, options, names)
         result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
                           class_names=names, options=options)
     except ReportedByRankZero:
         return EXIT_USER_ERROR
-    if world()[0] == 0:
+    if rank == 0:
         for failure in result.failures[:10]:
             print_failed(failure)
         if len(result.failures) > 10:

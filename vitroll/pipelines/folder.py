@@ -233,7 +233,7 @@ def annotate(
     result = RunSummary()
     started = time.perf_counter()
     with ExitStack() as held:
-        with _together(rank, world_size):
+        with together(rank, world_size):
             items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
             if not items:
                 raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
@@ -242,7 +242,7 @@ def annotate(
                 stop_flag.unlink(missing_ok=True)  # a killed run's
                 # this run's rows, appended after, are then the newest wherever a rank writes them
                 _remove_unlisted_outputs(out_dir, _compact(out_dir))
-        with _together(rank, world_size):
+        with together(rank, world_size):
             previous = mf.latest_rows(mf.read_rows(out_dir / mf.MANIFEST))
             names = assign_output_names((item.key for item in items),
                                         {key: name for key, row in previous.items() if (name := _output_name_of(row))})
@@ -308,8 +308,9 @@ def _agree(failure: Optional[BaseException], rank: int, world_size: int) -> None
 
 
 @contextmanager
-def _together(rank: int, world_size: int) -> Iterator[None]:
-    """Run the block on every rank, then :func:`_agree` on how it went (a barrier)."""
+def together(rank: int, world_size: int) -> Iterator[None]:
+    """Run the block on every rank, then :func:`_agree` on how it went (a barrier): a user error of any rank is
+    raised on rank 0 as one line, and as :class:`ReportedByRankZero` on the others."""
     failure: Optional[BaseException] = None
     try:
         yield
