@@ -10,7 +10,8 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    Preprocessing, VitrollError, colorize, key_patches, normalize, overlay, rollout, to_original, upsample,
+    AttentionRecorder, Preprocessing, VitrollError, class_names, colorize, key_patches, normalize, overlay, rollout,
+    to_original, upsample,
 )
 
 RGB = np.zeros((8, 10, 3), np.uint8)
@@ -95,6 +96,18 @@ def test_a_model_that_is_not_a_module_is_a_vitroll_error(not_a_model, message):
         rollout(not_a_model, RGB)
     assert isinstance(raised.value, TypeError)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("entry_point", [Preprocessing.from_model, class_names, AttentionRecorder],
+                         ids=["preprocessing", "class-names", "recorder"])
+def test_every_entry_point_that_looks_up_a_family_refuses_a_model_name(entry_point):
+    """``Preprocessing.from_model("vit")`` and the others raised "'str' object has no attribute 'named_modules'": the
+    family lookup they all pass through refuses what is not a module, as the methods do."""
+    with pytest.raises(VitrollError) as raised:
+        entry_point("vit_tiny_patch16_224")
+    assert isinstance(raised.value, TypeError)
+    assert str(raised.value) == ("model is a str, not a torch.nn.Module: load it first with "
+                                 "vitroll.load_model('vit_tiny_patch16_224')")
 
 
 def test_a_model_on_the_meta_device_is_refused_before_any_forward():
