@@ -10,7 +10,8 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    Preprocessing, VitrollError, colorize, key_patches, normalize, overlay, rollout, to_original, upsample,
+    AttentionRecorder, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image, load_model,
+    normalize, overlay, rollout, to_original, upsample,
 )
 
 RGB = np.zeros((8, 10, 3), np.uint8)
@@ -97,6 +98,18 @@ def test_a_model_that_is_not_a_module_is_a_vitroll_error(not_a_model, message):
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("entry_point", [Preprocessing.from_model, class_names, AttentionRecorder],
+                         ids=["preprocessing", "class-names", "recorder"])
+def test_every_entry_point_that_looks_up_a_family_refuses_a_model_name(entry_point):
+    """``Preprocessing.from_model("vit")`` and the others raised "'str' object has no attribute 'named_modules'": the
+    family lookup they all pass through refuses what is not a module, as the methods do."""
+    with pytest.raises(VitrollError) as raised:
+        entry_point("vit_tiny_patch16_224")
+    assert isinstance(raised.value, TypeError)
+    assert str(raised.value) == ("model is a str, not a torch.nn.Module: load it first with "
+                                 "vitroll.load_model('vit_tiny_patch16_224')")
+
+
 def test_a_model_on_the_meta_device_is_refused_before_any_forward():
     with torch.device("meta"):
         model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=5)
@@ -150,3 +163,22 @@ def test_images_people_hold_are_refused_with_the_conversion_they_need(model, ima
     with pytest.raises(VitrollError, match="^[^\n]*$") as raised:
         rollout(model, images)
     assert str(raised.value).endswith(advice)
+
+
+def test_load_image_given_pixels_names_what_to_pass_instead():
+    """``load_image(array)`` raised "expected str, bytes or os.PathLike object, not ndarray"."""
+    with pytest.raises(VitrollError) as raised:
+        load_image(RGB)
+    assert isinstance(raised.value, TypeError)
+    assert str(raised.value) == ("path must be the image file to read (a str or os.PathLike); got ndarray: an image "
+                                 "already in memory (a PIL image, a uint8 array) goes to the methods and overlay as "
+                                 "it is")
+
+
+def test_load_model_given_a_model_names_what_to_pass_instead(model):
+    """``load_model(model)`` raised "expected str, bytes or os.PathLike object, not VisionTransformer"."""
+    with pytest.raises(VitrollError) as raised:
+        load_model(model)
+    assert isinstance(raised.value, TypeError)
+    assert str(raised.value) == ("name must be a model's name or folder (a str or os.PathLike); got "
+                                 "VisionTransformer: a model already built goes to the methods as it is")

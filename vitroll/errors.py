@@ -7,6 +7,8 @@ the reason; the CLI prints it without a traceback and exits non-zero.
 
 from __future__ import annotations
 
+import os
+
 EXIT_USER_ERROR = 2
 """Exit status of a run stopped by a user error."""
 
@@ -51,6 +53,14 @@ class InputValueError(VitrollError, ValueError):
 class InputTypeError(VitrollError, TypeError):
     """An input or option of a type the function does not take (a dict as images, a string as ``alpha``). A TypeError
     too, as the README names it."""
+
+
+def path_of(value: object, name: str, wanted: str, instead: str) -> str:
+    """``value`` as a path string when it is a ``str`` or ``os.PathLike``; otherwise an :class:`InputTypeError` that
+    names the argument ``name``, the ``wanted`` path and, in ``instead``, what to do with the ``value`` given."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InputTypeError(f"{name} must be {wanted} (a str or os.PathLike); got {type(value).__name__}: {instead}")
+    return os.fspath(value)
 
 
 def one_line(error: BaseException) -> str:

@@ -7,13 +7,14 @@ One :class:`ModelFamily` entry per kind of model, each added through :func:`vitr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 import sys
 from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 from torch import nn
 
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import InputTypeError, UnsupportedModelError
 
 Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
                   "position"]
@@ -391,8 +392,18 @@ def refusal_of(model: nn.Module, path: str = "model") -> Optional[str]:
     return None
 
 
+def check_module(model: object) -> None:
+    """Refuse, in one line, a ``model`` that is not an ``nn.Module`` (a model's name, or the arguments swapped)."""
+    if not isinstance(model, nn.Module):
+        advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})"
+                  if isinstance(model, (str, os.PathLike)) else "the arguments are (model, images)")
+        raise InputTypeError(f"model is a {type(model).__name__}, not a torch.nn.Module: {advice}")
+
+
 def registered_family(model: nn.Module) -> Optional[ModelFamily]:
-    """The registered family of ``model`` (the latest registered that matches), or None."""
+    """The registered family of ``model`` (the latest registered that matches), or None; every lookup of a model's
+    family passes here, so a ``model`` that is not an ``nn.Module`` is refused here (:func:`check_module`)."""
+    check_module(model)
     return next((family for family in reversed(FAMILIES) if family.matches(model)), None)
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 import numpy as np
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
-from vitroll.errors import ImageReadError
+from vitroll.errors import ImageReadError, path_of
 from vitroll.io.formats import is_dicom
 from vitroll.io.names import NAME_MAX, fit_name
 
@@ -218,7 +218,8 @@ def _missing(path: Path) -> str:
 
 def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded]) -> Decoded:
     """``convert`` of the completely decoded image file at ``path``, its failures as :class:`ImageReadError`."""
-    path = Path(path)
+    path = Path(path_of(path, "path", "the image file to read", "an image already in memory (a PIL image, a uint8 "
+                        "array) goes to the methods and overlay as it is"))
     if not path.exists():
         raise ImageReadError(path, _missing(path))
     if path.is_dir():

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 from typing import Callable, Iterator, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
-from vitroll.capture.families import call_model, registered_family
+from vitroll.capture.families import call_model, check_module, registered_family
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
+from vitroll.errors import InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.preprocess import Preprocessing, input_channels
@@ -55,10 +54,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 def check_model(model: object) -> None:
     """Refuse, in one line, a ``model`` that is not an ``nn.Module`` (a model's name, or the arguments swapped) or
     whose weights are on the meta device (no values to compute with), before anything hooks or runs it."""
-    if not isinstance(model, nn.Module):
-        advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})"
-                  if isinstance(model, (str, os.PathLike)) else "the arguments are (model, images)")
-        raise InputTypeError(f"model is a {type(model).__name__}, not a torch.nn.Module: {advice}")
+    check_module(model)
     if any(tensor.is_meta for tensor in itertools.chain(model.parameters(), model.buffers())):
         raise InputValueError(f"{type(model).__name__}'s weights are on the meta device, which holds no values: "
                               "model.to_empty(device='cpu') and load_state_dict(...) give them values first")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from vitroll.checkpoints import load_state, read_checkpoint
-from vitroll.errors import ModelLoadError, UnsupportedModelError
+from vitroll.errors import ModelLoadError, UnsupportedModelError, path_of
 from vitroll.preprocess import Preprocessing
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip, check_open_clip_name
@@ -147,7 +147,8 @@ def load_model(
         For a timm name of no registered family, before anything is built or downloaded
         (:func:`~vitroll.models.timm.refuse_unexplained_name`).
     """
-    name = os.fspath(name)  # a save_pretrained folder may come as a Path
+    # a save_pretrained folder may come as a Path
+    name = path_of(name, "name", "a model's name or folder", "a model already built goes to the methods as it is")
     _refuse_names_that_are_no_model(name)
     if name == TESTBED_NAME:
         if num_classes is not None or model_kwargs:
