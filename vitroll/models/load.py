@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -60,9 +61,48 @@ def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Option
         key, patch, prefix = "encoder.pos_embedding", model.patch_size, 1
     else:
         return None
-    tokens = state[key].shape[1] - prefix if state[key].ndim == 3 else 0
-    grid = math.isqrt(max(tokens, 0))
-    return grid * patch if state[key].shape != own[key].shape and grid > 0 and grid * grid == tokens else None
+    saved, built = state[key].shape, own[key].shape
+    if len(saved) != 3 or saved[2] != built[2] or saved[1] == built[1]:  # another width is not another input size
+        return None
+    grid = math.isqrt(max(saved[1] - prefix, 0))
+    return grid * patch if grid > 0 and grid * grid == saved[1] - prefix else None
+
+
+_BLOCK_KEY = re.compile(r"blocks\.(\d+)\.")
+
+
+def _vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """The timm ViT arguments that the tensors of ``state`` tell for sure: ``depth`` (the highest ``blocks.N``, plus
+    one), ``embed_dim`` (the patch embedding's output channels) and ``reg_tokens`` (the register tokens'
+    count, 0 without them, told only for a model that takes registers)."""
+    told: dict[str, int] = {}
+    blocks = [int(match.group(1)) for key in state if (match := _BLOCK_KEY.match(key))]
+    if blocks:
+        told["depth"] = max(blocks) + 1
+    projection = state.get("patch_embed.proj.weight")
+    if projection is not None and projection.ndim == 4:
+        told["embed_dim"] = int(projection.shape[0])
+    if hasattr(model, "num_reg_tokens"):
+        registers = state.get("reg_token")
+        told["reg_tokens"] = int(registers.shape[1]) if registers is not None and registers.ndim == 3 else 0
+    return told
+
+
+def _other_vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str:
+    """What differs between the timm ViT-like ``model`` and the one ``state`` was saved from, with the
+    ``--model-arg`` options that build the latter ("" when nothing sure differs, or for another kind of model)."""
+    if not (hasattr(model, "blocks") and hasattr(model, "patch_embed")):
+        return ""
+    saved, built = _vit_arguments(model, state), _vit_arguments(model, model.state_dict())
+    differ = [key for key in saved if key in built and saved[key] != built[key]]
+    if not differ:
+        return ""
+    options = " ".join(f"--model-arg {key}={saved[key]}" for key in differ)
+    # the weights have the same shapes for any head count, and a wrong one gives wrong attention maps
+    heads = (" and the --model-arg num_heads=H it was trained with (its weights do not tell H)"
+             if "embed_dim" in differ else "")
+    return (f"it was saved from a model with {', '.join(f'{key}={saved[key]}' for key in differ)} (this one has "
+            f"{', '.join(f'{key}={built[key]}' for key in differ)}): build that one with {options}{heads}")
 
 
 def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object, *,
@@ -73,6 +113,9 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
     try:
         load_state(model, state, checkpoint)
     except ModelLoadError as error:
+        other_arguments = _other_vit_arguments(model, state)
+        if other_arguments:
+            raise ModelLoadError(f"{error}; {other_arguments}") from None
         side = _trained_side(model, state)
         if side is None:
             if other_architecture:
