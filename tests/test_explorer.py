@@ -579,3 +579,36 @@ def test_serving_until_ctrl_c_prints_one_line_with_the_address_and_no_advice_to_
     finally:
         app.close()
     assert url == f"http://127.0.0.1:{port}/"
+
+
+def test_a_saved_backbone_is_offered_only_the_methods_that_need_no_class_scores_and_no_target_menu(
+        monkeypatch, tmp_path, capsys):
+    """A bare ViTModel's page offered every method and a target-class menu of "predicted class" alone; choosing
+    chefer, grad_rollout, occlusion, … was refused on each click (the model has no class scores)."""
+    import transformers
+
+    import vitroll.commands.app as command
+
+    transformers.ViTModel(transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                 intermediate_size=64, image_size=32, patch_size=8)).save_pretrained(
+        tmp_path)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path)
+    served_pages = []
+    monkeypatch.setattr(command, "serve", lambda app, **_: served_pages.append(app))
+    scoreless = ["attention", "center", "flow", "random", "rollout"]
+    for model, methods, target_shown in ((str(tmp_path), scoreless, False),
+                                         ("vitroll-shapes", sorted(vitroll.METHODS), True)):
+        assert main(["app", "--model", model]) == 0, capsys.readouterr().err
+        widgets = {block.label: block for block in served_pages[-1].blocks.values()
+                   if getattr(block, "label", None) in ("method", "target class")}
+        assert [value for _, value in widgets["method"].choices] == methods
+        assert widgets["target class"].visible is target_shown
+    backbone, picture = vitroll.load_model(str(tmp_path)), np.asarray(load_image(CROSS))
+    for name in sorted(vitroll.METHODS):  # what is left out is exactly what cannot run
+        try:
+            explore(backbone, picture, ExplorerControls(method=name))
+            ran = True
+        except vitroll.errors.UnsupportedModelError as refused:
+            ran = False
+            assert "has no classification head" in str(refused)
+        assert ran is (name in scoreless), name

@@ -20,10 +20,10 @@ from torch import nn
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import load_image_with_display
-from vitroll.methods import METHODS, method_named
+from vitroll.methods import method_named
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.explorer import (
-    ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, scored_model,
+    ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
 from vitroll.pipelines.legend import legend_html
 from vitroll.preprocess import Preprocessing
@@ -203,7 +203,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
-                                   visible=bool(outline.class_names) or outline.image_text)  # else an empty box
+                                   visible=outline.has_classes)  # else an empty box
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
@@ -260,7 +260,8 @@ def _describe(outline: ModelOutline) -> str:
     if outline.image_text:
         classes = "image–text: its classes are the prompts"
     else:
-        classes = f"{len(outline.class_names)} classes" if outline.class_names else "no classification head"
+        classes = (f"{len(outline.class_names)} classes" if outline.class_names
+                   else "no classification head, so no methods that explain a class score")
     return f"{outline.layers} layers, {outline.heads} heads, {classes}"
 
 
@@ -271,12 +272,13 @@ def _device_of(model: nn.Module) -> str:
 
 def _control_widgets(gr: Any, outline: ModelOutline) -> list:
     """method, head fusion, discard ratio, start layer, layer, head, target class — in that order, those that the
-    first method (rollout) ignores greyed out; an image–text model's target classes are its first prompts."""
+    first method (rollout) ignores greyed out; an image–text model's target classes are its first prompts. A model
+    without classes is offered only the methods that need none, and no target-class menu."""
     last = outline.layers - 1
     classes = DEFAULT_PROMPTS if outline.image_text else outline.class_names
     used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
     return [
-        gr.Dropdown(sorted(METHODS), value="rollout", label="method"),
+        gr.Dropdown(offered_methods(outline), value="rollout", label="method"),
         gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion", interactive=used["head fusion"]),
         gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio",
                   interactive=used["discard ratio"]),
@@ -285,7 +287,8 @@ def _control_widgets(gr: Any, outline: ModelOutline) -> list:
         gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],
                     value=ALL_HEADS, label="head", interactive=used["head"]),
         gr.Dropdown(target_choices(classes, image_text=outline.image_text), value=PREDICTED, label="target class",
-                    interactive=used["target class"], allow_custom_value=outline.image_text),  # any prompt's index
+                    interactive=used["target class"], allow_custom_value=outline.image_text,  # any prompt's index
+                    visible=outline.has_classes),
     ]
 
 

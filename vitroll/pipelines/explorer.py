@@ -27,7 +27,7 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
-from vitroll.methods import Method, method_named, record_attention
+from vitroll.methods import METHODS, Method, method_named, record_attention
 from vitroll.methods.registry import check_value
 from vitroll.overlay import rgb_uint8
 from vitroll.pipelines.explain import ExplainSettings, explain_classes, render, top_classes
@@ -93,6 +93,18 @@ class ModelOutline:
     image–text model (its classes are the prompts)."""
     image_text: bool = False
     """Whether the model scores images against prompts (CLIP, SigLIP, open_clip): the controls include prompts."""
+
+    @property
+    def has_classes(self) -> bool:
+        """Whether the model has scores to explain: a classification head's, or an image–text model's prompts'."""
+        return bool(self.class_names) or self.image_text
+
+
+def offered_methods(outline: ModelOutline) -> list[str]:
+    """The names of the methods the explorer offers for a model of ``outline``: every method, or for a backbone
+    without a classification head those that explain no score (one that takes a target class needs class scores,
+    and would be refused on every request)."""
+    return sorted(name for name, method in METHODS.items() if outline.has_classes or not method.takes("target_class"))
 
 
 @dataclass
