@@ -561,11 +561,24 @@ def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
     files = [get_testdata_file(name) for name in ("MR_small_jpeg_ls_lossless.dcm", "JPEG2000.dcm")]
     result = subprocess.run([sys.executable, "-c", script, *files], stdout=subprocess.PIPE, text=True, check=True)
     [jpeg_ls] = result.stdout.splitlines()  # Pillow, a dependency, reads the JPEG 2000 file
-    assert jpeg_ls.endswith(
-        "; pip install \"vitroll[dicom]\" adds pydicom's gdcm plugin (python-gdcm>=3.0.10), which would try it; "
-        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
-        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it); pyjpegls plugin would also try it, with "
-        "numpy and pyjpegls>=1.2."), jpeg_ls
+    assert jpeg_ls == (  # it quoted pydicom's list of every plugin and its requirements, then named each plugin again
+        "The compressed pixel data cannot be decoded: no decoder for its transfer syntax, JPEG-LS Lossless Image "
+        "Compression (UID 1.2.840.10008.1.2.4.80), is installed; pip install \"vitroll[dicom]\" installs one "
+        "(python-gdcm).")
+
+
+def test_a_decoder_only_a_package_vitroll_leaves_out_adds_is_named_with_its_licence():
+    """A transfer syntax whose only plugin needs a package the ``dicom`` extra leaves out names the command that
+    installs it and why vitroll does not."""
+    from types import SimpleNamespace
+
+    from vitroll.io.dicom import _install_advice
+
+    libjpeg = SimpleNamespace(missing_dependencies=["pylibjpeg - requires pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1"])
+    assert _install_advice(libjpeg) == ("pip install pylibjpeg pylibjpeg-libjpeg installs one (pylibjpeg-libjpeg is "
+                                        "GPL-3.0, so vitroll does not install it)")
+    unavailable = SimpleNamespace(missing_dependencies=["custom - plugin indicating it is unavailable"])
+    assert _install_advice(unavailable) == "no package is known that adds one"
 
 
 @pytest.mark.parametrize(("compressed", "cut"), [(False, -1), (False, 3), (True, 60), (False, None)],
