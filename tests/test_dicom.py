@@ -626,6 +626,33 @@ def test_a_file_cut_short_inside_native_pixel_data_says_so(tmp_path, missing):
                                   read_dicom(get_testdata_file("MR_small.dcm")).frames[0][1])
 
 
+@pytest.mark.parametrize("name", ["MR_small_jp2klossless.dcm", "SC_rgb_jpeg_dcmtk.dcm", "SC_rgb_jpeg_gdcm.dcm",
+                                  "MR_small_jpeg_ls_lossless.dcm", "MR_small_RLE.dcm"])
+def test_a_compressed_frame_cut_short_is_never_shown_as_whole(tmp_path, name):
+    """A JPEG 2000 file missing its last 1 % was thought to be a damaged image shown as whole: those bytes are its
+    trailing padding, after the pixel data, whose image is whole. A frame's codestream cut short inside a well-formed
+    file (its end-of-codestream marker, or an RLE segment's last bytes, lost) is refused by every installed decoder,
+    for JPEG 2000, JPEG baseline and lossless, JPEG-LS and RLE alike."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    original = Path(get_testdata_file(name)).read_bytes()
+    whole = read_dicom(get_testdata_file(name)).frames[0][1]
+    if name == "MR_small_jp2klossless.dcm":
+        padding_lost = tmp_path / "padding_lost.dcm"
+        padding_lost.write_bytes(original[:int(len(original) * .99) + 1])
+        np.testing.assert_array_equal(read_dicom(padding_lost).frames[0][1], whole)
+    dataset = pydicom.dcmread(get_testdata_file(name))
+    frame = next(generate_frames(dataset.PixelData, number_of_frames=1)).rstrip(b"\0")
+    for kept in (frame[:-2], frame[:len(frame) // 2]):
+        dataset.PixelData = encapsulate([kept + bytes(len(kept) % 2)])
+        dataset.save_as(tmp_path / "cut.dcm")
+        with pytest.raises(ImageReadError) as caught:
+            read_dicom(tmp_path / "cut.dcm")
+        assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax ")
+
+
 def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):
     """A PixelData element of length 0 (blanked by a de-identifier) gave pydicom's "object of type 'NoneType' has no
     len()" and the advice that the pixel data was damaged."""
