@@ -561,11 +561,24 @@ def test_a_missing_decoder_is_named_by_the_package_to_install(tmp_path):
     files = [get_testdata_file(name) for name in ("MR_small_jpeg_ls_lossless.dcm", "JPEG2000.dcm")]
     result = subprocess.run([sys.executable, "-c", script, *files], stdout=subprocess.PIPE, text=True, check=True)
     [jpeg_ls] = result.stdout.splitlines()  # Pillow, a dependency, reads the JPEG 2000 file
-    assert jpeg_ls.endswith(
-        "; pip install \"vitroll[dicom]\" adds pydicom's gdcm plugin (python-gdcm>=3.0.10), which would try it; "
-        "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
-        "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it); pyjpegls plugin would also try it, with "
-        "numpy and pyjpegls>=1.2."), jpeg_ls
+    assert jpeg_ls == (  # it quoted pydicom's list of every plugin and its requirements, then named each plugin again
+        "The compressed pixel data cannot be decoded: no decoder for its transfer syntax, JPEG-LS Lossless Image "
+        "Compression (UID 1.2.840.10008.1.2.4.80), is installed; pip install \"vitroll[dicom]\" installs one "
+        "(python-gdcm).")
+
+
+def test_a_decoder_only_a_package_vitroll_leaves_out_adds_is_named_with_its_licence():
+    """A transfer syntax whose only plugin needs a package the ``dicom`` extra leaves out names the command that
+    installs it and why vitroll does not."""
+    from types import SimpleNamespace
+
+    from vitroll.io.dicom import _install_advice
+
+    libjpeg = SimpleNamespace(missing_dependencies=["pylibjpeg - requires pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1"])
+    assert _install_advice(libjpeg) == ("pip install pylibjpeg pylibjpeg-libjpeg installs one (pylibjpeg-libjpeg is "
+                                        "GPL-3.0, so vitroll does not install it)")
+    unavailable = SimpleNamespace(missing_dependencies=["custom - plugin indicating it is unavailable"])
+    assert _install_advice(unavailable) == "no package is known that adds one"
 
 
 @pytest.mark.parametrize(("compressed", "cut"), [(False, -1), (False, 3), (True, 60), (False, None)],
@@ -611,6 +624,33 @@ def test_a_file_cut_short_inside_native_pixel_data_says_so(tmp_path, missing):
     truncated.write_bytes(original[:padding_start + 20])
     np.testing.assert_array_equal(read_dicom(truncated).frames[0][1],
                                   read_dicom(get_testdata_file("MR_small.dcm")).frames[0][1])
+
+
+@pytest.mark.parametrize("name", ["MR_small_jp2klossless.dcm", "SC_rgb_jpeg_dcmtk.dcm", "SC_rgb_jpeg_gdcm.dcm",
+                                  "MR_small_jpeg_ls_lossless.dcm", "MR_small_RLE.dcm"])
+def test_a_compressed_frame_cut_short_is_never_shown_as_whole(tmp_path, name):
+    """A JPEG 2000 file missing its last 1 % was thought to be a damaged image shown as whole: those bytes are its
+    trailing padding, after the pixel data, whose image is whole. A frame's codestream cut short inside a well-formed
+    file (its end-of-codestream marker, or an RLE segment's last bytes, lost) is refused by every installed decoder,
+    for JPEG 2000, JPEG baseline and lossless, JPEG-LS and RLE alike."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    original = Path(get_testdata_file(name)).read_bytes()
+    whole = read_dicom(get_testdata_file(name)).frames[0][1]
+    if name == "MR_small_jp2klossless.dcm":
+        padding_lost = tmp_path / "padding_lost.dcm"
+        padding_lost.write_bytes(original[:int(len(original) * .99) + 1])
+        np.testing.assert_array_equal(read_dicom(padding_lost).frames[0][1], whole)
+    dataset = pydicom.dcmread(get_testdata_file(name))
+    frame = next(generate_frames(dataset.PixelData, number_of_frames=1)).rstrip(b"\0")
+    for kept in (frame[:-2], frame[:len(frame) // 2]):
+        dataset.PixelData = encapsulate([kept + bytes(len(kept) % 2)])
+        dataset.save_as(tmp_path / "cut.dcm")
+        with pytest.raises(ImageReadError) as caught:
+            read_dicom(tmp_path / "cut.dcm")
+        assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax ")
 
 
 def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):

@@ -595,22 +595,54 @@ def _requirements(text: str) -> list[str]:
     return [PYPI_NAMES.get(_package(need), _package(need)) + need[len(_package(need)):] for need in needs]
 
 
-def decoder_advice(uid: object) -> str:
-    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment): the plugins that
-    :data:`INSTALL_HINT` would add first, then those it leaves out."""
+def _decoder(uid: object) -> Optional[object]:
+    """pydicom's decoder for transfer syntax ``uid``, None where it has none."""
     from pydicom.pixels import get_decoder
 
     try:
-        decoder = get_decoder(uid)
+        return get_decoder(uid)
     except NotImplementedError:
-        return "pydicom has no decoder for this transfer syntax"
+        return None
+
+
+Plugins = list[tuple[str, list[str]]]
+"""pydicom decoder plugins by name, each with the requirements (pip's spelling) it lacks."""
+
+
+def _missing_plugins(decoder: object) -> tuple[Plugins, Plugins]:
+    """The plugins of a pydicom ``decoder`` whose packages are missing: those :data:`INSTALL_HINT` installs, then the
+    others."""
     wanted = [(plugin, _requirements(need)) for plugin, _, need in
               (entry.partition(" - requires ") for entry in decoder.missing_dependencies)]
-    if not wanted:
-        return "every pydicom decoder for it is installed, so the pixel data itself is damaged or unusual"
     bundled = [(plugin, needs) for plugin, needs in wanted
                if needs and all(_package(need) in BUNDLED_DECODERS for need in needs)]
-    others = [(plugin, needs) for plugin, needs in wanted if (plugin, needs) not in bundled]
+    return bundled, [(plugin, needs) for plugin, needs in wanted if (plugin, needs) not in bundled]
+
+
+def _install_advice(decoder: object) -> str:
+    """Which command installs a decoder that pydicom's ``decoder`` lacks every plugin of (a clause): :data:`INSTALL_HINT`
+    where it installs one, else the packages of another plugin and the licence that keeps them out of vitroll."""
+    bundled, others = _missing_plugins(decoder)
+    if bundled:
+        packages = sorted({_package(need) for _, needs in bundled for need in needs} - {"numpy"})
+        return f"{INSTALL_HINT} installs one ({', '.join(packages)})"
+    packages = [_package(need) for need in (others[0][1] if others else [])]
+    if not packages:
+        return "no package is known that adds one"
+    return f"pip install {' '.join(packages)} installs one" + "".join(
+        f" ({package} is {licence}, so vitroll does not install it)"
+        for package, licence in UNBUNDLED_DECODERS.items() if package in packages)
+
+
+def decoder_advice(uid: object) -> str:
+    """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment): the plugins that
+    :data:`INSTALL_HINT` would add first, then those it leaves out."""
+    decoder = _decoder(uid)
+    if decoder is None:
+        return "pydicom has no decoder for this transfer syntax"
+    bundled, others = _missing_plugins(decoder)
+    if not bundled and not others:
+        return "every pydicom decoder for it is installed, so the pixel data itself is damaged or unusual"
     advice = []
     if bundled:
         advice.append(f"{INSTALL_HINT} adds pydicom's " + " and ".join(
@@ -631,6 +663,10 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     if uid is None:
         return f"The pixel data cannot be decoded: the file states no transfer syntax ({_error_text(error)})."
     kind = "compressed " if uid.is_compressed else ""
+    decoder = _decoder(uid)
+    if decoder is not None and not decoder.is_available:
+        return (f"The {kind}pixel data cannot be decoded: no decoder for its transfer syntax, {uid.name} (UID {uid}), "
+                f"is installed; {_install_advice(decoder)}.")
     return (f"The {kind}pixel data cannot be decoded: transfer syntax {uid.name} (UID {uid}); "
             f"pydicom said: {_error_text(error).rstrip('.')}; {decoder_advice(uid)}.")
 
