@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    AttentionRecorder, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image, load_model,
-    normalize, overlay, rollout, rollout_matrix, to_original, upsample,
+    AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image,
+    load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
 )
 from vitroll.methods import record_attention
 
@@ -203,3 +203,25 @@ def test_rollout_matrix_refuses_what_is_not_recorded_attention(model, arguments,
         rollout_matrix(*arguments(model, recorded))
     assert isinstance(raised.value, builtin)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("boxes,message", [
+    ([(0, 0, 5)], "boxes[0] must be (left, top, right, bottom); got (0, 0, 5)"),
+    ((0, 0, 5, 5), "boxes[0] must be (left, top, right, bottom); got 0: one box goes in a list, [box]"),
+    ([KeyPatch(0, 0, 1.0, (0, 0, 5, 5))], "boxes[0] must be (left, top, right, bottom); got KeyPatch(row=0, col=0, "
+                                          "score=1.0, box=(0, 0, 5, 5)): [patch.box for patch in patches] gives the "
+                                          "KeyPatches' boxes"),
+], ids=["three-numbers", "one-box-unlisted", "key-patches"])
+def test_outline_boxes_refuses_a_box_that_is_not_four_numbers(boxes, message):
+    """``outline_boxes(image, [(0, 0, 5)])`` raised "not enough values to unpack (expected 4, got 3)"."""
+    with pytest.raises(VitrollError) as raised:
+        outline_boxes(RGB, boxes)
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value) == message
+
+
+def test_outline_boxes_draws_boxes_given_as_tuples_arrays_and_tensors():
+    outlined = outline_boxes(np.zeros((10, 10, 3), np.uint8), [(0, 0, 5, 5), np.array([5, 5, 10, 10]),
+                                                              torch.tensor([0, 5, 5, 10])], thickness=1)
+    assert outlined[0, :5, 0].tolist() == [255] * 5 and outlined[9, 5:, 0].tolist() == [255] * 5
+    assert outlined[9, :5, 0].tolist() == [255] * 5
