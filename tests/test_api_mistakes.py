@@ -10,9 +10,10 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    AttentionRecorder, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image, load_model,
-    normalize, overlay, rollout, to_original, upsample,
+    AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image,
+    load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
 )
+from vitroll.methods import record_attention
 
 RGB = np.zeros((8, 10, 3), np.uint8)
 GRID = np.ones((2, 2), np.float32)
@@ -182,3 +183,45 @@ def test_load_model_given_a_model_names_what_to_pass_instead(model):
     assert isinstance(raised.value, TypeError)
     assert str(raised.value) == ("name must be a model's name or folder (a str or os.PathLike); got "
                                  "VisionTransformer: a model already built goes to the methods as it is")
+
+
+@pytest.mark.parametrize("arguments,builtin,message", [
+    (lambda model, recorded: (model, torch.zeros(1, 3, 32, 32)), TypeError,
+     "attentions is a VisionTransformer, not the recorded attention of its layers: rollout(model, images) explains a "
+     "model; the rollout functions take what an AttentionRecorder records (recorder.attentions, "
+     "recorder.token_layout(image_hw))"),
+    (lambda model, recorded: ([], recorded[1]), ValueError,
+     "attentions is empty: record at least one layer (the rollout of no layers is the identity and explains nothing)"),
+    (lambda model, recorded: (recorded[0], torch.zeros(1, 3, 32, 32)), TypeError,
+     "layout must be the TokenLayout of the recorded input (recorder.token_layout(image_hw)); got Tensor"),
+], ids=["model-and-images", "no-layers", "images-as-layout"])
+def test_rollout_matrix_refuses_what_is_not_recorded_attention(model, arguments, builtin, message):
+    """``rollout_matrix(model, images)`` raised AttributeError "'Tensor' object has no attribute 'readout'", and
+    ``rollout_matrix([], layout)`` an IndexError."""
+    recorded = record_attention(model, torch.zeros(1, 3, 32, 32))
+    with pytest.raises(VitrollError) as raised:
+        rollout_matrix(*arguments(model, recorded))
+    assert isinstance(raised.value, builtin)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("boxes,message", [
+    ([(0, 0, 5)], "boxes[0] must be (left, top, right, bottom); got (0, 0, 5)"),
+    ((0, 0, 5, 5), "boxes[0] must be (left, top, right, bottom); got 0: one box goes in a list, [box]"),
+    ([KeyPatch(0, 0, 1.0, (0, 0, 5, 5))], "boxes[0] must be (left, top, right, bottom); got KeyPatch(row=0, col=0, "
+                                          "score=1.0, box=(0, 0, 5, 5)): [patch.box for patch in patches] gives the "
+                                          "KeyPatches' boxes"),
+], ids=["three-numbers", "one-box-unlisted", "key-patches"])
+def test_outline_boxes_refuses_a_box_that_is_not_four_numbers(boxes, message):
+    """``outline_boxes(image, [(0, 0, 5)])`` raised "not enough values to unpack (expected 4, got 3)"."""
+    with pytest.raises(VitrollError) as raised:
+        outline_boxes(RGB, boxes)
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value) == message
+
+
+def test_outline_boxes_draws_boxes_given_as_tuples_arrays_and_tensors():
+    outlined = outline_boxes(np.zeros((10, 10, 3), np.uint8), [(0, 0, 5, 5), np.array([5, 5, 10, 10]),
+                                                              torch.tensor([0, 5, 5, 10])], thickness=1)
+    assert outlined[0, :5, 0].tolist() == [255] * 5 and outlined[9, 5:, 0].tolist() == [255] * 5
+    assert outlined[9, :5, 0].tolist() == [255] * 5

@@ -199,9 +199,20 @@ def outline_boxes(
     image: np.ndarray, boxes: "list[tuple[int, int, int, int]]", *, color: tuple[int, int, int] = (255, 255, 255),
     thickness: int = 2,
 ) -> np.ndarray:
-    """A copy of an RGB image (H, W, 3) with each (left, top, right, bottom) box outlined (right/bottom exclusive)."""
+    """A copy of an RGB image (H, W, 3) with each (left, top, right, bottom) box outlined (right/bottom exclusive).
+
+    Raises
+    ------
+    InputValueError
+        For a box that is not four numbers, naming it.
+    """
     import cv2
 
+    for index, box in enumerate(boxes):
+        if tuple(np.shape(box)) != (4,):
+            advice = (": [patch.box for patch in patches] gives the KeyPatches' boxes" if hasattr(box, "box") else
+                      ": one box goes in a list, [box]" if isinstance(box, numbers.Number) else "")
+            raise InputValueError(f"boxes[{index}] must be (left, top, right, bottom); got {box!r}{advice}")
     outlined = np.ascontiguousarray(image).copy()
     for left, top, right, bottom in boxes:
         cv2.rectangle(outlined, (int(left), int(top)), (int(right) - 1, int(bottom) - 1), color, thickness)

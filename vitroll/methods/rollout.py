@@ -35,7 +35,7 @@ from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import OptionValueError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.registry import register_method
@@ -103,9 +103,29 @@ def check_attention_weight(attention_weight: float) -> None:
         raise OptionValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
 
 
+def _check_recorded(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> None:
+    """Refuse, in one line, what is not recorded attention with its layout (a model and images, as ``rollout``
+    takes them, or no layers at all) before any layer is indexed."""
+    if isinstance(attentions, nn.Module):
+        raise InputTypeError(f"attentions is a {type(attentions).__name__}, not the recorded attention of its layers: "
+                             "rollout(model, images) explains a model; the rollout functions take what an "
+                             "AttentionRecorder records (recorder.attentions, recorder.token_layout(image_hw))")
+    if not isinstance(layout, TokenLayout):
+        raise InputTypeError(f"layout must be the TokenLayout of the recorded input "
+                             f"(recorder.token_layout(image_hw)); got {type(layout).__name__}")
+    for index, attention in enumerate(attentions):
+        if not isinstance(attention, (torch.Tensor, FactoredAttention)):
+            raise InputTypeError(f"attentions[{index}] must be a layer's head-fused attention tensor (B, N, N); got "
+                                 f"{type(attention).__name__}")
+    if not len(attentions):
+        raise InputValueError("attentions is empty: record at least one layer (the rollout of no layers is the "
+                              "identity and explains nothing)")
+
+
 def _prepared_layers(
     attentions: Sequence[torch.Tensor], layout: TokenLayout, discard_ratio: float
 ) -> list[torch.Tensor]:
+    _check_recorded(attentions, layout)
     if discard_ratio and any(isinstance(a, FactoredAttention) for a in attentions):
         raise ValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
     protected = 0 if layout.readout == "class_token" else None
