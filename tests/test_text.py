@@ -506,6 +506,21 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
         ["text", "the cat", "--model", str(saved_classifier), "--position", "9", "--out", str(tmp_path / "out")])
 
 
+def test_a_text_model_saved_without_tokenizer_is_told_to_be_one_before_it_is_built(tmp_path, capsys):
+    """`vitroll overlay --model DIR` of a BERT folder saved without its tokenizer said the tokenizer was missing,
+    not that a text model is explained with `vitroll text`: its config.json is now read first."""
+    from vitroll.cli import main
+
+    bert().save_pretrained(tmp_path / "bert")
+    capsys.readouterr()  # save_pretrained's progress bar
+    for command in (["overlay", "x.png"], ["caption", "x.png", "--out", str(tmp_path / "out")]):
+        assert main([*command, "--model", str(tmp_path / "bert")]) == 2
+        assert capsys.readouterr().err == (f"vitroll: error: {tmp_path / 'bert'} is a text model "
+                                           "(BertForSequenceClassification); explain it with `vitroll text`\n")
+    assert main(["text", "hi", "--model", str(tmp_path / "bert")]) == 2  # the command for it names what is missing
+    assert "no tokenizer saved with the text model" in capsys.readouterr().err
+
+
 def test_a_position_alone_reads_that_row_of_an_encoder(tmp_path):
     model = bert(num_labels=2)
     tokenizer = wordpiece_tokenizer(tmp_path)

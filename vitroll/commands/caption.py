@@ -15,11 +15,10 @@ import argparse
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
     add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
-    print_failed, refuse_other_kinds, resolve_device,
+    load_model_of_kind, print_failed, resolve_device,
 )
 from vitroll.io.names import single_line
 from vitroll.methods.caption import CAPTION_METHODS
-from vitroll.models import load_model
 from vitroll.pipelines.caption import caption_files
 
 
@@ -45,8 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
-    model = load_model(args.model, device=resolve_device(args.device))
-    refuse_other_kinds(args.model, model, ("a captioner",))
+    model = load_model_of_kind(args.model, ("a captioner",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)
     failed = 0
     for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,

@@ -17,6 +17,7 @@ from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.io.names import single_line
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
+from vitroll.models.transformers import saved_kind
 from vitroll.overlay import lookup_table
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.preprocess import Preprocessing
@@ -407,12 +408,28 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["dynamic_img_size"] = True
     build.update(model_arguments_from_args(args))
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
-    model = load_model(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint,
-                       trust_checkpoint=args.trust_checkpoint, num_classes=args.num_classes,
-                       device=resolve_device(args.device), **build)
+    model = load_model_of_kind(args.model, ("an image model", "an image–text model"), pretrained=args.pretrained,
+                               checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
+                               num_classes=args.num_classes, device=resolve_device(args.device), **build)
     note_if_random(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint)
-    refuse_other_kinds(args.model, model, ("an image model", "an image–text model"))  # before any input is read
     return model
+
+
+def load_model_of_kind(name: str, kinds: Sequence[str], **load_options: object) -> nn.Module:
+    """:func:`load_model`, refusing a model that is none of ``kinds`` (:func:`model_kind`'s words) before any input is
+    read: a ``save_pretrained`` folder by its ``config.json`` before it is built (a text model saved without its
+    tokenizer was refused for the tokenizer, not for being a text model), any other by the built model."""
+    saved = saved_kind(name)
+    if saved is not None:
+        _refuse_kind(name, SAVED_KINDS[saved[0]], saved[1], kinds)
+    model = load_model(name, **load_options)
+    refuse_other_kinds(name, model, kinds)
+    return model
+
+
+SAVED_KINDS = {"text": ("a text model", "`vitroll text`"), "captioner": ("a captioner", "`vitroll caption`")}
+"""The words of :func:`model_kind` for the kinds a ``save_pretrained`` folder's config tells
+(:func:`~vitroll.models.transformers.saved_kind`)."""
 
 
 def model_kind(model: nn.Module) -> tuple[str, str]:
@@ -420,9 +437,9 @@ def model_kind(model: nn.Module) -> tuple[str, str]:
     "an image model"), and the command that explains that kind."""
     family = family_of(model)
     if family.inputs == "tokens":
-        return "a text model", "`vitroll text`"
+        return SAVED_KINDS["text"]
     if family.captioner is not None:
-        return "a captioner", "`vitroll caption`"
+        return SAVED_KINDS["captioner"]
     if family.image_text is not None:
         return "an image–text model", "`vitroll overlay --text …`"
     return "an image model", "`vitroll overlay`"
@@ -436,9 +453,13 @@ def refuse_other_kinds(name: str, model: nn.Module, kinds: Sequence[str]) -> Non
     VitrollError
         E.g. ``m/ is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption```.
     """
-    kind, command = model_kind(model)
+    _refuse_kind(name, model_kind(model), type(model).__name__, kinds)
+
+
+def _refuse_kind(name: str, kind_and_command: tuple[str, str], class_name: str, kinds: Sequence[str]) -> None:
+    kind, command = kind_and_command
     if kind not in kinds:
-        raise VitrollError(f"{name} is {kind} ({type(model).__name__}); explain it with {command}")
+        raise VitrollError(f"{name} is {kind} ({class_name}); explain it with {command}")
 
 
 def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelProvenance:

@@ -23,13 +23,12 @@ from tqdm import tqdm
 
 from vitroll.commands.common import (
     add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_resume_arguments,
-    method_options_from_args,
-    refuse_other_kinds, resolve_device,
+    load_model_of_kind, method_options_from_args, resolve_device,
 )
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.errors import VitrollError
 from vitroll.io.text import read_texts
-from vitroll.models import ModelProvenance, class_names, load_model
+from vitroll.models import ModelProvenance, class_names
 from vitroll.models.transformers import tokenizer_fingerprint
 from vitroll.pipelines.text_run import TextReport, TextRunSummary, run_texts
 from vitroll.text_view import terminal_text
@@ -65,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not texts:
         raise VitrollError("no text to explain: give TEXT arguments or --file")
     options = method_options_from_args(args, [args.method])
-    model = load_model(args.model, device=resolve_device(args.device))
-    refuse_other_kinds(args.model, model, ("a text model",))
+    model = load_model_of_kind(args.model, ("a text model",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)
     weights = ModelProvenance.of(args.model, pretrained=False, checkpoint=None).fingerprint
     identity = {"model": args.model, "weights": weights, "tokenizer": tokenizer_fingerprint(args.model),

@@ -90,6 +90,24 @@ def _check_config_file(name: str, path: Path) -> None:
                              "transformers ships (`vitroll models` lists them)")
 
 
+def saved_kind(name: str) -> Optional[tuple[str, str]]:
+    """What the ``config.json`` of the ``save_pretrained`` folder ``--model NAME`` says the model is, read before
+    anything is built: ``("text", ARCHITECTURE)`` for a text model, ``("captioner", ARCHITECTURE)`` for a captioner;
+    None for any other model, a hub id or a config that cannot be read (the loader refuses it, naming why)."""
+    path = Path(transformers_source(name)) / "config.json"
+    if not is_transformers_name(name) or not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind not in TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
+        return None
+    architecture = (config.get("architectures") or [kind])[0]
+    return ("text" if kind in TEXT_MODEL_TYPES else "captioner"), str(architecture)
+
+
 PRETRAINING_HEADS = ("ForPreTraining", "ForMaskedImageModeling")
 """How the classes of vision models saved with a pre-training head end: vitroll explains their encoder."""
 
