@@ -86,6 +86,12 @@ def reference_rollout(
     return row[num_prefix:].reshape(grid)
 
 
+def both_prefix_rows(layout) -> np.ndarray | None:
+    """Distilled DeiT's decision row: its head averages the logits of the class and the distillation token, so
+    half of each one's row (N,); None for the other layouts."""
+    return np.r_[0.5, 0.5, np.zeros(layout.num_tokens - 2)] if layout.readout == "prefix_mean" else None
+
+
 def reference_pool_row(model: nn.Module, image: torch.Tensor) -> np.ndarray:
     """The decision row (N,) of a timm ViT that pools its final tokens, for ONE image (1, 3, H, W) in float64:
     ``global_pool='avg'`` weighs the tokens it averages equally; ``'map'`` gives the pooling head's attention

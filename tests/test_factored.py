@@ -16,7 +16,7 @@ import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, UnsupportedModelError, rollout
 from vitroll.capture import FactoredAttention, attention_with_log_normalizer
 from vitroll.methods import record_attention, rollout_vector
-from reference import reference_case, reference_rollout
+from reference import both_prefix_rows, reference_case, reference_rollout
 
 KERNELS = ["flash", "blocked"]
 
@@ -115,7 +115,7 @@ def test_rollout_from_factored_attention_matches_float64_reference(case, kernel,
     maps = rollout(model, images, start_layer=start_layer, attention_weight=attention_weight)
     for i, per_layer in enumerate(per_image):
         expected = reference_rollout(per_layer, num_prefix=layout.num_prefix_tokens, grid=layout.grid,
-                                     class_token=layout.readout == "class_token",
+                                     class_token=layout.readout == "class_token", readout=both_prefix_rows(layout),
                                      attention_weight=attention_weight, start_layer=start_layer)
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-5, rtol=1e-4)
 

@@ -10,8 +10,8 @@ import torch
 from vitroll import attention, rollout, rollout_matrix
 from vitroll.errors import MethodOptionError
 from vitroll.methods import discard_lowest, record_attention, rollout_vector
-from reference import (discard_rows, fuse, reference_attention, reference_case, reference_pool_row, reference_rollout,
-                       sharpen_attention)
+from reference import (both_prefix_rows, discard_rows, fuse, reference_attention, reference_case, reference_pool_row,
+                       reference_rollout, sharpen_attention)
 
 MODELS = {
     "vit_tiny": ("vit_tiny_patch16_224", {}, (224, 224)),
@@ -20,12 +20,6 @@ MODELS = {
     "non_square": ("vit_tiny_patch16_224", {"img_size": (224, 160)}, (224, 160)),
     "gap_reg4": ("vit_little_patch16_reg4_gap_256", {"img_size": 128}, (128, 128)),
 }
-
-
-def both_prefix_rows(layout) -> np.ndarray | None:
-    """Distilled DeiT's decision row: its head averages the logits of the class and the distillation token, so
-    half of each one's row (N,); None for the other layouts."""
-    return np.r_[0.5, 0.5, np.zeros(layout.num_tokens - 2)] if layout.readout == "prefix_mean" else None
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
