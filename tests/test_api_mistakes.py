@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, key_patches, load_image,
+    AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, figure, key_patches, load_image,
     load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
 )
 from vitroll.methods import record_attention
@@ -225,3 +225,21 @@ def test_outline_boxes_draws_boxes_given_as_tuples_arrays_and_tensors():
                                                               torch.tensor([0, 5, 5, 10])], thickness=1)
     assert outlined[0, :5, 0].tolist() == [255] * 5 and outlined[9, 5:, 0].tolist() == [255] * 5
     assert outlined[9, :5, 0].tolist() == [255] * 5
+
+
+@pytest.mark.parametrize("pictures,message", [
+    (lambda saliency, overlaid: (saliency[:4, :5], overlaid),
+     "saliency must have shape (8, 10) for an image of shape (8, 10, 3); got (4, 5): to_original(grid_map, geometry) "
+     "puts a grid map on its image"),
+    (lambda saliency, overlaid: (saliency[None], overlaid),
+     "saliency must have shape (8, 10) for an image of shape (8, 10, 3); got (1, 8, 10)"),
+    (lambda saliency, overlaid: (saliency, overlaid[:4]),
+     "overlaid must have shape (8, 10, 3) for an image of shape (8, 10, 3); got (4, 10, 3)"),
+], ids=["grid-map", "batch-of-one", "overlay-of-another-image"])
+def test_figure_refuses_panels_of_another_size_than_the_image(pictures, message):
+    """``figure(image, saliency, overlaid)`` drew panels of different sizes side by side without a word."""
+    saliency = np.linspace(0, 1, 80, dtype=np.float32).reshape(8, 10)
+    with pytest.raises(VitrollError) as raised:
+        figure(RGB, *pictures(saliency, overlay(RGB, saliency)))
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value) == message

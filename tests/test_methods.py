@@ -9,7 +9,7 @@ import torch
 
 from timm.models.cait import Cait
 
-from vitroll import METHODS, AttentionRecorder, chefer, center, flow, grad_rollout, random_map
+from vitroll import METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
@@ -129,8 +129,11 @@ def test_gradient_methods_refuse_inference_mode_clearly(tiny, name):
     """Integrated Gradients and GradientSHAP failed in captum's words ("element 0 of tensors does not require
     grad")."""
     model, images = tiny
-    with torch.inference_mode(), pytest.raises(RuntimeError, match=r"inside torch.inference_mode\(\); use torch"):
+    with torch.inference_mode(), pytest.raises(VitrollError) as raised:
         METHODS[name](model, images[:1])
+    assert isinstance(raised.value, RuntimeError)  # as the README names it
+    assert str(raised.value) == ("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or "
+                                 "nothing")
 
 
 @pytest.mark.parametrize("name", [name for name, method in METHODS.items() if method.needs_gradients])

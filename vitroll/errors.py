@@ -55,6 +55,11 @@ class InputTypeError(VitrollError, TypeError):
     too, as the README names it."""
 
 
+class GradientContextError(VitrollError, RuntimeError):
+    """A gradient method called where no backward pass can run (inside ``torch.inference_mode()``). A RuntimeError
+    too, as the README names it."""
+
+
 def path_of(value: object, name: str, wanted: str, instead: str) -> str:
     """``value`` as a path string when it is a ``str`` or ``os.PathLike``; otherwise an :class:`InputTypeError` that
     names the argument ``name``, the ``wanted`` path and, in ``instead``, what to do with the ``value`` given."""

@@ -328,9 +328,23 @@ def shrunk(picture: np.ndarray) -> np.ndarray:
 
 def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "",
            cmap: "str | Colormap" = "jet"):
-    """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W)."""
+    """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W).
+
+    Raises
+    ------
+    InputValueError
+        When ``saliency`` (H, W) or ``overlaid`` (H, W, 3) is not the size of ``image`` (H, W, 3): side by side, the
+        panels would show different pixels at the same place.
+    """
     from matplotlib.figure import Figure
 
+    image_hw = tuple(np.shape(image)[:2])
+    for name, picture, shape in (("saliency", saliency, image_hw), ("overlaid", overlaid, (*image_hw, 3))):
+        if tuple(np.shape(picture)) != shape:
+            advice = (": to_original(grid_map, geometry) puts a grid map on its image"
+                      if name == "saliency" and np.ndim(picture) == 2 else "")
+            raise InputValueError(f"{name} must have shape {shape} for an image of shape {np.shape(image)}; got "
+                                  f"{tuple(np.shape(picture))}{advice}")
     fig = Figure(figsize=(FIGURE_WIDTH, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
     axes[0].imshow(shrunk(image))

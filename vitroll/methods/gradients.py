@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
-from vitroll.errors import OptionValueError
+from vitroll.errors import GradientContextError, OptionValueError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import class_logits, eval_mode, layout_input, prepare_inputs
 from vitroll.methods.inputs import Batch, Inputs
@@ -67,10 +67,11 @@ def differentiable(model: nn.Module, batch: Batch) -> Iterator[Batch]:
 
 
 def refuse_inference_mode() -> None:
-    """Raise RuntimeError inside ``torch.inference_mode()``, where no backward pass can run (``torch.no_grad()`` is
-    fine: gradient methods turn gradients on for themselves)."""
+    """Raise :class:`~vitroll.errors.GradientContextError` (a RuntimeError) inside ``torch.inference_mode()``, where
+    no backward pass can run (``torch.no_grad()`` is fine: gradient methods turn gradients on for themselves)."""
     if torch.is_inference_mode_enabled():
-        raise RuntimeError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or nothing")
+        raise GradientContextError("gradient methods cannot run inside torch.inference_mode(); use torch.no_grad() or "
+                                   "nothing")
 
 
 def attention_gradients(model: nn.Module, images: Inputs, target_class: TargetClass = None) -> AttentionGradients:
