@@ -255,7 +255,7 @@ def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded
 def test_a_folder_given_to_caption_asks_for_its_images_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "scans"
     folder.mkdir()
-    monkeypatch.setattr("vitroll.commands.caption.load_model", lambda *args, **kwargs: pytest.fail("model loaded"))
+    monkeypatch.setattr("vitroll.commands.caption.load_model_of_kind", lambda *args, **kwargs: pytest.fail("model loaded"))
     code, out, err = run(capsys, "caption", str(folder), "--model", "vitroll-caption-shapes", "--out", str(tmp_path))
     assert code == 2 and out == ""
     assert err == (f"vitroll: error: {folder} is a folder: `vitroll caption` takes image files; pass the folder's "

@@ -126,6 +126,38 @@ def test_a_checkpoint_trained_at_another_size_is_compared_built_at_its_size(tmp_
     assert (row["model_a"], row["model_b"]) == ("vit_tiny_patch16_224:small32@32", "vit_tiny_patch16_224")
 
 
+def test_a_checkpoint_saved_with_other_create_model_arguments_is_compared_built_with_them(tmp_path, capsys):
+    """The hint for a checkpoint saved with depth=2 named --model-arg, which compare lacked: it now takes KEY=VALUE
+    words per --model, like its --img-size."""
+    import timm
+
+    from vitroll.cli import build_parser
+    from vitroll.commands.compare import explainers_from_args
+
+    shallow = tmp_path / "shallow.pth"
+    torch.save(timm.create_model("vit_tiny_patch16_224", depth=2, img_size=32, num_classes=3).state_dict(), shallow)
+    command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vit_tiny_patch16_224",
+               "--checkpoint", str(shallow), "--checkpoint", "none", "--img-size", "32", "--img-size", "32",
+               "--out", str(tmp_path / "out")]
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip().endswith("build that one with --model-arg depth=2")
+    built = command + ["--model-arg", "depth=2", "num_heads=3", "--model-arg", "none"]
+    explainers = explainers_from_args(build_parser().parse_args(built))
+    assert [len(explainer.model.blocks) for explainer in explainers] == [2, 12]
+
+
+@pytest.mark.parametrize(("arguments", "line"), [
+    (["--model-arg", "depth=2"], "1 --model-arg for 2 --model; give one per model ('none' for none)"),
+    (["--model-arg", "depth=2", "none", "--model-arg", "none"], "--model-arg takes KEY=VALUE words or none, not both"),
+    (["--model-arg", "depth=2", "depth=3", "--model-arg", "none"], "--model-arg depth is given twice; give it once"),
+])
+def test_compare_model_arg_mistakes_are_one_line(tmp_path, capsys, arguments, line):
+    command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vit_tiny_patch16_224",
+               *arguments, "--out", str(tmp_path)]
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip() == f"vitroll: error: {line}"
+
+
 def test_one_model_built_at_two_sizes_is_labelled_by_its_size_not_numbered():
     from vitroll.cli import build_parser
     from vitroll.commands.compare import explainers_from_args

@@ -381,8 +381,13 @@ def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
 
 def model_arguments_from_args(args: argparse.Namespace) -> dict[str, object]:
     """The ``--model-arg`` values by name; one name given twice is refused (ValueError)."""
+    return model_arguments(args.model_arg)
+
+
+def model_arguments(pairs: Sequence[tuple[str, object]]) -> dict[str, object]:
+    """:func:`model_argument`'s ``(name, value)`` pairs by name; one name given twice is refused (ValueError)."""
     given: dict[str, object] = {}
-    for key, value in args.model_arg:
+    for key, value in pairs:
         if key in given:
             raise ValueError(f"--model-arg {key} is given twice; give it once")
         given[key] = value

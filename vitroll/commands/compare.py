@@ -13,7 +13,8 @@ from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
+    add_out_argument, integer, model_argument, model_arguments, note_if_random, print_failed, resolve_device,
+    settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -35,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--img-size", action="append", nargs="+", type=_size_or_none, metavar="SIZE",
                         help="build the model in the same position for this input size (H or H W; timm resamples "
                              "position embeddings; repeat per model, 'none' for its default size)")
+    parser.add_argument("--model-arg", action="append", nargs="+", type=_model_argument_or_none,
+                        metavar="KEY=VALUE",
+                        help="other timm.create_model (or torchvision builder) arguments for the model in the same "
+                             "position, to rebuild a model saved with them (VALUE read as an int, float, true/false, "
+                             "none or else text): e.g. depth=6 reg_tokens=4; repeat per model, 'none' for none")
     parser.add_argument("--pretrained", action="store_true",
                         help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
@@ -49,6 +55,12 @@ def _size_or_none(text: str) -> int | str:
     return text if text == "none" else integer(1)(text)
 
 
+def _model_argument_or_none(text: str) -> tuple[str, object] | str:
+    """An argparse ``type`` for one word of compare's ``--model-arg``: ``KEY=VALUE`` (:func:`model_argument`), or
+    ``none``."""
+    return text if text == "none" else model_argument(text)
+
+
 def _one_per_model(values: Optional[list[T]], models: list[str], flag: str, none: str) -> list[Optional[T]]:
     """The values of a per-model ``flag`` in ``--model`` order (None for each model when the flag is not given);
     ``none`` says what its value ``none`` means.
@@ -60,13 +72,20 @@ def _one_per_model(values: Optional[list[T]], models: list[str], flag: str, none
     return list(values) if values else [None] * len(models)
 
 
-def _build_options(size: Optional[list[int | str]]) -> dict[str, object]:
-    """``load_model`` keyword arguments for one model's ``--img-size`` words (``none``: its default size)."""
+def _build_options(size: Optional[list[int | str]],
+                   arguments: Optional[list[tuple[str, object] | str]] = None) -> dict[str, object]:
+    """``load_model`` keyword arguments for one model's ``--img-size`` words (``none``: its default size) and
+    ``--model-arg`` words (``none``: none)."""
+    build = {}
+    if arguments is not None and arguments != ["none"]:
+        if "none" in arguments:
+            raise ValueError("--model-arg takes KEY=VALUE words or none, not both")
+        build.update(model_arguments(arguments))
     if size is None or size == ["none"]:
-        return {}
+        return build
     if "none" in size:
         raise ValueError(f"--img-size {' '.join(map(str, size))}: give H, H W or none")
-    return {"img_size": img_size_option([int(side) for side in size])}
+    return {"img_size": img_size_option([int(side) for side in size]), **build}
 
 
 def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[int, int]]) -> str:
@@ -85,7 +104,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     given = _one_per_model(args.checkpoint, args.model, "--checkpoint", "to skip")
     checkpoints = [None if checkpoint == "none" else checkpoint for checkpoint in given]
     sizes = _one_per_model(args.img_size, args.model, "--img-size", "for its default size")
-    builds = [_build_options(size) for size in sizes]
+    arguments = _one_per_model(args.model_arg, args.model, "--model-arg", "for none")
+    builds = [_build_options(size, given) for size, given in zip(sizes, arguments)]
     warn_if_trusting(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
