@@ -434,8 +434,8 @@ def _colour_header_problem(samples: int, photometric: str) -> Optional[str]:
         return (f"This DICOM file's PhotometricInterpretation is no DICOM term, so how its {samples} samples per "
                 "pixel make a colour is not said.")
     if expected != samples:
-        return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but PhotometricInterpretation "
-                f"{photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
+        return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but "
+                f"PhotometricInterpretation {photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
     if photometric not in SHOWN_COLOUR:
         return (f"This DICOM file's PhotometricInterpretation, {photometric}, is not one that vitroll converts to "
                 "RGB, so its pixels are not shown.")
@@ -620,8 +620,8 @@ def _missing_plugins(decoder: object) -> tuple[Plugins, Plugins]:
 
 
 def _install_advice(decoder: object) -> str:
-    """Which command installs a decoder that pydicom's ``decoder`` lacks every plugin of (a clause): :data:`INSTALL_HINT`
-    where it installs one, else the packages of another plugin and the licence that keeps them out of vitroll."""
+    """Which command installs a decoder that pydicom's ``decoder`` lacks every plugin of (a clause):
+    :data:`INSTALL_HINT` where it installs one, else the packages of another plugin and the licence that keeps them out of vitroll."""
     bundled, others = _missing_plugins(decoder)
     if bundled:
         packages = sorted({_package(need) for _, needs in bundled for need in needs} - {"numpy"})
@@ -798,7 +798,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
         if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
-                                       "middle of its pixel data, so the image is incomplete and is not shown.") from None
+                                       "middle of its pixel data, so the image is incomplete and is not "
+                                       "shown.") from None
         raise ImageReadError(path, decode_failure(dataset, error)) from None
     identifiers = {name: str(dataset.get(name, "")) for name in ("PatientID", "StudyInstanceUID", "SOPInstanceUID")}
     study = str(dataset.get("StudyInstanceUID", "")) or None
