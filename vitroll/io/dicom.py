@@ -435,7 +435,8 @@ def _colour_header_problem(samples: int, photometric: str) -> Optional[str]:
                 "pixel make a colour is not said.")
     if expected != samples:
         return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but "
-                f"PhotometricInterpretation {photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
+                f"PhotometricInterpretation {photometric} has {counted(expected, 'sample')} per pixel, so its pixels "
+                "cannot be told apart.")
     if photometric not in SHOWN_COLOUR:
         return (f"This DICOM file's PhotometricInterpretation, {photometric}, is not one that vitroll converts to "
                 "RGB, so its pixels are not shown.")
@@ -621,7 +622,8 @@ def _missing_plugins(decoder: object) -> tuple[Plugins, Plugins]:
 
 def _install_advice(decoder: object) -> str:
     """Which command installs a decoder that pydicom's ``decoder`` lacks every plugin of (a clause):
-    :data:`INSTALL_HINT` where it installs one, else the packages of another plugin and the licence that keeps them out of vitroll."""
+    :data:`INSTALL_HINT` where it installs one, else the packages of another plugin and the licence that keeps them out
+    of vitroll."""
     bundled, others = _missing_plugins(decoder)
     if bundled:
         packages = sorted({_package(need) for _, needs in bundled for need in needs} - {"numpy"})
