@@ -379,11 +379,6 @@ def img_size_option(numbers: list[int]) -> int | tuple[int, int]:
     return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
 
 
-def model_arguments_from_args(args: argparse.Namespace) -> dict[str, object]:
-    """The ``--model-arg`` values by name; one name given twice is refused (ValueError)."""
-    return model_arguments(args.model_arg)
-
-
 def model_arguments(pairs: Sequence[tuple[str, object]]) -> dict[str, object]:
     """:func:`model_argument`'s ``(name, value)`` pairs by name; one name given twice is refused (ValueError)."""
     given: dict[str, object] = {}
@@ -411,7 +406,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["img_size"] = img_size_option(args.img_size)
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
-    build.update(model_arguments_from_args(args))
+    build.update(model_arguments(args.model_arg))
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
     model = load_model_of_kind(args.model, ("an image model", "an image–text model"), pretrained=args.pretrained,
                                checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,

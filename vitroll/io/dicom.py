@@ -26,7 +26,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -631,9 +631,13 @@ def _install_advice(decoder: object) -> str:
     packages = [_package(need) for need in (others[0][1] if others else [])]
     if not packages:
         return "no package is known that adds one"
-    return f"pip install {' '.join(packages)} installs one" + "".join(
-        f" ({package} is {licence}, so vitroll does not install it)"
-        for package, licence in UNBUNDLED_DECODERS.items() if package in packages)
+    return f"pip install {' '.join(packages)} installs one" + _licence_notes(packages)
+
+
+def _licence_notes(packages: Sequence[str]) -> str:
+    """`` (P is LICENCE, so vitroll does not install it)`` for each of ``packages`` in :data:`UNBUNDLED_DECODERS`."""
+    return "".join(f" ({package} is {licence}, so vitroll does not install it)"
+                   for package, licence in UNBUNDLED_DECODERS.items() if package in packages)
 
 
 def decoder_advice(uid: object) -> str:
@@ -652,9 +656,8 @@ def decoder_advice(uid: object) -> str:
             for plugin, needs in bundled) + ", which would try it")
     if others:
         advice.append("pydicom's " + "; ".join(
-            f"{plugin} plugin would also try it" + (", with " + " and ".join(needs) if needs else "") + "".join(
-                f" ({package} is {licence}, so vitroll does not install it)"
-                for package, licence in UNBUNDLED_DECODERS.items() if package in map(_package, needs))
+            f"{plugin} plugin would also try it" + (", with " + " and ".join(needs) if needs else "")
+            + _licence_notes([_package(need) for need in needs])
             for plugin, needs in others))
     return "; ".join(advice)
 
