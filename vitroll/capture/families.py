@@ -392,6 +392,13 @@ def refusal_of(model: nn.Module, path: str = "model") -> Optional[str]:
     return None
 
 
+def refuse_if_refused(model: nn.Module) -> None:
+    """Raise the :class:`Refusal` of ``model`` when :func:`refusal_of` refuses it (its paths re-rooted by
+    :meth:`Refusal.within` where it sits inside another model)."""
+    if refusal_of(model) is not None:
+        raise Refusal(lambda path: refusal_of(model, path))
+
+
 def check_module(model: object) -> None:
     """Refuse, in one line, a ``model`` that is not an ``nn.Module`` (a model's name, or the arguments swapped)."""
     if not isinstance(model, nn.Module):
@@ -413,8 +420,7 @@ def family_of(model: nn.Module) -> ModelFamily:
     family = registered_family(model)
     if family is not None:
         return family
-    if refusal_of(model) is not None:
-        raise Refusal(lambda path: refusal_of(model, path))
+    refuse_if_refused(model)
     raise UnsupportedModelError(unsupported_message(type(model).__name__))
 
 
