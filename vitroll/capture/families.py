@@ -342,7 +342,11 @@ class Refusal(UnsupportedModelError):
 
 def module_path(model: nn.Module, module: nn.Module, path: str = "model") -> str:
     """How ``module`` inside ``model`` (itself spelt ``path``) is reached in Python: ``model.visual.trunk[1]``."""
-    name = next(name for name, inner in model.named_modules() if inner is module)
+    return _python_path(next(name for name, inner in model.named_modules() if inner is module), path)
+
+
+def _python_path(name: str, path: str) -> str:
+    """The dotted module ``name`` (``visual.trunk.1``) spelt in Python from ``path``: ``model.visual.trunk[1]``."""
     return path + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split(".") if part)
 
 
@@ -386,7 +390,7 @@ def refusal_of(model: nn.Module, path: str = "model") -> Optional[str]:
         for name, module in model.named_modules():
             if name and registered_family(module) is not None:
                 return (f"{type(model).__name__} is of no registered model family, but the {type(module).__name__} it "
-                        f"holds is: explain {module_path(model, module, path)}, whose own preprocessing vitroll "
+                        f"holds is: explain {_python_path(name, path)}, whose own preprocessing vitroll "
                         "applies to images (a tensor must be its input), or register the wrapper with "
                         "vitroll.register_family")
     return None
