@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.capture.families import Refusal, refusal_of, registered_family
+from vitroll.capture.families import refuse_if_refused, registered_family
 from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
 
@@ -165,8 +165,7 @@ class Preprocessing:
                 if input_channels(model) == 1:
                     preprocessing = replace(preprocessing, channels=1)
                 return preprocessing.with_overrides(**overrides)
-        if refusal_of(model) is not None:
-            raise Refusal(lambda path: refusal_of(model, path))
+        refuse_if_refused(model)
         raise UnsupportedModelError(f"{type(model).__name__} belongs to no registered model family, so its "
                                     "preprocessing is unknown; see vitroll.register_family")
 

@@ -342,7 +342,11 @@ class Refusal(UnsupportedModelError):
 
 def module_path(model: nn.Module, module: nn.Module, path: str = "model") -> str:
     """How ``module`` inside ``model`` (itself spelt ``path``) is reached in Python: ``model.visual.trunk[1]``."""
-    name = next(name for name, inner in model.named_modules() if inner is module)
+    return _python_path(next(name for name, inner in model.named_modules() if inner is module), path)
+
+
+def _python_path(name: str, path: str) -> str:
+    """The dotted module ``name`` (``visual.trunk.1``) spelt in Python from ``path``: ``model.visual.trunk[1]``."""
     return path + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split(".") if part)
 
 
@@ -386,10 +390,17 @@ def refusal_of(model: nn.Module, path: str = "model") -> Optional[str]:
         for name, module in model.named_modules():
             if name and registered_family(module) is not None:
                 return (f"{type(model).__name__} is of no registered model family, but the {type(module).__name__} it "
-                        f"holds is: explain {module_path(model, module, path)}, whose own preprocessing vitroll "
+                        f"holds is: explain {_python_path(name, path)}, whose own preprocessing vitroll "
                         "applies to images (a tensor must be its input), or register the wrapper with "
                         "vitroll.register_family")
     return None
+
+
+def refuse_if_refused(model: nn.Module) -> None:
+    """Raise the :class:`Refusal` of ``model`` when :func:`refusal_of` refuses it (its paths re-rooted by
+    :meth:`Refusal.within` where it sits inside another model)."""
+    if refusal_of(model) is not None:
+        raise Refusal(lambda path: refusal_of(model, path))
 
 
 def check_module(model: object) -> None:
@@ -413,8 +424,7 @@ def family_of(model: nn.Module) -> ModelFamily:
     family = registered_family(model)
     if family is not None:
         return family
-    if refusal_of(model) is not None:
-        raise Refusal(lambda path: refusal_of(model, path))
+    refuse_if_refused(model)
     raise UnsupportedModelError(unsupported_message(type(model).__name__))
 
 
