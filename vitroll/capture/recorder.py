@@ -119,7 +119,6 @@ def attach_sdpa_call(module: nn.Module, sink: AttentionSink) -> Callable[[], Non
     return attach_kernel_swap(module, lambda _args: sink.attention)
 
 
-
 def _patch_sides(size: int, cells: int) -> tuple[float, float]:
     """The open interval of patch sides that cut ``size`` pixels into ``cells`` patches, rounded either way (a
     padded last patch, or a cropped one)."""
@@ -137,6 +136,7 @@ def _refuse_grid_off_the_image(family: str, grid: tuple[int, int], image_hw: tup
             f"{image_hw[1]} input: its rows would be {image_hw[0] / grid[0]:.3g} pixels high and its columns "
             f"{image_hw[1] / grid[1]:.3g} wide; the grid must be (H // patch, W // patch) of the input the model ran "
             "on")
+
 
 class AttentionRecorder:
     """Context manager that records the attention probabilities of every layer of a model.
