@@ -62,10 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _under_torchrun() -> bool:
+    """Whether torchrun (or ``--processes``) started this process as one of several ranks."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def _init_distributed(args: argparse.Namespace) -> bool:
     """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA. True when
     this call made the group (then :func:`run` destroys it)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
+    if not _under_torchrun() or torch.distributed.is_initialized():
         return False
     cuda = (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
     if cuda:
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
     )
-    if args.processes > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if args.processes > 1 and not _under_torchrun():
         return run_ranks(args.argv, args.processes)
     joined = _init_distributed(args)
     try:
