@@ -519,7 +519,7 @@ def test_an_input_named_near_the_file_systems_limit_gets_outputs_that_fit(tmp_pa
 
 
 FAILING_RANK_LAUNCHER = '''
-import errno, os, sys
+import errno, os, sys, time
 from vitroll.cli import main
 from vitroll.pipelines import manifest
 
@@ -531,11 +531,14 @@ def full_disk(descriptor):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def append(self, rows):  # rank 1's disk fills up after its first batch
+def append(self, rows):  # rank 1's disk fills up after its first batch, once rank 0 has a row on disk
     global appended
     appended += 1
     real_fsync = os.fsync
     if os.environ["RANK"] == "1" and appended > 1:
+        rank0_shard = self.path.with_name("manifest.rank0.jsonl")
+        while not (rank0_shard.exists() and rank0_shard.stat().st_size):  # a loaded machine may start rank 0 late
+            time.sleep(0.1)
         os.fsync = full_disk
     try:
         real_append(self, rows)
