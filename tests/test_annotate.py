@@ -221,6 +221,23 @@ def test_missing_input_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("nowhere: no such folder or list file")
 
 
+def test_inputs_are_found_once_and_before_the_model_is_loaded(messy, tmp_path, monkeypatch, capsys):
+    """A missing INPUT was told only once the model was loaded (minutes for a large --pretrained one)."""
+    from vitroll.commands import annotate as command
+
+    loaded, found = [], []
+    real_load, real_discover = command.model_from_args, folder.discover
+    monkeypatch.setattr(command, "model_from_args", lambda args: loaded.append(args.model) or real_load(args))
+    monkeypatch.setattr(folder, "discover", lambda *args, **how: found.append(args) or real_discover(*args, **how))
+    assert annotate(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {tmp_path / 'nowhere'}: no such folder or list file\n"
+    assert loaded == []
+    found.clear()
+    assert annotate(str(messy), "--out", str(tmp_path / "out")) == 3
+    assert len(found) == 1 and len(loaded) == 1  # the inputs the check found are the run's
+    assert len(rows(tmp_path / "out")) == len(GOOD) - 2 + len(BAD)  # a/x.png and b/x.png are in sub-folders
+
+
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:

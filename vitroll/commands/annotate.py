@@ -27,7 +27,7 @@ from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
-    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, together, world,
+    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
 )
 from vitroll.pipelines.ranks import run_ranks
 from vitroll.preprocess import Preprocessing
@@ -126,13 +126,14 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
     rank, world_size = world()
     try:
         with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank
+            inputs = find_inputs(args.input, args.out, options)  # before a model load that may take minutes
             settings = settings_from_args(args)
             model = model_from_args(args)
             preprocessing = preprocessing_from_args(model, args)
             names = class_names(model, args.class_names)
             identity = _settings_identity(args, model, preprocessing, settings, options, names)
         result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
-                          class_names=names, options=options)
+                          class_names=names, options=options, inputs=inputs)
     except ReportedByRankZero:
         return EXIT_USER_ERROR
     if rank == 0:
