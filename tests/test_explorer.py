@@ -124,13 +124,18 @@ def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, w
         assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
 
 
+def tiny_backbone() -> torch.nn.Module:
+    """A transformers ViTModel without a classification head (2 layers, 2 heads, a 4×4 grid)."""
+    from transformers import ViTConfig, ViTModel
+
+    return ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                              image_size=32, patch_size=8), add_pooling_layer=False).eval()
+
+
 def test_a_model_without_a_classification_head_shows_no_empty_top_classes_box(model):
     """The title line says "no classification head"; the top-classes box under the maps stayed, empty but for an
     icon."""
-    from transformers import ViTConfig, ViTModel
-
-    backbone = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  image_size=32, patch_size=8), add_pooling_layer=False).eval()
+    backbone = tiny_backbone()
     for page_model, shown in ((backbone, False), (model, True)):
         page = vitroll.app.build_app(page_model, model_label="m")
         top, = [block for block in page.blocks.values() if getattr(block, "elem_id", None) == "top-classes"]
@@ -371,6 +376,28 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head, prompts.")
     with pytest.raises(AppError, match="CLIPModel is an image–text model: give at least one prompt"):
         client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", "jet", " \n ", api_name="/explain")
+
+
+def test_the_note_on_a_backbones_page_names_no_target_class():
+    """A backbone's page has no target-class menu, but its note said "rollout does not use: layer, target class,
+    head"."""
+    from gradio_client import Client, handle_file
+
+    from vitroll.app import build_app, serve
+
+    app = build_app(tiny_backbone(), model_label="backbone")
+    note, = [block for block in app.blocks.values() if getattr(block, "elem_id", None) == "note"]
+    assert note.value == "**rollout** does not use: layer, head. The per-head grid shows layer 1."
+    url = serve(app, host="127.0.0.1", port=free_port(), block=False)
+    try:
+        client = Client(url, verbose=False)
+        notes = [client.predict(handle_file(CROSS), method, "mean", 0.0, 0, 1, head, "predicted",
+                                api_name="/explain")[3] for method, head in (("rollout", "all"), ("attention", "1"))]
+    finally:
+        app.close()
+    assert notes == ["**rollout** does not use: layer, head. The per-head grid shows layer 1.",
+                     "**attention** does not use: discard ratio, start layer, head fusion. The per-head grid shows "
+                     "layer 1."]
 
 
 def test_the_target_menu_follows_the_prompts():

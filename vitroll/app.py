@@ -104,8 +104,10 @@ def target_menu_update(prompts: str, target_class: str) -> "Any":
     return require_gradio().update(choices=target_choices(lines, image_text=True), value=kept)
 
 
-def ignored_note(method: str, ignored: Sequence[str], layer: int) -> str:
-    """One Markdown line: which controls ``method`` does not use, and which layer the head grid shows."""
+def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu: bool = True) -> str:
+    """One Markdown line: which controls ``method`` does not use, and which layer the head grid shows.
+    ``target_menu``: whether the page has a target-class menu (a backbone's has none, so it is not named)."""
+    ignored = [label for label in ignored if target_menu or label != "target class"]
     unused = f"**{method}** does not use: {', '.join(ignored)}." if ignored else f"**{method}** uses every control."
     return f"{unused} The per-head grid shows layer {layer}."
 
@@ -175,7 +177,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         return (exploration.overlay, exploration.head_grid, top or None,
-                ignored_note(method, exploration.ignored, controls.layer))
+                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes))
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
@@ -204,7 +206,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
                                    visible=outline.has_classes)  # else an empty box
-                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
+                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
+                                                    target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
                              outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
