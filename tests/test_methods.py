@@ -208,3 +208,42 @@ def test_random_baseline_gives_each_input_its_own_map_whatever_its_batch(tiny):
     torch.testing.assert_close(alone, together, rtol=0, atol=0)
     torch.testing.assert_close(random_map(model, images[[2, 0, 1]], seed=5), together[[2, 0, 1]], rtol=0, atol=0)
     assert not torch.equal(alone[0], alone[1])
+
+
+PREFIX_LAYOUTS = {  # timm ViTs whose decision row is not the class token's alone, or has more prefix tokens
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
+    "registers": ("vit_tiny_patch16_224", {"reg_tokens": 2}),
+    "average_pool": ("vit_tiny_patch16_224", {"class_token": False, "global_pool": "avg"}),
+}
+
+
+def decision_row(layout) -> np.ndarray | None:
+    """The row (N,) that the head reads from the final tokens: None for the class token's own; DeiT's class and
+    distillation tokens half each; an average pool each patch token 1 / (h·w)."""
+    prefix, patches = layout.num_prefix_tokens, layout.num_tokens - layout.num_prefix_tokens
+    if layout.readout == "class_token":
+        return None
+    if layout.readout == "prefix_mean":
+        return np.r_[np.full(prefix, 1 / prefix), np.zeros(patches)]
+    return np.r_[np.zeros(prefix), np.full(patches, 1 / patches)]
+
+
+@pytest.mark.parametrize("kind", PREFIX_LAYOUTS)
+def test_gradient_methods_match_per_image_autograd_on_every_prefix_layout(kind):
+    """Each image of a batch, explained for its own class, equals its float64 reference read at the model's decision
+    row: the distillation token, register tokens and an average pool each move that row."""
+    torch.manual_seed(3)
+    architecture, kwargs = PREFIX_LAYOUTS[kind]
+    model = sharpen_attention(timm.create_model(architecture, img_size=(48, 32), depth=2, embed_dim=48, num_heads=3,
+                                                num_classes=5, **kwargs))
+    images, targets = torch.randn(3, 3, 48, 32), [4, 0, 2]
+    relevance = chefer(model, images, target_class=targets)
+    rolled = grad_rollout(model, images, target_class=targets, discard_ratio=0.5)
+    _, layout, _ = record_attention(model, images[:1])
+    prefix, readout = layout.num_prefix_tokens, decision_row(layout)
+    for i, target in enumerate(targets):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], target)
+        for maps, expected in ((relevance, reference_chefer(attentions, gradients, prefix, (3, 2), readout)),
+                               (rolled, reference_grad_rollout(attentions, gradients, prefix, (3, 2), 0.5, readout))):
+            assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
+            np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
