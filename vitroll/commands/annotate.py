@@ -29,7 +29,7 @@ from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
     PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
 )
-from vitroll.pipelines.ranks import run_ranks
+from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks
 from vitroll.preprocess import Preprocessing
 
 
@@ -101,17 +101,26 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
             "disagree_below": options.disagree_below}
 
 
-def run(args: argparse.Namespace) -> int:
+def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
     if args.disagree_below is not None and not args.compare_with:
         raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
                          "give --compare-with")
-    options = AnnotateOptions(
+    return AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers,
         save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = _options_from_args(args)
+    except ValueError as error:
+        if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
+            return leave_to_rank_zero(f"vitroll: error: {error}", EXIT_USER_ERROR)
+        raise
     if args.processes > 1 and not _under_torchrun():
         return run_ranks(args.argv, args.processes)
     joined = _init_distributed(args)
