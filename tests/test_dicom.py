@@ -251,13 +251,15 @@ def test_rgb_and_ybr_colour(tmp_path):
                "are not shown."),
     (FAKE_IDS["StudyID"], 3, "This DICOM file's PhotometricInterpretation is no DICOM term, so how its 3 samples per "
                              "pixel make a colour is not said."),
+    ("RGB", 1, "This DICOM file's header is inconsistent: SamplesPerPixel is 1, but PhotometricInterpretation RGB "
+               "has 3 samples per pixel, so its pixels cannot be told apart."),
 ])
 def test_a_colour_header_that_does_not_hold_together_is_named_in_vitrolls_words(tmp_path, photometric, samples,
                                                                                  reason):
     """SamplesPerPixel 3 with MONOCHROME2 was reported as "pydicom said: unsupported PhotometricInterpretation" (words
     of vitroll's own, put in pydicom's mouth) and as damaged pixel data; a palette with 3 samples quoted pydicom's
-    missing lookup table. The reason now says what in the header disagrees, and quotes no value that is no DICOM
-    term."""
+    missing lookup table; RGB with 1 sample was shown as grey from the first third of its bytes. The reason now says
+    what in the header disagrees, and quotes no value that is no DICOM term."""
     import pydicom
 
     path = write_dicom(tmp_path / "colour.dcm", np.zeros((8, 8, 3), np.uint8), photometric="RGB")
@@ -268,6 +270,99 @@ def test_a_colour_header_that_does_not_hold_together_is_named_in_vitrolls_words(
     with pytest.raises(ImageReadError) as caught:
         read_dicom(path)
     assert caught.value.reason == reason
+
+
+def header_lie(tmp_path: Path, name: str, **changes: object) -> Path:
+    """pydicom's bundled file ``name`` saved under ``tmp_path`` with the header elements ``changes`` (None: removed)."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    dataset = pydicom.dcmread(get_testdata_file(name))
+    for keyword, value in changes.items():
+        if value is None:
+            del dataset[keyword]
+        else:
+            setattr(dataset, keyword, value)
+    path = tmp_path / name
+    dataset.save_as(path)
+    return path
+
+
+DOES_NOT_FIT = "This DICOM file's header does not fit its pixel data: "
+NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
+
+
+@pytest.mark.parametrize(("name", "changes", "mismatch"), [
+    ("examples_rgb_color.dcm", {"PhotometricInterpretation": "MONOCHROME2", "SamplesPerPixel": 1},
+     "Rows 240, Columns 320, SamplesPerPixel 1 and BitsAllocated 8 over 1 frame make 76800 bytes, but its pixel data "
+     "holds 230400 (3 times that)"),
+    ("CT_small.dcm", {"Rows": 64}, "Rows 64, Columns 128, SamplesPerPixel 1 and BitsAllocated 16 over 1 frame make "
+                                   "16384 bytes, but its pixel data holds 32768 (2 times that)"),
+    ("CT_small.dcm", {"Columns": 127}, "Rows 128, Columns 127, SamplesPerPixel 1 and BitsAllocated 16 over 1 frame "
+                                      "make 32512 bytes, but its pixel data holds 32768"),
+    ("CT_small.dcm", {"BitsAllocated": 8, "BitsStored": 8, "HighBit": 7},
+     "Rows 128, Columns 128, SamplesPerPixel 1 and BitsAllocated 8 over 1 frame make 16384 bytes, but its pixel data "
+     "holds 32768 (2 times that)"),
+    ("examples_palette.dcm", {"BitsAllocated": 16},
+     "Rows 350, Columns 800, SamplesPerPixel 1 and BitsAllocated 16 over 1 frame make 560000 bytes, but its pixel data "
+     "holds 280000 (1/2 of that)"),
+    ("rtdose.dcm", {"NumberOfFrames": 5}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 5 frames "
+                                          "make 2000 bytes, but its pixel data holds 6000 (3 times that)"),
+    ("rtdose.dcm", {"NumberOfFrames": 20}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 20 frames "
+                                           "make 8000 bytes, but its pixel data holds 6000"),
+    ("liver_1frame.dcm", {"Columns": 256}, "Rows 512, Columns 256, SamplesPerPixel 1 and BitsAllocated 1 over 1 frame "
+                                           "make 16384 bytes, but its pixel data holds 32768 (2 times that)"),
+    ("examples_rgb_color.dcm", {"PhotometricInterpretation": "YBR_FULL_422"},
+     "Rows 240, Columns 320, SamplesPerPixel 3, PhotometricInterpretation YBR_FULL_422 and BitsAllocated 8 over 1 "
+     "frame make 153600 bytes, but its pixel data holds 230400"),
+    ("image_dfl.dcm", {"Rows": 256}, "Rows 256, Columns 512, SamplesPerPixel 1 and BitsAllocated 8 over 1 frame make "
+                                     "131072 bytes, but its pixel data holds 262144 (2 times that)"),
+    ("MR_small_bigendian.dcm", {"Rows": 128}, "Rows 128, Columns 64, SamplesPerPixel 1 and BitsAllocated 16 over 1 "
+                                              "frame make 16384 bytes, but its pixel data holds 8192 (1/2 of that)"),
+])
+def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_naming_both(tmp_path, name, changes,
+                                                                                        mismatch):
+    """pydicom reads a frame from the first bytes of native pixel data of any greater length (and of a deflated data
+    set's), so a grey header over RGB bytes showed the first third of them as a grey image, too few rows the top of
+    the image, Columns one short a sheared one, BitsAllocated 8 over 16-bit data the low bytes as pixels, and fewer
+    frames than there are the first ones only: a wrong image shown as if it were right. Too few bytes were refused in
+    pydicom's words after "damaged or unusual" advice. Both are now refused before decoding, naming the numbers."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, name, **changes))
+    assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+@pytest.mark.parametrize("name", ["MR_small_padded.dcm", "SC_rgb_small_odd.dcm", "SC_rgb_small_odd_big_endian.dcm",
+                                  "SC_ybr_full_422_uncompressed.dcm", "liver_1frame.dcm", "rtdose.dcm"])
+def test_pixel_data_padded_with_zero_bytes_still_reads(name):
+    """One byte after an odd length (a 3 × 3 RGB image's 27 bytes) and trailing zero bytes (MR_small_padded.dcm:
+    128 past its 8192) are padding, as pydicom reads them; the image is the unpadded file's."""
+    from pydicom.data import get_testdata_file
+
+    decoded = read_dicom(get_testdata_file(name))
+    assert decoded.frames and decoded.frames[0][1].std() > 0
+    if name == "MR_small_padded.dcm":
+        assert (decoded.frames[0][1] == read_dicom(get_testdata_file("MR_small.dcm")).frames[0][1]).all()
+
+
+def test_excess_pixel_data_left_in_the_file_is_judged_by_its_bytes(tmp_path):
+    """A Part 10 file's pixel data larger than :data:`PIXEL_DATA_DEFERRED` stays in the file while frames are read
+    one at a time: its bytes past the frames are read from there, zeros allowed, anything else refused."""
+    import pydicom
+
+    image = body_phantom(512)
+    path = write_dicom(tmp_path / "big.dcm", image)
+    dataset = pydicom.dcmread(path)
+    frame = dataset.PixelData
+    dataset.PixelData = frame + bytes(3 * 2**20)  # more than one part of the zero check
+    dataset.save_as(path)
+    assert (grey(path) > 0).sum() == (image > 0).sum()
+    dataset.PixelData = frame + bytes(3 * 2**20) + b"\x01\x00"
+    dataset.save_as(path)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(path)
+    assert caught.value.reason == (DOES_NOT_FIT + "Rows 512, Columns 512, SamplesPerPixel 1 and BitsAllocated 16 over "
+                                   "1 frame make 524288 bytes, but its pixel data holds 3670018" + NOT_SHOWN)
 
 
 def with_raw_element(path: Path, tag: int, vr: str, value: str) -> Path:

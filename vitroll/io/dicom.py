@@ -426,17 +426,25 @@ SHOWN_COLOUR = ("PALETTE COLOR", "RGB", "YBR_FULL", "YBR_FULL_422", "YBR_PARTIAL
 """The colour Photometric Interpretations that are converted to RGB."""
 
 
+def _samples_problem(samples: int, photometric: str) -> Optional[str]:
+    """Why ``samples`` per pixel contradict a DICOM term ``photometric`` (RGB with 1 sample: its bytes would be
+    read as grey), a sentence; None when they agree or ``photometric`` is no DICOM term."""
+    expected = SAMPLES_PER_PIXEL.get(photometric)
+    if expected is None or expected == samples:
+        return None
+    return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but PhotometricInterpretation "
+            f"{photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
+
+
 def _colour_header_problem(samples: int, photometric: str) -> Optional[str]:
     """Why the header of a colour image (``samples`` > 1, or a palette) keeps its pixels from being shown, a
     sentence; None when nothing does. A value that is no DICOM term is not quoted: a header field may hold anything."""
-    expected = SAMPLES_PER_PIXEL.get(photometric)
-    if expected is None:
+    if photometric not in SAMPLES_PER_PIXEL:
         return (f"This DICOM file's PhotometricInterpretation is no DICOM term, so how its {samples} samples per "
                 "pixel make a colour is not said.")
-    if expected != samples:
-        return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but "
-                f"PhotometricInterpretation {photometric} has {counted(expected, 'sample')} per pixel, so its pixels "
-                "cannot be told apart.")
+    problem = _samples_problem(samples, photometric)
+    if problem is not None:
+        return problem
     if photometric not in SHOWN_COLOUR:
         return (f"This DICOM file's PhotometricInterpretation, {photometric}, is not one that vitroll converts to "
                 "RGB, so its pixels are not shown.")
@@ -514,6 +522,73 @@ def _read_dataset(path: Path) -> tuple["Dataset", bool]:
 
 PIXEL_DATA_KEYWORDS = ("PixelData", "FloatPixelData", "DoubleFloatPixelData")
 """The elements that hold an image's pixels (integer, float and double pixel data)."""
+
+
+def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, from_file: bool) -> Optional[str]:
+    """Why the native pixel data of ``dataset`` cannot be the ``count`` frames its header describes, a sentence; None
+    when its length fits them (or its pixel data is compressed, or the header lacks what the length follows from: the
+    decoder then names it).
+
+    pydicom reads a frame from the first bytes of whatever length the pixel data has, so a header that says 1 sample
+    per pixel over RGB bytes, too few rows or columns, 8 bits for 16 or fewer frames than there are showed a wrong
+    image as if it were right. One padding byte after an odd length is allowed (PS3.5 8.1.1), and so are further
+    trailing zero bytes, which pydicom drops as excess padding (its MR_small_padded.dcm); other bytes beyond the
+    frames are image data the header does not account for. ``from_file``: a deferred value is read from ``path``
+    (a Part 10 file that is not deflated)."""
+    from pydicom.dataelem import RawDataElement
+    from pydicom.datadict import tag_for_keyword
+    from pydicom.pixels.utils import get_expected_length
+
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    if syntax is None or syntax.is_encapsulated:
+        return None
+    tag = tag_for_keyword(next(keyword for keyword in PIXEL_DATA_KEYWORDS if keyword in dataset))
+    element = dataset.get_item(tag, keep_deferred=True)
+    deferred = isinstance(element, RawDataElement) and element.value is None
+    if deferred and element.length == UNDEFINED_LENGTH:
+        return None  # fragments under a native transfer syntax: the decoder tells
+    length = element.length if isinstance(element, RawDataElement) else len(element.value or b"")
+    try:
+        expected = get_expected_length(dataset, unit="bytes")
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    padded = expected + expected % 2
+    if length in (expected, padded) or length > padded and _zeros_from(path, dataset, tag, padded, from_file=from_file):
+        return None
+    ratio = (f" ({length // expected} times that)" if expected and length % expected == 0 else
+             f" (1/{expected // length} of that)" if length and expected % length == 0 else "")
+    subsampled = ", PhotometricInterpretation YBR_FULL_422" if "YBR_FULL_422" in str(
+        dataset.get("PhotometricInterpretation", "")) else ""  # two samples per pixel, not three
+    return (f"This DICOM file's header does not fit its pixel data: Rows {dataset.Rows}, Columns {dataset.Columns}, "
+            f"SamplesPerPixel {dataset.get('SamplesPerPixel', 1)}{subsampled} and BitsAllocated "
+            f"{dataset.BitsAllocated} over {counted(count, 'frame')} make {expected} bytes, but its pixel data holds "
+            f"{length}{ratio}, so the image would be drawn wrong and is not shown.")
+
+
+UNDEFINED_LENGTH = 0xFFFFFFFF
+"""The length of an element whose end is marked by a delimiter (encapsulated pixel data, sequences)."""
+
+
+def _zeros_from(path: Path, dataset: "Dataset", tag: int, start: int, *, from_file: bool) -> bool:
+    """Whether the value of element ``tag`` holds only zero bytes from byte ``start`` on: its raw bytes where they were
+    read, else read from ``path`` a part at a time when ``from_file`` (:data:`PIXEL_DATA_DEFERRED`), else (deflated)
+    the converted value."""
+    from pydicom.dataelem import RawDataElement
+
+    element = dataset.get_item(tag, keep_deferred=True)
+    if not (from_file and isinstance(element, RawDataElement) and element.value is None):
+        tail = (element.value if isinstance(element, RawDataElement) and element.value is not None
+                else dataset[tag].value)[start:]
+        return tail.count(0) == len(tail)
+    left = element.length - start
+    with open(path, "rb") as file:
+        file.seek(element.value_tell + start)
+        while left > 0:
+            part = file.read(min(left, 2**20))
+            if not part or part.count(0) != len(part):  # a file cut short is not judged zero
+                return False
+            left -= len(part)
+    return True
 
 
 def _empty(dataset: "Dataset", keyword: str) -> bool:
@@ -781,10 +856,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     grey = samples == 1 and photometric != "PALETTE COLOR"
-    if not grey:
-        problem = _colour_header_problem(samples, photometric)
-        if problem is not None:
-            raise ImageReadError(path, problem)
+    problem = _samples_problem(samples, photometric) if grey else _colour_header_problem(samples, photometric)
+    if problem is not None:
+        raise ImageReadError(path, problem)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
@@ -792,6 +866,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     # other failures (a truncation…) from there
     from_file = part10 and syntax is not None and not syntax.is_deflated
     cut_short = part10 and _cut_short(path, dataset)  # told before decoding converts the element it judges
+    problem = _pixel_data_length_problem(path, dataset, count, from_file=from_file)
+    if problem is not None:
+        raise ImageReadError(path, problem)
     try:
         with _native_stderr_discarded():
             try:
