@@ -70,12 +70,23 @@ def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, s
     ------
     MethodOptionError
         For a layer or start layer that is not a whole number.
+    ValueError
+        For a target class that is neither :data:`PREDICTED` nor an index (:func:`target_index`).
     """
     return ExplorerControls(
         method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=whole(start_layer),
         layer=whole(layer), head=None if head == ALL_HEADS else int(head),
-        target_class=None if target_class == PREDICTED else int(target_class), prompts=prompt_lines(prompts),
+        target_class=None if target_class == PREDICTED else target_index(target_class), prompts=prompt_lines(prompts),
     )
+
+
+def target_index(choice: str) -> int:
+    """The class (or prompt) index a target-class menu value names; an image–text model's menu takes typed values
+    (its prompts change on the page), so a prompt's text typed there is refused, naming what the menu takes."""
+    if not (choice.isascii() and choice.isdigit()):
+        raise ValueError(f"target class: {choice!r} is not offered; choose {PREDICTED!r} or a prompt's number from "
+                         "the menu (0 for the first prompt)")
+    return int(choice)
 
 
 def whole(number: float) -> "int | float":
@@ -190,9 +201,9 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               elem_id="image"))
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
-                controls = _control_widgets(gr, outline)
-                colormap = gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))), value=settings.cmap,
-                                       label="colormap")
+                controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
+                colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
+                                                                     value=settings.cmap, label="colormap"))
                 prompts = [gr.Textbox("\n".join(DEFAULT_PROMPTS), lines=3, label="prompts (one per line)",
                                       elem_id="prompts")] if outline.image_text else []
                 button = gr.Button("Explain", variant="primary")
@@ -257,6 +268,30 @@ def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
 
     box.preprocess = readable_preprocess
     return box
+
+
+def _refusing_values_off_the_menu(widget: "gradio.Dropdown | gradio.Slider") -> "gradio.Dropdown | gradio.Slider":
+    """``widget`` with a value it does not offer (sent through the API: a method not in the menu, a slider beyond its
+    ends) refused in one line naming the widget and what it offers; Gradio's own refusal names neither, and prints a
+    traceback on the server's terminal."""
+    gr = require_gradio()
+    preprocess = widget.preprocess
+
+    def checked_preprocess(payload: Any) -> Any:
+        try:
+            value = preprocess(payload)
+        except (gr.Error, TypeError, ValueError):
+            value = None
+        if value is None:  # a menu passes None on as it is
+            if isinstance(widget, gr.Slider):
+                offered = f"a number from {widget.minimum:g} to {widget.maximum:g}"
+            else:
+                offered = "one of " + ", ".join(str(value) for _, value in widget.choices)
+            raise refusal(f"{widget.label}: {payload!r} is not offered; choose {offered}")
+        return value
+
+    widget.preprocess = checked_preprocess
+    return widget
 
 
 def _describe(outline: ModelOutline) -> str:
