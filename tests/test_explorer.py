@@ -486,6 +486,20 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
+    """Gradio draws an example's thumbnail with an empty ``alt``: its button had no name ("button", "image")."""
+    from vitroll.app import example_images
+
+    names = [path.name for path in example_images(ROOT / "sample_images")]
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=names[0], exact=True).wait_for(timeout=30_000)
+        buttons = page.locator("#examples button")
+        assert buttons.evaluate_all("buttons => buttons.map(button => button.querySelector('img').alt)") == names
+        for name in names:
+            assert page.get_by_role("button", name=name, exact=True).count() == 1, name
+        assert not errors
+
+
 def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
     """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
     boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""

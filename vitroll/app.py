@@ -47,6 +47,19 @@ PAGE_CSS = """
 """
 """The page's pictures as wide as their boxes, a tall one no taller than most of the window: Gradio shows a picture at
 most at its own size, so an 8×8 image and its overlay were an 8-pixel strip under their boxes' buttons."""
+PAGE_JS = """
+() => {
+  const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
+  const label = () => document.querySelectorAll("#examples img").forEach(image => {
+    if (image.alt !== name(image)) image.alt = image.title = name(image);
+  });
+  new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
+                                                      attributeFilter: ["src"]});
+  label();
+}
+"""
+"""Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
+text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
@@ -200,7 +213,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image"))
                 if examples:
-                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
+                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples", elem_id="examples")
                 controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
                 colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
                                                                      value=settings.cmap, label="colormap"))
@@ -351,7 +364,7 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
     public share link; with ``block``, until Ctrl-C, after one line on stdout with the page's address (Gradio's own
     start-up lines advise ``share=True``, which vitroll does not offer). Returns the page's local URL."""
     _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS,
+                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS, js=PAGE_JS,
                                  allowed_paths=sorted({str(path.parent) for path in examples}))
     if block:
         print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)
