@@ -342,6 +342,35 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
+def test_a_value_the_page_does_not_offer_sent_through_the_api_is_refused_in_one_line(served, capfd):
+    """A method, head, colormap, … that is not on the page's menus, or a slider beyond its ends, sent through
+    ``gradio_client``: Gradio's refusal named no widget ("Value: nonsense is not in the list of choices: [...]") and
+    printed a traceback on the server's terminal; a menu left empty (None) got as far as ``int(None)``."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False)
+    good = dict(method="rollout", head_fusion="mean", discard_ratio=0.0, start_layer=0, layer=3, head="all",
+                target_class="predicted", cmap="jet")
+    methods = ", ".join(sorted(vitroll.METHODS))
+    for widget, value, message in (
+            ("method", "nonsense", f"method: 'nonsense' is not offered; choose one of {methods}"),
+            ("method", None, f"method: None is not offered; choose one of {methods}"),
+            ("head_fusion", "median", "head fusion: 'median' is not offered; choose one of mean, max, min"),
+            ("head", "head 9", "head: 'head 9' is not offered; choose one of all, 0, 1, 2, 3"),
+            ("head", None, "head: None is not offered; choose one of all, 0, 1, 2, 3"),
+            ("target_class", "cross", "target class: 'cross' is not offered; choose one of predicted, 0, 1, 2, 3"),
+            ("cmap", "nocmap", "colormap: 'nocmap' is not offered; choose one of jet, turbo, viridis, inferno, "
+                               "magma, cividis, gray"),
+            ("discard_ratio", 5.0, "discard ratio: 5.0 is not offered; choose a number from 0 to 0.99"),
+            ("start_layer", -1, "start layer: -1 is not offered; choose a number from 0 to 3"),
+            ("layer", "abc", "layer (per-head grid, single head): 'abc' is not offered; choose a number from 0 to 3")):
+        with pytest.raises(AppError) as refused:
+            client.predict(handle_file(CROSS), *{**good, widget: value}.values(), api_name="/explain")
+        assert str(refused.value) == message
+    assert "Traceback" not in capfd.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def served_clip(clip):
     """The explorer page for the small CLIP model, served on 127.0.0.1 at a free port."""
@@ -376,6 +405,10 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head, prompts.")
     with pytest.raises(AppError, match="CLIPModel is an image–text model: give at least one prompt"):
         client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", "jet", " \n ", api_name="/explain")
+    with pytest.raises(AppError) as refused:  # the menu takes typed values: a prompt's text is not its number
+        client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "a dog", "jet", "a dog\na cat", api_name="/explain")
+    assert str(refused.value) == ("target class: 'a dog' is not offered; choose 'predicted' or a prompt's number from "
+                                  "the menu (0 for the first prompt)")  # was: invalid literal for int() …
 
 
 def test_the_note_on_a_backbones_page_names_no_target_class():
@@ -450,6 +483,20 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=sources[-1])
         assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
                                                               ).startswith("linear-gradient(to right, rgb(68, 1, 84) 0%")
+        assert not errors
+
+
+def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
+    """Gradio draws an example's thumbnail with an empty ``alt``: its button had no name ("button", "image")."""
+    from vitroll.app import example_images
+
+    names = [path.name for path in example_images(ROOT / "sample_images")]
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=names[0], exact=True).wait_for(timeout=30_000)
+        buttons = page.locator("#examples button")
+        assert buttons.evaluate_all("buttons => buttons.map(button => button.querySelector('img').alt)") == names
+        for name in names:
+            assert page.get_by_role("button", name=name, exact=True).count() == 1, name
         assert not errors
 
 
