@@ -10,6 +10,7 @@ import torch
 from timm.models.cait import Cait
 
 from vitroll import METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map
+from vitroll.errors import OptionValueError
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
@@ -148,12 +149,32 @@ def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
                                METHODS[name](model, images[:1], **options).maps)
 
 
-def test_bad_target_class_is_a_clear_error(tiny):
+@pytest.mark.parametrize("target, message", [
+    (7, "target_class 7 is out of range for a model with 5 classes (0…4)"),
+    ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
+    ([-1, 9, 5], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
+                 "other inputs"),
+    ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
+    (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
+], ids=["one", "one-of-each", "several-of-each", "length", "fraction"])
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_bad_target_class_is_one_clear_error(tiny, name, target, message):
+    """A class given once is named once, not once per input of the batch; a class index that is no whole number is
+    refused rather than rounded down to another class."""
     model, images = tiny
-    with pytest.raises(ValueError, match="out of range"):
-        chefer(model, images, target_class=7)
-    with pytest.raises(ValueError, match="2 entries for a batch of 3"):
-        grad_rollout(model, images, target_class=[0, 1])
+    with pytest.raises(OptionValueError) as error:
+        METHODS[name](model, images, target_class=target)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_target_class_of_whole_numbers_in_any_form_explains_the_same_classes(tiny, name):
+    model, images = tiny
+    options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
+    expected = METHODS[name](model, images, target_class=[4, 0, 2], **options).maps
+    for same in ((4, 0, 2), torch.tensor([4, 0, 2]), torch.tensor([4.0, 0.0, 2.0]), [np.int64(4), 0, 2]):
+        torch.testing.assert_close(METHODS[name](model, images, target_class=same, **options).maps, expected,
+                                   rtol=0, atol=0)
 
 
 def test_flow_matches_networkx_on_an_explicit_graph(tiny):
