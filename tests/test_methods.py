@@ -268,3 +268,21 @@ def test_gradient_methods_match_per_image_autograd_on_every_prefix_layout(kind):
                                (rolled, reference_grad_rollout(attentions, gradients, prefix, (3, 2), 0.5, readout))):
             assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
             np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", PREFIX_LAYOUTS)
+def test_flow_matches_networkx_on_every_prefix_layout(kind):
+    """The sink takes each final token's share of the decision row: DeiT's two prefix tokens, an average pool's
+    patches; register tokens carry flow but are no sources."""
+    torch.manual_seed(4)
+    architecture, kwargs = PREFIX_LAYOUTS[kind]
+    model = sharpen_attention(timm.create_model(architecture, img_size=(32, 32), depth=2, embed_dim=48, num_heads=3,
+                                                num_classes=5, **kwargs))
+    images = torch.randn(2, 3, 32, 32)
+    maps = flow(model, images)
+    _, layout, _ = record_attention(model, images[:1])
+    for i in range(2):
+        per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
+        expected = reference_flow(per_layer, layout.num_prefix_tokens, (2, 2), decision_row(layout))
+        assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
