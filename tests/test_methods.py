@@ -10,6 +10,7 @@ import torch
 from timm.models.cait import Cait
 
 from vitroll import METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map
+from vitroll.errors import OptionValueError
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
@@ -148,12 +149,32 @@ def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
                                METHODS[name](model, images[:1], **options).maps)
 
 
-def test_bad_target_class_is_a_clear_error(tiny):
+@pytest.mark.parametrize("target, message", [
+    (7, "target_class 7 is out of range for a model with 5 classes (0…4)"),
+    ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
+    ([-1, 9, 5], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
+                 "other inputs"),
+    ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
+    (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
+], ids=["one", "one-of-each", "several-of-each", "length", "fraction"])
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_bad_target_class_is_one_clear_error(tiny, name, target, message):
+    """A class given once is named once, not once per input of the batch; a class index that is no whole number is
+    refused rather than rounded down to another class."""
     model, images = tiny
-    with pytest.raises(ValueError, match="out of range"):
-        chefer(model, images, target_class=7)
-    with pytest.raises(ValueError, match="2 entries for a batch of 3"):
-        grad_rollout(model, images, target_class=[0, 1])
+    with pytest.raises(OptionValueError) as error:
+        METHODS[name](model, images, target_class=target)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_target_class_of_whole_numbers_in_any_form_explains_the_same_classes(tiny, name):
+    model, images = tiny
+    options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
+    expected = METHODS[name](model, images, target_class=[4, 0, 2], **options).maps
+    for same in ((4, 0, 2), torch.tensor([4, 0, 2]), torch.tensor([4.0, 0.0, 2.0]), [np.int64(4), 0, 2]):
+        torch.testing.assert_close(METHODS[name](model, images, target_class=same, **options).maps, expected,
+                                   rtol=0, atol=0)
 
 
 def test_flow_matches_networkx_on_an_explicit_graph(tiny):
@@ -247,3 +268,21 @@ def test_gradient_methods_match_per_image_autograd_on_every_prefix_layout(kind):
                                (rolled, reference_grad_rollout(attentions, gradients, prefix, (3, 2), 0.5, readout))):
             assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
             np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", PREFIX_LAYOUTS)
+def test_flow_matches_networkx_on_every_prefix_layout(kind):
+    """The sink takes each final token's share of the decision row: DeiT's two prefix tokens, an average pool's
+    patches; register tokens carry flow but are no sources."""
+    torch.manual_seed(4)
+    architecture, kwargs = PREFIX_LAYOUTS[kind]
+    model = sharpen_attention(timm.create_model(architecture, img_size=(32, 32), depth=2, embed_dim=48, num_heads=3,
+                                                num_classes=5, **kwargs))
+    images = torch.randn(2, 3, 32, 32)
+    maps = flow(model, images)
+    _, layout, _ = record_attention(model, images[:1])
+    for i in range(2):
+        per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
+        expected = reference_flow(per_layer, layout.num_prefix_tokens, (2, 2), decision_row(layout))
+        assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
