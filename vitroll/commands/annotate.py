@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
-    parser.add_argument("--save", default="overlay,heatmap",
+    parser.add_argument("--save", default="overlay,heatmap", metavar="KIND,…",
                         help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
-    parser.add_argument("--disagree-below", type=number(),
+    parser.add_argument("--disagree-below", type=number(), metavar="CORRELATION",
                         help="mark rows whose --compare-with agreement is below this as disagrees=true "
                              f"(default {AnnotateOptions.disagree_below:g})")
     add_explain_arguments(parser)

@@ -122,7 +122,7 @@ def output_folder(text: str) -> Path:
 
 
 def add_device_argument(group: "argparse._ActionsContainer") -> None:
-    group.add_argument("--device", type=device_name, default="auto",
+    group.add_argument("--device", type=device_name, default="auto", metavar="DEVICE",
                        help="cpu, cuda, cuda:1, mps, … (default: auto, cuda when available, else cpu)")
 
 
@@ -162,7 +162,7 @@ def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default=TESTBED_NAME,
+    group.add_argument("--model", default=TESTBED_NAME, metavar="MODEL",
                        help=f"timm model name, hf-hub:org/name, a transformers folder or hub id, torchvision:ARCH or "
                             f"open_clip:ARCH (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", metavar="FILE",
@@ -174,7 +174,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
     add_device_argument(group)
-    group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
+    group.add_argument("--crop-pct", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
     group.add_argument("--crop-mode", choices=("center", "squash"),
                        help="squash with --crop-pct 1 shows the whole image")
@@ -239,12 +239,13 @@ def model_argument(text: str) -> tuple[str, object]:
 
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--head-fusion", choices=HEAD_FUSIONS, help="how heads are fused (default mean)")
-    group.add_argument("--discard-ratio", type=number(0, 1, high_open=True),
+    group.add_argument("--discard-ratio", type=number(0, 1, high_open=True), metavar="FRACTION",
                        help="drop this fraction of the weakest attention per row (rollout 0, grad_rollout 0.9)")
-    group.add_argument("--attention-weight", type=number(0, 1, low_open=True),
+    group.add_argument("--attention-weight", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="α in rownorm(α·A + (1−α)·I), in (0, 1] (default 0.5)")
-    group.add_argument("--start-layer", type=integer(0), help="first layer included in rollout / chefer (default 0)")
-    group.add_argument("--target-class", type=integer(0),
+    group.add_argument("--start-layer", type=integer(0), metavar="LAYER",
+                       help="first layer included in rollout / chefer, from 0 (default 0)")
+    group.add_argument("--target-class", type=integer(0), metavar="CLASS",
                        help="class explained by gradient methods (default: the prediction)")
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
@@ -317,13 +318,14 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 
 def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
     """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
-    group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    group.add_argument("--cmap", type=colormap, default="jet", metavar="COLORMAP",
+                       help="matplotlib colormap (default: %(default)s)")
     add_alpha_argument(group)
 
 
 def add_alpha_argument(group: "argparse._ActionsContainer") -> None:
     """``--alpha``: the opacity of a map over its image."""
-    group.add_argument("--alpha", type=number(0, 1), default=0.5,
+    group.add_argument("--alpha", type=number(0, 1), default=0.5, metavar="FRACTION",
                        help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
 
 
