@@ -349,6 +349,8 @@ NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
                                      "131072 bytes, but its pixel data holds 262144 (2 times that)"),
     ("MR_small_bigendian.dcm", {"Rows": 128}, "Rows 128, Columns 64, SamplesPerPixel 1 and BitsAllocated 16 over 1 "
                                               "frame make 16384 bytes, but its pixel data holds 8192 (1/2 of that)"),
+    ("CT_small.dcm", {"Rows": 0}, "Rows 0, Columns 128, SamplesPerPixel 1 and BitsAllocated 16 over 1 frame make 0 "
+                                  "bytes, but its pixel data holds 32768"),
 ])
 def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_naming_both(tmp_path, name, changes,
                                                                                         mismatch):
@@ -360,6 +362,13 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+def test_a_negative_number_of_frames_is_refused(tmp_path):
+    """NumberOfFrames -3 gave a file with no frame, so an audit had no row for it."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "rtdose.dcm", NumberOfFrames=-3))
+    assert caught.value.reason == "This DICOM file's NumberOfFrames is -3, so its frames cannot be counted."
 
 
 @pytest.mark.parametrize("name", ["MR_small_padded.dcm", "SC_rgb_small_odd.dcm", "SC_rgb_small_odd_big_endian.dcm",

@@ -555,8 +555,8 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
     padded = expected + expected % 2
     if length in (expected, padded) or length > padded and _zeros_from(path, dataset, tag, padded, from_file=from_file):
         return None
-    ratio = (f" ({length // expected} times that)" if expected and length % expected == 0 else
-             f" (1/{expected // length} of that)" if length and expected % length == 0 else "")
+    ratio = ("" if not (expected and length) else f" ({length // expected} times that)" if length % expected == 0
+             else f" (1/{expected // length} of that)" if expected % length == 0 else "")
     subsampled = ", PhotometricInterpretation YBR_FULL_422" if "YBR_FULL_422" in str(
         dataset.get("PhotometricInterpretation", "")) else ""  # two samples per pixel, not three
     return (f"This DICOM file's header does not fit its pixel data: Rows {dataset.Rows}, Columns {dataset.Columns}, "
@@ -870,6 +870,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except (TypeError, ValueError):  # the value is not quoted: a damaged element may hold any text
         raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
                                    "counted.") from None
+    if count < 0:  # it gave no frame, so no row
+        raise ImageReadError(path, f"This DICOM file's NumberOfFrames is {count}, so its frames cannot be counted.")
     if frame is not None and not 0 <= frame < count:
         raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
                                    "numbered from 0.")
