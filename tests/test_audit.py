@@ -313,8 +313,9 @@ def test_unreadable_files_become_rows_with_reasons(audited):
         "so the image is incomplete and is not shown.")
     assert reasons["nopixels.dcm"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is "
                                        "no image to explain.")
-    assert reasons["jpeg.dcm"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline "
-                                          "(Process 1) (UID 1.2.840.10008.1.2.4.50); pydicom said: ")
+    assert reasons["jpeg.dcm"].startswith("The compressed pixel data cannot be decoded: each decoder installed for its "
+                                          "transfer syntax, JPEG Baseline (Process 1) (UID 1.2.840.10008.1.2.4.50), "
+                                          "failed (gdcm: ")
     assert all(reason.endswith(".") and "\n" not in reason for reason in reasons.values())
     images = [row for row in rows if row["status"] != "error"]
     assert len(images) == 5 and {names[row["input"] - 1] for row in images} == set(names) - set(reasons)
@@ -765,9 +766,8 @@ def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bun
     assert reasons["no_meta.dcm"] == NOT_DICOM_OR_IMAGE  # one stray byte before its first element
     assert reasons["README.txt"] == NOT_DICOM_OR_IMAGE
     assert reasons["JPEG-lossy.dcm"].startswith(
-        "The compressed pixel data cannot be decoded: transfer syntax JPEG Extended (Process 2 and 4) "
-        "(UID 1.2.840.10008.1.2.4.51); pydicom said: Unable to decode as exceptions were raised by all available "
-        "plugins: gdcm: ")
+        "The compressed pixel data cannot be decoded: each decoder installed for its transfer syntax, JPEG Extended "
+        "(Process 2 and 4) (UID 1.2.840.10008.1.2.4.51), failed (gdcm: ")
     assert reasons["JPEG-lossy.dcm"].endswith(
         "pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1 "
         "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")

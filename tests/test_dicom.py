@@ -216,10 +216,40 @@ def test_a_part_of_a_cine_no_decoder_reads_fails_without_loading_its_other_frame
     finally:
         tracemalloc.stop()
     assert raised.value.reason.startswith(
-        "The compressed pixel data cannot be decoded: transfer syntax JPEG Extended (Process 2 and 4) "
-        "(UID 1.2.840.10008.1.2.4.51); pydicom said: Unable to decode as exceptions were raised by all available "
-        "plugins: gdcm: GDCM does not support 'JPEG Extended' for samples with 12-bit precision; pillow: ")
+        "The compressed pixel data cannot be decoded: each decoder installed for its transfer syntax, JPEG Extended "
+        "(Process 2 and 4) (UID 1.2.840.10008.1.2.4.51), failed (gdcm: GDCM does not support 'JPEG Extended' for "
+        "samples with 12-bit precision; pillow: ")
     assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what_to_try(monkeypatch):
+    """pydicom's "Unable to decode as exceptions were raised by all available plugins:" was quoted after "pydicom
+    said:", its plugins' reasons run on into the advice with the same "; " ("pillow: …; pydicom's pylibjpeg plugin
+    would also try it"), and pydicom's decoder for the transfer syntax was looked up twice. The plugins' reasons are
+    now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once."""
+    from pydicom.data import get_testdata_file
+
+    import vitroll.io.dicom as dicom
+
+    looked_up, decoder = [], dicom._decoder
+    monkeypatch.setattr(dicom, "_decoder", lambda uid: looked_up.append(uid) or decoder(uid))
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(get_testdata_file("JPEG-lossy.dcm"))
+    assert len(looked_up) == 1
+    reason = caught.value.reason
+    assert reason.startswith("The compressed pixel data cannot be decoded: each decoder installed for its transfer "
+                             "syntax, JPEG Extended (Process 2 and 4) (UID 1.2.840.10008.1.2.4.51), failed (gdcm: ")
+    assert reason.endswith("); pydicom's pylibjpeg plugin would also try it, with pylibjpeg>=2.0 and "
+                           "pylibjpeg-libjpeg>=2.1 (pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")
+    assert "Unable to decode" not in reason and "pydicom said" not in reason
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(get_testdata_file("JPEG2000-embedded-sequence-delimiter.dcm"))
+    reason = caught.value.reason
+    assert reason.startswith("The compressed pixel data cannot be decoded: every pydicom decoder for its transfer "
+                             "syntax, JPEG 2000 Image Compression (UID 1.2.840.10008.1.2.4.91), is installed and each "
+                             "failed (gdcm: ")
+    assert reason.endswith("), so the pixel data itself is damaged or unusual; exporting it again from its source (the "
+                           "PACS or the scanner), uncompressed if offered, may give a readable file.")
 
 
 def test_a_data_set_encoded_unlike_its_transfer_syntax_is_decoded_through_the_data_set():
@@ -319,6 +349,8 @@ NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
                                      "131072 bytes, but its pixel data holds 262144 (2 times that)"),
     ("MR_small_bigendian.dcm", {"Rows": 128}, "Rows 128, Columns 64, SamplesPerPixel 1 and BitsAllocated 16 over 1 "
                                               "frame make 16384 bytes, but its pixel data holds 8192 (1/2 of that)"),
+    ("CT_small.dcm", {"Rows": 0}, "Rows 0, Columns 128, SamplesPerPixel 1 and BitsAllocated 16 over 1 frame make 0 "
+                                  "bytes, but its pixel data holds 32768"),
 ])
 def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_naming_both(tmp_path, name, changes,
                                                                                         mismatch):
@@ -330,6 +362,13 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+def test_a_negative_number_of_frames_is_refused(tmp_path):
+    """NumberOfFrames -3 gave a file with no frame, so an audit had no row for it."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "rtdose.dcm", NumberOfFrames=-3))
+    assert caught.value.reason == "This DICOM file's NumberOfFrames is -3, so its frames cannot be counted."
 
 
 @pytest.mark.parametrize("name", ["MR_small_padded.dcm", "SC_rgb_small_odd.dcm", "SC_rgb_small_odd_big_endian.dcm",
@@ -400,7 +439,8 @@ def test_unreadable_files_raise_one_line_reasons(tmp_path):
                                     "middle of its pixel data, so the image is incomplete and is not shown.")
     assert reasons["nopixels"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no "
                                    "image to explain.")
-    assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG Baseline")
+    assert reasons["jpeg"].startswith("The compressed pixel data cannot be decoded: each decoder installed for its "
+                                      "transfer syntax, JPEG Baseline")
     assert reasons["notes"] == NOT_DICOM_OR_IMAGE
     assert reasons["frames"] == ("This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
                                  "counted.")  # its value, which could be any text, is not quoted
@@ -622,7 +662,8 @@ def test_a_c_decoder_printing_to_stderr_leaves_only_the_reason(capfd):
 
     with pytest.raises(ImageReadError) as caught:
         read_dicom(get_testdata_file("JPEG2000-embedded-sequence-delimiter.dcm"))
-    assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax JPEG 2000")
+    assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: every pydicom decoder for its "
+                                          "transfer syntax, JPEG 2000")
     print("after decoding", file=sys.stderr)
     assert capfd.readouterr().err == "after decoding\n"  # nothing from the decoder; stderr works again afterwards
 
@@ -745,7 +786,8 @@ def test_a_compressed_frame_cut_short_is_never_shown_as_whole(tmp_path, name):
         dataset.save_as(tmp_path / "cut.dcm")
         with pytest.raises(ImageReadError) as caught:
             read_dicom(tmp_path / "cut.dcm")
-        assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: transfer syntax ")
+        assert caught.value.reason.startswith("The compressed pixel data cannot be decoded: ")
+        assert f"for its transfer syntax, {dataset.file_meta.TransferSyntaxUID.name} " in caught.value.reason
 
 
 def test_an_empty_pixel_data_element_is_named_as_such(tmp_path):

@@ -555,8 +555,8 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
     padded = expected + expected % 2
     if length in (expected, padded) or length > padded and _zeros_from(path, dataset, tag, padded, from_file=from_file):
         return None
-    ratio = (f" ({length // expected} times that)" if expected and length % expected == 0 else
-             f" (1/{expected // length} of that)" if length and expected % length == 0 else "")
+    ratio = ("" if not (expected and length) else f" ({length // expected} times that)" if length % expected == 0
+             else f" (1/{expected // length} of that)" if expected % length == 0 else "")
     subsampled = ", PhotometricInterpretation YBR_FULL_422" if "YBR_FULL_422" in str(
         dataset.get("PhotometricInterpretation", "")) else ""  # two samples per pixel, not three
     return (f"This DICOM file's header does not fit its pixel data: Rows {dataset.Rows}, Columns {dataset.Columns}, "
@@ -718,7 +718,11 @@ def _licence_notes(packages: Sequence[str]) -> str:
 def decoder_advice(uid: object) -> str:
     """Which packages would add a pydicom decoder for transfer syntax ``uid`` (a sentence fragment): the plugins that
     :data:`INSTALL_HINT` would add first, then those it leaves out."""
-    decoder = _decoder(uid)
+    return _decoder_advice(_decoder(uid))
+
+
+def _decoder_advice(decoder: Optional[object]) -> str:
+    """:func:`decoder_advice` for pydicom's ``decoder`` of a transfer syntax (None: it has none)."""
     if decoder is None:
         return "pydicom has no decoder for this transfer syntax"
     bundled, others = _missing_plugins(decoder)
@@ -737,18 +741,35 @@ def decoder_advice(uid: object) -> str:
     return "; ".join(advice)
 
 
+EXPORT_AGAIN = ("exporting it again from its source (the PACS or the scanner), uncompressed if offered, may give a "
+                "readable file")
+"""What to try when every decoder pydicom has for a transfer syntax is installed and none reads the pixel data."""
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
-    """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might."""
+    """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
+
+    When every installed decoder plugin failed (:data:`DECODERS_FAILED`), each plugin's reason is given in brackets,
+    apart from the advice that follows them."""
     uid = getattr(getattr(dataset, "file_meta", None), "TransferSyntaxUID", None)
     if uid is None:
         return f"The pixel data cannot be decoded: the file states no transfer syntax ({_error_text(error)})."
     kind = "compressed " if uid.is_compressed else ""
+    syntax = f"{uid.name} (UID {uid})"
     decoder = _decoder(uid)
     if decoder is not None and not decoder.is_available:
-        return (f"The {kind}pixel data cannot be decoded: no decoder for its transfer syntax, {uid.name} (UID {uid}), "
-                f"is installed; {_install_advice(decoder)}.")
-    return (f"The {kind}pixel data cannot be decoded: transfer syntax {uid.name} (UID {uid}); "
-            f"pydicom said: {_error_text(error).rstrip('.')}; {decoder_advice(uid)}.")
+        return (f"The {kind}pixel data cannot be decoded: no decoder for its transfer syntax, {syntax}, is installed; "
+                f"{_install_advice(decoder)}.")
+    if decoder is not None and _decoders_failed(error):
+        failures = _error_text(error).removeprefix(DECODERS_FAILED).lstrip(": ").rstrip(".")
+        if not any(_missing_plugins(decoder)):
+            return (f"The {kind}pixel data cannot be decoded: every pydicom decoder for its transfer syntax, {syntax}, "
+                    f"is installed and each failed ({failures}), so the pixel data itself is damaged or unusual; "
+                    f"{EXPORT_AGAIN}.")
+        return (f"The {kind}pixel data cannot be decoded: each decoder installed for its transfer syntax, {syntax}, "
+                f"failed ({failures}); {_decoder_advice(decoder)}.")
+    return (f"The {kind}pixel data cannot be decoded: transfer syntax {syntax}; "
+            f"pydicom said: {_error_text(error).rstrip('.')}; {_decoder_advice(decoder)}.")
 
 
 @contextlib.contextmanager
@@ -849,6 +870,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except (TypeError, ValueError):  # the value is not quoted: a damaged element may hold any text
         raise ImageReadError(path, "This DICOM file's NumberOfFrames is not a whole number, so its frames cannot be "
                                    "counted.") from None
+    if count < 0:  # it gave no frame, so no row
+        raise ImageReadError(path, f"This DICOM file's NumberOfFrames is {count}, so its frames cannot be counted.")
     if frame is not None and not 0 <= frame < count:
         raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
                                    "numbered from 0.")
