@@ -500,6 +500,30 @@ def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
         assert not errors
 
 
+def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_follow(served):
+    """A slider moved with its arrow keys, or its number box typed into and left with Enter, changed the value and
+    not the maps: Gradio says a slider was let go only when a pointer lets go of it."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        example = page.get_by_role("button", name=CROSS.name, exact=True)
+        example.focus()
+        page.keyboard.press("Enter")
+        overlay = page.locator("#overlay img")
+        overlay.wait_for(timeout=30_000)
+        wait_for_text(page, "#top-classes", "cross")
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        before = overlay.get_attribute("src")
+        start_layer = page.get_by_label("number input for start layer")
+        start_layer.focus()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("2")
+        page.keyboard.press("Enter")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                               timeout=30_000)
+        assert not errors
+
+
 def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
     """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
     boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""

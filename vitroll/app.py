@@ -56,10 +56,21 @@ PAGE_JS = """
   new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                       attributeFilter: ["src"]});
   label();
+  const sliderKeys = ["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"];
+  document.addEventListener("keyup", event => {
+    const box = event.target;
+    if ((box.matches?.("input[type=range]") && sliderKeys.includes(event.key)) ||
+        (box.matches?.("input[type=number]") && event.key === "Enter")) {
+      box.dispatchEvent(new PointerEvent("pointerup", {bubbles: true}));
+    }
+  });
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
-text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each."""
+text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each. Lets a
+slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
+slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
+keyboard changed the value and not the maps."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
