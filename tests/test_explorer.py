@@ -541,6 +541,25 @@ def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the
         assert not errors
 
 
+def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_buttons(served, tmp_path):
+    """A 2000×200 picture as wide as a 400-pixel window's box is 34 pixels high: its box's label and buttons, drawn
+    over the top of the picture, hid all of it."""
+    upload = tmp_path / "panorama.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 2000, 3), np.uint8)).save(upload)
+    with browser_page(served, {"width": 400, "height": 900}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.images].every(image => image.complete && image.naturalWidth > 0)")
+        for box in ("image", "overlay"):
+            picture = page.locator(f"#{box} img").bounding_box()
+            drawn_height = picture["width"] * 200 / 2000  # object-fit: contain, in the middle of the box
+            drawn_top = picture["y"] + (picture["height"] - drawn_height) / 2
+            covers = [page.locator(f"#{box} {selector}").first.bounding_box()
+                      for selector in ("[data-testid=block-label]", ".icon-button-wrapper button")]
+            assert all(cover["y"] + cover["height"] <= drawn_top for cover in covers), (box, picture, covers)
+        assert not errors
+
+
 def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
     """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
     and run nothing."""

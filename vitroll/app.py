@@ -43,10 +43,13 @@ MAP_MIN_WIDTH = 300
 PAGE_CSS = """
 #image .upload-container { width: 100% !important; }  /* over Gradio's inline width: auto */
 #image .image-frame, #overlay .image-frame, #heads .image-frame { width: 100%; }
-#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain; }
+#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain;
+                                      min-height: 12em; }
 """
-"""The page's pictures as wide as their boxes, a tall one no taller than most of the window: Gradio shows a picture at
-most at its own size, so an 8×8 image and its overlay were an 8-pixel strip under their boxes' buttons."""
+"""The page's pictures as wide as their boxes, a tall one no taller than most of the window, a wide one drawn in the
+middle of a box at least 12em high: Gradio shows a picture at most at its own size, so an 8×8 image and its overlay
+were an 8-pixel strip under their boxes' buttons, and its label and buttons covered all of a 2000×200 panorama, 34
+pixels high in its box."""
 PAGE_JS = """
 () => {
   const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
