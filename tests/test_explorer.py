@@ -500,6 +500,30 @@ def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
         assert not errors
 
 
+def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_follow(served):
+    """A slider moved with its arrow keys, or its number box typed into and left with Enter, changed the value and
+    not the maps: Gradio says a slider was let go only when a pointer lets go of it."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        example = page.get_by_role("button", name=CROSS.name, exact=True)
+        example.focus()
+        page.keyboard.press("Enter")
+        overlay = page.locator("#overlay img")
+        overlay.wait_for(timeout=30_000)
+        wait_for_text(page, "#top-classes", "cross")
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        before = overlay.get_attribute("src")
+        start_layer = page.get_by_label("number input for start layer")
+        start_layer.focus()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("2")
+        page.keyboard.press("Enter")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                               timeout=30_000)
+        assert not errors
+
+
 def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
     """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
     boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""
@@ -514,6 +538,25 @@ def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the
         for name, box in boxes.items():
             assert box["width"] >= 300 and box["height"] >= 250, (name, box)
         assert boxes["heads"]["y"] >= boxes["overlay"]["y"] + boxes["overlay"]["height"]
+        assert not errors
+
+
+def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_buttons(served, tmp_path):
+    """A 2000×200 picture as wide as a 400-pixel window's box is 34 pixels high: its box's label and buttons, drawn
+    over the top of the picture, hid all of it."""
+    upload = tmp_path / "panorama.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 2000, 3), np.uint8)).save(upload)
+    with browser_page(served, {"width": 400, "height": 900}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.images].every(image => image.complete && image.naturalWidth > 0)")
+        for box in ("image", "overlay"):
+            picture = page.locator(f"#{box} img").bounding_box()
+            drawn_height = picture["width"] * 200 / 2000  # object-fit: contain, in the middle of the box
+            drawn_top = picture["y"] + (picture["height"] - drawn_height) / 2
+            covers = [page.locator(f"#{box} {selector}").first.bounding_box()
+                      for selector in ("[data-testid=block-label]", ".icon-button-wrapper button")]
+            assert all(cover["y"] + cover["height"] <= drawn_top for cover in covers), (box, picture, covers)
         assert not errors
 
 

@@ -43,10 +43,13 @@ MAP_MIN_WIDTH = 300
 PAGE_CSS = """
 #image .upload-container { width: 100% !important; }  /* over Gradio's inline width: auto */
 #image .image-frame, #overlay .image-frame, #heads .image-frame { width: 100%; }
-#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain; }
+#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain;
+                                      min-height: 12em; }
 """
-"""The page's pictures as wide as their boxes, a tall one no taller than most of the window: Gradio shows a picture at
-most at its own size, so an 8×8 image and its overlay were an 8-pixel strip under their boxes' buttons."""
+"""The page's pictures as wide as their boxes, a tall one no taller than most of the window, a wide one drawn in the
+middle of a box at least 12em high: Gradio shows a picture at most at its own size, so an 8×8 image and its overlay
+were an 8-pixel strip under their boxes' buttons, and its label and buttons covered all of a 2000×200 panorama, 34
+pixels high in its box."""
 PAGE_JS = """
 () => {
   const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
@@ -56,10 +59,21 @@ PAGE_JS = """
   new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                       attributeFilter: ["src"]});
   label();
+  const sliderKeys = ["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"];
+  document.addEventListener("keyup", event => {
+    const box = event.target;
+    if ((box.matches?.("input[type=range]") && sliderKeys.includes(event.key)) ||
+        (box.matches?.("input[type=number]") && event.key === "Enter")) {
+      box.dispatchEvent(new PointerEvent("pointerup", {bubbles: true}));
+    }
+  });
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
-text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each."""
+text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each. Lets a
+slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
+slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
+keyboard changed the value and not the maps."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
