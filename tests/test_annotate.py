@@ -728,3 +728,14 @@ def test_an_interrupt_of_processes_exits_130_and_keeps_the_work_done(tmp_path, c
     assert 0 < len(done) < images
     assert annotate(str(source), "--out", str(out)) == 0
     assert f"{images - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
+
+
+def test_each_row_says_how_much_of_its_image_the_model_saw(tmp_path):
+    """A strip's map covered its middle square only, and nothing in the manifest told which rows were strips."""
+    (tmp_path / "in").mkdir()
+    Image.fromarray(rgb(20, 400)).save(tmp_path / "in" / "strip.png")
+    Image.fromarray(rgb(48, 48)).save(tmp_path / "in" / "square.png")
+    assert annotate(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--crop-pct", "1") == 0
+    assert {row["path"]: row["seen"] for row in rows(tmp_path / "out")} == {"square.png": 1.0, "strip.png": 0.05}
+    with open(tmp_path / "out" / "manifest.csv", newline="") as handle:
+        assert [row["seen"] for row in csv.DictReader(handle)] == ["1.0", "0.05"]

@@ -326,3 +326,19 @@ def test_help_reads_docstring_code_as_plain_backquotes(capsys, command):
         main([command, "--help"])
     out = capsys.readouterr().out
     assert "``" not in out and f"`vitroll {command}" in out
+
+
+def test_a_strip_the_model_saw_little_of_is_warned_about_with_the_options_that_show_all_of_it(tmp_path, capsys):
+    """A 400×20 strip was centre-cropped to its middle 20×20 pixels without a word: the map covered 5 % of it."""
+    strip, photo = tmp_path / "strip.png", tmp_path / "photo.png"
+    Image.open(PHOTO).resize((400, 20)).save(strip)
+    Image.open(PHOTO).resize((64, 48)).save(photo)
+    code, out, err = run(capsys, "overlay", str(strip), str(photo), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert err.splitlines() == [f"vitroll: warning: {strip}: the model saw only 5 % of the image (the middle of its "
+                                "long side) and its map covers only that; --crop-mode border --crop-pct 1 shows the "
+                                "model all of it, padded (squash: stretched)"]
+    assert out.count(" -> ") == 2
+    code, _, err = run(capsys, "overlay", str(strip), "--out", str(tmp_path / "all"), "--crop-mode", "squash",
+                       "--crop-pct", "1")
+    assert code == 0 and err == ""

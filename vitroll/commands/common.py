@@ -176,8 +176,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(group)
     group.add_argument("--crop-pct", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
-    group.add_argument("--crop-mode", choices=("center", "squash"),
-                       help="squash with --crop-pct 1 shows the whole image")
+    group.add_argument("--crop-mode", choices=("center", "squash", "border"),
+                       help="with --crop-pct 1 the model sees the whole image: squash stretches it to the model's "
+                            "input, border fits it inside and pads the rest with the mean colour")
     group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
                        help="override the model input size (models built with --img-size or dynamic_img_size)")
     group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
@@ -502,6 +503,21 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
     if folder is not None:
         raise VitrollError(
             f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
+
+
+SMALL_SEEN_SHARE = 0.25
+"""Below this share of an image's area in the model input, the run says so: a strip (an image three or more times as
+long as it is wide, centre-cropped), whose map covers a square in its middle."""
+
+
+def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
+    """One ``vitroll: warning:`` line on stderr when the model saw less than :data:`SMALL_SEEN_SHARE` of the image
+    at ``path``, with the options that show it all of it."""
+    if seen_share is not None and seen_share < SMALL_SEEN_SHARE:
+        shown = f"{100 * seen_share:.0f} %" if seen_share >= 0.01 else f"{100 * seen_share:.1g} %"
+        print(single_line(f"vitroll: warning: {path}: the model saw only {shown} of the image (the middle of its long "
+                          "side) and its map covers only that; --crop-mode border --crop-pct 1 shows the model all "
+                          "of it, padded (squash: stretched)"), file=sys.stderr)
 
 
 def print_failed(failure: object) -> None:

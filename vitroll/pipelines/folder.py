@@ -185,8 +185,8 @@ class _Annotator:
             outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
         return {
             **_identity(item), "status": "ok", "error": "", "width": geometry.original_hw[1],
-            "height": geometry.original_hw[0], "top1_index": top[0] if top else None,
-            "top1_name": top[1] if top else None,
+            "height": geometry.original_hw[0], "seen": round(geometry.seen_share(), 4),
+            "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
             "top1_probability": round(top[2], 6) if top else None, "peak_x": stats["peak_col"],
             "peak_y": stats["peak_row"],
             "entropy": round(stats["entropy"], 6), "top10_mass": round(stats["top_mass"], 6), "key_patches": patches,
