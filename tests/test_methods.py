@@ -9,7 +9,8 @@ import torch
 
 from timm.models.cait import Cait
 
-from vitroll import METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map
+from vitroll import (METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map,
+                     rollout)
 from vitroll.errors import OptionValueError
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
@@ -184,6 +185,18 @@ def test_flow_matches_networkx_on_an_explicit_graph(tiny):
         per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
         expected = reference_flow(per_layer, 1, (3, 2))
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("solver", ["scipy", "networkx"])
+def test_flow_of_an_image_with_a_nan_is_nan_like_rollouts_and_leaves_the_others_alone(tiny, solver):
+    """Both solvers skip an edge whose capacity is NaN, so an image whose attention held a NaN (a NaN pixel, a half-
+    precision overflow) got a map of zeros: a finite map that says "no flow" where rollout says NaN."""
+    model, images = tiny
+    spoilt = images.clone()
+    spoilt[1, 0, 5, 5] = float("nan")
+    maps = flow(model, spoilt, solver=solver)
+    assert torch.isnan(maps[1]).all() and torch.isnan(rollout(model, spoilt)[1]).all()
+    torch.testing.assert_close(maps[[0, 2]], flow(model, images[[0, 2]], solver=solver), rtol=0, atol=1e-6)
 
 
 def test_flow_scipy_and_networkx_solvers_agree(tiny):
