@@ -173,6 +173,19 @@ def test_outputs_inside_the_input_folder_are_not_inputs_next_time(messy, tmp_pat
     assert ".hidden.png" not in [i.key for i in discover(messy)]
 
 
+def test_an_input_folder_that_is_the_output_folder_or_inside_it_is_named_so(messy, tmp_path, capsys):
+    """``--out`` the input folder itself found "no image files" in a folder full of them."""
+    assert annotate(str(messy), "--out", str(messy)) == 2
+    assert capsys.readouterr().err == (f"vitroll: error: {messy}: is the output folder, whose files are never inputs "
+                                       "(they would be outputs); choose another --out\n")
+    assert annotate(str(messy / "a"), "--out", str(messy)) == 2
+    assert capsys.readouterr().err == (f"vitroll: error: {messy / 'a'}: is inside {messy}, whose files are never "
+                                       "inputs (they would be outputs); choose another --out\n")
+    assert sorted(path.name for path in messy.iterdir()) == [
+        "a", "b", "cmyk.jpg", "deep16.png", "empty.jpg", "palette.png", "rgba.png", "rotated.jpg", "text.jpg",
+        "truncated.jpg"]  # nothing written
+
+
 def test_same_stem_different_suffix_do_not_collide(tmp_path):
     (tmp_path / "p.png").write_bytes(b"")
     (tmp_path / "p.jpg").write_bytes(b"")

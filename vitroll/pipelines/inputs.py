@@ -132,6 +132,9 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
     """Why :func:`discover` found no inputs in ``source``, naming the option that would find some."""
     if not Path(source).is_dir():
         return "lists no image files"
+    if exclude is not None and Path(exclude).resolve() in (Path(source).resolve(), *Path(source).resolve().parents):
+        where = "the output folder" if Path(exclude).resolve() == Path(source).resolve() else f"inside {exclude}"
+        return f"is {where}, whose files are never inputs (they would be outputs); choose another --out"
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
         return "no image files in this folder, only in its sub-folders (add --recursive)"
     # the files the run would have read, no more: opening every file of a large tree makes a slow answer
