@@ -364,6 +364,22 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
 
 
+@pytest.mark.parametrize(("changes", "said"), [
+    ({"PlanarConfiguration": None}, "Missing required element: (0028,0006) 'Planar Configuration'"),
+    ({"BitsStored": 20}, "A (0028,0101) 'Bits Stored' value of '20' is invalid, it must be in the range (1, 64) and no "
+                         "greater than the (0028,0100) 'Bits Allocated' value of '8'"),
+])
+def test_uncompressed_pixel_data_that_fails_blames_the_header_not_the_decoders(tmp_path, changes, said):
+    """Native pixel data pydicom refuses for a missing or invalid group 0028 element was said to be "damaged or
+    unusual" because "every pydicom decoder for it is installed": no decoder is involved, the header is at fault."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "examples_rgb_color.dcm", **changes))
+    assert caught.value.reason == (
+        "The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian (UID 1.2.840.10008.1.2.1); "
+        f"pydicom said: {said}; uncompressed pixel data needs no decoder, so it is the header that does not describe "
+        "it: its image pixel elements (group 0028) or its transfer syntax.")
+
+
 def test_a_negative_number_of_frames_is_refused(tmp_path):
     """NumberOfFrames -3 gave a file with no frame, so an audit had no row for it."""
     with pytest.raises(ImageReadError) as caught:

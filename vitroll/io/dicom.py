@@ -544,10 +544,10 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
         return None
     tag = tag_for_keyword(next(keyword for keyword in PIXEL_DATA_KEYWORDS if keyword in dataset))
     element = dataset.get_item(tag, keep_deferred=True)
-    deferred = isinstance(element, RawDataElement) and element.value is None
-    if deferred and element.length == UNDEFINED_LENGTH:
+    raw = isinstance(element, RawDataElement)
+    if raw and element.length == UNDEFINED_LENGTH or not raw and element.is_undefined_length:
         return None  # fragments under a native transfer syntax: the decoder tells
-    length = element.length if isinstance(element, RawDataElement) else len(element.value or b"")
+    length = element.length if raw else len(element.value or b"")
     try:
         expected = get_expected_length(dataset, unit="bytes")
     except (AttributeError, KeyError, TypeError, ValueError):
@@ -746,6 +746,12 @@ EXPORT_AGAIN = ("exporting it again from its source (the PACS or the scanner), u
 """What to try when every decoder pydicom has for a transfer syntax is installed and none reads the pixel data."""
 
 
+NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header that does not describe it: its image "
+                 "pixel elements (group 0028) or its transfer syntax")
+"""Why native (or deflated) pixel data fails: pydicom names a missing or invalid element, or a length the header's
+elements and transfer syntax do not give; no package would help."""
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
 
@@ -768,8 +774,9 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
                     f"{EXPORT_AGAIN}.")
         return (f"The {kind}pixel data cannot be decoded: each decoder installed for its transfer syntax, {syntax}, "
                 f"failed ({failures}); {_decoder_advice(decoder)}.")
+    advice = _decoder_advice(decoder) if uid.is_encapsulated else NATIVE_ADVICE
     return (f"The {kind}pixel data cannot be decoded: transfer syntax {syntax}; "
-            f"pydicom said: {_error_text(error).rstrip('.')}; {_decoder_advice(decoder)}.")
+            f"pydicom said: {_error_text(error).rstrip('.')}; {advice}.")
 
 
 @contextlib.contextmanager
