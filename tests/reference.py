@@ -174,9 +174,11 @@ def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard
     return row[num_prefix:].reshape(grid)
 
 
-def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid) -> np.ndarray:
+def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid, readout: np.ndarray | None = None
+                   ) -> np.ndarray:
     """Attention flow with networkx on an explicitly built graph: nodes ("layer", depth, token), edges
-    from depth−1 key j to depth query i with capacity rownorm(0.5·A + 0.5·I)[i, j]; sink = class token at the top."""
+    from depth−1 key j to depth query i with capacity rownorm(0.5·A + 0.5·I)[i, j]; sink = class token at the top, or
+    for another decision row ``readout`` (N,) a "sink" node that each top token t feeds with capacity readout[t]."""
     import networkx as nx
 
     n = per_layer_fused[0].shape[-1]
@@ -188,6 +190,10 @@ def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid) -> 
             for j in range(n):
                 graph.add_edge(("layer", depth - 1, j), ("layer", depth, i), capacity=float(mixed[i, j]))
     top = ("layer", len(per_layer_fused), 0)
+    if readout is not None:
+        top = "sink"
+        for token in range(n):
+            graph.add_edge(("layer", len(per_layer_fused), token), top, capacity=float(readout[token]))
     values = [nx.maximum_flow_value(graph, ("layer", 0, j), top) for j in range(num_prefix, n)]
     return np.array(values).reshape(grid)
 

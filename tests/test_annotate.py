@@ -221,6 +221,23 @@ def test_missing_input_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("nowhere: no such folder or list file")
 
 
+def test_inputs_are_found_once_and_before_the_model_is_loaded(messy, tmp_path, monkeypatch, capsys):
+    """A missing INPUT was told only once the model was loaded (minutes for a large --pretrained one)."""
+    from vitroll.commands import annotate as command
+
+    loaded, found = [], []
+    real_load, real_discover = command.model_from_args, folder.discover
+    monkeypatch.setattr(command, "model_from_args", lambda args: loaded.append(args.model) or real_load(args))
+    monkeypatch.setattr(folder, "discover", lambda *args, **how: found.append(args) or real_discover(*args, **how))
+    assert annotate(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {tmp_path / 'nowhere'}: no such folder or list file\n"
+    assert loaded == []
+    found.clear()
+    assert annotate(str(messy), "--out", str(tmp_path / "out")) == 3
+    assert len(found) == 1 and len(loaded) == 1  # the inputs the check found are the run's
+    assert len(rows(tmp_path / "out")) == len(GOOD) - 2 + len(BAD)  # a/x.png and b/x.png are in sub-folders
+
+
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
@@ -577,17 +594,37 @@ def test_a_rank_that_fails_under_torchrun_stops_all_of_them_with_one_line_and_ke
     assert f"{8 - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
 
 
-def test_a_bad_model_under_torchrun_is_one_line_not_one_per_rank(tmp_path):
-    """An error before the run started (here loading the model) was printed by every rank: K identical lines."""
+def _torchrun_errors(*argv: str) -> tuple[list[str], str]:
+    """The ``vitroll: error:`` lines and the whole stderr of ``torchrun --nproc_per_node 2 -m vitroll *argv``,
+    once every rank has ended: checked to have failed (torchrun exits 1 whatever its ranks' statuses)."""
     finished = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "vitroll",
-         "annotate", str(tmp_path), "--out", str(tmp_path / "out"), "--model", "nonexistent", "--no-progress"],
-        capture_output=True, text=True, timeout=600,
+         *argv], capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(folder.__file__).parents[2])})
-    assert finished.returncode != 0
-    errors = [line for line in finished.stderr.splitlines() if "vitroll: error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("vitroll: error: unknown model name 'nonexistent'"), \
-        finished.stderr
+    assert finished.returncode != 0, finished.stderr
+    return [line for line in finished.stderr.splitlines() if "vitroll: error:" in line], finished.stderr
+
+
+def test_a_bad_model_under_torchrun_is_one_line_not_one_per_rank(tmp_path):
+    """An error before the run started (here loading the model) was printed by every rank: K identical lines."""
+    Image.fromarray(rgb()).save(tmp_path / "img.png")  # the inputs are looked for first
+    errors, stderr = _torchrun_errors("annotate", str(tmp_path), "--out", str(tmp_path / "out"), "--model",
+                                      "nonexistent", "--no-progress")
+    assert len(errors) == 1 and errors[0].startswith("vitroll: error: unknown model name 'nonexistent'"), stderr
+
+
+@pytest.mark.parametrize("mistake, told", [
+    (["--disagree-below", "0.5"], "vitroll: error: --disagree-below marks rows by their agreement with "
+                                  "--compare-with METHOD; give --compare-with"),
+    (["--batch-size", "0"], "vitroll: error: annotate: argument --batch-size: must be an integer ≥ 1; got 0 (see "
+                            "`vitroll annotate --help`)"),
+])
+def test_a_usage_error_under_torchrun_is_told_by_rank_0_alone_and_every_rank_fails(mistake, told, tmp_path):
+    """Every rank parses the same command line, and each printed its mistake: one line per rank. Rank 1 now waits
+    for torchrun to stop it (once rank 0 has exited), and exits 2 then as rank 0 did."""
+    errors, stderr = _torchrun_errors("annotate", str(tmp_path), "--out", str(tmp_path / "out"), *mistake)
+    assert errors == [told], stderr
+    assert stderr.count("exitcode  : 2") == 2, stderr  # torchrun's report of each rank's status
 
 
 def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_bytes(tmp_path, capsys):
@@ -691,3 +728,14 @@ def test_an_interrupt_of_processes_exits_130_and_keeps_the_work_done(tmp_path, c
     assert 0 < len(done) < images
     assert annotate(str(source), "--out", str(out)) == 0
     assert f"{images - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
+
+
+def test_each_row_says_how_much_of_its_image_the_model_saw(tmp_path):
+    """A strip's map covered its middle square only, and nothing in the manifest told which rows were strips."""
+    (tmp_path / "in").mkdir()
+    Image.fromarray(rgb(20, 400)).save(tmp_path / "in" / "strip.png")
+    Image.fromarray(rgb(48, 48)).save(tmp_path / "in" / "square.png")
+    assert annotate(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--crop-pct", "1") == 0
+    assert {row["path"]: row["seen"] for row in rows(tmp_path / "out")} == {"square.png": 1.0, "strip.png": 0.05}
+    with open(tmp_path / "out" / "manifest.csv", newline="") as handle:
+        assert [row["seen"] for row in csv.DictReader(handle)] == ["1.0", "0.05"]

@@ -205,19 +205,58 @@ def test_rollout_matrix_refuses_what_is_not_recorded_attention(model, arguments,
     assert str(raised.value) == message
 
 
+BOX = "(left, top, right, bottom), four finite numbers"
+
+
 @pytest.mark.parametrize("boxes,message", [
-    ([(0, 0, 5)], "boxes[0] must be (left, top, right, bottom); got (0, 0, 5)"),
-    ((0, 0, 5, 5), "boxes[0] must be (left, top, right, bottom); got 0: one box goes in a list, [box]"),
-    ([KeyPatch(0, 0, 1.0, (0, 0, 5, 5))], "boxes[0] must be (left, top, right, bottom); got KeyPatch(row=0, col=0, "
-                                          "score=1.0, box=(0, 0, 5, 5)): [patch.box for patch in patches] gives the "
-                                          "KeyPatches' boxes"),
-], ids=["three-numbers", "one-box-unlisted", "key-patches"])
+    ([(0, 0, 5)], f"boxes[0] must be {BOX}; got (0, 0, 5)"),
+    ((0, 0, 5, 5), f"boxes[0] must be {BOX}; got 0: one box goes in a list, [box]"),
+    ([KeyPatch(0, 0, 1.0, (0, 0, 5, 5))], f"boxes[0] must be {BOX}; got KeyPatch(row=0, col=0, score=1.0, "
+                                          "box=(0, 0, 5, 5)): [patch.box for patch in patches] gives the KeyPatches' "
+                                          "boxes"),
+    ([(0, 0, 5, 5), (0, 0, 5, (1, 2))], f"boxes[1] must be {BOX}; got (0, 0, 5, (1, 2))"),
+    ([("0", "0", "5", "5")], f"boxes[0] must be {BOX}; got ('0', '0', '5', '5')"),
+    ([(0, 0, float("nan"), 5)], f"boxes[0] must be {BOX}; got (0, 0, nan, 5)"),
+], ids=["three-numbers", "one-box-unlisted", "key-patches", "ragged", "strings", "nan"])
 def test_outline_boxes_refuses_a_box_that_is_not_four_numbers(boxes, message):
-    """``outline_boxes(image, [(0, 0, 5)])`` raised "not enough values to unpack (expected 4, got 3)"."""
+    """``outline_boxes(image, [(0, 0, 5)])`` raised "not enough values to unpack (expected 4, got 3)"; a ragged box
+    NumPy's "inhomogeneous shape" error, strings "invalid literal for int()", NaN "cannot convert float NaN"."""
     with pytest.raises(VitrollError) as raised:
         outline_boxes(RGB, boxes)
     assert isinstance(raised.value, ValueError)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("arguments,builtin,message", [
+    (lambda: ("cat.jpg", [(0, 0, 5, 5)]), ValueError, "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got "
+     "<U7 (): np.asarray(vitroll.load_image(path)) reads an image file"),
+    (lambda: (torch.zeros(3, 8, 10), [(0, 0, 5, 5)]), ValueError, "image must be RGB uint8 of shape (H, W, 3), H and "
+     "W ≥ 1; got float32 (3, 8, 10): image.transpose(1, 2, 0) puts the channels last"),
+    (lambda: (RGB[..., 0], [(0, 0, 5, 5)]), ValueError, "image must be RGB uint8 of shape (H, W, 3), H and W ≥ 1; got "
+     "uint8 (8, 10): np.stack([image] * 3, axis=-1) makes a grey image RGB"),
+    (lambda: (RGB, None), TypeError, "boxes must be a list of (left, top, right, bottom) boxes; got NoneType"),
+    (lambda: (RGB, [(0, 0, 5, 5)], "red"), ValueError,
+     "color must be (red, green, blue), three numbers in [0, 255]; got 'red'"),
+    (lambda: (RGB, [(0, 0, 5, 5)], (0, 0, 256)), ValueError,
+     "color must be (red, green, blue), three numbers in [0, 255]; got (0, 0, 256)"),
+    (lambda: (RGB, [(0, 0, 5, 5)], (0, 0, 0), 1.5), TypeError, "thickness must be an integer ≥ 1; got float 1.5"),
+    (lambda: (RGB, [(0, 0, 5, 5)], (0, 0, 0), 0), ValueError, "thickness must be an integer ≥ 1; got 0"),
+], ids=["path", "tensor", "grey", "no-boxes", "colour-name", "colour-256", "float-thickness", "thickness-0"])
+def test_outline_boxes_refuses_an_image_boxes_colour_or_thickness_it_cannot_draw(arguments, builtin, message):
+    """``outline_boxes`` handed its image straight to OpenCV: a path or a tensor gave a many-line OpenCV overload
+    error, a grey image came back with the boxes drawn in one channel's value."""
+    image, boxes, *options = arguments()
+    with pytest.raises(VitrollError) as raised:
+        outline_boxes(image, boxes, **dict(zip(("color", "thickness"), options)))
+    assert isinstance(raised.value, builtin)
+    assert str(raised.value) == message
+
+
+def test_outline_boxes_draws_a_box_reaching_far_beyond_the_image_to_its_edge():
+    """A box to 1e30 (a map's box scaled wrongly, or float('inf')-like bounds) made OpenCV fail to parse the point."""
+    outlined = outline_boxes(np.zeros((10, 10, 3), np.uint8), [(-1e30, 2, 1e30, 6)], thickness=1)
+    assert outlined[2, :, 0].tolist() == [255] * 10 and outlined[5, :, 0].tolist() == [255] * 10
+    assert outlined[3:5, :, 0].sum() == 0
 
 
 def test_outline_boxes_draws_boxes_given_as_tuples_arrays_and_tensors():

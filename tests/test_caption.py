@@ -289,7 +289,8 @@ def test_the_cli_runs_occlusion_with_its_window_and_refuses_a_window_elsewhere(s
     assert capsys.readouterr().err == "vitroll: error: chefer hides nothing: window is for occlusion\n"
 
 
-def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_captions(saved_captioner, tmp_path):
+def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_captions(saved_captioner, tmp_path,
+                                                                                    monkeypatch):
     import json
     from pathlib import Path
 
@@ -304,7 +305,12 @@ def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_capti
     common = ["--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "4"]
     assert main(["caption", str(first), str(second), *common, "--method", "rollout"]) == 0
     rollout = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    read = []
+    real_read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, **how: read.append(self.name) or real_read_text(self, **how))
     assert main(["caption", str(first), *common, "--method", "occlusion"]) == 0
+    assert read.count("captions.json") == 1  # it was read twice per run: for the strips' names, then to merge
+    monkeypatch.undo()
     assert main(["caption", str(second), *common, "--method", "rollout"]) == 0
     written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
     assert [(Path(entry["path"]).name, entry["method"]) for entry in written] == [

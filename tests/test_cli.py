@@ -294,9 +294,30 @@ def test_the_same_option_is_spelled_alike_in_every_sub_command():
     for _, _, action in sub_command_options():
         if action.option_strings:
             metavars.setdefault(action.option_strings[0], set()).add(str(action.metavar))
-    assert {option: spellings for option, spellings in metavars.items() if len(spellings) > 1} == {}
+    # audit's --window is a DICOM grey window, caption's the occlusion method's block side: two meanings, two spellings
+    assert {option: spellings for option, spellings in metavars.items() if len(spellings) > 1} == {
+        "--window": {"PRESET|W,L", "N"}}
     assert {option: metavars[option] for option in ("--checkpoint", "--class-names", "--out", "--batch-size")} == {
         "--checkpoint": {"FILE"}, "--class-names": {"FILE"}, "--out": {"DIR"}, "--batch-size": {"N"}}
+
+
+def test_every_option_that_takes_a_value_names_it_for_a_user():
+    """--help showed argparse's default metavars, the option's name in capitals (--crop-pct CROP_PCT,
+    --discard-ratio DISCARD_RATIO, --target-class TARGET_CLASS): every option that takes a value now says what kind of
+    value (FRACTION, LAYER, CLASS, COLORMAP, …), and options of the same kind say it alike."""
+    unnamed = [f"{name} {action.option_strings[0]}" for name, _, action in sub_command_options()
+               if action.option_strings and action.nargs != 0 and action.choices is None and action.metavar is None]
+    assert unnamed == []
+    metavars = {action.option_strings[0]: action.metavar for _, _, action in sub_command_options()
+                if action.option_strings}
+    assert {option: metavars[option] for option in (
+        "--crop-pct", "--discard-ratio", "--attention-weight", "--alpha", "--flag-threshold", "--border",
+        "--start-layer", "--target-class", "--cmap", "--save", "--group-by")} == {
+        "--crop-pct": "FRACTION", "--discard-ratio": "FRACTION", "--attention-weight": "FRACTION",
+        "--alpha": "FRACTION", "--flag-threshold": "FRACTION", "--border": "FRACTION", "--start-layer": "LAYER",
+        "--target-class": "CLASS", "--cmap": "COLORMAP", "--save": "KIND,…", "--group-by": "FIELD,…"}
+    usage = build_parser()._subparsers._group_actions[0].choices["overlay"].format_usage()
+    assert "[--crop-pct FRACTION]" in usage and "CROP_PCT" not in usage and "TARGET_CLASS" not in usage
 
 
 @pytest.mark.parametrize("command", ["overlay", "annotate", "audit", "compare", "evaluate", "text", "models"])
@@ -305,3 +326,19 @@ def test_help_reads_docstring_code_as_plain_backquotes(capsys, command):
         main([command, "--help"])
     out = capsys.readouterr().out
     assert "``" not in out and f"`vitroll {command}" in out
+
+
+def test_a_strip_the_model_saw_little_of_is_warned_about_with_the_options_that_show_all_of_it(tmp_path, capsys):
+    """A 400×20 strip was centre-cropped to its middle 20×20 pixels without a word: the map covered 5 % of it."""
+    strip, photo = tmp_path / "strip.png", tmp_path / "photo.png"
+    Image.open(PHOTO).resize((400, 20)).save(strip)
+    Image.open(PHOTO).resize((64, 48)).save(photo)
+    code, out, err = run(capsys, "overlay", str(strip), str(photo), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert err.splitlines() == [f"vitroll: warning: {strip}: the model saw only 5 % of the image (the middle of its "
+                                "long side) and its map covers only that; --crop-mode border --crop-pct 1 shows the "
+                                "model all of it, padded (squash: stretched)"]
+    assert out.count(" -> ") == 2
+    code, _, err = run(capsys, "overlay", str(strip), "--out", str(tmp_path / "all"), "--crop-mode", "squash",
+                       "--crop-pct", "1")
+    assert code == 0 and err == ""

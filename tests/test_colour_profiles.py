@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -230,3 +232,46 @@ def test_a_grey_photo_with_a_grey_profile_is_shown_in_srgb_and_read_as_stored(tm
     assert np.asarray(image)[0, :, 0].tolist() == [0, 128, 255]
     want = srgb_encode(np.array([0.0, 128 / 255, 1.0])) * 255  # 0, 188, 255
     assert np.abs(np.asarray(display).astype(float) - want[None, :, None]).max() <= 1
+
+
+def _with_iccp(png: bytes, profile: bytes) -> bytes:
+    """``png`` with an ``iCCP`` chunk holding ``profile`` after its header (Pillow writes no 16-bit RGB PNG)."""
+    data = b"icc\0\0" + zlib.compress(profile)
+    chunk = struct.pack(">I", len(data)) + b"iCCP" + data + struct.pack(">I", zlib.crc32(b"iCCP" + data))
+    return png[:33] + chunk + png[33:]
+
+
+@pytest.mark.parametrize("mode,suffix", [("LA", "png"), ("I;16", "png"), ("I;16", "tif")])
+def test_a_grey_and_alpha_or_16_bit_grey_picture_with_a_grey_profile_is_shown_in_srgb(tmp_path, mode, suffix):
+    """Only 8-bit grey was converted: grey with alpha and 16-bit grey were drawn with their stored grey levels (128
+    for the 188 a colour-managed viewer shows)."""
+    path = tmp_path / f"grey.{suffix}"
+    levels = np.array([[0, 128, 255]], np.uint8)
+    picture = (Image.fromarray(levels.astype(np.uint16) * 257) if mode == "I;16" else
+               Image.fromarray(np.stack([levels, np.full_like(levels, 255)], axis=-1), "LA"))
+    picture.save(path, icc_profile=linear_grey_profile())
+    assert Image.open(path).mode == mode
+    image, display = load_image_with_display(path)
+    assert np.asarray(image)[0, :, 0].tolist() == [0, 128, 255]
+    want = srgb_encode(np.array([0.0, 128 / 255, 1.0])) * 255  # 0, 188, 255
+    assert np.abs(np.asarray(display).astype(float) - want[None, :, None]).max() <= 1
+
+
+def test_a_transparent_grey_pixel_is_shown_white_like_the_model_reads_it(tmp_path):
+    path = tmp_path / "cut-out.png"
+    Image.fromarray(np.array([[[128, 0], [128, 255]]], np.uint8), "LA").save(path, icc_profile=linear_grey_profile())
+    image, display = load_image_with_display(path)
+    assert np.asarray(image)[0, :, 0].tolist() == [255, 128]
+    assert np.abs(np.asarray(display)[0, :, 0].astype(int) - [255, 188]).max() <= 1
+
+
+def test_a_16_bit_rgb_png_with_a_display_p3_profile_is_shown_in_srgb(tmp_path):
+    import cv2
+
+    path = tmp_path / "p3-16.png"
+    stored = np.array([[P3_COLOUR, (0, 0, 0)]], np.uint8)
+    _, png = cv2.imencode(".png", cv2.cvtColor(stored.astype(np.uint16) * 257, cv2.COLOR_RGB2BGR))
+    path.write_bytes(_with_iccp(png.tobytes(), display_p3_profile()))
+    image, display = load_image_with_display(path)
+    assert np.array_equal(np.asarray(image), stored)
+    assert np.abs(np.asarray(display)[0, 0].astype(float) - p3_to_srgb(P3_COLOUR)).max() <= 1

@@ -124,13 +124,18 @@ def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, w
         assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
 
 
+def tiny_backbone() -> torch.nn.Module:
+    """A transformers ViTModel without a classification head (2 layers, 2 heads, a 4×4 grid)."""
+    from transformers import ViTConfig, ViTModel
+
+    return ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                              image_size=32, patch_size=8), add_pooling_layer=False).eval()
+
+
 def test_a_model_without_a_classification_head_shows_no_empty_top_classes_box(model):
     """The title line says "no classification head"; the top-classes box under the maps stayed, empty but for an
     icon."""
-    from transformers import ViTConfig, ViTModel
-
-    backbone = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  image_size=32, patch_size=8), add_pooling_layer=False).eval()
+    backbone = tiny_backbone()
     for page_model, shown in ((backbone, False), (model, True)):
         page = vitroll.app.build_app(page_model, model_label="m")
         top, = [block for block in page.blocks.values() if getattr(block, "elem_id", None) == "top-classes"]
@@ -172,7 +177,7 @@ def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
         explore(model, image, ExplorerControls(layer=4))
     with pytest.raises(ValueError, match=r"^start_layer 4 is out of range for a model with 4 layers \(0…3\)$"):
         explore(model, image, ExplorerControls(start_layer=4))
-    with pytest.raises(ValueError, match=r"target_class \[7\] out of range for a model with 4 classes"):
+    with pytest.raises(ValueError, match=r"^target_class 7 is out of range for a model with 4 classes \(0…3\)$"):
         explore(model, image, ExplorerControls(method="chefer", target_class=7))
     with pytest.raises(ValueError,
                        match=r"^image must be RGB uint8 of shape \(H, W, 3\), H and W ≥ 1; got float64 \(4, 4\)$"):
@@ -265,7 +270,7 @@ def test_prompts_that_do_not_fit_the_model_are_refused_with_their_reason(clip, p
         explore(model, image, ExplorerControls(prompts=("a cross",)))
     with pytest.raises(ValueError, match="is blank: a blank text has nothing to explain"):
         scored_model(clip[0], ("a dog", " "))
-    with pytest.raises(ValueError, match=r"target_class \[2\] out of range for a model with 2 classes"):
+    with pytest.raises(ValueError, match=r"^target_class 2 is out of range for a model with 2 classes \(0…1\)$"):
         explore(clip[0], photo, ExplorerControls(method="chefer", prompts=PROMPTS, target_class=2))
     without_tokenizer = hf_model("clip")
     with pytest.raises(ValueError, match="CLIPModel reads strings through its tokenizer"):
@@ -337,6 +342,35 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
+def test_a_value_the_page_does_not_offer_sent_through_the_api_is_refused_in_one_line(served, capfd):
+    """A method, head, colormap, … that is not on the page's menus, or a slider beyond its ends, sent through
+    ``gradio_client``: Gradio's refusal named no widget ("Value: nonsense is not in the list of choices: [...]") and
+    printed a traceback on the server's terminal; a menu left empty (None) got as far as ``int(None)``."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False)
+    good = dict(method="rollout", head_fusion="mean", discard_ratio=0.0, start_layer=0, layer=3, head="all",
+                target_class="predicted", cmap="jet")
+    methods = ", ".join(sorted(vitroll.METHODS))
+    for widget, value, message in (
+            ("method", "nonsense", f"method: 'nonsense' is not offered; choose one of {methods}"),
+            ("method", None, f"method: None is not offered; choose one of {methods}"),
+            ("head_fusion", "median", "head fusion: 'median' is not offered; choose one of mean, max, min"),
+            ("head", "head 9", "head: 'head 9' is not offered; choose one of all, 0, 1, 2, 3"),
+            ("head", None, "head: None is not offered; choose one of all, 0, 1, 2, 3"),
+            ("target_class", "cross", "target class: 'cross' is not offered; choose one of predicted, 0, 1, 2, 3"),
+            ("cmap", "nocmap", "colormap: 'nocmap' is not offered; choose one of jet, turbo, viridis, inferno, "
+                               "magma, cividis, gray"),
+            ("discard_ratio", 5.0, "discard ratio: 5.0 is not offered; choose a number from 0 to 0.99"),
+            ("start_layer", -1, "start layer: -1 is not offered; choose a number from 0 to 3"),
+            ("layer", "abc", "layer (per-head grid, single head): 'abc' is not offered; choose a number from 0 to 3")):
+        with pytest.raises(AppError) as refused:
+            client.predict(handle_file(CROSS), *{**good, widget: value}.values(), api_name="/explain")
+        assert str(refused.value) == message
+    assert "Traceback" not in capfd.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def served_clip(clip):
     """The explorer page for the small CLIP model, served on 127.0.0.1 at a free port."""
@@ -371,6 +405,32 @@ def test_an_image_text_models_page_takes_prompts_as_the_last_input_of_explain(se
     assert rollout_note.startswith("**rollout** does not use: layer, target class, head, prompts.")
     with pytest.raises(AppError, match="CLIPModel is an image–text model: give at least one prompt"):
         client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "predicted", "jet", " \n ", api_name="/explain")
+    with pytest.raises(AppError) as refused:  # the menu takes typed values: a prompt's text is not its number
+        client.predict(cat, "chefer", "mean", 0.0, 0, 1, "all", "a dog", "jet", "a dog\na cat", api_name="/explain")
+    assert str(refused.value) == ("target class: 'a dog' is not offered; choose 'predicted' or a prompt's number from "
+                                  "the menu (0 for the first prompt)")  # was: invalid literal for int() …
+
+
+def test_the_note_on_a_backbones_page_names_no_target_class():
+    """A backbone's page has no target-class menu, but its note said "rollout does not use: layer, target class,
+    head"."""
+    from gradio_client import Client, handle_file
+
+    from vitroll.app import build_app, serve
+
+    app = build_app(tiny_backbone(), model_label="backbone")
+    note, = [block for block in app.blocks.values() if getattr(block, "elem_id", None) == "note"]
+    assert note.value == "**rollout** does not use: layer, head. The per-head grid shows layer 1."
+    url = serve(app, host="127.0.0.1", port=free_port(), block=False)
+    try:
+        client = Client(url, verbose=False)
+        notes = [client.predict(handle_file(CROSS), method, "mean", 0.0, 0, 1, head, "predicted",
+                                api_name="/explain")[3] for method, head in (("rollout", "all"), ("attention", "1"))]
+    finally:
+        app.close()
+    assert notes == ["**rollout** does not use: layer, head. The per-head grid shows layer 1.",
+                     "**attention** does not use: discard ratio, start layer, head fusion. The per-head grid shows "
+                     "layer 1."]
 
 
 def test_the_target_menu_follows_the_prompts():
@@ -426,6 +486,44 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         assert not errors
 
 
+def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
+    """Gradio draws an example's thumbnail with an empty ``alt``: its button had no name ("button", "image")."""
+    from vitroll.app import example_images
+
+    names = [path.name for path in example_images(ROOT / "sample_images")]
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=names[0], exact=True).wait_for(timeout=30_000)
+        buttons = page.locator("#examples button")
+        assert buttons.evaluate_all("buttons => buttons.map(button => button.querySelector('img').alt)") == names
+        for name in names:
+            assert page.get_by_role("button", name=name, exact=True).count() == 1, name
+        assert not errors
+
+
+def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_follow(served):
+    """A slider moved with its arrow keys, or its number box typed into and left with Enter, changed the value and
+    not the maps: Gradio says a slider was let go only when a pointer lets go of it."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        example = page.get_by_role("button", name=CROSS.name, exact=True)
+        example.focus()
+        page.keyboard.press("Enter")
+        overlay = page.locator("#overlay img")
+        overlay.wait_for(timeout=30_000)
+        wait_for_text(page, "#top-classes", "cross")
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        before = overlay.get_attribute("src")
+        start_layer = page.get_by_label("number input for start layer")
+        start_layer.focus()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("2")
+        page.keyboard.press("Enter")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                               timeout=30_000)
+        assert not errors
+
+
 def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
     """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
     boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""
@@ -440,6 +538,25 @@ def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the
         for name, box in boxes.items():
             assert box["width"] >= 300 and box["height"] >= 250, (name, box)
         assert boxes["heads"]["y"] >= boxes["overlay"]["y"] + boxes["overlay"]["height"]
+        assert not errors
+
+
+def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_buttons(served, tmp_path):
+    """A 2000×200 picture as wide as a 400-pixel window's box is 34 pixels high: its box's label and buttons, drawn
+    over the top of the picture, hid all of it."""
+    upload = tmp_path / "panorama.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 2000, 3), np.uint8)).save(upload)
+    with browser_page(served, {"width": 400, "height": 900}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.wait_for_function("[...document.images].every(image => image.complete && image.naturalWidth > 0)")
+        for box in ("image", "overlay"):
+            picture = page.locator(f"#{box} img").bounding_box()
+            drawn_height = picture["width"] * 200 / 2000  # object-fit: contain, in the middle of the box
+            drawn_top = picture["y"] + (picture["height"] - drawn_height) / 2
+            covers = [page.locator(f"#{box} {selector}").first.bounding_box()
+                      for selector in ("[data-testid=block-label]", ".icon-button-wrapper button")]
+            assert all(cover["y"] + cover["height"] <= drawn_top for cover in covers), (box, picture, covers)
         assert not errors
 
 

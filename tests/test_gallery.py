@@ -290,3 +290,18 @@ def test_the_detail_view_shows_an_overlay_as_large_as_fits_small_ones_scaled_up(
         # 90 % of the width or 70 % of the height, whichever binds; the 64-pixel overlay was shown 64 pixels wide
         assert shown == {"small.png": [630, 630], "tall.png": [63, 630], "wide.png": [900, 45]}
         assert not errors
+
+
+@pytest.mark.parametrize("width", [320, 400, 1200])
+def test_the_page_navigation_stays_on_one_line_in_a_narrow_window(tmp_path, width):
+    """In a 400-pixel window ◀ ended one line and "page 1 / 2 ▶" began the next."""
+    Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "a.png")
+    write_gallery(tmp_path, [{"path": f"image_{index}.png", "status": "ok", "top1_name": "x", "width": 60,
+                              "height": 40, "overlay": "a.png"} for index in range(PAGE_SIZE + 1)])
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": width, "height": 900}) as (page, errors):
+        boxes = [page.locator(selector).bounding_box() for selector in ("#previous", "#page", "#next")]
+        middles = [box["y"] + box["height"] / 2 for box in boxes]
+        assert max(middles) - min(middles) < 2 and boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"], boxes
+        assert page.inner_text("#page") == "page 1 / 2"
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        assert not errors

@@ -68,3 +68,15 @@ def test_outline_boxes_draws_only_the_border():
     assert drawn[3, 2:8].min() == 255 and drawn[6, 2:8].min() == 255  # top and bottom edges (bottom = 7 − 1)
     assert drawn[3:7, 2].min() == 255 and drawn[3:7, 7].min() == 255
     assert drawn[4:6, 3:7].max() == 0 and image.max() == 0  # inside untouched, input not modified
+
+
+@pytest.mark.parametrize("crop_mode,crop_pct", [("border", 1.0), ("center", 1.15)])
+def test_a_cell_in_the_padding_around_the_image_is_no_key_patch(crop_mode, crop_pct):
+    """A letterboxed strip's best cell lay in the padding above it: its box came out as (129, 0, 171, -235)."""
+    geometry = Preprocessing(input_size=(224, 224), mean=(0.5,), std=(0.5,), crop_pct=crop_pct,
+                             crop_mode=crop_mode).geometry((40, 600))
+    grid = np.zeros((14, 14), np.float32)
+    grid[0, 3], grid[6, 3] = 5.0, 1.0  # row 0 is padding, row 6 over the strip
+    assert [(patch.row, patch.col) for patch in key_patches(grid, geometry, k=1)] == [(6, 3)]
+    assert all(0 <= left < right <= 600 and 0 <= top < bottom <= 40 for left, top, right, bottom in
+               (patch.box for patch in key_patches(grid, geometry, k=196)))

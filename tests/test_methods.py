@@ -9,7 +9,9 @@ import torch
 
 from timm.models.cait import Cait
 
-from vitroll import METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map
+from vitroll import (METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map,
+                     rollout)
+from vitroll.errors import OptionValueError
 from vitroll.methods import record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
@@ -148,12 +150,32 @@ def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
                                METHODS[name](model, images[:1], **options).maps)
 
 
-def test_bad_target_class_is_a_clear_error(tiny):
+@pytest.mark.parametrize("target, message", [
+    (7, "target_class 7 is out of range for a model with 5 classes (0…4)"),
+    ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
+    ([-1, 9, 5], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
+                 "other inputs"),
+    ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
+    (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
+], ids=["one", "one-of-each", "several-of-each", "length", "fraction"])
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_bad_target_class_is_one_clear_error(tiny, name, target, message):
+    """A class given once is named once, not once per input of the batch; a class index that is no whole number is
+    refused rather than rounded down to another class."""
     model, images = tiny
-    with pytest.raises(ValueError, match="out of range"):
-        chefer(model, images, target_class=7)
-    with pytest.raises(ValueError, match="2 entries for a batch of 3"):
-        grad_rollout(model, images, target_class=[0, 1])
+    with pytest.raises(OptionValueError) as error:
+        METHODS[name](model, images, target_class=target)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
+def test_target_class_of_whole_numbers_in_any_form_explains_the_same_classes(tiny, name):
+    model, images = tiny
+    options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
+    expected = METHODS[name](model, images, target_class=[4, 0, 2], **options).maps
+    for same in ((4, 0, 2), torch.tensor([4, 0, 2]), torch.tensor([4.0, 0.0, 2.0]), [np.int64(4), 0, 2]):
+        torch.testing.assert_close(METHODS[name](model, images, target_class=same, **options).maps, expected,
+                                   rtol=0, atol=0)
 
 
 def test_flow_matches_networkx_on_an_explicit_graph(tiny):
@@ -163,6 +185,18 @@ def test_flow_matches_networkx_on_an_explicit_graph(tiny):
         per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
         expected = reference_flow(per_layer, 1, (3, 2))
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("solver", ["scipy", "networkx"])
+def test_flow_of_an_image_with_a_nan_is_nan_like_rollouts_and_leaves_the_others_alone(tiny, solver):
+    """Both solvers skip an edge whose capacity is NaN, so an image whose attention held a NaN (a NaN pixel, a half-
+    precision overflow) got a map of zeros: a finite map that says "no flow" where rollout says NaN."""
+    model, images = tiny
+    spoilt = images.clone()
+    spoilt[1, 0, 5, 5] = float("nan")
+    maps = flow(model, spoilt, solver=solver)
+    assert torch.isnan(maps[1]).all() and torch.isnan(rollout(model, spoilt)[1]).all()
+    torch.testing.assert_close(maps[[0, 2]], flow(model, images[[0, 2]], solver=solver), rtol=0, atol=1e-6)
 
 
 def test_flow_scipy_and_networkx_solvers_agree(tiny):
@@ -208,3 +242,60 @@ def test_random_baseline_gives_each_input_its_own_map_whatever_its_batch(tiny):
     torch.testing.assert_close(alone, together, rtol=0, atol=0)
     torch.testing.assert_close(random_map(model, images[[2, 0, 1]], seed=5), together[[2, 0, 1]], rtol=0, atol=0)
     assert not torch.equal(alone[0], alone[1])
+
+
+PREFIX_LAYOUTS = {  # timm ViTs whose decision row is not the class token's alone, or has more prefix tokens
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
+    "registers": ("vit_tiny_patch16_224", {"reg_tokens": 2}),
+    "average_pool": ("vit_tiny_patch16_224", {"class_token": False, "global_pool": "avg"}),
+}
+
+
+def decision_row(layout) -> np.ndarray | None:
+    """The row (N,) that the head reads from the final tokens: None for the class token's own; DeiT's class and
+    distillation tokens half each; an average pool each patch token 1 / (h·w)."""
+    prefix, patches = layout.num_prefix_tokens, layout.num_tokens - layout.num_prefix_tokens
+    if layout.readout == "class_token":
+        return None
+    if layout.readout == "prefix_mean":
+        return np.r_[np.full(prefix, 1 / prefix), np.zeros(patches)]
+    return np.r_[np.zeros(prefix), np.full(patches, 1 / patches)]
+
+
+@pytest.mark.parametrize("kind", PREFIX_LAYOUTS)
+def test_gradient_methods_match_per_image_autograd_on_every_prefix_layout(kind):
+    """Each image of a batch, explained for its own class, equals its float64 reference read at the model's decision
+    row: the distillation token, register tokens and an average pool each move that row."""
+    torch.manual_seed(3)
+    architecture, kwargs = PREFIX_LAYOUTS[kind]
+    model = sharpen_attention(timm.create_model(architecture, img_size=(48, 32), depth=2, embed_dim=48, num_heads=3,
+                                                num_classes=5, **kwargs))
+    images, targets = torch.randn(3, 3, 48, 32), [4, 0, 2]
+    relevance = chefer(model, images, target_class=targets)
+    rolled = grad_rollout(model, images, target_class=targets, discard_ratio=0.5)
+    _, layout, _ = record_attention(model, images[:1])
+    prefix, readout = layout.num_prefix_tokens, decision_row(layout)
+    for i, target in enumerate(targets):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], target)
+        for maps, expected in ((relevance, reference_chefer(attentions, gradients, prefix, (3, 2), readout)),
+                               (rolled, reference_grad_rollout(attentions, gradients, prefix, (3, 2), 0.5, readout))):
+            assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
+            np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", PREFIX_LAYOUTS)
+def test_flow_matches_networkx_on_every_prefix_layout(kind):
+    """The sink takes each final token's share of the decision row: DeiT's two prefix tokens, an average pool's
+    patches; register tokens carry flow but are no sources."""
+    torch.manual_seed(4)
+    architecture, kwargs = PREFIX_LAYOUTS[kind]
+    model = sharpen_attention(timm.create_model(architecture, img_size=(32, 32), depth=2, embed_dim=48, num_heads=3,
+                                                num_classes=5, **kwargs))
+    images = torch.randn(2, 3, 32, 32)
+    maps = flow(model, images)
+    _, layout, _ = record_attention(model, images[:1])
+    for i in range(2):
+        per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
+        expected = reference_flow(per_layer, layout.num_prefix_tokens, (2, 2), decision_row(layout))
+        assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)

@@ -66,7 +66,7 @@ MISTAKES = [
                  id="attention-weight-0"),
     pytest.param("overlay {img} --attention-weight 1.2", 2, "must be in (0, 1]; got 1.2", id="attention-weight-1.2"),
     pytest.param("overlay {img} --target-class -1", 2, "argument --target-class: must be an integer ≥ 0", id="target-negative"),
-    pytest.param("overlay {img} --target-class 9 --method chefer", 2, "target_class [9] out of range for a model with 4 classes",
+    pytest.param("overlay {img} --target-class 9 --method chefer", 2, "target_class 9 is out of range for a model with 4 classes (0…3)",
                  id="target-too-large"),
     pytest.param("overlay {img} --max-attention-memory 0", 2, "argument --max-attention-memory: must be > 0; got 0",
                  id="attention-memory-0"),

@@ -112,6 +112,34 @@ def test_a_checkpoint_of_another_depth_or_width_names_the_model_args_that_build_
         "embed_dim=96 and the --model-arg num_heads=H it was trained with (its weights do not tell H)")
 
 
+def test_a_checkpoint_differing_in_several_settings_names_every_one_in_one_line(tmp_path):
+    """A checkpoint whose depth and input size both differed from the built model named only the depth: rebuilt
+    with --model-arg depth=2 it failed again on its position embedding. Every setting the weights tell (depth,
+    embed_dim, reg_tokens, patch_size, img_size, num_classes) that differs is now named, with its option."""
+    several = tmp_path / "several.pth"
+    torch.save(timm.create_model(NAME, depth=2, img_size=32, patch_size=8, num_classes=3).state_dict(), several)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=several)
+    assert str(raised.value).endswith(
+        "it was saved from a model with depth=2, patch_size=8, img_size=32 (this one has depth=12, patch_size=16, "
+        "img_size=224): build that one with --model-arg depth=2 --model-arg patch_size=8 --img-size 32")
+    assert load_model(NAME, checkpoint=several, depth=2, patch_size=8, img_size=32).patch_embed.patch_size == (8, 8)
+    classes = tmp_path / "classes.pth"
+    torch.save(timm.create_model(NAME, img_size=32, num_classes=3).state_dict(), classes)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=classes, num_classes=5, img_size=32)
+    assert str(raised.value) == (
+        f"{classes}: checkpoint does not match VisionTransformer — shape mismatch: head.weight (3, 192) vs model "
+        "(5, 192); head.bias (3,) vs model (5,); it was saved from a model with num_classes=3 (this one has "
+        "num_classes=5): build that one with --num-classes 3")
+    registers = tmp_path / "registers.pth"
+    torch.save(timm.create_model("vit_small_patch14_reg4_dinov2", depth=1, img_size=28).state_dict(), registers)
+    with pytest.raises(ModelLoadError) as raised:  # the prefix tokens (class, 4 registers) are not the patch grid
+        load_model("vit_small_patch14_reg4_dinov2", checkpoint=registers)
+    assert str(raised.value).endswith("it was saved from a model with depth=1, img_size=28 (this one has depth=12, "
+                                      "img_size=518): build that one with --model-arg depth=1 --img-size 28")
+
+
 def test_model_arg_rebuilds_a_model_saved_with_other_create_model_arguments(tmp_path, capsys):
     """The CLI could not rebuild a timm model built with other create_model arguments (registers, no class token,
     average pooling); --model-arg KEY=VALUE gives them, read as int / float / bool / none / text."""

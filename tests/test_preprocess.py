@@ -17,7 +17,7 @@ from vitroll.preprocess import _PIL_INTERPOLATION, FULL_RESIZE_LIMIT, Preprocess
     ("vit_tiny_patch16_224", {"img_size": (224, 160)}),
 ])
 @pytest.mark.parametrize("original_hw", [(300, 451), (640, 427), (224, 224), (97, 503)])
-@pytest.mark.parametrize("crop_mode", ["center", "squash"])
+@pytest.mark.parametrize("crop_mode", ["center", "squash", "border"])
 def test_matches_timm_transform(model_name, kwargs, original_hw, crop_mode):
     model = timm.create_model(model_name, **kwargs)
     config = resolve_data_config({}, model=model)
@@ -51,7 +51,7 @@ def test_input_size_follows_the_built_model_not_the_pretrained_cfg():
     (dict(std=(0.5, 0.0, 0.5)), "std must not be 0 (the pixels are divided by it); got (0.5, 0.0, 0.5)"),
     (dict(mean=(0.5, 0.5)), "mean must be 1 or 3 finite numbers (one per channel); got (0.5, 0.5)"),
     (dict(input_size=(0, 224)), "input_size must be (H, W), two integers ≥ 1; got (0, 224)"),
-    (dict(crop_mode="centre"), "crop_mode must be one of center, squash; got 'centre'"),
+    (dict(crop_mode="centre"), "crop_mode must be one of center, squash, border; got 'centre'"),
 ])
 def test_settings_that_cannot_preprocess_are_refused_when_made(settings, message):
     with pytest.raises(ValueError) as raised:  # were a ZeroDivisionError, inf pixels, or a silent centre crop
@@ -106,3 +106,30 @@ def test_a_long_strip_is_not_resized_whole(monkeypatch):
         expected = weights @ np.where(np.arange(49_990, 50_010) >= 50_000, 200.0, 0.0) / weights.sum(axis=1)
         assert np.abs(along - np.clip(expected, 0, 255)).max() <= 1  # black into green, as the whole copy has it
         assert (across == across[0]).all()
+
+
+@pytest.mark.parametrize("original_hw,crop_mode,crop_pct,share", [
+    ((40, 600), "center", 0.875, 35 * 35 / (40 * 600)), ((600, 40), "center", 1.0, 1 / 15),
+    ((224, 224), "center", 0.875, 0.875 ** 2), ((40, 600), "squash", 1.0, 1.0), ((480, 640), "center", 1.0, 0.75),
+])
+def test_seen_share_is_the_part_of_the_image_inside_the_model_input(original_hw, crop_mode, crop_pct, share):
+    pre = Preprocessing(input_size=(224, 224), mean=(0.5,), std=(0.5,), crop_pct=crop_pct, crop_mode=crop_mode)
+    assert pre.geometry(original_hw).seen_share() == pytest.approx(share, rel=0.02)
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_border_letterboxes_a_strip_so_the_model_and_its_map_cover_all_of_it(channels):
+    """A 600×40 strip was centre-cropped to its middle 40×40 pixels (or squashed 15 times taller): ``border`` fits it
+    into the input at its own aspect ratio, padded with the mean colour, which normalises to 0."""
+    from vitroll.maps import to_original
+
+    pre = Preprocessing(input_size=(224, 224), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), crop_pct=1.0,
+                        crop_mode="border", channels=channels)
+    strip = Image.fromarray(np.full((40, 600, 3), 255, np.uint8))
+    tensor, geometry = pre(strip)
+    assert geometry.resized_hw == (15, 224) and geometry.crop_top_left == (-104, 0) and geometry.seen_share() == 1.0
+    band = np.zeros(224, bool)
+    band[104:119] = True
+    assert np.abs(tensor[:, ~band].numpy()).max() < 0.01  # mean colour: 0 after normalisation
+    assert (tensor[:, band].numpy() > 2.0).all()  # white
+    assert not np.isnan(to_original(np.ones((14, 14), np.float32), geometry)).any()

@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vitroll import TokenLayout, attention, rollout
+from vitroll import METHODS, TokenLayout, attention, rollout
 from vitroll.capture.fusion import fuse_heads
 from vitroll.methods.gradients import positive_weighted_heads
 from vitroll.methods.base import record_attention
@@ -73,6 +73,51 @@ def test_maps_are_deterministic(model, seed, size, opts):
     fusion = opts["head_fusion"]
     assert torch.equal(attention(model, images, head_fusion=fusion), attention(model, images, head_fusion=fusion))
 
+
+
+EXPLAINED = ["chefer", "grad_rollout", "integrated_gradients", "occlusion", "flow", "attention"]
+"""Every method whose map could mix the images of a batch: one backward pass for the batch, batched hidden copies,
+batched flow graphs (the random baseline and gradient_shap have their own tests)."""
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    """Two layers, ten classes: the gradient and occlusion methods run many passes per example."""
+    torch.manual_seed(1)
+    model = timm.create_model("vit_tiny_patch16_224", patch_size=PATCH, img_size=32, depth=2, embed_dim=48,
+                              num_heads=3, num_classes=10, dynamic_img_size=True)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("qkv.weight"):
+                p.normal_(0, 0.1)
+    return model.eval()
+
+
+small_sizes = st.tuples(st.integers(1, 4), st.integers(1, 4)).map(lambda hw: (hw[0] * PATCH, hw[1] * PATCH))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**16), batch_size=st.integers(2, 4), size=small_sizes, name=st.sampled_from(EXPLAINED),
+       data=st.data())
+def test_each_method_gives_an_image_its_own_map_and_class_in_any_batch_and_order(classifier, seed, batch_size, size,
+                                                                                 name, data):
+    """The map of image i for class t is the same alone, in a batch of other images with other classes, and
+    wherever the batch puts it."""
+    model, images, method = classifier, batch(seed, batch_size, *size), METHODS[name]
+    options = {"steps": 3} if name == "integrated_gradients" else {}
+    targets = data.draw(st.lists(st.integers(0, 9), min_size=batch_size, max_size=batch_size))
+    if method.takes("target_class"):
+        options["target_class"] = targets
+    full = method(model, images, **options).maps
+    tolerance = 1e-5 * full.abs().max().item()
+    order = data.draw(st.permutations(range(batch_size)))
+    permuted = {**options, "target_class": [targets[i] for i in order]} if "target_class" in options else options
+    torch.testing.assert_close(method(model, images[list(order)], **permuted).maps, full[list(order)],
+                               atol=tolerance, rtol=1e-5)
+    alone = data.draw(st.integers(0, batch_size - 1))
+    single = {**options, "target_class": targets[alone]} if "target_class" in options else options
+    torch.testing.assert_close(method(model, images[alone:alone + 1], **single).maps, full[alone:alone + 1],
+                               atol=tolerance, rtol=1e-5)
 
 # The engine on attention matrices drawn directly: (B, N, N) row-stochastic, N = 1 class token + h·w patches.
 grids = st.tuples(st.integers(1, 4), st.integers(1, 4))

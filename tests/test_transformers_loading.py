@@ -386,6 +386,38 @@ def test_a_broken_config_json_is_one_line_naming_the_file(folder, tmp_path, caps
         f"{broken}: {broken / 'config.json'} {reason}")
 
 
+def test_vitroll_parses_a_folders_config_json_once_per_load(folder, tmp_path, capsys):
+    """A command read and parsed the folder's config.json twice itself (once to tell a text model or a captioner
+    from an image model, once to check it before the load), besides transformers' own read: vitroll now parses it
+    once, and again only once the file has changed."""
+    import traceback
+
+    mine = tmp_path / "mine"
+    shutil.copytree(folder, mine)
+    openers: list[str] = []
+
+    def count(event: str, args: tuple) -> None:
+        if event == "open" and str(args[0]) == str((mine / "config.json").resolve()) and recording:
+            caller = next(frame for frame in reversed(traceback.extract_stack()[:-1])
+                          if Path(frame.filename).name not in ("pathlib.py", "__init__.py", "functools.py"))
+            openers.append(f"{Path(caller.filename).parent.name}/{Path(caller.filename).name}:{caller.name}")
+
+    recording = True
+    sys.addaudithook(count)  # an audit hook cannot be removed: `recording` switches it off after
+    try:
+        assert main(["overlay", str(PHOTO), "--model", str(mine), "--out", str(tmp_path / "out")]) == 0
+        vitroll_reads = [opener for opener in openers if opener.startswith("models/")]
+        assert vitroll_reads == ["models/transformers.py:_parsed_config"]
+        config = json.loads((mine / "config.json").read_text())
+        (mine / "config.json").write_text(json.dumps({**config, "model_type": "bert"}, indent=1))
+        openers.clear()
+        assert cli_error(["overlay", str(PHOTO), "--model", str(mine), "--out", str(tmp_path / "out")], capsys) == (
+            f"{mine} is a text model (ViTForImageClassification); explain it with `vitroll text`")
+        assert openers.count("models/transformers.py:_parsed_config") == 1
+    finally:
+        recording = False
+
+
 def test_a_bare_hub_id_without_an_organisation_is_told_how_to_name_it():
     with pytest.raises(ModelLoadError) as raised:
         load_model("bert-base-uncased")

@@ -42,14 +42,44 @@ def test_models_lists_families_and_marks_matches(capsys):
     assert "supported    eva02_tiny_patch14_224" in out and "supported    vit_tiny_patch16_224" in out
 
 
+def test_models_wraps_its_lists_to_the_terminal_and_keeps_one_line_per_row_when_piped(capsys, monkeypatch):
+    """The family names sat in a 5-character column that most overran (hf-dinov2-registers pushed its text 14
+    characters right), and every line ran on past any terminal's edge. The names now share one column as wide as the
+    longest; on a terminal the text wraps under itself to its width, piped each row stays one line to grep."""
+    from vitroll.capture.families import FAMILIES
+
+    assert main(["models"]) == 0
+    piped = capsys.readouterr().out.splitlines()
+    rows = [line for line in piped if line.startswith("  ")]
+    assert len(rows) == len(FAMILIES) + 5  # hf-metaclip2-classifier, the longest name, has 23 characters
+    assert all(line[25:27] == "  " and line[27] != " " for line in rows)
+    assert any(line.startswith("  hf-dinov2-registers      Dinov2WithRegistersModel, ") for line in rows)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    for columns in (80, 120):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        assert main(["models"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert max(map(len, lines)) <= columns
+        continued = [line for line in lines if line.startswith("   ")]
+        assert continued and all(line[:27].isspace() and line[27] != " " for line in continued)
+    assert lines[1:3] == [
+        "  vitroll-shapes           four-shape image classifier, the default --model: overlay, compare, annotate, "
+        "evaluate,",
+        "                           sanity"]
+    monkeypatch.setenv("COLUMNS", "50")  # too narrow for a column: each text under its name
+    assert main(["models"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:3] == ["  vitroll-shapes", "      four-shape image classifier, the "
+                                                         "default"]
+
+
 def test_the_eva_and_beit_notes_say_what_holds(capsys, monkeypatch):
     assert main(["models", "vit_pe_core_tiny*"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert ("  eva   eva02_*, eva_*, vit_*_rope_*  — rotary embedding included (blocked kernel on the rotated queries "
-            "and keys); class/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention; timm's "
+    assert ("  eva                      eva02_*, eva_*, vit_*_rope_* — rotary embedding included (blocked kernel on the "
+            "rotated queries and keys); class/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention; timm's "
             "other Eva models (vit_pe_*, *_dinov3*) too") in out
-    assert ("  beit  beit_*, beitv2_*  — relative position bias included (the blocked kernel's mask); avg pooling "
-            "(default) → patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size "
+    assert ("  beit                     beit_*, beitv2_* — relative position bias included (the blocked kernel's "
+            "mask); avg pooling (default) → patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size "
             "(timm's Beit has none)") in out
     assert "  supported    vit_pe_core_tiny_patch16_384" in out
     from vitroll.capture import family_of
@@ -295,5 +325,5 @@ def test_models_lists_every_shipped_model_first(capsys):
     assert main(["models", "no-such-model*"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Shipped with vitroll (offline):\n  vitroll-shapes ")
-    assert "\n  vitroll-caption-shapes captioner of two-shape images: caption" in out
+    assert "\n  vitroll-caption-shapes   captioner of two-shape images: caption" in out
     assert out.endswith("\n0 timm models match 'no-such-model*' (0 supported)\n")

@@ -43,10 +43,37 @@ MAP_MIN_WIDTH = 300
 PAGE_CSS = """
 #image .upload-container { width: 100% !important; }  /* over Gradio's inline width: auto */
 #image .image-frame, #overlay .image-frame, #heads .image-frame { width: 100%; }
-#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain; }
+#image img, #overlay img, #heads img { width: 100%; height: auto; max-height: 70vh; object-fit: contain;
+                                      min-height: 12em; }
 """
-"""The page's pictures as wide as their boxes, a tall one no taller than most of the window: Gradio shows a picture at
-most at its own size, so an 8×8 image and its overlay were an 8-pixel strip under their boxes' buttons."""
+"""The page's pictures as wide as their boxes, a tall one no taller than most of the window, a wide one drawn in the
+middle of a box at least 12em high: Gradio shows a picture at most at its own size, so an 8×8 image and its overlay
+were an 8-pixel strip under their boxes' buttons, and its label and buttons covered all of a 2000×200 panorama, 34
+pixels high in its box."""
+PAGE_JS = """
+() => {
+  const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
+  const label = () => document.querySelectorAll("#examples img").forEach(image => {
+    if (image.alt !== name(image)) image.alt = image.title = name(image);
+  });
+  new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
+                                                      attributeFilter: ["src"]});
+  label();
+  const sliderKeys = ["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"];
+  document.addEventListener("keyup", event => {
+    const box = event.target;
+    if ((box.matches?.("input[type=range]") && sliderKeys.includes(event.key)) ||
+        (box.matches?.("input[type=number]") && event.key === "Enter")) {
+      box.dispatchEvent(new PointerEvent("pointerup", {bubbles: true}));
+    }
+  });
+}
+"""
+"""Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
+text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each. Lets a
+slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
+slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
+keyboard changed the value and not the maps."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
@@ -70,12 +97,23 @@ def controls_from_widgets(method: str, head_fusion: str, discard_ratio: float, s
     ------
     MethodOptionError
         For a layer or start layer that is not a whole number.
+    ValueError
+        For a target class that is neither :data:`PREDICTED` nor an index (:func:`target_index`).
     """
     return ExplorerControls(
         method=method, head_fusion=head_fusion, discard_ratio=float(discard_ratio), start_layer=whole(start_layer),
         layer=whole(layer), head=None if head == ALL_HEADS else int(head),
-        target_class=None if target_class == PREDICTED else int(target_class), prompts=prompt_lines(prompts),
+        target_class=None if target_class == PREDICTED else target_index(target_class), prompts=prompt_lines(prompts),
     )
+
+
+def target_index(choice: str) -> int:
+    """The class (or prompt) index a target-class menu value names; an image–text model's menu takes typed values
+    (its prompts change on the page), so a prompt's text typed there is refused, naming what the menu takes."""
+    if not (choice.isascii() and choice.isdigit()):
+        raise ValueError(f"target class: {choice!r} is not offered; choose {PREDICTED!r} or a prompt's number from "
+                         "the menu (0 for the first prompt)")
+    return int(choice)
 
 
 def whole(number: float) -> "int | float":
@@ -104,8 +142,10 @@ def target_menu_update(prompts: str, target_class: str) -> "Any":
     return require_gradio().update(choices=target_choices(lines, image_text=True), value=kept)
 
 
-def ignored_note(method: str, ignored: Sequence[str], layer: int) -> str:
-    """One Markdown line: which controls ``method`` does not use, and which layer the head grid shows."""
+def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu: bool = True) -> str:
+    """One Markdown line: which controls ``method`` does not use, and which layer the head grid shows.
+    ``target_menu``: whether the page has a target-class menu (a backbone's has none, so it is not named)."""
+    ignored = [label for label in ignored if target_menu or label != "target class"]
     unused = f"**{method}** does not use: {', '.join(ignored)}." if ignored else f"**{method}** uses every control."
     return f"{unused} The per-head grid shows layer {layer}."
 
@@ -175,7 +215,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         return (exploration.overlay, exploration.head_grid, top or None,
-                ignored_note(method, exploration.ignored, controls.layer))
+                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes))
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
@@ -187,10 +227,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image"))
                 if examples:
-                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples")
-                controls = _control_widgets(gr, outline)
-                colormap = gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))), value=settings.cmap,
-                                       label="colormap")
+                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples", elem_id="examples")
+                controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
+                colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
+                                                                     value=settings.cmap, label="colormap"))
                 prompts = [gr.Textbox("\n".join(DEFAULT_PROMPTS), lines=3, label="prompts (one per line)",
                                       elem_id="prompts")] if outline.image_text else []
                 button = gr.Button("Explain", variant="primary")
@@ -204,7 +244,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
                                    visible=outline.has_classes)  # else an empty box
-                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1), elem_id="note")
+                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
+                                                    target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
                              outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
@@ -254,6 +295,30 @@ def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
 
     box.preprocess = readable_preprocess
     return box
+
+
+def _refusing_values_off_the_menu(widget: "gradio.Dropdown | gradio.Slider") -> "gradio.Dropdown | gradio.Slider":
+    """``widget`` with a value it does not offer (sent through the API: a method not in the menu, a slider beyond its
+    ends) refused in one line naming the widget and what it offers; Gradio's own refusal names neither, and prints a
+    traceback on the server's terminal."""
+    gr = require_gradio()
+    preprocess = widget.preprocess
+
+    def checked_preprocess(payload: Any) -> Any:
+        try:
+            value = preprocess(payload)
+        except (gr.Error, TypeError, ValueError):
+            value = None
+        if value is None:  # a menu passes None on as it is
+            if isinstance(widget, gr.Slider):
+                offered = f"a number from {widget.minimum:g} to {widget.maximum:g}"
+            else:
+                offered = "one of " + ", ".join(str(value) for _, value in widget.choices)
+            raise refusal(f"{widget.label}: {payload!r} is not offered; choose {offered}")
+        return value
+
+    widget.preprocess = checked_preprocess
+    return widget
 
 
 def _describe(outline: ModelOutline) -> str:
@@ -313,7 +378,7 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
     public share link; with ``block``, until Ctrl-C, after one line on stdout with the page's address (Gradio's own
     start-up lines advise ``share=True``, which vitroll does not offer). Returns the page's local URL."""
     _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS,
+                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS, js=PAGE_JS,
                                  allowed_paths=sorted({str(path.parent) for path in examples}))
     if block:
         print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)

@@ -14,6 +14,7 @@ from vitroll._version import __version__
 from vitroll.commands import COMMANDS
 from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
 from vitroll.io.names import READABLE, single_line
+from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
@@ -39,7 +40,10 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
         message = f"{message}{_option_like_file_hint(OneLineArgumentParser.words)}"
-        self.exit(EXIT_USER_ERROR, f"vitroll: error: {where}{single_line(message)} (see `{self.prog} --help`)\n")
+        line = f"vitroll: error: {where}{single_line(message)} (see `{self.prog} --help`)"
+        if launched_rank() != 0:  # under torchrun every rank parses the same command line: rank 0 tells it
+            self.exit(leave_to_rank_zero(line, EXIT_USER_ERROR))
+        self.exit(EXIT_USER_ERROR, f"{line}\n")
 
     def format_help(self) -> str:
         """argparse's help, with the descriptions' docstring markup (````code````) read as plain `code`."""

@@ -224,7 +224,8 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
     """The ``k`` highest-scoring cells of a grid map (h, w), best first, with their boxes in original pixels.
 
     Ties are broken by position (row-major), so the result is deterministic. ``k`` is an int ≥ 0 (TypeError or
-    ValueError otherwise); more than the grid has gives every cell.
+    ValueError otherwise); more than the grid has gives every cell. Only cells over the image count: a cell wholly in
+    the padding around it (``crop_mode="border"``, a ``crop_pct`` above 1) holds none of its pixels.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise InputTypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")
@@ -233,15 +234,17 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
     _check_geometry(geometry)
     grid_map = as_map(grid_map, "grid_map", dtype=np.float64)
     flat = np.nan_to_num(grid_map, nan=-np.inf).ravel()
-    order = np.argsort(-flat, kind="stable")[:k]
     height, width = geometry.original_hw
     patches = []
-    for index in order:
+    for index in np.argsort(-flat, kind="stable"):
+        if len(patches) == k:
+            break
         row, col = divmod(int(index), grid_map.shape[1])
         top, left, bottom, right = grid_box_in_original(geometry, grid_map.shape, (row, col))
-        box = (max(0, int(np.floor(left + 0.5))), max(0, int(np.floor(top + 0.5))),
-               min(width, int(np.floor(right + 0.5))), min(height, int(np.floor(bottom + 0.5))))
-        patches.append(KeyPatch(row, col, float(grid_map[row, col]), box))
+        box = tuple(min(max(0, int(np.floor(edge + 0.5))), size)
+                    for edge, size in ((left, width), (top, height), (right, width), (bottom, height)))
+        if box[2] > box[0] and box[3] > box[1]:
+            patches.append(KeyPatch(row, col, float(grid_map[row, col]), box))
     return patches
 
 

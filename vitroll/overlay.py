@@ -6,6 +6,7 @@ Everything is RGB: colormaps come from matplotlib (RGB), never from OpenCV's BGR
 from __future__ import annotations
 
 import numbers
+import os
 import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Optional
@@ -125,6 +126,8 @@ def _rgb_advice(given: object, image: np.ndarray) -> str:
     """How to make ``image`` (``given`` as an array) RGB uint8 (H, W, 3), or "" when no one conversion fits."""
     if hasattr(given, "convert") and hasattr(given, "mode"):
         return "image.convert('RGB') converts a PIL image"
+    if isinstance(given, (str, os.PathLike)):
+        return "np.asarray(vitroll.load_image(path)) reads an image file"
     if image.ndim == 3 and image.shape[0] in (1, 3, 4) and image.shape[2] not in (1, 3, 4):
         return "image.transpose(1, 2, 0) puts the channels last"
     if image.dtype.kind == "f" and image.ndim == 3 and image.shape[2] == 3:
@@ -204,19 +207,65 @@ def outline_boxes(
     Raises
     ------
     InputValueError
-        For a box that is not four numbers, naming it.
+        For an image that is not RGB uint8 (H, W, 3) (as :func:`overlay`), a box that is not four finite numbers,
+        naming it, a ``color`` that is not three numbers in [0, 255] or a ``thickness`` below 1.
+    InputTypeError
+        For ``boxes`` that are not a list (or tuple, array) of boxes, or a ``thickness`` that is not an integer.
     """
     import cv2
 
+    outlined = rgb_uint8(image).copy()
+    if isinstance(boxes, (str, bytes)) or not hasattr(boxes, "__iter__"):
+        raise InputTypeError(f"boxes must be a list of (left, top, right, bottom) boxes; got {type(boxes).__name__}")
+    if isinstance(thickness, bool) or not isinstance(thickness, numbers.Integral):
+        raise InputTypeError(f"thickness must be an integer ≥ 1; got {type(thickness).__name__} {thickness!r}")
+    if thickness < 1:
+        raise OptionValueError(f"thickness must be an integer ≥ 1; got {thickness}")
+    color = _rgb_color(color)
+    height, width = outlined.shape[:2]
+    # coordinates clipped to just beyond the image: a line out there draws nothing either way, and OpenCV takes int32
+    reach = np.array([width, height, width, height]) + thickness + 1
     for index, box in enumerate(boxes):
-        if tuple(np.shape(box)) != (4,):
-            advice = (": [patch.box for patch in patches] gives the KeyPatches' boxes" if hasattr(box, "box") else
-                      ": one box goes in a list, [box]" if isinstance(box, numbers.Number) else "")
-            raise InputValueError(f"boxes[{index}] must be (left, top, right, bottom); got {box!r}{advice}")
-    outlined = np.ascontiguousarray(image).copy()
-    for left, top, right, bottom in boxes:
-        cv2.rectangle(outlined, (int(left), int(top)), (int(right) - 1, int(bottom) - 1), color, thickness)
+        left, top, right, bottom = (int(value) for value in np.clip(_box(index, box), -reach, reach))
+        cv2.rectangle(outlined, (left, top), (right - 1, bottom - 1), color, thickness)
     return outlined
+
+
+def _box(index: int, box: object) -> np.ndarray:
+    """``boxes[index]`` as four numbers (4,) float64.
+
+    Raises
+    ------
+    InputValueError
+        For anything but four finite real numbers (a tuple, list, array or tensor), naming it.
+    """
+    try:
+        values = np.asarray(box.detach().cpu() if hasattr(box, "detach") else box)
+    except ValueError:  # a ragged sequence: (0, 0, 5, (1, 2))
+        values = np.empty(0)
+    if values.shape != (4,) or values.dtype.kind not in "biuf" or not np.isfinite(values).all():
+        advice = (": [patch.box for patch in patches] gives the KeyPatches' boxes" if hasattr(box, "box") else
+                  ": one box goes in a list, [box]" if isinstance(box, numbers.Number) else "")
+        raise InputValueError(f"boxes[{index}] must be (left, top, right, bottom), four finite numbers; got "
+                              f"{box!r}{advice}")
+    return values.astype(np.float64)
+
+
+def _rgb_color(color: object) -> tuple[int, int, int]:
+    """``color`` as three integers in [0, 255] (an RGB colour for OpenCV).
+
+    Raises
+    ------
+    InputValueError
+        For anything else, naming it.
+    """
+    try:
+        values = np.asarray(color)
+    except ValueError:
+        values = np.empty(0)
+    if values.shape != (3,) or values.dtype.kind not in "biuf" or not ((values >= 0) & (values <= 255)).all():
+        raise InputValueError(f"color must be (red, green, blue), three numbers in [0, 255]; got {color!r}")
+    return tuple(int(value) for value in values)
 
 
 LITERAL = {"parse_math": False, "usetex": False}

@@ -21,7 +21,7 @@ from vitroll.capture.families import refuse_if_refused, registered_family
 from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
 
-CropMode = Literal["center", "squash"]
+CropMode = Literal["center", "squash", "border"]
 _PIL_INTERPOLATION = {
     "bicubic": Image.Resampling.BICUBIC,
     "bilinear": Image.Resampling.BILINEAR,
@@ -86,6 +86,15 @@ class CropGeometry:
         (sy, sx), (top, left) = self.scale, self.crop_top_left
         return (top / sy, left / sx, (top + self.input_hw[0]) / sy, (left + self.input_hw[1]) / sx)
 
+    def seen_share(self) -> float:
+        """The share of the original image's area that lies inside the model input (1.0: all of it; a centre crop
+        of a 600×40 strip: 35×35 pixels, 0.05)."""
+        top, left, bottom, right = self.original_box()
+        height, width = self.original_hw
+        seen_h = max(0.0, min(bottom, height) - max(top, 0.0))
+        seen_w = max(0.0, min(right, width) - max(left, 0.0))
+        return seen_h * seen_w / (height * width)
+
     def grid_to_original_affine(self, grid_hw: tuple[int, int]) -> np.ndarray:
         """2×3 affine taking original pixel indices (x, y) to map indices (u, v) on a grid of ``grid_hw`` cells.
 
@@ -117,9 +126,11 @@ class Preprocessing:
         The image is resized so that the crop is ``crop_pct`` of the resized image (1.0: no margin).
     interpolation : str
         PIL resampling filter name.
-    crop_mode : {"center", "squash"}
+    crop_mode : {"center", "squash", "border"}
         ``center`` keeps the aspect ratio and centre-crops (timm's default); ``squash`` resizes both sides
-        independently, so with ``crop_pct=1`` the model sees the whole image (no-crop mode).
+        independently, so with ``crop_pct=1`` the model sees the whole image (no-crop mode), stretched; ``border``
+        (timm's letterbox) fits the longer side and pads the shorter one with the ``mean`` colour, so with
+        ``crop_pct=1`` the model sees the whole image at its own aspect ratio (a strip as a thin band).
     crop_rounding : {"round", "floor"}
         How a centre crop's odd margin is split: rounded (timm, torchvision) or floored (transformers' processors).
     channels : {3, 1}
@@ -148,7 +159,7 @@ class Preprocessing:
                 raise ValueError(f"{name} must be 1 or 3 finite numbers (one per channel); got {values!r}")
         if 0 in self.std:
             raise ValueError(f"std must not be 0 (the pixels are divided by it); got {self.std!r}")
-        for name, value, allowed in (("crop_mode", self.crop_mode, ("center", "squash")),
+        for name, value, allowed in (("crop_mode", self.crop_mode, ("center", "squash", "border")),
                                      ("crop_rounding", self.crop_rounding, ("round", "floor")),
                                      ("channels", self.channels, (1, 3))):
             if value not in allowed:
@@ -189,6 +200,9 @@ class Preprocessing:
         scale_h, scale_w = (math.floor(s / self.crop_pct) for s in self.input_size)
         if self.crop_mode == "squash":
             resized = (scale_h, scale_w)
+        elif self.crop_mode == "border":  # timm ResizeKeepRatio(longest=1): the looser of the two ratios, rounded
+            ratio = max(height / scale_h, width / scale_w)
+            resized = (max(1, round(height / ratio)), max(1, round(width / ratio)))
         elif scale_h == scale_w:  # torchvision Resize(int): shorter side to scale, longer side truncated
             short, long = sorted((height, width))
             new_long = int(scale_h * long / short)
@@ -198,7 +212,13 @@ class Preprocessing:
             resized = (round(height / ratio), round(width / ratio))
         split = ((lambda margin: margin // 2) if self.crop_rounding == "floor"
                  else (lambda margin: int(round(margin / 2.0))))
-        top, left = split(resized[0] - target_h), split(resized[1] - target_w)
+
+        def offset(margin: int) -> int:
+            if margin < 0 and self.crop_mode == "border":  # timm CenterCropOrPad: padded, the odd pixel after
+                return -((-margin) // 2)
+            return split(margin)
+
+        top, left = offset(resized[0] - target_h), offset(resized[1] - target_w)
         return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
                             input_hw=(target_h, target_w))
 
@@ -234,9 +254,18 @@ class Preprocessing:
         array = (array - mean) / std
         return torch.from_numpy(array.transpose(2, 0, 1).copy()), geometry
 
+    def padding(self) -> tuple[int, ...]:
+        """The colour (one value per channel, 0…255) of the model input outside the resized image: the ``mean``
+        colour for ``border`` (timm's fill: 0 once normalised), black otherwise (torchvision's crop larger than its
+        image)."""
+        if self.crop_mode != "border":
+            return (0,) * self.channels
+        mean = self.normalisation()[0]
+        return tuple(round(255 * float(value)) for value in np.broadcast_to(mean, (self.channels,)))
+
     def _resized_crop(self, image: Image.Image, geometry: CropGeometry) -> Image.Image:
         """The model input (``input_size``) of ``image``: resized to ``geometry.resized_hw`` and cropped, areas of the
-        crop outside the resized image black.
+        crop outside the resized image in the :meth:`padding` colour.
 
         The whole image is resized, then cropped, as timm and torchvision do, unless the resized copy would exceed
         :data:`FULL_RESIZE_LIMIT` times the crop: then only the crop is resampled, from the original pixels its
@@ -249,7 +278,11 @@ class Preprocessing:
                                                                    self.input_size)
         if resized_h * resized_w <= FULL_RESIZE_LIMIT * input_h * input_w:
             resized = image.resize((resized_w, resized_h), resample=resample)
-            return resized.crop((left, top, left + input_w, top + input_h))
+            if self.crop_mode != "border":
+                return resized.crop((left, top, left + input_w, top + input_h))
+            cropped = Image.new(image.mode, (input_w, input_h), self._pil_padding())
+            cropped.paste(resized, (-left, -top))
+            return cropped
         support = _FILTER_SUPPORT[resample]
         kept, box = [], []
         for start, stop, original, resized in ((left, left + input_w, image.width, resized_w),
@@ -264,9 +297,13 @@ class Preprocessing:
         (x0, x1, left_kept, right_kept), (y0, y1, top_kept, bottom_kept) = kept
         part = image.crop((x0, y0, x1, y1)).resize((right_kept - left_kept, bottom_kept - top_kept), resample=resample,
                                                    box=(box[0], box[2], box[1], box[3]))
-        cropped = Image.new(image.mode, (input_w, input_h))
+        cropped = Image.new(image.mode, (input_w, input_h), self._pil_padding())
         cropped.paste(part, (left_kept - left, top_kept - top))
         return cropped
+
+    def _pil_padding(self) -> "int | tuple[int, ...]":
+        padding = self.padding()
+        return padding[0] if self.channels == 1 else padding
 
     def batch(self, images: list[Image.Image]) -> tuple[torch.Tensor, list[CropGeometry]]:
         """Preprocess several images → (tensor (B, C, H, W), geometries)."""

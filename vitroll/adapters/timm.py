@@ -51,7 +51,7 @@ def timm_preprocessing(model: nn.Module) -> Preprocessing:
         std=tuple(config["std"]),
         crop_pct=config.get("crop_pct") or 0.875,
         interpolation=config.get("interpolation", "bicubic"),
-        crop_mode=crop_mode if crop_mode in ("center", "squash") else "center",
+        crop_mode=crop_mode if crop_mode in ("center", "squash", "border") else "center",
     )
 
 

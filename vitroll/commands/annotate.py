@@ -27,9 +27,9 @@ from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
-    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, together, world,
+    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
 )
-from vitroll.pipelines.ranks import run_ranks
+from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks
 from vitroll.preprocess import Preprocessing
 
 
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
-    parser.add_argument("--save", default="overlay,heatmap",
+    parser.add_argument("--save", default="overlay,heatmap", metavar="KIND,…",
                         help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")
     parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
-    parser.add_argument("--disagree-below", type=number(),
+    parser.add_argument("--disagree-below", type=number(), metavar="CORRELATION",
                         help="mark rows whose --compare-with agreement is below this as disagrees=true "
                              f"(default {AnnotateOptions.disagree_below:g})")
     add_explain_arguments(parser)
@@ -101,17 +101,26 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
             "disagree_below": options.disagree_below}
 
 
-def run(args: argparse.Namespace) -> int:
+def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
     if args.disagree_below is not None and not args.compare_with:
         raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
                          "give --compare-with")
-    options = AnnotateOptions(
+    return AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers,
         save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = _options_from_args(args)
+    except ValueError as error:
+        if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
+            return leave_to_rank_zero(f"vitroll: error: {error}", EXIT_USER_ERROR)
+        raise
     if args.processes > 1 and not _under_torchrun():
         return run_ranks(args.argv, args.processes)
     joined = _init_distributed(args)
@@ -126,13 +135,14 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
     rank, world_size = world()
     try:
         with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank
+            inputs = find_inputs(args.input, args.out, options)  # before a model load that may take minutes
             settings = settings_from_args(args)
             model = model_from_args(args)
             preprocessing = preprocessing_from_args(model, args)
             names = class_names(model, args.class_names)
             identity = _settings_identity(args, model, preprocessing, settings, options, names)
         result = annotate(args.input, args.out, model, settings, identity=identity, preprocessing=preprocessing,
-                          class_names=names, options=options)
+                          class_names=names, options=options, inputs=inputs)
     except ReportedByRankZero:
         return EXIT_USER_ERROR
     if rank == 0:

@@ -28,14 +28,14 @@ LARGEST_PORT = 65535
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("app", help="interactive explorer in the browser (needs vitroll[app])",
                                    description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
                         help="address to serve on (default 127.0.0.1: this machine only; another needs "
                              "--share-on-network)")
-    parser.add_argument("--port", type=port_number, help="port (default: the first free one from 7860)")
+    parser.add_argument("--port", type=port_number, metavar="PORT", help="port (default: the first free one from 7860)")
     parser.add_argument("--share-on-network", action="store_true",
                         help="allow a --host that other machines can reach (no password: anyone there can use it)")
     rendering = parser.add_argument_group("rendering")
-    rendering.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap,
+    rendering.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap, metavar="COLORMAP",
                            help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
     add_alpha_argument(rendering)
     add_map_scaling_arguments(rendering)

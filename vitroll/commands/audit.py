@@ -40,13 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="DICOM or image files, or folders (searched recursively)")
     add_out_argument(parser, "audit", what="report folder")
     group = parser.add_argument_group("DICOM")
-    group.add_argument("--window", help=f"grey window for every DICOM: {presets}, or W,L = width,level "
-                                        "(default: the file's VOI LUT or Window Center/Width, else min–max)")
-    group.add_argument("--frame", type=integer(0),
+    group.add_argument("--window", metavar="PRESET|W,L",
+                       help=f"grey window for every DICOM: {presets}, or W,L = width,level (default: the file's VOI "
+                            "LUT or Window Center/Width, else min–max)")
+    group.add_argument("--frame", type=integer(0), metavar="INDEX",
                        help="only this frame of multi-frame files, from 0 (default: every frame)")
     group = parser.add_argument_group("privacy")
-    group.add_argument("--salt", help="salt of the hashed case/study keys; give the same salt to compare runs "
-                                      "(default: random for this run, printed and stored nowhere)")
+    group.add_argument("--salt", metavar="TEXT",
+                       help="salt of the hashed case/study keys; give the same salt to compare runs (default: random "
+                            "for this run, printed and stored nowhere)")
     group.add_argument("--keep-ids", action="store_true",
                        help="also write file paths, PatientID, StudyInstanceUID and SOPInstanceUID (NOT de-identified)")
     # with the pixels not searched at all, trusting the header for some of them means nothing
@@ -65,17 +67,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "photographs, 3D surface renderings); without it they are rows withheld with that reason. "
                             "Their pixels identify the patient: the report's images are then NOT de-identified")
     group = parser.add_argument_group("audit")
-    group.add_argument("--flag-threshold", type=number(0, 1), default=0.5,
+    group.add_argument("--flag-threshold", type=number(0, 1), default=0.5, metavar="FRACTION",
                        help="flag images with more than this fraction of saliency outside the body (default 0.5)")
-    group.add_argument("--border", type=number(0, 0.5, high_open=True), default=0.05,
+    group.add_argument("--border", type=number(0, 0.5, high_open=True), default=0.05, metavar="FRACTION",
                        help="border band width as a fraction of each side, in [0, 0.5) (default: %(default)s)")
-    group.add_argument("--top-percent", type=number(0, 100, low_open=True), default=5.0,
+    group.add_argument("--top-percent", type=number(0, 100, low_open=True), default=5.0, metavar="PERCENT",
                        help="top-k %% of the map compared with the ROI (IoU), in (0, 100] (default: %(default)g)")
-    group.add_argument("--masks", help="folder of ROI masks: <image stem>.png, non-zero inside")
-    group.add_argument("--boxes", help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
-    group.add_argument("--body-masks", help="folder of body masks <image stem>.png replacing the automatic one "
-                                            "(also for ultrasound and colour photographs, where it is not measured)")
-    group.add_argument("--group-by", default="ManufacturerModelName",
+    group.add_argument("--masks", metavar="FOLDER", help="folder of ROI masks: <image stem>.png, non-zero inside")
+    group.add_argument("--boxes", metavar="FILE",
+                       help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
+    group.add_argument("--body-masks", metavar="FOLDER",
+                       help="folder of body masks <image stem>.png replacing the automatic one (also for ultrasound and "
+                            "colour photographs, where it is not measured)")
+    group.add_argument("--group-by", default="ManufacturerModelName", metavar="FIELD,…",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
     add_batch_size_argument(group, 8, items="frames")

@@ -26,14 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("caption", help="caption images and map each word of the caption on the image",
                                    description=__doc__)
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
-    parser.add_argument("--model", required=True,
+    parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
                              "processor files), a cached hub id, or vitroll-caption-shapes")
     parser.add_argument("--method", choices=CAPTION_METHODS, default="chefer", metavar="METHOD",
                         help=f"{', '.join(CAPTION_METHODS)} (default: %(default)s)")
-    parser.add_argument("--window", type=integer(1), default=None,
+    parser.add_argument("--window", type=integer(1), default=None, metavar="N",
                         help="occlusion: the side, in patches, of the blocks it hides (default 1)")
-    parser.add_argument("--max-new-tokens", type=integer(1), default=20,
+    parser.add_argument("--max-new-tokens", type=integer(1), default=20, metavar="N",
                         help="longest caption, in tokens (default 20; never more than the decoder has positions)")
     add_out_argument(parser, "out")
     add_batch_size_argument(parser, 8)

@@ -122,7 +122,7 @@ def output_folder(text: str) -> Path:
 
 
 def add_device_argument(group: "argparse._ActionsContainer") -> None:
-    group.add_argument("--device", type=device_name, default="auto",
+    group.add_argument("--device", type=device_name, default="auto", metavar="DEVICE",
                        help="cpu, cuda, cuda:1, mps, … (default: auto, cuda when available, else cpu)")
 
 
@@ -162,7 +162,7 @@ def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default=TESTBED_NAME,
+    group.add_argument("--model", default=TESTBED_NAME, metavar="MODEL",
                        help=f"timm model name, hf-hub:org/name, a transformers folder or hub id, torchvision:ARCH or "
                             f"open_clip:ARCH (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
     group.add_argument("--checkpoint", metavar="FILE",
@@ -174,10 +174,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="classifier size (default: from the checkpoint's head)")
     group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
     add_device_argument(group)
-    group.add_argument("--crop-pct", type=number(0, 1, low_open=True),
+    group.add_argument("--crop-pct", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
-    group.add_argument("--crop-mode", choices=("center", "squash"),
-                       help="squash with --crop-pct 1 shows the whole image")
+    group.add_argument("--crop-mode", choices=("center", "squash", "border"),
+                       help="with --crop-pct 1 the model sees the whole image: squash stretches it to the model's "
+                            "input, border fits it inside and pads the rest with the mean colour")
     group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
                        help="override the model input size (models built with --img-size or dynamic_img_size)")
     group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
@@ -239,12 +240,13 @@ def model_argument(text: str) -> tuple[str, object]:
 
 def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--head-fusion", choices=HEAD_FUSIONS, help="how heads are fused (default mean)")
-    group.add_argument("--discard-ratio", type=number(0, 1, high_open=True),
+    group.add_argument("--discard-ratio", type=number(0, 1, high_open=True), metavar="FRACTION",
                        help="drop this fraction of the weakest attention per row (rollout 0, grad_rollout 0.9)")
-    group.add_argument("--attention-weight", type=number(0, 1, low_open=True),
+    group.add_argument("--attention-weight", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="α in rownorm(α·A + (1−α)·I), in (0, 1] (default 0.5)")
-    group.add_argument("--start-layer", type=integer(0), help="first layer included in rollout / chefer (default 0)")
-    group.add_argument("--target-class", type=integer(0),
+    group.add_argument("--start-layer", type=integer(0), metavar="LAYER",
+                       help="first layer included in rollout / chefer, from 0 (default 0)")
+    group.add_argument("--target-class", type=integer(0), metavar="CLASS",
                        help="class explained by gradient methods (default: the prediction)")
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
@@ -317,13 +319,14 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
 
 def add_colour_arguments(group: "argparse._ActionsContainer") -> None:
     """``--cmap`` and ``--alpha``: how a map is coloured and blended over its image."""
-    group.add_argument("--cmap", type=colormap, default="jet", help="matplotlib colormap (default: %(default)s)")
+    group.add_argument("--cmap", type=colormap, default="jet", metavar="COLORMAP",
+                       help="matplotlib colormap (default: %(default)s)")
     add_alpha_argument(group)
 
 
 def add_alpha_argument(group: "argparse._ActionsContainer") -> None:
     """``--alpha``: the opacity of a map over its image."""
-    group.add_argument("--alpha", type=number(0, 1), default=0.5,
+    group.add_argument("--alpha", type=number(0, 1), default=0.5, metavar="FRACTION",
                        help="opacity of the heatmap, in [0, 1] (default: %(default)s)")
 
 
@@ -500,6 +503,21 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
     if folder is not None:
         raise VitrollError(
             f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
+
+
+SMALL_SEEN_SHARE = 0.25
+"""Below this share of an image's area in the model input, the run says so: a strip (an image three or more times as
+long as it is wide, centre-cropped), whose map covers a square in its middle."""
+
+
+def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
+    """One ``vitroll: warning:`` line on stderr when the model saw less than :data:`SMALL_SEEN_SHARE` of the image
+    at ``path``, with the options that show it all of it."""
+    if seen_share is not None and seen_share < SMALL_SEEN_SHARE:
+        shown = f"{100 * seen_share:.0f} %" if seen_share >= 0.01 else f"{100 * seen_share:.1g} %"
+        print(single_line(f"vitroll: warning: {path}: the model saw only {shown} of the image (the middle of its long "
+                          "side) and its map covers only that; --crop-mode border --crop-pct 1 shows the model all "
+                          "of it, padded (squash: stretched)"), file=sys.stderr)
 
 
 def print_failed(failure: object) -> None:

@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="compare the maps of several models on the same images",
                                    description=__doc__)
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
-    parser.add_argument("--model", action="append", required=True, help="a model to compare (repeat: two or more)")
+    parser.add_argument("--model", action="append", required=True, metavar="MODEL",
+                        help="a model to compare (repeat: two or more)")
     parser.add_argument("--checkpoint", action="append", metavar="FILE",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
     add_trust_checkpoint_argument(parser)

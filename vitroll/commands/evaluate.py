@@ -69,7 +69,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
                              f"{testbed_count})")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=int, default=None, metavar="SEED",
                         help=f"testbed split (default: {TESTBED_SEED}, the shipped models' held-out split; not with a "
                              "FOLDER, whose images are not drawn)")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
@@ -116,7 +116,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--disagreement", type=method_list, metavar="A,B",
                         help="per image, rank correlation between two of the methods (e.g. "
                              "rollout,integrated_gradients)")
-    parser.add_argument("--disagree-below", type=number(),
+    parser.add_argument("--disagree-below", type=number(), metavar="CORRELATION",
                         help=f"flag images whose --disagreement correlation is below this (default {DISAGREE_BELOW:g})")
     parser.add_argument("--testbed-kind", choices=list(TESTBEDS), default="shapes",
                         help="which generated testbed --testbed N draws from (default: %(default)s): shapes, pairs "

@@ -4,6 +4,10 @@ model names match a pattern."""
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
+import textwrap
+from typing import Optional, Sequence
 
 from vitroll.capture.families import FAMILIES
 from vitroll.models.timm import supported_timm_names
@@ -29,13 +33,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _table(rows: Sequence[tuple[str, str]], name_width: int, width: Optional[int]) -> str:
+    """``rows`` of (name, text) as lines: the names in a column ``name_width`` wide, the text after it wrapped to
+    ``width`` characters with its further lines under its first (under the name, indented, when the text column would
+    be narrower than 30 characters); each row on one line when ``width`` is None (piped: one line per row to grep)."""
+    first = [f"  {name:<{name_width}}  " for name, _ in rows]
+    if width is None:
+        return "\n".join(start + text for start, (_, text) in zip(first, rows))
+    lines = []
+    for start, (name, text) in zip(first, rows):
+        if width - len(start) >= 30:
+            lines.extend(textwrap.wrap(text, width, initial_indent=start, subsequent_indent=" " * len(start),
+                                       break_on_hyphens=False))
+        else:
+            lines.append(f"  {name}")
+            lines.extend(textwrap.wrap(text, max(width, 40), initial_indent=" " * 6, subsequent_indent=" " * 6,
+                                       break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def _terminal_width() -> Optional[int]:
+    """The terminal's width in characters (``COLUMNS`` when set), or None when stdout is no terminal."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
 def run(args: argparse.Namespace) -> int:
+    width = _terminal_width()
+    families = [(family.name, " — ".join(part for part in (", ".join(family.name_patterns), family.notes) if part))
+                for family in FAMILIES]
+    name_width = max(len(name) for name in [*SHIPPED_MODELS, *(family.name for family in FAMILIES)])
     print("Shipped with vitroll (offline):")
-    for name, what in SHIPPED_MODELS.items():
-        print(f"  {name:<22} {what}")
+    print(_table(list(SHIPPED_MODELS.items()), name_width, width))
     print("\nSupported families:")
-    for family in FAMILIES:
-        print(f"  {family.name:<5} {', '.join(family.name_patterns)}  — {family.notes}")
+    print(_table(families, name_width, width))
     if args.pattern is None:
         return 0
     import timm

@@ -12,7 +12,8 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
     add_batch_size_argument, add_method_arguments, add_model_arguments, add_out_argument, add_render_arguments,
-    model_from_args, non_blank, preprocessing_from_args, print_failed, refuse_folders, settings_from_args,
+    model_from_args, non_blank, preprocessing_from_args, print_failed, print_if_little_seen, refuse_folders,
+    settings_from_args,
 )
 from vitroll.io.names import single_line
 from vitroll.models import class_names
@@ -84,4 +85,5 @@ def run(args: argparse.Namespace) -> int:
             print_failed(result.error)
             continue
         _report(result)
+        print_if_little_seen(result.path, result.seen_share)
     return EXIT_SOME_FAILED if failures else 0

@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", metavar="FILE", help="a UTF-8 file with one text per line (after any TEXT given)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--model", required=True,
+    parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
     add_out_argument(parser, "out")
     add_batch_size_argument(parser, 16, items="texts")
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--readout", choices=("class_token", "token_mean", "position"),
                         help="the explained row: class token (encoders' default), mean of the real tokens "
                              "(mean-pooled embeddings), or one position (language models' default: the last token)")
-    parser.add_argument("--position", type=int,
+    parser.add_argument("--position", type=int, metavar="INDEX",
                         help="which real token to explain (0 the first, -1 the last); alone, it implies "
                              "--readout position")
     add_device_argument(parser)

@@ -43,10 +43,14 @@ def finite_unit(values: np.ndarray) -> np.ndarray:
     return unit
 
 
+_STRETCHED_MODES = frozenset({"I;16", "I;16B", "I;16L", "I", "F"})
+"""Grey modes of more than 8 bits, which :func:`to_rgb` stretches to their finite range."""
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
     composited on white."""
-    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+    if image.mode in _STRETCHED_MODES:
         scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
     if _has_alpha(image):
@@ -111,9 +115,8 @@ def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image
 def load_image_with_profile(
     path: "str | os.PathLike[str]",
 ) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
-    """:func:`load_image`'s RGB image, the pixels its embedded ICC profile describes (that RGB image, or the CMYK one
-    it was converted from) and the profile, for :func:`srgb_display`; None, None where none applies (no profile,
-    16-bit or float stretched).
+    """:func:`load_image`'s RGB image, the pixels its embedded ICC profile describes (that RGB image, the CMYK one it
+    was converted from, or its grey levels) and the profile, for :func:`srgb_display`; None, None without a profile.
 
     Raises
     ------
@@ -133,15 +136,20 @@ def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], O
         upright = ImageOps.exif_transpose(image)
         rgb = to_rgb(upright)
     icc_profile = upright.info.get("icc_profile")
-    if not icc_profile or upright.mode not in _COLOUR_MODES | _OTHER_SPACES.keys():
+    if not icc_profile or upright.mode not in _COLOUR_MODES | _GREY_MODES | {"CMYK"}:
         return rgb, None, None
-    return rgb, upright if upright.mode in _OTHER_SPACES else rgb, icc_profile
+    if upright.mode in _GREY_MODES:  # the grey levels the model reads: composited on white, or stretched to their range
+        return rgb, rgb.getchannel("R"), icc_profile
+    return rgb, upright if upright.mode == "CMYK" else rgb, icc_profile
 
 
 _SRGB = ImageCms.createProfile("sRGB")
 _COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBX", "P", "PA"})
-"""Modes whose RGB conversion keeps the stored values, which an RGB profile describes (16-bit and float images are
-stretched to their range: their profile no longer applies)."""
+"""Modes whose RGB conversion keeps the stored values, which an RGB profile describes."""
+_GREY_MODES = frozenset({"L", "LA"}) | _STRETCHED_MODES
+"""Modes whose RGB conversion is grey, which a grey profile describes: 16-bit and float grey as stretched to their
+range, as the model reads it, so the picture drawn on is the model's input in sRGB (a photo's 16-bit grey spans
+nearly its whole range anyway)."""
 _OTHER_SPACES = {"CMYK": "CMYK", "L": "GRAY"}
 """Modes converted to sRGB from their own pixels, and the colour space their profile must have: inks (a print
 profile), grey levels (a scan's or Photoshop's grey profile, e.g. Dot Gain 20 %)."""

@@ -93,7 +93,8 @@ def flow_values(attentions: list[torch.Tensor], layout: TokenLayout, *, attentio
 
     Returns
     -------
-    Tensor, shape (B, N), float32 — zero on prefix tokens.
+    Tensor, shape (B, N), float32 — zero on prefix tokens; NaN on every patch of an image whose attention is not
+    finite (as rollout gives), where the solvers, which skip such edges, would report no flow at all.
     """
     solve = {"scipy": _flows_scipy, "networkx": _flows_networkx}[solver]
     batch, num_tokens = attentions[0].shape[0], attentions[0].shape[-1]
@@ -102,6 +103,9 @@ def flow_values(attentions: list[torch.Tensor], layout: TokenLayout, *, attentio
     values = torch.zeros(batch, num_tokens)
     for b in range(batch):
         layers = [residual_attention(a[b], attention_weight) for a in attentions]
+        if not all(np.isfinite(layer).all() for layer in layers):
+            values[b, sources] = float("nan")
+            continue
         sink_weights = readout[b] if readout.ndim == 2 else readout
         values[b, sources] = torch.from_numpy(solve(*flow_edges(layers, sink_weights), sources)).float()
     return values

@@ -31,18 +31,32 @@ class AttentionGradients(NamedTuple):
 
 
 def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Tensor:
-    """Target class per image (B,) on the logits' device; checked against the number of classes."""
+    """Target class per image (B,) on the logits' device; checked against the number of classes.
+
+    Raises
+    ------
+    OptionValueError
+        For a number of classes that is neither one nor B, a value that is no whole number, or a class out of range
+        (named once, with the first input it was given for).
+    """
     batch, num_classes = logits.shape
     if target_class is None:
-        targets = logits.argmax(dim=-1)
-    else:
-        targets = torch.as_tensor(target_class, device=logits.device).long().reshape(-1)
-        if targets.numel() == 1:
-            targets = targets.expand(batch)
-        if targets.numel() != batch:
-            raise ValueError(f"target_class has {targets.numel()} entries for a batch of {batch}")
-    if ((targets < 0) | (targets >= num_classes)).any():
-        raise OptionValueError(f"target_class {targets.tolist()} out of range for a model with {num_classes} classes")
+        return logits.argmax(dim=-1)
+    given = torch.as_tensor(target_class, device=logits.device).reshape(-1)
+    if given.is_floating_point() and not (given == given.round()).all():
+        fraction = given[given != given.round()][0].item()
+        raise OptionValueError(f"target_class holds {fraction:g}, which is no class index")
+    if given.numel() not in (1, batch):
+        raise OptionValueError(f"target_class has {given.numel()} entries for a batch of {batch}: give one class for "
+                               "all, or one per input")
+    targets = given.long().expand(batch)
+    outside = ((targets < 0) | (targets >= num_classes)).nonzero().flatten().tolist()
+    if outside:
+        first = outside[0]
+        where = "" if given.numel() == 1 else f" of input {first}"
+        others = f"; so are those of {len(outside) - 1} other inputs" if where and len(outside) > 1 else ""
+        raise OptionValueError(f"target_class {targets[first].item()}{where} is out of range for a model with "
+                               f"{num_classes} classes (0…{num_classes - 1}){others}")
     return targets
 
 

@@ -72,9 +72,11 @@ _BLOCK_KEY = re.compile(r"blocks\.(\d+)\.")
 
 
 def _vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, int]:
-    """The timm ViT arguments that the tensors of ``state`` tell for sure: ``depth`` (the highest ``blocks.N``, plus
-    one), ``embed_dim`` (the patch embedding's output channels) and ``reg_tokens`` (the register tokens'
-    count, 0 without them, told only for a model that takes registers)."""
+    """The timm ViT settings that the tensors of ``state`` tell for sure: ``depth`` (the highest ``blocks.N``, plus
+    one), ``embed_dim`` and ``patch_size`` (the patch embedding's output channels and square kernel), ``reg_tokens``
+    (the register tokens' count, 0 without them, told only for a model that takes registers), ``img_size`` (the
+    square side whose patch grid the position embedding holds, after its prefix tokens unless ``model`` keeps them out
+    of it) and ``num_classes`` (the rows of ``head.weight``)."""
     told: dict[str, int] = {}
     blocks = [int(match.group(1)) for key in state if (match := _BLOCK_KEY.match(key))]
     if blocks:
@@ -82,22 +84,40 @@ def _vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[
     projection = state.get("patch_embed.proj.weight")
     if projection is not None and projection.ndim == 4:
         told["embed_dim"] = int(projection.shape[0])
+        if projection.shape[2] == projection.shape[3]:
+            told["patch_size"] = int(projection.shape[2])
+    registers = state.get("reg_token")
+    register_count = int(registers.shape[1]) if registers is not None and registers.ndim == 3 else 0
     if hasattr(model, "num_reg_tokens"):
-        registers = state.get("reg_token")
-        told["reg_tokens"] = int(registers.shape[1]) if registers is not None and registers.ndim == 3 else 0
+        told["reg_tokens"] = register_count
+    positions = state.get("pos_embed")
+    if positions is not None and positions.ndim == 3 and "patch_size" in told:
+        prefix = 0 if getattr(model, "no_embed_class", False) else (
+            ("cls_token" in state) + ("dist_token" in state) + register_count)
+        grid = math.isqrt(max(positions.shape[1] - prefix, 0))
+        if grid > 0 and grid * grid == positions.shape[1] - prefix:
+            told["img_size"] = grid * told["patch_size"]
+    head = state.get("head.weight")
+    if head is not None and head.ndim == 2:
+        told["num_classes"] = int(head.shape[0])
     return told
 
 
+_OPTION_OF_SETTING = {"img_size": "--img-size {}", "num_classes": "--num-classes {}"}
+"""The command-line option that sets a ViT setting vitroll has its own option for; the others are --model-arg's."""
+
+
 def _other_vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str:
-    """What differs between the timm ViT-like ``model`` and the one ``state`` was saved from, with the
-    ``--model-arg`` options that build the latter ("" when nothing sure differs, or for another kind of model)."""
+    """Every setting that differs between the timm ViT-like ``model`` and the one ``state`` was saved from, with the
+    options that build the latter ("" when nothing sure differs, when only the input size differs (told by
+    :func:`_trained_side`), or for another kind of model)."""
     if not (hasattr(model, "blocks") and hasattr(model, "patch_embed")):
         return ""
     saved, built = _vit_arguments(model, state), _vit_arguments(model, model.state_dict())
     differ = [key for key in saved if key in built and saved[key] != built[key]]
-    if not differ:
+    if not differ or differ == ["img_size"]:
         return ""
-    options = " ".join(f"--model-arg {key}={saved[key]}" for key in differ)
+    options = " ".join(_OPTION_OF_SETTING.get(key, f"--model-arg {key}={{}}").format(saved[key]) for key in differ)
     # the weights have the same shapes for any head count, and a wrong one gives wrong attention maps
     heads = (" and the --model-arg num_heads=H it was trained with (its weights do not tell H)"
              if "embed_dim" in differ else "")

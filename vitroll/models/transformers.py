@@ -3,6 +3,7 @@ hub id (from the local cache when the hub is unreachable) with its image process
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from pathlib import Path
@@ -70,24 +71,40 @@ def transformers_source(name: str) -> str:
     return str(shipped) if shipped is not None else name.removeprefix(TRANSFORMERS_PREFIX)
 
 
+def _saved_config(path: Path) -> "dict | str":
+    """The ``config.json`` at ``path`` as a dict, or why it is not a transformers configuration (words to follow its
+    path); parsed once per version of the file (:func:`saved_kind` reads it before a command loads the model,
+    :func:`load_transformers` again inside the load)."""
+    status = path.stat()
+    return _parsed_config(str(path.resolve()), status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_config(path: str, modified_ns: int, size: int) -> "dict | str":
+    """:func:`_saved_config` for one version of the file, told by its modification time and size."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except json.JSONDecodeError as error:
+        return (f"is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno}); save the model again "
+                "with save_pretrained")
+    if not isinstance(config, dict) or "model_type" not in config:
+        return "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"
+    own_code = sorted(key for key in config.get("auto_map") or {} if key == "AutoConfig" or key.startswith("AutoModel"))
+    if own_code:  # transformers would run the folder's Python files (trust_remote_code), or ask on the terminal
+        return (f"builds the model from the folder's own Python code (auto_map: {', '.join(own_code)}), which "
+                "vitroll does not run; vitroll explains the model types transformers ships (`vitroll models` lists "
+                "them)")
+    return config
+
+
 def _check_config_file(name: str, path: Path) -> None:
     """Refuse a ``config.json`` that is not a transformers configuration, naming the file and what is wrong with it
     (transformers' own errors for it speak of the hub and the cache)."""
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ModelLoadError(f"{name}: {path} is not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ModelLoadError(f"{name}: {path} is not valid JSON ({error.msg} at line {error.lineno}, column "
-                             f"{error.colno}); save the model again with save_pretrained") from None
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise ModelLoadError(f"{name}: {path} has no model_type, so it is not a transformers config.json; save the "
-                             "model again with save_pretrained")
-    own_code = sorted(key for key in config.get("auto_map") or {} if key == "AutoConfig" or key.startswith("AutoModel"))
-    if own_code:  # transformers would run the folder's Python files (trust_remote_code), or ask on the terminal
-        raise ModelLoadError(f"{name}: {path} builds the model from the folder's own Python code (auto_map: "
-                             f"{', '.join(own_code)}), which vitroll does not run; vitroll explains the model types "
-                             "transformers ships (`vitroll models` lists them)")
+    config = _saved_config(path)
+    if isinstance(config, str):
+        raise ModelLoadError(f"{name}: {path} {config}")
 
 
 def saved_kind(name: str) -> Optional[tuple[str, str]]:
@@ -97,10 +114,7 @@ def saved_kind(name: str) -> Optional[tuple[str, str]]:
     path = Path(transformers_source(name)) / "config.json"
     if not is_transformers_name(name) or not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    config = _saved_config(path)
     kind = config.get("model_type") if isinstance(config, dict) else None
     if kind not in TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
         return None

@@ -117,7 +117,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
     marker = f"_caption_{method}"
-    others = _strip_stems_of_others(_earlier_entries(out_dir / CAPTIONS), {os.path.abspath(p) for p in paths}, marker)
+    earlier = _earlier_entries(out_dir / CAPTIONS)
+    others = _strip_stems_of_others(earlier, {os.path.abspath(p) for p in paths}, marker)
     stems = output_stems(paths, marker, taken=stems_overwriting_inputs(paths, out_dir, marker[1:]) | others)
     special = set(captioner.special_ids(model))
     results = []
@@ -140,17 +141,17 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
             yield captioned
     summary = [{"path": os.path.abspath(each.path), "method": method, "caption": each.caption, "words": each.words,
                 "strip": each.strip_path.name if each.strip_path else None, "error": each.error} for each in results]
-    write_atomic(out_dir / CAPTIONS, json.dumps({"images": merged_captions(out_dir / CAPTIONS, summary)}, indent=1,
+    write_atomic(out_dir / CAPTIONS, json.dumps({"images": merged_captions(earlier, summary)}, indent=1,
                                                 ensure_ascii=False).encode())
 
 
-def merged_captions(path: Path, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries of ``path`` (an earlier run's ``captions.json``) with ``entries`` merged in: an entry of the same
-    image and method is replaced in its place, the others are kept, as their strips are. The same image is the same
-    absolute path, as :func:`~vitroll.io.discovery.unique_paths` has it (``x.png`` and ``/abs/x.png`` share one
-    entry, as they share one strip); entries store it absolute, so that a run from another folder tells its
-    ``x.png`` from theirs."""
-    by_key = {_entry_key(entry): entry for entry in _earlier_entries(path)}
+def merged_captions(earlier: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``earlier`` (an earlier run's ``captions.json`` entries, read once as the run started) with ``entries``
+    merged in: an entry of the same image and method is replaced in its place, the others are kept, as their strips
+    are. The same image is the same absolute path, as :func:`~vitroll.io.discovery.unique_paths` has it (``x.png``
+    and ``/abs/x.png`` share one entry, as they share one strip); entries store it absolute, so that a run from
+    another folder tells its ``x.png`` from theirs."""
+    by_key = {_entry_key(entry): entry for entry in earlier}
     for entry in entries:
         by_key[_entry_key(entry)] = entry
     return list(by_key.values())

@@ -185,8 +185,8 @@ class _Annotator:
             outputs.update(agreement=round(agreement, 6), disagrees=agreement < self.options.disagree_below)
         return {
             **_identity(item), "status": "ok", "error": "", "width": geometry.original_hw[1],
-            "height": geometry.original_hw[0], "top1_index": top[0] if top else None,
-            "top1_name": top[1] if top else None,
+            "height": geometry.original_hw[0], "seen": round(geometry.seen_share(), 4),
+            "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
             "top1_probability": round(top[2], 6) if top else None, "peak_x": stats["peak_col"],
             "peak_y": stats["peak_row"],
             "entropy": round(stats["entropy"], 6), "top10_mass": round(stats["top_mass"], 6), "key_patches": patches,
@@ -204,11 +204,15 @@ def annotate(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
     options: AnnotateOptions = AnnotateOptions(),
+    inputs: Optional[list[InputItem]] = None,
 ) -> RunSummary:
     """Explain every image under ``source`` (a folder or a list file) into ``out_dir``.
 
     Parameters
     ----------
+    inputs : list of InputItem, optional
+        ``source``'s inputs as :func:`find_inputs` found them (the CLI looks before it loads the model, so that a
+        missing INPUT is told at once); found here when None.
     identity : dict
         What makes two runs' outputs interchangeable (model name, weights, method, options, rendering); its hash
         decides what ``resume`` may skip. Kept in ``OUT/settings.json``: resuming a folder whose newest settings
@@ -234,9 +238,7 @@ def annotate(
     started = time.perf_counter()
     with ExitStack() as held:
         with together(rank, world_size):
-            items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
-            if not items:
-                raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
+            items = find_inputs(source, out_dir, options) if inputs is None else inputs
             held.enter_context(mf.OutputLock(out_dir, lock_name))
             if rank == 0:
                 stop_flag.unlink(missing_ok=True)  # a killed run's
@@ -277,6 +279,21 @@ def annotate(
         result = _reduce(result, world_size)
         _agree(failure or merge_failure, rank, world_size)
     return result
+
+
+def find_inputs(source: "str | os.PathLike[str]", out_dir: "str | os.PathLike[str]",
+                options: AnnotateOptions) -> list[InputItem]:
+    """The inputs a run of ``options`` on ``source`` into ``out_dir`` takes, sorted by key (:func:`discover`).
+
+    Raises
+    ------
+    ImageReadError
+        When there are none (``source`` missing, or no image in it), saying why.
+    """
+    items = discover(source, recursive=options.recursive, limit=options.limit, exclude=out_dir)
+    if not items:
+        raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
+    return items
 
 
 class ReportedByRankZero(VitrollError):

@@ -24,6 +24,28 @@ AGREED_STATUSES = (0, 2, 3, 130)
 status is a rank that crashed, and the others, which would wait for it at the next collective, are stopped."""
 
 
+def launched_rank() -> int:
+    """This process's rank when torchrun (or ``--processes``) started it as one of several (``RANK`` where
+    ``WORLD_SIZE`` > 1), else 0."""
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
+RANK_ZERO_PATIENCE_S = 60.0
+"""How long a rank other than 0 waits for the launcher to stop it once rank 0 has told a mistake of the command line
+(they all parse it): past that, rank 0 did not fail alike (another node's file system or devices), and it tells it."""
+
+
+def leave_to_rank_zero(line: str, status: int) -> int:
+    """On a rank other than 0, for a mistake every rank makes alike: wait until torchrun stops this rank, which it
+    does once rank 0 has printed ``line`` and exited, then exit ``status`` (rank 0's, which torchrun reports); print
+    ``line`` and return ``status`` if that has not happened after :data:`RANK_ZERO_PATIENCE_S`. A rank that exited at
+    once had torchrun stop rank 0, on a loaded machine before it had printed anything."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(status))
+    time.sleep(RANK_ZERO_PATIENCE_S)
+    print(line, file=sys.stderr)
+    return status
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -40,6 +40,8 @@ class ImageExplanation:
     top: Optional[list[tuple[int, str, float]]] = None
     text_overlays: Optional[list[TextOverlay]] = None
     """For an image–text model: one overlay per text, in the order of the texts."""
+    seen_share: Optional[float] = None
+    """The share of the image's area the model saw (:meth:`~vitroll.preprocess.CropGeometry.seen_share`)."""
     error: Optional[str] = None
 
 
@@ -137,7 +139,8 @@ def _explain_image(record: Explained, stem: str, out_dir: Path, settings: Explai
     """Write ``OUT/<stem>_<method>.png`` (and ``_figure.png``) for one image's map; its top classes."""
     path = record.item
     saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
-    explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png")
+    explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png",
+                                   seen_share=record.geometry.seen_share())
     write_atomic(explanation.overlay_path, encode_png(overlaid))
     if record.probabilities is not None:
         explanation.top = top_classes(record.probabilities, class_names)
@@ -153,7 +156,7 @@ def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path
     """Write ``OUT/<stem>_<method>_<text-slug>.png`` per text and the grid ``OUT/<stem>_<method>_texts.png`` for
     one image's maps (T, h, w) against ``texts``."""
     path = record.item
-    explanation = ImageExplanation(path=path, text_overlays=[],
+    explanation = ImageExplanation(path=path, text_overlays=[], seen_share=record.geometry.seen_share(),
                                    figure_path=out_dir / f"{stem}_{settings.method}_texts.png")
     overlays = []
     for text, slug, grid_map, logit in zip(texts, text_slugs(texts), record.grid_map, record.text_logits):
