@@ -229,7 +229,7 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once."""
     from pydicom.data import get_testdata_file
 
-    import vitroll.io.dicom as dicom
+    import vitroll.io.dicom.reading as dicom
 
     looked_up, decoder = [], dicom._decoder
     monkeypatch.setattr(dicom, "_decoder", lambda uid: looked_up.append(uid) or decoder(uid))
@@ -724,7 +724,7 @@ def test_a_decoder_only_a_package_vitroll_leaves_out_adds_is_named_with_its_lice
     installs it and why vitroll does not."""
     from types import SimpleNamespace
 
-    from vitroll.io.dicom import _install_advice
+    from vitroll.io.dicom.reading import _install_advice
 
     libjpeg = SimpleNamespace(missing_dependencies=["pylibjpeg - requires pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1"])
     assert _install_advice(libjpeg) == ("pip install pylibjpeg pylibjpeg-libjpeg installs one (pylibjpeg-libjpeg is "
