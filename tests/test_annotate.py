@@ -238,6 +238,24 @@ def test_inputs_are_found_once_and_before_the_model_is_loaded(messy, tmp_path, m
     assert len(rows(tmp_path / "out")) == len(GOOD) - 2 + len(BAD)  # a/x.png and b/x.png are in sub-folders
 
 
+@pytest.mark.parametrize("empty", [",", "", " , "])
+def test_an_empty_save_list_is_refused_and_none_asks_for_the_manifest_alone(empty, messy, tmp_path, capsys):
+    """``--save ,`` (or a script's empty variable) wrote the manifest alone without a word."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        annotate(str(messy), "--out", str(out), "--save", empty)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: annotate: argument --save: takes one or more of overlay, heatmap, figure, "
+        f"comma-separated, or none for the manifest alone; got {empty!r} (see `vitroll annotate --help`)\n")
+    assert not out.exists()
+    assert annotate(str(messy), "--out", str(out), "--save", "none", "--limit", "2") == 0
+    assert [(row["path"], row["status"], "overlay" in row or "heatmap" in row) for row in rows(out)] == [
+        ("cmyk.jpg", "ok", False), ("deep16.png", "ok", False)]
+    assert sorted(path.name for path in out.iterdir()) == [
+        "gallery", "index.html", "manifest.csv", "manifest.jsonl", "settings.json"]
+
+
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:

@@ -43,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
-    parser.add_argument("--save", default="overlay,heatmap", metavar="KIND,…",
-                        help=f"comma-separated from {','.join(SAVE_KINDS)} (default: %(default)s)")
+    parser.add_argument("--save", type=save_kinds, default="overlay,heatmap", metavar="KIND,…",
+                        help=f"comma-separated from {','.join(SAVE_KINDS)}, or none for the manifest (and a gallery "
+                             "without images) alone (default: %(default)s)")
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
                                                       "done ones; other rows are kept")
@@ -60,6 +61,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"(default {AnnotateOptions.disagree_below:g})")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
+
+
+def save_kinds(text: str) -> tuple[str, ...]:
+    """An argparse ``type`` for ``--save``: its comma-separated kinds, or none of them for ``none``. An empty list
+    (``--save ,``, a script's empty variable) is refused: it wrote the manifest alone, without a word."""
+    if text.strip() == "none":
+        return ()
+    kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
+    if not kinds:
+        raise argparse.ArgumentTypeError(f"takes one or more of {', '.join(SAVE_KINDS)}, comma-separated, or none "
+                                         f"for the manifest alone; got {text!r}")
+    return kinds
 
 
 def _under_torchrun() -> bool:
@@ -107,7 +120,7 @@ def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
                          "give --compare-with")
     return AnnotateOptions(
         batch_size=args.batch_size, workers=args.workers,
-        save=tuple(k.strip() for k in args.save.split(",") if k.strip()),
+        save=args.save,
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
