@@ -229,7 +229,7 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once."""
     from pydicom.data import get_testdata_file
 
-    import vitroll.io.dicom as dicom
+    import vitroll.io.dicom.reading as dicom
 
     looked_up, decoder = [], dicom._decoder
     monkeypatch.setattr(dicom, "_decoder", lambda uid: looked_up.append(uid) or decoder(uid))
@@ -362,6 +362,22 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+@pytest.mark.parametrize(("changes", "said"), [
+    ({"PlanarConfiguration": None}, "Missing required element: (0028,0006) 'Planar Configuration'"),
+    ({"BitsStored": 20}, "A (0028,0101) 'Bits Stored' value of '20' is invalid, it must be in the range (1, 64) and no "
+                         "greater than the (0028,0100) 'Bits Allocated' value of '8'"),
+])
+def test_uncompressed_pixel_data_that_fails_blames_the_header_not_the_decoders(tmp_path, changes, said):
+    """Native pixel data pydicom refuses for a missing or invalid group 0028 element was said to be "damaged or
+    unusual" because "every pydicom decoder for it is installed": no decoder is involved, the header is at fault."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "examples_rgb_color.dcm", **changes))
+    assert caught.value.reason == (
+        "The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian (UID 1.2.840.10008.1.2.1); "
+        f"pydicom said: {said}; uncompressed pixel data needs no decoder, so it is the header that does not describe "
+        "it: its image pixel elements (group 0028) or its transfer syntax.")
 
 
 def test_a_negative_number_of_frames_is_refused(tmp_path):
@@ -708,7 +724,7 @@ def test_a_decoder_only_a_package_vitroll_leaves_out_adds_is_named_with_its_lice
     installs it and why vitroll does not."""
     from types import SimpleNamespace
 
-    from vitroll.io.dicom import _install_advice
+    from vitroll.io.dicom.reading import _install_advice
 
     libjpeg = SimpleNamespace(missing_dependencies=["pylibjpeg - requires pylibjpeg>=2.0 and pylibjpeg-libjpeg>=2.1"])
     assert _install_advice(libjpeg) == ("pip install pylibjpeg pylibjpeg-libjpeg installs one (pylibjpeg-libjpeg is "

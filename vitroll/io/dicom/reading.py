@@ -1,25 +1,10 @@
-"""DICOM (and 16-bit PNG/TIFF) decoding for audits: display-ready 8-bit RGB frames and PHI-free metadata.
-
-A DICOM file is recognised by ``DICM`` at byte 128 (any extension, ``.dcm`` or none); a file without that
-preamble (an old ACR-NEMA style data set) is read when its first element belongs to group 0002 or 0008, and its
-transfer syntax is then the encoding pydicom found. Compressed pixel data goes through pydicom's decoder plugins
-(pylibjpeg with openjpeg and rle, python-gdcm, Pillow: the ``dicom`` extra). Grey images go
-through the modality LUT (Rescale Slope/Intercept; an enhanced multi-frame file's, and its windows, from its
-functional groups), then a VOI transform — the user's window, else the file's
-VOI LUT or a usable Window Center/Width, else the frame's own finite min–max — and MONOCHROME1 is inverted so that high
-values are bright; pixels that Pixel Padding Value marks as no image are left out of the min–max and shown black.
-Colour images (RGB, YBR_*, PALETTE COLOR) become RGB. Every frame is returned as (H, W, 3) uint8.
-
-Only a whitelist of non-identifying header fields leaves this module (:data:`SAFE_FIELDS`, plus an age band);
-studies are keyed by a salted hash.
-
-Windows are written **width first, then level**: ``(W, L)``, on the command line ``--window W,L``.
-"""
+"""Reading and decoding DICOM files (and images told by their first bytes) into display-ready frames, with reasons
+in one sentence for what cannot be read: which decoder would read a transfer syntax, headers that do not fit their
+pixel data, files cut short."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import sys
@@ -31,223 +16,18 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 import numpy as np
 
 from vitroll.errors import ImageReadError
+from vitroll.io.dicom.deidentify import safe_metadata
+from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import IMAGE_SUFFIXES, finite_unit, load_image_with_profile
+from vitroll.io.images import IMAGE_SUFFIXES, load_image_with_profile
 from vitroll.wording import counted
 
 if TYPE_CHECKING:
     from PIL import Image
     from pydicom import Dataset
 
-WINDOW_PRESETS: dict[str, tuple[float, float]] = {
-    "lung": (1500.0, -600.0),
-    "bone": (2000.0, 300.0),
-    "soft-tissue": (400.0, 40.0),
-}
-"""Named windows as (width W, level L) in Hounsfield units."""
-
-SAFE_FIELDS = ("Manufacturer", "ManufacturerModelName", "BodyPartExamined", "Modality", "PatientSex",
-               "BurnedInAnnotation")
-"""Header fields copied into reports: none names, identifies or dates a patient, a study or an institution."""
-
-UNKNOWN = "unknown"
-
 SECONDARY_CAPTURE_CLASS_PREFIX = "1.2.840.10008.5.1.4.1.1.7"
 """SOP classes of secondary captures (screenshots, scanned film, multi-frame SC): text often burned in."""
-
-
-def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
-    """``lung`` / ``bone`` / ``soft-tissue`` or ``W,L`` (width, level) → (W, L); None for None."""
-    if text is None:
-        return None
-    key = text.strip().lower().replace("_", "-")
-    if key in WINDOW_PRESETS:
-        return WINDOW_PRESETS[key]
-    parts = key.split(",")
-    try:
-        width, level = (float(part) for part in parts)
-    except ValueError:
-        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
-                         f"got {text!r}") from None
-    if width < 1:
-        raise ValueError(f"--window width must be at least 1; got {width:g}")
-    return width, level
-
-
-def age_band(patient_age: object) -> str:
-    """DICOM age string (``045Y``, ``006M``, ``003W``, ``002D``) → decade band ``40-49``; 90 and over → ``90+``."""
-    match = re.fullmatch(r"\s*(\d{1,3})\s*([YMWD]?)\s*", str(patient_age or ""))
-    if not match:
-        return UNKNOWN
-    years = int(match.group(1)) if match.group(2) in ("Y", "") else 0
-    if years >= 90:
-        return "90+"
-    low = years // 10 * 10
-    return f"{low}-{low + 9}"
-
-
-def salted_key(salt: str, value: str, length: int = 12) -> str:
-    """``sha256(salt + value)`` in hex, first ``length`` characters."""
-    return hashlib.sha256((salt + value).encode("utf-8")).hexdigest()[:length]
-
-
-def _clean(value: object) -> str:
-    text = " ".join(str(value).split()) if value is not None else ""
-    text = "".join(ch for ch in text if ch.isprintable())[:64]
-    return text or UNKNOWN
-
-
-WITHHELD = "(withheld)"
-"""Shown for a whitelisted field whose value looks like a person name or holds one of the file's identifying values
-(:func:`safe_metadata` gives the rule)."""
-
-IDENTIFIER_KEYWORDS = frozenset({
-    "PatientID", "OtherPatientIDs", "IssuerOfPatientID", "AccessionNumber", "StudyID", "AdmissionID",
-    "IssuerOfAdmissionID", "ServiceEpisodeID", "RequestedProcedureID", "PerformedProcedureStepID",
-    "ScheduledProcedureStepID", "PlacerOrderNumberImagingServiceRequest", "FillerOrderNumberImagingServiceRequest",
-    "MedicalRecordLocator", "InsurancePlanIdentification", "DeviceSerialNumber", "DetectorID", "PlateID", "CassetteID",
-    "GantryID", "PatientTelephoneNumbers", "PatientTelecomInformation", "PatientAddress",
-    "ReferringPhysicianTelephoneNumbers", "ReferringPhysicianAddress", "PersonTelephoneNumbers", "PersonAddress",
-    "MilitaryRank", "BranchOfService",
-})
-"""DICOM PS3.15 Annex E attributes that hold IDs, numbers and addresses (beside the person names, dates and UIDs
-found by their value representation): their whole values and their words of :data:`MIN_WORD` characters or more
-are looked for."""
-
-SITE_KEYWORDS = frozenset({
-    "InstitutionName", "InstitutionAddress", "InstitutionalDepartmentName", "StationName", "RegionOfResidence",
-    "CountryOfResidence", "CurrentPatientLocation", "PatientInstitutionResidence", "RequestingService",
-})
-"""Annex E attributes naming a place: looked for whole, not word by word (a hospital's "General" or "Medical" is
-also a maker's word)."""
-
-DESCRIPTION_KEYWORDS = frozenset({
-    "StudyDescription", "SeriesDescription", "RequestedProcedureDescription", "PerformedProcedureStepDescription",
-    "ScheduledProcedureStepDescription", "ProtocolName", "AdmittingDiagnosesDescription", "DerivationDescription",
-    "DischargeDiagnosisDescription", "ReasonForStudy", "ReasonForTheRequestedProcedure", "RequestedContrastAgent",
-    "Occupation", "MedicalAlerts", "Allergies", "PatientState", "AcquisitionComments", "ImageComments",
-    "FrameComments", "StudyComments", "VisitComments", "PatientComments", "AdditionalPatientHistory",
-    "RequestedProcedureComments", "ImagingServiceRequestComments", "CommentsOnThePerformedProcedureStep",
-    "InterpretationText", "TextComments", "TopicTitle", "TopicSubject", "TopicKeywords",
-})
-"""Annex E free-text attributes: a name may be typed into them ("CT for DOE JOHN"), beside words a shown field
-legitimately shares (CHEST), so only runs of :data:`DESCRIPTION_RUN` of their words are looked for. Other text
-(coding schemes' descriptions, a maker's private XML) is not: it names the maker and would withhold its name."""
-
-_LOOKED_FOR_KEYWORDS = IDENTIFIER_KEYWORDS | SITE_KEYWORDS | DESCRIPTION_KEYWORDS
-
-SKIPPED_SEQUENCES = frozenset({"PerFrameFunctionalGroupsSequence"})
-"""Sequences not searched: one item per frame of an enhanced multi-frame file, geometry and timing, no identifiers."""
-
-MIN_WORD = 3
-"""Shortest word of a person name or an ID looked for on its own: shorter ones (``Mr``, ``MR``, initials) would
-withhold modalities and sexes that merely look alike."""
-
-DESCRIPTION_RUN = 2
-"""Consecutive words of a free-text field that a shown value must repeat to be withheld."""
-
-
-def _items(value: object) -> list[object]:
-    """The values of a (possibly multi-valued) element value; none for None."""
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
-        return list(value)
-    return [value] if value is not None else []
-
-
-def _values(value: object) -> list[str]:
-    """The strings of a (possibly multi-valued) element value."""
-    return [str(item) for item in _items(value)]
-
-
-def _words(text: str) -> tuple[str, ...]:
-    """Case-folded runs of letters and digits of any script: ``^``, ``_``, ``-``, ``.`` and spaces all separate."""
-    return tuple(re.findall(r"[^\W_]+", text.casefold()))
-
-
-@dataclass
-class _Identifying:
-    """What a shown value must not repeat: words (of names and IDs), whole values as word runs (IDs, dates, UIDs,
-    places) and runs of :data:`DESCRIPTION_RUN` words of free text."""
-
-    words: set[str] = field(default_factory=set)
-    runs: set[tuple[str, ...]] = field(default_factory=set)
-
-    def found_in(self, words: tuple[str, ...]) -> bool:
-        if any(word in self.words for word in words):
-            return True
-        lengths = {len(run) for run in self.runs}
-        return any(words[start:start + length] in self.runs
-                   for length in lengths for start in range(len(words) - length + 1))
-
-
-def _elements(dataset: "Dataset") -> Iterator[tuple[str, str, object]]:
-    """(keyword, value representation, value) of the elements of ``dataset`` and of its sequences' items, at any
-    depth, that may identify (:func:`_identifying`); pixel data and other deferred elements are never read."""
-    from pydicom.datadict import dictionary_VR, keyword_for_tag
-    from pydicom.dataelem import RawDataElement
-
-    for tag in list(dataset.keys()):
-        raw = dataset.get_item(tag, keep_deferred=True)
-        if isinstance(raw, RawDataElement) and raw.value is None and raw.length:
-            continue  # deferred: larger than PIXEL_DATA_DEFERRED, the pixel data
-        keyword = keyword_for_tag(tag)
-        try:
-            vr = raw.VR or dictionary_VR(tag)
-        except KeyError:  # a private element of implicit VR: what it holds cannot be told
-            continue
-        if vr == "SQ" and keyword not in SKIPPED_SEQUENCES:
-            for item in dataset[tag].value or ():
-                yield from _elements(item)
-        elif vr in ("PN", "DA", "DT", "UI") or keyword in _LOOKED_FOR_KEYWORDS:
-            try:
-                value = dataset[tag].value
-            except Exception:  # noqa: BLE001 — a value pydicom cannot convert is not shown either
-                continue
-            yield keyword, vr, value
-
-
-def _identifying(dataset: object) -> _Identifying:
-    """The identifying values of ``dataset`` (a pydicom data set; anything else has none), by DICOM PS3.15 Annex E:
-
-    * every person name (value representation PN, any keyword, in sequences too): its words of :data:`MIN_WORD`
-      characters or more;
-    * IDs, numbers and addresses (:data:`IDENTIFIER_KEYWORDS`): the whole value and its words of :data:`MIN_WORD` or
-      more;
-    * dates (DA, DT) and UIDs (UI): the whole value;
-    * places (:data:`SITE_KEYWORDS`): the whole value, unless the Manufacturer value starts with it (a maker's own
-      site: pydicom's MR_small.dcm has InstitutionName TOSHIBA and Manufacturer TOSHIBA_MEC);
-    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words.
-    """
-    from pydicom import Dataset
-
-    identifying = _Identifying()
-    if not isinstance(dataset, Dataset):
-        return identifying
-    maker = _words(" ".join(_values(dataset.get("Manufacturer"))))
-    for keyword, vr, value in _elements(dataset):
-        for words in (_words(text) for text in _values(value)):
-            if not words:
-                continue
-            if vr == "PN" or keyword in IDENTIFIER_KEYWORDS:
-                identifying.words.update(word for word in words if len(word) >= MIN_WORD)
-            if keyword in SITE_KEYWORDS:
-                if maker[:len(words)] != words:
-                    identifying.runs.add(words)
-            elif keyword in DESCRIPTION_KEYWORDS:
-                identifying.runs.update(words[start:start + DESCRIPTION_RUN]
-                                        for start in range(len(words) - DESCRIPTION_RUN + 1))
-            elif vr != "PN":
-                identifying.runs.add(words)
-    return identifying
-
-
-def _shown(value: object, identifying: _Identifying) -> str:
-    """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or repeats an
-    identifying value (:func:`_identifying`)."""
-    text = " ".join(_values(value))
-    if "^" in text or identifying.found_in(_words(text)):
-        return WITHHELD
-    return _clean(value)
 
 
 @dataclass
@@ -257,7 +37,7 @@ class DicomImage:
     frames: list[tuple[int, np.ndarray]]
     """(frame index, RGB uint8 (H, W, 3)) for each frame returned."""
     metadata: dict[str, str] = field(default_factory=dict)
-    """:data:`SAFE_FIELDS` plus ``age-band`` (``unknown`` where absent)."""
+    """:data:`~vitroll.io.dicom.deidentify.SAFE_FIELDS` plus ``age-band`` (``unknown`` where absent)."""
     study_uid: Optional[str] = None
     """StudyInstanceUID — an identifier: hash it, print it only with the user's consent."""
     identifiers: dict[str, str] = field(default_factory=dict)
@@ -278,194 +58,10 @@ class DicomImage:
     """The pixels ``icc_profile`` describes where they are not the frame's RGB values: a CMYK photo's inks."""
 
 
-def safe_metadata(dataset: object) -> dict[str, str]:
-    """The whitelisted fields of a pydicom dataset (or any object with attributes) and its age band.
-
-    The values of identifying attributes (DICOM PS3.15 Annex E: names, IDs, dates, UIDs, places, free text) are never
-    copied; a whitelisted field's value is :data:`WITHHELD` when it looks like a person name (``^``) or repeats one of
-    them (:func:`_identifying`): a field typed by hand can hold anything.
-    """
-    identifying = _identifying(dataset)
-    metadata = {name: _shown(getattr(dataset, name, None), identifying) for name in SAFE_FIELDS}
-    metadata["age-band"] = age_band(getattr(dataset, "PatientAge", None))
-    return metadata
-
-
 def is_secondary_capture(dataset: object) -> bool:
     """A Secondary Capture SOP class (``1.2.840.10008.5.1.4.1.1.7…``) or a ConversionType: a captured image."""
     sop_class = str(getattr(dataset, "SOPClassUID", "") or "")
     return sop_class.startswith(SECONDARY_CAPTURE_CLASS_PREFIX) or bool(getattr(dataset, "ConversionType", None))
-
-
-def _voi_proxy(width: float, level: float, function: str = "LINEAR") -> object:
-    """A minimal dataset whose window output range is [0, 65535], to run pydicom's windowing with a known scale."""
-    from pydicom.dataset import Dataset
-
-    proxy = Dataset()
-    proxy.PhotometricInterpretation = "MONOCHROME2"
-    proxy.BitsStored = 16
-    proxy.PixelRepresentation = 0
-    proxy.WindowWidth = width
-    proxy.WindowCenter = level
-    proxy.VOILUTFunction = function
-    return proxy
-
-
-def _first(value: object) -> float:
-    """First value of a possibly multi-valued DS element."""
-    return float(_items(value)[0])
-
-
-def window_to_unit(values: np.ndarray, width: float, level: float, function: str = "LINEAR") -> np.ndarray:
-    """DICOM VOI windowing (PS3.3 C.11.2.1.2: LINEAR, LINEAR_EXACT, SIGMOID) of modality values → [0, 1]."""
-    from pydicom.pixels import apply_voi_lut
-
-    return apply_voi_lut(np.asarray(values, dtype=np.float64), _voi_proxy(width, level, function)) / 65535.0
-
-
-def _to_unit(values: np.ndarray, dataset: object, window: Optional[tuple[float, float]]) -> np.ndarray:
-    """Modality values → display values in [0, 1] (before any MONOCHROME1 inversion)."""
-    from pydicom.pixels import apply_voi_lut
-
-    if window is not None:
-        return window_to_unit(values, *window)
-    if "VOILUTSequence" in dataset:
-        out = apply_voi_lut(values, dataset)
-        lut = np.asarray(dataset.VOILUTSequence[0].LUTData, dtype=np.float64)
-        low, high = float(lut.min()), float(lut.max())
-        return np.clip((out - low) / (high - low), 0.0, 1.0) if high > low else np.zeros_like(out, dtype=np.float64)
-    file_window = _file_window(dataset)
-    if file_window is not None:
-        return window_to_unit(values, *file_window)
-    return finite_unit(values)
-
-
-VOI_FUNCTIONS = ("LINEAR", "LINEAR_EXACT", "SIGMOID")
-"""The VOI LUT functions of PS3.3 C.11.2.1.2; any other value is read as LINEAR, the default."""
-
-
-def _file_window(dataset: object) -> Optional[tuple[float, float, str]]:
-    """The file's own window (width, level, VOI LUT function), or None when it has none that can be used.
-
-    Only the first Window Width/Center pair is read. A missing, empty or non-numeric value, a non-finite one, or a
-    width the function does not allow (LINEAR needs W ≥ 1, the others W > 0) counts as no window: the frame is then
-    shown by its own min–max, as a file without a window would be.
-    """
-    try:
-        width, level = _first(dataset.WindowWidth), _first(dataset.WindowCenter)
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return None
-    function = str(dataset.get("VOILUTFunction", "LINEAR") or "LINEAR").strip().upper()
-    function = function if function in VOI_FUNCTIONS else "LINEAR"
-    usable_width = width >= 1.0 if function == "LINEAR" else width > 0.0
-    if not (np.isfinite(width) and np.isfinite(level) and usable_width):
-        return None
-    return width, level, function
-
-
-def _padding(raw: np.ndarray, dataset: object) -> Optional[np.ndarray]:
-    """(H, W) bool: the stored values that Pixel Padding Value (up to Pixel Padding Range Limit) marks as no image,
-    such as the corners outside a CT's circular field of view; None when the file names none."""
-    try:
-        value = _first(dataset.PixelPaddingValue)
-        limit = _first(dataset.get("PixelPaddingRangeLimit", value))
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return None
-    low, high = min(value, limit), max(value, limit)
-    return (raw >= low) & (raw <= high)
-
-
-FRAME_MACROS = ("PixelValueTransformationSequence", "FrameVOILUTSequence")
-"""Functional group macros of an enhanced multi-frame file (PS3.3 C.7.6.16.2.9, C.7.6.16.2.10) that hold a frame's
-Rescale Slope/Intercept and its window, in place of the data set's own (which such a file leaves out)."""
-
-
-def _frame_view(dataset: "Dataset", index: int) -> "Dataset":
-    """The image pixel attributes (group 0028) that frame ``index`` of ``dataset`` is displayed with: the data set's,
-    replaced by those of the :data:`FRAME_MACROS` in its shared functional groups, then in the frame's own. A file
-    without functional groups is returned as it is."""
-    from pydicom.dataset import Dataset
-
-    groups = [sequence[position] for sequence, position in (
-        (dataset.get("SharedFunctionalGroupsSequence") or (), 0),
-        (dataset.get("PerFrameFunctionalGroupsSequence") or (), index)) if position < len(sequence)]
-    macros = [macro[0] for group in groups for macro in (group.get(name) for name in FRAME_MACROS) if macro]
-    if not macros:
-        return dataset
-    view = Dataset()
-    for source in (dataset, *macros):
-        for tag in source.keys():
-            if tag.group == 0x0028:
-                view[tag] = source[tag]
-    return view
-
-
-def _grey_to_rgb(raw: np.ndarray, dataset: object, window: Optional[tuple[float, float]]) -> np.ndarray:
-    from pydicom.pixels import apply_modality_lut
-
-    values = np.asarray(apply_modality_lut(raw, dataset), dtype=np.float64)
-    padding = _padding(raw, dataset)
-    if padding is not None and not padding.all():  # kept out of the min–max, where 65535 would blacken the image
-        values[padding] = values[~padding].min()
-    unit = np.nan_to_num(_to_unit(values, dataset, window), nan=0.0)  # NaN pixels (float pixel data) black
-    if str(dataset.PhotometricInterpretation).strip() == "MONOCHROME1":
-        unit = 1.0 - unit
-    if padding is not None:
-        unit[padding] = 0.0  # black whatever the polarity: it is no part of the body
-    grey = np.round(np.clip(unit, 0.0, 1.0) * 255.0).astype(np.uint8)
-    return np.repeat(grey[..., None], 3, axis=-1)
-
-
-SAMPLES_PER_PIXEL = {"MONOCHROME1": 1, "MONOCHROME2": 1, "PALETTE COLOR": 1, "RGB": 3, "YBR_FULL": 3,
-                     "YBR_FULL_422": 3, "YBR_PARTIAL_422": 3, "YBR_PARTIAL_420": 3, "YBR_ICT": 3, "YBR_RCT": 3,
-                     "HSV": 3, "XYB": 3, "ARGB": 4, "CMYK": 4}
-"""The Samples per Pixel each Photometric Interpretation of PS3.3 C.7.6.3.1.2 (retired ones included) has."""
-
-SHOWN_COLOUR = ("PALETTE COLOR", "RGB", "YBR_FULL", "YBR_FULL_422", "YBR_PARTIAL_422", "YBR_PARTIAL_420", "YBR_ICT",
-                "YBR_RCT")
-"""The colour Photometric Interpretations that are converted to RGB."""
-
-
-def _samples_problem(samples: int, photometric: str) -> Optional[str]:
-    """Why ``samples`` per pixel contradict a DICOM term ``photometric`` (RGB with 1 sample: its bytes would be
-    read as grey), a sentence; None when they agree or ``photometric`` is no DICOM term."""
-    expected = SAMPLES_PER_PIXEL.get(photometric)
-    if expected is None or expected == samples:
-        return None
-    return (f"This DICOM file's header is inconsistent: SamplesPerPixel is {samples}, but PhotometricInterpretation "
-            f"{photometric} has {counted(expected, 'sample')} per pixel, so its pixels cannot be told apart.")
-
-
-def _colour_header_problem(samples: int, photometric: str) -> Optional[str]:
-    """Why the header of a colour image (``samples`` > 1, or a palette) keeps its pixels from being shown, a
-    sentence; None when nothing does. A value that is no DICOM term is not quoted: a header field may hold anything."""
-    if photometric not in SAMPLES_PER_PIXEL:
-        return (f"This DICOM file's PhotometricInterpretation is no DICOM term, so how its {samples} samples per "
-                "pixel make a colour is not said.")
-    problem = _samples_problem(samples, photometric)
-    if problem is not None:
-        return problem
-    if photometric not in SHOWN_COLOUR:
-        return (f"This DICOM file's PhotometricInterpretation, {photometric}, is not one that vitroll converts to "
-                "RGB, so its pixels are not shown.")
-    return None
-
-
-def _colour_to_rgb(raw: np.ndarray, dataset: object) -> np.ndarray:
-    from pydicom.pixels import apply_color_lut, convert_color_space
-
-    photometric = str(dataset.PhotometricInterpretation).strip()
-    if photometric == "PALETTE COLOR":
-        raw = apply_color_lut(raw, dataset)
-    elif photometric.startswith("YBR") and photometric != "YBR_RCT" and photometric != "YBR_ICT":
-        raw = convert_color_space(raw, photometric, "RGB")
-    raw = np.asarray(raw)
-    if raw.dtype == np.uint8:
-        return raw
-    bits = int(dataset.get("BitsStored", 16) or 16)
-    if photometric == "PALETTE COLOR":
-        bits = 16 if raw.max() > 255 else 8
-    return np.round(np.clip(raw.astype(np.float64) / (2 ** bits - 1), 0, 1) * 255).astype(np.uint8)
 
 
 def _error_text(error: BaseException) -> str:
@@ -544,10 +140,10 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
         return None
     tag = tag_for_keyword(next(keyword for keyword in PIXEL_DATA_KEYWORDS if keyword in dataset))
     element = dataset.get_item(tag, keep_deferred=True)
-    deferred = isinstance(element, RawDataElement) and element.value is None
-    if deferred and element.length == UNDEFINED_LENGTH:
+    raw = isinstance(element, RawDataElement)
+    if raw and element.length == UNDEFINED_LENGTH or not raw and element.is_undefined_length:
         return None  # fragments under a native transfer syntax: the decoder tells
-    length = element.length if isinstance(element, RawDataElement) else len(element.value or b"")
+    length = element.length if raw else len(element.value or b"")
     try:
         expected = get_expected_length(dataset, unit="bytes")
     except (AttributeError, KeyError, TypeError, ValueError):
@@ -746,6 +342,12 @@ EXPORT_AGAIN = ("exporting it again from its source (the PACS or the scanner), u
 """What to try when every decoder pydicom has for a transfer syntax is installed and none reads the pixel data."""
 
 
+NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header that does not describe it: its image "
+                 "pixel elements (group 0028) or its transfer syntax")
+"""Why native (or deflated) pixel data fails: pydicom names a missing or invalid element, or a length the header's
+elements and transfer syntax do not give; no package would help."""
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
 
@@ -768,8 +370,9 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
                     f"{EXPORT_AGAIN}.")
         return (f"The {kind}pixel data cannot be decoded: each decoder installed for its transfer syntax, {syntax}, "
                 f"failed ({failures}); {_decoder_advice(decoder)}.")
+    advice = _decoder_advice(decoder) if uid.is_encapsulated else NATIVE_ADVICE
     return (f"The {kind}pixel data cannot be decoded: transfer syntax {syntax}; "
-            f"pydicom said: {_error_text(error).rstrip('.')}; {_decoder_advice(decoder)}.")
+            f"pydicom said: {_error_text(error).rstrip('.')}; {advice}.")
 
 
 @contextlib.contextmanager
@@ -971,10 +574,3 @@ def read_any(
     colour = bool(image.ndim == 3 and (np.ptp(image.astype(np.int16), axis=-1) > 0).any())
     return DicomImage(frames=[(0, image)], metadata=safe_metadata(None), dicom=False, colour=colour,
                       icc_profile=icc_profile, profiled=None if profiled is loaded else profiled)
-
-
-__all__ = [
-    "DicomImage", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "WINDOW_PRESETS", "WITHHELD",
-    "age_band", "decode_failure", "decoder_advice", "frame_count", "is_dicom", "is_secondary_capture", "parse_window",
-    "read_any", "read_dicom", "safe_metadata", "salted_key", "window_to_unit",
-]
