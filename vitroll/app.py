@@ -227,7 +227,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image"))
                 if examples:
-                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples", elem_id="examples")
+                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
+                                elem_id="examples")
                 controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
                 colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
                                                                      value=settings.cmap, label="colormap"))
