@@ -305,3 +305,19 @@ def test_the_page_navigation_stays_on_one_line_in_a_narrow_window(tmp_path, widt
         assert page.inner_text("#page") == "page 1 / 2"
         assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
         assert not errors
+
+
+def test_in_a_320_pixel_window_the_legend_bar_narrows_between_low_and_high(tmp_path):
+    """"low", the 220-pixel bar and "high" are wider than a 320-pixel window's page: "high" went alone to the next
+    line, under "low"."""
+    write_gallery(tmp_path, [])
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 320, "height": 900}) as (page, errors):
+        legend = page.locator("#legends .vitroll-legend")
+        words = [legend.get_by_text(word, exact=True).bounding_box() for word in ("low", "high")]
+        bar = legend.locator(".vitroll-legend-bar").bounding_box()
+        middles = [box["y"] + box["height"] / 2 for box in (*words, bar)]
+        assert max(middles) - min(middles) < 2 and words[0]["x"] < bar["x"] < words[1]["x"], (words, bar)
+        assert 48 <= bar["width"] < 220 and words[0]["height"] == words[1]["height"]  # the words whole, one line
+        assert legend.inner_text().startswith("low\nhigh\ncolormap jet; each map scaled")
+        assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        assert not errors
