@@ -47,9 +47,16 @@ _STRETCHED_MODES = frozenset({"I;16", "I;16B", "I;16L", "I", "F"})
 """Grey modes of more than 8 bits, which :func:`to_rgb` stretches to their finite range."""
 
 
+_PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}
+"""Pillow's modes of premultiplied alpha (``image.convert("La")``), and the plain ones to read them as: La converts to
+nothing else, and RGBa to RGB would turn its transparent pixels black rather than white."""
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
     composited on white."""
+    if image.mode in _PREMULTIPLIED:
+        image = image.convert(_PREMULTIPLIED[image.mode])
     if image.mode in _STRETCHED_MODES:
         scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
