@@ -120,10 +120,11 @@ def test_a_model_on_the_meta_device_is_refused_before_any_forward():
     assert all(not module._forward_hooks for module in model.modules())
 
 
-@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "LA", "CMYK", "I;16"])
+@pytest.mark.parametrize("mode", ["L", "RGBA", "P", "LA", "CMYK", "I;16", "La", "RGBa"])
 def test_preprocessing_called_on_a_pil_image_of_any_mode_gives_what_a_method_gives_it(model, mode):
     """``pre(Image.open(path))`` on a grey, palette or transparent PNG raised "cannot reshape array of size 1024 into
-    shape (32,32,3)": it is converted to RGB as a method converts it (alpha on white, 16 bits stretched)."""
+    shape (32,32,3)": it is converted to RGB as a method converts it (alpha on white, 16 bits stretched). Pillow's
+    premultiplied grey with alpha (La) raised "conversion from La to L not supported"."""
     pixels = np.random.default_rng(0).integers(0, 256, (40, 50, 4), dtype=np.uint8)
     image = (Image.fromarray(pixels[..., 0].astype(np.uint16) * 257) if mode == "I;16"
              else Image.fromarray(pixels, "RGBA").convert(mode))
@@ -131,6 +132,18 @@ def test_preprocessing_called_on_a_pil_image_of_any_mode_gives_what_a_method_giv
     tensor, geometry = pre(image)
     assert tensor.shape == (3, 32, 32) and geometry.original_hw == (40, 50)
     torch.testing.assert_close(rollout(model, tensor[None]), rollout(model, image))
+
+
+@pytest.mark.parametrize("mode", ["LA", "La", "RGBA", "RGBa"])
+def test_a_transparent_pixel_is_white_whether_its_alpha_is_premultiplied_or_not(mode):
+    """An RGBa image's transparent pixels came out black, an RGBA one's white."""
+    from vitroll.io.images import to_rgb
+
+    image = Image.fromarray(np.array([[[200, 100, 50, 0], [200, 100, 50, 255]]], np.uint8), "RGBA")
+    image = image.convert("LA").convert(mode) if mode == "La" else image.convert(mode)  # Pillow's RGBA → La drops alpha
+    grey = np.asarray(Image.new("RGB", (1, 1), (200, 100, 50)).convert("L"))[0, 0]
+    opaque = [grey] * 3 if mode.startswith("L") else [200, 100, 50]
+    assert np.asarray(to_rgb(image)).tolist() == [[[255, 255, 255], opaque]]
 
 
 def test_preprocessing_called_on_an_array_names_the_conversion(model):

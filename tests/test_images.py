@@ -152,3 +152,25 @@ def test_a_write_that_fails_names_the_file_asked_for_never_the_temporary_one(tmp
     assert list(tmp_path.iterdir()) == []
     write_atomic(tmp_path / ("b" * 250), b"data")  # its temporary name, 250 + '.PID.tmp', is cut to fit
     assert [p.name for p in tmp_path.iterdir()] == ["b" * 250]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_a_float_or_32_bit_rgb_tiff_pillow_cannot_read_is_read_stretched_to_its_range(tmp_path, dtype):
+    """A float RGB TIFF (a scientific camera's, an HDR render's) failed as "not an image Pillow can read", while a float
+    grey one was read: read by OpenCV, stretched to its finite range as the grey one is."""
+    import cv2
+
+    rgb = np.zeros((6, 8, 3), dtype)
+    rgb[..., 0], rgb[:3, :, 1], rgb[0, 0] = 1, 4, (np.nan if dtype != np.int32 else 0, 4, 4)
+    path = tmp_path / "scientific.tif"
+    assert cv2.imwrite(str(path), np.ascontiguousarray(rgb[..., ::-1]))
+    pixels = np.asarray(load_image(path))
+    assert pixels.shape == (6, 8, 3)
+    assert pixels[3:, 1:].tolist() == [[[64, 0, 0]] * 7] * 3 and pixels[1, 1].tolist() == [64, 255, 0]
+
+
+def test_a_tiff_neither_pillow_nor_opencv_reads_is_one_line(tmp_path):
+    path = tmp_path / "broken.tif"
+    path.write_bytes(b"II*\x00" + bytes(64))
+    with pytest.raises(ImageReadError, match=r"broken.tif: (not an image Pillow can read|corrupt)"):
+        load_image(path)

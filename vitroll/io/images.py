@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError, path_of
-from vitroll.io.formats import is_dicom
+from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.names import NAME_MAX, fit_name
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
@@ -47,9 +47,16 @@ _STRETCHED_MODES = frozenset({"I;16", "I;16B", "I;16L", "I", "F"})
 """Grey modes of more than 8 bits, which :func:`to_rgb` stretches to their finite range."""
 
 
+_PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}
+"""Pillow's modes of premultiplied alpha (``image.convert("La")``), and the plain ones to read them as: La converts to
+nothing else, and RGBa to RGB would turn its transparent pixels black rather than white."""
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any Pillow mode to RGB: 16-bit and float scaled by their finite range (:func:`finite_unit`), alpha
     composited on white."""
+    if image.mode in _PREMULTIPLIED:
+        image = image.convert(_PREMULTIPLIED[image.mode])
     if image.mode in _STRETCHED_MODES:
         scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
@@ -246,12 +253,33 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
-        raise ImageReadError(path, "not an image Pillow can read") from None
+        opened = _tiff_pillow_cannot_read(path)
+        if opened is None:
+            raise ImageReadError(path, "not an image Pillow can read") from None
+        return convert(opened)
     except (OSError, SyntaxError, ValueError) as error:
         # an errno is the file system's (no permission, an I/O error), not the decoder's
         if getattr(error, "errno", None) is not None:
             raise ImageReadError(path, f"cannot be read ({error.strerror or error})") from None
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
+
+
+def _tiff_pillow_cannot_read(path: Path) -> Optional[Image.Image]:
+    """A TIFF of colour pixels Pillow has no mode for (float or 32-bit RGB: a scientific camera's, an HDR render's),
+    read by OpenCV and stretched to its finite range as a float grey TIFF is (:func:`to_rgb`); None for any other
+    file, or one OpenCV cannot read either."""
+    import cv2
+
+    signature = sniff(path)
+    if signature is None or signature.kind != "TIFF image":
+        return None
+    pixels = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3:
+        return None
+    rgb = np.ascontiguousarray(pixels[..., ::-1])  # OpenCV's BGR (cvtColor takes no float64 or int32)
+    if rgb.dtype != np.uint8:
+        rgb = (finite_unit(rgb) * 255.0).round().astype(np.uint8)
+    return Image.fromarray(rgb)
 
 
 _SRGB_CHUNK = struct.pack(">I", 1) + b"sRGB\0" + struct.pack(">I", zlib.crc32(b"sRGB\0"))
