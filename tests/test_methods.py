@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import timm
@@ -148,6 +150,19 @@ def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
     options = {"samples": 2} if name == "gradient_shap" else {"steps": 2} if name == "integrated_gradients" else {}
     torch.testing.assert_close(METHODS[name](model, made_there, **options).maps,
                                METHODS[name](model, images[:1], **options).maps)
+
+
+def test_every_method_explains_images_that_require_grad_silently_and_leaves_their_grad_alone(tiny):
+    """Checking the pixel range read a scalar off a tensor that requires grad: torch warned on every call."""
+    model, images = tiny
+    for name, method in METHODS.items():
+        options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
+        tracked = images[:1].clone().requires_grad_(True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            maps = method(model, tracked, **options).maps
+        torch.testing.assert_close(maps, method(model, images[:1], **options).maps, rtol=0, atol=0, msg=name)
+        assert tracked.grad is None, name
 
 
 @pytest.mark.parametrize("target, message", [
