@@ -214,6 +214,14 @@ def test_flow_of_an_image_with_a_nan_is_nan_like_rollouts_and_leaves_the_others_
     torch.testing.assert_close(maps[[0, 2]], flow(model, images[[0, 2]], solver=solver), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("attention_weight", [0.0, 1.5, float("nan")])
+def test_flow_refuses_an_attention_weight_that_rollout_refuses(tiny, attention_weight):
+    """Unchecked, 0 gave a map of zeros, 1.5 negative capacities on the diagonal and NaN a NaN map."""
+    model, images = tiny
+    with pytest.raises(OptionValueError, match=rf"^attention_weight must be in \(0, 1\]; got {attention_weight}$"):
+        flow(model, images[:1], attention_weight=attention_weight)
+
+
 def test_flow_scipy_and_networkx_solvers_agree(tiny):
     model, images = tiny
     attentions, layout, _ = record_attention(model, images[:1])
