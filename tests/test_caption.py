@@ -160,6 +160,8 @@ def test_captioner_mistakes_are_named(images):
         caption_maps(model, images, method="rollout", window=2)
     with pytest.raises(ValueError, match=r"window must be between 1 and 4 \(the grid is 4 × 4\); got 5"):
         caption_maps(model, images, method="occlusion", window=5)
+    with pytest.raises(ValueError, match=r"window must be between 1 and 4 \(the grid is 4 × 4\); got 0"):
+        caption_maps(model, images, method="occlusion", window=0)  # not read as the default 1
     with pytest.raises(ValueError, match=r"caption_ids must have shape \(B, K\) with B = 2"):
         caption_maps(model, images, caption_ids=CAPTIONS[:1])
     vit = transformers.ViTModel(_encoder_config("vit")).eval()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import timm
@@ -150,6 +152,19 @@ def test_gradient_methods_explain_a_batch_made_under_inference_mode(tiny, name):
                                METHODS[name](model, images[:1], **options).maps)
 
 
+def test_every_method_explains_images_that_require_grad_silently_and_leaves_their_grad_alone(tiny):
+    """Checking the pixel range read a scalar off a tensor that requires grad: torch warned on every call."""
+    model, images = tiny
+    for name, method in METHODS.items():
+        options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
+        tracked = images[:1].clone().requires_grad_(True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            maps = method(model, tracked, **options).maps
+        torch.testing.assert_close(maps, method(model, images[:1], **options).maps, rtol=0, atol=0, msg=name)
+        assert tracked.grad is None, name
+
+
 @pytest.mark.parametrize("target, message", [
     (7, "target_class 7 is out of range for a model with 5 classes (0…4)"),
     ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
@@ -197,6 +212,14 @@ def test_flow_of_an_image_with_a_nan_is_nan_like_rollouts_and_leaves_the_others_
     maps = flow(model, spoilt, solver=solver)
     assert torch.isnan(maps[1]).all() and torch.isnan(rollout(model, spoilt)[1]).all()
     torch.testing.assert_close(maps[[0, 2]], flow(model, images[[0, 2]], solver=solver), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention_weight", [0.0, 1.5, float("nan")])
+def test_flow_refuses_an_attention_weight_that_rollout_refuses(tiny, attention_weight):
+    """Unchecked, 0 gave a map of zeros, 1.5 negative capacities on the diagonal and NaN a NaN map."""
+    model, images = tiny
+    with pytest.raises(OptionValueError, match=rf"^attention_weight must be in \(0, 1\]; got {attention_weight}$"):
+        flow(model, images[:1], attention_weight=attention_weight)
 
 
 def test_flow_scipy_and_networkx_solvers_agree(tiny):

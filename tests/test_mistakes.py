@@ -94,6 +94,8 @@ MISTAKES = [
     pytest.param("overlay {img} --method center --option sigma=-0.25", 2, "sigma must be > 0", id="option-sigma-negative"),
     pytest.param("overlay {img} --method gradient_shap --option noise=-1", 2,
                  "noise must be ≥ 0 (a standard deviation); got -1.0", id="option-noise-negative"),
+    pytest.param("overlay {img} --method gradient_shap --option seed=-1", 2,
+                 "seed must be in 0…2³²−1 for gradient_shap; got -1", id="option-shap-seed-negative"),
     pytest.param("annotate {dir} --out {out} --option steps=4", 2, "method 'rollout' takes no option 'steps'",
                  id="annotate-option"),
     pytest.param("compare {img} --model no-such-a --model no-such-b --option steps=4", 2,

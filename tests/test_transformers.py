@@ -12,7 +12,9 @@ import torch
 import transformers
 
 import vitroll
-from reference import aimv2_query_weights, reference_chefer, reference_grad_rollout, reference_rollout
+from reference import (aimv2_query_weights, reference_chefer, reference_flow, reference_grad_rollout,
+                       reference_integrated_gradients, reference_rollout)
+from test_attributions import absolute_patch_means
 from vitroll.capture import AttentionRecorder
 from vitroll.errors import UnsupportedModelError
 from vitroll.metrics import deletion_insertion
@@ -307,6 +309,32 @@ def test_attention_flow_and_integrated_gradients_run_on_a_classifier_and_the_cla
     named = copy.deepcopy(model)
     named.config.id2label = {0: "cat", 1: "dog", 2: "rocket"}
     assert vitroll.class_names(named) == ["cat", "dog", "rocket"]
+
+
+class LogitsOf(torch.nn.Module):
+    """A transformers classifier as a plain ``images → logits`` module, for the references that call ``model(x)``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).logits
+
+
+def test_flow_and_integrated_gradients_equal_per_image_float64_references():
+    """Flow from the eager float64 attentions of each image alone, by networkx; integrated gradients of each image's
+    own class by a float64 Gauss–Legendre sum of autograd input gradients."""
+    model, pixels, targets = build("vit"), images(), [2, 0]
+    flows = vitroll.flow(model, pixels)
+    gradients = vitroll.integrated_gradients(model, pixels, target_class=targets, steps=6)
+    for i, target in enumerate(targets):
+        per_layer = [a[0].mean(dim=0).numpy() for a in eager_attentions("vit", pixels[i:i + 1], torch.float64)]
+        np.testing.assert_allclose(flows[i].numpy(), reference_flow(per_layer, 1, (4, 4)), atol=2e-6)
+        pixel_level = reference_integrated_gradients(LogitsOf(model), pixels[i:i + 1], target, steps=6)
+        expected = absolute_patch_means(pixel_level, patch=8)
+        assert np.ptp(expected) > 1e-4
+        np.testing.assert_allclose(gradients[i].numpy(), expected, rtol=1e-4, atol=1e-7)
 
 
 def test_pipelines_run_on_a_tiny_transformers_vit(tmp_path):

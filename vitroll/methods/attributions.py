@@ -236,6 +236,8 @@ def gradient_shap(
     _check_at_least_one(samples=samples)
     if not noise >= 0:
         raise OptionValueError(f"noise must be ≥ 0 (a standard deviation); got {noise}")
+    if not 0 <= seed < 2**32:  # NumPy's seeds, which captum draws the baselines from
+        raise OptionValueError(f"seed must be in 0…2³²−1 for gradient_shap; got {seed}")
     attr = _captum_attr()
 
     def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:

@@ -120,7 +120,7 @@ def _check_normalised(model: nn.Module, batch: torch.Tensor) -> None:
         return
     bounds = [(edge - mean) / std for mean, std in zip(preprocessing.mean, preprocessing.std) for edge in (0.0, 1.0)]
     low, high = min(bounds), max(bounds)
-    smallest, largest = float(batch.min()), float(batch.max())
+    smallest, largest = float(batch.detach().min()), float(batch.detach().max())
     if not (smallest >= 0 and largest > 10 * max(-low, high)):  # written so that a NaN (min and max NaN) passes
         return
     raise InputValueError(f"images range from {smallest:.4g} to {largest:.4g}, far beyond the {low:.2f}…{high:.2f} "

@@ -153,7 +153,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     batch = prepare_inputs(model, images)
     _start, end, _pad = captioner.special_ids(model)
     layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
-    windows = sliding_windows(layout.grid, window or 1).to(batch.device) if method == "occlusion" else None
+    windows = (sliding_windows(layout.grid, 1 if window is None else window).to(batch.device) if method == "occlusion"
+               else None)
     with eval_mode(model):
         positions = _decoder_positions(model)
         if caption_ids is None:

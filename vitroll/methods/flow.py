@@ -27,6 +27,7 @@ from vitroll.capture.fusion import HeadFusion
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, record_attention
 from vitroll.methods.registry import register_method
+from vitroll.methods.rollout import check_attention_weight
 
 Solver = Literal["scipy", "networkx"]
 
@@ -136,6 +137,7 @@ def flow(
     max_tokens : int
         Refuse inputs with more tokens than this (default 257; see the measured cost above).
     """
+    check_attention_weight(attention_weight)
     attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion)
     if layout.num_tokens > max_tokens:
         raise ValueError(
