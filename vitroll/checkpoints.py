@@ -13,7 +13,7 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import torch
 import safetensors.torch
@@ -188,20 +188,31 @@ def save_as_safetensors(path: "str | os.PathLike[str]", target: "str | os.PathLi
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:
     """Load ``state`` strictly; on mismatch raise one line naming the first offending keys and shapes."""
     own = model.state_dict()
-    missing = [key for key in own if key not in state]
-    unexpected = [key for key in state if key not in own]
-    shapes = [f"{key} {tuple(state[key].shape)} vs model {tuple(own[key].shape)}"
-              for key in own if key in state and state[key].shape != own[key].shape]
-    if missing or unexpected or shapes:
-        parts = []
-        if shapes:
-            parts.append(f"shape mismatch: {'; '.join(shapes[:3])}")
-        if missing:
-            parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
-        if unexpected:
-            parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
-        raise ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")
+    mismatch = mismatch_error(model, source, missing=[key for key in own if key not in state],
+                              unexpected=[key for key in state if key not in own],
+                              shapes=[(key, state[key].shape, own[key].shape)
+                                      for key in own if key in state and state[key].shape != own[key].shape])
+    if mismatch is not None:
+        raise mismatch
     model.load_state_dict(state, strict=True)
+
+
+def mismatch_error(model: nn.Module, source: object, *, missing: Sequence[str], unexpected: Sequence[str],
+                   shapes: Sequence[tuple[str, Sequence[int], Sequence[int]]]) -> Optional[ModelLoadError]:
+    """The one line saying how the checkpoint ``source`` does not match ``model``: the first ``missing`` and
+    ``unexpected`` keys and the first ``shapes`` (key, the checkpoint's shape, the model's); None when all are
+    empty."""
+    parts = []
+    if shapes:
+        parts.append("shape mismatch: " + "; ".join(f"{key} {tuple(saved)} vs model {tuple(built)}"
+                                                    for key, saved, built in shapes[:3]))
+    if missing:
+        parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
+    if unexpected:
+        parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
+    if not parts:
+        return None
+    return ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")
 
 
 def file_sha256(path: "str | os.PathLike[str]") -> str:
