@@ -185,8 +185,30 @@ def save_as_safetensors(path: "str | os.PathLike[str]", target: "str | os.PathLi
     return target
 
 
+def model_part(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """The weights of ``state`` that are ``model``'s when they all sit under one prefix that the model's keys do not
+    have (``model.`` of a Lightning module, any attribute a training wrapper kept the model in), without it; the other
+    entries (a loss's, a second network's) are left out. ``state`` itself when any of its keys is the model's."""
+    own = model.state_dict()
+    if any(key in own for key in state):
+        return state
+    prefixes: dict[str, int] = {}
+    for key in state:
+        parts = key.split(".")
+        for cut in range(1, len(parts)):
+            if ".".join(parts[cut:]) in own:
+                prefix = ".".join(parts[:cut]) + "."
+                prefixes[prefix] = prefixes.get(prefix, 0) + 1
+    if not prefixes:
+        return state
+    prefix = max(prefixes, key=prefixes.__getitem__)
+    return {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+
+
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:
-    """Load ``state`` strictly; on mismatch raise one line naming the first offending keys and shapes."""
+    """Load ``state`` (or its :func:`model_part`) strictly; on mismatch raise one line naming the first offending keys
+    and shapes."""
+    state = model_part(model, state)
     own = model.state_dict()
     mismatch = mismatch_error(model, source, missing=[key for key in own if key not in state],
                               unexpected=[key for key in state if key not in own],
