@@ -140,6 +140,25 @@ def test_a_checkpoint_differing_in_several_settings_names_every_one_in_one_line(
                                       "img_size=518): build that one with --model-arg depth=1 --img-size 28")
 
 
+def test_a_model_saved_inside_a_training_wrapper_loads_from_under_its_prefix(tmp_path):
+    """A Lightning checkpoint (the model kept as `self.model`, a loss beside it) was refused with every key missing
+    and every key unexpected (model.cls_token …) and a hint about timm.create_model arguments. The model's weights are
+    now found under their one prefix (its classifier size too), the loss's left out; what differs is told as before."""
+    saved = timm.create_model(NAME, img_size=32, num_classes=3)
+    wrapped = {f"model.{key}": value for key, value in saved.state_dict().items()}
+    torch.save({"state_dict": {**wrapped, "criterion.weight": torch.ones(3)}, "epoch": 3}, tmp_path / "last.ckpt")
+    model = load_model(NAME, checkpoint=tmp_path / "last.ckpt", img_size=32)
+    assert same_weights(model, saved)
+    shallow = timm.create_model(NAME, img_size=32, depth=2, num_classes=3).state_dict()
+    torch.save({"state_dict": {f"net.{key}": value for key, value in shallow.items()}}, tmp_path / "shallow.ckpt")
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=tmp_path / "shallow.ckpt", img_size=32)
+    assert str(raised.value) == (
+        f"{tmp_path / 'shallow.ckpt'}: checkpoint does not match VisionTransformer — missing keys: "
+        "blocks.2.norm1.weight, blocks.2.norm1.bias, blocks.2.attn.qkv.weight …; it was saved from a model with depth=2 "
+        "(this one has depth=12): build that one with --model-arg depth=2")
+
+
 def test_model_arg_rebuilds_a_model_saved_with_other_create_model_arguments(tmp_path, capsys):
     """The CLI could not rebuild a timm model built with other create_model arguments (registers, no class token,
     average pooling); --model-arg KEY=VALUE gives them, read as int / float / bool / none / text."""

@@ -104,6 +104,51 @@ def test_checkpoint_is_a_state_dict_on_top_of_a_config_folder(folder, tmp_path):
     assert ModelProvenance.of(str(config_only), pretrained=False, checkpoint=checkpoint).weights == "checkpoint"
 
 
+def test_the_weights_file_save_pretrained_wrote_loads_as_a_checkpoint_and_a_renamed_one_is_named(folder, tmp_path,
+                                                                                                  capsys):
+    """save_pretrained writes the keys in transformers' older layout (vit.encoder.layer.0.attention.attention.key),
+    which transformers renames on load: the folder's own model.safetensors given as --checkpoint on its config did not
+    match its model (missing vit.layers.0.attention.q_proj.weight …), and a folder whose weights file was renamed was
+    told it had no weights at all. The checkpoint is now loaded through transformers' renaming, still strictly, and
+    the renamed file is named with both ways to read it."""
+    renamed = tmp_path / "renamed"
+    shutil.copytree(folder, renamed)
+    (renamed / "model.safetensors").rename(renamed / "weights.safetensors")
+    assert cli_error(["overlay", str(PHOTO), "--model", str(renamed), "--out", str(tmp_path / "o")], capsys) == (
+        f"{renamed}: its weights file weights.safetensors is not one transformers reads (model.safetensors or "
+        f"pytorch_model.bin); rename it model.safetensors, or pass --checkpoint {renamed / 'weights.safetensors'}")
+    assert "vit.encoder.layer.0.attention.attention.key.weight" in read_checkpoint(renamed / "weights.safetensors")
+    model = load_model(str(renamed), checkpoint=renamed / "weights.safetensors")
+    saved = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    assert model.state_dict().keys() == saved.state_dict().keys()
+    assert all(torch.equal(value, saved.state_dict()[key]) for key, value in model.state_dict().items())
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(renamed), "--checkpoint", str(renamed / "weights.safetensors"),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "LOAD REPORT" not in capsys.readouterr().err
+    partial = dict(read_checkpoint(renamed / "weights.safetensors"))
+    partial.pop("classifier.bias")
+    partial["classifier.weight"] = torch.zeros(5, 32)
+    partial["extra.weight"] = torch.zeros(1)
+    torch.save(partial, tmp_path / "partial.pth")
+    with pytest.raises(ModelLoadError) as raised:  # strict, in one line, without transformers' load report
+        load_model(str(renamed), checkpoint=tmp_path / "partial.pth")
+    assert str(raised.value) == (
+        f"{tmp_path / 'partial.pth'}: checkpoint does not match ViTForImageClassification — shape mismatch: "
+        "classifier.weight (5, 32) vs model (3, 32) | missing keys: classifier.bias | unexpected keys: extra.weight")
+    assert "LOAD REPORT" not in capsys.readouterr().err
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    shutil.copy(folder / "config.json", sharded)
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        shutil.copy(folder / "model.safetensors", sharded / shard)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(str(sharded))
+    assert str(raised.value) == (
+        f"{sharded}: its weights are shards (model-00001-of-00002.safetensors, model-00002-of-00002.safetensors) "
+        "without their index model.safetensors.index.json; copy it from where the model was saved")
+
+
 def test_the_saved_image_processor_sets_the_preprocessing(folder, tmp_path):
     with_processor = tmp_path / "with-processor"
     shutil.copytree(folder, with_processor)

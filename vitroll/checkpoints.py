@@ -13,7 +13,7 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import torch
 import safetensors.torch
@@ -185,23 +185,56 @@ def save_as_safetensors(path: "str | os.PathLike[str]", target: "str | os.PathLi
     return target
 
 
-def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:
-    """Load ``state`` strictly; on mismatch raise one line naming the first offending keys and shapes."""
+def model_part(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """The weights of ``state`` that are ``model``'s when they all sit under one prefix that the model's keys do not
+    have (``model.`` of a Lightning module, any attribute a training wrapper kept the model in), without it; the other
+    entries (a loss's, a second network's) are left out. ``state`` itself when any of its keys is the model's."""
     own = model.state_dict()
-    missing = [key for key in own if key not in state]
-    unexpected = [key for key in state if key not in own]
-    shapes = [f"{key} {tuple(state[key].shape)} vs model {tuple(own[key].shape)}"
-              for key in own if key in state and state[key].shape != own[key].shape]
-    if missing or unexpected or shapes:
-        parts = []
-        if shapes:
-            parts.append(f"shape mismatch: {'; '.join(shapes[:3])}")
-        if missing:
-            parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
-        if unexpected:
-            parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
-        raise ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")
+    if any(key in own for key in state):
+        return state
+    prefixes: dict[str, int] = {}
+    for key in state:
+        parts = key.split(".")
+        for cut in range(1, len(parts)):
+            if ".".join(parts[cut:]) in own:
+                prefix = ".".join(parts[:cut]) + "."
+                prefixes[prefix] = prefixes.get(prefix, 0) + 1
+    if not prefixes:
+        return state
+    prefix = max(prefixes, key=prefixes.__getitem__)
+    return {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+
+
+def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:
+    """Load ``state`` (or its :func:`model_part`) strictly; on mismatch raise one line naming the first offending keys
+    and shapes."""
+    state = model_part(model, state)
+    own = model.state_dict()
+    mismatch = mismatch_error(model, source, missing=[key for key in own if key not in state],
+                              unexpected=[key for key in state if key not in own],
+                              shapes=[(key, state[key].shape, own[key].shape)
+                                      for key in own if key in state and state[key].shape != own[key].shape])
+    if mismatch is not None:
+        raise mismatch
     model.load_state_dict(state, strict=True)
+
+
+def mismatch_error(model: nn.Module, source: object, *, missing: Sequence[str], unexpected: Sequence[str],
+                   shapes: Sequence[tuple[str, Sequence[int], Sequence[int]]]) -> Optional[ModelLoadError]:
+    """The one line saying how the checkpoint ``source`` does not match ``model``: the first ``missing`` and
+    ``unexpected`` keys and the first ``shapes`` (key, the checkpoint's shape, the model's); None when all are
+    empty."""
+    parts = []
+    if shapes:
+        parts.append("shape mismatch: " + "; ".join(f"{key} {tuple(saved)} vs model {tuple(built)}"
+                                                    for key, saved, built in shapes[:3]))
+    if missing:
+        parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
+    if unexpected:
+        parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
+    if not parts:
+        return None
+    return ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")
 
 
 def file_sha256(path: "str | os.PathLike[str]") -> str:

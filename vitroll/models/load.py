@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from vitroll.checkpoints import load_state, read_checkpoint
+from vitroll.checkpoints import load_state, model_part, read_checkpoint
 from vitroll.errors import ModelLoadError, UnsupportedModelError, path_of
 from vitroll.preprocess import Preprocessing
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
@@ -130,6 +130,7 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
     """:func:`load_state`, with the ``--img-size`` to build the model with when the checkpoint's position embedding
     was trained for another input size (the commonest mismatch: fine-tuned at 384, or small), else with
     ``other_architecture`` (what to do with weights of another architecture) appended."""
+    state = model_part(model, state)  # what is told about the saved model is told from the model's own weights
     try:
         load_state(model, state, checkpoint)
     except ModelLoadError as error:

@@ -152,6 +152,9 @@ def create_timm_model(name: str, *, pretrained: bool, **kwargs: object) -> nn.Mo
 
 
 def num_classes_of(state: Mapping[str, torch.Tensor]) -> Optional[int]:
-    head = state.get("head.weight")
-    return int(head.shape[0]) if head is not None and head.ndim == 2 else None
+    """The rows of the classifier ``head.weight``, or of the one ``PREFIX.head.weight`` of a model saved inside a
+    training wrapper (:func:`~vitroll.checkpoints.model_part`); None without one."""
+    heads = [state["head.weight"]] if "head.weight" in state else [
+        value for key, value in state.items() if key.endswith(".head.weight")]
+    return int(heads[0].shape[0]) if len(heads) == 1 and heads[0].ndim == 2 else None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -22,7 +23,7 @@ from vitroll.adapters.transformers_text import (
 from vitroll.adapters.captioner import (
     DECODER_MODEL_TYPES as CAPTIONER_DECODER_TYPES, MODEL_TYPES as CAPTIONER_MODEL_TYPES,
 )
-from vitroll.checkpoints import file_sha256, load_state
+from vitroll.checkpoints import file_sha256, mismatch_error
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX
@@ -166,6 +167,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported with this config: {why}")
     _refuse_unread_captioner(name, config)
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
+        _refuse_unnamed_weights(name, folder)
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
                              "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
     implementation = "eager" if kind in TEXT_EAGER_MODEL_TYPES else "sdpa"
@@ -180,8 +182,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
             for index, cls in enumerate(auto):
                 try:
                     if state is not None:
-                        model = cls.from_config(config)
-                        load_state(model, state, checkpoint)
+                        model = _from_state(transformers, cls, config, state, checkpoint)
                     else:
                         model = cls.from_pretrained(source, config=config, attn_implementation=implementation,
                                                     local_files_only=offline or local, trust_remote_code=False)
@@ -214,6 +215,45 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         _use_processor_of(model, source, offline=offline or local)
         if len(auto) == 1 and auto[0] in _image_text_classes(transformers).values():
             _use_tokenizer_of(model, source, offline=offline or local)
+    return model
+
+
+_WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def _refuse_unnamed_weights(name: str, folder: Path) -> None:
+    """Refuse a folder whose weights are in a file that transformers does not look for (renamed, or saved by hand),
+    naming that file and how to read it."""
+    files = sorted(path.name for path in folder.iterdir() if path.suffix in _WEIGHTS_SUFFIXES and path.is_file())
+    if not files:
+        return
+    expected = "model.safetensors" if files[0].endswith(".safetensors") else "pytorch_model.bin"
+    if re.search(r"-\d+-of-\d+\.", files[0]):  # shards are found through the index save_pretrained writes with them
+        raise ModelLoadError(f"{name}: its weights are shards ({', '.join(files[:2])}{' …' if len(files) > 2 else ''}) "
+                             f"without their index {expected}.index.json; copy it from where the model was saved")
+    more = f" (and {', '.join(files[1:3])}{' …' if len(files) > 3 else ''})" if len(files) > 1 else ""
+    raise ModelLoadError(f"{name}: its weights file {files[0]}{more} is not one transformers reads (model.safetensors "
+                         f"or pytorch_model.bin); rename it {expected}, or pass --checkpoint {folder / files[0]}")
+
+
+def _from_state(transformers: object, cls: type, config: object, state: Mapping[str, torch.Tensor],
+                checkpoint: object) -> nn.Module:
+    """``cls`` built from ``config`` with the weights of ``state``, loaded strictly. transformers renames the keys
+    that save_pretrained writes in an older layout (``vit.encoder.layer.0.attention.attention.key`` for
+    ``vit.layers.0.attention.k_proj``): loaded by name, a folder's own weights file did not match its model."""
+    with torch.device("meta"):  # an auto class loads no state dict alone: the class it builds, built without weights
+        cls = type(cls.from_config(config))
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()  # its load report: vitroll says what does not match in one line
+    try:
+        model, loaded = cls.from_pretrained(None, config=config, state_dict=dict(state), output_loading_info=True,
+                                            ignore_mismatched_sizes=True, attn_implementation=config._attn_implementation)
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    mismatch = mismatch_error(model, checkpoint, missing=sorted(loaded["missing_keys"]),
+                              unexpected=sorted(loaded["unexpected_keys"]), shapes=sorted(loaded["mismatched_keys"]))
+    if mismatch is not None:
+        raise mismatch
     return model
 
 
