@@ -5,6 +5,8 @@ input; the same records for 0 and 2 decoding workers."""
 from __future__ import annotations
 
 import copy
+import io
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from reference import reference_attention, reference_rollout
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.methods import METHODS
+from vitroll.pipelines import stream
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.stream import (
     Explained, Failed, Frame, decoded_batches, explain_stream, explained_batches, read_image,
@@ -142,6 +145,41 @@ def test_zero_and_two_workers_give_identical_records(model, preprocessing, files
             for workers in (0, 2)]
     assert runs[0] == runs[1]
     assert len(runs[0]) == (len(files) if source == "files" else 13)
+
+
+def tensors_pickled(batch: object) -> int:
+    """How many tensors pickling ``batch`` sends: each is a file descriptor of its own on its way from a worker."""
+    sent = 0
+
+    class Counting(pickle.Pickler):
+        def persistent_id(self, obj: object) -> "int | None":
+            nonlocal sent
+            if not isinstance(obj, torch.Tensor):
+                return None
+            sent += 1
+            return sent
+
+    Counting(io.BytesIO()).dump(batch)
+    return sent
+
+
+def collated_tensors_pickled(inputs: list) -> int:
+    return tensors_pickled(stream._collate(inputs))
+
+
+def test_a_worker_sends_a_batch_as_two_tensors_not_two_per_image(preprocessing, files):
+    """Each tensor costs the main thread system calls that release the GIL, which it must win back from busy writer
+    threads: one per image made annotate's main thread wait longer than a GPU's model did. The batch had sent every
+    image as shown, every preprocessed frame and the stacked frames: 7 tensors for 3 images."""
+    from torch.utils.data import DataLoader
+
+    good = [files[0], files[2], files[5]]  # wide, tall, square
+    dataset = stream.DecodedInputs(good, read_image, preprocessing)
+    loader = DataLoader(dataset, batch_size=3, collate_fn=collated_tensors_pickled, num_workers=1)
+    assert list(loader) == [2]
+    (batch,) = decoded_batches(good, read_image, preprocessing, batch_size=3, workers=1)
+    for record, path in zip(batch.records, good):
+        np.testing.assert_array_equal(record.image, np.asarray(load_image(path)))
 
 
 def test_a_file_that_cannot_be_opened_is_an_error_that_says_so_not_corrupt_data(tmp_path, monkeypatch):

@@ -22,15 +22,16 @@ workers itself and its batches would depend on the worker count. The price: a Da
 from __future__ import annotations
 
 import itertools
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_info
 
 from vitroll.errors import VitrollError
 from vitroll.io.images import load_image_with_display
@@ -131,6 +132,9 @@ class _Prepared:
     """Original frames as shown, as tensors: sent to the main process through shared memory, not pickled."""
     infos: tuple[Any, ...] = ()
     error: Optional[str] = None
+    packed_shapes: tuple[tuple[int, ...], ...] = ()
+    """The shapes of ``images`` while they travel packed in :attr:`_LoadedBatch.shown` (``images`` and ``tensors``
+    then empty: the frames travel stacked)."""
 
 
 class DecodedInputs(Dataset):
@@ -166,16 +170,48 @@ class _LoadedBatch:
     inputs: list[_Prepared]
     tensor: Optional[torch.Tensor]
     """(F, 3, H, W) for the F frames of the batch, or None when every input failed."""
+    shown: Optional[torch.Tensor] = None
+    """uint8, the inputs' images as shown end to end, when a worker packed them (:meth:`packed`)."""
 
     def pin_memory(self) -> "_LoadedBatch":
         if self.tensor is not None:
             self.tensor = self.tensor.pin_memory()
         return self
 
+    def packed(self) -> "_LoadedBatch":
+        """This batch as a worker sends it: every tensor crosses to the main process as a file descriptor of its
+        own, taken there in a few system calls that each release the GIL, which the main thread must then win back
+        from the busy writer threads (up to the 5 ms switch interval each time). So the frames go only stacked (not
+        also one by one), and the images as shown are copied end to end into one tensor: two descriptors a batch,
+        not two per image."""
+        images = [image.reshape(-1) for prepared in self.inputs for image in prepared.images]
+        inputs = [replace(prepared, tensors=(), images=(),
+                          packed_shapes=tuple(tuple(image.shape) for image in prepared.images))
+                  for prepared in self.inputs]
+        return _LoadedBatch(inputs, self.tensor, _concatenated_in_shared_memory(images) if images else None)
+
+    def unpacked(self) -> list[_Prepared]:
+        """The inputs with their images as shown again, views of :attr:`shown` (no copy)."""
+        if self.shown is None:
+            return self.inputs
+        sizes = [math.prod(shape) for prepared in self.inputs for shape in prepared.packed_shapes]
+        views = iter(self.shown.split(sizes))
+        return [replace(prepared, images=tuple(next(views).view(shape) for shape in prepared.packed_shapes),
+                        packed_shapes=()) for prepared in self.inputs]
+
+
+def _concatenated_in_shared_memory(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(parts)`` (1-D tensors) written straight into shared memory, as the DataLoader's own collate
+    stacks in a worker: a tensor sent to another process is otherwise copied there first."""
+    storage = parts[0]._typed_storage()._new_shared(sum(part.numel() for part in parts), device=parts[0].device)
+    return torch.cat(parts, out=parts[0].new(storage))
+
 
 def _collate(inputs: list[_Prepared]) -> _LoadedBatch:
     tensors = [tensor for prepared in inputs for tensor in prepared.tensors]
-    return _LoadedBatch(inputs, torch.stack(tensors) if tensors else None)
+    if get_worker_info() is None:  # in this process: nothing to send, and packing would be a copy for nothing
+        return _LoadedBatch(inputs, torch.stack(tensors) if tensors else None)
+    return _LoadedBatch(inputs, default_collate(tensors) if tensors else None).packed()  # stacked in shared memory
 
 
 def ignore_interrupts(_worker_id: int) -> None:
@@ -224,7 +260,7 @@ def decoded_batches(
     )
     for loaded in loader:
         tensor = None if loaded.tensor is None else loaded.tensor.to(device, non_blocking=True)
-        yield from _model_batches(items, loaded.inputs, tensor, batch_size)
+        yield from _model_batches(items, loaded.unpacked(), tensor, batch_size)
 
 
 def _model_batches(items: list[Any], inputs: list[_Prepared], tensor: Optional[torch.Tensor],
