@@ -186,6 +186,17 @@ def test_an_input_folder_that_is_the_output_folder_or_inside_it_is_named_so(mess
         "truncated.jpg"]  # nothing written
 
 
+def test_a_sub_folder_that_cannot_be_listed_is_one_line_before_any_work(messy, tmp_path, monkeypatch, capsys):
+    from test_discovery import deny_listing
+
+    deny_listing(monkeypatch, {messy / "b"})
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert capsys.readouterr().err == (f"vitroll: error: {messy / 'b'}: cannot be listed (Permission denied), so its "
+                                       "files would be left out; make it readable\n")
+    assert not out.exists()
+
+
 def test_same_stem_different_suffix_do_not_collide(tmp_path):
     (tmp_path / "p.png").write_bytes(b"")
     (tmp_path / "p.jpg").write_bytes(b"")
