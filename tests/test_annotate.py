@@ -152,6 +152,15 @@ def test_a_second_run_on_the_same_folder_is_refused(messy, tmp_path, capsys):
     assert not (out / ".vitroll.lock").exists()
 
 
+def test_a_limit_of_0_is_refused_as_such(messy, tmp_path, capsys):
+    """``--limit 0`` said 'no image files in this folder, only in its sub-folders (add --recursive)'."""
+    with pytest.raises(SystemExit) as exit_info:
+        annotate(str(messy), "--out", str(tmp_path / "out"), "--limit", "0")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("vitroll: error: annotate: argument --limit: must be an integer ≥ 1; got 0 "
+                                       "(see `vitroll annotate --help`)\n")
+
+
 def test_list_file_input_and_limit(messy, tmp_path):
     listing = tmp_path / "inputs.csv"
     listing.write_text("path,label\nin/a/x.png,1\nin/b/x.png,2\nin/text.jpg,3\n")
