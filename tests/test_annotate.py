@@ -152,6 +152,15 @@ def test_a_second_run_on_the_same_folder_is_refused(messy, tmp_path, capsys):
     assert not (out / ".vitroll.lock").exists()
 
 
+def test_a_limit_of_0_is_refused_as_such(messy, tmp_path, capsys):
+    """``--limit 0`` said 'no image files in this folder, only in its sub-folders (add --recursive)'."""
+    with pytest.raises(SystemExit) as exit_info:
+        annotate(str(messy), "--out", str(tmp_path / "out"), "--limit", "0")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("vitroll: error: annotate: argument --limit: must be an integer ≥ 1; got 0 "
+                                       "(see `vitroll annotate --help`)\n")
+
+
 def test_list_file_input_and_limit(messy, tmp_path):
     listing = tmp_path / "inputs.csv"
     listing.write_text("path,label\nin/a/x.png,1\nin/b/x.png,2\nin/text.jpg,3\n")
@@ -184,6 +193,17 @@ def test_an_input_folder_that_is_the_output_folder_or_inside_it_is_named_so(mess
     assert sorted(path.name for path in messy.iterdir()) == [
         "a", "b", "cmyk.jpg", "deep16.png", "empty.jpg", "palette.png", "rgba.png", "rotated.jpg", "text.jpg",
         "truncated.jpg"]  # nothing written
+
+
+def test_a_sub_folder_that_cannot_be_listed_is_one_line_before_any_work(messy, tmp_path, monkeypatch, capsys):
+    from test_discovery import deny_listing
+
+    deny_listing(monkeypatch, {messy / "b"})
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert capsys.readouterr().err == (f"vitroll: error: {messy / 'b'}: cannot be listed (Permission denied), so its "
+                                       "files would be left out; make it readable\n")
+    assert not out.exists()
 
 
 def test_same_stem_different_suffix_do_not_collide(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -83,6 +84,35 @@ def test_an_excluded_folder_contributes_nothing(tmp_path):
     touch(tmp_path, ["x.png", "out/overlays/x.png.png", "outer/y.png"])
     assert keys(folder_files(tmp_path, exclude=tmp_path / "out")) == ["outer/y.png", "x.png"]
     assert keys(folder_files(tmp_path, exclude=tmp_path)) == []
+
+
+def deny_listing(monkeypatch, folders: set[Path]) -> None:
+    """``os.scandir`` of ``folders`` fails as a folder without read permission does (tests may run as root)."""
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if Path(path) in folders:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_folder_that_cannot_be_listed_is_named_not_left_out(tmp_path, monkeypatch):
+    """os.walk skipped a sub-folder it could not list: its images were left out of the run without a word."""
+    touch(tmp_path, ["x.png", "locked/y.png", "out/z.png"])
+    denied = {tmp_path / "locked", tmp_path / "out"}
+    deny_listing(monkeypatch, denied)
+    with pytest.raises(ImageReadError) as unlisted:
+        folder_files(tmp_path, exclude=tmp_path / "out")
+    assert str(unlisted.value) == (f"{tmp_path / 'locked'}: cannot be listed (Permission denied), so its files would "
+                                   "be left out; make it readable")
+    assert keys(folder_files(tmp_path, recursive=False)) == ["x.png"]  # a sub-folder not searched does not matter
+    denied.remove(tmp_path / "locked")
+    assert keys(folder_files(tmp_path, exclude=tmp_path / "out")) == ["locked/y.png", "x.png"]  # nor the excluded
+    denied.add(tmp_path)
+    with pytest.raises(ImageReadError, match=r": cannot be listed \(Permission denied\)"):
+        folder_files(tmp_path)
 
 
 def test_list_files_keep_their_order_duplicates_and_any_suffix(tmp_path):

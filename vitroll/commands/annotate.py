@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--recursive", action="store_true", help="include sub-folders")
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
                                                       "done ones; other rows are kept")
-    parser.add_argument("--limit", type=integer(0), metavar="N", help="only the first N inputs (sorted by path)")
+    parser.add_argument("--limit", type=integer(1), metavar="N", help="only the first N inputs (sorted by path)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
                         help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "

@@ -6,6 +6,7 @@ A folder stands for the files below it (its sub-folders too when ``recursive``) 
 - names starting with ``.`` (files and folders) are skipped;
 - a symbolic link to a file is a file of its own, found under the link's path (a broken link is found too, so that
   it can be reported rather than vanish); links to folders are not followed;
+- a folder to search that cannot be listed (no permission) is an error, not skipped: its files would vanish;
 - a folder's files are sorted by their path relative to it (POSIX separators), character by character in Unicode
   code-point order — the order of ``cd FOLDER && find . -not -xtype d -not -path '*/.*' | LC_ALL=C sort`` on
   UTF-8 names.
@@ -59,11 +60,15 @@ def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_fil
     """The files below ``folder`` that ``accept`` takes, by the module's rules, sorted by key.
 
     ``exclude`` is a folder whose contents are never found (a run's own output folder inside its input folder).
+
+    Raises :class:`~vitroll.errors.ImageReadError` when ``folder`` or a sub-folder to search cannot be listed (no
+    permission): its files would be left out without a word.
     """
     folder = Path(folder)
     skip = Path(exclude).resolve() if exclude is not None else None
     found = []
-    for root, folders, files in os.walk(folder):  # links to folders are listed in ``folders`` and not entered
+    unlisted: list[OSError] = []
+    for root, folders, files in os.walk(folder, onerror=unlisted.append):  # links to folders are not entered
         if skip is not None and _is_within(Path(root).resolve(), skip):
             folders[:] = []
             continue
@@ -75,6 +80,10 @@ def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_fil
                 continue
             if accept(path):
                 found.append(FoundFile(path, path.relative_to(folder).as_posix()))
+    blocked = [error for error in unlisted if skip is None or not _is_within(Path(error.filename).resolve(), skip)]
+    if blocked:
+        raise ImageReadError(blocked[0].filename, f"cannot be listed ({blocked[0].strerror}), so its files would be "
+                                                  "left out; make it readable")
     return sorted(found, key=lambda file: file.key)
 
 
