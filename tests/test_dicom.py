@@ -380,6 +380,17 @@ def test_uncompressed_pixel_data_that_fails_blames_the_header_not_the_decoders(t
         "it: its image pixel elements (group 0028) or its transfer syntax.")
 
 
+def test_a_decoder_that_panics_fails_its_file_in_one_sentence(tmp_path):
+    """RLE data whose header says Columns 32 for 64: pylibjpeg-rle (Rust) panics, raising
+    ``pyo3_runtime.PanicException``, a BaseException that passed ``except Exception`` in the reader and in the audit's
+    per-file guard, so one file stopped the whole audit with a traceback. It is now that file's reason."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "MR_small_RLE.dcm", Columns=32))
+    reason = caught.value.reason
+    assert reason.startswith("The compressed pixel data cannot be decoded: ") and "RLE Lossless" in reason
+    assert reason.endswith(".") and "\n" not in reason
+
+
 def test_a_negative_number_of_frames_is_refused(tmp_path):
     """NumberOfFrames -3 gave a file with no frame, so an audit had no row for it."""
     with pytest.raises(ImageReadError) as caught:

@@ -503,7 +503,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                 if not from_file or _decoders_failed(error):
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
-    except Exception as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
+    except BaseException as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
+        if not _decoder_error(error):
+            raise
         if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
                                        "middle of its pixel data, so the image is incomplete and is not "
@@ -525,6 +527,13 @@ def _icc_profile(dataset: "Dataset") -> Optional[bytes]:
 DECODERS_FAILED = "Unable to decode as exceptions were raised by all available plugins"
 """How pydicom's error begins when every decoder plugin failed on a frame's bytes: the same bytes read through the
 data set fail alike, so its pixel data (all frames of a long cine, for each of its parts) is not loaded to retry."""
+
+
+def _decoder_error(error: BaseException) -> bool:
+    """Whether ``error`` is a decoder's failure on this file: any Exception, or the panic of a decoder written in Rust
+    (pylibjpeg-rle on RLE data whose header has fewer Columns than its segments), ``pyo3_runtime.PanicException``,
+    which derives from BaseException alone so that it passed ``except Exception`` and stopped a whole audit."""
+    return isinstance(error, Exception) or type(error).__name__ == "PanicException"
 
 
 def _decoders_failed(error: BaseException) -> bool:
