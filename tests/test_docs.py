@@ -54,6 +54,6 @@ def test_the_shared_entries_follow_the_methods_own_in_signature_order():
     doc = inspect.getdoc(vitroll.chefer)
     parameters = doc.split("Parameters\n----------\n")[1].split("\n\n")[0]
     assert parameters.startswith("model : nn.Module\n    A model of a registered family")
-    assert "target_class : None, int, or sequence of B ints\n    The class explained" in parameters
+    assert "target_class : None, int, or B ints (sequence, array, tensor)\n    The class explained" in parameters
     assert parameters.index("position :") < parameters.index("target_class :") < parameters.index("start_layer :")
     assert all(len(line) <= 120 for line in doc.splitlines())

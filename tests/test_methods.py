@@ -14,7 +14,7 @@ from timm.models.cait import Cait
 from vitroll import (METHODS, AttentionRecorder, VitrollError, chefer, center, flow, grad_rollout, random_map,
                      rollout)
 from vitroll.errors import OptionValueError
-from vitroll.methods import record_attention
+from vitroll.methods import Method, record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
     reference_attention, reference_attention_gradients, reference_cait_attention_gradients, reference_chefer,
@@ -188,7 +188,8 @@ def test_target_class_of_whole_numbers_in_any_form_explains_the_same_classes(tin
     model, images = tiny
     options = {"steps": 2} if name == "integrated_gradients" else {"samples": 2} if name == "gradient_shap" else {}
     expected = METHODS[name](model, images, target_class=[4, 0, 2], **options).maps
-    for same in ((4, 0, 2), torch.tensor([4, 0, 2]), torch.tensor([4.0, 0.0, 2.0]), [np.int64(4), 0, 2]):
+    for same in ((4, 0, 2), torch.tensor([4, 0, 2]), torch.tensor([4.0, 0.0, 2.0]), [np.int64(4), 0, 2],
+                 np.array([4, 0, 2])):
         torch.testing.assert_close(METHODS[name](model, images, target_class=same, **options).maps, expected,
                                    rtol=0, atol=0)
 
@@ -322,3 +323,19 @@ def test_flow_matches_networkx_on_every_prefix_layout(kind):
         expected = reference_flow(per_layer, layout.num_prefix_tokens, (2, 2), decision_row(layout))
         assert np.ptp(expected) > 1e-4, "the reference map must not be flat"
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("targets", [[4, 0, 2], torch.tensor([4, 0, 2]), np.array([4, 0, 2])],
+                         ids=["list", "tensor", "array"])
+def test_a_batch_split_for_memory_splits_its_classes_with_it(tiny, targets, capsys):
+    """A per-image target_class goes with its images into each half of a batch that ran out of memory."""
+    model, images = tiny
+
+    def runs_out_above_one(model, batch, **options):
+        if len(batch) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return METHODS["chefer"](model, batch, **options)
+
+    split = Method("runs_out_above_one", runs_out_above_one)(model, images, target_class=targets)
+    torch.testing.assert_close(split.maps, chefer(model, images, target_class=[4, 0, 2]), rtol=0, atol=1e-6)
+    assert "a batch of 3 ran out of memory; retrying as 2 + 1" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -14,8 +15,9 @@ from vitroll.io.text import TokenBatch
 from vitroll.methods.base import class_logits, eval_mode, layout_input, prepare_inputs
 from vitroll.methods.inputs import Batch, Inputs
 
-TargetClass = Union[None, int, Sequence[int], torch.Tensor]
-"""``None`` (each image's predicted class), one class for the whole batch, or one per image (B,)."""
+TargetClass = Union[None, int, Sequence[int], np.ndarray, torch.Tensor]
+"""``None`` (each image's predicted class), one class for the whole batch, or one per image (B,) (a list, a NumPy
+array of a data set's labels, a tensor)."""
 
 
 class AttentionGradients(NamedTuple):

@@ -25,6 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -156,10 +157,10 @@ PER_IMAGE_OPTIONS = ("target_class",)
 
 def options_of_rows(options: Mapping[str, object], rows: slice, batch: int) -> dict[str, object]:
     """``options`` for the images ``rows`` of a batch of ``batch``: a per-image option with one value per image
-    (a sequence or 1-D tensor of length ``batch``) is sliced, everything else kept."""
+    (a sequence, 1-D tensor or 1-D array of length ``batch``) is sliced, everything else kept."""
 
     def per_image(value: object) -> bool:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, (torch.Tensor, np.ndarray)):
             return value.ndim == 1 and len(value) == batch
         return isinstance(value, collections.abc.Sequence) and not isinstance(value, str) and len(value) == batch
 
@@ -313,8 +314,8 @@ SHARED_PARAMETERS: dict[str, tuple[str, str]] = {
     "position": ("int, sequence of B ints or Tensor (B,), optional",
                  "Text models with ``readout='position'``: the position explained, counted among the real tokens "
                  "(−1: the last)."),
-    "target_class": ("None, int, or sequence of B ints", "The class explained, for every input or one per input "
-                                                         "(default: each input's predicted class)."),
+    "target_class": ("None, int, or B ints (sequence, array, tensor)",
+                     "The class explained, for every input or one per input (default: each input's predicted class)."),
     "max_attention_memory": ("int, optional", "Attention memory budget in bytes while recording (default 1 GiB, more "
                                               "on a GPU with room); see :func:`record_attention`."),
 }
