@@ -77,8 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--boxes", metavar="FILE",
                        help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
     group.add_argument("--body-masks", metavar="FOLDER",
-                       help="folder of body masks <image stem>.png replacing the automatic one (also for ultrasound and "
-                            "colour photographs, where it is not measured)")
+                       help="folder of body masks <image stem>.png replacing the automatic one (also for ultrasound "
+                            "and colour photographs, where it is not measured)")
     group.add_argument("--group-by", default="ManufacturerModelName", metavar="FIELD,…",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
                             "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
