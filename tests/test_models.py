@@ -157,6 +157,10 @@ def test_a_model_saved_inside_a_training_wrapper_loads_from_under_its_prefix(tmp
         f"{tmp_path / 'shallow.ckpt'}: checkpoint does not match VisionTransformer — missing keys: "
         "blocks.2.norm1.weight, blocks.2.norm1.bias, blocks.2.attn.qkv.weight …; it was saved from a model with depth=2 "
         "(this one has depth=12): build that one with --model-arg depth=2")
+    other = {"stem.norm.weight": torch.ones(192), "stem.conv.weight": torch.ones(192, 3, 3, 3)}
+    torch.save(other, tmp_path / "other.pth")  # one name in common (norm.weight) does not make it this model's
+    with pytest.raises(ModelLoadError, match=r"unexpected keys: stem\.norm\.weight, stem\.conv\.weight"):
+        load_model(NAME, checkpoint=tmp_path / "other.pth", img_size=32)
 
 
 def test_model_arg_rebuilds_a_model_saved_with_other_create_model_arguments(tmp_path, capsys):

@@ -188,7 +188,8 @@ def save_as_safetensors(path: "str | os.PathLike[str]", target: "str | os.PathLi
 def model_part(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
     """The weights of ``state`` that are ``model``'s when they all sit under one prefix that the model's keys do not
     have (``model.`` of a Lightning module, any attribute a training wrapper kept the model in), without it; the other
-    entries (a loss's, a second network's) are left out. ``state`` itself when any of its keys is the model's."""
+    entries (a loss's, a second network's) are left out. ``state`` itself when any of its keys is the model's, or when
+    no more than half of the keys under the likeliest prefix are."""
     own = model.state_dict()
     if any(key in own for key in state):
         return state
@@ -199,10 +200,10 @@ def model_part(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Mapping[s
             if ".".join(parts[cut:]) in own:
                 prefix = ".".join(parts[:cut]) + "."
                 prefixes[prefix] = prefixes.get(prefix, 0) + 1
-    if not prefixes:
-        return state
-    prefix = max(prefixes, key=prefixes.__getitem__)
-    return {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+    prefix = max(prefixes, key=prefixes.__getitem__, default="")
+    part = {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+    # a few names in common (norm.weight) do not make another model's weights this one's
+    return part if prefix and 2 * prefixes[prefix] > len(part) else state
 
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: object) -> None:

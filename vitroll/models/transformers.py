@@ -246,8 +246,9 @@ def _from_state(transformers: object, cls: type, config: object, state: Mapping[
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()  # its load report: vitroll says what does not match in one line
     try:
-        model, loaded = cls.from_pretrained(None, config=config, state_dict=dict(state), output_loading_info=True,
-                                            ignore_mismatched_sizes=True, attn_implementation=config._attn_implementation)
+        model, loaded = cls.from_pretrained(
+            None, config=config, state_dict=dict(state), output_loading_info=True, ignore_mismatched_sizes=True,
+            attn_implementation=config._attn_implementation)
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     mismatch = mismatch_error(model, checkpoint, missing=sorted(loaded["missing_keys"]),
