@@ -137,6 +137,37 @@ def test_interrupted_run_resumes_without_duplicates_or_partial_files(messy, tmp_
     assert f"{len(GOOD)} ok, 3 failed, 0 skipped" in capsys.readouterr().out
 
 
+def test_a_second_ctrl_c_while_the_run_winds_down_is_ignored(messy, tmp_path, monkeypatch, capsys):
+    """A second Ctrl-C broke off writing manifest.csv and the gallery (and printed a loader's traceback)."""
+    import signal
+
+    from vitroll.pipelines import manifest
+
+    real_explain, real_write_final = stream.explain_batch, manifest.write_final
+    calls = []
+
+    def explain_batch(*args, **kwargs):
+        calls.append(None)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+        return real_explain(*args, **kwargs)
+
+    def write_final(*args, **kwargs):
+        if calls:
+            os.kill(os.getpid(), signal.SIGINT)  # and again, while the work done is kept
+        return real_write_final(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "explain_batch", explain_batch)
+    monkeypatch.setattr(manifest, "write_final", write_final)
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 130
+    assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
+    first = assert_manifest_matches_folder(out)  # manifest.csv too
+    assert 0 < len(first) < len(GOOD) + len(BAD)
+    assert f'"path": "{first[-1]["path"]}"' in (out / "gallery" / "rows.js").read_text()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_second_run_on_the_same_folder_is_refused(messy, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

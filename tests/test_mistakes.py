@@ -156,7 +156,7 @@ MISTAKES = [
     pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0", id="overlay-batch-0"),
     pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
     pytest.param("annotate {dir} --out {out} --workers -1", 2, "argument --workers: must be an integer ≥ 0", id="annotate-workers"),
-    pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 0", id="annotate-limit"),
+    pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 1; got -1", id="annotate-limit"),
     pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "--save takes overlay", id="annotate-save"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
                  id="annotate-disagree-nan"),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import signal
+import threading
 import time
 from collections import deque
 from contextlib import ExitStack, contextmanager
@@ -237,6 +239,7 @@ def annotate(
     result = RunSummary()
     started = time.perf_counter()
     with ExitStack() as held:
+        held.enter_context(_one_interrupt())
         with together(rank, world_size):
             items = find_inputs(source, out_dir, options) if inputs is None else inputs
             held.enter_context(mf.OutputLock(out_dir, lock_name))
@@ -294,6 +297,29 @@ def find_inputs(source: "str | os.PathLike[str]", out_dir: "str | os.PathLike[st
     if not items:
         raise ImageReadError(source, nothing_found(source, recursive=options.recursive, exclude=out_dir))
     return items
+
+
+@contextmanager
+def _one_interrupt() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt once; a second one, as an impatient user presses, is ignored while the run
+    keeps its work (its batch in flight, manifest.csv, the gallery): it broke that off, and the loader's workers'
+    shutdown with a traceback. Only where Python's own handler is in place (the main thread, nobody else's)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    pressed: list[int] = []
+
+    def first_only(signum: int, frame: Any) -> None:
+        if not pressed:
+            pressed.append(signum)
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first_only)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ReportedByRankZero(VitrollError):
