@@ -39,12 +39,12 @@ def _table(rows: Sequence[tuple[str, str]], name_width: int, width: Optional[int
     be narrower than 30 characters); each row on one line when ``width`` is None (piped: one line per row to grep)."""
     first = [f"  {name:<{name_width}}  " for name, _ in rows]
     if width is None:
-        return "\n".join(start + text for start, (_, text) in zip(first, rows))
+        return "\n".join((start + text).rstrip() for start, (_, text) in zip(first, rows))
     lines = []
     for start, (name, text) in zip(first, rows):
         if width - len(start) >= 30:
             lines.extend(textwrap.wrap(text, width, initial_indent=start, subsequent_indent=" " * len(start),
-                                       break_on_hyphens=False))
+                                       break_on_hyphens=False) or [start.rstrip()])  # a family without notes
         else:
             lines.append(f"  {name}")
             lines.extend(textwrap.wrap(text, max(width, 40), initial_indent=" " * 6, subsequent_indent=" " * 6,
