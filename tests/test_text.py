@@ -301,6 +301,9 @@ def test_mistakes_are_named():
         vitroll.rollout(model, ids, attention_mask=mask, readout="cls")
     with pytest.raises(OptionValueError, match=r"^position has shape \(2,\); give one int or one per text \(3\)$"):
         vitroll.rollout(model, ids, attention_mask=mask, position=[1, 2])
+    with pytest.raises(InputValueError, match=r"^attention flow on 7 tokens is impractical \(one max-flow per patch "
+                                              r"over 2·7² edges\); use a smaller input or pass max_tokens=7 knowingly$"):
+        vitroll.flow(model, ids, attention_mask=mask, max_tokens=6)
     with pytest.raises(OptionValueError, match="a causal language model is explained at one position"):
         vitroll.rollout(gpt2(), ids, attention_mask=mask, readout="token_mean")
     with pytest.raises(OptionValueError, match="attention_mask is for text models; VisionTransformer takes images"):
