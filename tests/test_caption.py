@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vitroll
-from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.errors import InputValueError, MethodOptionError, UnsupportedModelError
 from vitroll.methods.caption import caption_lengths, caption_maps, chefer_relevance
 
 from reference import reference_caption_relevance
@@ -162,7 +162,7 @@ def test_captioner_mistakes_are_named(images):
         caption_maps(model, images, method="occlusion", window=5)
     with pytest.raises(ValueError, match=r"window must be between 1 and 4 \(the grid is 4 × 4\); got 0"):
         caption_maps(model, images, method="occlusion", window=0)  # not read as the default 1
-    with pytest.raises(ValueError, match=r"caption_ids must have shape \(B, K\) with B = 2"):
+    with pytest.raises(InputValueError, match=r"caption_ids must have shape \(B, K\) with B = 2"):
         caption_maps(model, images, caption_ids=CAPTIONS[:1])
     vit = transformers.ViTModel(_encoder_config("vit")).eval()
     with pytest.raises(UnsupportedModelError, match="ViTModel is not a captioner"):
@@ -181,7 +181,7 @@ def test_captioner_mistakes_are_named(images):
     (torch.tensor([5, 9]), "caption_ids must have shape (B, K) with B = 2 images and K ≥ 1; got (2,)"),
 ], ids=["beyond-vocabulary", "negative", "float", "ragged", "empty", "one-dimensional"])
 def test_caption_ids_that_no_caption_can_be_are_refused(images, caption_ids, message):
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(InputValueError) as raised:
         caption_maps(build_captioner(), images, caption_ids=caption_ids)
     assert str(raised.value) == message
 
@@ -371,8 +371,8 @@ def test_a_caption_is_no_longer_than_the_decoder_has_positions(decoder, images):
     assert longest.token_ids.shape == (2, 16) and longest.lengths.tolist() == [16, 16]
     torch.testing.assert_close(longest.maps, vitroll.caption_maps(model, images, method="rollout",
                                                                   max_new_tokens=16).maps)
-    with pytest.raises(ValueError, match="caption_ids have 17 tokens; the decoder reads at most 16 "
-                                         r"\(its position embeddings\)"):
+    with pytest.raises(InputValueError, match="caption_ids have 17 tokens; the decoder reads at most 16 "
+                                              r"\(its position embeddings\)"):
         vitroll.caption_maps(model, images, caption_ids=torch.ones(2, 17, dtype=torch.long))
 
 

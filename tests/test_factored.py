@@ -14,6 +14,7 @@ import vitroll.capture.blocking as blocking_module
 import vitroll.capture.factored as factored_module
 import vitroll.capture.recorder as recorder_module
 from vitroll import AttentionRecorder, UnsupportedModelError, rollout
+from vitroll.errors import OptionValueError
 from vitroll.capture import FactoredAttention, attention_with_log_normalizer
 from vitroll.methods import record_attention, rollout_vector
 from reference import both_prefix_rows, reference_case, reference_rollout
@@ -158,7 +159,7 @@ def test_factored_recording_refuses_or_falls_back_where_it_cannot_represent(long
     with pytest.raises(ValueError, match="head mean only"):
         AttentionRecorder(model, head_fusion="max", factored=True)
     attentions, layout, _ = record_attention(model, torch.randn(1, 3, 224, 224), factored=True)
-    with pytest.raises(ValueError, match="discard_ratio needs the attention maps"):
+    with pytest.raises(OptionValueError, match="discard_ratio needs the attention maps"):
         rollout_vector(attentions, layout, discard_ratio=0.5)
     block = model.blocks[0].attn
     tokens, mask = torch.randn(1, 197, 192), torch.randn(197, 197)

@@ -233,7 +233,7 @@ def test_flow_scipy_and_networkx_solvers_agree(tiny):
 
 def test_flow_refuses_large_inputs_with_the_reason():
     model = timm.create_model("vit_tiny_patch16_224", img_size=288, depth=1).eval()
-    with pytest.raises(ValueError, match="325 tokens is impractical"):
+    with pytest.raises(OptionValueError, match="^attention flow on 325 tokens is impractical"):
         flow(model, torch.randn(1, 3, 288, 288))
 
 

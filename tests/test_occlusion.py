@@ -14,6 +14,7 @@ from PIL import Image
 import vitroll
 from test_text import IDS, IDS_REAL, MASK, bert, gpt2
 from test_text_attributions import TARGET, score64
+from vitroll.errors import InputValueError
 from vitroll.maps import to_original
 from vitroll.methods.attributions import sliding_windows
 from vitroll.metrics import peak_preference
@@ -122,7 +123,7 @@ def test_windows_that_do_not_fit_are_refused(model):
     with pytest.raises(ValueError, match="batch_size must be at least 1; got 0"):
         vitroll.occlusion(model, images, batch_size=0)
     ids, mask = torch.tensor(IDS), torch.tensor(MASK)
-    with pytest.raises(ValueError, match=r"window 5 is longer than text 1 of the batch \(4 tokens\)"):
+    with pytest.raises(InputValueError, match=r"window 5 is longer than text 1 of the batch \(4 tokens\)"):
         vitroll.occlusion(bert(), ids, attention_mask=mask, window=5)
     with pytest.raises(ValueError, match=r"^window must be between 1 and 7 \(the texts have 7 positions\); got 0$"):
         vitroll.occlusion(bert(), ids, attention_mask=mask, window=0)

@@ -14,6 +14,7 @@ import vitroll
 from reference import discard_rows, reference_flow
 from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
 from vitroll.capture import AttentionRecorder
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import model_logits
 from vitroll.methods.text_batch import text_batch
@@ -198,8 +199,8 @@ def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_l
     # another token is explained when asked; a text without a mask says so
     compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
         [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
-    with pytest.raises(ValueError, match=r"^no \[MASK\] in texts \[1\] of the batch: a masked language model "
-                                         r"predicts the token at its first \[MASK\] \(or at --position\)$"):
+    with pytest.raises(InputValueError, match=r"^no \[MASK\] in texts \[1\] of the batch: a masked language "
+                                              r"model predicts the token at its first \[MASK\] \(or at --position\)$"):
         vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
 
 
@@ -267,33 +268,45 @@ def test_strings_go_through_the_tokenizer_given_or_attached(tmp_path):
 def test_mistakes_are_named():
     model = bert()
     ids, mask = torch.tensor(IDS), torch.tensor(MASK)
-    with pytest.raises(ValueError, match=r"attention_mask has shape \(3, 6\); it must match input_ids \(3, 7\)"):
+    with pytest.raises(InputValueError, match=r"attention_mask has shape \(3, 6\); it must match input_ids \(3, 7\)"):
         vitroll.rollout(model, ids, attention_mask=mask[:, :6])
-    with pytest.raises(ValueError, match="strings need a tokenizer"):
+    with pytest.raises(OptionValueError, match="strings need a tokenizer"):
         vitroll.rollout(model, ["no tokenizer here"])
-    with pytest.raises(ValueError, match="input_ids must be integer token ids"):
+    with pytest.raises(InputValueError, match="input_ids must be integer token ids"):
         vitroll.rollout(model, ids.float(), attention_mask=mask)
-    with pytest.raises(ValueError, match=r"texts \[1\] have no real token"):
+    with pytest.raises(InputValueError, match=r"texts \[1\] have no real token"):
         vitroll.rollout(model, ids, attention_mask=mask * torch.tensor([[1], [0], [1]]))
     left_ids, left_mask = left_padded()
-    with pytest.raises(ValueError, match="class token .* is padding"):
+    with pytest.raises(InputValueError, match="class token .* is padding"):
         vitroll.rollout(model, left_ids, attention_mask=left_mask)
-    with pytest.raises(ValueError, match=r"input_ids\[1, 2\] = 40 is not a token id of the model's vocabulary "
-                                         r"\(0…39\); is the tokenizer this model's\?"):
+    with pytest.raises(InputValueError, match=r"input_ids\[1, 2\] = 40 is not a token id of the model's "
+                                              r"vocabulary \(0…39\); is the tokenizer this model's\?"):
         vitroll.rollout(model, ids.where(ids != 22, 40), attention_mask=mask)
-    with pytest.raises(ValueError, match=r"input_ids\[0, 0\] = -1 is not a token id"):
+    with pytest.raises(InputValueError, match=r"input_ids\[0, 0\] = -1 is not a token id"):
         vitroll.rollout(gpt2(), torch.tensor([[-1, 5]]))
-    with pytest.raises(ValueError, match=r"^the text has 513 tokens; the model takes at most 512 \(its position "
-                                         r"embeddings\): shorten it$"):
+    with pytest.raises(InputValueError, match=r"^the text has 513 tokens; the model takes at most 512 \(its "
+                                              r"position embeddings\): shorten it$"):
         vitroll.rollout(model, torch.ones(1, 513, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"^text 1 has 520 tokens \(padded to 600\); the model takes at most 512 "):
+    with pytest.raises(InputValueError, match=r"^text 1 has 520 tokens \(padded to 600\); the model takes at most "
+                                              r"512 "):
         vitroll.rollout(model, torch.ones(2, 600, dtype=torch.long),
                         attention_mask=(torch.arange(600) < torch.tensor([[5], [520]])).long())
-    with pytest.raises(ValueError, match="position 4 is outside text 1's 4 real tokens"):
+    with pytest.raises(InputValueError, match="position 4 is outside text 1's 4 real tokens"):
         vitroll.rollout(gpt2(), ids, attention_mask=mask, position=4)
-    with pytest.raises(ValueError, match="a causal language model is explained at one position"):
+    with pytest.raises(InputTypeError, match="^texts has type set; a text model takes token ids"):
+        vitroll.rollout(model, {1, 2})
+    with pytest.raises(InputTypeError, match="^a mapping of texts needs input_ids"):
+        vitroll.rollout(model, {"attention_mask": mask})
+    with pytest.raises(OptionValueError, match="^readout must be 'class_token', 'token_mean' or 'position'; got 'cls'$"):
+        vitroll.rollout(model, ids, attention_mask=mask, readout="cls")
+    with pytest.raises(OptionValueError, match=r"^position has shape \(2,\); give one int or one per text \(3\)$"):
+        vitroll.rollout(model, ids, attention_mask=mask, position=[1, 2])
+    with pytest.raises(InputValueError, match=r"^attention flow on 7 tokens is impractical \(one max-flow per patch "
+                                              r"over 2·7² edges\); use a smaller input or pass max_tokens=7 knowingly$"):
+        vitroll.flow(model, ids, attention_mask=mask, max_tokens=6)
+    with pytest.raises(OptionValueError, match="a causal language model is explained at one position"):
         vitroll.rollout(gpt2(), ids, attention_mask=mask, readout="token_mean")
-    with pytest.raises(ValueError, match="attention_mask is for text models; VisionTransformer takes images"):
+    with pytest.raises(OptionValueError, match="attention_mask is for text models; VisionTransformer takes images"):
         import timm
         vitroll.rollout(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1), torch.randn(1, 3, 32, 32),
                         attention_mask=mask)
@@ -337,7 +350,7 @@ def test_wordpiece_pieces_merge_into_words_by_summing(tmp_path):
     np.testing.assert_allclose([w.score for w in words], [0.6, 0.2, 0.01, 0.05, 0.04])
     # each piece also reads as text: a continuation without its "##"
     assert encoded.decoded == ["[CLS]", "un", "believ", "able", "cat", "s", ",", "play", "ing", "!", "[SEP]"]
-    with pytest.raises(ValueError, match="3 scores for 11 tokens"):
+    with pytest.raises(InputValueError, match="3 scores for 11 tokens"):
         word_scores(scores[:3], encoded)
 
 
@@ -603,8 +616,8 @@ def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
         ends = [model(inputs_embeds=embeddings, attention_mask=encoded["attention_mask"],
                       token_type_ids=encoded["token_type_ids"]).logits[:, 1] for embeddings in (words, baseline)]
     torch.testing.assert_close(scores.sum(dim=1), ends[0] - ends[1], atol=1e-4, rtol=0)
-    with pytest.raises(ValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); "
-                                         r"got torch.int64 of shape \(2, 3\)"):
+    with pytest.raises(InputValueError, match=r"token_type_ids must be integers of the shape of input_ids \(2, 12\); "
+                                              r"got torch.int64 of shape \(2, 3\)"):
         vitroll.rollout(model, {**encoded, "token_type_ids": encoded["token_type_ids"][:, :3]})
 
 

@@ -141,6 +141,14 @@ def test_a_position_that_fits_some_texts_fails_only_the_others(tmp_path, texts_f
         "vitroll: failed: #5: cannot explain it: position 4 is outside its 4 real tokens"]
 
 
+def test_flow_refuses_only_the_texts_with_more_tokens_than_max_tokens(tmp_path, texts_file, capsys):
+    assert run_text(tmp_path / "out", texts_file, "--method", "flow", "--option", "max_tokens=5") == 3
+    refusal = "attention flow on 6 tokens is impractical (one max-flow per patch over 2·6² edges); use a smaller " \
+              "input or pass max_tokens=6 knowingly"
+    assert capsys.readouterr().err.splitlines() == [f"vitroll: failed: #{number}: cannot explain it: {refusal}"
+                                                    for number in (1, 4)]
+
+
 def test_an_occlusion_window_longer_than_some_texts_fails_only_those(tmp_path, texts_file, capsys):
     # "good fun" is 4 tokens: alone (after its batch failed) the window outgrew the whole batch, which stopped the run
     assert run_text(tmp_path / "out", texts_file, "--method", "occlusion", "--option", "window=5") == 3

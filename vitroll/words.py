@@ -6,6 +6,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Sequence
 
+from vitroll.errors import InputValueError
 from vitroll.io.text import EncodedText
 
 
@@ -59,7 +60,7 @@ def word_scores(scores: Sequence[float], encoded: EncodedText) -> list[WordScore
         When ``scores`` and the tokens differ in length.
     """
     if len(scores) != len(encoded.tokens):
-        raise ValueError(f"{len(scores)} scores for {len(encoded.tokens)} tokens")
+        raise InputValueError(f"{len(scores)} scores for {len(encoded.tokens)} tokens")
     spans: dict[int, list[int]] = {}
     totals: dict[int, float] = {}
     counts: dict[int, int] = {}

@@ -43,7 +43,7 @@ from vitroll.adapters.transformers import (
 )
 from vitroll.capture.families import TokenLayout, add_refusal, registered_family
 from vitroll.capture.readouts import AttentionReadout
-from vitroll.errors import OptionValueError
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.io.text import NoMaskToken, TokenBatch, decoded_pieces
 
 _MODELS = "transformers.models"
@@ -54,7 +54,7 @@ def _encoder_layout(model: nn.Module, batch: TokenBatch) -> TokenLayout:
               or _is_bidirectional_embedder(model) else "class_token")
     readout = batch.readout or (pooled if batch.position is None else "position")  # a position alone is read
     if readout == "class_token" and not bool(batch.real[:, 0].all()):
-        raise ValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
+        raise InputValueError("the class token (position 0) is padding in some texts: pad encoder inputs on the right")
     positions = batch.explained_positions() if readout == "position" else None
     return TokenLayout(0, readout, None, token_mask=batch.real, positions=positions)
 

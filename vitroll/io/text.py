@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 
-from vitroll.errors import OptionValueError, VitrollError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, VitrollError
 from vitroll.io.textfile import read_text_file
 
 TextReadout = Literal["class_token", "token_mean", "position"]
@@ -26,7 +26,7 @@ classifiers), the mean of the real tokens' rows (mean-pooled sentence embeddings
 language model's next-token prediction)."""
 
 
-class UnexplainableText(ValueError):
+class UnexplainableText(InputValueError):
     """A text of a batch that cannot be explained; :attr:`alone` says why without the batch's numbering of texts (the
     reason a run over many texts gives that text)."""
 
@@ -81,29 +81,29 @@ class TokenBatch:
 
     def __post_init__(self) -> None:
         if self.input_ids.ndim != 2 or self.input_ids.dtype.is_floating_point or self.input_ids.is_complex():
-            raise ValueError(f"input_ids must be integer token ids of shape (B, L); got {self.input_ids.dtype} "
-                             f"of shape {tuple(self.input_ids.shape)}")
+            raise InputValueError(f"input_ids must be integer token ids of shape (B, L); got {self.input_ids.dtype} "
+                                  f"of shape {tuple(self.input_ids.shape)}")
         if tuple(self.attention_mask.shape) != tuple(self.input_ids.shape):
-            raise ValueError(f"attention_mask has shape {tuple(self.attention_mask.shape)}; it must match input_ids "
-                             f"{tuple(self.input_ids.shape)}")
+            raise InputValueError(f"attention_mask has shape {tuple(self.attention_mask.shape)}; it must match "
+                                  f"input_ids {tuple(self.input_ids.shape)}")
         if not bool(((self.attention_mask == 0) | (self.attention_mask == 1)).all()):
-            raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
+            raise InputValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
         if self.token_type_ids is not None and (
                 tuple(self.token_type_ids.shape) != tuple(self.input_ids.shape)
                 or self.token_type_ids.dtype.is_floating_point or self.token_type_ids.is_complex()):
-            raise ValueError(f"token_type_ids must be integers of the shape of input_ids "
-                             f"{tuple(self.input_ids.shape)}; "
-                             f"got {self.token_type_ids.dtype} of shape {tuple(self.token_type_ids.shape)}")
+            raise InputValueError(f"token_type_ids must be integers of the shape of input_ids "
+                                  f"{tuple(self.input_ids.shape)}; "
+                                  f"got {self.token_type_ids.dtype} of shape {tuple(self.token_type_ids.shape)}")
         empty = (self.attention_mask.sum(dim=-1) == 0).nonzero().flatten().tolist()
         if empty:
-            raise ValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
+            raise InputValueError(f"texts {empty} have no real token (their attention_mask is all 0)")
         if self.readout not in (None, "class_token", "token_mean", "position"):
-            raise ValueError(f"readout must be 'class_token', 'token_mean' or 'position'; got {self.readout!r}")
+            raise OptionValueError(f"readout must be 'class_token', 'token_mean' or 'position'; got {self.readout!r}")
         if self.position is not None and self.readout not in (None, "position"):
             raise OptionValueError(f"position is for readout 'position'; readout {self.readout!r} reads no position")
         if self.position is not None and tuple(self.position.shape) != (len(self),):
-            raise ValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text "
-                             f"({len(self)})")
+            raise OptionValueError(f"position has shape {tuple(self.position.shape)}; give one int or one per text "
+                                   f"({len(self)})")
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -174,8 +174,8 @@ def refuse_unknown_ids(ids: torch.Tensor, vocabulary: Optional[int], name: str, 
     if bool(outside.any()):
         row, column = (int(index) for index in outside.nonzero()[0])
         allowed = f"0…{vocabulary - 1}" if vocabulary else "≥ 0"
-        raise ValueError(f"{name}[{row}, {column}] = {int(ids[row, column])} is not a token id of the model's "
-                         f"vocabulary ({allowed}){hint}")
+        raise InputValueError(f"{name}[{row}, {column}] = {int(ids[row, column])} is not a token id of the model's "
+                              f"vocabulary ({allowed}){hint}")
 
 
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
@@ -249,13 +249,13 @@ def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, to
     """
     texts = list(texts)
     if not texts:
-        raise ValueError("no texts to explain (an empty list)")
+        raise InputValueError("no texts to explain (an empty list)")
     for index, text in enumerate(texts):
         if not isinstance(text, str):
-            raise TypeError(f"texts[{index}] has type {type(text).__name__}; give strings")
+            raise InputTypeError(f"texts[{index}] has type {type(text).__name__}; give strings")
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: word offsets need a "
-                         "PreTrainedTokenizerFast (AutoTokenizer gives one)")
+        raise OptionValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: word offsets need a "
+                               "PreTrainedTokenizerFast (AutoTokenizer gives one)")
     encoding = tokenizer(texts, return_offsets_mapping=True, verbose=False)  # a text too long is refused later
     encoded = [EncodedText(text, encoding.tokens(index), encoding.word_ids(index),
                            [tuple(span) for span in encoding["offset_mapping"][index]],
@@ -264,7 +264,7 @@ def encode_texts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, to
     lengths = [len(each.tokens) for each in encoded]
     for index, length in enumerate(lengths):
         if length == 0:
-            raise ValueError(f"texts[{index}] gives no token")
+            raise InputValueError(f"texts[{index}] gives no token")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((len(texts), max(lengths)), pad, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)

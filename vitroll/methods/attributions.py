@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitroll.errors import OptionValueError, VitrollError
+from vitroll.errors import InputValueError, OptionValueError, VitrollError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.gradients import TargetClass, refuse_inference_mode, resolve_targets
@@ -353,7 +353,8 @@ def occlusion(
             windows = every_window[~(every_window & ~space.real_cells[row]).flatten(1).any(dim=1)]
             if not len(windows):
                 text = "the text" if len(targets) == 1 else f"text {row} of the batch"
-                raise ValueError(f"window {window} is longer than {text} ({int(space.real_cells[row].sum())} tokens)")
+                tokens = int(space.real_cells[row].sum())
+                raise InputValueError(f"window {window} is longer than {text} ({tokens} tokens)")
             # an input repeated for several targets (an image against each of its texts) is hidden only once
             if not (row and _same_row(space, row, row - 1)):
                 extra = tuple(tensor[row:row + 1] for tensor in space.extra)

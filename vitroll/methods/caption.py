@@ -53,7 +53,7 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, family_of, without_autocast
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout
 from vitroll.capture.fusion import HeadFusion, check_head_fusion
-from vitroll.errors import MethodOptionError, OptionValueError, UnsupportedModelError
+from vitroll.errors import InputValueError, MethodOptionError, OptionValueError, UnsupportedModelError
 from vitroll.io.text import refuse_unknown_ids
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
@@ -162,8 +162,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
                 caption_ids = captioner.generate(model, batch, min(max_new_tokens, positions or max_new_tokens))
         caption_ids = _checked_captions(caption_ids, len(batch), batch.device, _vocabulary_size(model))
         if positions is not None and caption_ids.shape[1] > positions:
-            raise ValueError(f"caption_ids have {caption_ids.shape[1]} tokens; the decoder reads at most {positions} "
-                             "(its position embeddings)")
+            raise InputValueError(f"caption_ids have {caption_ids.shape[1]} tokens; the decoder reads at most "
+                                  f"{positions} (its position embeddings)")
         lengths = caption_lengths(caption_ids, end)
         roles = captioner.roles(model)
         if method == "rollout":
@@ -207,12 +207,13 @@ def _checked_captions(caption_ids: object, batch: int, device: torch.device,
     try:
         caption_ids = torch.as_tensor(caption_ids, device=device)
     except (ValueError, TypeError, RuntimeError):
-        raise ValueError("caption_ids must be token ids (B, K): a tensor, or lists of ints of one length") from None
+        raise InputValueError("caption_ids must be token ids (B, K): a tensor, or lists of ints of one "
+                              "length") from None
     if caption_ids.is_floating_point() or caption_ids.is_complex() or caption_ids.dtype == torch.bool:
-        raise ValueError(f"caption_ids must be integer token ids; got {caption_ids.dtype}")
+        raise InputValueError(f"caption_ids must be integer token ids; got {caption_ids.dtype}")
     if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
-        raise ValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
-                         f"{tuple(caption_ids.shape)}")
+        raise InputValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
+                              f"{tuple(caption_ids.shape)}")
     caption_ids = caption_ids.long()
     refuse_unknown_ids(caption_ids, vocabulary, "caption_ids")
     return caption_ids

@@ -24,6 +24,7 @@ from torch import nn
 
 from vitroll.capture import TokenLayout
 from vitroll.capture.fusion import HeadFusion
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, record_attention
 from vitroll.methods.registry import register_method
@@ -140,7 +141,9 @@ def flow(
     check_attention_weight(attention_weight)
     attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion)
     if layout.num_tokens > max_tokens:
-        raise ValueError(
+        # images of one model have one size: the option's mistake; texts differ, and only the long ones are refused
+        refusal = OptionValueError if layout.grid is not None else InputValueError
+        raise refusal(
             f"attention flow on {layout.num_tokens} tokens is impractical (one max-flow per patch over "
             f"{len(attentions)}·{layout.num_tokens}² edges); use a smaller input or pass "
             f"max_tokens={layout.num_tokens} knowingly"

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from vitroll.capture.families import family_of
+from vitroll.errors import OptionValueError
 from vitroll.io.text import TextReadout, TokenBatch
 from vitroll.methods.image_batch import Images, image_batch
 from vitroll.methods.text_batch import Position, Texts, text_batch
@@ -42,6 +43,6 @@ def model_batch(model: nn.Module, inputs: Inputs, *, attention_mask: Optional[to
     given = [name for name, value in (("attention_mask", attention_mask), ("tokenizer", tokenizer),
                                       ("readout", readout), ("position", position)) if value is not None]
     if given:
-        raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for text models; "
-                         f"{type(model).__name__} takes images")
+        raise OptionValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for text models; "
+                               f"{type(model).__name__} takes images")
     return image_batch(model, inputs)

@@ -127,7 +127,7 @@ def _prepared_layers(
 ) -> list[torch.Tensor]:
     _check_recorded(attentions, layout)
     if discard_ratio and any(isinstance(a, FactoredAttention) for a in attentions):
-        raise ValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
+        raise OptionValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
     protected = 0 if layout.readout == "class_token" else None
     return [a if isinstance(a, FactoredAttention) else discard_lowest(a.float(), discard_ratio, protected,
                                                                      layout.token_mask)

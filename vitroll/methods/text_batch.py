@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.io.text import TextReadout, TokenBatch, encode_texts, refuse_unknown_ids
 
 Texts = Union[TokenBatch, torch.Tensor, Mapping[str, torch.Tensor], str, list[str], tuple[str, ...]]
@@ -54,22 +55,24 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     """
     if isinstance(texts, TokenBatch):
         if attention_mask is not None:
-            raise ValueError("a TokenBatch carries its attention_mask; do not pass attention_mask= as well")
+            raise OptionValueError("a TokenBatch carries its attention_mask; do not pass attention_mask= as well")
         batch = texts
     elif isinstance(texts, (str, list, tuple)):
         if attention_mask is not None:
-            raise ValueError("strings are padded by their tokenizer; attention_mask= is for token ids")
+            raise OptionValueError("strings are padded by their tokenizer; attention_mask= is for token ids")
         tokenizer = tokenizer if tokenizer is not None else registered_tokenizer(model)
         if tokenizer is None:
-            raise ValueError("strings need a tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) (or load "
-                             "the model with vitroll.load_model, which attaches the tokenizer saved with it)")
+            raise OptionValueError("strings need a tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) (or "
+                                   "load the model with vitroll.load_model, which attaches the tokenizer saved with "
+                                   "it)")
         input_ids, mask, _ = encode_texts(tokenizer, [texts] if isinstance(texts, str) else texts)
         batch = TokenBatch(input_ids, mask)
     elif isinstance(texts, torch.Tensor) or isinstance(texts, Mapping):
         segments = None
         if isinstance(texts, Mapping):
             if "input_ids" not in texts:
-                raise TypeError("a mapping of texts needs input_ids (a tokenizer's output with return_tensors='pt')")
+                raise InputTypeError("a mapping of texts needs input_ids (a tokenizer's output with "
+                                     "return_tensors='pt')")
             if attention_mask is None:
                 attention_mask = texts.get("attention_mask")
             segments = texts.get("token_type_ids")
@@ -85,8 +88,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
             segments = segments[None] if segments.ndim == 1 and texts.ndim == 1 else segments
         batch = TokenBatch(ids, attention_mask, token_type_ids=segments)
     else:
-        raise TypeError(f"texts has type {type(texts).__name__}; a text model takes token ids (B, L) with "
-                        "attention_mask=, a tokenizer's output, a TokenBatch, or strings with tokenizer=")
+        raise InputTypeError(f"texts has type {type(texts).__name__}; a text model takes token ids (B, L) with "
+                             "attention_mask=, a tokenizer's output, a TokenBatch, or strings with tokenizer=")
     if position is not None:
         position = torch.as_tensor(position, dtype=torch.long).reshape(-1)
         batch = replace(batch, position=position.expand(len(batch)) if position.numel() == 1 else position)
@@ -98,8 +101,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
         text = int(counts.argmax())
         which = "the text has" if len(batch) == 1 else f"text {text} has"
         padded = f" (padded to {batch.shape[1]})" if int(counts[text]) != batch.shape[1] else ""
-        raise ValueError(f"{which} {int(counts[text])} tokens{padded}; the model takes at most {longest} (its "
-                         "position embeddings): shorten it")
+        raise InputValueError(f"{which} {int(counts[text])} tokens{padded}; the model takes at most {longest} (its "
+                              "position embeddings): shorten it")
     embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     refuse_unknown_ids(batch.input_ids, getattr(embedding, "num_embeddings", None), "input_ids",
                        "; is the tokenizer this model's?")
