@@ -364,6 +364,67 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
 
 
+@pytest.mark.parametrize(("name", "changes", "mismatch"), [
+    ("SC_rgb_rle.dcm", {"Rows": 50},
+     "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its first RLE frame has 3 segments (one per "
+     "sample and byte of a sample), the first decoding to 10000 bytes (Rows × Columns)"),
+    ("MR_small_RLE.dcm", {"BitsAllocated": 8, "BitsStored": 8, "HighBit": 7},
+     "Rows 64, Columns 64, SamplesPerPixel 1 and BitsAllocated 8, but its first RLE frame has 2 segments (one per "
+     "sample and byte of a sample), the first decoding to 4096 bytes (Rows × Columns)"),
+    ("SC_rgb_jpeg_gdcm.dcm", {"SamplesPerPixel": 1, "PhotometricInterpretation": "MONOCHROME2"},
+     "Rows 100, Columns 100, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG codestream is 100 rows by 100 "
+     "columns with 3 components"),
+    ("SC_rgb_jpeg_dcmtk.dcm", {"Rows": 50}, "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its "
+                                            "JPEG codestream is 100 rows by 100 columns with 3 components"),
+    ("MR_small_jpeg_ls_lossless.dcm", {"Rows": 32}, "Rows 32, Columns 64, SamplesPerPixel 1 and BitsAllocated 16, but "
+                                                    "its JPEG-LS codestream is 64 rows by 64 columns with 1 component"),
+    ("MR_small_jp2klossless.dcm", {"Columns": 65},
+     "Rows 64, Columns 65, SamplesPerPixel 1 and BitsAllocated 16, but its JPEG 2000 codestream is 64 rows by 64 "
+     "columns with 1 component"),
+])
+def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both(tmp_path, name, changes, mismatch):
+    """A decoder takes the header's size as given: RLE with Rows 50 over 100 showed the top half as the whole image,
+    and JPEG-LS with Rows 32 its first half; a colour JPEG whose header says 1 sample, MONOCHROME2 was drawn grey. What
+    a frame states of itself (a JPEG SOF, a JPEG 2000 SIZ, an RLE header and its first segment) is now compared."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, name, **changes))
+    assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+@pytest.mark.parametrize(("frames", "held"), [(1, "frames would be left out without a word"),
+                                              (3, "frames it is said to have are missing")])
+def test_a_number_of_frames_unlike_the_compressed_frames_is_refused_naming_both(tmp_path, frames, held):
+    """SC_rgb_rle_2frame.dcm with NumberOfFrames 1 showed its first frame alone, without a word."""
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(header_lie(tmp_path, "SC_rgb_rle_2frame.dcm", NumberOfFrames=frames))
+    assert caught.value.reason == (f"{DOES_NOT_FIT}NumberOfFrames is {frames}, but its Basic Offset Table lists 2 "
+                                   f"frames, so {held}; it is not shown.")
+
+
+def test_compressed_frames_without_an_offset_table_are_counted_by_their_codestreams(tmp_path):
+    """Without a Basic Offset Table, the fragments that begin a codestream are the frames; a frame may span several
+    fragments."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    dataset = pydicom.dcmread(get_testdata_file("SC_rgb_rle_2frame.dcm"))
+    frames = list(generate_frames(dataset.PixelData, number_of_frames=2))
+    dataset.PixelData = encapsulate(frames, has_bot=False)
+    dataset.NumberOfFrames = 1
+    dataset.save_as(tmp_path / "no_table.dcm")
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(tmp_path / "no_table.dcm")
+    assert caught.value.reason == (f"{DOES_NOT_FIT}NumberOfFrames is 1, but its fragments begin 2 frames, so frames "
+                                   "would be left out without a word; it is not shown.")
+    jpeg = pydicom.dcmread(get_testdata_file("SC_rgb_jpeg_dcmtk.dcm"))
+    whole = read_dicom(get_testdata_file("SC_rgb_jpeg_dcmtk.dcm")).frames[0][1]
+    frame = next(generate_frames(jpeg.PixelData, number_of_frames=1))
+    jpeg.PixelData = encapsulate([frame], fragments_per_frame=3, has_bot=False)
+    jpeg.save_as(tmp_path / "fragmented.dcm")
+    np.testing.assert_array_equal(read_dicom(tmp_path / "fragmented.dcm").frames[0][1], whole)
+
+
 @pytest.mark.parametrize(("changes", "said"), [
     ({"PlanarConfiguration": None}, "Missing required element: (0028,0006) 'Planar Configuration'"),
     ({"BitsStored": 20}, "A (0028,0101) 'Bits Stored' value of '20' is invalid, it must be in the range (1, 64) and no "
@@ -380,12 +441,19 @@ def test_uncompressed_pixel_data_that_fails_blames_the_header_not_the_decoders(t
         "it: its image pixel elements (group 0028) or its transfer syntax.")
 
 
-def test_a_decoder_that_panics_fails_its_file_in_one_sentence(tmp_path):
+def test_a_decoder_that_panics_fails_its_file_in_one_sentence(tmp_path, monkeypatch):
     """RLE data whose header says Columns 32 for 64: pylibjpeg-rle (Rust) panics, raising
     ``pyo3_runtime.PanicException``, a BaseException that passed ``except Exception`` in the reader and in the audit's
     per-file guard, so one file stopped the whole audit with a traceback. It is now that file's reason."""
+    import vitroll.io.dicom.reading as dicom
+
+    lie = header_lie(tmp_path, "MR_small_RLE.dcm", Columns=32)
     with pytest.raises(ImageReadError) as caught:
-        read_dicom(header_lie(tmp_path, "MR_small_RLE.dcm", Columns=32))
+        read_dicom(lie)
+    assert caught.value.reason.startswith(DOES_NOT_FIT + "Rows 64, Columns 32,")  # now told before decoding
+    monkeypatch.setattr(dicom, "_compressed_header_problem", lambda *args, **kwargs: None)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(lie)
     reason = caught.value.reason
     assert reason.startswith("The compressed pixel data cannot be decoded: ") and "RLE Lossless" in reason
     assert reason.endswith(".") and "\n" not in reason

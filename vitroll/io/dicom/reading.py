@@ -5,13 +5,15 @@ pixel data, files cut short."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
+import struct
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -159,6 +161,131 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
             f"SamplesPerPixel {dataset.get('SamplesPerPixel', 1)}{subsampled} and BitsAllocated "
             f"{dataset.BitsAllocated} over {counted(count, 'frame')} make {expected} bytes, but its pixel data holds "
             f"{length}{ratio}, so the image would be drawn wrong and is not shown.")
+
+
+@contextlib.contextmanager
+def _encapsulated_pixel_data(path: Path, dataset: "Dataset", *, from_file: bool) -> Iterator[BinaryIO]:
+    """The encapsulated pixel data of ``dataset`` as a buffer positioned at its Basic Offset Table item: the file from
+    where the value starts when it is still there (:data:`PIXEL_DATA_DEFERRED`), else the value read."""
+    from pydicom.dataelem import RawDataElement
+    from pydicom.datadict import tag_for_keyword
+
+    element = dataset.get_item(tag_for_keyword("PixelData"), keep_deferred=True)
+    if from_file and isinstance(element, RawDataElement) and element.value is None:
+        with open(path, "rb") as file:
+            file.seek(element.value_tell)
+            yield file
+        return
+    yield io.BytesIO(element.value if isinstance(element, RawDataElement) else dataset.PixelData)
+
+
+CODESTREAM_PEEK = 4096
+"""Bytes read from a JPEG or JPEG 2000 frame's first fragment to find its SOF or SIZ marker (within its first hundreds
+of bytes); an RLE frame, one fragment by the standard, is read whole to decode its first segment."""
+
+
+def _fragment(buffer: BinaryIO, position: int, size: Optional[int] = None) -> bytes:
+    """The fragment whose item tag is at ``position`` (its first ``size`` bytes)."""
+    buffer.seek(position + 4)
+    length = int.from_bytes(buffer.read(4), "little")
+    return buffer.read(length if size is None else min(length, size))
+
+
+def _codestream_kind(start: bytes) -> Optional[str]:
+    """The kind of codestream a fragment beginning with ``start`` (64 bytes) begins; None: it continues a frame."""
+    if start.startswith(b"\xff\xd8\xff"):
+        return "JPEG-LS" if start[3:4] == b"\xf7" else "JPEG"
+    if start.startswith((J2K_START, b"\x00\x00\x00\x0cjP  ")):
+        return "JPEG 2000"
+    if len(start) == 64 and 1 <= int.from_bytes(start[:4], "little") <= 15 and start[4:8] == (64).to_bytes(4, "little"):
+        return "RLE"
+    return None
+
+
+MOST_ROWS = 2**16 - 1
+"""The most Rows or Columns a DICOM header can state (US values)."""
+
+
+J2K_START = b"\xff\x4f\xff\x51"
+"""A JPEG 2000 codestream's SOC marker and the SIZ marker that must follow it."""
+
+
+def _stated_size(kind: str, codestream: bytes) -> Optional[tuple[int, int, int]]:
+    """(rows, columns, components) a JPEG's or JPEG-LS's SOF or a JPEG 2000's SIZ marker states; None if not found."""
+    from pydicom.pixels.utils import _get_jpg_parameters
+
+    if kind != "JPEG 2000":
+        stated = _get_jpg_parameters(codestream)
+        return (stated["height"], stated["width"], stated["components"]) if "components" in stated else None
+    siz = codestream.find(J2K_START) + 4
+    if siz < 4 or len(codestream) < siz + 38:
+        return None
+    x, y, x_origin, y_origin = struct.unpack(">4L", codestream[siz + 4:siz + 20])
+    return y - y_origin, x - x_origin, int.from_bytes(codestream[siz + 36:siz + 38], "big")
+
+
+def _compressed_header_problem(path: Path, dataset: "Dataset", count: int, *, from_file: bool) -> Optional[str]:
+    """Why the compressed pixel data of ``dataset`` cannot be the ``count`` frames its header describes, a sentence;
+    None when what it states of itself fits the header (or cannot be told: the decoder then words any damage).
+
+    A decoder takes the header's Rows, Columns, SamplesPerPixel and NumberOfFrames as given: a header with too few
+    rows showed the top of an RLE image as the whole, one with too few frames left the others out without a word, one
+    with 1 sample per pixel drew a colour JPEG grey. Compared: the frames the offset tables list (or the fragments
+    that begin a codestream); a JPEG, JPEG-LS or JPEG 2000 first frame's rows, columns and components; an RLE first
+    frame's segments (one per sample and byte of a sample) and the bytes its first decodes to (rows × columns)."""
+    from pydicom.encaps import parse_basic_offsets, parse_fragments
+    from pydicom.pixels.decoders.rle import _rle_decode_segment, _rle_parse_header
+
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    if syntax is None or not syntax.is_encapsulated or not all(
+            keyword in dataset for keyword in ("PixelData", "Rows", "Columns", "BitsAllocated")):
+        return None  # what the header lacks, the decoder names
+    try:
+        with _encapsulated_pixel_data(path, dataset, from_file=from_file) as buffer:
+            offsets = parse_basic_offsets(buffer)
+            _, positions = parse_fragments(buffer)
+            starts = [_codestream_kind(_fragment(buffer, position, 64)) for position in positions]
+            kind = starts[0] if starts else None
+            first = _fragment(buffer, positions[0], None if kind == "RLE" else CODESTREAM_PEEK) if kind else b""
+    except (ValueError, OSError, EOFError, struct.error):
+        return None  # damaged encapsulation: the decoder words it
+    if kind is None:
+        return None
+    header = "This DICOM file's header does not fit its pixel data: "
+    if "ExtendedOffsetTable" in dataset or offsets:
+        table = "Extended" if "ExtendedOffsetTable" in dataset else "Basic"
+        held = len(dataset.ExtendedOffsetTable) // 8 if table == "Extended" else len(offsets)
+        holding = f"its {table} Offset Table lists {counted(held, 'frame')}"
+    else:
+        held = sum(start is not None for start in starts)
+        holding = f"its fragments begin {counted(held, 'frame')}"
+    if held != count:
+        consequence = ("frames would be left out without a word" if held > count
+                       else "frames it is said to have are missing")
+        return f"{header}NumberOfFrames is {count}, but {holding}, so {consequence}; it is not shown."
+    rows, columns = dataset.Rows, dataset.Columns
+    samples, bits = int(dataset.get("SamplesPerPixel", 1) or 1), int(dataset.BitsAllocated)
+    if kind == "RLE":
+        segment_offsets = _rle_parse_header(first[:64]) + [len(first)]
+        if max(segment_offsets) > len(first):  # a frame cut short: the decoder words it
+            return None
+        try:
+            decoded = len(_rle_decode_segment(first[segment_offsets[0]:segment_offsets[1]]))
+        except IndexError:  # a run beyond its segment's end: the decoder words it
+            return None
+        if len(segment_offsets) - 1 == samples * -(-bits // 8) and decoded in (rows * columns, rows * columns + 1):
+            return None
+        stated = (f"its first RLE frame has {counted(len(segment_offsets) - 1, 'segment')} (one per sample and byte "
+                  f"of a sample), the first decoding to {decoded} bytes (Rows × Columns)")
+    else:
+        size = _stated_size(kind, first)
+        if size is None or size in ((rows, columns, samples), (0, columns, samples)):  # JPEG height 0: stated later
+            return None
+        if max(size[:2]) > MOST_ROWS:  # no DICOM frame is that large: a damaged codestream, which the decoder words
+            return None
+        stated = f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')}"
+    return (f"{header}Rows {rows}, Columns {columns}, SamplesPerPixel {samples} and BitsAllocated {bits}, but "
+            f"{stated}, so the image would be drawn wrong and is not shown.")
 
 
 UNDEFINED_LENGTH = 0xFFFFFFFF
@@ -493,6 +620,8 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     from_file = part10 and syntax is not None and not syntax.is_deflated
     cut_short = part10 and _cut_short(path, dataset)  # told before decoding converts the element it judges
     problem = _pixel_data_length_problem(path, dataset, count, from_file=from_file)
+    if problem is None and not cut_short:  # a frame cut short is worded as such below
+        problem = _compressed_header_problem(path, dataset, count, from_file=from_file)
     if problem is not None:
         raise ImageReadError(path, problem)
     try:
