@@ -5,6 +5,7 @@ the tests hold the fast code to them, and scripts/bench_large_images.py times bo
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 
 from vitroll.maps import as_map, peak_location, scaled_into_float32, upsample
 from vitroll.overlay import lookup_table, rgb_uint8
@@ -72,6 +73,28 @@ def reference_summary(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dic
     k = max(1, int(round(top_fraction * p.size)))
     top_mass = float(np.partition(p, p.size - k)[p.size - k:].sum())
     return {"peak_row": row, "peak_col": col, "entropy": entropy, "top_mass": top_mass}
+
+
+def summary_before_fast_top_mass(saliency: np.ndarray, *, top_fraction: float = 0.1) -> dict[str, float]:
+    """:func:`vitroll.maps.summary` as it was before its fast paths (vitroll 8292ce5): one partition of every positive
+    value, the peak from a filled copy, float64 copies per block. Its numbers must stay those of the new one, bit
+    for bit."""
+    values = np.asarray(saliency)
+    values = values.astype(np.result_type(values.dtype, np.float32), copy=False)
+    finite = values[np.isfinite(values)]
+    positive = finite[finite > 0]
+    total = float(positive.sum(dtype=np.float64))
+    row, col = peak_location(values)
+    if total <= 0 or finite.size < 2:
+        return {"peak_row": row, "peak_col": col, "entropy": float("nan"), "top_mass": float("nan")}
+    block = 1 << 20
+    mass_log_mass = sum(float(special.xlogy(part, part).sum()) for part in
+                        (positive[start: start + block].astype(np.float64) for start in range(0, positive.size, block)))
+    entropy = (np.log(total) - mass_log_mass / total) / np.log(finite.size)
+    k = max(1, int(round(top_fraction * finite.size)))
+    top = positive if positive.size <= k else np.partition(positive, positive.size - k)[positive.size - k:]
+    return {"peak_row": row, "peak_col": col, "entropy": float(entropy),
+            "top_mass": float(top.sum(dtype=np.float64)) / total}
 
 
 def reference_encode_png(rgb: np.ndarray) -> bytes:

@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 from PIL import Image
 
 from reference_rendering import (reference_blend, reference_colorize, reference_encode_png, reference_normalize,
-                                 reference_overlay, reference_summary)
+                                 reference_overlay, reference_summary, summary_before_fast_top_mass)
 from vitroll.io import encode_png, load_image
 from vitroll.maps import normalize, summary, to_original
 from vitroll.overlay import blend, colorize, overlay
@@ -149,6 +149,100 @@ def test_summary_of_an_image_sized_map_matches_the_reference():
     saliency = to_original(np.random.default_rng(0).random((14, 14)).astype(np.float32), geometry)
     got, want = summary(saliency), reference_summary(saliency)
     assert got == pytest.approx(want, rel=0, abs=1e-12)
+
+
+def assert_same_summary(saliency: np.ndarray, top_fraction: float = 0.1) -> None:
+    """summary() returns exactly, bit for bit, what it returned before its fast paths (NaN where it gave NaN)."""
+    got = summary(saliency, top_fraction=top_fraction)
+    want = summary_before_fast_top_mass(saliency, top_fraction=top_fraction)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert type(got[key]) is type(value)
+        assert got[key] == value or (np.isnan(got[key]) and np.isnan(value)), (key, got[key], value)
+
+
+@settings(max_examples=80, deadline=None)
+@given(hw=st.one_of(st.tuples(st.integers(1, 40), st.integers(1, 40)),
+                   st.tuples(st.integers(190, 320), st.integers(190, 320))), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from([np.float32, np.float64]), zeros=st.sampled_from([0.0, 0.3, 0.95, 1.0]),
+       nans=st.sampled_from([0.0, 0.2, 0.6, 1.0]), levels=st.sampled_from([0, 1, 2, 7, 256]),
+       spread=st.sampled_from([1.0, 1e3, 1e30]), negatives=st.booleans(),
+       top_fraction=st.sampled_from([0.001, 0.1, 0.5, 0.99]))
+def test_summary_is_bit_identical_to_before_its_fast_paths(hw, seed, dtype, zeros, nans, levels, spread, negatives,
+                                                           top_fraction):
+    """Random maps, small and up to 320 × 320 (the fast top-mass path needs over 32768 positive values): ties (a few
+    levels, a constant map), zeros, NaN, ±inf, negatives, and ranges so wide that the top values' sum depends on
+    the order of the additions (the old partition's is kept then)."""
+    rng = np.random.default_rng(seed)
+    saliency = rng.random(hw) ** np.log10(spread) if spread > 1 else rng.random(hw)
+    if levels:
+        saliency = np.floor(saliency * levels) / levels + 1.0 / levels
+    if negatives:
+        saliency -= 0.2
+    saliency = saliency.astype(dtype)
+    saliency[rng.random(hw) < zeros] = 0.0
+    saliency[rng.random(hw) < nans] = np.nan
+    saliency.flat[rng.integers(0, saliency.size, 3)] = rng.choice([np.inf, -np.inf, 5.0], 3)
+    assert_same_summary(saliency, top_fraction)
+
+
+def periodic(stride_value: float, other: float, top_fraction: float) -> tuple[np.ndarray, float]:
+    """40960 float32 values, every 10th (the ones the fast path samples) ``stride_value``, the rest ``other``."""
+    values = np.full(40960, other, np.float32)
+    values[::10] = stride_value
+    return values.reshape(160, 256), top_fraction
+
+
+@pytest.mark.parametrize("saliency, top_fraction", [
+    periodic(2.0, 1.0, 0.5),  # the sample sees only the large values: too few candidates, all are partitioned
+    periodic(1.0, 2.0, 0.1),  # the sample sees only the small ones: every value is a candidate
+    (np.random.default_rng(1).random((200, 200)).astype(np.float32) ** 40, 0.1),  # wide but exact: the fast path
+    # top values decades apart: their sum depends on the order of the additions, so they are partitioned as before
+    (np.float32(10.0) ** np.random.default_rng(2).uniform(-30, 30, (200, 200)).astype(np.float32), 0.1),
+    (np.where(np.random.default_rng(3).random((200, 200)) < 0.05, np.float32(1e30),
+              np.random.default_rng(4).random((200, 200)).astype(np.float32)), 0.1),
+    (np.full((200, 200), 0.25, np.float32), 0.1),  # one tie everywhere
+])
+def test_summary_of_adversarial_maps_is_bit_identical_to_before(saliency, top_fraction):
+    assert_same_summary(saliency, top_fraction)
+
+
+@pytest.mark.parametrize("size", [(1080, 1920), (480, 640), (4000, 6000)])
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
+def test_summary_of_real_maps_is_bit_identical_to_before_and_skips_the_full_partition(size, interpolation,
+                                                                                      monkeypatch):
+    """Rollout-like maps of photos (a 14 × 14 grid onto the image, NaN outside the centre crop), and the map of a
+    one-layer ViT on the astronaut: the same numbers as before, and no partition of every positive value (the 17 ms
+    of a 1920 × 1080 map that the threshold saves)."""
+    geometry = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(size)
+    grid = np.random.default_rng(size[0]).random((14, 14)).astype(np.float32) ** 4
+    saliency = to_original(grid, geometry, interpolation=interpolation)
+    partitioned: list[int] = []
+    partition = np.partition
+    monkeypatch.setattr(np, "partition", lambda array, kth: partitioned.append(array.size) or partition(array, kth))
+    got = summary(saliency)
+    monkeypatch.undo()
+    assert_same_summary(saliency)
+    positives = int(np.count_nonzero(saliency > 0))
+    assert partitioned and max(partitioned) < positives / 4, (partitioned, positives)
+    assert got["top_mass"] == summary_before_fast_top_mass(saliency)["top_mass"]
+
+
+def test_summary_of_a_vit_map_of_a_photo_is_bit_identical_to_before():
+    import timm
+    import torch
+
+    from vitroll.pipelines.explain import ExplainSettings, render
+    from vitroll.pipelines.stream import decoded_batches, explained_batches, read_image
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", depth=1).eval()
+    path = Path(__file__).resolve().parents[1] / "sample_images" / "astronaut.jpg"
+    settings_ = ExplainSettings()
+    preprocessing = Preprocessing.from_model(model)
+    [[record]] = explained_batches(model, decoded_batches([path], read_image, preprocessing, batch_size=1), settings_)
+    saliency, _ = render(record.image, record.grid_map, record.geometry, settings_)
+    assert_same_summary(saliency)
 
 
 def test_a_figure_of_a_large_image_looks_as_when_matplotlib_shrank_it(monkeypatch):
