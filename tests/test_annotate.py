@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import pytest
@@ -759,11 +759,39 @@ def test_a_name_with_line_breaks_keeps_its_reason_and_one_line(tmp_path, capsys)
     assert len(failed) == 1 and failed[0].startswith(f"vitroll: failed: {reason}")
 
 
-def _processes(*argv: str, **popen) -> subprocess.Popen:
+GATED_OPEN = """# test-only: Pillow never opens an image named gate*, until a signal's handler raises
+import signal
+from pathlib import Path
+
+from PIL import Image
+
+_open = Image.open
+
+
+def _gated_open(file, *args, **kwargs):
+    while Path(str(file)).name.startswith("gate"):
+        signal.pause()
+    return _open(file, *args, **kwargs)
+
+
+Image.open = _gated_open
+"""
+"""A ``sitecustomize`` for the processes a test starts (and the ranks they start): their run cannot finish, whatever
+the machine's load, until the test has interrupted it."""
+
+
+def _processes(*argv: str, gated: Optional[Path] = None, **popen) -> subprocess.Popen:
+    """``vitroll annotate ARGV --processes 2``; with ``gated`` (a folder for :data:`GATED_OPEN`), every rank stops at
+    its first image named ``gate*``."""
+    path = [str(Path(folder.__file__).parents[2])]
+    if gated is not None:
+        gated.mkdir()
+        (gated / "sitecustomize.py").write_text(GATED_OPEN)
+        path.insert(0, str(gated))
     return subprocess.Popen(
         [sys.executable, "-m", "vitroll", "annotate", *argv, "--processes", "2", "--batch-size", "1", "--workers", "0",
          "--no-progress", "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(folder.__file__).parents[2])}, **popen)
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}, **popen)
 
 
 def test_processes_pass_on_the_exit_status_that_torchrun_turns_into_1(tmp_path):
@@ -790,26 +818,32 @@ def test_processes_pass_on_the_exit_status_that_torchrun_turns_into_1(tmp_path):
 
 
 def test_an_interrupt_of_processes_exits_130_and_keeps_the_work_done(tmp_path, capsys):
+    """Ctrl-C while both ranks work: each keeps its rows and the run exits 130. (It flaked on a loaded machine: the
+    run could finish before the test's Ctrl-C; now each rank stops at a gate image that opens only once
+    interrupted.)"""
     import signal
     import time
 
-    images = 120  # enough that the first row is written long before the last, even on a loaded machine
     source = tmp_path / "in"
     source.mkdir()
-    for index in range(images):
-        Image.fromarray(rgb(seed=index)).save(source / f"img{index:03}.png")
+    names = ["a0.png", "a1.png", "a2.png", "a3.png", "gate0.png", "gate1.png", "z0.png", "z1.png"]
+    for index, name in enumerate(names):  # rank 0 takes a0, a2, gate0, z0; rank 1 a1, a3, gate1, z1
+        Image.fromarray(rgb(seed=index)).save(source / name)
     out = tmp_path / "out"
-    running = _processes(str(source), "--out", str(out))
-    while not any(path.stat().st_size for path in out.glob("manifest.rank*.jsonl")) and running.poll() is None:
+    running = _processes(str(source), "--out", str(out), gated=tmp_path / "gated")
+    shards = [out / "manifest.rank0.jsonl", out / "manifest.rank1.jsonl"]
+    # each rank has written a row (a0, a1) and waits at its gate: neither can finish before the Ctrl-C
+    while not all(shard.exists() and shard.stat().st_size for shard in shards) and running.poll() is None:
         time.sleep(0.2)
+    assert running.poll() is None, running.communicate()
     running.send_signal(signal.SIGINT)  # as Ctrl-C: to the launcher, which passes it on
     stdout, stderr = running.communicate(timeout=600)
     assert running.returncode == 130, stderr
     assert "interrupted — rerun the same command to resume" in stdout
-    done = [row["path"] for row in assert_manifest_matches_folder(out)]
-    assert 0 < len(done) < images
+    # the batch in flight at the gate (a2, a3) was kept too
+    assert sorted(row["path"] for row in assert_manifest_matches_folder(out)) == names[:4]
     assert annotate(str(source), "--out", str(out)) == 0
-    assert f"{images - len(done)} ok, 0 failed, {len(done)} skipped" in capsys.readouterr().out
+    assert "4 ok, 0 failed, 4 skipped" in capsys.readouterr().out
 
 
 def test_each_row_says_how_much_of_its_image_the_model_saw(tmp_path):
