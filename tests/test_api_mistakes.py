@@ -91,6 +91,7 @@ def test_overlay_and_map_mistakes_are_a_vitroll_error(call, builtin, message):
     ("vit_tiny_patch16_224", "model is a str, not a torch.nn.Module: load it first with "
                              "vitroll.load_model('vit_tiny_patch16_224')"),
     (RGB, "model is a ndarray, not a torch.nn.Module: the arguments are (model, images)"),
+    (42, "model is an int, not a torch.nn.Module: the arguments are (model, images)"),
 ])
 def test_a_model_that_is_not_a_module_is_a_vitroll_error(not_a_model, message):
     with pytest.raises(VitrollError) as raised:

@@ -113,6 +113,9 @@ def test_tensors_are_taken_as_they_are(model):
     (np.zeros((2, 8, 8, 3), dtype=np.uint8), ValueError,
      f"images is a uint8 array of shape (2, 8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
      f"(H, W); accepted: {ACCEPTED}; list(images) passes a stacked batch as its images"),
+    (np.zeros((8, 8, 3), dtype=np.int64), ValueError,
+     f"images is an int64 array of shape (8, 8, 3), not a uint8 image (H, W, 3) or a uint8 or uint16 grey image "
+     f"(H, W); accepted: {ACCEPTED}"),
     (np.zeros((0, 30, 3), dtype=np.uint8), ValueError,
      "an image of 0×30 pixels (H×W) is empty: there is nothing to preprocess"),
     ([Image.new("RGB", (5, 0))], ValueError, "an image of 0×5 pixels (H×W) is empty: there is nothing to preprocess"),

@@ -22,7 +22,7 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture import AttentionRecorder
 from vitroll.cli import main
-from vitroll.errors import MethodOptionError, UnsupportedModelError
+from vitroll.errors import InputValueError, MethodOptionError, UnsupportedModelError, VitrollError
 from vitroll.methods import Method
 from vitroll.models import load_model
 
@@ -200,19 +200,21 @@ def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_contex
     (INPUT_IDS, {"discard_ratio": 0.5}, MethodOptionError, "method 'chefer' takes no option 'discard_ratio'"),
 ])
 def test_bad_inputs_are_refused_with_their_messages(texts, options, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         vitroll.image_text_maps(hf_model("clip"), images(), texts, **options)
+    assert isinstance(raised.value, VitrollError)
 
 
 def test_texts_of_a_length_the_text_tower_cannot_take_are_refused_before_any_image():
     # open_clip's text tower adds its positional embedding and mask at full length: exactly its context (7 here)
-    with pytest.raises(ValueError, match=r"^input_ids have 5 tokens per text; CLIP's text tower takes exactly 7 \(its "
-                                         r"context\); give ids of that length$"):
+    with pytest.raises(InputValueError, match=r"^input_ids have 5 tokens per text; CLIP's text tower takes exactly "
+                                              r"7 \(its context\); give ids of that length$"):
         vitroll.image_text_maps(open_clip_model(), images(), INPUT_IDS[:, :5])
-    with pytest.raises(ValueError, match=r"^the tokenizer gives 77 tokens per text; CLIP's text tower takes exactly 7 "
-                                         r".*open_clip.get_tokenizer\(MODEL_NAME\)\)$"):
+    with pytest.raises(InputValueError, match=r"^the tokenizer gives 77 tokens per text; CLIP's text tower takes "
+                                              r"exactly 7 .*open_clip.get_tokenizer\(MODEL_NAME\)\)$"):
         vitroll.image_text_maps(open_clip_model(), images(), ["a dog"], tokenizer=open_clip.get_tokenizer("ViT-B-32"))
-    with pytest.raises(ValueError, match=r"^input_ids have 17 tokens per text; CLIPModel's text tower takes 1 to 16 "):
+    with pytest.raises(InputValueError, match=r"^input_ids have 17 tokens per text; CLIPModel's text tower takes 1 "
+                                              r"to 16 "):
         vitroll.image_text_maps(hf_model("clip"), images(), torch.full((1, 17), 3))
     assert vitroll.image_text_maps(open_clip_model(), images(1), INPUT_IDS, method="rollout").shape == (1, 3, 4, 4)
 

@@ -170,9 +170,11 @@ def test_every_method_explains_images_that_require_grad_silently_and_leaves_thei
     ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
     ([-1, 9, 5], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
                  "other inputs"),
+    ([-1, 9, 0], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so is that of 1 "
+                 "other input"),
     ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
     (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
-], ids=["one", "one-of-each", "several-of-each", "length", "fraction"])
+], ids=["one", "one-of-each", "several-of-each", "two-of-each", "length", "fraction"])
 @pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
 def test_bad_target_class_is_one_clear_error(tiny, name, target, message):
     """A class given once is named once, not once per input of the batch; a class index that is no whole number is
@@ -339,3 +341,23 @@ def test_a_batch_split_for_memory_splits_its_classes_with_it(tiny, targets, caps
     split = Method("runs_out_above_one", runs_out_above_one)(model, images, target_class=targets)
     torch.testing.assert_close(split.maps, chefer(model, images, target_class=[4, 0, 2]), rtol=0, atol=1e-6)
     assert "a batch of 3 ran out of memory; retrying as 2 + 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("targets, message", [
+    ([4, 0, 9], "target_class 9 of input 2 is out of range for a model with 5 classes (0…4)"),
+    (np.array([9, 0, -1]), "target_class 9 of input 0 is out of range for a model with 5 classes (0…4); so is that "
+                           "of 1 other input"),
+], ids=["in-the-second-half", "in-both-halves"])
+def test_a_class_out_of_range_in_a_split_batch_is_named_by_its_input_in_the_whole_batch(tiny, targets, message):
+    """It was named by its index in the half that raised it ("target_class 9 is out of range", as if given once),
+    and counted the others of that half only."""
+    model, images = tiny
+
+    def runs_out_above_one(model, batch, **options):
+        if len(batch) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return METHODS["chefer"](model, batch, **options)
+
+    with pytest.raises(OptionValueError) as raised:
+        Method("runs_out_above_one", runs_out_above_one)(model, images, target_class=targets)
+    assert str(raised.value) == message

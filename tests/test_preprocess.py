@@ -8,6 +8,7 @@ import timm
 from PIL import Image
 from timm.data import create_transform, resolve_data_config
 
+from vitroll.errors import OptionValueError
 from vitroll.preprocess import _PIL_INTERPOLATION, FULL_RESIZE_LIMIT, Preprocessing
 
 
@@ -54,7 +55,7 @@ def test_input_size_follows_the_built_model_not_the_pretrained_cfg():
     (dict(crop_mode="centre"), "crop_mode must be one of center, squash, border; got 'centre'"),
 ])
 def test_settings_that_cannot_preprocess_are_refused_when_made(settings, message):
-    with pytest.raises(ValueError) as raised:  # were a ZeroDivisionError, inf pixels, or a silent centre crop
+    with pytest.raises(OptionValueError) as raised:  # were a ZeroDivisionError, inf pixels, or a silent centre crop
         Preprocessing(**{**dict(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3), **settings})
     assert str(raised.value) == message
     assert Preprocessing(input_size=(np.int64(32), 48), mean=(0.5,), std=(0.5,), crop_pct=1.15).crop_pct == 1.15

@@ -18,7 +18,7 @@ from PIL import Image
 from torch import nn
 
 from vitroll.capture.families import refuse_if_refused, registered_family
-from vitroll.errors import InputTypeError, InputValueError, UnsupportedModelError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
 
 CropMode = Literal["center", "squash", "border"]
@@ -151,19 +151,19 @@ class Preprocessing:
         """Refuse settings that would give a division by zero, infinite pixels or a silently different crop."""
         size = tuple(self.input_size)
         if len(size) != 2 or not all(isinstance(side, numbers.Integral) and side >= 1 for side in size):
-            raise ValueError(f"input_size must be (H, W), two integers ≥ 1; got {self.input_size!r}")
+            raise OptionValueError(f"input_size must be (H, W), two integers ≥ 1; got {self.input_size!r}")
         if not (math.isfinite(self.crop_pct) and self.crop_pct > 0):
-            raise ValueError(f"crop_pct must be a finite number > 0; got {self.crop_pct!r}")
+            raise OptionValueError(f"crop_pct must be a finite number > 0; got {self.crop_pct!r}")
         for name, values in (("mean", self.mean), ("std", self.std)):
             if len(values) not in (1, 3) or not all(math.isfinite(v) for v in values):
-                raise ValueError(f"{name} must be 1 or 3 finite numbers (one per channel); got {values!r}")
+                raise OptionValueError(f"{name} must be 1 or 3 finite numbers (one per channel); got {values!r}")
         if 0 in self.std:
-            raise ValueError(f"std must not be 0 (the pixels are divided by it); got {self.std!r}")
+            raise OptionValueError(f"std must not be 0 (the pixels are divided by it); got {self.std!r}")
         for name, value, allowed in (("crop_mode", self.crop_mode, ("center", "squash", "border")),
                                      ("crop_rounding", self.crop_rounding, ("round", "floor")),
                                      ("channels", self.channels, (1, 3))):
             if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+                raise OptionValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
     @classmethod
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":

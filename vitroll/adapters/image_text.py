@@ -22,7 +22,7 @@ from torch import nn
 from vitroll.adapters.base import register_family
 from vitroll.capture.families import (FAMILIES, ImageTextScore, ModelFamily, Refusal, TextInputs, TokenLayout,
                                       family_of, module_path)
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.text import refuse_unknown_ids
 from vitroll.preprocess import Preprocessing
 
@@ -171,16 +171,16 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     if isinstance(texts_or_input_ids, torch.Tensor):
         return _checked_ids(model, texts_or_input_ids, attention_mask, score)
     if attention_mask is not None:
-        raise ValueError("attention_mask goes with input_ids; strings are tokenised with their own mask")
+        raise OptionValueError("attention_mask goes with input_ids; strings are tokenised with their own mask")
     texts = [texts_or_input_ids] if isinstance(texts_or_input_ids, str) else texts_or_input_ids
     if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
-        raise TypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
-                        f"{type(texts_or_input_ids).__name__}")
+        raise InputTypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
+                             f"{type(texts_or_input_ids).__name__}")
     if not texts:
-        raise ValueError("texts_or_input_ids is empty: give at least one text")
+        raise InputValueError("texts_or_input_ids is empty: give at least one text")
     blank = [index for index, text in enumerate(texts) if not text.strip()]
     if blank:
-        raise ValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
+        raise InputValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
     inputs = score.tokenize(model, list(texts), tokenizer)
     _check_length(model, inputs.input_ids, score, "the tokenizer gives",
                   "pass the tokenizer made for this model (open_clip: open_clip.get_tokenizer(MODEL_NAME))")
@@ -190,18 +190,18 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
 def _checked_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
                  score: ImageTextScore) -> TextInputs:
     if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-        raise TypeError(f"input_ids must be integer token ids; got {input_ids.dtype}")
+        raise InputTypeError(f"input_ids must be integer token ids; got {input_ids.dtype}")
     ids = input_ids[None] if input_ids.ndim == 1 else input_ids
     if ids.ndim != 2 or 0 in ids.shape:
-        raise ValueError(f"input_ids must have shape (T, L) with T, L ≥ 1; got {tuple(input_ids.shape)}")
+        raise InputValueError(f"input_ids must have shape (T, L) with T, L ≥ 1; got {tuple(input_ids.shape)}")
     if attention_mask is not None:
         if not score.takes_attention_mask:
-            raise ValueError(f"{type(model).__name__}'s text tower takes no attention_mask (it reads its input ids "
-                             "up to the end-of-text token); pass input_ids alone")
+            raise OptionValueError(f"{type(model).__name__}'s text tower takes no attention_mask (it reads its input "
+                                   "ids up to the end-of-text token); pass input_ids alone")
         attention_mask = attention_mask[None] if attention_mask.ndim == 1 else attention_mask
         if attention_mask.shape != ids.shape:
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids {tuple(ids.shape)}; "
-                             "they must match")
+            raise InputValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, input_ids "
+                                  f"{tuple(ids.shape)}; they must match")
     refuse_unknown_ids(ids, _text_vocabulary(model), "input_ids")
     _check_length(model, ids, score, "input_ids have", "give ids of that length")
     return TextInputs(ids.long(), attention_mask, tuple(f"input_ids[{t}]" for t in range(len(ids))))
@@ -216,8 +216,8 @@ def _check_length(model: nn.Module, input_ids: torch.Tensor, score: ImageTextSco
     length = input_ids.shape[1]
     if not fewest <= length <= most:
         takes = f"exactly {most}" if fewest == most else f"{fewest} to {most}"
-        raise ValueError(f"{what} {length} tokens per text; {type(model).__name__}'s text tower takes {takes} "
-                         f"(its context); {remedy}")
+        raise InputValueError(f"{what} {length} tokens per text; {type(model).__name__}'s text tower takes {takes} "
+                              f"(its context); {remedy}")
 
 
 def _text_vocabulary(model: nn.Module) -> Optional[int]:

@@ -26,7 +26,7 @@ from vitroll.adapters.image_text import inner_model_capture, register_dual_encod
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture.families import (ImageTextScore, Refusal, TextInputs, TokenLayout, add_refusal, refusal_of,
                                       registered_family)
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.preprocess import Preprocessing
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -112,11 +112,11 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
     if tokenizer is None:
         text_tower = getattr(model, "text", model)
         if text_tower.vocab_size != DEFAULT_VOCAB_SIZE:
-            raise ValueError(f"this open_clip model's vocabulary has {text_tower.vocab_size} tokens, not those of "
-                             f"open_clip's default tokenizer ({DEFAULT_VOCAB_SIZE}): pass "
-                             "tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on the command line, "
-                             "open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: call "
-                             "open_clip.get_tokenizer(MODEL_NAME) once online)")
+            raise OptionValueError(f"this open_clip model's vocabulary has {text_tower.vocab_size} tokens, not those "
+                                   f"of open_clip's default tokenizer ({DEFAULT_VOCAB_SIZE}): pass "
+                                   "tokenizer=open_clip.get_tokenizer(MODEL_NAME), or input_ids (on the command line, "
+                                   "open_clip:MODEL_NAME uses that tokenizer once it is in the Hugging Face cache: "
+                                   "call open_clip.get_tokenizer(MODEL_NAME) once online)")
         from open_clip.tokenizer import SimpleTokenizer
 
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)

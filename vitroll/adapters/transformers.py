@@ -33,7 +33,7 @@ from vitroll.adapters.transformers_preprocessing import image_config, transforme
 from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs, TokenLayout, add_refusal
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attach_sdpa_call
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 
 IMPLEMENTATION = "vitroll"
 """The name of vitroll's attention function in transformers' ``AttentionInterface``."""
@@ -434,9 +434,10 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
     def tokenize(model: nn.Module, texts: list[str], tokenizer: Optional[object]) -> TextInputs:
         tokenizer = tokenizer or registered_tokenizer(model)
         if tokenizer is None:
-            raise ValueError(f"{type(model).__name__} reads strings through its tokenizer: pass tokenizer="
-                             "AutoTokenizer.from_pretrained(<its folder or hub id>), or input_ids; from the command "
-                             "line, save the tokenizer in the model's folder (tokenizer.save_pretrained(FOLDER))")
+            raise OptionValueError(f"{type(model).__name__} reads strings through its tokenizer: pass tokenizer="
+                                   "AutoTokenizer.from_pretrained(<its folder or hub id>), or input_ids; from the "
+                                   "command line, save the tokenizer in the model's folder "
+                                   "(tokenizer.save_pretrained(FOLDER))")
         _, context = _text_context(model)
         encoded = tokenizer(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
         # one token more than the context tells a text that was cut (without transformers' own long-input warning)

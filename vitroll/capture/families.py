@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vitroll.errors import InputTypeError, UnsupportedModelError
+from vitroll.wording import with_article
 
 Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
                   "position"]
@@ -408,7 +409,7 @@ def check_module(model: object) -> None:
     if not isinstance(model, nn.Module):
         advice = (f"load it first with vitroll.load_model({os.fspath(model)!r})"
                   if isinstance(model, (str, os.PathLike)) else "the arguments are (model, images)")
-        raise InputTypeError(f"model is a {type(model).__name__}, not a torch.nn.Module: {advice}")
+        raise InputTypeError(f"model is {with_article(type(model).__name__)}, not a torch.nn.Module: {advice}")
 
 
 def registered_family(model: nn.Module) -> Optional[ModelFamily]:

@@ -32,6 +32,24 @@ class AttentionGradients(NamedTuple):
     """(B,) the class each image was explained for."""
 
 
+class TargetOutOfRange(OptionValueError):
+    """``target_class`` (one class for a batch of ``batch``, or one per input) names a class a model of
+    ``num_classes`` does not have; the message names it once, with the first input it was given for."""
+
+    def __init__(self, target_class: TargetClass, batch: int, num_classes: int) -> None:
+        given = torch.as_tensor(target_class).reshape(-1)
+        targets = given.long().expand(batch)
+        outside = ((targets < 0) | (targets >= num_classes)).nonzero().flatten().tolist()
+        first = outside[0]
+        where = "" if given.numel() == 1 else f" of input {first}"
+        more = len(outside) - 1
+        others = ("" if not where or not more else "; so is that of 1 other input" if more == 1
+                  else f"; so are those of {more} other inputs")
+        super().__init__(f"target_class {targets[first].item()}{where} is out of range for a model with "
+                         f"{num_classes} classes (0…{num_classes - 1}){others}")
+        self.num_classes = num_classes
+
+
 def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Tensor:
     """Target class per image (B,) on the logits' device; checked against the number of classes.
 
@@ -39,7 +57,7 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     ------
     OptionValueError
         For a number of classes that is neither one nor B, a value that is no whole number, or a class out of range
-        (named once, with the first input it was given for).
+        (:class:`TargetOutOfRange`: named once, with the first input it was given for).
     """
     batch, num_classes = logits.shape
     if target_class is None:
@@ -52,13 +70,8 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
         raise OptionValueError(f"target_class has {given.numel()} entries for a batch of {batch}: give one class for "
                                "all, or one per input")
     targets = given.long().expand(batch)
-    outside = ((targets < 0) | (targets >= num_classes)).nonzero().flatten().tolist()
-    if outside:
-        first = outside[0]
-        where = "" if given.numel() == 1 else f" of input {first}"
-        others = f"; so are those of {len(outside) - 1} other inputs" if where and len(outside) > 1 else ""
-        raise OptionValueError(f"target_class {targets[first].item()}{where} is out of range for a model with "
-                               f"{num_classes} classes (0…{num_classes - 1}){others}")
+    if bool(((targets < 0) | (targets >= num_classes)).any()):
+        raise TargetOutOfRange(given.cpu(), batch, num_classes)
     return targets
 
 

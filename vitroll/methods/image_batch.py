@@ -22,6 +22,7 @@ from vitroll.errors import InputTypeError, InputValueError
 from vitroll.io import load_image
 from vitroll.io.images import upright_rgb
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import with_article
 
 ImageLike = Union[Image.Image, str, os.PathLike[str], np.ndarray]
 """One image: a PIL image, a path to an image file, a uint8 array (H, W, 3) RGB or (H, W) grey, or a uint16 array
@@ -113,7 +114,7 @@ def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
                               f"colour PNG, ({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to "
                               "its maximum")
     advice = _array_advice(array, label)
-    raise InputValueError(f"{label} is a {array.dtype} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
+    raise InputValueError(f"{label} is {with_article(str(array.dtype))} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
                           f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}{f'; {advice}' if advice else ''}")
 
 

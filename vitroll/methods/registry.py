@@ -31,6 +31,7 @@ from torch import nn
 
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods.base import Saliency, SaliencyMethod, check_model
+from vitroll.methods.gradients import TargetOutOfRange
 from vitroll.io.text import TextReadout
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.methods.text_batch import Position
@@ -185,8 +186,12 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
     half = (len(images) + 1) // 2
     print(f"vitroll: note: a batch of {len(images)} ran out of memory; retrying as {half} + {len(images) - half}",
           file=sys.stderr)
-    parts = [_in_halves_when_out_of_memory(compute, model, images[rows], options_of_rows(options, rows, len(images)))
-             for rows in (slice(None, half), slice(half, None))]
+    try:
+        parts = [_in_halves_when_out_of_memory(compute, model, images[rows],
+                                               options_of_rows(options, rows, len(images)))
+                 for rows in (slice(None, half), slice(half, None))]
+    except TargetOutOfRange as error:  # named by its input in this batch, not in the part that raised it
+        raise TargetOutOfRange(options["target_class"], len(images), error.num_classes) from None
     logits = None if parts[0].logits is None else torch.cat([part.logits for part in parts])
     return Saliency(torch.cat([part.maps for part in parts]), logits)
 

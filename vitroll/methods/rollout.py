@@ -39,6 +39,7 @@ from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.registry import register_method
+from vitroll.wording import with_article
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int],
@@ -107,7 +108,7 @@ def _check_recorded(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> 
     """Refuse, in one line, what is not recorded attention with its layout (a model and images, as ``rollout``
     takes them, or no layers at all) before any layer is indexed."""
     if isinstance(attentions, nn.Module):
-        raise InputTypeError(f"attentions is a {type(attentions).__name__}, not the recorded attention of its layers: "
+        raise InputTypeError(f"attentions is {with_article(type(attentions).__name__)}, not the recorded attention of its layers: "
                              "rollout(model, images) explains a model; the rollout functions take what an "
                              "AttentionRecorder records (recorder.attentions, recorder.token_layout(image_hw))")
     if not isinstance(layout, TokenLayout):
