@@ -191,6 +191,19 @@ def _fragment(buffer: BinaryIO, position: int, size: Optional[int] = None) -> by
     return buffer.read(length if size is None else min(length, size))
 
 
+def _fragment_tail(buffer: BinaryIO, position: int) -> bytes:
+    """The last bytes of the fragment whose item tag is at ``position`` without the padding after a codestream's end
+    marker: zero bytes (to an even length) and 0xFF fill bytes (JPGExtended.dcm's frame ends ``FF D9 FF``)."""
+    buffer.seek(position + 4)
+    length = int.from_bytes(buffer.read(4), "little")
+    buffer.seek(position + 8 + max(0, length - 64))
+    return buffer.read(min(length, 64)).rstrip(b"\0\xff")
+
+
+JPEG_END = b"\xff\xd9"
+"""The marker that ends a JPEG or JPEG-LS codestream (EOI)."""
+
+
 def _codestream_kind(start: bytes) -> Optional[str]:
     """The kind of codestream a fragment beginning with ``start`` (64 bytes) begins; None: it continues a frame."""
     if start.startswith(b"\xff\xd8\xff"):
@@ -224,17 +237,22 @@ def _stated_size(kind: str, codestream: bytes) -> Optional[tuple[int, int, int]]
     return y - y_origin, x - x_origin, int.from_bytes(codestream[siz + 36:siz + 38], "big")
 
 
-def _compressed_header_problem(path: Path, dataset: "Dataset", count: int, *, from_file: bool) -> Optional[str]:
-    """Why the compressed pixel data of ``dataset`` cannot be the ``count`` frames its header describes, a sentence;
-    None when what it states of itself fits the header (or cannot be told: the decoder then words any damage).
+def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: list[int], *,
+                        from_file: bool) -> Optional[str]:
+    """Why the compressed pixel data of ``dataset`` cannot be the ``count`` frames its header describes, or its frames
+    ``indices`` cannot be shown whole, a sentence; None when what it states of itself fits the header and the frames
+    end whole (or that cannot be told: the decoder then words any damage).
 
     A decoder takes the header's Rows, Columns, SamplesPerPixel and NumberOfFrames as given: a header with too few
     rows showed the top of an RLE image as the whole, one with too few frames left the others out without a word, one
     with 1 sample per pixel drew a colour JPEG grey. Compared: the frames the offset tables list (or the fragments
     that begin a codestream); a JPEG, JPEG-LS or JPEG 2000 first frame's rows, columns and components; an RLE first
-    frame's segments (one per sample and byte of a sample) and the bytes its first decodes to (rows × columns)."""
+    frame's segments (one per sample and byte of a sample) and the bytes its first decodes to (rows × columns).
+
+    A JPEG or JPEG-LS frame whose codestream does not end with its EOI marker is cut short: GDCM read on past the end
+    of such a frame into whatever memory followed and, where an earlier frame's EOI lay there, showed it as whole, so
+    whether it was refused depended on what had been decoded before."""
     from pydicom.encaps import parse_basic_offsets, parse_fragments
-    from pydicom.pixels.decoders.rle import _rle_decode_segment, _rle_parse_header
 
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     if syntax is None or not syntax.is_encapsulated or not all(
@@ -247,6 +265,8 @@ def _compressed_header_problem(path: Path, dataset: "Dataset", count: int, *, fr
             starts = [_codestream_kind(_fragment(buffer, position, 64)) for position in positions]
             kind = starts[0] if starts else None
             first = _fragment(buffer, positions[0], None if kind == "RLE" else CODESTREAM_PEEK) if kind else b""
+            begins = [number for number, start in enumerate(starts) if start is not None]
+            ends = [_fragment_tail(buffer, positions[end - 1]) for end in begins[1:] + [len(positions)]]
     except (ValueError, OSError, EOFError, struct.error):
         return None  # damaged encapsulation: the decoder words it
     if kind is None:
@@ -263,30 +283,44 @@ def _compressed_header_problem(path: Path, dataset: "Dataset", count: int, *, fr
         consequence = ("frames would be left out without a word" if held > count
                        else "frames it is said to have are missing")
         return f"{header}NumberOfFrames is {count}, but {holding}, so {consequence}; it is not shown."
+    stated = _stated_unlike_header(kind, first, dataset)
+    if stated is not None:
+        return (f"{header}Rows {dataset.Rows}, Columns {dataset.Columns}, SamplesPerPixel "
+                f"{dataset.get('SamplesPerPixel', 1)} and BitsAllocated {dataset.BitsAllocated}, but {stated}, so the "
+                "image would be drawn wrong and is not shown.")
+    unended = [index for index in indices if not ends[index].endswith(JPEG_END)]
+    if kind not in ("JPEG", "JPEG-LS") or len(ends) != count or not unended:
+        return None
+    which = f"frame {unended[0]}'s" if count > 1 else "its"
+    return (f"The compressed pixel data cannot be decoded: {which} {kind} codestream ends without its end-of-image "
+            "marker, so it is cut short; the image would be incomplete and is not shown.")
+
+
+def _stated_unlike_header(kind: str, first: bytes, dataset: "Dataset") -> Optional[str]:
+    """What the first frame ``first`` (a ``kind`` codestream, all of an RLE frame) states of itself that the header of
+    ``dataset`` does not give, a clause; None when they agree or it cannot be told."""
+    from pydicom.pixels.decoders.rle import _rle_decode_segment, _rle_parse_header
+
     rows, columns = dataset.Rows, dataset.Columns
     samples, bits = int(dataset.get("SamplesPerPixel", 1) or 1), int(dataset.BitsAllocated)
-    if kind == "RLE":
-        segment_offsets = _rle_parse_header(first[:64]) + [len(first)]
-        if max(segment_offsets) > len(first):  # a frame cut short: the decoder words it
-            return None
-        try:
-            decoded = len(_rle_decode_segment(first[segment_offsets[0]:segment_offsets[1]]))
-        except IndexError:  # a run beyond its segment's end: the decoder words it
-            return None
-        if len(segment_offsets) - 1 == samples * -(-bits // 8) and decoded in (rows * columns, rows * columns + 1):
-            return None
-        stated = (f"its first RLE frame has {counted(len(segment_offsets) - 1, 'segment')} (one per sample and byte "
-                  f"of a sample), the first decoding to {decoded} bytes (Rows × Columns)")
-    else:
+    if kind != "RLE":
         size = _stated_size(kind, first)
-        if size is None or size in ((rows, columns, samples), (0, columns, samples)):  # JPEG height 0: stated later
+        # a JPEG's height may be 0 in its SOF, stated later; a size no DICOM frame has is a damaged codestream
+        if size is None or size in ((rows, columns, samples), (0, columns, samples)) or max(size[:2]) > MOST_ROWS:
             return None
-        if max(size[:2]) > MOST_ROWS:  # no DICOM frame is that large: a damaged codestream, which the decoder words
-            return None
-        stated = f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')}"
-    return (f"{header}Rows {rows}, Columns {columns}, SamplesPerPixel {samples} and BitsAllocated {bits}, but "
-            f"{stated}, so the image would be drawn wrong and is not shown.")
-
+        return f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')}"
+    segment_offsets = _rle_parse_header(first[:64]) + [len(first)]
+    if max(segment_offsets) > len(first):  # a frame cut short: the decoder words it
+        return None
+    try:
+        decoded = len(_rle_decode_segment(first[segment_offsets[0]:segment_offsets[1]]))
+    except IndexError:  # a run beyond its segment's end: the decoder words it
+        return None
+    segments = len(segment_offsets) - 1
+    if segments == samples * -(-bits // 8) and decoded in (rows * columns, rows * columns + 1):
+        return None
+    return (f"its first RLE frame has {counted(segments, 'segment')} (one per sample and byte of a sample), the first "
+            f"decoding to {decoded} bytes (Rows × Columns)")
 
 UNDEFINED_LENGTH = 0xFFFFFFFF
 """The length of an element whose end is marked by a delimiter (encapsulated pixel data, sequences)."""
@@ -621,7 +655,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     cut_short = part10 and _cut_short(path, dataset)  # told before decoding converts the element it judges
     problem = _pixel_data_length_problem(path, dataset, count, from_file=from_file)
     if problem is None and not cut_short:  # a frame cut short is worded as such below
-        problem = _compressed_header_problem(path, dataset, count, from_file=from_file)
+        problem = _compressed_problem(path, dataset, count, indices, from_file=from_file)
     if problem is not None:
         raise ImageReadError(path, problem)
     try:
