@@ -157,7 +157,8 @@ MISTAKES = [
     pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
     pytest.param("annotate {dir} --out {out} --workers -1", 2, "argument --workers: must be an integer ≥ 0", id="annotate-workers"),
     pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 1; got -1", id="annotate-limit"),
-    pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "--save takes overlay", id="annotate-save"),
+    pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "argument --save: takes one or more of overlay, "
+                 "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'", id="annotate-save"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
                  id="annotate-disagree-nan"),
     pytest.param("annotate {dir} --out {out} --disagree-below 0", 2, "--disagree-below marks rows by their agreement "

@@ -65,13 +65,15 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def save_kinds(text: str) -> tuple[str, ...]:
     """An argparse ``type`` for ``--save``: its comma-separated kinds, or none of them for ``none``. An empty list
-    (``--save ,``, a script's empty variable) is refused: it wrote the manifest alone, without a word."""
+    (``--save ,``, a script's empty variable) is refused: it wrote the manifest alone, without a word; so is an
+    unknown kind, with the same words (they left ``none`` out)."""
     if text.strip() == "none":
         return ()
     kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
-    if not kinds:
+    unknown = [kind for kind in kinds if kind not in SAVE_KINDS]
+    if not kinds or unknown:
         raise argparse.ArgumentTypeError(f"takes one or more of {', '.join(SAVE_KINDS)}, comma-separated, or none "
-                                         f"for the manifest alone; got {text!r}")
+                                         f"for the manifest alone; got {unknown[0] if unknown else text!r}")
     return kinds
 
 

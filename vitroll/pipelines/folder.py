@@ -239,7 +239,7 @@ def annotate(
     result = RunSummary()
     started = time.perf_counter()
     with ExitStack() as held:
-        held.enter_context(_one_interrupt())
+        hold_interrupts = held.enter_context(_one_interrupt())
         with together(rank, world_size):
             items = find_inputs(source, out_dir, options) if inputs is None else inputs
             held.enter_context(mf.OutputLock(out_dir, lock_name))
@@ -269,7 +269,8 @@ def annotate(
             writer = mf.ManifestWriter(shard_file)
             try:
                 _run(model, todo, preprocessing, annotator, writer, options, result, show_progress=rank == 0,
-                     should_stop=(lambda: stop_flag.exists()) if world_size > 1 else (lambda: False))
+                     should_stop=(lambda: stop_flag.exists()) if world_size > 1 else (lambda: False),
+                     hold_interrupts=hold_interrupts)
             finally:
                 writer.close()
         except USER_ERRORS as error:
@@ -300,15 +301,17 @@ def find_inputs(source: "str | os.PathLike[str]", out_dir: "str | os.PathLike[st
 
 
 @contextmanager
-def _one_interrupt() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt once; a second one, as an impatient user presses, is ignored while the run
-    keeps its work (its batch in flight, manifest.csv, the gallery): it broke that off, and the loader's workers'
-    shutdown with a traceback. Only where Python's own handler is in place (the main thread, nobody else's)."""
+def _one_interrupt() -> Iterator[Callable[[], None]]:
+    """Ctrl-C raises KeyboardInterrupt once, until the function yielded is called: once the batches are done, and
+    after the first, a Ctrl-C (an impatient user's second, or a rank's that had done its share and waited for the
+    others) is ignored while the run keeps its work (its batch in flight, manifest.csv, the gallery): it broke that
+    off, the loader's workers' shutdown with a traceback, and the ranks' merge with torch's. Only where Python's own
+    handler is in place (the main thread, nobody else's)."""
+    pressed: list[int] = []
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
+        yield lambda: None
         return
-    pressed: list[int] = []
 
     def first_only(signum: int, frame: Any) -> None:
         if not pressed:
@@ -317,7 +320,7 @@ def _one_interrupt() -> Iterator[None]:
 
     signal.signal(signal.SIGINT, first_only)
     try:
-        yield
+        yield lambda: pressed.append(signal.SIGINT)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -419,7 +422,7 @@ def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
 
 def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, annotator: _Annotator,
          writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool,
-         should_stop: Callable[[], bool]) -> None:
+         should_stop: Callable[[], bool], hold_interrupts: Callable[[], None]) -> None:
     from tqdm import tqdm
 
     autocast_dtype = PRECISIONS[options.precision]
@@ -459,6 +462,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
+            hold_interrupts()
             while pending:
                 settle(pending[0])
                 pending.popleft()
@@ -510,9 +514,10 @@ def _merge(out_dir: Path, settings: ExplainSettings, rank: int, world_size: int)
 def _reduce(result: RunSummary, world_size: int) -> RunSummary:
     if world_size == 1:
         return result
-    counts = torch.tensor([result.ok, result.failed, result.skipped], dtype=torch.float64)
+    counts = torch.tensor([result.ok, result.failed, result.skipped, result.interrupted], dtype=torch.float64)
     torch.distributed.all_reduce(counts)
-    result.ok, result.failed, result.skipped = (int(c) for c in counts.tolist())
+    result.ok, result.failed, result.skipped, interrupted = (int(c) for c in counts.tolist())
+    result.interrupted = interrupted > 0  # every rank exits 130 when one was (another had done its share)
     failures: list[list[str]] = [[] for _ in range(world_size)]
     torch.distributed.all_gather_object(failures, result.failures)  # rank 0 listed only its own failures' reasons
     result.failures = sorted(reason for reasons in failures for reason in reasons)  # by path, as one process has them
