@@ -15,6 +15,7 @@ from torch import nn
 from reference import (
     reference_deletion_insertion, reference_iou, reference_spearman, reference_top_pixels,
 )
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.metrics import (
     deletion_insertion, energy_in_mask, peak_preference, pointing_game, rank_correlation, top_fraction_iou,
     top_fraction_mask,
@@ -48,8 +49,20 @@ def test_peak_preference_by_hand_ignores_the_background():
     assert peak_preference(maps, np.stack([MASK] * 3), np.stack([rival] * 3)).tolist() == [1.0, 0.0, 0.5]
     unseen = background_peak.copy(); unseen[1:3, 1:3] = np.nan  # unseen pixels count as zero
     assert peak_preference(unseen, MASK, rival).tolist() == [0.0]
-    with pytest.raises(ValueError, match="non-empty mask and rival mask"):
+    with pytest.raises(InputValueError, match="non-empty mask and rival mask"):
         peak_preference(background_peak, MASK, np.zeros((4, 4), bool))
+
+
+@pytest.mark.parametrize("fraction", [0, 1.5])
+def test_a_fraction_outside_zero_to_one_is_an_option_mistake(fraction):
+    with pytest.raises(OptionValueError, match=rf"^fraction must be in \(0, 1\]; got {fraction}$"):
+        top_fraction_mask(np.ones((1, 4, 4)), fraction)
+
+
+def test_an_unknown_substrate_is_an_option_mistake():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 2))
+    with pytest.raises(OptionValueError, match="^substrate must be 'blur' or 'mean'; got 'noise'$"):
+        deletion_insertion(model, torch.zeros(1, 3, 4, 4), torch.ones(1, 4, 4), torch.tensor([0]), substrate="noise")
 
 
 @given(maps=arrays(np.float64, (3, 5, 6), elements=st.floats(-10, 10)), scale=st.floats(0.1, 10),
