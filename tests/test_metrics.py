@@ -65,6 +65,7 @@ def test_an_unknown_substrate_is_an_option_mistake():
         deletion_insertion(model, torch.zeros(1, 3, 4, 4), torch.ones(1, 4, 4), torch.tensor([0]), substrate="noise")
 
 
+@settings(deadline=None)  # a deadline fails under load: an example took 2 s on shared cores
 @given(maps=arrays(np.float64, (3, 5, 6), elements=st.floats(-10, 10)), scale=st.floats(0.1, 10),
        shift=st.floats(-10, 10), cut=st.integers(1, 5))
 def test_peak_preference_flips_when_the_masks_swap_and_ignores_monotone_rescaling(maps, scale, shift, cut):
@@ -181,6 +182,7 @@ def paired_maps(draw):
     return draw(arrays(np.float64, shape, elements=TIED_VALUES)), draw(arrays(np.float64, shape, elements=TIED_VALUES))
 
 
+@settings(deadline=None)  # a deadline fails under load: an example took 2 s on shared cores
 @given(paired_maps())
 def test_rank_correlation_matches_the_float64_reference_with_ties_nan_and_constant_maps(pair):
     first, second = pair
@@ -188,6 +190,7 @@ def test_rank_correlation_matches_the_float64_reference_with_ties_nan_and_consta
     np.testing.assert_allclose(rank_correlation(first, second), expected, rtol=1e-12, atol=1e-12)
 
 
+@settings(deadline=None)  # a deadline fails under load: an example took 2 s on shared cores
 @given(paired_maps(), st.sampled_from([0.01, 0.1, 0.25, 0.5, 1.0]))
 def test_top_fraction_iou_matches_the_reference_against_a_mask_and_between_maps(pair, fraction):
     first, second = pair
