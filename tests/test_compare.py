@@ -13,6 +13,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from vitroll.cli import main
+from vitroll.errors import OptionValueError
 from vitroll.pipelines.compare import (
     Explainer, agreement, compare, comparison_figure, pair_summaries, plot_comparison,
 )
@@ -185,7 +186,7 @@ def test_compare_img_size_mistakes_are_one_line(tmp_path, capsys, sizes, line):
 def test_explainers_sharing_a_label_are_refused_not_reported_as_agreeing():
     first, second = build_testbed_model().eval(), build_testbed_model().eval()
     preprocessing = Preprocessing.from_model(first)
-    with pytest.raises(ValueError, match=r"^each explainer needs its own label; 'x' is given to 2 of them$"):
+    with pytest.raises(OptionValueError, match=r"^each explainer needs its own label; 'x' is given to 2 of them$"):
         compare([PHOTO], [Explainer("x", first, preprocessing), Explainer("x", second, preprocessing)],
                 ExplainSettings())
 

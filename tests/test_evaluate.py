@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 
 from reference import reference_spearman
 from vitroll.cli import main
+from vitroll.errors import OptionValueError
 from vitroll.pipelines.evaluate import (
     Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize, shapes_images,
 )
@@ -290,7 +291,7 @@ def test_sanity_refuses_a_batch_size_below_one(random_checkpoint, batch_size):
 
     model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
     images = torch.stack([torch.from_numpy(i.image).permute(2, 0, 1).float() / 127.5 - 1 for i in shapes_images(2)])
-    with pytest.raises(ValueError, match=f"batch_size must be ≥ 1 or None; got {batch_size}"):
+    with pytest.raises(OptionValueError, match=f"batch_size must be ≥ 1 or None; got {batch_size}"):
         sanity_check(model, images, ["rollout"], batch_size=batch_size)
 
 

@@ -156,7 +156,7 @@ def test_kernel_swap_is_undone_after_an_exception_inside_attention(long_sequence
 
 def test_factored_recording_refuses_or_falls_back_where_it_cannot_represent(long_sequence_path):
     model = timm.create_model("vit_tiny_patch16_224").eval()
-    with pytest.raises(ValueError, match="head mean only"):
+    with pytest.raises(OptionValueError, match="head mean only"):
         AttentionRecorder(model, head_fusion="max", factored=True)
     attentions, layout, _ = record_attention(model, torch.randn(1, 3, 224, 224), factored=True)
     with pytest.raises(OptionValueError, match="discard_ratio needs the attention maps"):

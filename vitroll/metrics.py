@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.methods.base import class_logits
 
 Substrate = Literal["blur", "mean"]
@@ -87,7 +88,7 @@ def peak_preference(maps: np.ndarray, masks: np.ndarray, rival_masks: np.ndarray
     maps = _clean(maps)
     masks, rival_masks = (_batched(np.asarray(m, dtype=bool)) for m in (masks, rival_masks))
     if not (masks.any(axis=(1, 2)).all() and rival_masks.any(axis=(1, 2)).all()):
-        raise ValueError("peak_preference needs a non-empty mask and rival mask for every map")
+        raise InputValueError("peak_preference needs a non-empty mask and rival mask for every map")
     on_mask = np.where(masks, maps, -np.inf).max(axis=(1, 2))
     on_rival = np.where(rival_masks, maps, -np.inf).max(axis=(1, 2))
     return np.sign(on_mask - on_rival) / 2 + 0.5
@@ -109,7 +110,7 @@ def top_fraction_mask(maps: np.ndarray, fraction: float, within: Optional[np.nda
     map with none gets an empty mask.
     """
     if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1]; got {fraction}")
+        raise OptionValueError(f"fraction must be in (0, 1]; got {fraction}")
     maps = _clean(maps)
     flat = maps.reshape(len(maps), -1)
     allowed = np.ones_like(flat, dtype=bool) if within is None else np.broadcast_to(
@@ -191,7 +192,7 @@ def _substrate(images: torch.Tensor, kind: Substrate) -> torch.Tensor:
     if kind == "mean":
         return images.mean(dim=(-2, -1), keepdim=True).expand_as(images).clone()
     if kind != "blur":
-        raise ValueError(f"substrate must be 'blur' or 'mean'; got {kind!r}")
+        raise OptionValueError(f"substrate must be 'blur' or 'mean'; got {kind!r}")
     size = max(3, (min(images.shape[-2:]) // 8) | 1)  # odd kernel, an eighth of the image
     sigma = size / 4
     offsets = torch.arange(size, dtype=images.dtype, device=images.device) - size // 2

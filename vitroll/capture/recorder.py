@@ -195,7 +195,8 @@ class AttentionRecorder:
             raise OptionValueError(f"dtype must be a floating-point type (float32, float16, bfloat16, float64); "
                                    f"got {dtype}")
         if factored and (keep_graph or head_fusion != "mean"):
-            raise ValueError("factored recording keeps the head mean only: use head_fusion='mean' without keep_graph")
+            raise OptionValueError("factored recording keeps the head mean only: use head_fusion='mean' without "
+                                   "keep_graph")
         self.model = model
         self.family = family_of(model)
         self.head_fusion = None if keep_graph else head_fusion

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 from torch import nn
 
+from vitroll.errors import OptionValueError
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import write_atomic
 from vitroll.metrics import rank_correlation, top_fraction_iou
@@ -81,8 +82,8 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
     labels = [explainer.label for explainer in explainers]
     repeated = list(dict.fromkeys(label for label in labels if labels.count(label) > 1))
     if repeated:
-        raise ValueError(f"each explainer needs its own label; {', '.join(map(repr, repeated))} is given to "
-                         f"{labels.count(repeated[0])} of them")
+        raise OptionValueError(f"each explainer needs its own label; {', '.join(map(repr, repeated))} is given "
+                               f"to {labels.count(repeated[0])} of them")
     paths = unique_paths(paths)
     explained: dict[str, dict[int, Explained]] = {}
     failures: dict[int, str] = {}

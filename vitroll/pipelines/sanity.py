@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vitroll.capture.families import family_of
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, eval_mode, prepare_inputs
 from vitroll.methods.inputs import Inputs
@@ -110,7 +110,7 @@ def sanity_check(
                                .maps.float().cpu().numpy() for rows in batches])
 
     if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be ≥ 1 or None; got {batch_size}")
+        raise OptionValueError(f"batch_size must be ≥ 1 or None; got {batch_size}")
     randomizable_modules(model)  # a family that names nothing to randomise is refused before any map is computed
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
