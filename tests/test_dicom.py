@@ -226,7 +226,8 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     """pydicom's "Unable to decode as exceptions were raised by all available plugins:" was quoted after "pydicom
     said:", its plugins' reasons run on into the advice with the same "; " ("pillow: …; pydicom's pylibjpeg plugin
     would also try it"), and pydicom's decoder for the transfer syntax was looked up twice. The plugins' reasons are
-    now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once."""
+    now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once.
+    GDCM's failure, which pydicom's plugin meets as "'NoneType' object has no attribute 'encode'", is said in words."""
     from pydicom.data import get_testdata_file
 
     import vitroll.io.dicom.reading as dicom
@@ -247,7 +248,7 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     reason = caught.value.reason
     assert reason.startswith("The compressed pixel data cannot be decoded: every pydicom decoder for its transfer "
                              "syntax, JPEG 2000 Image Compression (UID 1.2.840.10008.1.2.4.91), is installed and each "
-                             "failed (gdcm: ")
+                             "failed (gdcm: GDCM decoded no pixels from the frame and gave no reason; pylibjpeg: ")
     assert reason.endswith("), so the pixel data itself is damaged or unusual; exporting it again from its source (the "
                            "PACS or the scanner), uncompressed if offered, may give a readable file.")
 

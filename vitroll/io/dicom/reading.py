@@ -509,6 +509,13 @@ NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header 
 elements and transfer syntax do not give; no package would help."""
 
 
+PLUGIN_FAILURES_WORDED = {
+    "gdcm: 'NoneType' object has no attribute 'encode'": "gdcm: GDCM decoded no pixels from the frame and gave no reason"}
+"""Plugin failures pydicom quotes in Python's words, in a user's: GDCM returns no buffer where it cannot decode a frame
+(its size, components or codestream unlike the header's, or data cut short), and pydicom's gdcm plugin then calls
+``.encode`` on None."""
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
 
@@ -525,6 +532,8 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
                 f"{_install_advice(decoder)}.")
     if decoder is not None and _decoders_failed(error):
         failures = _error_text(error).removeprefix(DECODERS_FAILED).lstrip(": ").rstrip(".")
+        for said, meant in PLUGIN_FAILURES_WORDED.items():
+            failures = failures.replace(said, meant)
         if not any(_missing_plugins(decoder)):
             return (f"The {kind}pixel data cannot be decoded: every pydicom decoder for its transfer syntax, {syntax}, "
                     f"is installed and each failed ({failures}), so the pixel data itself is damaged or unusual; "
