@@ -509,8 +509,8 @@ NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header 
 elements and transfer syntax do not give; no package would help."""
 
 
-PLUGIN_FAILURES_WORDED = {
-    "gdcm: 'NoneType' object has no attribute 'encode'": "gdcm: GDCM decoded no pixels from the frame and gave no reason"}
+PLUGIN_FAILURES_WORDED = {"gdcm: 'NoneType' object has no attribute 'encode'":
+                          "gdcm: GDCM decoded no pixels from the frame and gave no reason"}
 """Plugin failures pydicom quotes in Python's words, in a user's: GDCM returns no buffer where it cannot decode a frame
 (its size, components or codestream unlike the header's, or data cut short), and pydicom's gdcm plugin then calls
 ``.encode`` on None."""
