@@ -374,18 +374,23 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
      "sample and byte of a sample), the first decoding to 4096 bytes (Rows × Columns)"),
     ("SC_rgb_jpeg_gdcm.dcm", {"SamplesPerPixel": 1, "PhotometricInterpretation": "MONOCHROME2"},
      "Rows 100, Columns 100, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG codestream is 100 rows by 100 "
-     "columns with 3 components"),
+     "columns with 3 components of 8 bits"),
     ("SC_rgb_jpeg_dcmtk.dcm", {"Rows": 50}, "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its "
-                                            "JPEG codestream is 100 rows by 100 columns with 3 components"),
-    ("MR_small_jpeg_ls_lossless.dcm", {"Rows": 32}, "Rows 32, Columns 64, SamplesPerPixel 1 and BitsAllocated 16, but "
-                                                    "its JPEG-LS codestream is 64 rows by 64 columns with 1 component"),
+                                            "JPEG codestream is 100 rows by 100 columns with 3 components of 8 bits"),
+    ("MR_small_jpeg_ls_lossless.dcm", {"Rows": 32},
+     "Rows 32, Columns 64, SamplesPerPixel 1 and BitsAllocated 16, but its JPEG-LS codestream is 64 rows by 64 columns "
+     "with 1 component of 16 bits"),
+    ("MR_small_jpeg_ls_lossless.dcm", {"BitsAllocated": 8, "BitsStored": 8, "HighBit": 7},
+     "Rows 64, Columns 64, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG-LS codestream is 64 rows by 64 columns "
+     "with 1 component of 16 bits"),
     ("MR_small_jp2klossless.dcm", {"Columns": 65},
      "Rows 64, Columns 65, SamplesPerPixel 1 and BitsAllocated 16, but its JPEG 2000 codestream is 64 rows by 64 "
-     "columns with 1 component"),
+     "columns with 1 component of 16 bits"),
 ])
 def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both(tmp_path, name, changes, mismatch):
     """A decoder takes the header's size as given: RLE with Rows 50 over 100 showed the top half as the whole image,
-    and JPEG-LS with Rows 32 its first half; a colour JPEG whose header says 1 sample, MONOCHROME2 was drawn grey. What
+    and JPEG-LS with Rows 32 its first half; a colour JPEG whose header says 1 sample, MONOCHROME2 was drawn grey;
+    16-bit JPEG-LS under BitsAllocated 8 was drawn from cut samples. What
     a frame states of itself (a JPEG SOF, a JPEG 2000 SIZ, an RLE header and its first segment) is now compared."""
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
