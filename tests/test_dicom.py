@@ -226,7 +226,8 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     """pydicom's "Unable to decode as exceptions were raised by all available plugins:" was quoted after "pydicom
     said:", its plugins' reasons run on into the advice with the same "; " ("pillow: …; pydicom's pylibjpeg plugin
     would also try it"), and pydicom's decoder for the transfer syntax was looked up twice. The plugins' reasons are
-    now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once."""
+    now in brackets after what failed and the transfer syntax, then what to try; the decoder is looked up once.
+    GDCM's failure, which pydicom's plugin meets as "'NoneType' object has no attribute 'encode'", is said in words."""
     from pydicom.data import get_testdata_file
 
     import vitroll.io.dicom.reading as dicom
@@ -247,7 +248,7 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
     reason = caught.value.reason
     assert reason.startswith("The compressed pixel data cannot be decoded: every pydicom decoder for its transfer "
                              "syntax, JPEG 2000 Image Compression (UID 1.2.840.10008.1.2.4.91), is installed and each "
-                             "failed (gdcm: ")
+                             "failed (gdcm: GDCM decoded no pixels from the frame and gave no reason; pylibjpeg: ")
     assert reason.endswith("), so the pixel data itself is damaged or unusual; exporting it again from its source (the "
                            "PACS or the scanner), uncompressed if offered, may give a readable file.")
 
@@ -373,18 +374,23 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
      "sample and byte of a sample), the first decoding to 4096 bytes (Rows × Columns)"),
     ("SC_rgb_jpeg_gdcm.dcm", {"SamplesPerPixel": 1, "PhotometricInterpretation": "MONOCHROME2"},
      "Rows 100, Columns 100, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG codestream is 100 rows by 100 "
-     "columns with 3 components"),
+     "columns with 3 components of 8 bits"),
     ("SC_rgb_jpeg_dcmtk.dcm", {"Rows": 50}, "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its "
-                                            "JPEG codestream is 100 rows by 100 columns with 3 components"),
-    ("MR_small_jpeg_ls_lossless.dcm", {"Rows": 32}, "Rows 32, Columns 64, SamplesPerPixel 1 and BitsAllocated 16, but "
-                                                    "its JPEG-LS codestream is 64 rows by 64 columns with 1 component"),
+                                            "JPEG codestream is 100 rows by 100 columns with 3 components of 8 bits"),
+    ("MR_small_jpeg_ls_lossless.dcm", {"Rows": 32},
+     "Rows 32, Columns 64, SamplesPerPixel 1 and BitsAllocated 16, but its JPEG-LS codestream is 64 rows by 64 columns "
+     "with 1 component of 16 bits"),
+    ("MR_small_jpeg_ls_lossless.dcm", {"BitsAllocated": 8, "BitsStored": 8, "HighBit": 7},
+     "Rows 64, Columns 64, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG-LS codestream is 64 rows by 64 columns "
+     "with 1 component of 16 bits"),
     ("MR_small_jp2klossless.dcm", {"Columns": 65},
      "Rows 64, Columns 65, SamplesPerPixel 1 and BitsAllocated 16, but its JPEG 2000 codestream is 64 rows by 64 "
-     "columns with 1 component"),
+     "columns with 1 component of 16 bits"),
 ])
 def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both(tmp_path, name, changes, mismatch):
     """A decoder takes the header's size as given: RLE with Rows 50 over 100 showed the top half as the whole image,
-    and JPEG-LS with Rows 32 its first half; a colour JPEG whose header says 1 sample, MONOCHROME2 was drawn grey. What
+    and JPEG-LS with Rows 32 its first half; a colour JPEG whose header says 1 sample, MONOCHROME2 was drawn grey;
+    16-bit JPEG-LS under BitsAllocated 8 was drawn from cut samples. What
     a frame states of itself (a JPEG SOF, a JPEG 2000 SIZ, an RLE header and its first segment) is now compared."""
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))

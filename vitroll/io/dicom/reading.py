@@ -223,18 +223,21 @@ J2K_START = b"\xff\x4f\xff\x51"
 """A JPEG 2000 codestream's SOC marker and the SIZ marker that must follow it."""
 
 
-def _stated_size(kind: str, codestream: bytes) -> Optional[tuple[int, int, int]]:
-    """(rows, columns, components) a JPEG's or JPEG-LS's SOF or a JPEG 2000's SIZ marker states; None if not found."""
+def _stated_size(kind: str, codestream: bytes) -> Optional[tuple[int, int, int, int]]:
+    """(rows, columns, components, bits of a sample) a JPEG's or JPEG-LS's SOF or a JPEG 2000's SIZ marker states (of
+    its first component); None if not found."""
     from pydicom.pixels.utils import _get_jpg_parameters
 
     if kind != "JPEG 2000":
         stated = _get_jpg_parameters(codestream)
-        return (stated["height"], stated["width"], stated["components"]) if "components" in stated else None
+        return ((stated["height"], stated["width"], stated["components"], stated["precision"])
+                if "components" in stated else None)
     siz = codestream.find(J2K_START) + 4
-    if siz < 4 or len(codestream) < siz + 38:
+    if siz < 4 or len(codestream) < siz + 39:
         return None
     x, y, x_origin, y_origin = struct.unpack(">4L", codestream[siz + 4:siz + 20])
-    return y - y_origin, x - x_origin, int.from_bytes(codestream[siz + 36:siz + 38], "big")
+    components, sample = int.from_bytes(codestream[siz + 36:siz + 38], "big"), codestream[siz + 38]
+    return y - y_origin, x - x_origin, components, sample % 128 + 1  # Ssiz: the sign bit, then bits less 1
 
 
 def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: list[int], *,
@@ -305,10 +308,13 @@ def _stated_unlike_header(kind: str, first: bytes, dataset: "Dataset") -> Option
     samples, bits = int(dataset.get("SamplesPerPixel", 1) or 1), int(dataset.BitsAllocated)
     if kind != "RLE":
         size = _stated_size(kind, first)
-        # a JPEG's height may be 0 in its SOF, stated later; a size no DICOM frame has is a damaged codestream
-        if size is None or size in ((rows, columns, samples), (0, columns, samples)) or max(size[:2]) > MOST_ROWS:
+        # a JPEG's height may be 0 in its SOF, stated later; more bits than BitsAllocated would be cut to it; a size
+        # no DICOM frame has is a damaged codestream, which the decoder words
+        fits = size is not None and size[:3] in ((rows, columns, samples), (0, columns, samples)) and size[3] <= bits
+        if size is None or fits or max(size[:2]) > MOST_ROWS:
             return None
-        return f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')}"
+        return (f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')} of "
+                f"{size[3]} bits")
     segment_offsets = _rle_parse_header(first[:64]) + [len(first)]
     if max(segment_offsets) > len(first):  # a frame cut short: the decoder words it
         return None
@@ -509,6 +515,13 @@ NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header 
 elements and transfer syntax do not give; no package would help."""
 
 
+PLUGIN_FAILURES_WORDED = {"gdcm: 'NoneType' object has no attribute 'encode'":
+                          "gdcm: GDCM decoded no pixels from the frame and gave no reason"}
+"""Plugin failures pydicom quotes in Python's words, in a user's: GDCM returns no buffer where it cannot decode a frame
+(its size, components or codestream unlike the header's, or data cut short), and pydicom's gdcm plugin then calls
+``.encode`` on None."""
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
 
@@ -525,6 +538,8 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
                 f"{_install_advice(decoder)}.")
     if decoder is not None and _decoders_failed(error):
         failures = _error_text(error).removeprefix(DECODERS_FAILED).lstrip(": ").rstrip(".")
+        for said, meant in PLUGIN_FAILURES_WORDED.items():
+            failures = failures.replace(said, meant)
         if not any(_missing_plugins(decoder)):
             return (f"The {kind}pixel data cannot be decoded: every pydicom decoder for its transfer syntax, {syntax}, "
                     f"is installed and each failed ({failures}), so the pixel data itself is damaged or unusual; "
