@@ -1,8 +1,17 @@
 """What ``vitroll annotate``'s main thread pays to take a decoded batch from a loader worker while the writer
-threads render, old vs new side by side in one run.
+threads render, and what the manifest statistics and the manifest's append cost, old vs new side by side in one run.
 
     python scripts/bench_annotate.py                          # 224 px, batch 64, 0 and 2 writer threads, 5 rounds
     python scripts/bench_annotate.py --size 640 480 --batch-size 16 --writer-threads 0 4
+    python scripts/bench_annotate.py --part manifest --rounds 20   # only the statistics and the manifest
+
+Statistics (``--part manifest``): :func:`vitroll.maps.summary` of rollout-like maps of photos (a 14 × 14 grid onto
+the image, NaN outside the centre crop), old (tests/reference_rendering.py's copy of it before its fast paths) then
+new in each round, median CPU ms of the thread over the rounds; their numbers are checked to be equal. Manifest:
+the ms an append of one batch's rows holds its caller, annotate's main thread (wall: it waits in fsync, which takes
+no CPU), old (written, flushed and fsync'ed inline) then new (the fsync in the writer's thread, waited for by the
+next append), ``--gap-ms`` apart as the model's time for a batch would space them. Run it with this checkout first
+on the path (``PYTHONPATH=.``) when another copy of vitroll is installed.
 
 On a GPU the model takes a few ms a batch, so the main thread's hand-over of each batch from the DataLoader matters:
 every tensor in the batch crosses as a file descriptor of its own, in system calls that release the GIL, and while
@@ -20,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -33,11 +45,16 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
+from vitroll.maps import summary, to_original
 from vitroll.pipelines import stream
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import AnnotateOptions, _Annotator
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover
+from vitroll.pipelines.manifest import ManifestWriter
 from vitroll.preprocess import Preprocessing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from reference_rendering import summary_before_fast_top_mass  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
 Collate = Callable[[list], "stream._LoadedBatch"]
@@ -110,6 +127,55 @@ def writers(annotator: _Annotator, items: list[InputItem], records: list, count:
     return stop_all
 
 
+class InlineFsyncWriter(ManifestWriter):
+    """The manifest writer before its fsync moved to a thread of its own: written, flushed and fsync'ed inline."""
+
+    def append(self, rows: list) -> None:
+        text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
+        self._handle.write(text)
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+
+def statistics_and_manifest(rounds: int, batch_size: int, gap_ms: float) -> None:
+    """Print old vs new of the manifest statistics per map and of the manifest's append per batch."""
+    print(f"manifest statistics per map, median CPU ms of the thread, {rounds} interleaved rounds")
+    print("| map | old ms | new ms | old / new |")
+    print("|---|---|---|---|")
+    for width, height in ((640, 480), (1920, 1080), (6000, 4000)):
+        geometry = Preprocessing(input_size=(224, 224), mean=(0.5,) * 3, std=(0.5,) * 3).geometry((height, width))
+        saliency = to_original(np.random.default_rng(0).random((14, 14)).astype(np.float32) ** 4, geometry)
+        if summary(saliency) != summary_before_fast_top_mass(saliency):
+            raise SystemExit(f"the statistics of the {width}×{height} map changed")
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(rounds):
+            for name, function in (("old", summary_before_fast_top_mass), ("new", summary)):
+                started = time.thread_time()  # this thread's: torch's idle workers would add theirs
+                function(saliency)
+                times[name].append(1e3 * (time.thread_time() - started))
+        old, new = (statistics.median(times[name]) for name in ("old", "new"))
+        print(f"| {width}×{height} | {old:.1f} | {new:.1f} | {old / new:.2f} |")
+    row = {"path": "photos/img0001.jpg", "size": 123456, "mtime_ns": 1700000000000000000, "status": "ok", "error": "",
+           "entropy": 0.912345, "top10_mass": 0.254321, "key_patches": [{"row": 3, "col": 4, "score": 0.0123,
+                                                                         "box": [10, 20, 30, 40]}] * 5,
+           "overlay": "overlays/photos/img0001.jpg.png", "settings_hash": "0123456789abcdef"}
+    times = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(rounds):
+            for name, kind in (("old", InlineFsyncWriter), ("new", ManifestWriter)):
+                writer = kind(Path(scratch) / f"{name}.jsonl")
+                for _ in range(3):
+                    started = time.perf_counter()
+                    writer.append([row] * batch_size)
+                    times[name].append(1e3 * (time.perf_counter() - started))
+                    time.sleep(gap_ms / 1e3)
+                writer.close()
+    old, new = (statistics.median(times[name]) for name in ("old", "new"))
+    print(f"\nmanifest append of {batch_size} rows, {gap_ms:g} ms apart: median wall ms the caller waits, "
+          f"{3 * rounds} appends each")
+    print(f"| old ms | new ms | old / new |\n|---|---|---|\n| {old:.2f} | {new:.2f} | {old / new:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, nargs=2, default=(224, 224), metavar=("WIDTH", "HEIGHT"))
@@ -117,7 +183,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="batches handed over per round, after the first")
     parser.add_argument("--writer-threads", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--part", choices=("handover", "manifest", "all"), default="all")
+    parser.add_argument("--gap-ms", type=float, default=50.0, help="time between manifest appends (the model's)")
     args = parser.parse_args()
+    if args.part != "handover":
+        statistics_and_manifest(args.rounds, args.batch_size, args.gap_ms)
+        if args.part == "manifest":
+            return
     torch.manual_seed(0)
     model = timm.create_model("vit_tiny_patch16_224", depth=1).eval()
     preprocessing = Preprocessing.from_model(model)

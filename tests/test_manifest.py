@@ -227,3 +227,55 @@ def test_a_folder_of_a_vitroll_that_recorded_no_settings_asks_for_one_overwrite_
         "choose another --out\n")
     assert annotate(capsys, str(five), "--out", str(out), "--overwrite", "--limit", "2")[0] == 0
     assert annotate(capsys, str(five), "--out", str(out))[1].startswith("3 ok, 0 failed, 2 skipped")
+
+
+def test_annotate_fsyncs_its_manifest_off_the_main_thread_and_every_row_is_synced_when_it_ends(five, tmp_path, capsys,
+                                                                                              monkeypatch):
+    """The main thread feeds the model: it writes and flushes each batch's rows (a killed process keeps them) but
+    no longer waits in fsync (5 to 35 ms a batch); the run still ends with every row fsync'ed."""
+    import threading
+
+    from vitroll.pipelines import manifest
+
+    synced: list[tuple[bool, int]] = []  # (on the main thread, bytes of manifest.jsonl then)
+    real = os.fsync
+
+    def recording(descriptor: int) -> None:
+        synced.append((threading.current_thread() is threading.main_thread(), os.fstat(descriptor).st_size))
+        real(descriptor)
+
+    monkeypatch.setattr(manifest.os, "fsync", recording)
+    out = tmp_path / "out"
+    code, printed = annotate(capsys, str(five), "--out", str(out))
+    monkeypatch.undo()
+    assert code == 0 and "5 ok" in printed
+    assert [on_main for on_main, _ in synced] == [False] * 3  # batches of 2, 2 and 1
+    rows_synced = [size for _, size in synced]
+    assert rows_synced == sorted(rows_synced) and len(set(rows_synced)) == 3
+    assert rows_synced[-1] == (out / "manifest.jsonl").stat().st_size  # compacted: the same rows, sorted
+
+
+def test_a_manifest_fsync_that_fails_is_raised_by_the_next_append_or_close_as_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from vitroll.errors import VitrollError
+    from vitroll.pipelines import manifest
+
+    def full_disk(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    message = (f"{tmp_path / 'manifest.jsonl'}: cannot write the manifest (No space left on device); the next run "
+               "redoes the inputs whose rows are missing")
+    for then in ("append", "close"):
+        writer = manifest.ManifestWriter(tmp_path / "manifest.jsonl")
+        monkeypatch.setattr(manifest.os, "fsync", full_disk)
+        writer.append([{"path": "a.png"}])  # written and flushed: a killed process keeps the row
+        assert (tmp_path / "manifest.jsonl").read_text() == '{"path": "a.png"}\n' * (1 + (then == "close"))
+        with pytest.raises(VitrollError) as raised:
+            if then == "append":
+                writer.append([{"path": "b.png"}])
+            else:
+                writer.close()
+        assert str(raised.value) == message
+        monkeypatch.undo()
+        writer.close()

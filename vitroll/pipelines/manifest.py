@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import socket
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Optional
@@ -176,21 +177,38 @@ def superseded_outputs(rows: Iterable[dict[str, Any]]) -> set[str]:
 
 
 class ManifestWriter:
-    """Appends rows to a JSON Lines file; each :meth:`append` is flushed and fsync'ed before it returns."""
+    """Appends rows to a JSON Lines file. Each :meth:`append` is written and flushed before it returns, so a killed
+    or interrupted process loses none of its rows; the fsync that makes them survive a power cut runs in a thread of
+    its own meanwhile (5 to 35 ms a batch that the main thread, feeding the model, no longer waits for). The next
+    :meth:`append` and :meth:`close` wait for it, and raise its failure: so a power cut loses at most the rows of the
+    batch settled last, whose files the next run removes (files are renamed into place, not fsync'ed, anyway).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         with self._naming_path():
             path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = path.open("a", encoding="utf-8")
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vitroll-manifest-sync")
+        self._synced: Optional[Future] = None
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         if text:
+            self._wait_for_sync()
             with self._naming_path():
                 self._handle.write(text)
                 self._handle.flush()
-                os.fsync(self._handle.fileno())
+            self._synced = self._syncer.submit(self._sync)
+
+    def _sync(self) -> None:
+        os.fsync(self._handle.fileno())
+
+    def _wait_for_sync(self) -> None:
+        synced, self._synced = self._synced, None
+        if synced is not None:
+            with self._naming_path():
+                synced.result()
 
     @contextmanager
     def _naming_path(self) -> Iterator[None]:
@@ -202,7 +220,12 @@ class ManifestWriter:
                                "redoes the inputs whose rows are missing") from None
 
     def close(self) -> None:
-        self._handle.close()
+        """Wait for the last fsync (raising its failure), then close the file."""
+        try:
+            self._wait_for_sync()
+        finally:
+            self._syncer.shutdown()
+            self._handle.close()
 
 
 def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
