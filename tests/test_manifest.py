@@ -9,7 +9,7 @@ import posixpath
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -182,6 +182,7 @@ def input_key(name: str) -> str:
                     for index, part in enumerate(name.split("/")))
 
 
+@settings(deadline=None)  # a deadline fails under load: examples run seconds apart on shared cores
 @given(st.lists(keys, unique=True, max_size=8))
 def test_output_names_are_safe_and_reversible(batch):
     names = [output_name(key) for key in batch]
