@@ -64,8 +64,14 @@ def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Option
     saved, built = state[key].shape, own[key].shape
     if len(saved) != 3 or saved[2] != built[2] or saved[1] == built[1]:  # another width is not another input size
         return None
-    grid = math.isqrt(max(saved[1] - prefix, 0))
-    return grid * patch if grid > 0 and grid * grid == saved[1] - prefix else None
+    return _grid_side(saved[1], prefix, patch)
+
+
+def _grid_side(positions: int, prefix: int, patch: int) -> Optional[int]:
+    """The square input side whose grid of ``patch``-pixel patches fills ``positions`` position-embedding rows after
+    ``prefix`` prefix tokens; None when the rest is no square grid."""
+    grid = math.isqrt(max(positions - prefix, 0))
+    return grid * patch if grid > 0 and grid * grid == positions - prefix else None
 
 
 _BLOCK_KEY = re.compile(r"blocks\.(\d+)\.")
@@ -94,9 +100,9 @@ def _vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[
     if positions is not None and positions.ndim == 3 and "patch_size" in told:
         prefix = 0 if getattr(model, "no_embed_class", False) else (
             ("cls_token" in state) + ("dist_token" in state) + register_count)
-        grid = math.isqrt(max(positions.shape[1] - prefix, 0))
-        if grid > 0 and grid * grid == positions.shape[1] - prefix:
-            told["img_size"] = grid * told["patch_size"]
+        side = _grid_side(positions.shape[1], prefix, told["patch_size"])
+        if side is not None:
+            told["img_size"] = side
     head = state.get("head.weight")
     if head is not None and head.ndim == 2:
         told["num_classes"] = int(head.shape[0])
