@@ -277,11 +277,8 @@ class Preprocessing:
         (resized_h, resized_w), (top, left), (input_h, input_w) = (geometry.resized_hw, geometry.crop_top_left,
                                                                    self.input_size)
         if resized_h * resized_w <= FULL_RESIZE_LIMIT * input_h * input_w:
-            resized = image.resize((resized_w, resized_h), resample=resample)
-            if self.crop_mode != "border":
-                return resized.crop((left, top, left + input_w, top + input_h))
             cropped = Image.new(image.mode, (input_w, input_h), self._pil_padding())
-            cropped.paste(resized, (-left, -top))
+            cropped.paste(image.resize((resized_w, resized_h), resample=resample), (-left, -top))
             return cropped
         support = _FILTER_SUPPORT[resample]
         kept, box = [], []

@@ -387,7 +387,7 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
     if syntax is not None and syntax.is_deflated:
         return False
     last = dataset.get_item(max(dataset.keys()), keep_deferred=True)
-    if not isinstance(last, RawDataElement) or last.length == 0xFFFFFFFF:
+    if not isinstance(last, RawDataElement) or last.length == UNDEFINED_LENGTH:
         return False
     return last.value_tell + last.length != path.stat().st_size
 
