@@ -13,5 +13,6 @@ def counted(number: int, noun: str) -> str:
 def with_article(word: str) -> str:
     """``a float64``, ``an int64``, ``an object``, ``a uint8``: the indefinite article by the sound of ``word``."""
     lower = word.lower()
-    vowel_sound = lower[:1] in ("a", "e", "i", "o") or (lower[:1] == "u" and not lower.startswith(("uint", "uni", "us")))
+    vowel_sound = lower[:1] in ("a", "e", "i", "o") or (lower[:1] == "u"
+                                                        and not lower.startswith(("uint", "uni", "us")))
     return f"{'an' if vowel_sound else 'a'} {word}"

@@ -114,8 +114,9 @@ def _pillow_pixels(array: np.ndarray, label: str) -> np.ndarray:
                               f"colour PNG, ({label} / {label}.max() * 255).round().astype(np.uint8) stretches it to "
                               "its maximum")
     advice = _array_advice(array, label)
-    raise InputValueError(f"{label} is {with_article(str(array.dtype))} array of shape {array.shape}, not a uint8 image (H, W, 3) or a "
-                          f"uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}{f'; {advice}' if advice else ''}")
+    raise InputValueError(f"{label} is {with_article(str(array.dtype))} array of shape {array.shape}, not a uint8 "
+                          f"image (H, W, 3) or a uint8 or uint16 grey image (H, W); accepted: {ACCEPTED}"
+                          f"{f'; {advice}' if advice else ''}")
 
 
 def _array_advice(array: np.ndarray, label: str) -> str:

@@ -108,8 +108,8 @@ def _check_recorded(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> 
     """Refuse, in one line, what is not recorded attention with its layout (a model and images, as ``rollout``
     takes them, or no layers at all) before any layer is indexed."""
     if isinstance(attentions, nn.Module):
-        raise InputTypeError(f"attentions is {with_article(type(attentions).__name__)}, not the recorded attention of its layers: "
-                             "rollout(model, images) explains a model; the rollout functions take what an "
+        raise InputTypeError(f"attentions is {with_article(type(attentions).__name__)}, not the recorded attention of "
+                             "its layers: rollout(model, images) explains a model; the rollout functions take what an "
                              "AttentionRecorder records (recorder.attentions, recorder.token_layout(image_hw))")
     if not isinstance(layout, TokenLayout):
         raise InputTypeError(f"layout must be the TokenLayout of the recorded input "
