@@ -29,7 +29,7 @@ from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
     PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
 )
-from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks
+from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks, under_torchrun
 from vitroll.preprocess import Preprocessing
 
 
@@ -77,15 +77,10 @@ def save_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def _under_torchrun() -> bool:
-    """Whether torchrun (or ``--processes``) started this process as one of several ranks."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 def _init_distributed(args: argparse.Namespace) -> bool:
     """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA. True when
     this call made the group (then :func:`run` destroys it)."""
-    if not _under_torchrun() or torch.distributed.is_initialized():
+    if not under_torchrun() or torch.distributed.is_initialized():
         return False
     cuda = (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
     if cuda:
@@ -136,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
             return leave_to_rank_zero(f"vitroll: error: {error}", EXIT_USER_ERROR)
         raise
-    if args.processes > 1 and not _under_torchrun():
+    if args.processes > 1 and not under_torchrun():
         return run_ranks(args.argv, args.processes)
     joined = _init_distributed(args)
     try:

@@ -51,7 +51,8 @@ def has_image_suffix(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES
 
 
-def _is_within(path: Path, folder: Path) -> bool:
+def is_within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or below it (as given: resolve both first to compare where they lead)."""
     return path == folder or folder in path.parents
 
 
@@ -69,7 +70,7 @@ def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_fil
     found = []
     unlisted: list[OSError] = []
     for root, folders, files in os.walk(folder, onerror=unlisted.append):  # links to folders are not entered
-        if skip is not None and _is_within(Path(root).resolve(), skip):
+        if skip is not None and is_within(Path(root).resolve(), skip):
             folders[:] = []
             continue
         folders[:] = [name for name in folders if recursive and not name.startswith(".")]
@@ -80,7 +81,7 @@ def folder_files(folder: "str | os.PathLike[str]", *, accept: Accept = every_fil
                 continue
             if accept(path):
                 found.append(FoundFile(path, path.relative_to(folder).as_posix()))
-    blocked = [error for error in unlisted if skip is None or not _is_within(Path(error.filename).resolve(), skip)]
+    blocked = [error for error in unlisted if skip is None or not is_within(Path(error.filename).resolve(), skip)]
     if blocked:
         raise ImageReadError(blocked[0].filename, f"cannot be listed ({blocked[0].strerror}), so its files would be "
                                                   "left out; make it readable")

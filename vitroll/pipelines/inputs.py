@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from vitroll.io.discovery import has_image_suffix, source_files
+from vitroll.io.discovery import has_image_suffix, is_within, source_files
 from vitroll.io.formats import is_dicom
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
 from vitroll.wording import counted
@@ -132,8 +132,9 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
     """Why :func:`discover` found no inputs in ``source``, naming the option that would find some."""
     if not Path(source).is_dir():
         return "lists no image files"
-    if exclude is not None and Path(exclude).resolve() in (Path(source).resolve(), *Path(source).resolve().parents):
-        where = "the output folder" if Path(exclude).resolve() == Path(source).resolve() else f"inside {exclude}"
+    here, out = Path(source).resolve(), None if exclude is None else Path(exclude).resolve()
+    if out is not None and is_within(here, out):
+        where = "the output folder" if here == out else f"inside {exclude}"
         return f"is {where}, whose files are never inputs (they would be outputs); choose another --out"
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
         return "no image files in this folder, only in its sub-folders (add --recursive)"

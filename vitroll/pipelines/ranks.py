@@ -24,10 +24,15 @@ AGREED_STATUSES = (0, 2, 3, 130)
 status is a rank that crashed, and the others, which would wait for it at the next collective, are stopped."""
 
 
+def under_torchrun() -> bool:
+    """Whether torchrun (or ``--processes``) started this process as one of several ranks."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def launched_rank() -> int:
     """This process's rank when torchrun (or ``--processes``) started it as one of several (``RANK`` where
     ``WORLD_SIZE`` > 1), else 0."""
-    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+    return int(os.environ.get("RANK", "0")) if under_torchrun() else 0
 
 
 RANK_ZERO_PATIENCE_S = 60.0
