@@ -13,6 +13,7 @@ from vitroll import (
     AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, figure, key_patches, load_image,
     load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
 )
+from vitroll.errors import RecorderUsageError
 from vitroll.methods import record_attention
 
 RGB = np.zeros((8, 10, 3), np.uint8)
@@ -296,3 +297,17 @@ def test_figure_refuses_panels_of_another_size_than_the_image(pictures, message)
         figure(RGB, *pictures(saliency, overlay(RGB, saliency)))
     assert isinstance(raised.value, ValueError)
     assert str(raised.value) == message
+
+
+def test_a_recorder_asked_for_what_it_has_not_recorded_is_a_vitroll_error_and_still_a_runtime_error(model):
+    with AttentionRecorder(model) as idle:
+        pass
+    with pytest.raises(RecorderUsageError, match=r"^no attention was recorded for layers \[0, 1\]; run a forward "
+                                                 r"pass inside the context$") as raised:
+        idle.attentions
+    assert isinstance(raised.value, RuntimeError) and isinstance(raised.value, VitrollError)
+    with AttentionRecorder(model) as recorder:
+        logits = model(torch.rand(1, 3, 32, 32))
+    with pytest.raises(RecorderUsageError, match=r"^attention gradients need AttentionRecorder\(model, "
+                                                 r"keep_graph=True\)$"):
+        recorder.gradients(logits[0, 0])

@@ -55,6 +55,12 @@ class InputTypeError(VitrollError, TypeError):
     too, as the README names it."""
 
 
+class RecorderUsageError(VitrollError, RuntimeError):
+    """An :class:`~vitroll.capture.AttentionRecorder` asked for what it has not recorded: attention before a forward
+    pass inside its context, gradients without ``keep_graph=True``, an attention-pool layout without its pool weights.
+    A RuntimeError too, as it was."""
+
+
 class GradientContextError(VitrollError, RuntimeError):
     """A gradient method called where no backward pass can run (inside ``torch.inference_mode()``). A RuntimeError
     too, as the README names it."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 import torch
 from torch import nn
 
-from vitroll.errors import InputTypeError, UnsupportedModelError
+from vitroll.errors import InputTypeError, RecorderUsageError, UnsupportedModelError
 from vitroll.wording import with_article
 
 Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
@@ -85,7 +85,7 @@ class TokenLayout:
         (attention pooling, sequences read at a position or as the mean of their real tokens)."""
         if self.readout == "attention_pool":
             if self.pool_weights is None:
-                raise RuntimeError("an attention_pool layout needs the recorded pool_weights")
+                raise RecorderUsageError("an attention_pool layout needs the recorded pool_weights")
             return self.pool_weights.to(device=device, dtype=dtype)
         if self.readout == "position":
             return torch.nn.functional.one_hot(self.positions.to(device), self.num_tokens).to(dtype)

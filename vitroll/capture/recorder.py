@@ -17,7 +17,7 @@ from vitroll.capture.families import Padding, TokenLayout, family_of
 from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.head_mean import head_mean_attention
 from vitroll.capture.readouts import AttentionReadout, AttentionSink, check_readout, readout_for
-from vitroll.errors import OptionValueError, UnsupportedModelError
+from vitroll.errors import OptionValueError, RecorderUsageError, UnsupportedModelError
 
 _Record = TypeVar("_Record")
 
@@ -274,7 +274,7 @@ class AttentionRecorder:
         ``retain_graph`` keeps the graph for the gradient of another score of the same pass.
         """
         if not self.keep_graph:
-            raise RuntimeError("attention gradients need AttentionRecorder(model, keep_graph=True)")
+            raise RecorderUsageError("attention gradients need AttentionRecorder(model, keep_graph=True)")
         sources = self._recorded(self._graph_sources)
         gradients = torch.autograd.grad(score, [source for source, _ in sources], retain_graph=retain_graph,
                                         allow_unused=True)
@@ -297,7 +297,8 @@ class AttentionRecorder:
     def _recorded(self, records: list[Optional[_Record]]) -> list[_Record]:
         missing = [i for i, record in enumerate(records) if record is None]
         if missing:
-            raise RuntimeError(f"no attention was recorded for layers {missing}; run a forward pass inside the context")
+            raise RecorderUsageError(f"no attention was recorded for layers {missing}; run a forward pass inside the "
+                                     "context")
         if records is self._records and self._call_order != sorted(self._call_order):
             raise UnsupportedModelError(
                 f"family {self.family.name!r}: attention_modules lists the layers in another order than the forward "
@@ -317,7 +318,8 @@ class AttentionRecorder:
         layout = self.family.token_layout(self.model, image_hw)
         if layout.readout == "attention_pool":
             if not self._readout_records or self._readout_records[0] is None:
-                raise RuntimeError("no attention-pool attention was recorded; run a forward pass inside the context")
+                raise RecorderUsageError("no attention-pool attention was recorded; run a forward pass inside the "
+                                         "context")
             pool_weights = self._readout_records[0].float().mean(dim=1)
             # a pool that skips the prefix tokens (timm's default with class or register tokens) attends to the
             # last tokens only: the prefix tokens get no weight in the decision row
