@@ -18,6 +18,7 @@ from PIL import Image
 from vitroll.cli import main
 from vitroll.pipelines import folder, stream
 from vitroll.pipelines.inputs import discover
+from claimed_size import png_claiming_size
 from manifest_check import assert_manifest_matches_folder
 
 GOOD = ["a/x.png", "b/x.png", "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
@@ -879,3 +880,28 @@ def test_each_row_says_how_much_of_its_image_the_model_saw(tmp_path):
     assert {row["path"]: row["seen"] for row in rows(tmp_path / "out")} == {"square.png": 1.0, "strip.png": 0.05}
     with open(tmp_path / "out" / "manifest.csv", newline="") as handle:
         assert [row["seen"] for row in csv.DictReader(handle)] == ["1.0", "0.05"]
+
+
+def test_an_image_over_max_pixels_is_an_error_row_and_its_batch_goes_on_and_a_rerun_with_more_reads_it(tmp_path,
+                                                                                                     capsys):
+    """A large photo was refused with Pillow's "decompression bomb DOS attack" text; now in vitroll's terms, as its
+    own row (the limit is read from the header: the small image, 64×48 = 0.003 MP, stands for the large one)."""
+    source = tmp_path / "in"
+    source.mkdir()
+    Image.fromarray(rgb(seed=1)).save(source / "a.png")
+    Image.fromarray(rgb(seed=2)).save(source / "b.png")
+    png_claiming_size(source / "huge.png", 40_000, 30_000)
+    out = tmp_path / "out"
+    assert annotate(str(source), "--out", str(out)) == folder.EXIT_SOME_FAILED
+    table = {row["path"]: row for row in rows(out)}
+    assert [table[name]["status"] for name in ("a.png", "b.png", "huge.png")] == ["ok", "ok", "error"]
+    assert table["huge.png"]["error"] == (f"{source / 'huge.png'}: image too large: 1200 MP (40000×30000), over the "
+                                          "limit of 500 MP; --max-pixels 1200M (max_pixels= in Python) reads it if "
+                                          "the memory allows (an overlay takes about 20 bytes a pixel)")
+    capsys.readouterr()
+    Image.fromarray(rgb(seed=3)).save(source / "huge.png")  # stands for the same photo, now allowed
+    assert annotate(str(source), "--out", str(out), "--max-pixels", "0.003M") == folder.EXIT_SOME_FAILED
+    assert {row["path"]: row["status"] for row in rows(out)} == {"a.png": "ok", "b.png": "ok", "huge.png": "error"}
+    assert "over the limit of 0.003 MP" in {row["path"]: row for row in rows(out)}["huge.png"]["error"]
+    assert annotate(str(source), "--out", str(out), "--max-pixels", "none") == 0
+    assert {row["path"]: row["status"] for row in rows(out)} == {"a.png": "ok", "b.png": "ok", "huge.png": "ok"}

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from claimed_size import png_claiming_size
 from vitroll.cli import build_parser, main
 from vitroll.io.names import utf8_name
 
@@ -123,6 +124,29 @@ def test_unreadable_image_is_reported_and_the_good_one_still_written(tmp_path, c
     assert code == 3
     assert "bad.jpg: not an image" in one_error_line(err, "failed")
     assert (tmp_path / "out" / "cat_rollout.png").exists()
+
+
+def test_an_image_over_max_pixels_is_refused_in_one_line_and_the_others_written(tmp_path, capsys):
+    """A 144 MP photo was refused with Pillow's "could be decompression bomb DOS attack" text and no way out; now
+    the limit is 500 MP, and a larger image is refused in vitroll's words, from its header."""
+    huge = png_claiming_size(tmp_path / "huge.png", 30_000, 20_000)
+    code, out, err = run(capsys, "overlay", str(huge), str(PHOTO), "--model", "vit_tiny_patch16_224",
+                         "--out", str(tmp_path / "out"), "--method", "attention")
+    assert code == 3
+    assert one_error_line(err, "failed") == (
+        f"vitroll: failed: {huge}: image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels 600M "
+        "(max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
+    assert (tmp_path / "out" / "cat_attention.png").exists() and not (tmp_path / "out" / "huge_attention.png").exists()
+    code, out, err = run(capsys, "overlay", str(PHOTO), "--model", "vit_tiny_patch16_224", "--out",
+                         str(tmp_path / "out"), "--method", "attention", "--max-pixels", "0.1M")
+    width, height = Image.open(PHOTO).size
+    assert code == 3 and f"{width * height / 1e6:.3g} MP ({width}×{height}), over the limit of 0.1 MP" in err
+    for value, reason in (("0", "must be at least 1 pixel (or none: no limit); got 0"),
+                          ("lots", "expected a number of pixels (250000000, 250M, 1G) or none; got 'lots'")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["overlay", str(PHOTO), "--out", str(tmp_path), "--max-pixels", value])
+        assert (exit_info.value.code, capsys.readouterr().err) == (
+            2, f"vitroll: error: overlay: argument --max-pixels: {reason} (see `vitroll overlay --help`)\n")
 
 
 def test_an_output_that_cannot_be_written_fails_that_image_alone(tmp_path, capsys):

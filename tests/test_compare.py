@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from claimed_size import png_claiming_size
 from vitroll.cli import main
 from vitroll.errors import OptionValueError
 from vitroll.pipelines.compare import (
@@ -219,6 +220,18 @@ def test_a_missing_image_fails_alone_with_the_exit_status_of_every_command(tmp_p
     assert [row["image"] for row in csv.DictReader((tmp_path / "out" / "agreement.csv").open())] == [images[0]]
     assert main(["compare", str(missing), "--model", "vitroll-shapes", "--model", "vitroll-shapes",
                  "--out", str(tmp_path / "none")]) == 3
+
+
+def test_an_image_over_max_pixels_fails_alone_in_vitrolls_words(tmp_path, capsys, images):
+    huge = png_claiming_size(tmp_path / "huge.png", 30_000, 20_000)
+    arguments = [str(huge), images[0], "--model", "vitroll-shapes", "--model", "vitroll-shapes"]
+    assert main(["compare", *arguments, "--out", str(tmp_path / "out")]) == 3
+    assert capsys.readouterr().err == (f"vitroll: failed: {huge}: image too large: 600 MP (30000×20000), over the "
+                                       "limit of 500 MP; --max-pixels 600M (max_pixels= in Python) reads it if the "
+                                       "memory allows (an overlay takes about 20 bytes a pixel)\n")
+    assert [row["image"] for row in csv.DictReader((tmp_path / "out" / "agreement.csv").open())] == [images[0]]
+    assert main(["compare", images[0], *arguments[2:], "--out", str(tmp_path / "less"), "--max-pixels", "100"]) == 3
+    assert "over the limit of 0.0001 MP; --max-pixels 1M" in capsys.readouterr().err
 
 
 def test_an_image_whose_name_is_not_utf8_is_compared_and_spelt_out(tmp_path, capsys, images):

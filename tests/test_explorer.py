@@ -17,6 +17,7 @@ from PIL import Image
 import vitroll
 import vitroll.app
 from browser import browser_page, wait_for_text
+from claimed_size import png_claiming_size
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
@@ -328,7 +329,9 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     truncated, text = tmp_path / "scan.png", tmp_path / "notes.png"
     truncated.write_bytes(CROSS.read_bytes()[:200])
     text.write_text("not pixels")
-    for upload, reason in ((truncated, "corrupt or truncated image data ("), (text, "not an image Pillow can read")):
+    huge = png_claiming_size(tmp_path / "pano.png", 30_000, 20_000)  # Gradio's own open raised Pillow's bomb error
+    for upload, reason in ((truncated, "corrupt or truncated image data ("), (text, "not an image Pillow can read"),
+                           (huge, "image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels")):
         with pytest.raises(ImageReadError) as unreadable:
             load_image(upload)
         with pytest.raises(AppError) as refused:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from claimed_size import png_claiming_size
 from vitroll import ImageReadError, load_image
 from vitroll.io.images import load_mask, write_atomic
 from vitroll.io.names import fit_name, utf8_name
@@ -103,11 +104,30 @@ def test_broken_files_give_one_line_reasons(tmp_path):
         assert message.startswith(str(path)) and reason in message and "\n" not in message
 
 
-def test_decompression_bomb_is_refused(tmp_path, monkeypatch):
-    path = save(tmp_path, "big.png", Image.new("RGB", (200, 200)))
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
-    with pytest.raises(ImageReadError, match="too large"):
+def test_an_image_over_the_limit_is_refused_from_its_header_naming_its_size_the_limit_and_the_flag(tmp_path):
+    """A 144 MP photo was refused with Pillow's "could be decompression bomb DOS attack" text and no way to read it;
+    the limit is vitroll's own (500 MP), checked before decoding (this file holds 8×8 pixels: decoding it would say
+    truncated), and says how to raise it."""
+    path = png_claiming_size(tmp_path / "pano.png", 30_000, 20_000)
+    with pytest.raises(ImageReadError) as info:
         load_image(path)
+    assert str(info.value) == (f"{path}: image too large: 600 MP (30000×20000), over the limit of 500 MP; "
+                               "--max-pixels 600M (max_pixels= in Python) reads it if the memory allows (an overlay "
+                               "takes about 20 bytes a pixel)")
+    with pytest.raises(ImageReadError, match="0.04 MP .200×200., over the limit of 0.03 MP; --max-pixels 1M"):
+        load_image(save(tmp_path, "small.png", Image.new("RGB", (200, 200))), max_pixels=30_000)
+    with pytest.raises(ImageReadError, match="corrupt or truncated"):  # decoded: no limit
+        load_image(png_claiming_size(tmp_path / "claims.png", 400, 300), max_pixels=None)
+
+
+def test_pillows_own_limit_neither_refuses_an_image_within_vitrolls_nor_is_left_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow raises past twice its limit
+    path = save(tmp_path, "big.png", Image.new("RGB", (200, 100), (10, 20, 30)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_image(path).getpixel((199, 99)) == (10, 20, 30)
+        assert load_image(path, max_pixels=None).size == (200, 100)
+    assert Image.MAX_IMAGE_PIXELS == 1000
 
 
 def test_a_masks_object_is_its_opaque_pixels_where_it_has_transparency_else_its_non_zero_ones(tmp_path):

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
-from PIL import Image
 from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import load_image_with_display
+from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, pillow_limit_lifted
 from vitroll.methods import method_named
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.explorer import (
@@ -161,7 +160,8 @@ def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
 
 def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Preprocessing] = None,
               class_names: Optional[list[str]] = None, examples: Sequence[Path] = (),
-              settings: ExplainSettings = ExplainSettings()) -> "gradio.Blocks":
+              settings: ExplainSettings = ExplainSettings(),
+              max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> "gradio.Blocks":
     """The explorer page for ``model`` (served with :func:`serve`; tested through ``gradio_client`` at
     :data:`API_NAME`).
 
@@ -180,6 +180,9 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     settings : ExplainSettings
         How the overlays are drawn (opacity, upsampling, normalisation), and the colormap the menu starts at (added to
         :data:`COLORMAPS` when not among them); the method and its options are the controls'.
+    max_pixels : int, optional
+        The largest upload to decode (:func:`~vitroll.io.load_image`; None: any size); a larger one is refused in one
+        line.
 
     Raises
     ------
@@ -205,7 +208,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         try:
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image)
+            stored, display = load_image_with_display(image, max_pixels=max_pixels)
             exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                   class_names=class_names, settings=replace(settings, cmap=cmap),
                                   display=None if display is None else np.asarray(display))
@@ -286,8 +289,9 @@ def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
 
     def readable_preprocess(payload: Any) -> Any:
         try:
-            return preprocess(payload)
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+            with pillow_limit_lifted():  # Gradio opens the upload; its size is load_image's to judge, from max_pixels
+                return preprocess(payload)
+        except (OSError, SyntaxError, ValueError):
             try:
                 load_image(payload.path)
             except ImageReadError as error:

@@ -19,8 +19,9 @@ from typing import Any, Optional
 import torch
 
 from vitroll.commands.common import (
-    add_batch_size_argument, add_explain_arguments, add_out_argument, add_resume_arguments, integer, model_from_args,
-    number, preprocessing_from_args, print_failed, provenance_from_args, settings_from_args,
+    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, add_resume_arguments,
+    integer, model_from_args, number, preprocessing_from_args, print_failed, provenance_from_args,
+    settings_from_args,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.methods import METHODS
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_resume_arguments(parser, done="inputs", redo="redo the inputs (the first N with --limit) instead of skipping "
                                                       "done ones; other rows are kept")
     parser.add_argument("--limit", type=integer(1), metavar="N", help="only the first N inputs (sorted by path)")
+    add_max_pixels_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
                         help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "
@@ -121,6 +123,7 @@ def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
         disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
+        max_pixels=args.max_pixels,
     )
 
 

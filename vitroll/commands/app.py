@@ -13,8 +13,8 @@ from pathlib import Path
 
 from vitroll.app import build_app, example_images, require_gradio, serve
 from vitroll.commands.common import (
-    add_alpha_argument, add_map_scaling_arguments, add_model_arguments, colormap, integer, model_from_args,
-    preprocessing_from_args,
+    add_alpha_argument, add_map_scaling_arguments, add_max_pixels_argument, add_model_arguments, colormap, integer,
+    model_from_args, preprocessing_from_args,
 )
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_map_scaling_arguments(rendering)
     parser.add_argument("--examples", default=SAMPLE_IMAGES, type=Path, metavar="FOLDER",
                         help="images offered as examples (default: the repository's sample_images/, when present)")
+    add_max_pixels_argument(parser)
     add_model_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
                     class_names=class_names(model, args.class_names), examples=examples,
                     settings=ExplainSettings(cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
-                                             normalization=args.normalize))
+                                             normalization=args.normalize),
+                    max_pixels=args.max_pixels)
     serve(app, host=args.host, port=args.port, examples=examples)
     return 0

@@ -14,6 +14,7 @@ from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError, VitrollError
+from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import single_line
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
@@ -119,6 +120,30 @@ def output_folder(text: str) -> Path:
     if not existing.is_dir():
         raise argparse.ArgumentTypeError(f"{text} cannot be made: {existing} is a file, not a folder")
     return path
+
+
+def pixel_count(text: str) -> Optional[int]:
+    """An argparse ``type`` for ``--max-pixels``: a number of pixels (``250000000``), of megapixels (``250M``) or of
+    gigapixels (``1G``), or ``none`` for no limit."""
+    if text.strip().lower() == "none":
+        return None
+    scale = {"M": 1_000_000, "G": 1_000_000_000}.get(text.strip()[-1:].upper(), 1)
+    try:
+        value = float(text.strip()[:-1] if scale > 1 else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of pixels (250000000, 250M, 1G) or none; got {text!r}"
+                                         ) from None
+    if not (math.isfinite(value) and value * scale >= 1):
+        raise argparse.ArgumentTypeError(f"must be at least 1 pixel (or none: no limit); got {text}")
+    return round(value * scale)
+
+
+def add_max_pixels_argument(group: "argparse._ActionsContainer") -> None:
+    """``--max-pixels N``: the largest image to decode (:func:`~vitroll.io.images.load_image`'s ``max_pixels``)."""
+    group.add_argument("--max-pixels", type=pixel_count, default=f"{DEFAULT_MAX_PIXELS // 1_000_000}M", metavar="N",
+                       help="refuse images larger than N pixels, read from the file's header before decoding: "
+                            "250000000, 250M, 1G or none (default: %(default)s, about 10 GiB of memory for an "
+                            "overlay at full size)")
 
 
 def add_device_argument(group: "argparse._ActionsContainer") -> None:

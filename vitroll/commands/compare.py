@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
-    add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, model_argument, model_arguments, note_if_random, print_failed, resolve_device,
-    settings_from_args, warn_if_trusting,
+    add_device_argument, add_max_pixels_argument, add_method_arguments, add_render_arguments,
+    add_trust_checkpoint_argument, img_size_option, add_out_argument, integer, model_argument, model_arguments,
+    note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -45,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pretrained", action="store_true",
                         help="load the pretrained weights (timm's or torchvision's) for every model")
     add_device_argument(parser)
+    add_max_pixels_argument(parser)
     add_out_argument(parser, "compare")
     add_method_arguments(parser)
     add_render_arguments(parser)
@@ -124,7 +125,7 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    result = compare(args.images, explainers_from_args(args), settings)
+    result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)
     for error in result.errors:
         print_failed(error)
     if not result.images:

@@ -11,9 +11,9 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
-    add_batch_size_argument, add_method_arguments, add_model_arguments, add_out_argument, add_render_arguments,
-    model_from_args, non_blank, preprocessing_from_args, print_failed, print_if_little_seen, refuse_folders,
-    settings_from_args,
+    add_batch_size_argument, add_max_pixels_argument, add_method_arguments, add_model_arguments, add_out_argument,
+    add_render_arguments, model_from_args, non_blank, preprocessing_from_args, print_failed, print_if_little_seen,
+    refuse_folders, settings_from_args,
 )
 from vitroll.io.names import single_line
 from vitroll.models import class_names
@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_out_argument(parser, "out")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
     add_batch_size_argument(parser, 8)
+    add_max_pixels_argument(parser)
     parser.add_argument("--text", action="append", default=[], type=non_blank, metavar="TEXT",
                         help="for an image–text model (CLIP, SigLIP, open_clip): explain its score for this text "
                              "(repeatable; the method defaults to chefer, whose maps follow the text); writes "
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     failures = 0
     for result in explain_files(args.images, model, out_dir=args.out, settings=settings,
                                 preprocessing=preprocessing_from_args(model, args), class_names=names,
-                                batch_size=args.batch_size, save_figure=args.figure):
+                                batch_size=args.batch_size, save_figure=args.figure,
+                                max_pixels=args.max_pixels):
         if result.error:
             failures += 1
             print_failed(result.error)

@@ -9,6 +9,7 @@ import io
 import os
 import struct
 import sys
+import threading
 import warnings
 import zlib
 from pathlib import Path
@@ -22,6 +23,12 @@ from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.names import NAME_MAX, fit_name
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+DEFAULT_MAX_PIXELS = 500_000_000
+"""The largest image (width × height) the loaders decode unless told otherwise: 500 MP. ``vitroll overlay`` of one
+image at full resolution peaks near 0.8 GiB + 20 bytes a pixel (measured, peak RSS: 1.7 GiB at 50 MP, 2.6 GiB at
+100 MP, 5.4 GiB at 250 MP), so 500 MP takes about 10 GiB and leaves room in 24 GiB for a second large image in the
+batch or a 16-bit image's float conversion; 1000 MP would take 19.5 GiB for the overlay alone. Pillow's own limit
+(89 MP, an error past 179 MP) refused a 108 MP phone photo or a 150 MP medium-format one."""
 DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
               "its outputs")
 
@@ -74,11 +81,57 @@ def _has_alpha(image: Image.Image) -> bool:
 @contextlib.contextmanager
 def _quiet_pillow() -> Iterator[None]:
     """Pillow's warnings about quirks it read past (truncated EXIF, palette transparency…) unprinted, since the
-    image decoded; a decompression-bomb warning raised, for :func:`load_image` to refuse the image."""
+    image decoded."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
         yield
+
+
+_pillow_limit_lock = threading.Lock()
+_pillow_limit_lifts = 0
+_pillow_limit_saved: Optional[int] = None
+
+
+@contextlib.contextmanager
+def pillow_limit_lifted() -> Iterator[None]:
+    """Pillow's decompression-bomb check (``Image.MAX_IMAGE_PIXELS``, process-wide) off while vitroll opens images,
+    which checks its own limit from the header instead (:func:`check_size`). Counted, so that threads decoding at once
+    (the explorer's) restore Pillow's limit when the last one is done, not while another still decodes."""
+    global _pillow_limit_lifts, _pillow_limit_saved
+    with _pillow_limit_lock:
+        if _pillow_limit_lifts == 0:
+            _pillow_limit_saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        _pillow_limit_lifts += 1
+    try:
+        yield
+    finally:
+        with _pillow_limit_lock:
+            _pillow_limit_lifts -= 1
+            if _pillow_limit_lifts == 0:
+                Image.MAX_IMAGE_PIXELS = _pillow_limit_saved
+
+
+def megapixels(pixels: int) -> str:
+    """``pixels`` in megapixels as a person reads them: ``"144 MP"``, ``"0.3 MP"``."""
+    return f"{pixels / 1e6:.3g} MP" if pixels < 1e9 else f"{round(pixels / 1e6)} MP"
+
+
+def check_size(path: Path, image: Image.Image, max_pixels: Optional[int]) -> None:
+    """Refuse the image opened from ``path`` (its header read, its pixels not yet decoded) when it is larger than
+    ``max_pixels`` (None: any size).
+
+    Raises
+    ------
+    ImageReadError
+        One line: the image's size in megapixels, the limit and how to raise it.
+    """
+    width, height = image.size
+    if max_pixels is None or width * height <= max_pixels:
+        return
+    needed = -(-width * height // 1_000_000)  # in whole megapixels, rounded up
+    raise ImageReadError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
+                               f"of {megapixels(max_pixels)}; --max-pixels {needed}M (max_pixels= in Python) reads "
+                               "it if the memory allows (an overlay takes about 20 bytes a pixel)")
 
 
 def upright_rgb(image: Image.Image) -> Image.Image:
@@ -88,21 +141,25 @@ def upright_rgb(image: Image.Image) -> Image.Image:
         return to_rgb(ImageOps.exif_transpose(image))
 
 
-def load_image(path: "str | os.PathLike[str]") -> Image.Image:
+def load_image(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Image.Image:
     """Decode an image file completely, apply its EXIF orientation and convert it to RGB.
 
-    A file of several frames (an animated GIF or WebP, a multi-page TIFF) gives its first frame.
+    A file of several frames (an animated GIF or WebP, a multi-page TIFF) gives its first frame. An image of more
+    than ``max_pixels`` pixels (width × height, read from its header before any decoding; None: no limit) is
+    refused: :data:`DEFAULT_MAX_PIXELS` (500 MP) keeps a decompression bomb, or a gigapixel scan, from filling the
+    memory.
 
     Raises
     ------
     ImageReadError
-        With a one-line reason: missing, empty, unreadable (permissions), not an image, truncated/corrupt, or too large
-        (Pillow's decompression-bomb guard).
+        With a one-line reason: missing, empty, unreadable (permissions), not an image, truncated/corrupt, or larger
+        than ``max_pixels`` (its size in MP, the limit and how to raise it).
     """
-    return _decode(path, upright_rgb)
+    return _decode(path, upright_rgb, max_pixels)
 
 
-def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image, Optional[Image.Image]]:
+def load_image_with_display(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                            ) -> tuple[Image.Image, Optional[Image.Image]]:
     """:func:`load_image`'s RGB image, for the model, and the same pixels in sRGB, to draw on (None when they are the
     same: no embedded ICC profile, or an sRGB one). A CMYK photo with a CMYK profile is drawn in the colours it prints.
 
@@ -114,9 +171,9 @@ def load_image_with_display(path: "str | os.PathLike[str]") -> tuple[Image.Image
     Raises
     ------
     ImageReadError
-        As :func:`load_image`.
+        As :func:`load_image` (``max_pixels`` too).
     """
-    return _decode(path, lambda image: _with_display(image, Path(path).name))
+    return _decode(path, lambda image: _with_display(image, Path(path).name), max_pixels)
 
 
 def load_image_with_profile(
@@ -231,8 +288,10 @@ def _missing(path: Path) -> str:
     return f"broken symbolic link (to {os.readlink(path)}, which does not exist)"
 
 
-def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded]) -> Decoded:
-    """``convert`` of the completely decoded image file at ``path``, its failures as :class:`ImageReadError`."""
+def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded],
+            max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Decoded:
+    """``convert`` of the completely decoded image file at ``path`` (refused over ``max_pixels``,
+    :func:`check_size`), its failures as :class:`ImageReadError`."""
     path = Path(path_of(path, "path", "the image file to read", "an image already in memory (a PIL image, a uint8 "
                         "array) goes to the methods and overlay as it is"))
     if not path.exists():
@@ -246,12 +305,11 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     if is_dicom(path):
         raise ImageReadError(path, DICOM_HERE)
     try:
-        with _quiet_pillow():
+        with _quiet_pillow(), pillow_limit_lifted():
             with Image.open(path) as image:
+                check_size(path, image, max_pixels)
                 image.load()
                 return convert(image)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise ImageReadError(path, f"image too large ({error})") from None
     except UnidentifiedImageError:
         opened = _tiff_pillow_cannot_read(path)
         if opened is None:

@@ -7,6 +7,7 @@ correlation over the pixels both models saw, and the IoU of their top 10 % pixel
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from torch import nn
 
 from vitroll.errors import OptionValueError
 from vitroll.io.discovery import unique_paths
-from vitroll.io.images import write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS, write_atomic
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
 from vitroll.pipelines.explain import ExplainSettings, figure_bytes, render, top_classes
@@ -68,11 +69,12 @@ def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
 
 
 def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Explainer], settings: ExplainSettings,
-            *, batch_size: int = 8) -> Comparison:
+            *, batch_size: int = 8, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Comparison:
     """Explain every image with every model and measure their agreement pair by pair.
 
-    Each model reads the images through the batch stream with its own preprocessing; unreadable images are listed
-    in ``errors`` (one line each) and skipped. An image given twice is compared once.
+    Each model reads the images through the batch stream with its own preprocessing; unreadable images, and images
+    larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`), are listed in ``errors`` (one line each)
+    and skipped. An image given twice is compared once.
 
     Raises
     ------
@@ -85,11 +87,12 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
         raise OptionValueError(f"each explainer needs its own label; {', '.join(map(repr, repeated))} is given "
                                f"to {labels.count(repeated[0])} of them")
     paths = unique_paths(paths)
+    reader = functools.partial(read_image, max_pixels=max_pixels)
     explained: dict[str, dict[int, Explained]] = {}
     failures: dict[int, str] = {}
     for explainer in explainers:
         explained[explainer.label] = {}
-        for record in explain_stream(explainer.model, paths, read_image, explainer.preprocessing, settings,
+        for record in explain_stream(explainer.model, paths, reader, explainer.preprocessing, settings,
                                      batch_size=batch_size):
             if isinstance(record, Failed):
                 failures.setdefault(record.index, record.message)

@@ -16,6 +16,7 @@ the new row no longer lists are removed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import signal
@@ -36,7 +37,7 @@ from vitroll._version import __version__
 from vitroll.errors import ImageReadError, VitrollError, one_line
 from vitroll.io import encode_png, write_atomic
 from vitroll.io.formats import is_dicom
-from vitroll.io.images import DICOM_HERE
+from vitroll.io.images import DEFAULT_MAX_PIXELS, DICOM_HERE
 from vitroll.io.names import single_line
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
@@ -78,6 +79,8 @@ class AnnotateOptions:
     """A second method (e.g. ``integrated_gradients``) whose maps are rank-correlated with the main method's per
     image (manifest columns ``agreement`` and ``disagrees``); nothing of it is written."""
     disagree_below: float = 0.0
+    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS
+    """The largest image to decode (:func:`~vitroll.io.images.load_image`); a larger one is an ``error`` row."""
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
@@ -429,7 +432,8 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
     if autocast_dtype is torch.float16 and model_device(model).type != "cuda":
         raise ValueError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
     settings = annotator.settings
-    decoded = decoded_batches([item.path for item in todo], read_image, preprocessing, batch_size=options.batch_size,
+    reader = functools.partial(read_image, max_pixels=options.max_pixels)
+    decoded = decoded_batches([item.path for item in todo], reader, preprocessing, batch_size=options.batch_size,
                               workers=options.workers, device=model_device(model))
     batches = explained_batches(
         model, decoded, settings, autocast_dtype=autocast_dtype,

@@ -3,6 +3,7 @@ figures)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from torch import nn
 
 from vitroll.io import encode_png, write_atomic
 from vitroll.io.discovery import unique_paths
+from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
@@ -102,21 +104,24 @@ def explain_files(
     class_names: Optional[list[str]] = None,
     batch_size: int = 8,
     save_figure: bool = False,
+    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
 ) -> Iterator[ImageExplanation]:
     """Explain each file and write ``OUT/<stem>_<method>.png`` (and ``_figure.png``; ``<stem>`` made unique among
     the inputs and such that no output replaces an input file), one result per input in input order; for an
     image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per
     text and their grid.
 
-    Unreadable files, and files whose outputs cannot be written, yield a result with ``error`` set; the others are
-    still processed. A file given twice is explained once.
+    Unreadable files, files larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`) and files whose
+    outputs cannot be written yield a result with ``error`` set; the others are still processed. A file given twice
+    is explained once.
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     paths = unique_paths(paths)
     stems = output_stems(paths, f"_{settings.method}", taken=stems_overwriting_inputs(paths, out_dir, settings.method))
-    for record in explain_stream(model, paths, read_image, preprocessing, settings, batch_size=batch_size):
+    reader = functools.partial(read_image, max_pixels=max_pixels)
+    for record in explain_stream(model, paths, reader, preprocessing, settings, batch_size=batch_size):
         if isinstance(record, Failed):
             yield ImageExplanation(path=record.item, error=record.message)
             continue

@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_info
 
 from vitroll.errors import VitrollError
-from vitroll.io.images import load_image_with_display
+from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display
 from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
@@ -66,10 +66,11 @@ class Reader(Protocol):
     def __call__(self, item: Any) -> Sequence[Frame]: ...
 
 
-def read_image(path: "str | os.PathLike[str]") -> list[Frame]:
+def read_image(path: "str | os.PathLike[str]", max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[Frame]:
     """An image file as one frame: :func:`~vitroll.io.images.load_image_with_display` (EXIF orientation, any mode to
-    RGB; drawn in sRGB when the file embeds another colour profile)."""
-    image, display = load_image_with_display(path)
+    RGB; drawn in sRGB when the file embeds another colour profile; refused over ``max_pixels``). A pipeline with
+    another limit reads through ``functools.partial(read_image, max_pixels=…)``, which workers can unpickle."""
+    image, display = load_image_with_display(path, max_pixels=max_pixels)
     return [Frame(np.asarray(image), display=None if display is None else np.asarray(display))]
 
 
