@@ -319,8 +319,8 @@ def _stated_unlike_header(kind: str, head: bytes, dataset: "Dataset", whose: str
         fits = size is not None and size[:3] in ((rows, columns, samples), (0, columns, samples)) and size[3] <= bits
         if size is None or fits or max(size[:2]) > MOST_ROWS:
             return None
-        return (f"{whose} {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')} of "
-                f"{size[3]} bits")
+        return (f"{whose} {kind} codestream is {size[0]} rows by {size[1]} columns with "
+                f"{counted(size[2], 'component')} of {size[3]} bits")
     segment_offsets = _rle_parse_header(head[:64]) + [len(head)]
     if max(segment_offsets) > len(head):  # a frame cut short: the decoder words it
         return None
