@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         options = _options_from_args(args)
     except ValueError as error:
         if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
-            return leave_to_rank_zero(f"vitroll: error: {error}", EXIT_USER_ERROR)
+            return leave_to_rank_zero(error, EXIT_USER_ERROR)
         raise
     if args.processes > 1 and not under_torchrun():
         return run_ranks(args.argv, args.processes)
