@@ -26,6 +26,7 @@ from vitroll.commands.common import (
     preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
+from vitroll.io.discovery import check_given_paths_exist
 from vitroll.io.redact import require_text_detector
 from vitroll.models import class_names
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
@@ -90,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_given_paths_exist(args.inputs)
     options = AuditOptions(
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,
         flag_threshold=args.flag_threshold,

@@ -15,7 +15,7 @@ import argparse
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
     add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
-    load_model_of_kind, print_failed, resolve_device,
+    load_model_of_kind, none_can_be_read, print_failed, resolve_device,
 )
 from vitroll.io.names import single_line
 from vitroll.methods.caption import CAPTION_METHODS
@@ -44,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
+    if none_can_be_read(args.images):
+        return 3
     model = load_model_of_kind(args.model, ("a captioner",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)
     failed = 0

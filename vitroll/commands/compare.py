@@ -13,8 +13,8 @@ from typing import Optional, TypeVar
 
 from vitroll.commands.common import (
     add_device_argument, add_method_arguments, add_render_arguments, add_trust_checkpoint_argument, img_size_option,
-    add_out_argument, integer, model_argument, model_arguments, note_if_random, print_failed, resolve_device,
-    settings_from_args, warn_if_trusting,
+    add_out_argument, integer, model_argument, model_arguments, none_can_be_read, note_if_random, print_failed,
+    resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -124,6 +124,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    if none_can_be_read(args.images):
+        return EXIT_SOME_FAILED
     result = compare(args.images, explainers_from_args(args), settings)
     for error in result.errors:
         print_failed(error)
