@@ -33,10 +33,10 @@ from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.wording import counted
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(parser: argparse.ArgumentParser) -> None:
     presets = ", ".join(f"{name} (W {w:g}, L {l:g})" for name, (w, l) in WINDOW_PRESETS.items())
-    parser = subparsers.add_parser("audit", help="PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="DICOM or image files, or folders (searched recursively)")
     add_out_argument(parser, "audit", what="report folder")

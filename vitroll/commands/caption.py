@@ -22,9 +22,8 @@ from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.pipelines.caption import caption_files
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("caption", help="caption images and map each word of the caption on the image",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "

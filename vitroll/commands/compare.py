@@ -25,9 +25,8 @@ from vitroll.preprocess import Preprocessing
 T = TypeVar("T")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("compare", help="compare the maps of several models on the same images",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", action="append", required=True, metavar="MODEL",
                         help="a model to compare (repeat: two or more)")

@@ -21,9 +21,8 @@ from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.pipelines.single import ImageExplanation, explain_files
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("overlay", help="write saliency overlays for images and print top-5 classes",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     add_out_argument(parser, "out")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
