@@ -91,7 +91,7 @@ def _option_like_file_hint(words: Sequence[str]) -> str:
 class _CommandParsers(dict):
     """The sub-command parsers by name; each gets its arguments from its module, imported then, the first time it is
     looked up (argparse does when it parses its command; ``vitroll --help`` looks up none), so that a command line
-    imports only its own command's module."""
+    imports only its own command's module. Reading them all (``values``, ``items``) registers them all."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -103,6 +103,15 @@ class _CommandParsers(dict):
             self._registered.add(name)
             importlib.import_module(f"vitroll.commands.{name}").register(parser)
         return parser
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[name] if name in self else default
+
+    def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, argparse.ArgumentParser]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
 
 
 class _LazySubParsersAction(argparse._SubParsersAction):
