@@ -37,3 +37,9 @@ def test_a_name_reached_through_the_package_finds_the_built_in_families(name):
     code = (f"import vitroll\nvitroll.{name}\nfrom vitroll.capture.families import FAMILIES\n"
             "assert 'vit' in {family.name for family in FAMILIES}, [family.name for family in FAMILIES]")
     assert imported_after(code)["timm"]
+
+
+def test_a_public_name_stays_the_function_when_its_namesake_module_is_imported_first():
+    code = ("import vitroll.overlay\nimport vitroll\nfrom vitroll import overlay\n"
+            "assert callable(vitroll.overlay) and callable(overlay), (vitroll.overlay, overlay)")
+    imported_after(code)

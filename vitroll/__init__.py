@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
+import types
 from typing import Any
 
 from vitroll._version import __version__
@@ -59,3 +61,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """This package, whose public names stay the functions when a sub-module of the same name is imported
+    (``import vitroll.overlay`` binds the module here; ``vitroll.overlay`` is the function)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _MODULE_OF and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
