@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 from vitroll._version import __version__
+from vitroll.registry import defer
 
 _PUBLIC = {
     "vitroll.adapters": ("register_family", "use_tokenizer"),
@@ -44,17 +45,23 @@ _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in name
 __all__ = ["__version__", *_MODULE_OF]
 
 
+def _register_built_in_families() -> None:
+    # imported here, not above: the adapters import torch and timm, which `import vitroll.cli` must not wait for
+    import vitroll.adapters  # noqa: F401  (registers timm's, torchvision's, transformers' and open_clip's families)
+
+
+defer(_register_built_in_families)
+
+
 def __getattr__(name: str) -> Any:
     """A public name, imported from its module on first use, or a sub-package not imported yet (``vitroll.capture``
-    after ``import vitroll``). Either first imports :mod:`vitroll.adapters`, so that the model families are
-    registered, as they were when this package imported everything itself."""
+    after ``import vitroll``). The model families are registered when they are first looked up, however they are
+    reached (:mod:`vitroll.registry`)."""
     if name in _MODULE_OF:
-        importlib.import_module("vitroll.adapters")
         value = getattr(importlib.import_module(_MODULE_OF[name]), name)
         globals()[name] = value
         return value
     if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        importlib.import_module("vitroll.adapters")
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
