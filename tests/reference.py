@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from fractions import Fraction
+from typing import Callable
 
 import numpy as np
 import timm
@@ -283,13 +285,23 @@ def reference_torchvision_forward(model: nn.Module, image: torch.Tensor, target:
     return (logits.detach().numpy(), [a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept])
 
 
-def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int) -> np.ndarray:
+Scores = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+"""``scores(model, image)``: a model's class scores (1, K) for ONE image (1, C, H, W)."""
+
+
+def plain_scores(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
+    """The forward's output, for a model that returns its logits (timm)."""
+    return model(image)
+
+
+def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int,
+                             scores: Scores = plain_scores) -> np.ndarray:
     """∂ logit ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64 → (P, C, H, W)."""
     reference = copy.deepcopy(model).double().eval()
     gradients = []
     for point in points.double():
         point = point[None].clone().requires_grad_(True)
-        reference(point)[0, target].backward()
+        scores(reference, point)[0, target].backward()
         gradients.append(point.grad[0].numpy())
     return np.stack(gradients)
 
@@ -305,7 +317,7 @@ def reference_integrated_gradients(model: nn.Module, image: torch.Tensor, target
 
 
 def reference_gradient_shap(model: nn.Module, image: torch.Tensor, baselines: torch.Tensor, target: int,
-                            samples: int, stdev: float, seed: int) -> np.ndarray:
+                            samples: int, stdev: float, seed: int, scores: Scores = plain_scores) -> np.ndarray:
     """GradientSHAP of ONE image (1, C, H, W) in float64: the mean over ``samples`` draws of
     (x + ε − b) · ∇f(b + α(x + ε − b)), b one of ``baselines`` (K, C, H, W), α ~ U(0, 1), ε ~ N(0, stdev²).
 
@@ -319,8 +331,28 @@ def reference_gradient_shap(model: nn.Module, image: torch.Tensor, baselines: to
     chosen = baselines[np.random.choice(len(baselines), samples).tolist()].double()
     alphas = np.random.uniform(0.0, 1.0, samples)
     points = torch.stack([b + float(a) * (x - b) for x, b, a in zip(noisy, chosen, alphas)])
-    gradients = reference_input_gradient(model, points, target)
+    gradients = reference_input_gradient(model, points, target, scores)
     return ((noisy - chosen).numpy() * gradients).mean(axis=0)
+
+
+def reference_image_occlusion(model: nn.Module, image: torch.Tensor, target: int, window: int, patch: int,
+                              scores: Scores = plain_scores) -> np.ndarray:
+    """Occlusion of ONE image (3, H, W) in float64: for each window × window block of ``patch``-pixel patches, zero
+    its pixels and take the target score's drop; each patch's score is the mean over the blocks covering it →
+    (H / patch, W / patch), signed."""
+    reference = copy.deepcopy(model).double().eval()
+    image = image.double()
+    grid = (image.shape[1] // patch, image.shape[2] // patch)
+    with torch.no_grad():
+        full = scores(reference, image[None])[0, target]
+        total, count = np.zeros(grid), np.zeros(grid)
+        for top, left in itertools.product(range(grid[0] - window + 1), range(grid[1] - window + 1)):
+            hidden = image.clone()
+            hidden[:, top * patch:(top + window) * patch, left * patch:(left + window) * patch] = 0.0
+            drop = float(full - scores(reference, hidden[None])[0, target])
+            total[top:top + window, left:left + window] += drop
+            count[top:top + window, left:left + window] += 1
+    return total / count
 
 
 def _mean_positive_weighted_heads(attention: np.ndarray, gradient: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from vitroll.cli import main
-from vitroll.pipelines import folder, stream
+from vitroll.pipelines import folder, ranks, stream
 from vitroll.pipelines.inputs import discover
 from claimed_size import png_claiming_size
 from manifest_check import assert_manifest_matches_folder
@@ -726,6 +726,21 @@ def test_a_usage_error_under_torchrun_is_told_by_rank_0_alone_and_every_rank_fai
     errors, stderr = _torchrun_errors("annotate", str(tmp_path), "--out", str(tmp_path / "out"), *mistake)
     assert errors == [told], stderr
     assert stderr.count("exitcode  : 2") == 2, stderr  # torchrun's report of each rank's status
+
+
+def test_a_rank_that_rank_0_did_not_stop_tells_a_multi_line_mistake_on_one_line(monkeypatch, capsys):
+    """Rank 1's own line, when rank 0 failed otherwise (another node), was formatted by hand: a message with a line
+    break (a path that holds one) printed as two lines, not as the CLI's one ``vitroll: error:`` line."""
+    import signal
+
+    monkeypatch.setattr(ranks, "RANK_ZERO_PATIENCE_S", 0.0)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        status = ranks.leave_to_rank_zero(ValueError("/data/new\nline: not a folder"), 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert status == 2
+    assert capsys.readouterr().err == "vitroll: error: /data/new\\nline: not a folder\n"
 
 
 def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_bytes(tmp_path, capsys):

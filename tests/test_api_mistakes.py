@@ -13,8 +13,13 @@ from vitroll import (
     AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, figure, key_patches, load_image,
     load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
 )
-from vitroll.errors import RecorderUsageError
+from vitroll.audit.metrics import MaskSource
+from vitroll.audit.records import AuditOptions, parse_group_by
+from vitroll.errors import InputValueError, OptionValueError, RecorderUsageError
+from vitroll.io.dicom import parse_window
 from vitroll.methods import record_attention
+from vitroll.pipelines.evaluate_captions import caption_ids, evaluate_captions
+from vitroll.pipelines.legend import legend_html
 
 RGB = np.zeros((8, 10, 3), np.uint8)
 GRID = np.ones((2, 2), np.float32)
@@ -311,3 +316,47 @@ def test_a_recorder_asked_for_what_it_has_not_recorded_is_a_vitroll_error_and_st
     with pytest.raises(RecorderUsageError, match=r"^attention gradients need AttentionRecorder\(model, "
                                                  r"keep_graph=True\)$"):
         recorder.gradients(logits[0, 0])
+
+
+def _one_word_per_token(texts: list[str], add_special_tokens: bool) -> dict[str, list[list[int]]]:
+    """A tokenizer stub: one id per character, so a caption of several letters is several tokens."""
+    return {"input_ids": [[ord(letter) for letter in text] for text in texts]}
+
+
+PIPELINE_MISTAKES = [
+    pytest.param(lambda tmp: legend_html("jet", "zscore"), OptionValueError,
+                 "normalization must be one of minmax, percentile; got 'zscore'", id="legend-normalization"),
+    pytest.param(lambda tmp: parse_window("lungs"), OptionValueError,
+                 "--window must be one of lung, bone, soft-tissue or W,L (width,level); got 'lungs'", id="window-name"),
+    pytest.param(lambda tmp: parse_window("0,40"), OptionValueError, "--window width must be at least 1; got 0",
+                 id="window-width"),
+    pytest.param(lambda tmp: parse_group_by("scanner,colour"), OptionValueError,
+                 "--group-by: unknown field 'colour'; choose from ", id="group-by"),
+    pytest.param(lambda tmp: AuditOptions(salt=" "), OptionValueError,
+                 "--salt is empty, which leaves the case and study keys plain hashes", id="empty-salt"),
+    pytest.param(lambda tmp: AuditOptions(flag_threshold=50), OptionValueError,
+                 "--flag-threshold must lie in [0, 1]; got 50", id="flag-threshold"),
+    pytest.param(lambda tmp: MaskSource(tmp / "masks"), InputValueError,
+                 "mask folder {tmp}/masks does not exist", id="mask-folder"),
+    pytest.param(lambda tmp: evaluate_captions(torch.nn.Identity(), None, [], ["gradcam"]), OptionValueError,
+                 "caption maps come from chefer, rollout, occlusion (and the random baseline); not gradcam",
+                 id="caption-method"),
+    pytest.param(lambda tmp: caption_ids(_one_word_per_token, ["red cross"], end=1, pad=0), InputValueError,
+                 "the tokenizer splits 'red cross' into 9 tokens, not one per word", id="caption-tokens"),
+]
+
+
+@pytest.mark.parametrize("mistake,error,message", PIPELINE_MISTAKES)
+def test_pipeline_and_audit_options_a_user_gets_wrong_are_a_vitroll_error_and_still_a_value_error(
+        tmp_path, mistake, error, message):
+    with pytest.raises(error, match="^[^\n]*$") as raised:
+        mistake(tmp_path)
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value).startswith(message.format(tmp=tmp_path))
+
+
+def test_an_unreadable_mask_image_is_an_input_value_error_naming_it(tmp_path):
+    (tmp_path / "scan.png").write_text("not a png")
+    with pytest.raises(InputValueError, match=r"^cannot read mask image scan\.png$") as raised:
+        MaskSource(tmp_path).get(tmp_path / "scan.dcm", (4, 4))
+    assert isinstance(raised.value, ValueError)

@@ -26,6 +26,7 @@ from vitroll.audit.metrics import (
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
 from vitroll.cli import main
+from vitroll.errors import InputValueError
 from vitroll.methods import METHODS, Method, Saliency
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
@@ -567,7 +568,7 @@ def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, chec
 ])
 def test_malformed_boxes_are_one_error_naming_the_line(tmp_path, line, fault):
     (tmp_path / "boxes.csv").write_text(f"image,x0,y0,x1,y1\nb.dcm,1,1,3,3\n{line}\n")
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(InputValueError) as error:
         read_boxes(tmp_path / "boxes.csv")
     assert str(error.value).startswith(f"{tmp_path / 'boxes.csv'}: line 3: {fault}")
     code, _, stderr = run_cli("audit", str(tmp_path), "--boxes", str(tmp_path / "boxes.csv"), "--out",

@@ -386,7 +386,8 @@ def test_a_captioner_saved_without_its_tokenizer_is_named_a_captioner(saved_capt
     for name in ("config.json", "model.safetensors", "generation_config.json"):
         if (saved_captioner / name).is_file():
             shutil.copy(saved_captioner / name, folder / name)
-    assert main(["caption", "x.png", "--model", str(folder), "--out", str(tmp_path / "out")]) == 2
+    image = str(ROOT / "sample_images" / "cat.jpg")  # a missing image would be told first, before any model loads
+    assert main(["caption", image, "--model", str(folder), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
         f"vitroll: error: {folder}: no tokenizer saved with the captioner (FileNotFoundError); save it beside the "
         "model with tokenizer.save_pretrained\n")  # was "with the text model"

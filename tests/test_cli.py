@@ -366,3 +366,44 @@ def test_a_strip_the_model_saw_little_of_is_warned_about_with_the_options_that_s
     code, _, err = run(capsys, "overlay", str(strip), "--out", str(tmp_path / "all"), "--crop-mode", "squash",
                        "--crop-pct", "1")
     assert code == 0 and err == ""
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("a model was loaded for inputs that are all missing")
+
+
+@pytest.mark.parametrize("command, loader, expected", [
+    (["overlay"], "vitroll.commands.overlay.model_from_args", (3, "failed", "nope.png: no such file")),
+    (["caption", "--model", "vitroll-caption-shapes"], "vitroll.commands.caption.load_model_of_kind",
+     (3, "failed", "nope.png: no such file")),
+    (["compare", "--model", "vit_tiny_patch16_224"], "vitroll.commands.compare.explainers_from_args",
+     (3, "failed", "nope.png: no such file")),
+    (["audit"], "vitroll.commands.audit.model_from_args", (2, "error", "nope.png: no such file or folder")),
+])
+def test_missing_inputs_are_told_before_any_model_loads(tmp_path, capsys, monkeypatch, command, loader, expected):
+    """`vitroll overlay missing.png` loaded the model (seconds, minutes for a large one) before it found the file
+    missing; now the mistyped name is the first thing said, and no model loads."""
+    monkeypatch.setattr(loader, _no_model)
+    code, out, err = run(capsys, *command, str(tmp_path / "nope.png"), "--out", str(tmp_path / "out"))
+    status, kind, reason = expected
+    assert code == status
+    assert one_error_line(err, kind) == f"vitroll: {kind}: {tmp_path / reason}"
+    assert out == ""
+
+
+def test_an_empty_image_among_missing_ones_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", _no_model)
+    (tmp_path / "empty.png").write_bytes(b"")
+    code, _, err = run(capsys, "overlay", str(tmp_path / "nope.png"), str(tmp_path / "empty.png"),
+                       str(tmp_path / "nope.png"), "--out", str(tmp_path / "out"))
+    assert code == 3
+    assert err.splitlines() == [f"vitroll: failed: {tmp_path / 'nope.png'}: no such file",
+                                f"vitroll: failed: {tmp_path / 'empty.png'}: empty file (0 bytes)"]
+
+
+def test_one_readable_image_among_missing_ones_still_runs(tmp_path, capsys):
+    code, out, err = run(capsys, "overlay", str(tmp_path / "nope.png"), str(PHOTO), "--out", str(tmp_path / "out"),
+                         "--device", "cpu")
+    assert code == 3
+    assert f"vitroll: failed: {tmp_path / 'nope.png'}: no such file" in err.splitlines()
+    assert (tmp_path / "out" / "cat_rollout.png").is_file(), err

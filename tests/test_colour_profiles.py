@@ -13,6 +13,7 @@ from PIL import Image, ImageCms
 
 from icc_profiles import cmyk_profile, display_p3_profile, linear_grey_profile, p3_to_srgb, printed_srgb, srgb_encode
 from vitroll.cli import main
+from vitroll.errors import InputValueError
 from vitroll.io.images import load_image_with_display
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.stream import decoded_batches, read_image
@@ -121,7 +122,7 @@ def test_the_explorer_draws_on_the_srgb_picture_and_explains_the_stored_one():
     shown = explore(model, stored, ExplorerControls(), settings=settings, display=display)
     assert np.array_equal(plain.grid_map, shown.grid_map) and plain.top == shown.top
     assert np.array_equal(plain.overlay, stored) and np.array_equal(shown.overlay, display)
-    with pytest.raises(ValueError, match=r"display has shape \(2, 2, 3\)"):
+    with pytest.raises(InputValueError, match=r"^display has shape \(2, 2, 3\)"):
         explore(model, stored, ExplorerControls(), display=display[:2, :2])
 
 

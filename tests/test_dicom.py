@@ -367,10 +367,10 @@ def test_a_header_whose_image_is_not_the_length_of_its_pixel_data_is_refused_nam
 
 @pytest.mark.parametrize(("name", "changes", "mismatch"), [
     ("SC_rgb_rle.dcm", {"Rows": 50},
-     "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its first RLE frame has 3 segments (one per "
+     "Rows 50, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but its RLE data has 3 segments (one per "
      "sample and byte of a sample), the first decoding to 10000 bytes (Rows × Columns)"),
     ("MR_small_RLE.dcm", {"BitsAllocated": 8, "BitsStored": 8, "HighBit": 7},
-     "Rows 64, Columns 64, SamplesPerPixel 1 and BitsAllocated 8, but its first RLE frame has 2 segments (one per "
+     "Rows 64, Columns 64, SamplesPerPixel 1 and BitsAllocated 8, but its RLE data has 2 segments (one per "
      "sample and byte of a sample), the first decoding to 4096 bytes (Rows × Columns)"),
     ("SC_rgb_jpeg_gdcm.dcm", {"SamplesPerPixel": 1, "PhotometricInterpretation": "MONOCHROME2"},
      "Rows 100, Columns 100, SamplesPerPixel 1 and BitsAllocated 8, but its JPEG codestream is 100 rows by 100 "
@@ -395,6 +395,51 @@ def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+def _one_frame_patched(tmp_path: Path, name: str, count: int, frame: int, patch) -> Path:
+    """pydicom's compressed ``name`` with frame ``frame`` of its ``count`` replaced by ``patch(frame bytes)``."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    dataset = pydicom.dcmread(get_testdata_file(name))
+    frames = list(generate_frames(dataset.PixelData, number_of_frames=count))
+    frames[frame] = patch(bytearray(frames[frame]))
+    dataset.PixelData = encapsulate(frames)
+    dataset.save_as(tmp_path / name)
+    return tmp_path / name
+
+
+def _sof_height(codestream: bytearray, height: int) -> bytes:
+    start = codestream.find(b"\xff\xc0")  # baseline SOF: length (2 bytes), precision, then the height
+    codestream[start + 5:start + 7] = height.to_bytes(2, "big")
+    return bytes(codestream)
+
+
+def _rle_segments(frame: bytearray, segments: int) -> bytes:
+    frame[:4] = segments.to_bytes(4, "little")
+    return bytes(frame)
+
+
+@pytest.mark.parametrize(("name", "count", "frame", "patch", "mismatch"), [
+    ("examples_ybr_color.dcm", 30, 3, lambda codestream: _sof_height(codestream, 120),
+     "Rows 240, Columns 320, SamplesPerPixel 3 and BitsAllocated 8, but frame 3's JPEG codestream is 120 rows by 320 "
+     "columns with 3 components of 8 bits"),
+    ("SC_rgb_rle_2frame.dcm", 2, 1, lambda frame: _rle_segments(frame, 2),
+     "Rows 100, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but frame 1's RLE data has 2 segments (one per "
+     "sample and byte of a sample), the first decoding to 10000 bytes (Rows × Columns)"),
+])
+def test_a_later_frame_unlike_the_header_is_refused_naming_it(tmp_path, name, count, frame, patch, mismatch):
+    """Only frame 0's codestream was compared with the header: a later JPEG frame of 120 rows under Rows 240 failed in
+    Python's words ("could not broadcast input array…") after advice to install a GPL decoder, and an RLE frame of
+    2 segments under 3 samples was decoded as it was. Each frame decoded is now compared, and named."""
+    patched = _one_frame_patched(tmp_path, name, count, frame, patch)
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(patched)
+    assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+    assert [index for index, _ in read_dicom(patched, frames=range(frame)).frames] == list(range(frame))  # the others
+    # are as the header says: an audit, which reads a long file a part at a time, shows the parts without frame 3
 
 
 @pytest.mark.parametrize(("frames", "held"), [(1, "frames would be left out without a word"),

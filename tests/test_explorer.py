@@ -21,7 +21,7 @@ from claimed_size import png_claiming_size
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
 from vitroll.cli import main
-from vitroll.errors import ImageReadError, MethodOptionError
+from vitroll.errors import ImageReadError, MethodOptionError, OptionValueError
 from vitroll.io import load_image
 from vitroll.models import class_names
 from vitroll.overlay import lookup_table
@@ -172,7 +172,7 @@ def test_a_method_gets_only_the_options_it_takes_and_the_rest_is_named_as_ignore
 
 
 def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
-    with pytest.raises(ValueError, match=r"^head 4 is out of range for a layer with 4 heads \(0…3\)$"):
+    with pytest.raises(OptionValueError, match=r"^head 4 is out of range for a layer with 4 heads \(0…3\)$"):
         explore(model, image, ExplorerControls(method="attention", head=4))
     with pytest.raises(ValueError, match=r"^layer 4 is out of range for a model with 4 layers \(-4…3\)$"):
         explore(model, image, ExplorerControls(layer=4))
@@ -264,10 +264,10 @@ def test_rollout_on_an_image_text_model_is_its_vision_towers_whatever_the_prompt
 
 
 def test_prompts_that_do_not_fit_the_model_are_refused_with_their_reason(clip, photo, model, image):
-    with pytest.raises(ValueError, match="^CLIPModel is an image–text model: give at least one prompt"):
+    with pytest.raises(OptionValueError, match="^CLIPModel is an image–text model: give at least one prompt"):
         explore(clip[0], photo, ExplorerControls())
-    with pytest.raises(ValueError, match=r"^prompts need an image–text model \(CLIP, SigLIP, open_clip\); "
-                                         "VisionTransformer scores classes, not texts$"):
+    with pytest.raises(OptionValueError, match=r"^prompts need an image–text model \(CLIP, SigLIP, open_clip\); "
+                                               "VisionTransformer scores classes, not texts$"):
         explore(model, image, ExplorerControls(prompts=("a cross",)))
     with pytest.raises(ValueError, match="is blank: a blank text has nothing to explain"):
         scored_model(clip[0], ("a dog", " "))

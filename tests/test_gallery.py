@@ -321,3 +321,30 @@ def test_in_a_320_pixel_window_the_legend_bar_narrows_between_low_and_high(tmp_p
         assert legend.inner_text().startswith("low\nhigh\ncolormap jet; each map scaled")
         assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
         assert not errors
+
+
+def test_the_page_buttons_say_they_do_nothing_on_the_first_and_last_page_and_do_nothing_there(tmp_path):
+    """◀ on page 1 and ▶ on the last page looked and announced themselves as active, and pressing them did nothing
+    visible; they are aria-disabled (still reachable by Tab, unlike ``disabled``) and drawn greyed out."""
+    Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "a.png")
+    write_gallery(tmp_path, [{"path": f"image_{index:03d}.png", "status": "ok", "top1_name": "x", "width": 60,
+                              "height": 40, "overlay": "a.png"} for index in range(2 * PAGE_SIZE + 1)])
+    state = ("() => ['#previous', '#next'].map(id => document.querySelector(id).getAttribute('aria-disabled'))")
+    opacity = "id => getComputedStyle(document.querySelector(id)).opacity"
+    with browser_page((tmp_path / "index.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
+        assert page.evaluate(state) == ["true", "false"]
+        assert float(page.evaluate(opacity, "#previous")) < float(page.evaluate(opacity, "#next"))
+        page.focus("#previous")
+        page.keyboard.press("Enter")
+        assert page.inner_text("#page") == "page 1 / 3" and shown_paths(page)[0] == "image_000.png"
+        assert page.evaluate("document.activeElement.id") == "previous"  # focusable while inactive
+        page.click("#next")
+        assert page.inner_text("#page") == "page 2 / 3" and page.evaluate(state) == ["false", "false"]
+        page.click("#next")
+        assert page.inner_text("#page") == "page 3 / 3" and page.evaluate(state) == ["false", "true"]
+        page.click("#next", force=True)  # Playwright itself waits for an aria-disabled button to become enabled
+        page.click("#previous")
+        assert page.inner_text("#page") == "page 2 / 3"
+        page.fill("#search", "image_000")
+        assert page.inner_text("#page") == "page 1 / 1" and page.evaluate(state) == ["true", "true"]
+        assert not errors

@@ -151,7 +151,7 @@ def test_a_name_imported_from_a_package_is_an_edge_to_its_init(tmp_path):
 
 
 LAYERS = [
-    ("vitroll.errors", "vitroll._version", "vitroll.wording"),
+    ("vitroll.errors", "vitroll._version", "vitroll.wording", "vitroll.registry"),
     ("vitroll.io", "vitroll.checkpoints", "vitroll.testbed.shapes"),
     ("vitroll.models", "vitroll.testbed", "vitroll.preprocess", "vitroll.capture", "vitroll.adapters"),
     ("vitroll.methods",),

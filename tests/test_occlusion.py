@@ -4,7 +4,6 @@ its refusals; and, on the two-shape image–text testbed, a map that follows the
 from __future__ import annotations
 
 import copy
-import itertools
 
 import numpy as np
 import pytest
@@ -22,6 +21,8 @@ from vitroll.pipelines.evaluate_pairs import pair_images
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.model import load_testbed_model
 
+from reference import reference_image_occlusion
+
 PATCH, GRID = 8, (8, 8)
 """The shapes testbed model's patch size in pixels and its grid on 64 px images."""
 
@@ -29,23 +30,6 @@ PATCH, GRID = 8, (8, 8)
 @pytest.fixture(scope="module")
 def model():
     return load_testbed_model()
-
-
-def reference_image_occlusion(model: torch.nn.Module, image: torch.Tensor, target: int, window: int) -> np.ndarray:
-    """ONE image (3, H, W) in float64: for each window × window block of patches, zero its pixels and take the
-    target logit's drop; each patch's score is the mean over the blocks covering it. (h, w), signed."""
-    reference = copy.deepcopy(model).double()
-    image = image.double()
-    with torch.no_grad():
-        full = reference(image[None])[0, target]
-        total, count = np.zeros(GRID), np.zeros(GRID)
-        for top, left in itertools.product(range(GRID[0] - window + 1), range(GRID[1] - window + 1)):
-            hidden = image.clone()
-            hidden[:, top * PATCH:(top + window) * PATCH, left * PATCH:(left + window) * PATCH] = 0.0
-            drop = float(full - reference(hidden[None])[0, target])
-            total[top:top + window, left:left + window] += drop
-            count[top:top + window, left:left + window] += 1
-    return total / count
 
 
 @pytest.mark.parametrize("window", [1, 2, 3])
@@ -56,7 +40,7 @@ def test_image_occlusion_equals_a_float64_reference_per_image_and_target(model, 
     maps = vitroll.occlusion(model, images, target_class=targets, window=window, sign="signed", batch_size=5)
     assert maps.shape == (2, *GRID) and maps.dtype == torch.float32
     for b, target in enumerate(targets):
-        expected = reference_image_occlusion(model, images[b], target, window)
+        expected = reference_image_occlusion(model, images[b], target, window, PATCH)
         np.testing.assert_allclose(maps[b].numpy(), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
     torch.testing.assert_close(vitroll.occlusion(model, images, target_class=targets, window=window),
                                maps.clamp(min=0))

@@ -8,29 +8,76 @@ torchvision, transformers and open_clip models — image classifiers, image–te
 >>> picture = overlay(image_rgb_uint8, maps[0])             # (H, W, 3) RGB uint8
 """
 
-from vitroll._version import __version__
-from vitroll.adapters import register_family, use_tokenizer
-from vitroll.adapters.image_text import PromptedModel, register_dual_encoder
-from vitroll.adapters.transformers_preprocessing import use_image_processor
-from vitroll.capture import AttentionReadout, AttentionRecorder, TokenLayout
-from vitroll.errors import ImageReadError, ModelLoadError, UnsupportedModelError, VitrollError
-from vitroll.io import load_image
-from vitroll.io.text import TokenBatch
-from vitroll.maps import KeyPatch, key_patches, normalize, to_original, upsample
-from vitroll.methods import (
-    METHODS, CaptionMaps, attention, caption_maps, center, chefer, flow, grad_rollout, gradient_shap, image_text_maps,
-    integrated_gradients, occlusion, random_map, rollout, rollout_matrix,
-)
-from vitroll.models import class_names, load_model
-from vitroll.overlay import colorize, figure, outline_boxes, overlay
-from vitroll.preprocess import CropGeometry, Preprocessing
+from __future__ import annotations
 
-__all__ = [
-    "use_image_processor", "image_text_maps", "caption_maps", "CaptionMaps", "PromptedModel",
-    "register_dual_encoder", "METHODS", "AttentionReadout", "AttentionRecorder", "CropGeometry", "ImageReadError",
-    "KeyPatch", "ModelLoadError", "Preprocessing", "TokenBatch", "TokenLayout", "UnsupportedModelError",
-    "VitrollError", "__version__", "attention", "center", "chefer", "class_names", "colorize", "figure", "flow",
-    "grad_rollout", "gradient_shap", "integrated_gradients", "key_patches", "load_image", "load_model", "normalize",
-    "occlusion", "outline_boxes", "overlay", "random_map", "register_family", "rollout", "rollout_matrix",
-    "to_original", "upsample", "use_tokenizer",
-]
+import importlib
+import importlib.util
+import sys
+import types
+from typing import Any
+
+from vitroll._version import __version__
+from vitroll.registry import defer
+
+_PUBLIC = {
+    "vitroll.adapters": ("register_family", "use_tokenizer"),
+    "vitroll.adapters.image_text": ("PromptedModel", "register_dual_encoder"),
+    "vitroll.adapters.transformers_preprocessing": ("use_image_processor",),
+    "vitroll.capture": ("AttentionReadout", "AttentionRecorder", "TokenLayout"),
+    "vitroll.errors": ("ImageReadError", "ModelLoadError", "UnsupportedModelError", "VitrollError"),
+    "vitroll.io": ("load_image",),
+    "vitroll.io.text": ("TokenBatch",),
+    "vitroll.maps": ("KeyPatch", "key_patches", "normalize", "to_original", "upsample"),
+    "vitroll.methods": (
+        "METHODS", "CaptionMaps", "attention", "caption_maps", "center", "chefer", "flow", "grad_rollout",
+        "gradient_shap", "image_text_maps", "integrated_gradients", "occlusion", "random_map", "rollout",
+        "rollout_matrix",
+    ),
+    "vitroll.models": ("class_names", "load_model"),
+    "vitroll.overlay": ("colorize", "figure", "outline_boxes", "overlay"),
+    "vitroll.preprocess": ("CropGeometry", "Preprocessing"),
+}
+"""The module of each public name. They are imported on first use (PEP 562), so that ``import vitroll.cli`` and
+``vitroll --help`` do not wait for torch, timm and transformers."""
+
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
+
+__all__ = ["__version__", *_MODULE_OF]
+
+
+def _register_built_in_families() -> None:
+    # imported here, not above: the adapters import torch and timm, which `import vitroll.cli` must not wait for
+    import vitroll.adapters  # noqa: F401  (registers timm's, torchvision's, transformers' and open_clip's families)
+
+
+defer(_register_built_in_families)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use, or a sub-package not imported yet (``vitroll.capture``
+    after ``import vitroll``). The model families are registered when they are first looked up, however they are
+    reached (:mod:`vitroll.registry`)."""
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value
+        return value
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """This package, whose public names stay the functions when a sub-module of the same name is imported
+    (``import vitroll.overlay`` binds the module here; ``vitroll.overlay`` is the function)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _MODULE_OF and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

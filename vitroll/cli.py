@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import io
 import os
 import sys
@@ -87,14 +88,49 @@ def _option_like_file_hint(words: Sequence[str]) -> str:
     return f"; {path} is a {kind} read as an option: write ./{path} (or put it after --, which ends the options)"
 
 
+class _CommandParsers(dict):
+    """The sub-command parsers by name; each gets its arguments from its module, imported then, the first time it is
+    looked up (argparse does when it parses its command; ``vitroll --help`` looks up none), so that a command line
+    imports only its own command's module. Reading them all (``values``, ``items``) registers them all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._registered: set[str] = set()
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser = super().__getitem__(name)
+        if name not in self._registered:
+            self._registered.add(name)
+            importlib.import_module(f"vitroll.commands.{name}").register(parser)
+        return parser
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[name] if name in self else default
+
+    def values(self) -> list[argparse.ArgumentParser]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, argparse.ArgumentParser]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
+
+
+class _LazySubParsersAction(argparse._SubParsersAction):
+    """argparse's sub-command action over :class:`_CommandParsers`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._name_parser_map = self.choices = _CommandParsers()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="vitroll", description=(
         "Explain transformers (image classifiers, image–text models, captioners, text models) with attention "
         "rollout and its relatives."))
     parser.add_argument("--version", action="version", version=f"vitroll {__version__}")
+    parser.register("action", "parsers", _LazySubParsersAction)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(subparsers)
+    for name, help_line in COMMANDS.items():
+        subparsers.add_parser(name, help=help_line)
     return parser
 
 

@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 import cv2
 import numpy as np
 
+from vitroll.errors import InputValueError
 from vitroll.io.dicom import UNKNOWN
 from vitroll.io.textfile import read_text_file
 
@@ -201,7 +202,7 @@ def image_metrics(
 def _read_mask(path: Path, shape_hw: tuple[int, int]) -> np.ndarray:
     mask = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
     if mask is None:
-        raise ValueError(f"cannot read mask image {path.name}")
+        raise InputValueError(f"cannot read mask image {path.name}")
     if mask.shape != tuple(shape_hw):
         mask = cv2.resize(mask, (shape_hw[1], shape_hw[0]), interpolation=cv2.INTER_NEAREST)
     return mask > 0
@@ -218,7 +219,7 @@ class MaskSource:
                  boxes_csv: "str | os.PathLike[str] | None" = None):
         self.folder = Path(folder) if folder is not None else None
         if self.folder is not None and not self.folder.is_dir():
-            raise ValueError(f"mask folder {self.folder} does not exist")
+            raise InputValueError(f"mask folder {self.folder} does not exist")
         self.boxes: dict[str, list[tuple[int, int, int, int]]] = {}
         if boxes_csv is not None:
             self.boxes = read_boxes(boxes_csv)
@@ -281,13 +282,13 @@ def read_boxes(path: "str | os.PathLike[str]") -> dict[str, list[tuple[int, int,
         if not row or not "".join(row).strip():
             continue
         if len(row) != 5:
-            raise ValueError(f"{path}: line {number}: expected file,x0,y0,x1,y1; got {len(row)} fields")
+            raise InputValueError(f"{path}: line {number}: expected file,x0,y0,x1,y1; got {len(row)} fields")
         try:
             box = _box(row)
         except ValueError as error:
             if number == 1 and not any(_is_number(value) for value in row[1:]):  # a header: file,x0,y0,x1,y1
                 continue
-            raise ValueError(f"{path}: line {number}: {error}") from None
+            raise InputValueError(f"{path}: line {number}: {error}") from None
         boxes.setdefault(row[0].strip(), []).append(box)
     return boxes
 

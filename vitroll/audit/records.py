@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from vitroll.audit.metrics import MaskSource, MetricSettings
+from vitroll.errors import OptionValueError
 from vitroll.io.dicom import SAFE_FIELDS
 
 GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
@@ -28,7 +29,7 @@ def parse_group_by(text: Optional[str]) -> tuple[str, ...]:
         if not key:
             continue
         if key not in _GROUP_ALIASES:
-            raise ValueError(f"--group-by: unknown field {part.strip()!r}; choose from {', '.join(GROUP_FIELDS)}")
+            raise OptionValueError(f"--group-by: unknown field {part.strip()!r}; choose from {', '.join(GROUP_FIELDS)}")
         fields.append(_GROUP_ALIASES[key])
     return tuple(dict.fromkeys(fields))
 
@@ -70,11 +71,11 @@ class AuditOptions:
         if self.salt is None:
             self.salt = secrets.token_hex(16)
         elif not self.salt.strip():  # `--salt "$SALT"` with SALT unset
-            raise ValueError("--salt is empty, which leaves the case and study keys plain hashes of file paths and "
-                             "study UIDs (anyone can hash a list of names to find them); give a secret salt, or leave "
-                             "--salt out for a random one")
+            raise OptionValueError("--salt is empty, which leaves the case and study keys plain hashes of file paths "
+                                   "and study UIDs (anyone can hash a list of names to find them); give a secret salt, "
+                                   "or leave --salt out for a random one")
         if not 0 <= self.flag_threshold <= 1:
-            raise ValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
+            raise OptionValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
 
 
 @dataclass

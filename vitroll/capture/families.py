@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vitroll.errors import InputTypeError, RecorderUsageError, UnsupportedModelError
+from vitroll.registry import Registry
 from vitroll.wording import with_article
 
 Readout = Literal["class_token", "patch_mean", "attention_pool", "token_mean", "prefix_mean", "class_and_patch_mean",
@@ -302,9 +303,9 @@ def imported_types(model_types: tuple[type | str, ...]) -> list[type]:
     return imported
 
 
-FAMILIES: list[ModelFamily] = []
+FAMILIES: Registry[ModelFamily] = Registry()
 """Registered families in registration order (:func:`vitroll.register_family`; timm's are in
-:mod:`vitroll.adapters.timm`)."""
+:mod:`vitroll.adapters.timm`, registered when this is first read: :mod:`vitroll.registry`)."""
 
 
 def add_family(family: ModelFamily) -> None:
@@ -317,7 +318,7 @@ def add_family(family: ModelFamily) -> None:
         FAMILIES.append(family)
 
 
-REFUSALS: list[tuple[type | str, str | Callable[[str], str]]] = []
+REFUSALS: Registry[tuple[type | str, str | Callable[[str], str]]] = Registry()
 """(model class or dotted path, reason) of the model kinds vitroll refuses with that reason (:func:`add_refusal`);
 a built-in reason that names a module inside the model is a function of the refused model's path (``model``)."""
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from vitroll.errors import UnsupportedModelError
+from vitroll.registry import Registry
 
 
 class AttentionSink(Protocol):
@@ -90,7 +91,7 @@ class AttentionReadout:
     attach: Optional[Callable[[nn.Module, AttentionSink], Callable[[], None]]] = None
 
 
-READOUTS: list[AttentionReadout] = []
+READOUTS: Registry[AttentionReadout] = Registry()
 """Registered readouts, the most recent first (timm's attention types in :mod:`vitroll.adapters.timm`)."""
 
 

@@ -1,5 +1,19 @@
-"""CLI sub-commands. Each module defines ``register(subparsers)`` and a ``run(args) -> int`` bound by it."""
+"""CLI sub-commands. The module ``vitroll.commands.NAME`` of each command in :data:`COMMANDS` defines
+``register(parser)``, which gives the command's parser its description and arguments and binds its
+``run(args) -> int``."""
 
-from vitroll.commands import annotate, app, audit, caption, compare, evaluate, methods, models, overlay, sanity, text
-
-COMMANDS = (overlay, annotate, audit, compare, evaluate, sanity, text, caption, app, models, methods)
+COMMANDS = {
+    "overlay": "write saliency overlays for images and print top-5 classes",
+    "annotate": "explain every image of a folder or list, resumably",
+    "audit": "PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
+    "compare": "compare the maps of several models on the same images",
+    "evaluate": "score methods against ground-truth masks",
+    "sanity": "do the maps change when the model's weights are randomised?",
+    "text": "token and word scores of a text model, in the terminal and as HTML",
+    "caption": "caption images and map each word of the caption on the image",
+    "app": "interactive explorer in the browser (needs vitroll[app])",
+    "models": "list supported families and timm models matching a pattern",
+    "methods": "list the saliency methods with their options and defaults",
+}
+"""Each command's name (that of its module) and its line in ``vitroll --help``: listing the commands imports none of
+their modules."""

@@ -36,9 +36,9 @@ from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks
 from vitroll.preprocess import Preprocessing
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("annotate", help="explain every image of a folder or list, resumably",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("input", metavar="INPUT", help="a folder of images, or a .txt/.csv file listing image paths")
     add_out_argument(parser, None)
     add_batch_size_argument(parser, 16)
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         options = _options_from_args(args)
     except ValueError as error:
         if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
-            return leave_to_rank_zero(f"vitroll: error: {error}", EXIT_USER_ERROR)
+            return leave_to_rank_zero(error, EXIT_USER_ERROR)
         raise
     if args.processes > 1 and not under_torchrun():
         return run_ranks(args.argv, args.processes)

@@ -25,9 +25,8 @@ SAMPLE_IMAGES = Path(__file__).resolve().parents[2] / "sample_images"
 LARGEST_PORT = 65535
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("app", help="interactive explorer in the browser (needs vitroll[app])",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
                         help="address to serve on (default 127.0.0.1: this machine only; another needs "
                              "--share-on-network)")

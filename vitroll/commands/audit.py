@@ -26,16 +26,17 @@ from vitroll.commands.common import (
     preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
+from vitroll.io.discovery import check_given_paths_exist
 from vitroll.io.redact import require_text_detector
 from vitroll.models import class_names
 from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.wording import counted
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(parser: argparse.ArgumentParser) -> None:
     presets = ", ".join(f"{name} (W {w:g}, L {l:g})" for name, (w, l) in WINDOW_PRESETS.items())
-    parser = subparsers.add_parser("audit", help="PHI-free saliency audit of DICOM/PNG/TIFF images (HTML, CSV, JSON)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="DICOM or image files, or folders (searched recursively)")
     add_out_argument(parser, "audit", what="report folder")
@@ -90,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_given_paths_exist(args.inputs)
     options = AuditOptions(
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,
         flag_threshold=args.flag_threshold,

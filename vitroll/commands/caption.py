@@ -15,16 +15,15 @@ import argparse
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
     add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
-    load_model_of_kind, print_failed, resolve_device,
+    load_model_of_kind, none_can_be_read, print_failed, resolve_device,
 )
 from vitroll.io.names import single_line
 from vitroll.methods.caption import CAPTION_METHODS
 from vitroll.pipelines.caption import caption_files
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("caption", help="caption images and map each word of the caption on the image",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
@@ -44,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
+    if none_can_be_read(args.images):
+        return 3
     model = load_model_of_kind(args.model, ("a captioner",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)
     failed = 0

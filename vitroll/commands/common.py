@@ -14,7 +14,7 @@ from torch import nn
 
 from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError, VitrollError
-from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.io.images import DEFAULT_MAX_PIXELS, unopened_failure
 from vitroll.io.names import single_line
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
@@ -549,3 +549,15 @@ def print_failed(failure: object) -> None:
     """One ``vitroll: failed:`` line on stderr for an input that failed, its name's line breaks spelt
     (:func:`~vitroll.io.names.single_line`)."""
     print(f"vitroll: failed: {single_line(str(failure))}", file=sys.stderr)
+
+
+def none_can_be_read(images: Sequence[str]) -> bool:
+    """Whether no IMAGE can be read (each missing, a folder or empty), each one's ``vitroll: failed:`` line then
+    printed: checked before any model loads, so that a mistyped name is told at once, not after the model has loaded.
+    With one readable image the run goes on, and the pipeline reports the others in their place."""
+    failures = [unopened_failure(Path(image)) for image in dict.fromkeys(images)]
+    if not all(failures):
+        return False
+    for failure in failures:
+        print_failed(failure)
+    return True

@@ -14,7 +14,7 @@ from typing import Optional, TypeVar
 from vitroll.commands.common import (
     add_device_argument, add_max_pixels_argument, add_method_arguments, add_render_arguments,
     add_trust_checkpoint_argument, img_size_option, add_out_argument, integer, model_argument, model_arguments,
-    note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
+    none_can_be_read, note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
 )
 from vitroll.io.names import READABLE
 from vitroll.models import class_names, load_model
@@ -25,9 +25,8 @@ from vitroll.preprocess import Preprocessing
 T = TypeVar("T")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("compare", help="compare the maps of several models on the same images",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", action="append", required=True, metavar="MODEL",
                         help="a model to compare (repeat: two or more)")
@@ -125,6 +124,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    if none_can_be_read(args.images):
+        return EXIT_SOME_FAILED
     result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)
     for error in result.errors:
         print_failed(error)

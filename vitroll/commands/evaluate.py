@@ -101,8 +101,8 @@ def images_from_args(args: argparse.Namespace, default_count: int):
     return shapes_images(args.testbed or default_count, testbed_seed(args))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("evaluate", help="score methods against ground-truth masks", description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     methods_default = "; ".join(f"{kind}: {methods}" for kind, (_, methods) in TESTBEDS.items())
     add_image_source_arguments(parser, "images with masks beside them: NAME.png + NAME_mask.png",
                                testbed_count=TESTBED_COUNT, methods_default=methods_default)

@@ -10,9 +10,8 @@ from vitroll.commands.common import OPTION_UNITS
 from vitroll.methods import METHODS, Method
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("methods", help="list the saliency methods with their options and defaults",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("name", nargs="?", choices=sorted(METHODS), metavar="NAME",
                         help="one method (without it: all of them)")
     parser.set_defaults(run=run)

@@ -24,9 +24,8 @@ SHIPPED_MODELS = {
 work offline, without a download."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="list supported families and timm models matching a pattern",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("pattern", nargs="?", metavar="PATTERN",
                         help="timm name pattern, e.g. 'deit*' (without it: the families only)")
     parser.add_argument("--pretrained", action="store_true", help="only names with pretrained weights (name.tag)")

@@ -12,8 +12,8 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.commands.common import (
     add_batch_size_argument, add_max_pixels_argument, add_method_arguments, add_model_arguments, add_out_argument,
-    add_render_arguments, model_from_args, non_blank, preprocessing_from_args, print_failed, print_if_little_seen,
-    refuse_folders, settings_from_args,
+    add_render_arguments, model_from_args, non_blank, none_can_be_read, preprocessing_from_args, print_failed,
+    print_if_little_seen, refuse_folders, settings_from_args,
 )
 from vitroll.io.names import single_line
 from vitroll.models import class_names
@@ -21,9 +21,8 @@ from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.pipelines.single import ImageExplanation, explain_files
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("overlay", help="write saliency overlays for images and print top-5 classes",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     add_out_argument(parser, "out")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
@@ -74,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
+    if none_can_be_read(args.images):
+        return EXIT_SOME_FAILED
     settings = settings_from_args(args)
     model = _with_texts(model_from_args(args), args)
     names = class_names(model, args.class_names)

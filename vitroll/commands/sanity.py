@@ -22,9 +22,8 @@ TESTBED_COUNT = 32
 """How many shapes images ``vitroll sanity`` draws without a FOLDER or ``--testbed N``."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sanity", help="do the maps change when the model's weights are randomised?",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     add_image_source_arguments(parser, "a folder of images (files named NAME_mask.* are taken for masks and left out)",
                                testbed_count=TESTBED_COUNT, methods_default=DEFAULT_METHODS)
     add_batch_size_argument(parser, 16)

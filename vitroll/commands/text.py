@@ -37,9 +37,8 @@ PRINTED_TEXTS = 20
 """Up to this many texts are printed shaded in the terminal; more get a progress bar instead."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("text", help="token and word scores of a text model, in the terminal and as HTML",
-                                   description=__doc__)
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", metavar="FILE", help="a UTF-8 file with one text per line (after any TEXT given)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

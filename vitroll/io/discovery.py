@@ -152,6 +152,14 @@ def unique_paths(paths: Sequence["str | os.PathLike[str]"]) -> list[Path]:
     return _first_of_each_file([Path(p) for p in paths], lambda path: path)
 
 
+def check_given_paths_exist(paths: Sequence["str | os.PathLike[str]"]) -> None:
+    """Raise :class:`~vitroll.errors.VitrollError` for the first path that does not exist (a broken link exists: it
+    is a file to report on): the user's typo, found before any model loads."""
+    for path in (Path(p) for p in paths):
+        if not path.exists() and not path.is_symlink():
+            raise VitrollError(f"{path}: no such file or folder")
+
+
 def given_found_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,
                       exclude: "str | os.PathLike[str] | None" = None) -> list[FoundFile]:
     """Files as given, plus the files under given folders (:func:`folder_files`, recursive, nothing under
@@ -163,10 +171,9 @@ def given_found_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Acce
     the user's typo, not a file to report on: it raises :class:`~vitroll.errors.VitrollError` before anything is
     read.
     """
+    check_given_paths_exist(paths)
     found: list[FoundFile] = []
     for path in (Path(p) for p in paths):
-        if not path.exists() and not path.is_symlink():
-            raise VitrollError(f"{path}: no such file or folder")
         if path.is_dir():
             found += folder_files(path, accept=accept, exclude=exclude)
         else:

@@ -289,18 +289,27 @@ def _missing(path: Path) -> str:
     return f"broken symbolic link (to {os.readlink(path)}, which does not exist)"
 
 
+def unopened_failure(path: Path) -> Optional[ImageReadError]:
+    """Why ``path`` cannot be read as an image, known without opening it (missing, a folder, empty), or None: a
+    command checks its inputs so before it loads a model."""
+    if not path.exists():
+        return ImageReadError(path, _missing(path))
+    if path.is_dir():
+        return ImageReadError(path, "is a directory, not an image")
+    if path.stat().st_size == 0:
+        return ImageReadError(path, "empty file (0 bytes)")
+    return None
+
+
 def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Decoded],
             max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Decoded:
     """``convert`` of the completely decoded image file at ``path`` (refused over ``max_pixels``,
     :func:`check_size`), its failures as :class:`ImageReadError`."""
     path = Path(path_of(path, "path", "the image file to read", "an image already in memory (a PIL image, a uint8 "
                         "array) goes to the methods and overlay as it is"))
-    if not path.exists():
-        raise ImageReadError(path, _missing(path))
-    if path.is_dir():
-        raise ImageReadError(path, "is a directory, not an image")
-    if path.stat().st_size == 0:
-        raise ImageReadError(path, "empty file (0 bytes)")
+    unopened = unopened_failure(path)
+    if unopened is not None:
+        raise unopened
     # a DICOM file's 128-byte preamble may hold a TIFF header (a "dual-personality" file) that Pillow would decode:
     # its pixels, burned-in text and all, are the audit's to read
     if is_dicom(path):

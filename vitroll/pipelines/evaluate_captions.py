@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.maps import to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import CAPTION_METHODS, caption_maps, captioner_of
@@ -48,7 +49,7 @@ def caption_ids(tokenizer: Any, captions: Sequence[str], end: int, pad: int) -> 
     encoded = tokenizer(list(captions), add_special_tokens=False)["input_ids"]
     for caption, ids in zip(captions, encoded):
         if len(ids) != len(caption.split()):
-            raise ValueError(f"the tokenizer splits {caption!r} into {len(ids)} tokens, not one per word")
+            raise InputValueError(f"the tokenizer splits {caption!r} into {len(ids)} tokens, not one per word")
     width = max(len(ids) for ids in encoded) + 1
     return torch.tensor([ids + [end] + [pad] * (width - len(ids) - 1) for ids in encoded])
 
@@ -71,8 +72,8 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
     """
     unknown = [name for name in methods if name not in (*CAPTION_METHODS, BASELINE)]
     if unknown:
-        raise ValueError(f"caption maps come from {', '.join(CAPTION_METHODS)} (and the {BASELINE} baseline); "
-                         f"not {', '.join(unknown)}")
+        raise OptionValueError(f"caption maps come from {', '.join(CAPTION_METHODS)} (and the {BASELINE} baseline); "
+                               f"not {', '.join(unknown)}")
     captioner = captioner_of(model)
     _start, end, pad = captioner.special_ids(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)

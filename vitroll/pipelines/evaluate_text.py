@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitroll.errors import InputValueError
 from vitroll.io.text import encode_texts
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import model_device
@@ -73,8 +74,8 @@ def evaluate_text(model: nn.Module, tokenizer: Any, sentences: Sequence[TextSamp
                                          tokenizer.mask_token_id)
             for i, item in enumerate(chunk):
                 if len(words[i]) != len(item.words):
-                    raise ValueError(f"{item.text!r}: the tokenizer gives {len(words[i])} words, the sentence has "
-                                     f"{len(item.words)}")
+                    raise InputValueError(f"{item.text!r}: the tokenizer gives {len(words[i])} words, the sentence has "
+                                          f"{len(item.words)}")
                 mass = np.clip(words[i], 0, None)
                 total = mass.sum()
                 rows.append(dict(

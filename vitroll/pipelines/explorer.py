@@ -27,6 +27,7 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
+from vitroll.errors import InputValueError, OptionValueError
 from vitroll.methods import METHODS, Method, method_named, record_attention
 from vitroll.methods.registry import check_value
 from vitroll.overlay import rgb_uint8
@@ -165,12 +166,12 @@ def scored_model(model: nn.Module, prompts: tuple[str, ...]) -> nn.Module:
     """
     if not is_image_text_model(model):
         if prompts:
-            raise ValueError(f"prompts need an image–text model (CLIP, SigLIP, open_clip); {type(model).__name__} "
-                             "scores classes, not texts")
+            raise OptionValueError(f"prompts need an image–text model (CLIP, SigLIP, open_clip); "
+                                   f"{type(model).__name__} scores classes, not texts")
         return model
     if not prompts:
-        raise ValueError(f"{type(model).__name__} is an image–text model: give at least one prompt (one per line) to "
-                         "score the image against")
+        raise OptionValueError(f"{type(model).__name__} is an image–text model: give at least one prompt (one per "
+                               "line) to score the image against")
     return PromptedModel(model, text_inputs(model, list(prompts)))
 
 
@@ -241,7 +242,7 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
         grid_map = grid_map[controls.head]
     shown = image if display is None else rgb_uint8(display)
     if shown.shape != image.shape:
-        raise ValueError(f"display has shape {shown.shape}, image {image.shape}: it must be the same picture")
+        raise InputValueError(f"display has shape {shown.shape}, image {image.shape}: it must be the same picture")
     _, overlaid = render(shown, grid_map, geometry, settings)
     names = list(controls.prompts) if controls.prompts else class_names
     top = [] if result.probabilities is None else top_classes(result.probabilities[0], names)
@@ -253,7 +254,7 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
 
 def _check_head(head: Optional[int], heads: int) -> None:
     if head is not None and not 0 <= head < heads:
-        raise ValueError(f"head {head} is out of range for a layer with {heads} heads (0…{heads - 1})")
+        raise OptionValueError(f"head {head} is out of range for a layer with {heads} heads (0…{heads - 1})")
 
 
 def head_grid(image: np.ndarray, head_maps: np.ndarray, geometry: CropGeometry, settings: ExplainSettings, *,

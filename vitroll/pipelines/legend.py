@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 from markupsafe import Markup
 
+from vitroll.errors import OptionValueError
 from vitroll.overlay import lookup_table
 from vitroll.templates import render
 
@@ -42,5 +43,5 @@ def legend_html(cmap: str, normalization: Literal["minmax", "percentile"]) -> Ma
         For a colormap matplotlib does not know, or a normalisation other than ``minmax`` and ``percentile``.
     """
     if normalization not in SCALING:
-        raise ValueError(f"normalization must be one of {', '.join(SCALING)}; got {normalization!r}")
+        raise OptionValueError(f"normalization must be one of {', '.join(SCALING)}; got {normalization!r}")
     return Markup(render("legend.html.j2", cmap=cmap, gradient=css_gradient(cmap), scaling=SCALING[normalization]))

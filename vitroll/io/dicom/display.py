@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from vitroll.errors import OptionValueError
 from vitroll.io.dicom.deidentify import _items
 from vitroll.io.images import finite_unit
 from vitroll.wording import counted
@@ -32,10 +33,10 @@ def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
     try:
         width, level = (float(part) for part in parts)
     except ValueError:
-        raise ValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
-                         f"got {text!r}") from None
+        raise OptionValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
+                               f"got {text!r}") from None
     if width < 1:
-        raise ValueError(f"--window width must be at least 1; got {width:g}")
+        raise OptionValueError(f"--window width must be at least 1; got {width:g}")
     return width, level
 
 

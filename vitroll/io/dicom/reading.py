@@ -249,8 +249,9 @@ def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: lis
     A decoder takes the header's Rows, Columns, SamplesPerPixel and NumberOfFrames as given: a header with too few
     rows showed the top of an RLE image as the whole, one with too few frames left the others out without a word, one
     with 1 sample per pixel drew a colour JPEG grey. Compared: the frames the offset tables list (or the fragments
-    that begin a codestream); a JPEG, JPEG-LS or JPEG 2000 first frame's rows, columns and components; an RLE first
-    frame's segments (one per sample and byte of a sample) and the bytes its first decodes to (rows × columns).
+    that begin a codestream); the rows, columns and components a JPEG, JPEG-LS or JPEG 2000 frame states; an RLE
+    frame's segments (one per sample and byte of a sample) and the bytes its first decodes to (rows × columns). Each
+    frame decoded is compared, and the first: a later frame of another size failed in the decoder's words.
 
     A JPEG or JPEG-LS frame whose codestream does not end with its EOI marker is cut short: GDCM read on past the end
     of such a frame into whatever memory followed and, where an earlier frame's EOI lay there, showed it as whole, so
@@ -267,8 +268,11 @@ def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: lis
             _, positions = parse_fragments(buffer)
             starts = [_codestream_kind(_fragment(buffer, position, 64)) for position in positions]
             kind = starts[0] if starts else None
-            first = _fragment(buffer, positions[0], None if kind == "RLE" else CODESTREAM_PEEK) if kind else b""
             begins = [number for number, start in enumerate(starts) if start is not None]
+            # each frame shown is checked, and the first: where codestreams and frames cannot be paired, it alone
+            checked = sorted({0, *indices}) if len(begins) == count else [0]
+            heads = {index: _fragment(buffer, positions[begins[index]], None if kind == "RLE" else CODESTREAM_PEEK)
+                     for index in checked} if kind else {}
             ends = [_fragment_tail(buffer, positions[end - 1]) for end in begins[1:] + [len(positions)]]
     except (ValueError, OSError, EOFError, struct.error):
         return None  # damaged encapsulation: the decoder words it
@@ -286,11 +290,12 @@ def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: lis
         consequence = ("frames would be left out without a word" if held > count
                        else "frames it is said to have are missing")
         return f"{header}NumberOfFrames is {count}, but {holding}, so {consequence}; it is not shown."
-    stated = _stated_unlike_header(kind, first, dataset)
-    if stated is not None:
-        return (f"{header}Rows {dataset.Rows}, Columns {dataset.Columns}, SamplesPerPixel "
-                f"{dataset.get('SamplesPerPixel', 1)} and BitsAllocated {dataset.BitsAllocated}, but {stated}, so the "
-                "image would be drawn wrong and is not shown.")
+    for index, head in heads.items():
+        stated = _stated_unlike_header(kind, head, dataset, f"frame {index}'s" if count > 1 else "its")
+        if stated is not None:
+            return (f"{header}Rows {dataset.Rows}, Columns {dataset.Columns}, SamplesPerPixel "
+                    f"{dataset.get('SamplesPerPixel', 1)} and BitsAllocated {dataset.BitsAllocated}, but {stated}, so "
+                    "the image would be drawn wrong and is not shown.")
     unended = [index for index in indices if not ends[index].endswith(JPEG_END)]
     if kind not in ("JPEG", "JPEG-LS") or len(ends) != count or not unended:
         return None
@@ -299,33 +304,34 @@ def _compressed_problem(path: Path, dataset: "Dataset", count: int, indices: lis
             "marker, so it is cut short; the image would be incomplete and is not shown.")
 
 
-def _stated_unlike_header(kind: str, first: bytes, dataset: "Dataset") -> Optional[str]:
-    """What the first frame ``first`` (a ``kind`` codestream, all of an RLE frame) states of itself that the header of
-    ``dataset`` does not give, a clause; None when they agree or it cannot be told."""
+def _stated_unlike_header(kind: str, head: bytes, dataset: "Dataset", whose: str) -> Optional[str]:
+    """What a frame whose codestream begins ``head`` (a ``kind`` codestream's first bytes, all of an RLE frame) states
+    of itself that the header of ``dataset`` does not give, a clause naming the frame as ``whose`` (``frame 3's``);
+    None when they agree or it cannot be told."""
     from pydicom.pixels.decoders.rle import _rle_decode_segment, _rle_parse_header
 
     rows, columns = dataset.Rows, dataset.Columns
     samples, bits = int(dataset.get("SamplesPerPixel", 1) or 1), int(dataset.BitsAllocated)
     if kind != "RLE":
-        size = _stated_size(kind, first)
+        size = _stated_size(kind, head)
         # a JPEG's height may be 0 in its SOF, stated later; more bits than BitsAllocated would be cut to it; a size
         # no DICOM frame has is a damaged codestream, which the decoder words
         fits = size is not None and size[:3] in ((rows, columns, samples), (0, columns, samples)) and size[3] <= bits
         if size is None or fits or max(size[:2]) > MOST_ROWS:
             return None
-        return (f"its {kind} codestream is {size[0]} rows by {size[1]} columns with {counted(size[2], 'component')} of "
-                f"{size[3]} bits")
-    segment_offsets = _rle_parse_header(first[:64]) + [len(first)]
-    if max(segment_offsets) > len(first):  # a frame cut short: the decoder words it
+        return (f"{whose} {kind} codestream is {size[0]} rows by {size[1]} columns with "
+                f"{counted(size[2], 'component')} of {size[3]} bits")
+    segment_offsets = _rle_parse_header(head[:64]) + [len(head)]
+    if max(segment_offsets) > len(head):  # a frame cut short: the decoder words it
         return None
     try:
-        decoded = len(_rle_decode_segment(first[segment_offsets[0]:segment_offsets[1]]))
+        decoded = len(_rle_decode_segment(head[segment_offsets[0]:segment_offsets[1]]))
     except IndexError:  # a run beyond its segment's end: the decoder words it
         return None
     segments = len(segment_offsets) - 1
     if segments == samples * -(-bits // 8) and decoded in (rows * columns, rows * columns + 1):
         return None
-    return (f"its first RLE frame has {counted(segments, 'segment')} (one per sample and byte of a sample), the first "
+    return (f"{whose} RLE data has {counted(segments, 'segment')} (one per sample and byte of a sample), the first "
             f"decoding to {decoded} bytes (Rows × Columns)")
 
 UNDEFINED_LENGTH = 0xFFFFFFFF

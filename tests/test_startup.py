@@ -1,0 +1,84 @@
+"""What the command line imports before any model work: a command's parser and the package itself import no
+model library, so that ``vitroll --help`` and a usage error answer at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "timm", "transformers", "open_clip", "gradio", "matplotlib", "pydicom", "cv2")
+
+
+def imported_after(code: str) -> dict[str, bool]:
+    """Which of :data:`HEAVY` a fresh interpreter has imported after running ``code`` (from this checkout)."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps({{name: name in sys.modules for name in {HEAVY!r}}}))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_the_command_line_imports_no_model_library():
+    assert not any(imported_after("import vitroll.cli").values())
+
+
+def test_the_command_list_imports_no_command_module_and_no_model_library():
+    code = ("import contextlib, io, sys\nfrom vitroll.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):"
+            "\n    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "assert not any(name.startswith('vitroll.commands.') for name in sys.modules), sorted(sys.modules)")
+    assert not any(imported_after(code).values())
+
+
+@pytest.mark.parametrize("name", ["rollout", "AttentionRecorder", "capture"])
+def test_a_name_reached_through_the_package_finds_the_built_in_families(name):
+    code = (f"import vitroll\nvitroll.{name}\nfrom vitroll.capture.families import FAMILIES\n"
+            "assert 'vit' in {family.name for family in FAMILIES}, [family.name for family in FAMILIES]")
+    assert imported_after(code)["timm"]
+
+
+def test_a_public_name_stays_the_function_when_its_namesake_module_is_imported_first():
+    code = ("import vitroll.overlay\nimport vitroll\nfrom vitroll import overlay\n"
+            "assert callable(vitroll.overlay) and callable(overlay), (vitroll.overlay, overlay)")
+    imported_after(code)
+
+
+DEEP_IMPORTS = {
+    "capture": "from vitroll.capture import AttentionRecorder\n"
+               "with AttentionRecorder(model) as recorder:\n    model(images)\n"
+               "values = recorder.attentions[-1]",
+    "methods": "from vitroll.methods import rollout\nvalues = rollout(model, images)",
+    "adapters": "from vitroll.adapters import register_family\nfrom vitroll.capture import family_of\n"
+                "values = torch.tensor([len(family_of(model).attention_modules(model))])",
+}
+"""A deep import of each layer, as a user writes it without ``import vitroll``, and what it computes on a ViT."""
+
+
+@pytest.mark.parametrize("layer", sorted(DEEP_IMPORTS))
+def test_a_deep_import_in_a_fresh_interpreter_finds_timm_vits_and_records_their_attention(layer):
+    """With the package's names imported on first use, the built-in families were registered only when a name was
+    reached through `vitroll`: `from vitroll.capture import AttentionRecorder` on a timm ViT said 'supported
+    families: .'"""
+    code = ("import timm, torch\ntorch.manual_seed(0)\n"
+            "model = timm.create_model('vit_tiny_patch16_224', img_size=32, depth=2).eval()\n"
+            "images = torch.rand(1, 3, 32, 32)\n"
+            f"{DEEP_IMPORTS[layer]}\nprint('SHAPE', tuple(values.shape), bool(torch.isfinite(values).all()))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    expected = {"capture": "(1, 5, 5)", "methods": "(1, 2, 2)", "adapters": "(1,)"}[layer]
+    assert done.stdout.splitlines()[-1] == f"SHAPE {expected} True"
+
+
+def test_a_family_registered_before_any_lookup_still_takes_its_models_over_the_built_in_one():
+    """The built-in families are registered at the first lookup; one a user registered before it must still win."""
+    code = ("import dataclasses, timm\nfrom vitroll.capture.families import ModelFamily, add_family, family_of\n"
+            "from timm.models.vision_transformer import VisionTransformer\n"
+            "class Mine(VisionTransformer):\n    pass\n"
+            "add_family(ModelFamily('mine', (Mine,), (), (), lambda m: [], lambda m, s: None))\n"
+            "model = Mine(img_size=32, depth=1)\n"
+            "print(family_of(model).name, family_of(timm.create_model('vit_tiny_patch16_224', img_size=32)).name)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["mine", "vit"]
