@@ -920,3 +920,18 @@ def test_an_image_over_max_pixels_is_an_error_row_and_its_batch_goes_on_and_a_re
     assert "over the limit of 0.003 MP" in {row["path"]: row for row in rows(out)}["huge.png"]["error"]
     assert annotate(str(source), "--out", str(out), "--max-pixels", "none") == 0
     assert {row["path"]: row["status"] for row in rows(out)} == {"a.png": "ok", "b.png": "ok", "huge.png": "ok"}
+
+
+def test_heic_photos_that_annotate_leaves_out_are_counted_with_what_to_do(tmp_path, capsys):
+    """A folder of iPhone photos gave "no image files found", and one of JPEGs and HEICs left the HEICs out silently."""
+    source = tmp_path / "phone"
+    source.mkdir()
+    for name in ("IMG_0001.HEIC", "IMG_0002.heic"):
+        (source / name).write_bytes(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic" + bytes(200))
+    advice = "2 HEIC/HEIF photos (an iPhone's format), which Pillow does not read: save them as JPEG or PNG"
+    assert annotate(str(source), "--out", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {source}: no image files found, but {advice}\n"
+    Image.fromarray(rgb()).save(source / "IMG_0003.jpg")
+    assert annotate(str(source), "--out", str(tmp_path / "out")) == 0
+    assert capsys.readouterr().err == f"vitroll: warning: {source}: left out {advice}\n"
+    assert [row["path"] for row in rows(tmp_path / "out")] == ["IMG_0003.jpg"]

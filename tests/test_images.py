@@ -194,3 +194,19 @@ def test_a_tiff_neither_pillow_nor_opencv_reads_is_one_line(tmp_path):
     path.write_bytes(b"II*\x00" + bytes(64))
     with pytest.raises(ImageReadError, match=r"broken.tif: (not an image Pillow can read|corrupt)"):
         load_image(path)
+
+
+def test_a_heic_photo_or_a_pdf_is_named_for_what_it_is_with_what_to_do(tmp_path):
+    """Both said only "not an image Pillow can read": an iPhone's HEIC photo (whatever its name) reads as a broken
+    file, a PDF scan as an image gone wrong."""
+    heic = tmp_path / "IMG 0001.HEIC"
+    heic.write_bytes(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic" + bytes(200))
+    pdf = tmp_path / "scan.png"
+    pdf.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    with pytest.raises(ImageReadError) as info:
+        load_image(heic)
+    assert info.value.reason == ("a HEIC/HEIF photo (an iPhone's format), which Pillow does not read: save it as JPEG "
+                                 "or PNG (on a Mac: sips -s format jpeg 'IMG 0001.HEIC' --out 'IMG 0001.jpg')")
+    with pytest.raises(ImageReadError) as info:
+        load_image(pdf)
+    assert info.value.reason == "a PDF document (so its first bytes say), not an image"

@@ -24,12 +24,14 @@ from vitroll.commands.common import (
     settings_from_args,
 )
 from vitroll.errors import EXIT_USER_ERROR
+from vitroll.io.names import single_line
 from vitroll.methods import METHODS
 from vitroll.models import class_names
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.folder import (
     PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
 )
+from vitroll.pipelines.inputs import heif_photos
 from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks, under_torchrun
 from vitroll.preprocess import Preprocessing
 
@@ -149,6 +151,9 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
     try:
         with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank
             inputs = find_inputs(args.input, args.out, options)  # before a model load that may take minutes
+            left_out = heif_photos(args.input, recursive=args.recursive, exclude=args.out)
+            if left_out and rank == 0:
+                print(single_line(f"vitroll: warning: {args.input}: left out {left_out}"), file=sys.stderr)
             settings = settings_from_args(args)
             model = model_from_args(args)
             preprocessing = preprocessing_from_args(model, args)

@@ -54,6 +54,18 @@ def is_dicom(path: "str | os.PathLike[str]") -> bool:
     return _head(path, DICOM_MAGIC_OFFSET + len(DICOM_MAGIC))[DICOM_MAGIC_OFFSET:] == DICOM_MAGIC
 
 
+HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif"})
+HEIF_BRANDS = frozenset({b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1"})
+"""The ``ftyp`` brands of HEIF files (HEIC: an iPhone's photos since iOS 11); AVIF's ``avif`` brand, which Pillow
+reads, is not among them."""
+
+
+def is_heif(path: "str | os.PathLike[str]") -> bool:
+    """Whether ``path`` is a HEIF/HEIC file: an ISO media ``ftyp`` box of a HEIF brand at byte 4."""
+    head = _head(path, 12)
+    return head[4:8] == b"ftyp" and head[8:12] in HEIF_BRANDS
+
+
 def sniff(path: "str | os.PathLike[str]") -> Optional[Signature]:
     """The :data:`SIGNATURES` entry that the first bytes of ``path`` match, whatever its name; None for none (or a
     file that cannot be opened)."""

@@ -7,6 +7,7 @@ import errno
 import functools
 import io
 import os
+import shlex
 import struct
 import sys
 import threading
@@ -19,7 +20,7 @@ import numpy as np
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError, path_of
-from vitroll.io.formats import is_dicom, sniff
+from vitroll.io.formats import is_dicom, is_heif, sniff
 from vitroll.io.names import NAME_MAX, fit_name
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
@@ -322,13 +323,24 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     except UnidentifiedImageError:
         opened = _tiff_pillow_cannot_read(path)
         if opened is None:
-            raise ImageReadError(path, "not an image Pillow can read") from None
+            raise ImageReadError(path, _not_an_image(path)) from None
         return convert(opened)
     except (OSError, SyntaxError, ValueError) as error:
         # an errno is the file system's (no permission, an I/O error), not the decoder's
         if getattr(error, "errno", None) is not None:
             raise ImageReadError(path, f"cannot be read ({error.strerror or error})") from None
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
+
+
+def _not_an_image(path: Path) -> str:
+    """Why Pillow cannot read ``path``, what it is where its first bytes say, and what to do for a photo."""
+    if is_heif(path):
+        return ("a HEIC/HEIF photo (an iPhone's format), which Pillow does not read: save it as JPEG or PNG (on a Mac: "
+                f"sips -s format jpeg {shlex.quote(path.name)} --out {shlex.quote(path.stem + '.jpg')})")
+    signature = sniff(path)
+    if signature is not None and not signature.image:
+        return f"a {signature.kind} (so its first bytes say), not an image"
+    return "not an image Pillow can read"
 
 
 def _tiff_pillow_cannot_read(path: Path) -> Optional[Image.Image]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from vitroll.io.discovery import has_image_suffix, is_within, source_files
-from vitroll.io.formats import is_dicom
+from vitroll.io.formats import HEIF_SUFFIXES, is_dicom
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
 from vitroll.wording import counted
 
@@ -143,4 +143,19 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
     if dicom:
         return (f"no image files found, but {counted(dicom, 'DICOM file')}: `vitroll audit` reads "
                 "DICOM and keeps patient data out of its outputs")
-    return "no image files found"
+    heif = heif_photos(source, recursive=recursive, exclude=exclude)
+    return f"no image files found, but {heif}" if heif else "no image files found"
+
+
+def heif_photos(source: "str | os.PathLike[str]", *, recursive: bool,
+                exclude: "str | os.PathLike[str] | None" = None) -> str:
+    """``"N HEIC/HEIF photos …"`` with what to do, for the files of folder ``source`` named so (an iPhone's photos,
+    which Pillow does not read and :func:`discover` leaves out), or ``""`` for none (or a list file)."""
+    if not Path(source).is_dir():
+        return ""
+    found = source_files(source, accept=lambda path: path.suffix.lower() in HEIF_SUFFIXES, recursive=recursive,
+                         exclude=exclude)
+    if not found:
+        return ""
+    return (f"{counted(len(found), 'HEIC/HEIF photo')} (an iPhone's format), which Pillow does not read: save them "
+            "as JPEG or PNG")
