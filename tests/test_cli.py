@@ -407,3 +407,16 @@ def test_one_readable_image_among_missing_ones_still_runs(tmp_path, capsys):
     assert code == 3
     assert f"vitroll: failed: {tmp_path / 'nope.png'}: no such file" in err.splitlines()
     assert (tmp_path / "out" / "cat_rollout.png").is_file(), err
+
+
+def test_an_unreadable_class_names_file_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """`--class-names` with a typo was read after the model had loaded, its error seconds (minutes) later."""
+    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", _no_model)
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")
+    for name, reason in (("nope.txt", "No such file or directory"), ("latin1.txt", "not UTF-8 text: byte 0xe9")):
+        with pytest.raises(SystemExit) as stopped:
+            main(["overlay", str(PHOTO), "--class-names", str(tmp_path / name), "--out", str(tmp_path / "out")])
+        assert stopped.value.code == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert line.startswith(f"vitroll: error: overlay: argument --class-names: {tmp_path / name}: cannot read class "
+                               f"names ({reason}"), line

@@ -82,3 +82,11 @@ def test_a_family_registered_before_any_lookup_still_takes_its_models_over_the_b
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["mine", "vit"]
+
+
+def test_the_registries_read_first_hold_the_built_in_entries():
+    code = ("from vitroll.capture.families import FAMILIES, REFUSALS\nfrom vitroll.capture.readouts import READOUTS\n"
+            "names = [family.name for family in FAMILIES.copy()]\n"
+            "assert names[:2] == ['vit', 'vit-relpos'] and FAMILIES.index(FAMILIES[0]) == 0, names\n"
+            "assert len(READOUTS) > 3 and len(REFUSALS) > 3, (READOUTS, REFUSALS)")
+    assert imported_after(code)["timm"]

@@ -9,7 +9,8 @@ library, and a deep import (``from vitroll.capture import AttentionRecorder``) s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+import functools
+from typing import Any, Callable, TypeVar
 
 Entry = TypeVar("Entry")
 
@@ -28,36 +29,38 @@ def run_deferred() -> None:
         _DEFERRED.pop(0)()
 
 
+def _after_deferred(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of a list, run after the deferred registrations."""
+
+    @functools.wraps(method)
+    def run(self: list, *args: Any, **kwargs: Any) -> Any:
+        run_deferred()
+        return method(self, *args, **kwargs)
+
+    return run
+
+
 class Registry(list[Entry]):
-    """A list of registered entries that runs the deferred registrations (:func:`run_deferred`) before it is read or
-    an entry is replaced, so that the built-in entries come first and a user's registration (which reads the list to
-    replace one of the same name) takes precedence. ``append`` runs none: the registries' own modules append their
-    first entries while they are imported, before the adapters, which are built on them, can be."""
+    """A list of registered entries that runs the deferred registrations (:func:`run_deferred`) before any use but
+    ``append``, so that the built-in entries come first and a user's registration (which reads the list to replace
+    one of the same name) takes precedence. ``append`` runs none: the registries' own modules append their first
+    entries while they are imported, before the adapters, which are built on them, can be."""
 
-    def __iter__(self) -> Iterator[Entry]:
-        run_deferred()
-        return super().__iter__()
-
-    def __reversed__(self) -> Iterator[Entry]:
-        run_deferred()
-        return super().__reversed__()
-
-    def __len__(self) -> int:
-        run_deferred()
-        return super().__len__()
-
-    def __getitem__(self, index: Any) -> Any:
-        run_deferred()
-        return super().__getitem__(index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        run_deferred()
-        super().__setitem__(index, value)
-
-    def __contains__(self, entry: object) -> bool:
-        run_deferred()
-        return super().__contains__(entry)
-
-    def __repr__(self) -> str:
-        run_deferred()
-        return super().__repr__()
+    __iter__ = _after_deferred(list.__iter__)
+    __reversed__ = _after_deferred(list.__reversed__)
+    __len__ = _after_deferred(list.__len__)
+    __getitem__ = _after_deferred(list.__getitem__)
+    __setitem__ = _after_deferred(list.__setitem__)
+    __delitem__ = _after_deferred(list.__delitem__)
+    __contains__ = _after_deferred(list.__contains__)
+    __eq__ = _after_deferred(list.__eq__)
+    __add__ = _after_deferred(list.__add__)
+    __repr__ = _after_deferred(list.__repr__)
+    copy = _after_deferred(list.copy)
+    count = _after_deferred(list.count)
+    index = _after_deferred(list.index)
+    insert = _after_deferred(list.insert)
+    extend = _after_deferred(list.extend)
+    remove = _after_deferred(list.remove)
+    pop = _after_deferred(list.pop)
+    clear = _after_deferred(list.clear)

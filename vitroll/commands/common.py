@@ -16,6 +16,7 @@ from vitroll.capture import HEAD_FUSIONS, family_of
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.io.images import DEFAULT_MAX_PIXELS, unopened_failure
 from vitroll.io.names import single_line
+from vitroll.io.textfile import TextFileError, read_text_file
 from vitroll.methods import METHODS, Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.models.transformers import saved_kind
@@ -78,6 +79,20 @@ def colormap(name: str) -> str:
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return name
+
+
+def readable_text_file(what: str) -> Callable[[str], str]:
+    """An argparse ``type`` for a small text file the user gives (``--class-names``): one readable as UTF-8 text,
+    checked before any model loads; the run reads it again where it uses it. ``what`` names its use."""
+
+    def parse(text: str) -> str:
+        try:
+            read_text_file(text, what)
+        except TextFileError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return text
+
+    return parse
 
 
 def available_devices() -> list[str]:
@@ -197,7 +212,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), metavar="N",
                        help="classifier size (default: from the checkpoint's head)")
-    group.add_argument("--class-names", metavar="FILE", help="class names file: one per line, or JSON")
+    group.add_argument("--class-names", type=readable_text_file("class names"), metavar="FILE",
+                       help="class names file: one per line, or JSON")
     add_device_argument(group)
     group.add_argument("--crop-pct", type=number(0, 1, low_open=True), metavar="FRACTION",
                        help="override the model's crop_pct, in (0, 1] (1.0: no margin)")
