@@ -297,8 +297,41 @@ def test_a_cine_longer_than_a_batch_is_streamed_in_parts_with_the_same_rows(tmp_
     failures = [row for row in reports["2"] if row["status"] == "error"]
     assert [row["input"] for row in failures] == [2]
     assert failures[0]["reason"] == (
-        "This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the middle of its pixel data, "
-        "so the image is incomplete and is not shown.")
+        "Frames 4 to 6 of 7 are not audited: this DICOM file (Secondary Capture Image Storage) is cut short: it ends "
+        "in the middle of its pixel data, so the image is incomplete and is not shown.")
+    assert failures[0]["case"].endswith("-f4-6")
+
+
+def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):
+    """rtdose_rle.dcm (15 frames) with frame 3 and frame 11 of fewer RLE segments than its header's 32 bits need
+    (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the
+    frames it left out nor that frames 4 to 7 were audited, the summary said the file was not audited, and the part
+    of frame 11, which failed otherwise, was left out without a word."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    dataset = pydicom.dcmread(get_testdata_file("rtdose_rle.dcm"))
+    frames = [bytearray(frame) for frame in generate_frames(dataset.PixelData, number_of_frames=15)]
+    frames[3][:4], frames[11][:4] = (3).to_bytes(4, "little"), (2).to_bytes(4, "little")
+    dataset.PixelData = encapsulate([bytes(frame) for frame in frames])
+    (tmp_path / "in").mkdir()
+    dataset.save_as(tmp_path / "in" / "dose.dcm")
+    code, _, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--salt", "s",
+                              "--batch-size", "4", *MODEL)
+    assert code == 3
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
+    assert sorted(row["frame"] for row in rows if row["status"] != "error") == [4, 5, 6, 7, 12, 13, 14]
+    failures = {row["case"].rsplit("-", 2)[-2:][0]: row["reason"] for row in rows if row["status"] == "error"}
+    header = ("this DICOM file's header does not fit its pixel data: Rows 10, Columns 10, SamplesPerPixel 1 and "
+              "BitsAllocated 32, but frame {}'s RLE data has {} segments (one per sample and byte of a sample), the "
+              "first decoding to 100 bytes (Rows × Columns), so the image would be drawn wrong and is not shown.")
+    assert failures == {"f0": "Frames 0 to 3 of 15 are not audited: " + header.format(3, 3),
+                        "f8": "Frames 8 to 11 of 15 are not audited: " + header.format(11, 2)}
+    assert stderr.count("vitroll: not audited:") == 2
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["summary"][0]["text"] == (
+        "The audit covers 7 images from 1 file in 1 study; some frames of 1 file were not audited (listed by number in "
+        "the input list, with the reasons).")  # not "2 files were not audited": one file, and partly audited
 
 
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------

@@ -151,13 +151,20 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     return frames
 
 
-def _error_row(failed: Failed, options: AuditOptions) -> AuditRow:
-    """The row of a file that gave no image; its reason scrubbed of the file's path and name unless ``keep_ids``."""
+def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = None) -> AuditRow:
+    """The row of a file that gave no image, or of its ``frames`` (of a file streamed in parts) that gave none, which
+    its case and reason then name; its reason scrubbed of the file's path and name unless ``keep_ids``."""
     path = failed.item.path
-    return AuditRow(case=f"case-{_file_key(failed.item, options)}", study=_study_key(failed.item, None, options),
-                    input_number=failed.item.number,
-                    error=_sentence(failed.message if options.keep_ids else _scrub(failed.message, path)),
-                    identifiers={"file": str(path)} if options.keep_ids else {})
+    reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, path))
+    case = f"case-{_file_key(failed.item, options)}"
+    count = frame_count(path) if frames is not None else 0
+    if frames is not None and len(frames) < count:
+        which = f"Frame {frames.start}" if len(frames) == 1 else f"Frames {frames.start} to {frames[-1]}"
+        case += f"-f{frames.start}" if len(frames) == 1 else f"-f{frames.start}-{frames[-1]}"
+        verb, first = "is" if len(frames) == 1 else "are", reason[:1].lower() if reason[1:2].islower() else reason[:1]
+        reason = f"{which} of {count} {verb} not audited: {first}{reason[1:]}"  # "DICOM …" keeps its capital
+    return AuditRow(case=case, study=_study_key(failed.item, None, options), input_number=failed.item.number,
+                    error=reason, identifiers={"file": str(path)} if options.keep_ids else {})
 
 
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
@@ -211,24 +218,34 @@ def audit_items(
 ) -> Iterator[AuditRow]:
     """One row per frame of ``files`` (numbered from 1 in their order), or per file that gives none: each frame
     explained in the batch stream, measured, and its overlay written to ``OUT/images/<case>.png`` (burned-in text
-    filled). A file streamed in parts that fail alike (or whose later part fails) has one row for its failure."""
+    filled). A file streamed in parts has one row for each run of consecutive parts that fail alike, naming their
+    frames (a frame whose codestream is unlike the header fails the part it is in, and a cine cut short every part
+    from where it ends); a part that failed otherwise was left out without a word."""
     # Workers not forked from this process: once it has run the text detector (an ONNX session with its own
     # threads), a forked worker can wait forever on a lock that a thread which did not survive the fork held.
     stream = explain_stream(model, audit_inputs(files, options), functools.partial(audit_frames, options=options),
                             preprocessing or Preprocessing.from_model(model), settings, batch_size=options.batch_size,
                             workers=options.workers, multiprocessing_context="forkserver")
-    failed_files: set[int] = set()
+    held: Optional[Failed] = None  # a failure, held until the next parts of its file are known to fail alike or not
+    frames: Optional[range] = None
     for record in stream:
+        if isinstance(record, Failed) and held is not None and frames is not None and record.item.frames is not None \
+                and (record.item.number, record.message) == (held.item.number, held.message):
+            frames = range(frames.start, record.item.frames.stop)
+            continue
+        if held is not None:
+            yield _error_row(held, options, frames)
+            held = None
         if isinstance(record, Failed):
-            if record.item.number not in failed_files:
-                failed_files.add(record.item.number)
-                yield _error_row(record, options)
+            held, frames = record, record.item.frames
         else:
             try:
                 yield _measure(record, out_dir=Path(out_dir), settings=settings, options=options,
                                class_names=class_names)
             except OSError as error:  # its overlay cannot be written: this image's row says so, the audit goes on
                 yield _unwritten_row(record, error)
+    if held is not None:
+        yield _error_row(held, options, frames)
 
 
 def _unwritten_row(record: Explained, error: OSError) -> AuditRow:

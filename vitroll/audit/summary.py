@@ -68,11 +68,16 @@ def _cases(rows: list[AuditRow]) -> list[str]:
 def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options: AuditOptions) -> list[Sentence]:
     """The report's opening paragraph, each sentence with the cases it speaks of."""
     n = len(rows)
+    failed = {row.input_number for row in errors}
+    partly = failed & {row.input_number for row in rows}  # streamed in parts: some frames gave images
+    unaudited = len(failed - partly)
+    missing = ([f"{counted(unaudited, 'file')} {'was' if unaudited == 1 else 'were'} not audited"] if unaudited else []
+               ) + ([f"some frames of {counted(len(partly), 'file')} were not"] if partly else [])
     said = [Sentence(
         f"The audit covers {counted(n, 'image')} from {counted(files, 'file')} in "
         f"{counted(len({row.study for row in rows}), 'study')}"
-        + (f"; {counted(len(errors), 'file')} {'was' if len(errors) == 1 else 'were'} not audited (listed by number "
-           f"in the input list, with the reason{'' if len(errors) == 1 else 's'})." if errors else "."),
+        + (f"; {', and '.join(missing)}{'' if unaudited else ' audited'} (listed by number in the input list, with the "
+           f"reason{'' if len(errors) == 1 else 's'})." if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
     if not n:
         return said
