@@ -83,6 +83,28 @@ def test_a_checkpoint_of_a_model_built_with_other_arguments_names_model_arg(tmp_
         "(--model-arg reg_tokens=4, --model-arg depth=6, …)")
 
 
+def test_a_checkpoint_that_holds_none_of_the_models_weights_says_so_not_to_rebuild_the_model(tmp_path, capsys):
+    """A safetensors of another network's tensors (not one key of the ViT's) was told to rebuild the ViT with other
+    timm.create_model arguments, which no argument can make fit; it now says the file holds none of its weights."""
+    from vitroll.cli import main
+    from vitroll.errors import ForeignWeightsError
+
+    foreign = tmp_path / "classifier.safetensors"
+    save_file(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4, 2)).state_dict(),
+              foreign)
+    told = (f"{foreign}: checkpoint holds none of VisionTransformer's weights: its keys (0.bias, 0.weight, 2.bias "
+            "…) are none of the model's (cls_token, pos_embed, patch_embed.proj.weight …); it is another "
+            "architecture's checkpoint, or no model's state dict")
+    with pytest.raises(ForeignWeightsError) as raised:
+        load_model(NAME, checkpoint=foreign, img_size=32, num_classes=2)
+    assert str(raised.value) == told and isinstance(raised.value, ModelLoadError)
+    image = tmp_path / "image.png"
+    Image.fromarray(numpy.full((32, 32, 3), 90, numpy.uint8)).save(image)
+    assert main(["overlay", str(image), "--model", NAME, "--img-size", "32", "--checkpoint", str(foreign), "--out",
+                 str(tmp_path / "out"), "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {told}\n"
+
+
 def test_a_checkpoint_of_another_depth_or_width_names_the_model_args_that_build_it(tmp_path, capsys):
     """A checkpoint saved with depth=2 only listed the missing blocks.2 keys; one saved with another embed_dim was
     told to rebuild with the --img-size the user had already given (its position embedding differed in width, not in
@@ -159,7 +181,7 @@ def test_a_model_saved_inside_a_training_wrapper_loads_from_under_its_prefix(tmp
         "(this one has depth=12): build that one with --model-arg depth=2")
     other = {"stem.norm.weight": torch.ones(192), "stem.conv.weight": torch.ones(192, 3, 3, 3)}
     torch.save(other, tmp_path / "other.pth")  # one name in common (norm.weight) does not make it this model's
-    with pytest.raises(ModelLoadError, match=r"unexpected keys: stem\.norm\.weight, stem\.conv\.weight"):
+    with pytest.raises(ModelLoadError, match=r"its keys \(stem\.norm\.weight, stem\.conv\.weight\) are none of the "):
         load_model(NAME, checkpoint=tmp_path / "other.pth", img_size=32)
 
 

@@ -57,6 +57,53 @@ def test_an_interrupted_run_resumes_to_the_scores_of_an_uninterrupted_one(tmp_pa
     assert rows[3]["key"] == "4:" + hashlib.sha256(b"the plot was dull").hexdigest()
 
 
+def test_a_ctrl_c_once_every_text_is_done_lets_the_report_be_written(tmp_path, texts_file, monkeypatch, capsys):
+    """A Ctrl-C while the report was written after the last batch broke it off: the run exited 130 without
+    scores.json or text.html, though there was nothing left to resume."""
+    import os
+    import signal
+
+    write_text_report = text_run.write_text_report
+
+    def interrupted_while_written(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return write_text_report(*args, **kwargs)
+
+    monkeypatch.setattr(text_run, "write_text_report", interrupted_while_written)
+    out = tmp_path / "out"
+    assert run_text(out, texts_file) == 0
+    assert "6 texts ok, 0 failed" in capsys.readouterr().out
+    assert len(json.loads((out / "scores.json").read_text())["texts"]) == 6 and (out / "text.html").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_second_ctrl_c_while_the_run_winds_down_keeps_the_report_of_the_texts_done(tmp_path, texts_file,
+                                                                                     monkeypatch, capsys):
+    """After a first Ctrl-C a second one, while the report of the texts done was written, broke that off."""
+    import os
+    import signal
+
+    explain_texts, write_text_report, calls = text_run.explain_texts, text_run.write_text_report, []
+
+    def interrupted_in_the_second_batch(*args, **kwargs):
+        calls.append(None)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+        return explain_texts(*args, **kwargs)
+
+    def interrupted_again(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # and again, while the work done is written
+        return write_text_report(*args, **kwargs)
+
+    monkeypatch.setattr(text_run, "explain_texts", interrupted_in_the_second_batch)
+    monkeypatch.setattr(text_run, "write_text_report", interrupted_again)
+    out = tmp_path / "out"
+    assert run_text(out, texts_file) == 130
+    assert "interrupted — rerun the same command to resume; 2 texts ok" in capsys.readouterr().out
+    assert len(json.loads((out / "scores.json").read_text())["texts"]) == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_bad_line_is_an_error_row_and_the_others_are_scored(tmp_path, capsys):
     texts_file = tmp_path / "texts.txt"
     too_long = " ".join(["word"] * 600)  # more tokens than the model has positions

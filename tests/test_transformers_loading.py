@@ -104,6 +104,17 @@ def test_checkpoint_is_a_state_dict_on_top_of_a_config_folder(folder, tmp_path):
     assert ModelProvenance.of(str(config_only), pretrained=False, checkpoint=checkpoint).weights == "checkpoint"
 
 
+@pytest.mark.parametrize("name", ["vitroll-clip-shapes", "vitroll-caption-shapes"])
+def test_an_image_text_model_or_a_captioner_takes_a_checkpoint(name, tmp_path):
+    """Their classes are model classes, not auto classes: --checkpoint was refused with "cannot load the transformers
+    model (AttributeError: type object 'CLIPModel' has no attribute 'from_config')"."""
+    shipped = load_model(name)
+    trained = {key: value + 0.01 if value.is_floating_point() else value for key, value in shipped.state_dict().items()}
+    torch.save(trained, tmp_path / "trained.pth")
+    model = load_model(name, checkpoint=tmp_path / "trained.pth")
+    assert all(torch.equal(value, trained[key]) for key, value in model.state_dict().items())
+
+
 def test_the_weights_file_save_pretrained_wrote_loads_as_a_checkpoint_and_a_renamed_one_is_named(folder, tmp_path,
                                                                                                   capsys):
     """save_pretrained writes the keys in transformers' older layout (vit.encoder.layer.0.attention.attention.key),

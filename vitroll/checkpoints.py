@@ -13,13 +13,13 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import torch
 import safetensors.torch
 from torch import nn
 
-from vitroll.errors import ModelLoadError
+from vitroll.errors import ForeignWeightsError, ModelLoadError
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 _MODEL_PREFIXES = ("module.", "timm_model.")
@@ -211,6 +211,10 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: obje
     and shapes."""
     state = model_part(model, state)
     own = model.state_dict()
+    if not any(key in own for key in state):
+        raise ForeignWeightsError(f"{source}: checkpoint holds none of {type(model).__name__}'s weights: its keys "
+                                  f"({_first_keys(state)}) are none of the model's ({_first_keys(own)}); it is another "
+                                  "architecture's checkpoint, or no model's state dict")
     mismatch = mismatch_error(model, source, missing=[key for key in own if key not in state],
                               unexpected=[key for key in state if key not in own],
                               shapes=[(key, state[key].shape, own[key].shape)
@@ -218,6 +222,12 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: obje
     if mismatch is not None:
         raise mismatch
     model.load_state_dict(state, strict=True)
+
+
+def _first_keys(keys: Iterable[str]) -> str:
+    """The first three ``keys`` and ``…`` when there are more, as a mismatch names them."""
+    keys = list(keys)
+    return f"{', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}"
 
 
 def mismatch_error(model: nn.Module, source: object, *, missing: Sequence[str], unexpected: Sequence[str],
@@ -230,9 +240,9 @@ def mismatch_error(model: nn.Module, source: object, *, missing: Sequence[str], 
         parts.append("shape mismatch: " + "; ".join(f"{key} {tuple(saved)} vs model {tuple(built)}"
                                                     for key, saved, built in shapes[:3]))
     if missing:
-        parts.append(f"missing keys: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}")
+        parts.append(f"missing keys: {_first_keys(missing)}")
     if unexpected:
-        parts.append(f"unexpected keys: {', '.join(unexpected[:3])}{' …' if len(unexpected) > 3 else ''}")
+        parts.append(f"unexpected keys: {_first_keys(unexpected)}")
     if not parts:
         return None
     return ModelLoadError(f"{source}: checkpoint does not match {type(model).__name__} — {' | '.join(parts)}")

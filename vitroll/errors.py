@@ -30,6 +30,11 @@ class ModelLoadError(VitrollError):
     """A model name, pretrained weight or checkpoint cannot be loaded."""
 
 
+class ForeignWeightsError(ModelLoadError):
+    """A checkpoint holds none of the model's weights (another architecture's, or no model's state dict): no option
+    of the model makes it fit, unlike a checkpoint of the same model built otherwise."""
+
+
 class UnsupportedModelError(VitrollError):
     """The model has no token attention that vitroll knows how to read."""
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vitroll.checkpoints import load_state, model_part, read_checkpoint
-from vitroll.errors import ModelLoadError, UnsupportedModelError, path_of
+from vitroll.errors import ForeignWeightsError, ModelLoadError, UnsupportedModelError, path_of
 from vitroll.preprocess import Preprocessing
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip, check_open_clip_name
@@ -139,6 +139,8 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
     state = model_part(model, state)  # what is told about the saved model is told from the model's own weights
     try:
         load_state(model, state, checkpoint)
+    except ForeignWeightsError:  # not this model's weights: no argument of it makes them fit
+        raise
     except ModelLoadError as error:
         other_arguments = _other_vit_arguments(model, state)
         if other_arguments:

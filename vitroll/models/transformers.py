@@ -241,8 +241,9 @@ def _from_state(transformers: object, cls: type, config: object, state: Mapping[
     """``cls`` built from ``config`` with the weights of ``state``, loaded strictly. transformers renames the keys
     that save_pretrained writes in an older layout (``vit.encoder.layer.0.attention.attention.key`` for
     ``vit.layers.0.attention.k_proj``): loaded by name, a folder's own weights file did not match its model."""
-    with torch.device("meta"):  # an auto class loads no state dict alone: the class it builds, built without weights
-        cls = type(cls.from_config(config))
+    if not issubclass(cls, transformers.PreTrainedModel):  # a model class (CLIPModel) has no from_config
+        with torch.device("meta"):  # an auto class loads no state dict alone: the class it builds, without weights
+            cls = type(cls.from_config(config))
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()  # its load report: vitroll says what does not match in one line
     try:

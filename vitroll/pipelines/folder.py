@@ -242,7 +242,7 @@ def annotate(
     result = RunSummary()
     started = time.perf_counter()
     with ExitStack() as held:
-        hold_interrupts = held.enter_context(_one_interrupt())
+        hold_interrupts = held.enter_context(one_interrupt())
         with together(rank, world_size):
             items = find_inputs(source, out_dir, options) if inputs is None else inputs
             held.enter_context(mf.OutputLock(out_dir, lock_name))
@@ -304,12 +304,12 @@ def find_inputs(source: "str | os.PathLike[str]", out_dir: "str | os.PathLike[st
 
 
 @contextmanager
-def _one_interrupt() -> Iterator[Callable[[], None]]:
+def one_interrupt() -> Iterator[Callable[[], None]]:
     """Ctrl-C raises KeyboardInterrupt once, until the function yielded is called: once the batches are done, and
     after the first, a Ctrl-C (an impatient user's second, or a rank's that had done its share and waited for the
-    others) is ignored while the run keeps its work (its batch in flight, manifest.csv, the gallery): it broke that
-    off, the loader's workers' shutdown with a traceback, and the ranks' merge with torch's. Only where Python's own
-    handler is in place (the main thread, nobody else's)."""
+    others) is ignored while the run keeps its work (its batch in flight, manifest.csv, the gallery, ``vitroll
+    text``'s report): it broke that off, the loader's workers' shutdown with a traceback, and the ranks' merge with
+    torch's. Only where Python's own handler is in place (the main thread, nobody else's)."""
     pressed: list[int] = []
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):

@@ -24,7 +24,7 @@ from vitroll.io.text import TextReadout, UnexplainableText
 from vitroll.methods import method_named
 from vitroll.methods.text_batch import Position
 from vitroll.pipelines import manifest as mf
-from vitroll.pipelines.folder import EXIT_SOME_FAILED
+from vitroll.pipelines.folder import EXIT_SOME_FAILED, one_interrupt
 from vitroll.pipelines.text import TextResult, explain_texts, write_text_report
 
 _UNEXPLAINABLE = (ValueError, IndexError, RuntimeError)
@@ -106,7 +106,7 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
               "settings_hash": mf.settings_hash(dict(identity)), "vitroll_version": __version__}
     keys = [text_key(index, text) for index, text in enumerate(texts)]
     manifest = out_dir / mf.MANIFEST
-    with mf.OutputLock(out_dir):
+    with mf.OutputLock(out_dir), one_interrupt() as hold_interrupts:
         latest = mf.latest_rows(mf.read_rows(manifest), key="key")
         if resume:
             mf.check_resumable(out_dir, [latest[key] for key in keys if key in latest], dict(identity))
@@ -130,6 +130,7 @@ def run_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, out_dir: "
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
+            hold_interrupts()  # from here a Ctrl-C is ignored: the rows written are kept and reported
             writer.close()
         rows = mf.read_rows(manifest)
         mf.write_rows(manifest, sorted(mf.latest_rows(rows, key="key").values(),
