@@ -296,7 +296,8 @@ def plain_scores(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
 
 def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int,
                              scores: Scores = plain_scores) -> np.ndarray:
-    """∂ logit ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64 → (P, C, H, W)."""
+    """∂ score ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64
+    → (P, C, H, W)."""
     reference = copy.deepcopy(model).double().eval()
     gradients = []
     for point in points.double():
