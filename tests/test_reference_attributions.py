@@ -1,7 +1,8 @@
-"""Integrated Gradients, GradientSHAP and occlusion against float64 per-example references on the families beyond a plain timm ViT: DeiT
-with its distillation token, a ViT with register tokens, an average-pooled ViT without a class token, a transformers
-ViTForImageClassification and CLIP's image–text score. The references (tests/reference.py) share no code with
-vitroll: a float64 copy of the model, one image (or image–text pair) at a time, windows hidden in a loop.
+"""Integrated Gradients, GradientSHAP and occlusion against float64 per-example references on the families beyond a
+plain timm ViT: DeiT with its distillation token, a ViT with register tokens, an average-pooled ViT without a class
+token, a transformers ViTForImageClassification and CLIP's image–text score. The references (tests/reference.py)
+share no code with vitroll: a float64 copy of the model, one image (or image–text pair) at a time, windows hidden in
+a loop.
 
 Tolerance: vitroll computes in float32, the references in float64. On these two-layer models a map of score drops or
 of gradient × distance then differs from the reference by at most 6e-6 of the map's largest magnitude (measured over
