@@ -296,7 +296,8 @@ def plain_scores(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
 
 def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int,
                              scores: Scores = plain_scores) -> np.ndarray:
-    """∂ logit ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64 → (P, C, H, W)."""
+    """∂ score ``target`` / ∂ input at each of ``points`` (P, C, H, W), one point at a time, in float64
+    → (P, C, H, W)."""
     reference = copy.deepcopy(model).double().eval()
     gradients = []
     for point in points.double():
@@ -306,13 +307,14 @@ def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int
     return np.stack(gradients)
 
 
-def reference_integrated_gradients(model: nn.Module, image: torch.Tensor, target: int, steps: int) -> np.ndarray:
+def reference_integrated_gradients(model: nn.Module, image: torch.Tensor, target: int, steps: int,
+                                   scores: Scores = plain_scores) -> np.ndarray:
     """Integrated Gradients of ONE image (1, C, H, W) from the zero baseline, in float64, by the ``steps``-point
     Gauss–Legendre rule on [0, 1] written out (nodes and weights from NumPy): (x − 0) · Σ_k w_k ∇f(α_k x) → (C, H, W)."""
     nodes, weights = np.polynomial.legendre.leggauss(steps)
     alphas, weights = (nodes + 1) / 2, weights / 2
     x = image[0].double()
-    gradients = reference_input_gradient(model, torch.stack([float(alpha) * x for alpha in alphas]), target)
+    gradients = reference_input_gradient(model, torch.stack([float(alpha) * x for alpha in alphas]), target, scores)
     return x.numpy() * np.tensordot(weights, gradients, axes=1)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+import transformers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def classifier():
     return model.eval()
 
 
+SIGNS = ["absolute", "positive", "signed"]
 small_sizes = st.tuples(st.integers(1, 4), st.integers(1, 4)).map(lambda hw: (hw[0] * PATCH, hw[1] * PATCH))
 
 
@@ -118,6 +120,68 @@ def test_each_method_gives_an_image_its_own_map_and_class_in_any_batch_and_order
     single = {**options, "target_class": targets[alone]} if "target_class" in options else options
     torch.testing.assert_close(method(model, images[alone:alone + 1], **single).maps, full[alone:alone + 1],
                                atol=tolerance, rtol=1e-5)
+
+
+def hf_vit_classifier() -> torch.nn.Module:
+    """transformers' ViTForImageClassification: 32 × 32 images, patch 8, two layers, ten classes."""
+    torch.manual_seed(2)
+    config = transformers.ViTConfig(image_size=32, patch_size=PATCH, hidden_size=48, num_hidden_layers=2,
+                                    num_attention_heads=3, intermediate_size=96, num_labels=10)
+    model = transformers.ViTForImageClassification(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                p.normal_(0, 0.3)
+    return model.eval()
+
+
+BATCH_OPTIONS = {
+    "integrated_gradients": st.fixed_dictionaries({"steps": st.integers(1, 3), "sign": st.sampled_from(SIGNS)}),
+    "gradient_shap": st.fixed_dictionaries({"samples": st.integers(1, 3), "noise": st.floats(0, 0.5),
+                                            "seed": st.integers(0, 2**32 - 1), "sign": st.sampled_from(SIGNS)}),
+    "occlusion": st.fixed_dictionaries({"window": st.integers(1, 2), "batch_size": st.integers(1, 9),
+                                        "sign": st.sampled_from(SIGNS)}),
+    "random": st.fixed_dictionaries({"seed": st.integers(0, 2**16)}),
+    "center": st.fixed_dictionaries({"sigma": st.floats(0.1, 2.0)}),
+    "rollout": options,
+    "attention": st.fixed_dictionaries({"head_fusion": st.sampled_from(["mean", "max", "min"]),
+                                        "layer": st.integers(-2, 1)}),
+    "chefer": st.fixed_dictionaries({"start_layer": st.integers(0, 1)}),
+    "flow": st.fixed_dictionaries({"head_fusion": st.sampled_from(["mean", "max", "min"]),
+                                   "attention_weight": st.floats(0.01, 1.0)}),
+    "grad_rollout": st.fixed_dictionaries({"discard_ratio": st.floats(0.0, 0.99),
+                                           "attention_weight": st.floats(0.01, 1.0)}),
+}
+"""Options drawn for every registered image method (a method registered later fails the test until it has some)."""
+
+
+@pytest.fixture(scope="module", params=["timm", "transformers"])
+def two_families(request, classifier):
+    return classifier if request.param == "timm" else hf_vit_classifier()
+
+
+def test_every_registered_method_has_options_to_draw():
+    assert sorted(BATCH_OPTIONS) == sorted(METHODS)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(BATCH_OPTIONS)), seed=st.integers(0, 2**16), position=st.integers(0, 4),
+       data=st.data())
+def test_an_image_alone_and_among_four_other_images_gets_the_same_map(two_families, name, seed, position, data):
+    """Batch size 1 against a batch of 5 whose other images (and classes) are drawn afresh, for every registered
+    method on a timm and a transformers ViT: whatever a method batches (one backward pass, hidden copies, flow
+    graphs, random draws), one image's map must not see its neighbours."""
+    model, method = two_families, METHODS[name]
+    option_values = data.draw(BATCH_OPTIONS[name])
+    images = batch(seed, 5, 32, 32)
+    targets = data.draw(st.lists(st.integers(0, 9), min_size=5, max_size=5))
+    among = {**option_values, "target_class": targets} if method.takes("target_class") else option_values
+    alone = {**option_values, "target_class": targets[position]} if method.takes("target_class") else option_values
+    in_batch = method(model, images, **among).maps[position]
+    single = method(model, images[position:position + 1], **alone).maps[0]
+    tolerance = 1e-5 * in_batch.abs().max().item()
+    torch.testing.assert_close(single, in_batch, atol=tolerance, rtol=1e-5)
+
 
 # The engine on attention matrices drawn directly: (B, N, N) row-stochastic, N = 1 class token + h·w patches.
 grids = st.tuples(st.integers(1, 4), st.integers(1, 4))

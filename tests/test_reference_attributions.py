@@ -1,7 +1,8 @@
-"""GradientSHAP and occlusion against float64 per-example references on the families beyond a plain timm ViT: DeiT
-with its distillation token, a ViT with register tokens, an average-pooled ViT without a class token, a transformers
-ViTForImageClassification and CLIP's image–text score. The references (tests/reference.py) share no code with
-vitroll: a float64 copy of the model, one image (or image–text pair) at a time, windows hidden in a loop.
+"""Integrated Gradients, GradientSHAP and occlusion against float64 per-example references on the families beyond a
+plain timm ViT: DeiT with its distillation token, a ViT with register tokens, an average-pooled ViT without a class
+token, a transformers ViTForImageClassification and CLIP's image–text score. The references (tests/reference.py)
+share no code with vitroll: a float64 copy of the model, one image (or image–text pair) at a time, windows hidden in
+a loop.
 
 Tolerance: vitroll computes in float32, the references in float64. On these two-layer models a map of score drops or
 of gradient × distance then differs from the reference by at most 6e-6 of the map's largest magnitude (measured over
@@ -19,7 +20,8 @@ import transformers
 
 import vitroll
 from image_text_models import hf_model
-from reference import reference_gradient_shap, reference_image_occlusion, sharpen_attention
+from reference import (reference_gradient_shap, reference_image_occlusion, reference_integrated_gradients,
+                       sharpen_attention)
 from test_attributions import box_blurred
 from test_image_text import ATTENTION_MASK, INPUT_IDS
 
@@ -83,6 +85,16 @@ def assert_close_to_peak(actual: torch.Tensor, expected: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_integrated_gradients_equals_the_float64_reference_per_image(kind):
+    model, images, targets = classifier(kind), classifier_images(kind, 2), [4, 1]
+    extra = {"scores": hf_scores} if kind == "hf_vit" else {}
+    maps = vitroll.integrated_gradients(model, images, target_class=targets, steps=6, sign="signed")
+    for row, target in enumerate(targets):
+        expected = reference_integrated_gradients(model, images[row:row + 1], target, steps=6, **extra)
+        assert_close_to_peak(maps[row], signed_patch_means(expected, PATCH[kind]))
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
 def test_gradient_shap_equals_the_float64_reference_per_image(kind):
     model, images, targets = classifier(kind), classifier_images(kind, 2), [4, 1]
     scores = hf_scores if kind == "hf_vit" else None
@@ -107,6 +119,16 @@ def test_occlusion_equals_the_float64_reference_per_image(kind, window):
 
 def clip_images() -> torch.Tensor:
     return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+
+
+def test_integrated_gradients_equals_the_float64_reference_per_image_text_pair():
+    model, pixels = hf_model("clip"), clip_images()
+    maps = vitroll.image_text_maps(model, pixels, INPUT_IDS, attention_mask=ATTENTION_MASK,
+                                   method="integrated_gradients", steps=6, sign="signed")
+    for i in range(2):
+        for t in range(3):
+            expected = reference_integrated_gradients(model, pixels[i:i + 1], t, steps=6, scores=clip_scores)
+            assert_close_to_peak(maps[i, t], signed_patch_means(expected, PATCH["clip"]))
 
 
 def test_gradient_shap_equals_the_float64_reference_per_image_text_pair():
