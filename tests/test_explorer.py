@@ -3,6 +3,7 @@ through ``gradio_client`` against a server on 127.0.0.1, once in a real browser,
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -521,6 +522,43 @@ def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_fol
         page.keyboard.press("Enter")
         page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
                                timeout=30_000)
+        assert not errors
+
+
+def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once(served):
+    """Enter in a number box explained, and leaving the box explained the same value again; clicking into the box
+    explained the value it already had: each change of a slider is one request."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        requests = []
+        page.on("request", lambda request: requests.append(json.loads(request.post_data)["data"][1:6])
+                if "/queue/join" in request.url else None)
+        overlay = page.locator("#overlay img")
+
+        def new_overlay(action) -> None:
+            before = overlay.get_attribute("src") if overlay.count() else None
+            action()
+            page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                                   timeout=30_000)
+
+        new_overlay(lambda: page.get_by_role("button", name=CROSS.name, exact=True).click())
+        start_layer = page.get_by_label("number input for start layer")
+        start_layer.focus()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("2")
+        new_overlay(lambda: page.keyboard.press("Enter"))
+        page.keyboard.press("Enter")  # the same value again
+        page.keyboard.press("Tab")  # leaves the box
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")  # rollout's overlay does not use the layer, the note names it
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        discard = page.get_by_label("number input for discard ratio")
+        discard.click()  # into the box: nothing changed yet
+        page.keyboard.press("Control+a")
+        page.keyboard.type("0.5")
+        new_overlay(lambda: page.locator("#note").click())  # leaves the box
+        # method, head fusion, discard ratio, start layer, layer
+        assert requests == [["rollout", "mean", 0, 0, 3], ["rollout", "mean", 0, 2, 3], ["rollout", "mean", 0, 2, 2],
+                            ["rollout", "mean", 0.5, 2, 2]]
         assert not errors
 
 
