@@ -562,6 +562,25 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
         assert not errors
 
 
+def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):
+    """The page never said which file its maps were of: an example or an upload is now named (its name, not the
+    server's path to its copy), as text, and nothing is named before one is loaded."""
+    upload = tmp_path / "scan 07 R&amp;D (1) é.png"
+    upload.write_bytes(CROSS.read_bytes())
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).wait_for(timeout=30_000)
+        assert page.locator("#file-name").inner_text().strip() == ""
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#file-name", CROSS.name)
+        assert page.locator("#file-name").inner_text().strip() == f"file: {CROSS.name}"
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, "#file-name", "scan 07")
+        assert page.locator("#file-name").inner_text().strip() == f"file: {upload.name}"
+        image, caption = (page.locator(selector).bounding_box() for selector in ("#image", "#file-name"))
+        assert 0 <= caption["y"] - (image["y"] + image["height"]) < 40  # right under the image
+        assert not errors
+
+
 def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the_heads_below_it(served, tmp_path):
     """Gradio shows a picture at most at its own size: an 8×8 upload and its overlay were 8-pixel strips under their
     boxes' buttons, and in a 400-pixel window the head grid beside the overlay had labels a few pixels high."""

@@ -164,6 +164,14 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
+def file_caption(image: Optional[str]) -> str:
+    """The line under the image naming its file: the name alone (``image`` is the server's copy, in a folder of its
+    own, of the file uploaded or picked), as text; empty before an image is loaded."""
+    if image is None:
+        return ""
+    return f'<p class="vitroll-file">file: <bdi>{html.escape(Path(image).name, quote=False)}</bdi></p>'
+
+
 def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
     """The images of ``folder`` to offer as examples (masks, named ``*_mask.png``, left out), sorted by name."""
     folder = Path(folder)
@@ -240,6 +248,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 image = _refusing_unreadable_uploads(gr.Image(type="filepath", image_mode=None,
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image"))
+                file_name = gr.HTML(file_caption(None), elem_id="file-name")
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
                                 elem_id="examples")
@@ -262,6 +271,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                     target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
+        image.change(file_caption, inputs=image, outputs=file_name, api_name=False, queue=False)
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
                              outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
