@@ -434,6 +434,19 @@ def test_the_note_on_a_backbones_page_names_no_target_class():
                      "layer 1."]
 
 
+def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):
+    """Gradio's pictures have a "Share" button by default, which uploads the picture to huggingface.co: one click sent
+    a (perhaps a patient's) image and its overlay off the machine, from a page that refuses to be served beyond it."""
+    import gradio
+
+    from vitroll.app import build_app
+
+    app = build_app(model, model_label="shapes")
+    pictures = [block for block in app.blocks.values() if isinstance(block, gradio.Image)]
+    assert len(pictures) == 3 and all("share" not in picture.buttons for picture in pictures)
+    assert all("download" in picture.buttons for picture in pictures[1:])  # the maps can still be saved
+
+
 def test_the_target_menu_follows_the_prompts():
     from vitroll.app import prompt_lines, target_menu_update
 

@@ -38,6 +38,9 @@ API_NAME = "explain"
 MAX_DISCARD_RATIO = 0.99
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
+PICTURE_BUTTONS = ("download", "fullscreen")
+"""The buttons on the page's pictures: Gradio's default also has "share", which uploads the picture to huggingface.co,
+off this machine (a patient's image, perhaps), from a page that is not served beyond it unless asked."""
 MAP_MIN_WIDTH = 300
 """Pixels: the overlay and the head grid share a row where each gets this much, else they stack."""
 PAGE_CSS = """
@@ -247,7 +250,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             with gr.Column(scale=1):
                 image = _refusing_unreadable_uploads(gr.Image(type="filepath", image_mode=None,
                                                               sources=["upload", "clipboard"], label="image",
-                                                              elem_id="image"))
+                                                              elem_id="image", buttons=list(PICTURE_BUTTONS)))
                 file_name = gr.HTML(file_caption(None), elem_id="file-name")
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
@@ -261,9 +264,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             with gr.Column(scale=2):
                 with gr.Row():  # one above the other in a narrow window: side by side, the heads' labels are specks
                     overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
-                                       elem_id="overlay", min_width=MAP_MIN_WIDTH)
+                                       elem_id="overlay", min_width=MAP_MIN_WIDTH, buttons=list(PICTURE_BUTTONS))
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
-                                    interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH)  # tiles are labelled
+                                    interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH,
+                                    buttons=list(PICTURE_BUTTONS))  # its tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
