@@ -3,6 +3,7 @@ through ``gradio_client`` against a server on 127.0.0.1, once in a real browser,
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -436,6 +437,19 @@ def test_the_note_on_a_backbones_page_names_no_target_class():
                      "layer 1."]
 
 
+def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):
+    """Gradio's pictures have a "Share" button by default, which uploads the picture to huggingface.co: one click sent
+    a (perhaps a patient's) image and its overlay off the machine, from a page that refuses to be served beyond it."""
+    import gradio
+
+    from vitroll.app import build_app
+
+    app = build_app(model, model_label="shapes")
+    pictures = [block for block in app.blocks.values() if isinstance(block, gradio.Image)]
+    assert len(pictures) == 3 and all("share" not in picture.buttons for picture in pictures)
+    assert all("download" in picture.buttons for picture in pictures[1:])  # the maps can still be saved
+
+
 def test_the_target_menu_follows_the_prompts():
     from vitroll.app import prompt_lines, target_menu_update
 
@@ -524,6 +538,62 @@ def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_fol
         page.keyboard.press("Enter")
         page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
                                timeout=30_000)
+        assert not errors
+
+
+def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once(served):
+    """Enter in a number box explained, and leaving the box explained the same value again; clicking into the box
+    explained the value it already had: each change of a slider is one request."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        requests = []
+        page.on("request", lambda request: requests.append(json.loads(request.post_data)["data"][1:6])
+                if "/queue/join" in request.url else None)
+        overlay = page.locator("#overlay img")
+
+        def new_overlay(action) -> None:
+            before = overlay.get_attribute("src") if overlay.count() else None
+            action()
+            page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                                   timeout=30_000)
+
+        new_overlay(lambda: page.get_by_role("button", name=CROSS.name, exact=True).click())
+        start_layer = page.get_by_label("number input for start layer")
+        start_layer.focus()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("2")
+        new_overlay(lambda: page.keyboard.press("Enter"))
+        page.keyboard.press("Enter")  # the same value again
+        page.keyboard.press("Tab")  # leaves the box
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")  # rollout's overlay does not use the layer, the note names it
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        discard = page.get_by_label("number input for discard ratio")
+        discard.click()  # into the box: nothing changed yet
+        page.keyboard.press("Control+a")
+        page.keyboard.type("0.5")
+        new_overlay(lambda: page.locator("#note").click())  # leaves the box
+        # method, head fusion, discard ratio, start layer, layer
+        assert requests == [["rollout", "mean", 0, 0, 3], ["rollout", "mean", 0, 2, 3], ["rollout", "mean", 0, 2, 2],
+                            ["rollout", "mean", 0.5, 2, 2]]
+        assert not errors
+
+
+def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):
+    """The page never said which file its maps were of: an example or an upload is now named (its name, not the
+    server's path to its copy), as text, and nothing is named before one is loaded."""
+    upload = tmp_path / "scan 07 R&amp;D (1) é.png"
+    upload.write_bytes(CROSS.read_bytes())
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).wait_for(timeout=30_000)
+        assert page.locator("#file-name").inner_text().strip() == ""
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#file-name", CROSS.name)
+        assert page.locator("#file-name").inner_text().strip() == f"file: {CROSS.name}"
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, "#file-name", "scan 07")
+        assert page.locator("#file-name").inner_text().strip() == f"file: {upload.name}"
+        image, caption = (page.locator(selector).bounding_box() for selector in ("#image", "#file-name"))
+        assert 0 <= caption["y"] - (image["y"] + image["height"]) < 40  # right under the image
         assert not errors
 
 

@@ -37,6 +37,9 @@ API_NAME = "explain"
 MAX_DISCARD_RATIO = 0.99
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
+PICTURE_BUTTONS = ("download", "fullscreen")
+"""The buttons on the page's pictures: Gradio's default also has "share", which uploads the picture to huggingface.co,
+off this machine (a patient's image, perhaps), from a page that is not served beyond it unless asked."""
 MAP_MIN_WIDTH = 300
 """Pixels: the overlay and the head grid share a row where each gets this much, else they stack."""
 PAGE_CSS = """
@@ -66,13 +69,27 @@ PAGE_JS = """
       box.dispatchEvent(new PointerEvent("pointerup", {bubbles: true}));
     }
   });
+  const released = new WeakMap();
+  const isSlider = box => box.matches?.("input[type=range], input[type=number]");
+  document.addEventListener("focusin", event => {
+    if (isSlider(event.target)) released.set(event.target, event.target.value);
+  });
+  const once = event => {
+    const box = event.target;
+    if (!isSlider(box)) return;
+    if (released.get(box) === box.value) event.stopImmediatePropagation();
+    else released.set(box, box.value);
+  };
+  document.addEventListener("pointerup", once, true);
+  document.addEventListener("blur", once, true);
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
 text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each. Lets a
 slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
 slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
-keyboard changed the value and not the maps."""
+keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had when it got
+the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same value again."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
@@ -147,6 +164,14 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     ignored = [label for label in ignored if target_menu or label != "target class"]
     unused = f"**{method}** does not use: {', '.join(ignored)}." if ignored else f"**{method}** uses every control."
     return f"{unused} The per-head grid shows layer {layer}."
+
+
+def file_caption(image: Optional[str]) -> str:
+    """The line under the image naming its file: the name alone (``image`` is the server's copy, in a folder of its
+    own, of the file uploaded or picked), as text; empty before an image is loaded."""
+    if image is None:
+        return ""
+    return f'<p class="vitroll-file">file: <bdi>{html.escape(Path(image).name, quote=False)}</bdi></p>'
 
 
 def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
@@ -228,7 +253,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             with gr.Column(scale=1):
                 image = _refusing_unreadable_uploads(gr.Image(type="filepath", image_mode=None,
                                                               sources=["upload", "clipboard"], label="image",
-                                                              elem_id="image"))
+                                                              elem_id="image", buttons=list(PICTURE_BUTTONS)))
+                file_name = gr.HTML(file_caption(None), elem_id="file-name")
                 if examples:
                     gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
                                 elem_id="examples")
@@ -241,9 +267,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             with gr.Column(scale=2):
                 with gr.Row():  # one above the other in a narrow window: side by side, the heads' labels are specks
                     overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
-                                       elem_id="overlay", min_width=MAP_MIN_WIDTH)
+                                       elem_id="overlay", min_width=MAP_MIN_WIDTH, buttons=list(PICTURE_BUTTONS))
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
-                                    interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH)  # tiles are labelled
+                                    interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH,
+                                    buttons=list(PICTURE_BUTTONS))  # its tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
@@ -251,6 +278,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                     target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
+        image.change(file_caption, inputs=image, outputs=file_name, api_name=False, queue=False)
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
                              outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
