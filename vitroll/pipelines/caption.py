@@ -111,8 +111,9 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                   alpha: float = 0.5, window: Optional[int] = None,
                   max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Iterator[CaptionedImage]:
     """Caption each file and write its strip; one result per input in input order, unreadable files (and those over
-    ``max_pixels``, :func:`~vitroll.io.images.load_image`) with ``error`` set (the others go on). Merges its entries into ``OUT/captions.json`` once every input is done
-    (:func:`merged_captions`). ``window``: of ``occlusion`` (:func:`~vitroll.methods.caption.caption_maps`)."""
+    ``max_pixels``, :func:`~vitroll.io.images.load_image`) with ``error`` set (the others go on). Merges its entries
+    into ``OUT/captions.json`` once every input is done (:func:`merged_captions`). ``window``: of ``occlusion``
+    (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
