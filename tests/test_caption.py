@@ -266,6 +266,23 @@ def test_the_cli_writes_a_strip_per_image_and_the_captions_json(saved_captioner,
     assert strip.shape[1] > strip.shape[0] * (1 + len(first["words"])) / 2  # one panel per word beside the image
 
 
+def test_the_cli_refuses_an_image_over_max_pixels_alone_as_it_tells(saved_captioner, tmp_path, capsys):
+    """The limit's message names --max-pixels, which caption did not take."""
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    good = tmp_path / "good.png"
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(good)
+    arguments = [str(good), "--model", str(saved_captioner), "--out", str(tmp_path / "out"), "--max-new-tokens", "3",
+                 "--method", "rollout"]
+    assert main(["caption", *arguments, "--max-pixels", "3000"]) == 3
+    assert capsys.readouterr().err == (f"vitroll: failed: {good}: image too large: 0.00307 MP (64×48), over the limit "
+                                       "of 0.003 MP; --max-pixels 1M (max_pixels= in Python) reads it if the memory "
+                                       "allows (an overlay takes about 20 bytes a pixel)\n")
+    assert main(["caption", *arguments, "--max-pixels", "3072"]) == 0
+
+
 def test_the_cli_runs_occlusion_with_its_window_and_refuses_a_window_elsewhere(saved_captioner, tmp_path, capsys):
     import json
 

@@ -14,8 +14,8 @@ import argparse
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
-    add_batch_size_argument, add_colour_arguments, add_device_argument, add_out_argument, integer, refuse_folders,
-    load_model_of_kind, none_can_be_read, print_failed, resolve_device,
+    add_batch_size_argument, add_colour_arguments, add_device_argument, add_max_pixels_argument, add_out_argument,
+    integer, refuse_folders, load_model_of_kind, none_can_be_read, print_failed, resolve_device,
 )
 from vitroll.io.names import single_line
 from vitroll.methods.caption import CAPTION_METHODS
@@ -36,6 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="longest caption, in tokens (default 20; never more than the decoder has positions)")
     add_out_argument(parser, "out")
     add_batch_size_argument(parser, 8)
+    add_max_pixels_argument(parser)
     add_colour_arguments(parser)
     add_device_argument(parser)
     parser.set_defaults(run=run)
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for result in caption_files(args.images, model, tokenizer, out_dir=args.out, method=args.method,
                                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, cmap=args.cmap,
-                                alpha=args.alpha, window=args.window):
+                                alpha=args.alpha, window=args.window, max_pixels=args.max_pixels):
         if result.error is not None:
             failed += 1
             print_failed(result.error)

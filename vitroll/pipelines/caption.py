@@ -12,6 +12,7 @@ name in another folder gets ``<stem>-2``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any, Iterator, Optional, Sequence
 from torch import nn
 
 from vitroll.io.discovery import unique_paths
-from vitroll.io.images import write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS, write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
@@ -107,10 +108,12 @@ def caption_words(token_ids: Sequence[int], tokenizer: Any, special_ids: Sequenc
 def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, tokenizer: Any, *,
                   out_dir: "str | os.PathLike[str]", method: str = "chefer", max_new_tokens: int = 20,
                   batch_size: int = 8, preprocessing: Optional[Preprocessing] = None, cmap: str = "jet",
-                  alpha: float = 0.5, window: Optional[int] = None) -> Iterator[CaptionedImage]:
-    """Caption each file and write its strip; one result per input in input order, unreadable files with ``error``
-    set (the others go on). Merges its entries into ``OUT/captions.json`` once every input is done
-    (:func:`merged_captions`). ``window``: of ``occlusion`` (:func:`~vitroll.methods.caption.caption_maps`)."""
+                  alpha: float = 0.5, window: Optional[int] = None,
+                  max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Iterator[CaptionedImage]:
+    """Caption each file and write its strip; one result per input in input order, unreadable files (and those over
+    ``max_pixels``, :func:`~vitroll.io.images.load_image`) with ``error`` set (the others go on). Merges its entries
+    into ``OUT/captions.json`` once every input is done (:func:`merged_captions`). ``window``: of ``occlusion``
+    (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
@@ -122,7 +125,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     stems = output_stems(paths, marker, taken=stems_overwriting_inputs(paths, out_dir, marker[1:]) | others)
     special = set(captioner.special_ids(model))
     results = []
-    for batch in decoded_batches(paths, read_image, preprocessing, batch_size=batch_size,
+    reader = functools.partial(read_image, max_pixels=max_pixels)
+    for batch in decoded_batches(paths, reader, preprocessing, batch_size=batch_size,
                                     device=model_device(model)):
         result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
                                                                  max_new_tokens=max_new_tokens, window=window)
