@@ -517,6 +517,22 @@ def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
         assert not errors
 
 
+def test_every_button_has_a_name_for_a_screen_reader_once_the_maps_are_shown(served):
+    """Gradio puts the overlay and the head grid each in a button (a Tab stop) around a picture with an empty ``alt``:
+    a screen reader said "button" for both."""
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        page.locator("#heads img").wait_for(timeout=30_000)
+        wait_for_text(page, "#top-classes", "cross")
+        for name in ("overlay", "heads of the chosen layer", f"image: {CROSS.name}"):
+            page.get_by_role("img", name=name, exact=True).wait_for(timeout=30_000)
+        unnamed = page.eval_on_selector_all("button, a[href], input, [tabindex='0']", """controls => controls.filter(
+            control => !control.matches('[aria-label], :has([aria-label])') && !control.labels?.length && !/\\w/.test(
+            control.textContent) && ![...control.querySelectorAll('img')].some(image => image.alt)).map(
+            control => control.closest('[id]')?.id + ' ' + control.outerHTML.slice(0, 80))""")
+        assert unnamed == [] and not errors
+
+
 def test_the_keyboard_alone_picks_an_example_and_moves_a_slider_and_the_maps_follow(served):
     """A slider moved with its arrow keys, or its number box typed into and left with Enter, changed the value and
     not the maps: Gradio says a slider was let go only when a pointer lets go of it."""

@@ -55,8 +55,12 @@ pixels high in its box."""
 PAGE_JS = """
 () => {
   const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
-  const label = () => document.querySelectorAll("#examples img").forEach(image => {
-    if (image.alt !== name(image)) image.alt = image.title = name(image);
+  const pictures = {"#examples img": name, "#image img": image => "image: " + name(image),
+                    "#overlay img": () => "overlay", "#heads img": () => "heads of the chosen layer"};
+  const label = () => Object.entries(pictures).forEach(([selector, text]) => {
+    document.querySelectorAll(selector).forEach(image => {
+      if (image.alt !== text(image)) image.alt = image.title = text(image);
+    });
   });
   new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                       attributeFilter: ["src"]});
@@ -85,7 +89,8 @@ PAGE_JS = """
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
-text and tooltip: Gradio draws them with an empty ``alt``, so a screen reader said only "button" for each. Lets a
+text and tooltip, and the image, the overlay and the head grid theirs: Gradio draws them with an empty ``alt``, so a
+screen reader said only "button" for each example and for the overlay and the grid (each a Tab stop). Lets a
 slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
 slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
 keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had when it got
