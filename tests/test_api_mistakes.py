@@ -10,8 +10,9 @@ import torch
 from PIL import Image
 
 from vitroll import (
-    AttentionRecorder, KeyPatch, Preprocessing, VitrollError, class_names, colorize, figure, key_patches, load_image,
-    load_model, normalize, outline_boxes, overlay, rollout, rollout_matrix, to_original, upsample,
+    AttentionRecorder, KeyPatch, Preprocessing, TokenLayout, VitrollError, class_names, colorize, figure, key_patches,
+    load_image, load_model, normalize, outline_boxes, overlay, register_family, rollout, rollout_matrix, to_original,
+    upsample,
 )
 from vitroll.audit.metrics import MaskSource
 from vitroll.audit.records import AuditOptions, parse_group_by
@@ -341,13 +342,21 @@ PIPELINE_MISTAKES = [
     pytest.param(lambda tmp: evaluate_captions(torch.nn.Identity(), None, [], ["gradcam"]), OptionValueError,
                  "caption maps come from chefer, rollout, occlusion (and the random baseline); not gradcam",
                  id="caption-method"),
+    pytest.param(lambda tmp: TokenLayout(1, "class_token", None), OptionValueError,
+                 "a TokenLayout has either a patch grid (images) or a token_mask (sequences)", id="layout-grid"),
+    pytest.param(lambda tmp: TokenLayout(0, "position", None, token_mask=torch.ones(1, 4, dtype=torch.bool)),
+                 OptionValueError, "a 'position' readout needs the explained positions", id="layout-position"),
+    pytest.param(lambda tmp: register_family("mine", "MyTextModel", attention_modules=list, token_layout=TokenLayout,
+                                             inputs="tokens", preprocessing=lambda model: None), OptionValueError,
+                 "family 'mine': an image family needs its preprocessing; a text family takes none",
+                 id="family-preprocessing"),
     pytest.param(lambda tmp: caption_ids(_one_word_per_token, ["red cross"], end=1, pad=0), InputValueError,
                  "the tokenizer splits 'red cross' into 9 tokens, not one per word", id="caption-tokens"),
 ]
 
 
 @pytest.mark.parametrize("mistake,error,message", PIPELINE_MISTAKES)
-def test_pipeline_and_audit_options_a_user_gets_wrong_are_a_vitroll_error_and_still_a_value_error(
+def test_pipeline_audit_and_adapter_mistakes_are_a_vitroll_error_and_still_a_value_error(
         tmp_path, mistake, error, message):
     with pytest.raises(error, match="^[^\n]*$") as raised:
         mistake(tmp_path)

@@ -14,7 +14,7 @@ from vitroll.capture.families import (
     call_model,
 )
 from vitroll.capture.readouts import AttentionReadout, register_readout
-from vitroll.errors import UnsupportedModelError
+from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.preprocess import Preprocessing, register_preprocessing
 
 
@@ -109,7 +109,7 @@ def register_family(
         The registered family.
     """
     if (preprocessing is None) != (inputs == "tokens"):
-        raise ValueError(f"family {name!r}: an image family needs its preprocessing; a text family takes none")
+        raise OptionValueError(f"family {name!r}: an image family needs its preprocessing; a text family takes none")
     model_types = model_type if isinstance(model_type, tuple) else (model_type,)
 
     def checked_layout(model: nn.Module, layout_input: Any) -> TokenLayout:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 import torch
 from torch import nn
 
-from vitroll.errors import InputTypeError, RecorderUsageError, UnsupportedModelError
+from vitroll.errors import InputTypeError, OptionValueError, RecorderUsageError, UnsupportedModelError
 from vitroll.registry import Registry
 from vitroll.wording import with_article
 
@@ -71,9 +71,9 @@ class TokenLayout:
 
     def __post_init__(self) -> None:
         if (self.grid is None) == (self.token_mask is None):
-            raise ValueError("a TokenLayout has either a patch grid (images) or a token_mask (sequences)")
+            raise OptionValueError("a TokenLayout has either a patch grid (images) or a token_mask (sequences)")
         if self.readout == "position" and self.positions is None:
-            raise ValueError("a 'position' readout needs the explained positions")
+            raise OptionValueError("a 'position' readout needs the explained positions")
 
     @property
     def num_tokens(self) -> int:
