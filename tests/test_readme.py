@@ -152,9 +152,12 @@ def _readme_commands() -> list[str]:
             and not any(re.fullmatch(r"[A-Z][A-Z_]+…?|\.\.\.|…", word) for word in command.split())]
 
 
-def test_every_vitroll_command_the_readme_shows_parses():
+def test_every_vitroll_command_the_readme_shows_parses(tmp_path, monkeypatch):
     """Options renamed or dropped from a command stayed in the README's examples with nothing to catch them. A
-    ``--device cuda`` example is read on a CPU as ``--device cpu`` (the device is checked while parsing)."""
+    ``--device cuda`` example is read on a CPU as ``--device cpu`` (the device is checked while parsing), and the
+    class-names file the examples name is there (it is read while parsing)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "classes.txt").write_text("cat\ndog\n", encoding="utf-8")
     commands = _readme_commands()
     assert len(commands) > 20
     for command in commands:
