@@ -567,12 +567,13 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
         overlay = page.locator("#overlay img")
 
         def new_overlay(action) -> None:
-            before = overlay.get_attribute("src") if overlay.count() else None
+            before = overlay.get_attribute("src")
             action()
             page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
                                    timeout=30_000)
 
-        new_overlay(lambda: page.get_by_role("button", name=CROSS.name, exact=True).click())
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
         start_layer = page.get_by_label("number input for start layer")
         start_layer.focus()
         page.keyboard.press("Control+a")
