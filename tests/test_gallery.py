@@ -220,6 +220,7 @@ def test_a_keyboard_alone_opens_an_images_details_and_every_control_has_a_name(r
         page.keyboard.press("Enter")
         assert page.eval_on_selector("#detail", "dialog => dialog.open")
         assert page.inner_text("#detail-body").count(focused) == 1  # the file line
+        assert page.get_by_role("dialog", name=focused, exact=True).is_visible()  # was an unnamed "dialog"
         page.keyboard.press("Escape")
         assert not page.eval_on_selector("#detail", "dialog => dialog.open")
         unnamed = page.eval_on_selector_all(
