@@ -170,6 +170,22 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
     assert "their pixels can identify patients" in (tmp_path / "allowed" / "report.html").read_text()
 
 
+def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is_not_limited(tmp_path):
+    """The limit's reason named --max-pixels, which audit did not take; it limits image files, not DICOM frames."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "chest.dcm", body_phantom(), number=1)  # 64×64: 4096 pixels
+    Image.fromarray(body_phantom(dtype=np.uint8, high=255)).save(inputs / "photo.png")
+    arguments = [str(inputs), "--keep-burned-in-text", *MODEL]
+    code, _, stderr = run_cli("audit", *arguments, "--out", str(tmp_path / "out"), "--max-pixels", "4000")
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
+    assert code == 3 and [row["status"] == "error" for row in rows] == [False, True]
+    assert rows[1]["reason"] == ("Image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; --max-pixels 1M "
+                                 "(max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 "
+                                 "bytes a pixel).")
+    code, _, _ = run_cli("audit", *arguments, "--out", str(tmp_path / "more"), "--max-pixels", "4096")
+    assert code == 0
+
 def test_a_manufacturer_holding_the_patient_name_is_withheld_in_every_report_file(tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()

@@ -118,6 +118,33 @@ def test_folder_with_masks_and_its_errors(tmp_path, capsys, random_checkpoint):
     assert "shapes-4-0001_mask.png" in err[0] and "mask is 10×10 but its image is 64×64" in err[0]
 
 
+@pytest.mark.parametrize("command", ["evaluate", "sanity"])
+def test_a_folder_image_over_max_pixels_is_refused_naming_the_flag_the_command_takes(command, tmp_path, capsys,
+                                                                                     random_checkpoint):
+    """The limit's refusal named --max-pixels, which evaluate and sanity did not take (argparse then refused it)."""
+    item = shapes_images(1, seed=4)[0]
+    Image.fromarray(item.image).save(tmp_path / "shape.png")  # 64×64: 4096 pixels
+    Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / "shape_mask.png")
+    arguments = [command, str(tmp_path), "--checkpoint", str(random_checkpoint), "--methods", "rollout",
+                 "--out", str(tmp_path / "out")]
+    assert main([*arguments, "--max-pixels", "4000"]) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {tmp_path / 'shape.png'}: image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; "
+        "--max-pixels 1M (max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 bytes a "
+        "pixel)\n")
+    assert main([*arguments, "--max-pixels", "4096"]) == 0  # the mask, as large, is read under the same limit
+
+
+@pytest.mark.parametrize("arguments, refusal", [
+    (["evaluate", "--testbed", "2"], "--max-pixels limits the images of a FOLDER; the generated testbed's are small"),
+    (["sanity"], "--max-pixels limits the images of a FOLDER; the generated testbed's are small"),
+    (["evaluate", "--testbed-kind", "text"], "--max-pixels limits the images of a FOLDER; the generated testbed's are "
+                                             "small"),
+])
+def test_max_pixels_without_a_folder_is_refused_as_it_limits_nothing(arguments, refusal, capsys):
+    assert main([*arguments, "--max-pixels", "1G"]) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {refusal}\n"
+
 def test_unknown_method_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate", "--testbed", "2", "--methods", "rollout,nope"])

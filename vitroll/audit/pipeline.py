@@ -124,7 +124,7 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     path = item.path
     try:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
-                           allow_recognizable=options.allow_recognizable_features)
+                           allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")

@@ -14,6 +14,7 @@ import numpy as np
 from vitroll.audit.metrics import MaskSource, MetricSettings
 from vitroll.errors import OptionValueError
 from vitroll.io.dicom import SAFE_FIELDS
+from vitroll.io.images import DEFAULT_MAX_PIXELS
 
 GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
 _GROUP_ALIASES = {name.lower().replace("-", "").replace("_", ""): name for name in GROUP_FIELDS}
@@ -65,6 +66,9 @@ class AuditOptions:
     batch_size: int = 8
     workers: int = 0
     """Decoding processes (0: decode in the main process)."""
+    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS
+    """The largest PNG, JPEG, TIFF… input to decode (:func:`~vitroll.io.images.load_image`; None: any size); a larger
+    one is a row with the reason. DICOM frames are not limited."""
     thumbnail_size: int = 192
 
     def __post_init__(self) -> None:

@@ -22,8 +22,8 @@ from vitroll.audit.metrics import MaskSource, MetricSettings
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, parse_group_by
 from vitroll.commands.common import (
-    add_batch_size_argument, add_explain_arguments, add_out_argument, integer, model_from_args, number,
-    preprocessing_from_args, provenance_from_args, settings_from_args,
+    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, integer,
+    model_from_args, number, preprocessing_from_args, provenance_from_args, settings_from_args,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 from vitroll.io.discovery import check_given_paths_exist
@@ -86,6 +86,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_batch_size_argument(group, 8, items="frames")
     group.add_argument("--workers", type=integer(0), default=0, metavar="N",
                        help="decoding processes (default 0: the main process)")
+    add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs (not DICOM)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         metrics=MetricSettings(border_fraction=args.border, top_percent=args.top_percent),
         masks=MaskSource(args.masks, args.boxes), body_masks=MaskSource(args.body_masks),
         group_by=parse_group_by(args.group_by), batch_size=args.batch_size, workers=args.workers,
+        max_pixels=args.max_pixels,
         keep_burned_in_text=args.keep_burned_in_text, trust_burned_in_header=args.trust_burned_in_header,
         allow_recognizable_features=args.allow_recognizable_features,
     )

@@ -153,10 +153,11 @@ def pixel_count(text: str) -> Optional[int]:
     return round(value * scale)
 
 
-def add_max_pixels_argument(group: "argparse._ActionsContainer") -> None:
-    """``--max-pixels N``: the largest image to decode (:func:`~vitroll.io.images.load_image`'s ``max_pixels``)."""
+def add_max_pixels_argument(group: "argparse._ActionsContainer", images: str = "images") -> None:
+    """``--max-pixels N``: the largest image to decode (:func:`~vitroll.io.images.load_image`'s ``max_pixels``);
+    ``images`` says which images it limits."""
     group.add_argument("--max-pixels", type=pixel_count, default=f"{DEFAULT_MAX_PIXELS // 1_000_000}M", metavar="N",
-                       help="refuse images larger than N pixels, read from the file's header before decoding: "
+                       help=f"refuse {images} larger than N pixels, read from the file's header before decoding: "
                             "250000000, 250M, 1G or none (default: %(default)s, about 10 GiB of memory for an "
                             "overlay at full size)")
 

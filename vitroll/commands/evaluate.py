@@ -13,10 +13,11 @@ import numpy as np
 
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.commands.common import (
-    add_batch_size_argument, add_method_options, add_model_arguments, add_out_argument, integer,
-    method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
+    add_batch_size_argument, add_max_pixels_argument, add_method_options, add_model_arguments, add_out_argument,
+    integer, method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
 )
 from vitroll.errors import VitrollError
+from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
 from vitroll.methods import METHODS, method_named
 from vitroll.models import load_model
@@ -63,8 +64,9 @@ def method_list(text: str) -> list[str]:
 
 def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str, *, testbed_count: int,
                                methods_default: str) -> None:
-    """FOLDER or ``--testbed N`` (``testbed_count`` inputs when neither is given), ``--seed``, ``--methods`` (their
-    default as ``--help`` states it: ``methods_default``), ``--out`` and the method and model options."""
+    """FOLDER or ``--testbed N`` (``testbed_count`` inputs when neither is given), ``--seed``, ``--max-pixels`` (of
+    the FOLDER's images), ``--methods`` (their default as ``--help`` states it: ``methods_default``), ``--out`` and
+    the method and model options."""
     parser.add_argument("folder", nargs="?", metavar="FOLDER", help=folder_help)
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
@@ -72,6 +74,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     parser.add_argument("--seed", type=int, default=None, metavar="SEED",
                         help=f"testbed split (default: {TESTBED_SEED}, the shipped models' held-out split; not with a "
                              "FOLDER, whose images are not drawn)")
+    add_max_pixels_argument(parser, "a FOLDER's images")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
                         help=f"comma-separated, from {', '.join(sorted(METHODS))} (default: {methods_default})")
     add_out_argument(parser, "evaluation")
@@ -80,13 +83,20 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
 
 
 def check_one_image_source(args: argparse.Namespace) -> None:
-    """Refuse a FOLDER given together with --testbed N or --seed, which would ignore them (ValueError: one error
-    line)."""
+    """Refuse a FOLDER given together with --testbed N or --seed, which would ignore them, and --max-pixels without
+    one (ValueError: one error line)."""
     if args.folder and args.testbed:
         raise ValueError("give a FOLDER or --testbed N, not both")
     if args.folder and args.seed is not None:
         raise ValueError(f"--seed {args.seed} picks the generated testbed's inputs; a FOLDER's images are not drawn, "
                          "so leave --seed out (or give --testbed N instead of the FOLDER)")
+    check_max_pixels_has_a_folder(args)
+
+
+def check_max_pixels_has_a_folder(args: argparse.Namespace) -> None:
+    """Refuse ``--max-pixels`` without a FOLDER, whose images are the only ones it limits (ValueError)."""
+    if not args.folder and args.max_pixels != DEFAULT_MAX_PIXELS:
+        raise ValueError("--max-pixels limits the images of a FOLDER; the generated testbed's are small")
 
 
 def testbed_seed(args: argparse.Namespace) -> int:
@@ -97,7 +107,7 @@ def testbed_seed(args: argparse.Namespace) -> int:
 def images_from_args(args: argparse.Namespace, default_count: int):
     check_one_image_source(args)
     if args.folder:
-        return folder_images(args.folder)
+        return folder_images(args.folder, max_pixels=args.max_pixels)
     return shapes_images(args.testbed or default_count, testbed_seed(args))
 
 
@@ -185,6 +195,7 @@ def run_generated(args: argparse.Namespace) -> int:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
     if args.disagreement:
         raise ValueError("--disagreement compares maps of the shapes testbed or a folder")
+    check_max_pixels_has_a_folder(args)
     ignored = [option_flag(name) for name, default in args.shapes_only_defaults.items()
                if getattr(args, name) != default]
     if ignored:

@@ -33,7 +33,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     method_options = method_options_from_args(args, args.methods)
     check_one_image_source(args)
-    images = (folder_images_without_masks(args.folder) if args.folder
+    images = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder
               else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)

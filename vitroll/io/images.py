@@ -178,7 +178,7 @@ def load_image_with_display(path: "str | os.PathLike[str]", *, max_pixels: Optio
 
 
 def load_image_with_profile(
-    path: "str | os.PathLike[str]",
+    path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
 ) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
     """:func:`load_image`'s RGB image, the pixels its embedded ICC profile describes (that RGB image, the CMYK one it
     was converted from, or its grey levels) and the profile, for :func:`srgb_display`; None, None without a profile.
@@ -186,9 +186,9 @@ def load_image_with_profile(
     Raises
     ------
     ImageReadError
-        As :func:`load_image`.
+        As :func:`load_image` (``max_pixels`` too).
     """
-    return _decode(path, _profiled)
+    return _decode(path, _profiled, max_pixels)
 
 
 def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
@@ -252,16 +252,16 @@ def _srgb_transform(icc_profile: bytes, mode: str) -> Optional[ImageCms.ImageCms
     return ImageCms.buildTransform(profile, _SRGB, mode, "RGB", renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
 
-def load_mask(path: "str | os.PathLike[str]") -> np.ndarray:
+def load_mask(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode a mask image file → (H, W) bool, upright by its EXIF orientation: where the file has transparency, its
     opaque pixels (a cut-out on a transparent background); otherwise its non-zero pixels (any channel).
 
     Raises
     ------
     ImageReadError
-        As :func:`load_image`.
+        As :func:`load_image` (``max_pixels`` too).
     """
-    return _decode(path, _mask_pixels)
+    return _decode(path, _mask_pixels, max_pixels)
 
 
 def _mask_pixels(image: Image.Image) -> np.ndarray:

@@ -21,7 +21,7 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import load_image_with_display, load_mask, write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, load_mask, write_atomic
 from vitroll.io.discovery import folder_files, has_image_suffix
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
@@ -93,23 +93,25 @@ def _images_and_masks(folder: "str | os.PathLike[str]") -> tuple[list[Path], dic
     return [path for path in files if not path.stem.endswith(MASK_SUFFIX)], mask_of
 
 
-def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
+def folder_images(folder: "str | os.PathLike[str]", *,
+                  max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[MaskedImage]:
     """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
 
     Files are found by the rules of :mod:`vitroll.io.discovery` (image suffixes, hidden names skipped, not
     recursive). A mask is any image; its non-zero pixels are the object, or where it has transparency its opaque
     pixels (:func:`~vitroll.io.images.load_mask`); of several masks of one image
     (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
-    file or a mask whose size differs from its image.
+    file, an image or mask larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`) or a mask whose size
+    differs from its image.
     """
     images, mask_of = _images_and_masks(folder)
     found = []
     for path in images:
         if path.stem not in mask_of:
             continue
-        picture, display = load_image_with_display(path)
+        picture, display = load_image_with_display(path, max_pixels=max_pixels)
         image = np.asarray(picture)
-        mask = load_mask(mask_of[path.stem])
+        mask = load_mask(mask_of[path.stem], max_pixels=max_pixels)
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
@@ -119,15 +121,16 @@ def folder_images(folder: "str | os.PathLike[str]") -> list[MaskedImage]:
     return found
 
 
-def folder_images_without_masks(folder: "str | os.PathLike[str]") -> list[np.ndarray]:
+def folder_images_without_masks(folder: "str | os.PathLike[str]", *,
+                                max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[np.ndarray]:
     """Every image in ``folder``, (H, W, 3) uint8 RGB each, sorted by name, with or without a mask beside it: for
     checks that need no mask (:func:`~vitroll.pipelines.sanity.sanity_check`). Found as by :func:`folder_images`;
-    files named ``NAME_mask.*`` are masks and left out. Raises :class:`ImageReadError` for an unreadable file or a
-    folder without images."""
+    files named ``NAME_mask.*`` are masks and left out. Raises :class:`ImageReadError` for an unreadable file, one
+    larger than ``max_pixels`` or a folder without images."""
     images, _ = _images_and_masks(folder)
     if not images:
         raise ImageReadError(Path(folder), "no image in this folder (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM)")
-    return [np.asarray(load_image(path)) for path in images]
+    return [np.asarray(load_image(path, max_pixels=max_pixels)) for path in images]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from vitroll.errors import ImageReadError
 from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import IMAGE_SUFFIXES, load_image_with_profile
+from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, load_image_with_profile
 from vitroll.wording import counted
 
 if TYPE_CHECKING:
@@ -739,13 +739,14 @@ def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int]
 
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
-    frames: Optional[range] = None, allow_recognizable: bool = False,
+    frames: Optional[range] = None, allow_recognizable: bool = False, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
 ) -> DicomImage:
     """A file told by its first bytes (:func:`~vitroll.io.formats.sniff`), whatever its name: DICOM through
     :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through
-    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB) with ``unknown`` metadata; a PDF, ZIP
-    or gzip file refused by name. A file of no known kind is read as an image when its suffix says so, else as DICOM
-    (:func:`read_dicom` refuses what is not DICOM; ``frames`` and ``allow_recognizable`` go to it)."""
+    ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB; refused over ``max_pixels``) with
+    ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
+    ``allow_recognizable`` go to it)."""
     path = Path(path)
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
@@ -757,7 +758,7 @@ def read_any(
     if signature is None and not named_image:
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
     try:
-        loaded, profiled, icc_profile = load_image_with_profile(path)
+        loaded, profiled, icc_profile = load_image_with_profile(path, max_pixels=max_pixels)
     except ImageReadError as error:
         if named_image:
             raise
