@@ -155,7 +155,7 @@ LAYERS = [
     ("vitroll.io", "vitroll.checkpoints", "vitroll.testbed.shapes"),
     ("vitroll.models", "vitroll.testbed", "vitroll.preprocess", "vitroll.capture", "vitroll.adapters"),
     ("vitroll.methods",),
-    ("vitroll.maps", "vitroll.overlay", "vitroll.metrics", "vitroll.words", "vitroll.text_view"),
+    ("vitroll.maps", "vitroll.overlay", "vitroll.colormaps", "vitroll.metrics", "vitroll.words", "vitroll.text_view"),
     ("vitroll.pipelines", "vitroll.audit", "vitroll.templates"),
     ("vitroll.app",),
     ("vitroll.commands",),

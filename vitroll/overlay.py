@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
 
+from vitroll.colormaps import named_colormap
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.io.names import readable
 from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, upsample
@@ -43,18 +44,7 @@ def lookup_table(cmap: "str | Colormap") -> np.ndarray:
 
 @lru_cache(maxsize=32)
 def _named_table(cmap: str) -> np.ndarray:
-    import difflib
-
-    import matplotlib
-
-    try:
-        colormap = matplotlib.colormaps[cmap]
-    except KeyError:
-        by_lower = {name.lower(): name for name in matplotlib.colormaps}
-        close = [by_lower[name] for name in difflib.get_close_matches(cmap.lower(), by_lower, n=3, cutoff=0.75)]
-        hint = f"did you mean {', '.join(close)}?" if close else "e.g. jet, viridis, inferno, gray"
-        raise OptionValueError(f"unknown matplotlib colormap {cmap!r} ({hint})") from None
-    return _table(colormap)
+    return _table(named_colormap(cmap))
 
 
 def _table(colormap: "Colormap") -> np.ndarray:
