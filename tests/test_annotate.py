@@ -310,11 +310,11 @@ def test_missing_input_is_one_line(tmp_path, capsys):
 
 def test_inputs_are_found_once_and_before_the_model_is_loaded(messy, tmp_path, monkeypatch, capsys):
     """A missing INPUT was told only once the model was loaded (minutes for a large --pretrained one)."""
-    from vitroll.commands import annotate as command
+    from vitroll.commands import common
 
     loaded, found = [], []
-    real_load, real_discover = command.model_from_args, folder.discover
-    monkeypatch.setattr(command, "model_from_args", lambda args: loaded.append(args.model) or real_load(args))
+    real_load, real_discover = common.model_from_args, folder.discover
+    monkeypatch.setattr(common, "model_from_args", lambda args: loaded.append(args.model) or real_load(args))
     monkeypatch.setattr(folder, "discover", lambda *args, **how: found.append(args) or real_discover(*args, **how))
     assert annotate(str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")) == 2
     assert capsys.readouterr().err == f"vitroll: error: {tmp_path / 'nowhere'}: no such folder or list file\n"

@@ -268,7 +268,7 @@ def test_names_are_printed_readable_while_a_command_runs_and_the_streams_handler
 def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "my scans"
     folder.mkdir()
-    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", lambda args: pytest.fail("model loaded"))
+    monkeypatch.setattr("vitroll.commands.common.model_from_args", lambda args: pytest.fail("model loaded"))
     code, out, err = run(capsys, "overlay", str(PHOTO), str(folder), "--model", "vit_tiny_patch16_224",
                          "--out", str(tmp_path / "out"))
     assert code == 2 and out == ""
@@ -279,7 +279,8 @@ def test_a_folder_given_to_overlay_points_to_annotate_before_any_model_is_loaded
 def test_a_folder_given_to_caption_asks_for_its_images_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "scans"
     folder.mkdir()
-    monkeypatch.setattr("vitroll.commands.caption.load_model_of_kind", lambda *args, **kwargs: pytest.fail("model loaded"))
+    monkeypatch.setattr("vitroll.commands.common.load_model_of_kind",
+                        lambda *args, **kwargs: pytest.fail("model loaded"))
     code, out, err = run(capsys, "caption", str(folder), "--model", "vitroll-caption-shapes", "--out", str(tmp_path))
     assert code == 2 and out == ""
     assert err == (f"vitroll: error: {folder} is a folder: `vitroll caption` takes image files; pass the folder's "
@@ -373,12 +374,12 @@ def _no_model(*args, **kwargs):
 
 
 @pytest.mark.parametrize("command, loader, expected", [
-    (["overlay"], "vitroll.commands.overlay.model_from_args", (3, "failed", "nope.png: no such file")),
-    (["caption", "--model", "vitroll-caption-shapes"], "vitroll.commands.caption.load_model_of_kind",
+    (["overlay"], "vitroll.commands.common.model_from_args", (3, "failed", "nope.png: no such file")),
+    (["caption", "--model", "vitroll-caption-shapes"], "vitroll.commands.common.load_model_of_kind",
      (3, "failed", "nope.png: no such file")),
     (["compare", "--model", "vit_tiny_patch16_224"], "vitroll.commands.compare.explainers_from_args",
      (3, "failed", "nope.png: no such file")),
-    (["audit"], "vitroll.commands.audit.model_from_args", (2, "error", "nope.png: no such file or folder")),
+    (["audit"], "vitroll.commands.common.model_from_args", (2, "error", "nope.png: no such file or folder")),
 ])
 def test_missing_inputs_are_told_before_any_model_loads(tmp_path, capsys, monkeypatch, command, loader, expected):
     """`vitroll overlay missing.png` loaded the model (seconds, minutes for a large one) before it found the file
@@ -392,7 +393,7 @@ def test_missing_inputs_are_told_before_any_model_loads(tmp_path, capsys, monkey
 
 
 def test_an_empty_image_among_missing_ones_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", _no_model)
+    monkeypatch.setattr("vitroll.commands.common.model_from_args", _no_model)
     (tmp_path / "empty.png").write_bytes(b"")
     code, _, err = run(capsys, "overlay", str(tmp_path / "nope.png"), str(tmp_path / "empty.png"),
                        str(tmp_path / "nope.png"), "--out", str(tmp_path / "out"))
@@ -411,7 +412,7 @@ def test_one_readable_image_among_missing_ones_still_runs(tmp_path, capsys):
 
 def test_an_unreadable_class_names_file_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
     """`--class-names` with a typo was read after the model had loaded, its error seconds (minutes) later."""
-    monkeypatch.setattr("vitroll.commands.overlay.model_from_args", _no_model)
+    monkeypatch.setattr("vitroll.commands.common.model_from_args", _no_model)
     (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")
     for name, reason in (("nope.txt", "No such file or directory"), ("latin1.txt", "not UTF-8 text: byte 0xe9")):
         with pytest.raises(SystemExit) as stopped:

@@ -692,7 +692,7 @@ def test_the_command_refuses_to_serve_beyond_localhost_without_the_flag(capsys):
 
 
 def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeypatch, capsys):
-    import vitroll.commands.app as command
+    import vitroll.app as command
 
     served_at = []
     monkeypatch.setattr(command, "serve", lambda app, *, host, port, examples: served_at.append((host, port, examples)))
@@ -704,7 +704,7 @@ def test_the_command_serves_the_shipped_model_and_warns_once_when_shared(monkeyp
 
 
 def test_the_command_serves_a_saved_clip_folder_with_a_prompts_box(monkeypatch, tmp_path, capsys):
-    import vitroll.commands.app as command
+    import vitroll.app as command
 
     hf_model("clip").save_pretrained(tmp_path)
     clip_tokenizer(tmp_path).save_pretrained(tmp_path)
@@ -716,7 +716,7 @@ def test_the_command_serves_a_saved_clip_folder_with_a_prompts_box(monkeypatch, 
 
 
 def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
-    import vitroll.commands.app as command
+    import vitroll.app as command
 
     served_pages = []
     monkeypatch.setattr(command, "serve", lambda app, **_: served_pages.append(app))
@@ -728,7 +728,7 @@ def test_the_command_starts_the_colormap_menu_at_cmap(monkeypatch, capsys):
 
 
 def test_the_command_draws_with_alpha_upsample_and_normalize_as_overlay_does(monkeypatch, capsys):
-    import vitroll.commands.app as command
+    import vitroll.app as command
 
     drawn_with = []
     monkeypatch.setattr(command, "build_app", lambda model, **options: drawn_with.append(options["settings"]))
@@ -758,7 +758,7 @@ def test_without_gradio_the_command_names_the_extra(monkeypatch, capsys):
 
 
 def test_a_port_in_use_is_refused_in_one_line_before_the_model_is_loaded(monkeypatch, capsys):
-    import vitroll.commands.app as command
+    import vitroll.commands.common as command
 
     monkeypatch.setattr(command, "model_from_args", lambda args: pytest.fail("the model was loaded"))
     with socket.socket() as taken:
@@ -794,7 +794,7 @@ def test_a_saved_backbone_is_offered_only_the_methods_that_need_no_class_scores_
     chefer, grad_rollout, occlusion, … was refused on each click (the model has no class scores)."""
     import transformers
 
-    import vitroll.commands.app as command
+    import vitroll.app as command
 
     transformers.ViTModel(transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                                  intermediate_size=64, image_size=32, patch_size=8)).save_pretrained(

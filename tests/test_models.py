@@ -189,7 +189,7 @@ def test_model_arg_rebuilds_a_model_saved_with_other_create_model_arguments(tmp_
     """The CLI could not rebuild a timm model built with other create_model arguments (registers, no class token,
     average pooling); --model-arg KEY=VALUE gives them, read as int / float / bool / none / text."""
     from vitroll.cli import main
-    from vitroll.commands.common import model_argument
+    from vitroll.commands.arguments import model_argument
 
     assert [model_argument(text) for text in ("reg_tokens=4", "class-token=False", "drop_rate=0.5", "fc_norm=none",
                                               "global_pool=avg", "name=__import__('os')")] == [

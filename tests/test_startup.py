@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from vitroll.commands import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "timm", "transformers", "open_clip", "gradio", "matplotlib", "pydicom", "cv2")
 
@@ -90,3 +92,64 @@ def test_the_registries_read_first_hold_the_built_in_entries():
             "assert names[:2] == ['vit', 'vit-relpos'] and FAMILIES.index(FAMILIES[0]) == 0, names\n"
             "assert len(READOUTS) > 3 and len(REFUSALS) > 3, (READOUTS, REFUSALS)")
     assert imported_after(code)["timm"]
+
+
+MODEL_LIBRARIES = ("torch", "timm", "transformers")
+
+
+def command_line_outcomes(command_lines: list[list[str]]) -> tuple[list[tuple[int, list[str]]], list[str]]:
+    """For each command line, run in turn by :func:`vitroll.cli.main` in one fresh interpreter: its exit status and
+    its stderr lines; then which of :data:`MODEL_LIBRARIES` that interpreter had imported."""
+    code = ("import contextlib, io, json, sys\nfrom vitroll.cli import main\noutcomes = []\n"
+            f"for argv in {command_lines!r}:\n"
+            "    err = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):\n"
+            "        try:\n            status = main(argv)\n        except SystemExit as stop:\n"
+            "            status = stop.code\n"
+            "    outcomes.append((status, err.getvalue().splitlines()))\n"
+            f"print(json.dumps([outcomes, [name for name in {MODEL_LIBRARIES!r} if name in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    outcomes, imported = json.loads(done.stdout.splitlines()[-1])
+    return [(status, lines) for status, lines in outcomes], imported
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_command_s_help_and_its_usage_errors_import_no_model_library(command):
+    """`vitroll overlay --help` (and `vitroll overlay --method nope x.png`) took seconds, importing torch and timm
+    through the command's module, before it printed a line."""
+    outcomes, imported = command_line_outcomes([[command, "--help"], [command, "--no-such-option"]])
+    assert outcomes[0] == (0, [])
+    status, lines = outcomes[1]
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"vitroll: error: {command}: ")
+    assert lines[0].endswith(f"(see `vitroll {command} --help`)")
+    assert imported == []
+
+
+def test_a_device_is_checked_after_the_other_arguments_and_a_mistake_among_them_imports_no_model_library():
+    outcomes, imported = command_line_outcomes([["overlay", "x.png", "--device", "cuda:99", "--method", "rolout"]])
+    assert outcomes == [(2, ["vitroll: error: overlay: argument --method: invalid choice: 'rolout'; did you mean "
+                             "rollout? (choose from attention, center, chefer, flow, grad_rollout, gradient_shap, "
+                             "integrated_gradients, occlusion, random, rollout) (see `vitroll overlay --help`)"])]
+    assert imported == []
+
+
+def test_the_names_the_parsers_offer_are_those_of_the_library():
+    """The parsers name methods, head fusions, precisions and defaults without importing the library (torch); they
+    must not drift from it."""
+    from vitroll.capture import HEAD_FUSIONS
+    from vitroll.commands import annotate, arguments
+    from vitroll.methods import METHODS
+    from vitroll.methods.caption import CAPTION_METHODS
+    from vitroll.pipelines.explain import ExplainSettings
+    from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions
+    from vitroll.testbed import TESTBED_NAME
+
+    assert arguments.METHOD_NAMES == tuple(sorted(METHODS))
+    assert arguments.HEAD_FUSIONS == HEAD_FUSIONS
+    assert arguments.CAPTION_METHODS == CAPTION_METHODS
+    assert arguments.PRECISIONS == tuple(PRECISIONS)
+    assert arguments.TESTBED_NAME == TESTBED_NAME
+    assert arguments.DEFAULT_COLORMAP == ExplainSettings().cmap
+    assert annotate.DISAGREE_BELOW == AnnotateOptions.disagree_below
+    assert annotate.SAVE_KINDS == SAVE_KINDS

@@ -53,14 +53,21 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def parse_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
                    namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
         """argparse's ``parse_args``, but arguments a sub-command does not know are that sub-command's error (argparse
-        reports them as the top-level parser's), with the closest options it has."""
+        reports them as the top-level parser's), with the closest options it has; then each action's
+        ``check_parsed(value)``, where it has one, is called (its ``argparse.ArgumentError`` the usage error)."""
         OneLineArgumentParser.words = list(sys.argv[1:] if args is None else args)
         parsed, unknown = self.parse_known_args(args, namespace)
+        parser = self._sub_command_parser(parsed) or self
         if unknown:
-            parser = self._sub_command_parser(parsed) or self
             options = [option for option in parser._option_string_actions if option.startswith("--")]
             hints = [did_you_mean(word.partition("=")[0], options) for word in unknown if word.startswith("--")]
             parser.error(f"unrecognized arguments: {' '.join(unknown)}{next((h for h in hints if h), '')}")
+        for action in parser._actions:  # checks that import torch (--device) wait for every other argument
+            if hasattr(action, "check_parsed"):
+                try:
+                    action.check_parsed(getattr(parsed, action.dest))
+                except argparse.ArgumentError as error:
+                    parser.error(str(error))
         return parsed
 
     def _sub_command_parser(self, parsed: argparse.Namespace) -> Optional[argparse.ArgumentParser]:

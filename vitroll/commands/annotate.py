@@ -14,26 +14,26 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import torch
-
-from vitroll.commands.common import (
-    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, add_resume_arguments,
-    integer, model_from_args, number, preprocessing_from_args, print_failed, provenance_from_args,
-    settings_from_args,
+from vitroll.commands.arguments import (
+    METHOD_NAMES, PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument,
+    add_out_argument, add_resume_arguments, integer, number,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.io.names import single_line
-from vitroll.methods import METHODS
-from vitroll.models import class_names
-from vitroll.pipelines.explain import ExplainSettings
-from vitroll.pipelines.folder import (
-    PRECISIONS, SAVE_KINDS, AnnotateOptions, ReportedByRankZero, annotate, find_inputs, together, world,
-)
-from vitroll.pipelines.inputs import heif_photos
+from vitroll.pipelines.manifest import OUTPUT_COLUMNS as SAVE_KINDS
 from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks, under_torchrun
-from vitroll.preprocess import Preprocessing
+
+if TYPE_CHECKING:
+    import torch
+
+    from vitroll.pipelines.explain import ExplainSettings
+    from vitroll.pipelines.folder import AnnotateOptions
+    from vitroll.preprocess import Preprocessing
+
+DISAGREE_BELOW = 0.0
+"""The default of ``--disagree-below``: ``AnnotateOptions.disagree_below``."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_batch_size_argument(parser, 16)
     parser.add_argument("--workers", type=integer(0), default=min(4, os.cpu_count() or 1), metavar="N",
                         help="decoding processes (default: %(default)s here, the CPU cores up to 4)")
-    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="autocast for the model (fp16: CUDA only); maps are float32 (default: %(default)s)")
     parser.add_argument("--save", type=save_kinds, default="overlay,heatmap", metavar="KIND,…",
                         help=f"comma-separated from {','.join(SAVE_KINDS)}, or none for the manifest (and a gallery "
@@ -58,11 +58,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
                         help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "
                              "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")
-    parser.add_argument("--compare-with", choices=sorted(METHODS), metavar="METHOD",
+    parser.add_argument("--compare-with", choices=METHOD_NAMES, metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
     parser.add_argument("--disagree-below", type=number(), metavar="CORRELATION",
                         help="mark rows whose --compare-with agreement is below this as disagrees=true "
-                             f"(default {AnnotateOptions.disagree_below:g})")
+                             f"(default {DISAGREE_BELOW:g})")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -84,6 +84,8 @@ def save_kinds(text: str) -> tuple[str, ...]:
 def _init_distributed(args: argparse.Namespace) -> bool:
     """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA. True when
     this call made the group (then :func:`run` destroys it)."""
+    import torch
+
     if not under_torchrun() or torch.distributed.is_initialized():
         return False
     cuda = (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
@@ -102,6 +104,8 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
     refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read. The
     preprocessing's channels follow the model, already named: left out, the folders of earlier versions, which did
     not record them, resume."""
+    from vitroll.commands.common import provenance_from_args
+
     preprocessing_fields = {name: value for name, value in dataclasses.asdict(preprocessing).items()
                             if name != "channels"}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
@@ -116,6 +120,8 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
 
 
 def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
+    from vitroll.pipelines.folder import AnnotateOptions
+
     if args.disagree_below is not None and not args.compare_with:
         raise ValueError("--disagree-below marks rows by their agreement with --compare-with METHOD; "
                          "give --compare-with")
@@ -124,12 +130,15 @@ def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
         save=args.save,
         resume=args.resume, recursive=args.recursive, limit=args.limit, precision=args.precision,
         progress=not args.no_progress, compare_with=args.compare_with,
-        disagree_below=AnnotateOptions.disagree_below if args.disagree_below is None else args.disagree_below,
+        disagree_below=DISAGREE_BELOW if args.disagree_below is None else args.disagree_below,
         max_pixels=args.max_pixels,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    import torch
+
     try:
         options = _options_from_args(args)
     except ValueError as error:
@@ -147,6 +156,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
+    from vitroll.commands.common import (
+        model_from_args, preprocessing_from_args, print_failed, settings_from_args,
+    )
+    from vitroll.models import class_names
+    from vitroll.pipelines.folder import ReportedByRankZero, annotate, find_inputs, together, world
+    from vitroll.pipelines.inputs import heif_photos
+
     rank, world_size = world()
     try:
         with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank

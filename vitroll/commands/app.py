@@ -11,13 +11,10 @@ import socket
 import sys
 from pathlib import Path
 
-from vitroll.app import build_app, example_images, require_gradio, serve
-from vitroll.commands.common import (
-    add_alpha_argument, add_map_scaling_arguments, add_max_pixels_argument, add_model_arguments, colormap, integer,
-    model_from_args, preprocessing_from_args,
+from vitroll.commands.arguments import (
+    DEFAULT_COLORMAP, add_alpha_argument, add_map_scaling_arguments, add_max_pixels_argument, add_model_arguments,
+    colormap, integer,
 )
-from vitroll.models import class_names
-from vitroll.pipelines.explain import ExplainSettings
 
 SAMPLE_IMAGES = Path(__file__).resolve().parents[2] / "sample_images"
 """The repository's sample images, offered as examples when vitroll runs from a checkout."""
@@ -34,7 +31,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--share-on-network", action="store_true",
                         help="allow a --host that other machines can reach (no password: anyone there can use it)")
     rendering = parser.add_argument_group("rendering")
-    rendering.add_argument("--cmap", type=colormap, default=ExplainSettings().cmap, metavar="COLORMAP",
+    rendering.add_argument("--cmap", type=colormap, default=DEFAULT_COLORMAP, metavar="COLORMAP",
                            help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
     add_alpha_argument(rendering)
     add_map_scaling_arguments(rendering)
@@ -90,6 +87,12 @@ def check_port(host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.app import build_app, example_images, require_gradio, serve
+    from vitroll.commands.common import model_from_args, preprocessing_from_args
+    from vitroll.models import class_names
+    from vitroll.pipelines.explain import ExplainSettings
+
     check_host(args.host, args.share_on_network)
     if args.port is not None:
         check_port(args.host, args.port)

@@ -19,17 +19,13 @@ import argparse
 import sys
 
 from vitroll.audit.metrics import MaskSource, MetricSettings
-from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, parse_group_by
-from vitroll.commands.common import (
-    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, integer,
-    model_from_args, number, preprocessing_from_args, provenance_from_args, settings_from_args,
+from vitroll.commands.arguments import (
+    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, integer, number,
 )
 from vitroll.io.dicom import WINDOW_PRESETS, parse_window
 from vitroll.io.discovery import check_given_paths_exist
 from vitroll.io.redact import require_text_detector
-from vitroll.models import class_names
-from vitroll.pipelines.folder import EXIT_SOME_FAILED
 from vitroll.wording import counted
 
 
@@ -92,6 +88,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.audit.pipeline import run_audit
+    from vitroll.commands.common import (
+        model_from_args, preprocessing_from_args, provenance_from_args, settings_from_args,
+    )
+    from vitroll.models import class_names
+    from vitroll.pipelines.folder import EXIT_SOME_FAILED
+
     check_given_paths_exist(args.inputs)
     options = AuditOptions(
         window=parse_window(args.window), frame=args.frame, salt=args.salt, keep_ids=args.keep_ids,

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 
-from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.commands.common import (
-    add_batch_size_argument, add_colour_arguments, add_device_argument, add_max_pixels_argument, add_out_argument,
-    integer, refuse_folders, load_model_of_kind, none_can_be_read, print_failed, resolve_device,
+from vitroll.commands.arguments import (
+    CAPTION_METHODS, add_batch_size_argument, add_colour_arguments, add_device_argument, add_max_pixels_argument,
+    add_out_argument, integer,
 )
 from vitroll.io.names import single_line
-from vitroll.methods.caption import CAPTION_METHODS
-from vitroll.pipelines.caption import caption_files
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +40,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.adapters.tokenizers import registered_tokenizer
+    from vitroll.commands.common import (
+        load_model_of_kind, none_can_be_read, print_failed, refuse_folders, resolve_device,
+    )
+    from vitroll.pipelines.caption import caption_files
+
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
     if none_can_be_read(args.images):
         return 3

@@ -9,18 +9,16 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
-from typing import Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
 
-from vitroll.commands.common import (
-    add_device_argument, add_max_pixels_argument, add_method_arguments, add_render_arguments,
-    add_trust_checkpoint_argument, img_size_option, add_out_argument, integer, model_argument, model_arguments,
-    none_can_be_read, note_if_random, print_failed, resolve_device, settings_from_args, warn_if_trusting,
+from vitroll.commands.arguments import (
+    add_device_argument, add_max_pixels_argument, add_method_arguments, add_out_argument, add_render_arguments,
+    add_trust_checkpoint_argument, integer, model_argument,
 )
 from vitroll.io.names import READABLE
-from vitroll.models import class_names, load_model
-from vitroll.pipelines.compare import Explainer, compare, pair_summaries, plot_comparison
-from vitroll.pipelines.folder import EXIT_SOME_FAILED
-from vitroll.preprocess import Preprocessing
+
+if TYPE_CHECKING:
+    from vitroll.pipelines.compare import Explainer
 
 T = TypeVar("T")
 
@@ -77,6 +75,8 @@ def _build_options(size: Optional[list[int | str]],
                    arguments: Optional[list[tuple[str, object] | str]] = None) -> dict[str, object]:
     """``load_model`` keyword arguments for one model's ``--img-size`` words (``none``: its default size) and
     ``--model-arg`` words (``none``: none)."""
+    from vitroll.commands.common import img_size_option, model_arguments
+
     build = {}
     if arguments is not None and arguments != ["none"]:
         if "none" in arguments:
@@ -100,6 +100,12 @@ def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[
 
 
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.commands.common import note_if_random, resolve_device, warn_if_trusting
+    from vitroll.models import class_names, load_model
+    from vitroll.pipelines.compare import Explainer
+    from vitroll.preprocess import Preprocessing
+
     if len(args.model) < 2:
         raise ValueError("give at least two --model options to compare")
     given = _one_per_model(args.checkpoint, args.model, "--checkpoint", "to skip")
@@ -123,6 +129,11 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.commands.common import none_can_be_read, print_failed, settings_from_args
+    from vitroll.pipelines.compare import compare, pair_summaries, plot_comparison
+    from vitroll.pipelines.folder import EXIT_SOME_FAILED
+
     settings = settings_from_args(args)
     if none_can_be_read(args.images):
         return EXIT_SOME_FAILED

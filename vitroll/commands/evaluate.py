@@ -9,25 +9,12 @@ import argparse
 import csv
 from pathlib import Path
 
-import numpy as np
-
-from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.commands.common import (
-    add_batch_size_argument, add_max_pixels_argument, add_method_options, add_model_arguments, add_out_argument,
-    integer, method_options_from_args, model_from_args, number, option_flag, preprocessing_from_args, resolve_device,
+from vitroll.commands.arguments import (
+    METHOD_NAMES, TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options,
+    add_model_arguments, add_out_argument, integer, method_named, number, option_flag,
 )
-from vitroll.errors import VitrollError
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
-from vitroll.methods import METHODS, method_named
-from vitroll.models import load_model
-from vitroll.pipelines.evaluate import (
-    INTERVAL, evaluate, folder_images, markdown_table, plot_curves, plot_examples, summarize, shapes_images,
-)
-from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
-from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
-from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
-from vitroll.testbed.model import TESTBED_NAME
 from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
@@ -54,11 +41,8 @@ without build options, preprocess their own way and have their own metrics."""
 
 def method_list(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    try:
-        for name in methods or [text]:
-            method_named(name)
-    except VitrollError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    for name in methods or [text]:
+        method_named(name)
     return methods
 
 
@@ -76,7 +60,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
                              "FOLDER, whose images are not drawn)")
     add_max_pixels_argument(parser, "a FOLDER's images")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
-                        help=f"comma-separated, from {', '.join(sorted(METHODS))} (default: {methods_default})")
+                        help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default: {methods_default})")
     add_out_argument(parser, "evaluation")
     add_method_options(parser.add_argument_group("method options"))
     add_model_arguments(parser)
@@ -105,6 +89,8 @@ def testbed_seed(args: argparse.Namespace) -> int:
 
 
 def images_from_args(args: argparse.Namespace, default_count: int):
+    from vitroll.pipelines.evaluate import folder_images, shapes_images
+
     check_one_image_source(args)
     if args.folder:
         return folder_images(args.folder, max_pixels=args.max_pixels)
@@ -147,6 +133,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_disagreement(args: argparse.Namespace, result) -> None:
+    import numpy as np
+
     first, second = args.disagreement
     threshold = DISAGREE_BELOW if args.disagree_below is None else args.disagree_below
     correlations = result.disagreement(first, second)
@@ -160,6 +148,10 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
+    from vitroll.pipelines.evaluate import INTERVAL, evaluate, markdown_table, plot_curves, plot_examples, summarize
+
     if args.testbed_kind != "shapes":
         return run_generated(args)
     if args.disagreement and (len(args.disagreement) != 2 or not set(args.disagreement) <= set(args.methods)):
@@ -191,6 +183,14 @@ def run(args: argparse.Namespace) -> int:
 
 def run_generated(args: argparse.Namespace) -> int:
     """``--testbed-kind pairs``, ``text`` or ``captions``: a generated testbed with its own metrics."""
+    from vitroll.adapters.tokenizers import registered_tokenizer
+    from vitroll.commands.common import method_options_from_args, resolve_device
+    from vitroll.models import load_model
+    from vitroll.pipelines.evaluate import INTERVAL, markdown_table, summarize
+    from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
+    from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
+    from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
+
     if args.folder:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
     if args.disagreement:

@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from vitroll.commands.common import OPTION_UNITS
-from vitroll.methods import METHODS, Method
+from typing import TYPE_CHECKING
+
+from vitroll.commands.arguments import METHOD_NAMES, OPTION_UNITS
+
+if TYPE_CHECKING:
+    from vitroll.methods import Method
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("name", nargs="?", choices=sorted(METHODS), metavar="NAME",
+    parser.add_argument("name", nargs="?", choices=METHOD_NAMES, metavar="NAME",
                         help="one method (without it: all of them)")
     parser.set_defaults(run=run)
 
@@ -32,6 +36,9 @@ def describe(method: Method) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the methods import torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.methods import METHODS
+
     if args.name:
         print("\n".join(describe(METHODS[args.name])))
         print(f"\n{inspect.getdoc(METHODS[args.name].compute) or ''}")

@@ -9,9 +9,7 @@ import sys
 import textwrap
 from typing import Optional, Sequence
 
-from vitroll.capture.families import FAMILIES
-from vitroll.models.timm import supported_timm_names
-from vitroll.testbed.model import TESTBED_NAME
+from vitroll.commands.arguments import TESTBED_NAME
 
 SHIPPED_MODELS = {
     TESTBED_NAME: "four-shape image classifier, the default --model: overlay, compare, annotate, evaluate, sanity",
@@ -57,6 +55,10 @@ def _terminal_width() -> Optional[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the families import torch (timm): here, not at the top, so that --help and usage errors answer at once
+    from vitroll.capture.families import FAMILIES
+    from vitroll.models.timm import supported_timm_names
+
     width = _terminal_width()
     families = [(family.name, " — ".join(part for part in (", ".join(family.name_patterns), family.notes) if part))
                 for family in FAMILIES]

@@ -5,20 +5,18 @@ failed:`` line each, the others still written), 2 usage error."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from torch import nn
-
-from vitroll.adapters.image_text import PromptedModel, text_inputs
-from vitroll.capture import family_of
-from vitroll.commands.common import (
+from vitroll.commands.arguments import (
     add_batch_size_argument, add_max_pixels_argument, add_method_arguments, add_model_arguments, add_out_argument,
-    add_render_arguments, model_from_args, non_blank, none_can_be_read, preprocessing_from_args, print_failed,
-    print_if_little_seen, refuse_folders, settings_from_args,
+    add_render_arguments, non_blank,
 )
 from vitroll.io.names import single_line
-from vitroll.models import class_names
-from vitroll.pipelines.folder import EXIT_SOME_FAILED
-from vitroll.pipelines.single import ImageExplanation, explain_files
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitroll.pipelines.single import ImageExplanation
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +38,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _with_texts(model: nn.Module, args: argparse.Namespace) -> nn.Module:
     """The model with ``--text`` bound when it is an image–text model; refuses texts without one and the reverse."""
+    from vitroll.adapters.image_text import PromptedModel, text_inputs
+    from vitroll.capture import family_of
+
     if family_of(model).image_text is None:
         if args.text:
             raise ValueError(f"--text needs an image–text model (CLIP, SigLIP, open_clip); {args.model} "
@@ -69,6 +70,15 @@ def _default_method(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from vitroll.commands.common import (
+        model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_if_little_seen, refuse_folders,
+        settings_from_args,
+    )
+    from vitroll.models import class_names
+    from vitroll.pipelines.folder import EXIT_SOME_FAILED
+    from vitroll.pipelines.single import explain_files
+
     refuse_folders(args.images, "overlay", lambda folder: f"for a folder use `vitroll annotate {folder} --out OUT`")
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:

@@ -6,16 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from PIL import Image
-
-from vitroll.commands.common import (
-    add_batch_size_argument, method_options_from_args, model_from_args, preprocessing_from_args,
-)
+from vitroll.commands.arguments import add_batch_size_argument
 from vitroll.commands.evaluate import (
     DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed, write_csv,
 )
-from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
-from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
 from vitroll.wording import counted
 
 TESTBED_COUNT = 32
@@ -31,6 +25,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from PIL import Image
+
+    from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args
+    from vitroll.pipelines.evaluate import folder_images_without_masks, shapes_images
+    from vitroll.pipelines.sanity import FLAG_CORRELATION, sanity_check
+
     method_options = method_options_from_args(args, args.methods)
     check_one_image_source(args)
     images = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder

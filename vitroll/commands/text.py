@@ -18,20 +18,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
-from vitroll.commands.common import (
+from vitroll.commands.arguments import (
     add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_resume_arguments,
-    load_model_of_kind, method_options_from_args, resolve_device,
 )
-from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.errors import VitrollError
-from vitroll.io.text import read_texts
-from vitroll.models import ModelProvenance, class_names
-from vitroll.models.transformers import tokenizer_fingerprint
-from vitroll.pipelines.text_run import TextReport, TextRunSummary, run_texts
-from vitroll.text_view import terminal_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from tqdm import tqdm
+
+    from vitroll.pipelines.text_run import TextReport, TextRunSummary
 
 PRINTED_TEXTS = 20
 """Up to this many texts are printed shaded in the terminal; more get a progress bar instead."""
@@ -59,6 +57,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    from rich.console import Console
+    from tqdm import tqdm
+
+    from vitroll.adapters.tokenizers import registered_tokenizer
+    from vitroll.commands.common import load_model_of_kind, method_options_from_args, resolve_device
+    from vitroll.io.text import read_texts
+    from vitroll.models import ModelProvenance, class_names
+    from vitroll.models.transformers import tokenizer_fingerprint
+    from vitroll.pipelines.text_run import run_texts
+
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise VitrollError("no text to explain: give TEXT arguments or --file")
@@ -96,6 +105,8 @@ def _announce(console: Console, progress: tqdm, before: TextRunSummary) -> None:
 
 
 def _print_texts(console: Console, report: TextReport) -> None:
+    from vitroll.text_view import terminal_text
+
     for index, result in zip(report.indices, report.results):
         heading = f"#{index + 1}"
         if result.prediction is not None:
