@@ -346,6 +346,34 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
+def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_on_demand(served, model, tmp_path):
+    """A 24 MP photo's overlay went to the page at full size: a 37 MB PNG, encoded for seconds on every slider move.
+    The page now gets at most DISPLAY_SIDE pixels a side; the full-size button writes the overlay as explored."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False)
+    with pytest.raises(AppError) as refused:
+        client.predict(api_name="/full_size_overlay")
+    assert str(refused.value) == "Explain an image first: its overlay at full size is then written here."
+    wide = np.asarray(Image.open(CROSS).convert("RGB").resize((3000, 2000), Image.Resampling.NEAREST))
+    Image.fromarray(wide).save(tmp_path / "wide cross.png")
+    shown, _, _, _ = client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all",
+                                    "predicted", api_name="/explain")
+    expected = explore(model, wide, ExplorerControls(method="rollout", head_fusion="mean", discard_ratio=0.0,
+                                                     start_layer=0, layer=1), class_names=class_names(model)).overlay
+    assert Image.open(shown).size == (2048, 1365)
+    assert np.array_equal(np.asarray(Image.open(shown)), vitroll.app.display_copy(expected))
+    full = Path(client.predict(api_name="/full_size_overlay")["value"])
+    assert full.name == "wide cross_overlay.png" and np.array_equal(np.asarray(Image.open(full)), expected)
+
+
+def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():
+    tall = np.zeros((5000, 1000, 3), np.uint8)
+    assert vitroll.app.display_copy(tall).shape == (2048, 410, 3)
+    fits = tall[:2048]
+    assert vitroll.app.display_copy(fits) is fits
+
 def test_a_value_the_page_does_not_offer_sent_through_the_api_is_refused_in_one_line(served, capfd):
     """A method, head, colormap, … that is not on the page's menus, or a slider beyond its ends, sent through
     ``gradio_client``: Gradio's refusal named no widget ("Value: nonsense is not in the list of choices: [...]") and
@@ -447,7 +475,9 @@ def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):
     app = build_app(model, model_label="shapes")
     pictures = [block for block in app.blocks.values() if isinstance(block, gradio.Image)]
     assert len(pictures) == 3 and all("share" not in picture.buttons for picture in pictures)
-    assert all("download" in picture.buttons for picture in pictures[1:])  # the maps can still be saved
+    assert "download" in pictures[2].buttons  # the heads' grid can still be saved, and the overlay at its full size:
+    assert "download" not in pictures[1].buttons and "overlay at full size (PNG)" in [
+        block.value for block in app.blocks.values() if isinstance(block, gradio.Button)]
 
 
 def test_the_target_menu_follows_the_prompts():
@@ -502,6 +532,20 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
                                                               ).startswith("linear-gradient(to right, rgb(68, 1, 84) 0%")
         assert not errors
 
+
+def test_the_full_size_button_offers_the_overlay_shown_and_a_new_overlay_withdraws_it(served):
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator(f"img[src*='{CROSS.name}']").first.click()
+        page.locator("#overlay img").wait_for(timeout=30_000)
+        page.locator("#full-size").click()
+        offered = page.locator("#full-size-file")
+        offered.wait_for(state="visible", timeout=30_000)
+        wait_for_text(page, "#full-size-file", "shapes_cross_overlay")  # its name, then ".png" and its size
+        page.get_by_label("method", exact=True).click()
+        page.get_by_role("option", name="attention", exact=True).click()
+        wait_for_text(page, "#note", "attention does not use")
+        offered.wait_for(state="hidden", timeout=30_000)  # it was rollout's overlay
+        assert not errors
 
 def test_each_example_is_named_by_its_files_name_for_a_screen_reader(served):
     """Gradio draws an example's thumbnail with an empty ``alt``: its button had no name ("button", "image")."""

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import html
 import os
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
+from PIL import Image
 from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, pillow_limit_lifted
+from vitroll.io.images import DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted
 from vitroll.methods import method_named
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.explorer import (
@@ -34,12 +36,17 @@ ALL_HEADS = "all"
 PREDICTED = "predicted"
 API_NAME = "explain"
 """The endpoint a ``gradio_client.Client`` calls: ``client.predict(image, method, …, api_name="/explain")``."""
+FULL_SIZE_API_NAME = "full_size_overlay"
+"""The endpoint that writes the last overlay :data:`API_NAME` gave this session at the image's full size."""
 MAX_DISCARD_RATIO = 0.99
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
 PICTURE_BUTTONS = ("download", "fullscreen")
 """The buttons on the page's pictures: Gradio's default also has "share", which uploads the picture to huggingface.co,
 off this machine (a patient's image, perhaps), from a page that is not served beyond it unless asked."""
+DISPLAY_SIDE = 2048
+"""Pixels: the longest side of the overlay sent to the page, about what a screen shows. At full size a 24 MP photo's
+overlay was a 37 MB PNG, encoded for seconds on every slider move; the full size is downloaded on demand."""
 MAP_MIN_WIDTH = 300
 """Pixels: the overlay and the head grid share a row where each gets this much, else they stack."""
 PAGE_CSS = """
@@ -179,6 +186,16 @@ def file_caption(image: Optional[str]) -> str:
     return f'<p class="vitroll-file">file: <bdi>{html.escape(Path(image).name, quote=False)}</bdi></p>'
 
 
+def display_copy(picture: np.ndarray, side: int = DISPLAY_SIDE) -> np.ndarray:
+    """``picture`` (H, W, 3) uint8 shrunk (Lanczos, aspect kept) to a longest side of ``side`` pixels, or itself when
+    it is no larger."""
+    if max(picture.shape[:2]) <= side:
+        return picture
+    copy = Image.fromarray(picture)
+    copy.thumbnail((side, side), Image.Resampling.LANCZOS)
+    return np.asarray(copy)
+
+
 def example_images(folder: "str | os.PathLike[str]") -> list[Path]:
     """The images of ``folder`` to offer as examples (masks, named ``*_mask.png``, left out), sorted by name."""
     folder = Path(folder)
@@ -247,8 +264,19 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         except (VitrollError, ValueError) as error:
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
-        return (exploration.overlay, exploration.head_grid, top or None,
-                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes))
+        return (display_copy(exploration.overlay), exploration.head_grid, top or None,
+                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
+                (exploration.overlay, Path(image).stem))
+
+    downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
+
+    def full_size(shown: Optional[tuple[np.ndarray, str]]) -> "Any":
+        if shown is None:
+            raise refusal("Explain an image first: its overlay at full size is then written here.")
+        overlay, stem = shown
+        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{stem}_overlay.png"
+        path.write_bytes(encode_png(overlay))
+        return gr.File(str(path), visible=True)
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
@@ -272,11 +300,15 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             with gr.Column(scale=2):
                 with gr.Row():  # one above the other in a narrow window: side by side, the heads' labels are specks
                     overlay = gr.Image(format="png", type="numpy", label="overlay", interactive=False,
-                                       elem_id="overlay", min_width=MAP_MIN_WIDTH, buttons=list(PICTURE_BUTTONS))
+                                       elem_id="overlay", min_width=MAP_MIN_WIDTH, buttons=["fullscreen"])
                     grid = gr.Image(format="png", type="numpy", label="heads of the chosen layer", show_label=False,
                                     interactive=False, elem_id="heads", min_width=MAP_MIN_WIDTH,
                                     buttons=list(PICTURE_BUTTONS))  # its tiles are labelled
                 legend = gr.HTML(legend_html(settings.cmap, settings.normalization), elem_id="legend")
+                with gr.Row():  # the page shows at most DISPLAY_SIDE pixels: the download is the full size
+                    full_size_button = gr.Button("overlay at full size (PNG)", elem_id="full-size", size="sm")
+                    full_size_file = gr.File(label="overlay at full size", visible=False, elem_id="full-size-file")
+                shown = gr.State()
                 with gr.Row():
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
                                    visible=outline.has_classes)  # else an empty box
@@ -285,8 +317,11 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         image.change(file_caption, inputs=image, outputs=file_name, api_name=False, queue=False)
         explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
-                             outputs=[overlay, grid, top, note], concurrency_limit=1, concurrency_id="model")
+                             outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
+        full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
+        # a new overlay makes the file written for the last one stale
+        overlay.change(lambda: gr.File(None, visible=False), outputs=full_size_file, api_name=False, queue=False)
         # the target menu's own input only: when new prompts reset it, their event explains once
         gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
                layer.release], **explain_event, api_name=False)
