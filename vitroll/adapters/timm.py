@@ -52,6 +52,7 @@ def timm_preprocessing(model: nn.Module) -> Preprocessing:
         crop_pct=config.get("crop_pct") or 0.875,
         interpolation=config.get("interpolation", "bicubic"),
         crop_mode=crop_mode if crop_mode in ("center", "squash", "border") else "center",
+        patch_padding=_padding_patch(_patch_embedding(model)),
     )
 
 
