@@ -20,6 +20,7 @@ from torch import nn
 from vitroll.capture.families import padded_to_patches, refuse_if_refused, registered_family
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
+from vitroll.registry import Registry
 
 CropMode = Literal["center", "squash", "border"]
 _PIL_INTERPOLATION = {
@@ -42,8 +43,9 @@ FULL_RESIZE_LIMIT = 64
 """How many times the model input's area a resized copy of an image may have before only its crop is resampled:
 an image 48 times as long as it is wide, at 224 pixels (a few MB); a longer strip's copy grows with its length."""
 
-_REGISTERED: list[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = []
-"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first."""
+_REGISTERED: Registry[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = Registry()
+"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first (the built-in
+ones registered on first read, :mod:`vitroll.registry`)."""
 
 
 def register_preprocessing(matches: Callable[[nn.Module], bool],
