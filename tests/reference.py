@@ -341,10 +341,11 @@ def reference_image_occlusion(model: nn.Module, image: torch.Tensor, target: int
                               scores: Scores = plain_scores) -> np.ndarray:
     """Occlusion of ONE image (3, H, W) in float64: for each window × window block of ``patch``-pixel patches, zero
     its pixels and take the target score's drop; each patch's score is the mean over the blocks covering it →
-    (H / patch, W / patch), signed."""
+    (⌈H / patch⌉, ⌈W / patch⌉), signed. A last partial row or column of patches (a model that pads its input up to
+    whole patches, right and bottom) holds the image's last H mod patch (W mod patch) pixels."""
     reference = copy.deepcopy(model).double().eval()
     image = image.double()
-    grid = (image.shape[1] // patch, image.shape[2] // patch)
+    grid = (-(-image.shape[1] // patch), -(-image.shape[2] // patch))
     with torch.no_grad():
         full = scores(reference, image[None])[0, target]
         total, count = np.zeros(grid), np.zeros(grid)

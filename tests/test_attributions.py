@@ -8,8 +8,9 @@ import timm
 import torch
 
 from vitroll import VitrollError
+from vitroll.capture import TokenLayout
 from vitroll.methods import gradient_shap, integrated_gradients
-from vitroll.methods.attributions import pixels_to_grid
+from vitroll.methods.attributions import hide_patches, pixels_to_grid
 
 from reference import reference_gradient_shap, reference_integrated_gradients
 
@@ -97,9 +98,30 @@ def test_pixels_to_grid_by_hand():
     pixels = torch.zeros(1, 3, 4, 4)
     pixels[0, 0, 0, 0] = -8.0
     pixels[0, 1, 3, 3] = 4.0
-    assert pixels_to_grid(pixels, (2, 2), "absolute").tolist() == [[[2.0, 0.0], [0.0, 1.0]]]
-    assert pixels_to_grid(pixels, (2, 2), "positive").tolist() == [[[0.0, 0.0], [0.0, 1.0]]]
-    assert pixels_to_grid(pixels, (2, 2), "signed").tolist() == [[[-2.0, 0.0], [0.0, 1.0]]]
+    layout = TokenLayout(1, "class_token", (2, 2))
+    assert pixels_to_grid(pixels, layout, "absolute").tolist() == [[[2.0, 0.0], [0.0, 1.0]]]
+    assert pixels_to_grid(pixels, layout, "positive").tolist() == [[[0.0, 0.0], [0.0, 1.0]]]
+    assert pixels_to_grid(pixels, layout, "signed").tolist() == [[[-2.0, 0.0], [0.0, 1.0]]]
+
+
+def test_pixels_to_grid_averages_a_padded_patch_over_its_image_pixels():
+    """A 3 × 3 image in patches of 2, padded to 4 × 4: the last row and column of patches hold 2 pixels of the image
+    (the corner 1), which their means are over; the padding adds nothing."""
+    pixels = torch.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+    layout = TokenLayout(1, "class_token", (2, 2), padded_hw=(4, 4))
+    assert pixels_to_grid(pixels, layout, "signed").tolist() == [[[3.0, 4.5], [7.5, 9.0]]]
+
+
+def test_hide_patches_hides_the_pixels_of_a_padded_patch():
+    """36 pixels in patches of 8, padded to 40 (timm's dynamic_img_pad): patch 1 is rows 8–15, patch 4 the last
+    4 rows; stretched evenly over 36 pixels, patch 1 would be rows 8–14."""
+    image = torch.ones(1, 1, 36, 36)
+    masks = torch.zeros(2, 5, 5, dtype=torch.bool)
+    masks[0, 1, 1] = masks[1, 4, 4] = True
+    hidden = hide_patches(image, masks, torch.zeros(()), TokenLayout(1, "class_token", (5, 5), padded_hw=(40, 40)))
+    assert (hidden[0, 0] == 0).nonzero().unique(dim=0).tolist() == [[row, col] for row in range(8, 16)
+                                                                     for col in range(8, 16)]
+    assert (hidden[1, 0] == 0).nonzero().tolist() == [[row, col] for row in range(32, 36) for col in range(32, 36)]
 
 
 def test_missing_captum_names_the_extra(tiny, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import PIL.Image
 import pytest
 import torch
 from hypothesis import given, settings
@@ -39,6 +40,56 @@ def test_one_hot_patch_lights_up_its_region_of_the_original(original_hw, cell):
     assert abs(len(lit) - area) <= perimeter + 4
     row, col = peak_location(to_original(grid, geometry))
     assert top - 1 <= row <= bottom + 1 and left - 1 <= col <= right + 1
+
+
+PADDED = Preprocessing(input_size=(36, 36), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, crop_mode="squash",
+                       patch_padding=(8, 8))
+"""A model that pads its 36 × 36 input to 40 × 40 (timm's dynamic_img_pad, patch 8): a 5 × 5 grid, whose last row
+and column of patches hold 4 pixels of the input each."""
+
+
+@pytest.mark.parametrize(("cell", "rows", "cols"), [((1, 1), (16, 32), (24, 48)), ((4, 4), (64, 72), (96, 108)),
+                                                    ((4, 0), (64, 72), (0, 24))])
+def test_a_padded_grids_hot_cell_lands_on_exactly_the_pixels_of_its_patch(cell, rows, cols):
+    """A 72 × 108 image squashed to 36 × 36 (2 and 3 original pixels per input pixel): patch (1, 1) is input pixels
+    8–15, so original rows 16–31 and columns 24–47; a last patch is input pixels 32–35, so the last 8 rows (12
+    columns). Stretched evenly over the input, patch 1 would start at input pixel 7.2."""
+    geometry = PADDED.geometry((72, 108))
+    assert geometry.padded_hw == (40, 40)
+    grid = np.zeros((5, 5), np.float32)
+    grid[cell] = 1.0
+    expected = np.zeros((72, 108), bool)
+    expected[rows[0]:rows[1], cols[0]:cols[1]] = True
+    np.testing.assert_array_equal(to_original(grid, geometry, interpolation="nearest") == 1.0, expected)
+    assert grid_box_in_original(geometry, (5, 5), cell) == (rows[0], cols[0], rows[1], cols[1])
+    assert key_patches(grid, geometry, 1)[0].box == (cols[0], rows[0], cols[1], rows[1])
+
+
+def test_vitroll_overlay_puts_a_padded_models_last_patch_on_the_last_pixels_of_the_image():
+    """What `vitroll overlay` draws (render) for a timm ViT with dynamic_img_pad at an input of no whole number of
+    patches: its preprocessing knows the padding, so the hot last patch colours the image's last 4 input pixels (8
+    original rows, 4 columns) and nothing else."""
+    import timm
+
+    from vitroll.pipelines.explain import ExplainSettings, render
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=36, patch_size=8, depth=1, embed_dim=32, num_heads=2,
+                              num_classes=3, dynamic_img_size=True, dynamic_img_pad=True)
+    preprocessing = Preprocessing.from_model(model, crop_pct=1.0, crop_mode="squash")
+    image = np.full((72, 36, 3), 128, np.uint8)
+    _tensor, geometry = preprocessing(PIL.Image.fromarray(image))
+    grid = np.zeros((5, 5), np.float32)
+    grid[4, 2] = 1.0
+    saliency, overlaid = render(image, grid, geometry, ExplainSettings(method="occlusion", interpolation="nearest"))
+    expected = np.zeros((72, 36), bool)
+    expected[64:, 16:24] = True
+    np.testing.assert_array_equal(saliency == 1.0, expected)
+    assert (overlaid[expected] == overlaid[64, 16]).all() and not (overlaid[~expected] == overlaid[64, 16]).all(1).any()
+
+
+def test_a_geometry_pads_only_an_input_of_no_whole_number_of_patches():
+    assert PADDED.with_overrides(input_size=(40, 32)).geometry((50, 50)).padded_hw is None
+    assert PADDED.with_overrides(input_size=(40, 33)).geometry((50, 50)).padded_hw == (40, 40)
 
 
 def test_region_outside_the_centre_crop_is_nan():

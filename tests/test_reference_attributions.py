@@ -34,13 +34,18 @@ TIMM_LAYOUTS = {
     "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
     "registers": ("vit_tiny_patch16_224", {"reg_tokens": 2}),
     "average_pool": ("vit_tiny_patch16_224", {"class_token": False, "global_pool": "avg"}),
+    "padded": ("vit_tiny_patch16_224", {"dynamic_img_size": True, "dynamic_img_pad": True}),
 }
 CLASSIFIERS = [*TIMM_LAYOUTS, "hf_vit"]
-PATCH = {"deit_distilled": 16, "registers": 16, "average_pool": 16, "hf_vit": 8, "clip": 8}
+PATCH = {"deit_distilled": 16, "registers": 16, "average_pool": 16, "padded": 16, "hf_vit": 8, "clip": 8}
+IMAGE_SIZE = {"hf_vit": (32, 32), "padded": (40, 36)}
+"""Image (H, W) of each classifier that does not take 48 × 32: the padded ViT's is no whole number of its patches
+(3 × 3 patches, the last row 8 pixels of the image and 8 of padding, the last column 4 and 12)."""
 
 
 def classifier(kind: str) -> torch.nn.Module:
-    """A small random classifier of 5 classes on 48 × 32 images (timm, patch 16) or 32 × 32 (transformers, patch 8)."""
+    """A small random classifier of 5 classes on 48 × 32 images (timm, patch 16) or 32 × 32 (transformers, patch 8);
+    the padded ViT pads any input up to whole patches (timm's ``dynamic_img_pad``, right and bottom)."""
     torch.manual_seed(3)
     if kind == "hf_vit":
         config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
@@ -52,7 +57,7 @@ def classifier(kind: str) -> torch.nn.Module:
 
 
 def classifier_images(kind: str, batch: int) -> torch.Tensor:
-    size = (32, 32) if kind == "hf_vit" else (48, 32)
+    size = IMAGE_SIZE.get(kind, (48, 32))
     return torch.randn(batch, 3, *size, generator=torch.Generator().manual_seed(7))
 
 
@@ -66,10 +71,14 @@ def clip_scores(model: torch.nn.Module, image: torch.Tensor) -> torch.Tensor:
 
 
 def signed_patch_means(attributions: np.ndarray, patch: int) -> np.ndarray:
-    """Pixel attributions (C, H, W) → summed over channels, averaged over each patch × patch block (h, w)."""
+    """Pixel attributions (C, H, W) → summed over channels, averaged over each patch × patch block (h, w); a last
+    partial block (the image padded right and bottom up to whole patches) over its pixels of the image."""
     summed = attributions.sum(axis=0)
     height, width = summed.shape
-    return summed.reshape(height // patch, patch, width // patch, patch).mean(axis=(1, 3))
+    grid = (-(-height // patch), -(-width // patch))
+    padded = np.full((grid[0] * patch, grid[1] * patch), np.nan)
+    padded[:height, :width] = summed
+    return np.nanmean(padded.reshape(grid[0], patch, grid[1], patch), axis=(1, 3))
 
 
 def shap_baselines(image: torch.Tensor) -> torch.Tensor:

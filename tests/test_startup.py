@@ -54,6 +54,8 @@ DEEP_IMPORTS = {
     "methods": "from vitroll.methods import rollout\nvalues = rollout(model, images)",
     "adapters": "from vitroll.adapters import register_family\nfrom vitroll.capture import family_of\n"
                 "values = torch.tensor([len(family_of(model).attention_modules(model))])",
+    "preprocess": "from PIL import Image\nfrom vitroll.preprocess import Preprocessing\n"
+                  "values, _geometry = Preprocessing.from_model(model)(Image.new('RGB', (40, 50)))",
 }
 """A deep import of each layer, as a user writes it without ``import vitroll``, and what it computes on a ViT."""
 
@@ -62,14 +64,15 @@ DEEP_IMPORTS = {
 def test_a_deep_import_in_a_fresh_interpreter_finds_timm_vits_and_records_their_attention(layer):
     """With the package's names imported on first use, the built-in families were registered only when a name was
     reached through `vitroll`: `from vitroll.capture import AttentionRecorder` on a timm ViT said 'supported
-    families: .'"""
+    families: .'; `Preprocessing.from_model(model)` as the first call, even after `import vitroll`, said the ViT
+    belonged to no registered family."""
     code = ("import timm, torch\ntorch.manual_seed(0)\n"
             "model = timm.create_model('vit_tiny_patch16_224', img_size=32, depth=2).eval()\n"
             "images = torch.rand(1, 3, 32, 32)\n"
             f"{DEEP_IMPORTS[layer]}\nprint('SHAPE', tuple(values.shape), bool(torch.isfinite(values).all()))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    expected = {"capture": "(1, 5, 5)", "methods": "(1, 2, 2)", "adapters": "(1,)"}[layer]
+    expected = {"capture": "(1, 5, 5)", "methods": "(1, 2, 2)", "adapters": "(1,)", "preprocess": "(3, 32, 32)"}[layer]
     assert done.stdout.splitlines()[-1] == f"SHAPE {expected} True"
 
 

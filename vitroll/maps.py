@@ -225,14 +225,16 @@ def _top_sum(positive: np.ndarray, k: int) -> float:
 
 def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int],
                          cell: tuple[int, int]) -> tuple[float, float, float, float]:
-    """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid."""
+    """Extent (top, left, bottom, right) in original pixels of patch ``cell`` = (row, col) of a ``grid_hw`` grid; a
+    last patch partly padding (:attr:`~vitroll.preprocess.CropGeometry.padded_hw`) ends where the input ends."""
     (sy, sx), (crop_top, crop_left) = geometry.scale, geometry.crop_top_left
-    cell_h = geometry.input_hw[0] / grid_hw[0]
-    cell_w = geometry.input_hw[1] / grid_hw[1]
+    (input_h, input_w), (covered_h, covered_w) = geometry.input_hw, geometry.grid_hw_pixels
+    cell_h = covered_h / grid_hw[0]
+    cell_w = covered_w / grid_hw[1]
     row, col = cell
     return (
         (crop_top + row * cell_h) / sy, (crop_left + col * cell_w) / sx,
-        (crop_top + (row + 1) * cell_h) / sy, (crop_left + (col + 1) * cell_w) / sx,
+        (crop_top + min((row + 1) * cell_h, input_h)) / sy, (crop_left + min((col + 1) * cell_w, input_w)) / sx,
     )
 
 

@@ -17,9 +17,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.capture.families import refuse_if_refused, registered_family
+from vitroll.capture.families import padded_to_patches, refuse_if_refused, registered_family
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError, UnsupportedModelError
 from vitroll.io.images import to_rgb
+from vitroll.registry import Registry
 
 CropMode = Literal["center", "squash", "border"]
 _PIL_INTERPOLATION = {
@@ -42,8 +43,9 @@ FULL_RESIZE_LIMIT = 64
 """How many times the model input's area a resized copy of an image may have before only its crop is resampled:
 an image 48 times as long as it is wide, at 224 pixels (a few MB); a longer strip's copy grows with its length."""
 
-_REGISTERED: list[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = []
-"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first."""
+_REGISTERED: Registry[tuple[Callable[[nn.Module], bool], Callable[[nn.Module], "Preprocessing"]]] = Registry()
+"""(matches(model), preprocessing(model)) pairs of registered model families, the most recent first (the built-in
+ones registered on first read, :mod:`vitroll.registry`)."""
 
 
 def register_preprocessing(matches: Callable[[nn.Module], bool],
@@ -75,6 +77,14 @@ class CropGeometry:
     resized_hw: tuple[int, int]
     crop_top_left: tuple[int, int]
     input_hw: tuple[int, int]
+    padded_hw: tuple[int, int] | None = None
+    """The input as the model pads it up to whole patches, right and bottom (:attr:`Preprocessing.patch_padding`):
+    what a map's patch grid covers, the input its first ``input_hw``; None: the grid covers the input itself."""
+
+    @property
+    def grid_hw_pixels(self) -> tuple[int, int]:
+        """The input pixels (H', W') a map's patch grid cuts into equal cells: :attr:`padded_hw`, else the input."""
+        return self.padded_hw or self.input_hw
 
     @property
     def scale(self) -> tuple[float, float]:
@@ -98,12 +108,13 @@ class CropGeometry:
     def grid_to_original_affine(self, grid_hw: tuple[int, int]) -> np.ndarray:
         """2×3 affine taking original pixel indices (x, y) to map indices (u, v) on a grid of ``grid_hw`` cells.
 
-        Each cell covers ``input / grid`` input pixels; used with ``cv2.WARP_INVERSE_MAP``.
+        Each cell covers ``grid_hw_pixels / grid`` input pixels (the last ones partly padding, where the model pads);
+        used with ``cv2.WARP_INVERSE_MAP``.
         """
         rows = []
         for axis, (scale, offset) in enumerate(((self.scale[1], self.crop_top_left[1]),
                                                 (self.scale[0], self.crop_top_left[0]))):
-            cells_per_pixel = grid_hw[1 - axis] / self.input_hw[1 - axis]
+            cells_per_pixel = grid_hw[1 - axis] / self.grid_hw_pixels[1 - axis]
             gain = scale * cells_per_pixel
             shift = (0.5 * scale - offset) * cells_per_pixel - 0.5
             row = [0.0, 0.0, shift]
@@ -136,6 +147,10 @@ class Preprocessing:
     channels : {3, 1}
         The model's input channels: 1 converts the picture to grey (PIL's ``L``, ITU-R 601 luma), normalised by the
         luma of ``mean`` and ``std`` when they are given per RGB channel (the value itself when all three are equal).
+    patch_padding : (int, int), optional
+        The patch (h, w) of a model that pads its input up to whole patches, right and bottom (timm's
+        ``dynamic_img_pad``), so that each geometry says which pixels its maps' last patches cover
+        (:attr:`CropGeometry.padded_hw`); None: the model's grid covers the input exactly.
     """
 
     input_size: tuple[int, int]
@@ -146,12 +161,17 @@ class Preprocessing:
     crop_mode: CropMode = "center"
     crop_rounding: Literal["round", "floor"] = "round"
     channels: Literal[1, 3] = 3
+    patch_padding: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         """Refuse settings that would give a division by zero, infinite pixels or a silently different crop."""
         size = tuple(self.input_size)
         if len(size) != 2 or not all(isinstance(side, numbers.Integral) and side >= 1 for side in size):
             raise OptionValueError(f"input_size must be (H, W), two integers ≥ 1; got {self.input_size!r}")
+        patch = self.patch_padding
+        if patch is not None and (len(tuple(patch)) != 2 or not all(isinstance(side, numbers.Integral) and side >= 1
+                                                                    for side in patch)):
+            raise OptionValueError(f"patch_padding must be (h, w), two integers ≥ 1, or None; got {patch!r}")
         if not (math.isfinite(self.crop_pct) and self.crop_pct > 0):
             raise OptionValueError(f"crop_pct must be a finite number > 0; got {self.crop_pct!r}")
         for name, values in (("mean", self.mean), ("std", self.std)):
@@ -220,7 +240,8 @@ class Preprocessing:
 
         top, left = offset(resized[0] - target_h), offset(resized[1] - target_w)
         return CropGeometry(original_hw=(height, width), resized_hw=resized, crop_top_left=(top, left),
-                            input_hw=(target_h, target_w))
+                            input_hw=(target_h, target_w),
+                            padded_hw=padded_to_patches((target_h, target_w), self.patch_padding))
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
         """(mean, std), float32 arrays of one value per channel of the model's input (or one for all)."""

@@ -24,7 +24,7 @@ from timm.models.vision_transformer_relpos import RelPosAttention, VisionTransfo
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.capture.families import Padding, Readout, TokenLayout, add_refusal
+from vitroll.capture.families import Padding, Readout, TokenLayout, add_refusal, padded_to_patches
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attention_probabilities
 from vitroll.preprocess import Preprocessing
@@ -52,6 +52,7 @@ def timm_preprocessing(model: nn.Module) -> Preprocessing:
         crop_pct=config.get("crop_pct") or 0.875,
         interpolation=config.get("interpolation", "bicubic"),
         crop_mode=crop_mode if crop_mode in ("center", "squash", "border") else "center",
+        patch_padding=_padding_patch(_patch_embedding(model)),
     )
 
 
@@ -111,14 +112,21 @@ def _pooled_token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLa
     Raises ValueError for an input size the model cannot take.
     """
     _check_input_size(model, image_hw)
-    grid = tuple(_patch_embedding(model).dynamic_feat_size(image_hw))
+    embed = _patch_embedding(model)
+    grid = tuple(embed.dynamic_feat_size(image_hw))
     pool = getattr(model, "global_pool", "token")
     # timm's pool_include_prefix: the average (or the attention pool) covers the prefix tokens too
     mean: Readout = "token_mean" if getattr(model, "pool_include_prefix", False) else "patch_mean"
     readout: Readout = "attention_pool" if pool in ATTENTION_POOLS else {"token": "class_token"}.get(pool, mean)
     if isinstance(model, VisionTransformerDistilled):  # its head averages the class and distillation tokens' logits
         readout = "prefix_mean"
-    return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid)
+    return TokenLayout(num_prefix_tokens=model.num_prefix_tokens, readout=readout, grid=grid,
+                       padded_hw=padded_to_patches(image_hw, _padding_patch(embed)))
+
+
+def _padding_patch(embed: nn.Module) -> tuple[int, int] | None:
+    """The patch (h, w) a patch embedding pads its input up to whole ones of (timm's ``dynamic_img_pad``), or None."""
+    return tuple(embed.patch_size) if getattr(embed, "dynamic_img_pad", False) else None
 
 
 def _attention_pool(model: nn.Module) -> list[nn.Module]:

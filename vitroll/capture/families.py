@@ -60,6 +60,10 @@ class TokenLayout:
         True for real tokens, False for padding; set for sequences.
     positions : Tensor, shape (B,), optional
         Index of each sequence's explained token; set when ``readout`` is ``"position"``.
+    padded_hw : (int, int), optional
+        For a model that pads its input up to whole patches, right and bottom (timm's ``dynamic_img_pad``): the
+        padded input (H', W') = grid × patch, which the grid cuts into equal patches, the input's own pixels the
+        first H × W of it (the last row and column of patches partly padding). None: the grid cuts the input itself.
     """
 
     num_prefix_tokens: int
@@ -68,12 +72,21 @@ class TokenLayout:
     pool_weights: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
     token_mask: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
     positions: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
+    padded_hw: Optional[tuple[int, int]] = None
 
     def __post_init__(self) -> None:
         if (self.grid is None) == (self.token_mask is None):
             raise OptionValueError("a TokenLayout has either a patch grid (images) or a token_mask (sequences)")
         if self.readout == "position" and self.positions is None:
             raise OptionValueError("a 'position' readout needs the explained positions")
+
+    def padded(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``pixels`` (..., H, W) of an input as the model pads them, with zeros right and bottom up to
+        :attr:`padded_hw` (unchanged without it): the pixels the grid cuts into equal patches."""
+        if self.padded_hw is None:
+            return pixels
+        height, width = pixels.shape[-2:]
+        return torch.nn.functional.pad(pixels, (0, self.padded_hw[1] - width, 0, self.padded_hw[0] - height))
 
     @property
     def num_tokens(self) -> int:
@@ -122,6 +135,16 @@ class TokenLayout:
         mask = self.token_mask.to(token_values.device)
         mask = mask.reshape(mask.shape[0], *([1] * (token_values.ndim - 2)), mask.shape[-1])
         return token_values.masked_fill(~mask, 0.0)
+
+
+def padded_to_patches(image_hw: tuple[int, int], patch_hw: Optional[tuple[int, int]]
+                      ) -> Optional[tuple[int, int]]:
+    """``image_hw`` padded up to whole patches of ``patch_hw`` (a model's ``dynamic_img_pad``), or None when it
+    already is whole patches or there is no ``patch_hw``."""
+    if patch_hw is None:
+        return None
+    padded = tuple(-(-int(size) // int(patch)) * int(patch) for size, patch in zip(image_hw, patch_hw))
+    return None if padded == tuple(image_hw) else padded
 
 
 def call_model(model: nn.Module, images: torch.Tensor) -> torch.Tensor:

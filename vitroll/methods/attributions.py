@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitroll.capture import TokenLayout
 from vitroll.errors import InputValueError, OptionValueError, VitrollError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
@@ -53,10 +54,13 @@ def _signed(attributions: torch.Tensor, sign: Sign) -> torch.Tensor:
     return _SIGNS[sign](attributions)
 
 
-def pixels_to_grid(attributions: torch.Tensor, grid: tuple[int, int], sign: Sign) -> torch.Tensor:
-    """Pixel attributions (B, C, H, W) → patch-grid map (B, h, w): |a|, a⁺ or a (``sign``) summed over
-    channels, averaged per patch."""
-    return F.adaptive_avg_pool2d(_signed(attributions, sign).sum(dim=1, keepdim=True).float(), grid).squeeze(1)
+def pixels_to_grid(attributions: torch.Tensor, layout: TokenLayout, sign: Sign) -> torch.Tensor:
+    """Pixel attributions (B, C, H, W) → patch-grid map (B, h, w) of ``layout``: |a|, a⁺ or a (``sign``) summed over
+    channels, averaged over each patch's pixels (of a patch partly padding, over its pixels of the image only)."""
+    summed = layout.padded(_signed(attributions, sign).sum(dim=1, keepdim=True).float())
+    share_of_image = F.adaptive_avg_pool2d(layout.padded(torch.ones_like(attributions[:1, :1], dtype=torch.float)),
+                                           layout.grid)
+    return (F.adaptive_avg_pool2d(summed, layout.grid) / share_of_image).squeeze(1)
 
 
 def embeddings_to_tokens(attributions: torch.Tensor, real: torch.Tensor, sign: Sign) -> torch.Tensor:
@@ -98,7 +102,7 @@ class AttributionSpace(NamedTuple):
     draws do not depend on the length its batch pads it to; None for images (every pixel is the image's)."""
 
 
-def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -> AttributionSpace:
+def pixel_space(model: nn.Module, images: torch.Tensor, layout: TokenLayout) -> AttributionSpace:
     """Pixels from the zero baseline (the dataset-mean colour after normalisation); GradientSHAP also draws each
     image's own mean-grey and blurred copies."""
     black = torch.zeros_like(images[:1])
@@ -108,9 +112,9 @@ def pixel_space(model: nn.Module, images: torch.Tensor, grid: tuple[int, int]) -
     return AttributionSpace(images, lambda inputs: class_logits(model, inputs.to(images.dtype)), (), black,
                             torch.stack([black.expand_as(images), grey, blurred], dim=1),
                             images.new_ones(len(images)),
-                            lambda attributions, sign: pixels_to_grid(attributions, grid, sign),
-                            grid, torch.ones(len(images), *grid, dtype=torch.bool, device=images.device),
-                            lambda row, masks: hide_patches(row, masks, black),
+                            lambda attributions, sign: pixels_to_grid(attributions, layout, sign),
+                            layout.grid, torch.ones(len(images), *layout.grid, dtype=torch.bool, device=images.device),
+                            lambda row, masks: hide_patches(row, masks, black, layout),
                             lambda scores, sign: _signed(scores, sign).float())
 
 
@@ -147,7 +151,7 @@ def explained_space(model: nn.Module, inputs: Inputs, target_class: TargetClass
     """The space to attribute ``inputs`` in, each row's target class (B,) and the logits (B, num_classes)."""
     batch, logits, layout = predict(model, inputs, class_logits)
     targets = resolve_targets(logits, target_class)
-    space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout.grid)
+    space = embedding_space(model, batch) if isinstance(batch, TokenBatch) else pixel_space(model, batch, layout)
     return space, targets, logits
 
 
@@ -279,11 +283,14 @@ def _row_gradient_shap(method: object, space: AttributionSpace, targets: torch.T
     return padded
 
 
-def hide_patches(image: torch.Tensor, masks: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
-    """One image (1, C, H, W) once per mask of ``masks`` (P, h, w) bool on its patch grid, the masked patches' pixels
-    replaced by ``baseline`` (broadcast to the image) → (P, C, H, W)."""
-    pixels = F.interpolate(masks[:, None].float(), size=image.shape[-2:], mode="nearest").bool()
-    return torch.where(pixels, baseline, image)
+def hide_patches(image: torch.Tensor, masks: torch.Tensor, baseline: torch.Tensor, layout: TokenLayout
+                 ) -> torch.Tensor:
+    """One image (1, C, H, W) once per mask of ``masks`` (P, h, w) bool on the patch grid of ``layout``, the masked
+    patches' pixels replaced by ``baseline`` (broadcast to the image) → (P, C, H, W). A model that pads its input
+    (:attr:`~vitroll.capture.TokenLayout.padded_hw`) cuts the padded input into patches: so are the masks."""
+    height, width = image.shape[-2:]
+    pixels = F.interpolate(masks[:, None].float(), size=layout.padded_hw or (height, width), mode="nearest").bool()
+    return torch.where(pixels[..., :height, :width], baseline, image)
 
 
 def window_means(drops: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:

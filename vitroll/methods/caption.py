@@ -174,7 +174,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
             token_logits = caption_token_logits(logits, caption_ids)
             maps = layout.patch_values(relevance.float())
         elif method == "occlusion":
-            maps, token_logits = _occlusion(model, captioner, batch, caption_ids, windows)
+            maps, token_logits = _occlusion(model, captioner, batch, caption_ids, windows, layout)
         else:
             relevance, token_logits = _chefer(model, captioner, batch, caption_ids, lengths, roles)
             maps = layout.patch_values(relevance.float())
@@ -240,9 +240,10 @@ def _chefer(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, capt
 
 
 def _occlusion(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, caption_ids: torch.Tensor,
-               windows: torch.Tensor, blocks_at_once: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each caption token's occlusion map (B, K, h, w) over the blocks ``windows`` (P, h, w) bool, its positive
-    part, and the token logits (B, K)."""
+               windows: torch.Tensor, layout: TokenLayout, blocks_at_once: int = 64
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each caption token's occlusion map (B, K, h, w) over the blocks ``windows`` (P, h, w) bool of the encoder's
+    ``layout``, its positive part, and the token logits (B, K)."""
     zero = torch.zeros((), dtype=batch.dtype, device=batch.device)
     with torch.no_grad():
         token_logits = caption_token_logits(captioner.token_logits(model, batch, caption_ids), caption_ids)
@@ -251,7 +252,7 @@ def _occlusion(model: nn.Module, captioner: CaptionScore, batch: torch.Tensor, c
             hidden = []
             for chunk in windows.split(blocks_at_once):
                 captions = caption.expand(len(chunk), -1)
-                logits = captioner.token_logits(model, hide_patches(image[None], chunk, zero), captions)
+                logits = captioner.token_logits(model, hide_patches(image[None], chunk, zero, layout), captions)
                 hidden.append(caption_token_logits(logits, captions))
             hidden = torch.cat(hidden)  # (P, K)
             maps.append(window_means(full - hidden, windows))
