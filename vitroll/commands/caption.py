@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
         load_model_of_kind, none_can_be_read, print_failed, refuse_folders, resolve_device,
     )
     from vitroll.pipelines.caption import caption_files
+    from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
     if none_can_be_read(args.images):
-        return 3
+        return EXIT_SOME_FAILED
     model = load_model_of_kind(args.model, ("a captioner",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)
     failed = 0
@@ -62,4 +63,4 @@ def run(args: argparse.Namespace) -> int:
             continue
         print(single_line(f"{result.path}: {result.quoted} -> {result.strip_path}"))
     print(f"captions: {args.out / 'captions.json'}")
-    return 3 if failed else 0
+    return EXIT_SOME_FAILED if failed else 0
