@@ -157,12 +157,12 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
     path = failed.item.path
     reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, path))
     case = f"case-{_file_key(failed.item, options)}"
-    count = frame_count(path) if frames is not None else 0
-    if frames is not None and len(frames) < count:
-        which = f"Frame {frames.start}" if len(frames) == 1 else f"Frames {frames.start} to {frames[-1]}"
-        case += f"-f{frames.start}" if len(frames) == 1 else f"-f{frames.start}-{frames[-1]}"
-        verb, first = "is" if len(frames) == 1 else "are", reason[:1].lower() if reason[1:2].islower() else reason[:1]
-        reason = f"{which} of {count} {verb} not audited: {first}{reason[1:]}"  # "DICOM …" keeps its capital
+    if frames is not None and len(frames) < (count := frame_count(path)):
+        one, start, last = len(frames) == 1, frames.start, frames[-1]
+        case += f"-f{start}" if one else f"-f{start}-{last}"
+        which = f"Frame {start} of {count} is" if one else f"Frames {start} to {last} of {count} are"
+        first = reason[:1].lower() if reason[1:2].islower() else reason[:1]  # "DICOM …" keeps its capital
+        reason = f"{which} not audited: {first}{reason[1:]}"
     return AuditRow(case=case, study=_study_key(failed.item, None, options), input_number=failed.item.number,
                     error=reason, identifiers={"file": str(path)} if options.keep_ids else {})
 
