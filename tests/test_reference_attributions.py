@@ -20,8 +20,8 @@ import transformers
 
 import vitroll
 from image_text_models import hf_model
-from reference import (reference_gradient_shap, reference_image_occlusion, reference_integrated_gradients,
-                       sharpen_attention)
+from reference import (Scores, plain_scores, reference_gradient_shap, reference_image_occlusion,
+                       reference_integrated_gradients, sharpen_attention)
 from test_attributions import box_blurred
 from test_image_text import ATTENTION_MASK, INPUT_IDS
 
@@ -65,6 +65,11 @@ def hf_scores(model: torch.nn.Module, image: torch.Tensor) -> torch.Tensor:
     return model(pixel_values=image).logits
 
 
+def scores_of(kind: str) -> Scores:
+    """The reference's score function of a classifier: transformers' logits, or the forward's output (timm)."""
+    return hf_scores if kind == "hf_vit" else plain_scores
+
+
 def clip_scores(model: torch.nn.Module, image: torch.Tensor) -> torch.Tensor:
     """CLIP's ``logits_per_image`` (1, T) of one image against the test texts: the texts are the classes."""
     return model(pixel_values=image, input_ids=INPUT_IDS, attention_mask=ATTENTION_MASK).logits_per_image
@@ -96,22 +101,19 @@ def assert_close_to_peak(actual: torch.Tensor, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("kind", CLASSIFIERS)
 def test_integrated_gradients_equals_the_float64_reference_per_image(kind):
     model, images, targets = classifier(kind), classifier_images(kind, 2), [4, 1]
-    extra = {"scores": hf_scores} if kind == "hf_vit" else {}
     maps = vitroll.integrated_gradients(model, images, target_class=targets, steps=6, sign="signed")
     for row, target in enumerate(targets):
-        expected = reference_integrated_gradients(model, images[row:row + 1], target, steps=6, **extra)
+        expected = reference_integrated_gradients(model, images[row:row + 1], target, steps=6, scores=scores_of(kind))
         assert_close_to_peak(maps[row], signed_patch_means(expected, PATCH[kind]))
 
 
 @pytest.mark.parametrize("kind", CLASSIFIERS)
 def test_gradient_shap_equals_the_float64_reference_per_image(kind):
     model, images, targets = classifier(kind), classifier_images(kind, 2), [4, 1]
-    scores = hf_scores if kind == "hf_vit" else None
     maps = vitroll.gradient_shap(model, images, target_class=targets, samples=4, noise=0.2, seed=11, sign="signed")
     for row, target in enumerate(targets):
-        extra = {"scores": scores} if scores else {}
         expected = reference_gradient_shap(model, images[row:row + 1], shap_baselines(images[row]), target,
-                                           samples=4, stdev=0.2, seed=11, **extra)
+                                           samples=4, stdev=0.2, seed=11, scores=scores_of(kind))
         assert_close_to_peak(maps[row], signed_patch_means(expected, PATCH[kind]))
 
 
@@ -119,11 +121,10 @@ def test_gradient_shap_equals_the_float64_reference_per_image(kind):
 @pytest.mark.parametrize("kind", CLASSIFIERS)
 def test_occlusion_equals_the_float64_reference_per_image(kind, window):
     model, images, targets = classifier(kind), classifier_images(kind, 2), [4, 1]
-    extra = {"scores": hf_scores} if kind == "hf_vit" else {}
     maps = vitroll.occlusion(model, images, target_class=targets, window=window, sign="signed", batch_size=3)
     for row, target in enumerate(targets):
         assert_close_to_peak(maps[row], reference_image_occlusion(model, images[row], target, window, PATCH[kind],
-                                                                  **extra))
+                                                                  scores_of(kind)))
 
 
 def clip_images() -> torch.Tensor:

@@ -139,11 +139,12 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
         return "no image files in this folder, only in its sub-folders (add --recursive)"
     # the files the run would have read, no more: opening every file of a large tree makes a slow answer
-    dicom = sum(is_dicom(file.path) for file in source_files(source, recursive=recursive, exclude=exclude))
+    files = source_files(source, recursive=recursive, exclude=exclude)
+    dicom = sum(is_dicom(file.path) for file in files)
     if dicom:
         return (f"no image files found, but {counted(dicom, 'DICOM file')}: `vitroll audit` reads "
                 "DICOM and keeps patient data out of its outputs")
-    heif = heif_photos(source, recursive=recursive, exclude=exclude)
+    heif = _heif_advice(sum(_is_heif(file.path) for file in files))
     return f"no image files found, but {heif}" if heif else "no image files found"
 
 
@@ -153,9 +154,16 @@ def heif_photos(source: "str | os.PathLike[str]", *, recursive: bool,
     which Pillow does not read and :func:`discover` leaves out), or ``""`` for none (or a list file)."""
     if not Path(source).is_dir():
         return ""
-    found = source_files(source, accept=lambda path: path.suffix.lower() in HEIF_SUFFIXES, recursive=recursive,
-                         exclude=exclude)
-    if not found:
+    return _heif_advice(len(source_files(source, accept=_is_heif, recursive=recursive, exclude=exclude)))
+
+
+def _is_heif(path: Path) -> bool:
+    return path.suffix.lower() in HEIF_SUFFIXES
+
+
+def _heif_advice(count: int) -> str:
+    """:func:`heif_photos`' text for ``count`` HEIC/HEIF photos, ``""`` for none."""
+    if not count:
         return ""
-    return (f"{counted(len(found), 'HEIC/HEIF photo')} (an iPhone's format), which Pillow does not read: save them "
+    return (f"{counted(count, 'HEIC/HEIF photo')} (an iPhone's format), which Pillow does not read: save them "
             "as JPEG or PNG")
