@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 from vitroll.cli import main
+from vitroll.io.names import error_line
 from vitroll.pipelines import folder, ranks, stream
 from vitroll.pipelines.inputs import discover
 from claimed_size import png_claiming_size
@@ -736,11 +737,31 @@ def test_a_rank_that_rank_0_did_not_stop_tells_a_multi_line_mistake_on_one_line(
     monkeypatch.setattr(ranks, "RANK_ZERO_PATIENCE_S", 0.0)
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        status = ranks.leave_to_rank_zero(ValueError("/data/new\nline: not a folder"), 2)
+        status = ranks.leave_to_rank_zero(error_line("/data/new\nline: not a folder"), 2)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert status == 2
     assert capsys.readouterr().err == "vitroll: error: /data/new\\nline: not a folder\n"
+
+
+def test_a_rank_that_rank_0_did_not_stop_tells_a_usage_error_with_one_prefix(monkeypatch, capsys):
+    """The parser's line on a rank other than 0 was handed to leave_to_rank_zero finished and prefixed again there:
+    ``vitroll: error: vitroll: error: annotate: …``."""
+    import signal
+
+    monkeypatch.setattr(ranks, "RANK_ZERO_PATIENCE_S", 0.0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exit:
+            main(["annotate", "in/", "--out", "out/", "--no-such-option"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vitroll: error: annotate: unrecognized arguments: --no-such-option")
+    assert err.count("vitroll: error:") == 1 and err.count("\n") == 1
 
 
 def test_a_file_name_that_is_not_utf8_is_annotated_and_the_manifest_names_its_bytes(tmp_path, capsys):

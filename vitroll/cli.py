@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, NoReturn, Optional, Sequence
 from vitroll._version import __version__
 from vitroll.commands import COMMANDS
 from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
-from vitroll.io.names import READABLE, single_line
+from vitroll.io.names import READABLE, error_line
 from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero
 
 EXIT_BROKEN_PIPE = 141
@@ -41,7 +41,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
         message = f"{message}{_option_like_file_hint(OneLineArgumentParser.words)}"
-        line = f"vitroll: error: {where}{single_line(message)} (see `{self.prog} --help`)"
+        line = error_line(f"{where}{message} (see `{self.prog} --help`)")
         if launched_rank() != 0:  # under torchrun every rank parses the same command line: rank 0 tells it
             self.exit(leave_to_rank_zero(line, EXIT_USER_ERROR))
         self.exit(EXIT_USER_ERROR, f"{line}\n")
@@ -176,13 +176,13 @@ def _run(argv: Optional[Sequence[str]]) -> int:
         sys.stdout.flush()  # a reader that went away shows here at the latest, while it can still be handled
         return status
     except (VitrollError, ValueError) as error:
-        print(f"vitroll: error: {single_line(str(error))}", file=sys.stderr)
+        print(error_line(str(error)), file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # the reader of our output closed it: stop quietly, as `cat … | head` does
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as error:  # the file system refused (permissions, a full disk): the user's to fix, not a bug
-        print(f"vitroll: error: {single_line(one_line(error))}", file=sys.stderr)
+        print(error_line(one_line(error)), file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("vitroll: interrupted", file=sys.stderr)

@@ -21,7 +21,7 @@ from vitroll.commands.arguments import (
     add_out_argument, add_resume_arguments, integer, number,
 )
 from vitroll.errors import EXIT_USER_ERROR
-from vitroll.io.names import single_line
+from vitroll.io.names import error_line, single_line
 from vitroll.pipelines.manifest import OUTPUT_COLUMNS as SAVE_KINDS
 from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks, under_torchrun
 
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         options = _options_from_args(args)
     except ValueError as error:
         if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
-            return leave_to_rank_zero(error, EXIT_USER_ERROR)
+            return leave_to_rank_zero(error_line(str(error)), EXIT_USER_ERROR)
         raise
     if args.processes > 1 and not under_torchrun():
         return run_ranks(args.argv, args.processes)

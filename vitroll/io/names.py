@@ -53,6 +53,11 @@ def single_line(text: str) -> str:
     return text.translate(_CONTROL_SPELT)
 
 
+def error_line(message: str) -> str:
+    """The one line a mistake is told in, ``vitroll: error: message`` (:func:`single_line`, without its newline)."""
+    return f"vitroll: error: {single_line(message)}"
+
+
 def _spelt(error: UnicodeError) -> tuple[str, int]:
     """The :data:`READABLE` encoding error handler."""
     if not isinstance(error, UnicodeEncodeError):

@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from vitroll.errors import one_line
-from vitroll.io.names import single_line
 
 AGREED_STATUSES = (0, 2, 3, 130)
 """What every rank of a run exits with together (ok, a user error, some inputs failed, interrupted): any other
@@ -43,15 +41,15 @@ RANK_ZERO_PATIENCE_S = 60.0
 (they all parse it): past that, rank 0 did not fail alike (another node's file system or devices), and it tells it."""
 
 
-def leave_to_rank_zero(error: BaseException, status: int) -> int:
+def leave_to_rank_zero(line: str, status: int) -> int:
     """On a rank other than 0, for a mistake every rank makes alike: wait until torchrun stops this rank, which it
-    does once rank 0 has printed ``error`` and exited, then exit ``status`` (rank 0's, which torchrun reports); print
-    ``error`` as the CLI does, one ``vitroll: error:`` line, and return ``status`` if that has not happened after
+    does once rank 0 has printed ``line`` (its :func:`~vitroll.io.names.error_line`) and exited, then exit ``status``
+    (rank 0's, which torchrun reports); print ``line`` and return ``status`` if that has not happened after
     :data:`RANK_ZERO_PATIENCE_S`. A rank that exited at once had torchrun stop rank 0, on a loaded machine before it
     had printed anything."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(status))
     time.sleep(RANK_ZERO_PATIENCE_S)
-    print(f"vitroll: error: {single_line(one_line(error))}", file=sys.stderr)
+    print(line, file=sys.stderr)
     return status
 
 
