@@ -361,3 +361,14 @@ def test_a_class_out_of_range_in_a_split_batch_is_named_by_its_input_in_the_whol
     with pytest.raises(OptionValueError) as raised:
         Method("runs_out_above_one", runs_out_above_one)(model, images, target_class=targets)
     assert str(raised.value) == message
+
+
+def test_the_center_baseline_of_a_padded_grid_is_centred_on_the_image():
+    """36 pixels in patches of 8, padded to 40 (timm's dynamic_img_pad): the cells' centres lie at pixels 4, 12, 20,
+    28 and 36, the image's at 18; centred on the grid (at 20) the map was symmetric about cell 2."""
+    model = timm.create_model("vit_tiny_patch16_224", img_size=36, patch_size=8, depth=1, embed_dim=32, num_heads=2,
+                              num_classes=3, dynamic_img_size=True, dynamic_img_pad=True).eval()
+    gaussian = center(model, torch.randn(1, 3, 36, 36), sigma=0.25)[0]
+    offsets = (torch.tensor([4.0, 12.0, 20.0, 28.0, 36.0]) - 18.0) / 36.0
+    expected = torch.exp(-(offsets[:, None] ** 2 + offsets[None, :] ** 2) / (2 * 0.25**2))
+    torch.testing.assert_close(gaussian, expected)

@@ -240,3 +240,23 @@ def test_deletion_and_insertion_match_the_float64_reference_with_ties_and_nan(ma
         np.testing.assert_allclose(result.insertion[b], insertion, rtol=1e-5, atol=1e-7)
         assert result.deletion_auc[b] == pytest.approx(deletion_auc, rel=1e-5, abs=1e-7)
         assert result.insertion_auc[b] == pytest.approx(insertion_auc, rel=1e-5, abs=1e-7)
+
+
+def test_deletion_of_a_padded_grid_map_starts_with_the_pixels_of_its_hot_patch():
+    """A 5 × 5 input in patches of 2, padded to 6 × 6 (timm's dynamic_img_pad): the hot middle patch is pixels 2–3
+    on each axis, the first 4 deleted. Stretched evenly over 5 pixels, the grid put its peak on pixel 2 alone and
+    deleted a cross around it first."""
+    model = nn.Linear(3 * 25, 3)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(3, 75, generator=torch.Generator().manual_seed(0)))
+    flat = nn.Sequential(nn.Flatten(), model)
+    image = torch.randn(1, 3, 5, 5, generator=torch.Generator().manual_seed(1))
+    grid = torch.zeros(1, 3, 3)
+    grid[0, 1, 1] = 1.0
+    result = deletion_insertion(flat, image, grid, torch.tensor([0]), steps=6, substrate="mean", padded_hw=(6, 6))
+    patch = np.zeros((5, 5))
+    patch[2:4, 2:4] = 1.0
+    deletion, insertion, _, _ = reference_deletion_insertion(flat, image[0], patch, 0, steps=6)
+    assert result.fractions[1] == 4 / 25
+    np.testing.assert_allclose(result.deletion[0][:2], deletion[:2], rtol=1e-5)
+    np.testing.assert_allclose(result.insertion[0][:2], insertion[:2], rtol=1e-5)

@@ -213,6 +213,7 @@ def deletion_insertion(
     *,
     steps: int = 16,
     substrate: Substrate = "blur",
+    padded_hw: tuple[int, int] | None = None,
 ) -> DeletionInsertion:
     """Deletion and insertion curves (Petsiuk et al. 2018) for a batch.
 
@@ -231,12 +232,17 @@ def deletion_insertion(
     substrate : {"blur", "mean"}
         What deleted pixels become (and what insertion starts from): a Gaussian blur of the image (RISE's
         insertion substrate) or its mean colour.
+    padded_hw : (int, int), optional
+        For a model that pads its input up to whole patches (:attr:`~vitroll.capture.TokenLayout.padded_hw`): the
+        padded input, which a grid map covers; its first (H, W) pixels are the images' (a map at input size is
+        used as it is).
     """
     device = next(model.parameters()).device
     images = images.to(device)
     batch, _, height, width = images.shape
-    upsampled = F.interpolate(maps.float().to(device)[:, None], size=(height, width), mode="bilinear",
-                              align_corners=False)
+    grid_covers = padded_hw if padded_hw is not None and tuple(maps.shape[-2:]) != (height, width) else (height, width)
+    upsampled = F.interpolate(maps.float().to(device)[:, None], size=grid_covers, mode="bilinear",
+                              align_corners=False)[..., :height, :width]
     order = upsampled.reshape(batch, -1).nan_to_num(float("-inf")).argsort(dim=1, descending=True, stable=True)
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(height * width, device=device).expand(batch, -1))

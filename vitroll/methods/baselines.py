@@ -56,8 +56,8 @@ def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
 
 @register_method("center")
 def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency:
-    """A Gaussian centred on the patch grid, the same for every image (B, h, w), on the model's device. ``inputs``
-    as for every method (:data:`~vitroll.methods.inputs.Inputs`).
+    """A Gaussian centred on the image, over its patch grid, the same for every image (B, h, w), on the model's
+    device. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).
 
     Photographers centre their subjects: a method that does not beat this has found nothing.
 
@@ -76,8 +76,10 @@ def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency
     if layout.grid is None:
         raise UnsupportedModelError(f"{type(model).__name__} takes tokens, not images: the center baseline has no "
                                     "centre to put its Gaussian on; use random")
-    h, w = layout.grid
-    rows = (torch.arange(h) + 0.5) / h - 0.5
-    cols = (torch.arange(w) + 0.5) / w - 0.5
+    (h, w), (height, width) = layout.grid, batch.shape[-2:]
+    covered_h, covered_w = layout.padded_hw or (height, width)
+    # each cell's centre from the image's, as a fraction of its side: a padded grid's centre is not the image's
+    rows = ((torch.arange(h) + 0.5) * covered_h / h - height / 2) / height
+    cols = ((torch.arange(w) + 0.5) * covered_w / w - width / 2) / width
     gaussian = torch.exp(-(rows[:, None] ** 2 + cols[None, :] ** 2) / (2 * sigma**2))
     return Saliency(gaussian.expand(len(batch), h, w).to(batch.device), logits)

@@ -180,11 +180,13 @@ def evaluate(
         if failed:
             raise VitrollError(failed[0].message)
         tensor, decoded = batch.tensor, batch.decoded
-        predicted = predict(model, tensor, class_logits)[1].argmax(dim=-1)
+        _batch, logits, layout = predict(model, tensor, class_logits)
+        predicted = logits.argmax(dim=-1)
         tracked = predicted if target is None else torch.as_tensor(target, device=predicted.device).expand_as(predicted)
         for method in runs:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
-            curves = deletion_insertion(model, tensor, saliency.maps, tracked, steps=steps, substrate=substrate)
+            curves = deletion_insertion(model, tensor, saliency.maps, tracked, steps=steps, substrate=substrate,
+                                        padded_hw=layout.padded_hw)
             result.fractions = curves.fractions
             grid_maps = saliency.maps.float().cpu().numpy()
             for i, frame in enumerate(decoded):
