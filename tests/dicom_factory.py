@@ -6,7 +6,7 @@ Every file carries fake identifiers (:data:`FAKE_IDS`) so that tests can prove n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -130,3 +130,26 @@ def write_dual_personality_tiff(path: Path, pixels: np.ndarray, **tags: object) 
     data[:128] = (b"II*\x00" + struct.pack("<I", 8) + directory + bytes(4)).ljust(128, b"\x00")
     path.write_bytes(bytes(data))
     return path
+
+
+def patched_testdata(path: Path, name: str, count: int,
+                                 patches: Mapping[int, Callable[[bytearray], bytes]]) -> Path:
+    """pydicom's compressed test file ``name`` written to ``path`` with each frame ``index`` of its ``count`` replaced
+    by ``patches[index](frame bytes)``."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+
+    dataset = pydicom.dcmread(get_testdata_file(name))
+    frames = list(generate_frames(dataset.PixelData, number_of_frames=count))
+    for index, patch in patches.items():
+        frames[index] = patch(bytearray(frames[index]))
+    dataset.PixelData = encapsulate(frames)
+    dataset.save_as(path)
+    return path
+
+
+def rle_segments(frame: bytearray, segments: int) -> bytes:
+    """An RLE ``frame`` whose header states ``segments`` segments."""
+    frame[:4] = segments.to_bytes(4, "little")
+    return bytes(frame)

@@ -18,7 +18,9 @@ from PIL import Image
 
 pytest.importorskip("pydicom", minversion="3.0")
 
-from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
+from dicom_factory import (
+    FAKE_IDS, PHI_STRINGS, body_phantom, rle_segments, patched_testdata, write_dicom,
+)
 from vitroll.audit.metrics import (
     ROI_METRICS, MaskSource, MetricSettings, annotation_mask, body_mask, border_band, image_metrics, read_boxes,
     roi_metrics, top_region,
@@ -323,16 +325,9 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the
     frames it left out nor that frames 4 to 7 were audited, the summary said the file was not audited, and the part
     of frame 11, which failed otherwise, was left out without a word."""
-    import pydicom
-    from pydicom.data import get_testdata_file
-    from pydicom.encaps import encapsulate, generate_frames
-
-    dataset = pydicom.dcmread(get_testdata_file("rtdose_rle.dcm"))
-    frames = [bytearray(frame) for frame in generate_frames(dataset.PixelData, number_of_frames=15)]
-    frames[3][:4], frames[11][:4] = (3).to_bytes(4, "little"), (2).to_bytes(4, "little")
-    dataset.PixelData = encapsulate([bytes(frame) for frame in frames])
     (tmp_path / "in").mkdir()
-    dataset.save_as(tmp_path / "in" / "dose.dcm")
+    patched_testdata(tmp_path / "in" / "dose.dcm", "rtdose_rle.dcm", 15,
+                                 {3: lambda frame: rle_segments(frame, 3), 11: lambda frame: rle_segments(frame, 2)})
     code, _, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--salt", "s",
                               "--batch-size", "4", *MODEL)
     assert code == 3

@@ -12,7 +12,9 @@ from PIL import Image
 
 pytest.importorskip("pydicom", minversion="3.0")
 
-from dicom_factory import FAKE_IDS, PHI_STRINGS, body_phantom, write_dicom
+from dicom_factory import (
+    FAKE_IDS, PHI_STRINGS, body_phantom, rle_segments, patched_testdata, write_dicom,
+)
 from vitroll.errors import ImageReadError
 from vitroll.io.dicom import (
     NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, frame_count, is_dicom, parse_window, read_any,
@@ -397,36 +399,17 @@ def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
 
 
-def _one_frame_patched(tmp_path: Path, name: str, count: int, frame: int, patch) -> Path:
-    """pydicom's compressed ``name`` with frame ``frame`` of its ``count`` replaced by ``patch(frame bytes)``."""
-    import pydicom
-    from pydicom.data import get_testdata_file
-    from pydicom.encaps import encapsulate, generate_frames
-
-    dataset = pydicom.dcmread(get_testdata_file(name))
-    frames = list(generate_frames(dataset.PixelData, number_of_frames=count))
-    frames[frame] = patch(bytearray(frames[frame]))
-    dataset.PixelData = encapsulate(frames)
-    dataset.save_as(tmp_path / name)
-    return tmp_path / name
-
-
 def _sof_height(codestream: bytearray, height: int) -> bytes:
     start = codestream.find(b"\xff\xc0")  # baseline SOF: length (2 bytes), precision, then the height
     codestream[start + 5:start + 7] = height.to_bytes(2, "big")
     return bytes(codestream)
 
 
-def _rle_segments(frame: bytearray, segments: int) -> bytes:
-    frame[:4] = segments.to_bytes(4, "little")
-    return bytes(frame)
-
-
 @pytest.mark.parametrize(("name", "count", "frame", "patch", "mismatch"), [
     ("examples_ybr_color.dcm", 30, 3, lambda codestream: _sof_height(codestream, 120),
      "Rows 240, Columns 320, SamplesPerPixel 3 and BitsAllocated 8, but frame 3's JPEG codestream is 120 rows by 320 "
      "columns with 3 components of 8 bits"),
-    ("SC_rgb_rle_2frame.dcm", 2, 1, lambda frame: _rle_segments(frame, 2),
+    ("SC_rgb_rle_2frame.dcm", 2, 1, lambda frame: rle_segments(frame, 2),
      "Rows 100, Columns 100, SamplesPerPixel 3 and BitsAllocated 8, but frame 1's RLE data has 2 segments (one per "
      "sample and byte of a sample), the first decoding to 10000 bytes (Rows × Columns)"),
 ])
@@ -434,7 +417,7 @@ def test_a_later_frame_unlike_the_header_is_refused_naming_it(tmp_path, name, co
     """Only frame 0's codestream was compared with the header: a later JPEG frame of 120 rows under Rows 240 failed in
     Python's words ("could not broadcast input array…") after advice to install a GPL decoder, and an RLE frame of
     2 segments under 3 samples was decoded as it was. Each frame decoded is now compared, and named."""
-    patched = _one_frame_patched(tmp_path, name, count, frame, patch)
+    patched = patched_testdata(tmp_path / name, name, count, {frame: patch})
     with pytest.raises(ImageReadError) as caught:
         read_dicom(patched)
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
