@@ -4,6 +4,7 @@ against float64 references computed by hand from the eager attentions of each te
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_h
              initializer_range=0.3)
 IDS = [[2, 11, 12, 13, 14, 15, 3], [2, 21, 22, 3, 0, 0, 0], [2, 31, 32, 33, 34, 3, 0]]
 MASK = [[1] * 7, [1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0]]
+PHOTO = str(Path(__file__).resolve().parents[1] / "sample_images" / "cat.jpg")
+"""A readable image: the image commands tell missing ones before they load the model."""
 
 
 def bert(num_labels: int = 3) -> torch.nn.Module:
@@ -510,7 +513,7 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
     assert "no text to explain" in error(["text", "--model", str(saved_classifier)])
     assert "missing.txt: cannot read texts" in error(["text", "--file", str(tmp_path / "missing.txt"),
                                                       "--model", str(saved_classifier)])
-    assert "is a text model" in error(["overlay", "x.png", "--model", str(saved_classifier)])
+    assert "is a text model" in error(["overlay", PHOTO, "--model", str(saved_classifier)])
     assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
     assert "takes no option 'nope'" in error(["text", "the cat", "--model", str(saved_classifier), "--option", "nope=1"])
     # a position outside every text is the option's mistake (tests/test_text_run.py: one that fits some texts fails
@@ -526,7 +529,7 @@ def test_a_text_model_saved_without_tokenizer_is_told_to_be_one_before_it_is_bui
 
     bert().save_pretrained(tmp_path / "bert")
     capsys.readouterr()  # save_pretrained's progress bar
-    for command in (["overlay", "x.png"], ["caption", "x.png", "--out", str(tmp_path / "out")]):
+    for command in (["overlay", PHOTO], ["caption", PHOTO, "--out", str(tmp_path / "out")]):
         assert main([*command, "--model", str(tmp_path / "bert")]) == 2
         assert capsys.readouterr().err == (f"vitroll: error: {tmp_path / 'bert'} is a text model "
                                            "(BertForSequenceClassification); explain it with `vitroll text`\n")

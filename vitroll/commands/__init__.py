@@ -1,6 +1,8 @@
 """CLI sub-commands. The module ``vitroll.commands.NAME`` of each command in :data:`COMMANDS` defines
 ``register(parser)``, which gives the command's parser its description and arguments and binds its
-``run(args) -> int``."""
+``run(args) -> int``. Its arguments come from :mod:`vitroll.commands.arguments`; what imports torch (models, methods,
+pipelines, :mod:`vitroll.commands.common`) it imports in ``run`` and its helpers, so that ``vitroll CMD --help`` and a
+usage error import no model library (tests/test_startup.py)."""
 
 COMMANDS = {
     "overlay": "write saliency overlays for images and print top-5 classes",

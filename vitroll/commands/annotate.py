@@ -156,9 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
-    from vitroll.commands.common import (
-        model_from_args, preprocessing_from_args, print_failed, settings_from_args,
-    )
+    from vitroll.commands.common import model_from_args, preprocessing_from_args, print_failed, settings_from_args
     from vitroll.models import class_names
     from vitroll.pipelines.folder import ReportedByRankZero, annotate, find_inputs, together, world
     from vitroll.pipelines.inputs import heif_photos

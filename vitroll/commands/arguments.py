@@ -30,9 +30,9 @@ DEFAULT_COLORMAP = "jet"
 """The default of ``ExplainSettings.cmap``, that of ``--cmap``."""
 
 
-def method_named(name: str) -> str:
-    """``name`` when it names a method; else an ``argparse.ArgumentTypeError`` that lists them, as
-    :func:`vitroll.methods.method_named` does."""
+def known_method(name: str) -> str:
+    """``name`` when it names a method; else an ``argparse.ArgumentTypeError`` that lists them, in the words of
+    :func:`vitroll.methods.method_named`."""
     if name not in METHOD_NAMES:
         raise argparse.ArgumentTypeError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
     return name

@@ -100,7 +100,6 @@ def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[
 
 
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
-    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import note_if_random, resolve_device, warn_if_trusting
     from vitroll.models import class_names, load_model
     from vitroll.pipelines.compare import Explainer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vitroll.commands.arguments import (
     METHOD_NAMES, TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options,
-    add_model_arguments, add_out_argument, integer, method_named, number, option_flag,
+    add_model_arguments, add_out_argument, integer, known_method, number, option_flag,
 )
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
@@ -42,7 +42,7 @@ without build options, preprocess their own way and have their own metrics."""
 def method_list(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     for name in methods or [text]:
-        method_named(name)
+        known_method(name)
     return methods
 
 
