@@ -86,6 +86,8 @@ def non_blank(text: str) -> str:
 
 def colormap(name: str) -> str:
     """An argparse ``type`` for ``--cmap``: a matplotlib colormap name, checked before any model is built."""
+    if name == DEFAULT_COLORMAP:  # argparse passes the default through here too: it needs no matplotlib import
+        return name
     try:
         named_colormap(name)
     except OptionValueError as error:
