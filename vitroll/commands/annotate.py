@@ -102,12 +102,12 @@ def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preproc
                        names: Optional[list[str]]) -> dict[str, Any]:
     """Everything that changes a run's outputs, by the name a user knows it by: a resume with other values is
     refused. The weights by content (a checkpoint's SHA-256, not its path), the class names as read. The
-    preprocessing's channels follow the model, already named: left out, the folders of earlier versions, which did
-    not record them, resume."""
+    preprocessing's channels and patch padding follow the model, already named: left out, the folders of earlier
+    versions, which did not record them, resume."""
     from vitroll.commands.common import provenance_from_args
 
     preprocessing_fields = {name: value for name, value in dataclasses.asdict(preprocessing).items()
-                            if name != "channels"}
+                            if name not in ("channels", "patch_padding")}
     return {"model": args.model, "weights": provenance_from_args(args, model).fingerprint,
             "num_classes": args.num_classes, "img_size": args.img_size, "dynamic_img_size": args.dynamic_img_size,
             **({"model_args": dict(args.model_arg)} if args.model_arg else {}),  # absent: earlier folders resume
