@@ -183,7 +183,8 @@ def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is
     rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
     assert code == 3 and [row["status"] == "error" for row in rows] == [False, True]
     assert rows[1]["reason"] == ("Image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; --max-pixels 1M "
-                                 "(max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 "
+                                 "(load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
+                                 "takes about 20 "
                                  "bytes a pixel).")
     code, _, _ = run_cli("audit", *arguments, "--out", str(tmp_path / "more"), "--max-pixels", "4096")
     assert code == 0

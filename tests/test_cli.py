@@ -135,7 +135,7 @@ def test_an_image_over_max_pixels_is_refused_in_one_line_and_the_others_written(
     assert code == 3
     assert one_error_line(err, "failed") == (
         f"vitroll: failed: {huge}: image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels 600M "
-        "(max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
+        "(load_image's max_pixels= in Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
     assert (tmp_path / "out" / "cat_attention.png").exists() and not (tmp_path / "out" / "huge_attention.png").exists()
     code, out, err = run(capsys, "overlay", str(PHOTO), "--model", "vit_tiny_patch16_224", "--out",
                          str(tmp_path / "out"), "--method", "attention", "--max-pixels", "0.1M")
@@ -147,6 +147,18 @@ def test_an_image_over_max_pixels_is_refused_in_one_line_and_the_others_written(
             main(["overlay", str(PHOTO), "--out", str(tmp_path), "--max-pixels", value])
         assert (exit_info.value.code, capsys.readouterr().err) == (
             2, f"vitroll: error: overlay: argument --max-pixels: {reason} (see `vitroll overlay --help`)\n")
+
+
+def test_max_pixels_reads_the_units_its_refusal_writes():
+    """The refusal says "600 MP", and --max-pixels 600MP was refused: megapixels and gigapixels read with or without
+    their P, in any case."""
+    from vitroll.commands.arguments import pixel_count
+
+    assert [pixel_count(text) for text in ("600MP", "600mp", "600M", "1GP", "1g", " 2.5M ", "2500", "none")] == [
+        600_000_000, 600_000_000, 600_000_000, 1_000_000_000, 1_000_000_000, 2_500_000, 2500, None]
+    for text in ("MP", "P", "5PP", "600 MPx"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a number of pixels"):
+            pixel_count(text)
 
 
 def test_an_output_that_cannot_be_written_fails_that_image_alone(tmp_path, capsys):

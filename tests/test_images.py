@@ -112,7 +112,8 @@ def test_an_image_over_the_limit_is_refused_from_its_header_naming_its_size_the_
     with pytest.raises(ImageReadError) as info:
         load_image(path)
     assert str(info.value) == (f"{path}: image too large: 600 MP (30000×20000), over the limit of 500 MP; "
-                               "--max-pixels 600M (max_pixels= in Python) reads it if the memory allows (an overlay "
+                               "--max-pixels 600M (load_image's max_pixels= in Python) reads it if the memory allows "
+                               "(an overlay "
                                "takes about 20 bytes a pixel)")
     with pytest.raises(ImageReadError, match="0.04 MP .200×200., over the limit of 0.03 MP; --max-pixels 1M"):
         load_image(save(tmp_path, "small.png", Image.new("RGB", (200, 200))), max_pixels=30_000)

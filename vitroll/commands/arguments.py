@@ -168,13 +168,14 @@ def output_folder(text: str) -> Path:
 
 
 def pixel_count(text: str) -> Optional[int]:
-    """An argparse ``type`` for ``--max-pixels``: a number of pixels (``250000000``), of megapixels (``250M``) or of
-    gigapixels (``1G``), or ``none`` for no limit."""
-    if text.strip().lower() == "none":
+    """An argparse ``type`` for ``--max-pixels``: a number of pixels (``250000000``), of megapixels (``250M``,
+    ``250MP``, as the refusal writes it) or of gigapixels (``1G``, ``1GP``), or ``none`` for no limit."""
+    number = text.strip().upper().removesuffix("P") if text.strip()[-2:].upper() in ("MP", "GP") else text.strip()
+    if number.lower() == "none":
         return None
-    scale = {"M": 1_000_000, "G": 1_000_000_000}.get(text.strip()[-1:].upper(), 1)
+    scale = {"M": 1_000_000, "G": 1_000_000_000}.get(number[-1:].upper(), 1)
     try:
-        value = float(text.strip()[:-1] if scale > 1 else text)
+        value = float(number[:-1] if scale > 1 else number)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of pixels (250000000, 250M, 1G) or none; got {text!r}"
                                          ) from None

@@ -131,8 +131,8 @@ def check_size(path: Path, image: Image.Image, max_pixels: Optional[int]) -> Non
         return
     needed = -(-width * height // 1_000_000)  # in whole megapixels, rounded up
     raise ImageReadError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
-                               f"of {megapixels(max_pixels)}; --max-pixels {needed}M (max_pixels= in Python) reads "
-                               "it if the memory allows (an overlay takes about 20 bytes a pixel)")
+                               f"of {megapixels(max_pixels)}; --max-pixels {needed}M (load_image's max_pixels= in "
+                               "Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
 
 
 def upright_rgb(image: Image.Image) -> Image.Image:
