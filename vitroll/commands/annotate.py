@@ -17,8 +17,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 from vitroll.commands.arguments import (
-    METHOD_NAMES, PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument,
-    add_out_argument, add_resume_arguments, integer, number,
+    PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument,
+    add_resume_arguments, integer, method_names, number,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.io.names import error_line, single_line
@@ -58,7 +58,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
                         help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "
                              "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")
-    parser.add_argument("--compare-with", choices=METHOD_NAMES, metavar="METHOD",
+    parser.add_argument("--compare-with", choices=method_names(), metavar="METHOD",
                         help="also run METHOD and record each image's rank correlation with the main map (agreement)")
     parser.add_argument("--disagree-below", type=number(), metavar="CORRELATION",
                         help="mark rows whose --compare-with agreement is below this as disagrees=true "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -30,11 +31,18 @@ DEFAULT_COLORMAP = "jet"
 """The default of ``ExplainSettings.cmap``, that of ``--cmap``."""
 
 
+def method_names() -> tuple[str, ...]:
+    """:data:`METHOD_NAMES`, or, in a program that imported :mod:`vitroll.methods` (and may have registered a method
+    of its own) before calling the command line, the names registered there, sorted."""
+    methods = sys.modules.get("vitroll.methods")
+    return tuple(sorted(methods.METHODS)) if methods is not None else METHOD_NAMES
+
+
 def known_method(name: str) -> str:
     """``name`` when it names a method; else an ``argparse.ArgumentTypeError`` that lists them, in the words of
     :func:`vitroll.methods.method_named`."""
-    if name not in METHOD_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
+    if name not in method_names():
+        raise argparse.ArgumentTypeError(f"unknown method {name!r}; choose from {', '.join(method_names())}")
     return name
 
 
@@ -266,8 +274,8 @@ def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollou
     """``--method`` and its options; ``default`` is what ``--help`` states as the default method."""
     group = parser.add_argument_group("method (unset options keep the method's default; a flag it does not take is "
                                       "ignored with a warning; `vitroll methods` lists each method's options)")
-    group.add_argument("--method", default="rollout", choices=METHOD_NAMES, metavar="METHOD",
-                       help=f"saliency method: {', '.join(METHOD_NAMES)} (default: {default})")
+    group.add_argument("--method", default="rollout", choices=method_names(), metavar="METHOD",
+                       help=f"saliency method: {', '.join(method_names())} (default: {default})")
     add_method_options(group)
 
 

@@ -10,8 +10,8 @@ import csv
 from pathlib import Path
 
 from vitroll.commands.arguments import (
-    METHOD_NAMES, TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options,
-    add_model_arguments, add_out_argument, integer, known_method, number, option_flag,
+    TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options, add_model_arguments,
+    add_out_argument, integer, known_method, method_names, number, option_flag,
 )
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
@@ -60,7 +60,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
                              "FOLDER, whose images are not drawn)")
     add_max_pixels_argument(parser, "a FOLDER's images")
     parser.add_argument("--methods", type=method_list, default=method_list(DEFAULT_METHODS), metavar="METHOD,…",
-                        help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default: {methods_default})")
+                        help=f"comma-separated, from {', '.join(method_names())} (default: {methods_default})")
     add_out_argument(parser, "evaluation")
     add_method_options(parser.add_argument_group("method options"))
     add_model_arguments(parser)

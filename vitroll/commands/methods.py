@@ -8,7 +8,7 @@ import inspect
 
 from typing import TYPE_CHECKING
 
-from vitroll.commands.arguments import METHOD_NAMES, OPTION_UNITS
+from vitroll.commands.arguments import OPTION_UNITS, method_names
 
 if TYPE_CHECKING:
     from vitroll.methods import Method
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("name", nargs="?", choices=METHOD_NAMES, metavar="NAME",
+    parser.add_argument("name", nargs="?", choices=method_names(), metavar="NAME",
                         help="one method (without it: all of them)")
     parser.set_defaults(run=run)
 
