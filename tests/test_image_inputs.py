@@ -250,6 +250,22 @@ def test_a_tensor_of_another_size_is_refused_in_vitrolls_words(model, method):
         "with --img-size 40 40, or for any size with --dynamic-img-size")
 
 
+def test_a_padding_model_whose_size_is_not_whole_patches_is_refused_in_vitrolls_words():
+    """timm pads a dynamic_img_pad model's 100 px input to 7×7 patches of 16, but without dynamic_img_size its
+    position embeddings are for 6×6: its forward failed with a tensor-size traceback."""
+    model = timm.create_model("vit_tiny_patch16_224", img_size=100, dynamic_img_pad=True, depth=1,
+                              num_classes=3).eval()
+    with pytest.raises(ValueError) as raised:
+        rollout(model, torch.randn(1, 3, 100, 100))
+    assert str(raised.value) == (
+        "images of 100×100 do not fit the model: VisionTransformer pads a 100×100 input to a 7×7 grid of 16×16 "
+        "patches, but its position embeddings are for 6×6; build it with --dynamic-img-size, or with an --img-size of "
+        "whole patches")
+    dynamic = timm.create_model("vit_tiny_patch16_224", img_size=100, dynamic_img_pad=True, dynamic_img_size=True,
+                                depth=1, num_classes=3).eval()
+    assert rollout(dynamic, torch.randn(1, 3, 100, 100)).shape == (1, 7, 7)
+
+
 def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):
     (tmp_path / "notes.png").write_text("hello")
     with pytest.raises(ImageReadError) as missing:

@@ -100,6 +100,15 @@ def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
                          f"with --img-size {size}{any_size}")
     if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(image_hw, patch)):
         raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
+    # padded to whole patches, a grid the fixed position embeddings were not made for fails inside timm's forward
+    stated = tuple(getattr(embed, "grid_size", None) or ())
+    if stated and getattr(embed, "dynamic_img_pad", False) and not getattr(model, "dynamic_img_size", False):
+        grid = tuple(embed.dynamic_feat_size(image_hw))
+        if grid != stated:
+            raise ValueError(f"{type(model).__name__} pads a {image_hw[0]}×{image_hw[1]} input to a "
+                             f"{grid[0]}×{grid[1]} grid of {patch[0]}×{patch[1]} patches, but its position "
+                             f"embeddings are for {stated[0]}×{stated[1]}; build it with --dynamic-img-size, or with "
+                             "an --img-size of whole patches")
 
 
 ATTENTION_POOLS = ("map", "prr")
