@@ -286,15 +286,27 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(model):
-    """The explorer page for the testbed model, served on 127.0.0.1 at a free port while the module's tests run."""
+def served_page(model):
+    """The explorer page for the testbed model and its address: served on 127.0.0.1 at a free port while the module's
+    tests run."""
     from vitroll.app import build_app, example_images, serve
 
     examples = example_images(ROOT / "sample_images")
     app = build_app(model, model_label="vitroll-shapes", class_names=class_names(model), examples=examples)
     url = serve(app, host="127.0.0.1", port=free_port(), examples=examples, block=False)
-    yield url
+    yield app, url
     app.close()
+
+
+@pytest.fixture(scope="module")
+def served(served_page):
+    """The address of :func:`served_page`."""
+    return served_page[1]
+
+
+def session_state(app, client) -> list:
+    """The values the page keeps in its ``gr.State`` for ``client``'s session."""
+    return [value for _, value, _ in app.state_holder.session_data[client.session_hash].state_components]
 
 
 def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, model, image):
@@ -346,12 +358,14 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
-def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_on_demand(served, model, tmp_path):
+def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_on_demand(served_page, model, tmp_path):
     """A 24 MP photo's overlay went to the page at full size: a 37 MB PNG, encoded for seconds on every slider move.
-    The page now gets at most DISPLAY_SIDE pixels a side; the full-size button writes the overlay as explored."""
+    The page now gets at most DISPLAY_SIDE pixels a side; the full-size button writes the overlay as explored, drawn
+    again from the map: the session kept the overlay itself (72 MB at 24 MP) until it ended."""
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
+    app, served = served_page
     client = Client(served, verbose=False)
     with pytest.raises(AppError) as refused:
         client.predict(api_name="/full_size_overlay")
@@ -364,8 +378,24 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
                                                      start_layer=0, layer=1), class_names=class_names(model)).overlay
     assert Image.open(shown).size == (2048, 1365)
     assert np.array_equal(np.asarray(Image.open(shown)), vitroll.app.display_copy(expected))
+    kept, = session_state(app, client)
+    assert kept.grid_map.shape == GRID and kept.grid_map.nbytes + len(kept.image) < 1000
+    assert not any(isinstance(value, np.ndarray) and value.size > 64 for value in vars(kept).values())
+    viridis = explore(model, wide, ExplorerControls(method="rollout", head_fusion="mean", discard_ratio=0.0,
+                                                    start_layer=0, layer=1), settings=ExplainSettings(cmap="viridis"))
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   "viridis", api_name="/explain")
     full = Path(client.predict(api_name="/full_size_overlay")["value"])
-    assert full.name == "wide cross_overlay.png" and np.array_equal(np.asarray(Image.open(full)), expected)
+    assert full.name == "wide cross_overlay.png" and np.array_equal(np.asarray(Image.open(full)), viridis.overlay)
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   api_name="/explain")
+    full = Path(client.predict(api_name="/full_size_overlay")["value"])
+    assert np.array_equal(np.asarray(Image.open(full)), expected)
+    kept, = session_state(app, client)
+    Path(kept.image).unlink()  # the server's copy of the upload, gone
+    with pytest.raises(AppError) as refused:
+        client.predict(api_name="/full_size_overlay")
+    assert str(refused.value) == "no such file: upload the image again"
 
 
 def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():

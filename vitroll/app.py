@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import os
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -22,7 +22,7 @@ from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.explain import ExplainSettings, render
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -105,6 +105,32 @@ the focus) tells nothing: Enter and then leaving the box, or a click into the bo
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
+
+
+@dataclass(frozen=True)
+class ShownOverlay:
+    """What a session keeps of the overlay last shown, to draw it again at full size on demand: the server's copy of
+    the image and the map on the model's grid, some kB. Kept whole, a 24 MP photo's overlay held 72 MB per session
+    (Gradio keeps up to 10 000) until the session ended, for a download that is seldom asked for."""
+
+    image: str
+    """The server's copy (Gradio's) of the file uploaded or picked."""
+    grid_map: np.ndarray
+    """(h, w) float32: :attr:`~vitroll.pipelines.explorer.Exploration.grid_map`."""
+    settings: ExplainSettings
+    """How it was drawn (the colormap chosen)."""
+
+    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int]) -> np.ndarray:
+        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it.
+
+        Raises
+        ------
+        ImageReadError
+            When the image can no longer be read.
+        """
+        stored, display = load_image_with_display(self.image, max_pixels=max_pixels)
+        picture = np.asarray(stored if display is None else display)
+        return render(picture, self.grid_map, preprocessing.geometry(picture.shape[:2]), self.settings)[1]
 
 
 def require_gradio() -> "Any":
@@ -266,15 +292,18 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         top = {name: probability for _, name, probability in exploration.top}
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                (exploration.overlay, Path(image).stem))
+                ShownOverlay(image, exploration.grid_map, replace(settings, cmap=cmap)))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
 
-    def full_size(shown: Optional[tuple[np.ndarray, str]]) -> "Any":
+    def full_size(shown: Optional[ShownOverlay]) -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
-        overlay, stem = shown
-        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{stem}_overlay.png"
+        try:
+            overlay = shown.overlay(preprocessing, max_pixels)
+        except ImageReadError as error:  # Gradio's copy of the upload is gone
+            raise refusal(f"{error.reason}: upload the image again") from None
+        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
         path.write_bytes(encode_png(overlay))
         return gr.File(str(path), visible=True)
 
