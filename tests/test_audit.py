@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import csv
 import io
 import json
 import re
@@ -27,6 +28,7 @@ from vitroll.audit.metrics import (
 )
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
+from vitroll.audit.report import AuditReport
 from vitroll.cli import main
 from vitroll.errors import InputValueError
 from vitroll.methods import METHODS, Method, Saliency
@@ -329,10 +331,11 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     (tmp_path / "in").mkdir()
     patched_testdata(tmp_path / "in" / "dose.dcm", "rtdose_rle.dcm", 15,
                                  {3: lambda frame: rle_segments(frame, 3), 11: lambda frame: rle_segments(frame, 2)})
-    code, _, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--salt", "s",
-                              "--batch-size", "4", *MODEL)
+    code, stdout, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--salt", "s",
+                                   "--batch-size", "4", *MODEL)
     assert code == 3
-    rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rows = report["cases"]
     assert sorted(row["frame"] for row in rows if row["status"] != "error") == [4, 5, 6, 7, 12, 13, 14]
     failures = {row["case"].rsplit("-", 2)[-2:][0]: row["reason"] for row in rows if row["status"] == "error"}
     header = ("this DICOM file's header does not fit its pixel data: Rows 10, Columns 10, SamplesPerPixel 1 and "
@@ -341,9 +344,37 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     assert failures == {"f0": "Frames 0 to 3 of 15 are not audited: " + header.format(3, 3),
                         "f8": "Frames 8 to 11 of 15 are not audited: " + header.format(11, 2)}
     assert stderr.count("vitroll: not audited:") == 2
-    assert json.loads((tmp_path / "out" / "report.json").read_text())["summary"][0]["text"] == (
-        "The audit covers 7 images from 1 file in 1 study; some frames of 1 file were not audited (listed by number in "
-        "the input list, with the reasons).")  # not "2 files were not audited": one file, and partly audited
+    # every count says what it counts: 1 file partly audited, 8 of its frames in 2 rows (it said "2 not audited" in
+    # the terminal and "Files not audited (2)" in the HTML, counting rows as files)
+    assert report["summary"][0]["text"] == (
+        "The audit covers 7 images from 1 file in 1 study; 8 frames of 1 file were not audited (listed by number in "
+        "the input list, with the reasons).")
+    assert "7 images from 1 file, 8 frames of 1 file not audited -> " in stdout
+    assert "<h2>Not audited (8 frames of 1 file)</h2>" in (tmp_path / "out" / "report.html").read_text()
+    assert report["counts"] == {"files": 1, "files_audited": 0, "files_partly_audited": 1, "files_not_audited": 0,
+                                "images": 7, "frames_not_audited_in_partly_audited_files": 8, "rows_not_audited": 2}
+    with open(tmp_path / "out" / "report.csv", newline="") as table:
+        assert sorted(row["frames"] for row in csv.DictReader(table) if row["status"] == "error") == ["0-3", "8-11"]
+
+
+def test_counts_of_files_and_frames_not_audited_are_kept_apart():
+    """File 1 gave no image; file 2 gave 2 images, and 3 frames in 2 rows none (a run of parts, a frame whose overlay
+    could not be written); file 3 was audited whole."""
+    images = [AuditRow(case=f"c2-f{frame}", study="s", input_number=2, frame=frame) for frame in (0, 3)]
+    images.append(AuditRow(case="c3", study="s", input_number=3))
+    errors = [AuditRow(case="c1", study="t", input_number=1, error="Unreadable."),
+              AuditRow(case="c2-f1", study="s", input_number=2, frame=1, error="Its overlay cannot be written."),
+              AuditRow(case="c2-f4-5", study="s", input_number=2, frames=range(4, 6), error="Frames 4 to 5 of 6.")]
+    report = AuditReport(rows=images + errors, options=AuditOptions(), settings=ExplainSettings(), files=3)
+    assert report.coverage.not_audited() == "1 file and 3 frames of 1 other file"
+    assert report.sentences()[0].text.startswith(
+        "The audit covers 3 images from 3 files in 1 study; 1 file and 3 frames of 1 other file were not audited")
+    assert json.loads(report.to_json())["counts"] == {
+        "files": 3, "files_audited": 1, "files_partly_audited": 1, "files_not_audited": 1, "images": 3,
+        "frames_not_audited_in_partly_audited_files": 3, "rows_not_audited": 3}
+    assert [record["frames"] for record in report.records()] == [None] * 3 + ["all", "1", "4-5"]
+    one = AuditReport(rows=[images[0], errors[1]], options=AuditOptions(), settings=ExplainSettings(), files=1)
+    assert "; 1 frame of 1 file was not audited (" in one.sentences()[0].text
 
 
 # --- (c) unreadable files are rows -------------------------------------------------------------------------------------
@@ -421,7 +452,7 @@ def test_html_report_parses_with_table_summary_and_images(audited):
         assert sentence["text"] in text
     assert ("The audit covers 5 images from 7 files in 1 study; 3 files were not audited (listed by number in the "
             "input list, with the reasons).") in text
-    assert "Files not audited (3)" in text and "could not be read" not in text
+    assert "Not audited (3 files)" in text and "could not be read" not in text
     links = [attrs["href"][1:] for tag, attrs in parser.tags if tag == "a" and attrs.get("href", "").startswith("#")]
     assert links and set(links) <= parser.ids  # every summary link lands on a case or a section
     rows = [attrs for tag, attrs in parser.tags if tag == "tr" and attrs.get("id", "").startswith("case-")]
@@ -574,7 +605,7 @@ def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs
         code, stdout, _ = run_cli("audit", str(inputs), str(inputs / "a.dcm"), "--out", str(out), "--checkpoint",
                                   str(checkpoint[0]), "--class-names", str(checkpoint[1]), *MODEL)
         assert code == 0
-        assert "1 image from 1 file, 0 not audited" in stdout  # neither its own overlays nor a.dcm twice
+        assert "1 image from 1 file, 0 files not audited" in stdout  # neither its own overlays nor a.dcm twice
     assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
 
 
@@ -599,7 +630,7 @@ def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, chec
     assert code == 3 and "Traceback" not in stderr
     assert ("vitroll: not audited: file 1 (case-" in stderr
             and "Its overlay cannot be written into the report folder (Permission denied)." in stderr)
-    assert "1 image from 2 files, 1 not audited" in stdout
+    assert "1 image from 2 files, 1 file not audited" in stdout
     assert len(list((tmp_path / "out" / "images").iterdir())) == 1
 
 

@@ -157,14 +157,16 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
     path = failed.item.path
     reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, path))
     case = f"case-{_file_key(failed.item, options)}"
+    part = None  # the frames this row stands for, when not the whole file
     if frames is not None and len(frames) < (count := frame_count(path)):
+        part = frames
         one, start, last = len(frames) == 1, frames.start, frames[-1]
         case += f"-f{start}" if one else f"-f{start}-{last}"
         which = f"Frame {start} of {count} is" if one else f"Frames {start} to {last} of {count} are"
         first = reason[:1].lower() if reason[1:2].islower() else reason[:1]  # "DICOM …" keeps its capital
         reason = f"{which} not audited: {first}{reason[1:]}"
     return AuditRow(case=case, study=_study_key(failed.item, None, options), input_number=failed.item.number,
-                    error=reason, identifiers={"file": str(path)} if options.keep_ids else {})
+                    frames=part, error=reason, identifiers={"file": str(path)} if options.keep_ids else {})
 
 
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:

@@ -93,6 +93,9 @@ class AuditRow:
     input_number: Optional[int] = None
     """Position of the file in the input list, from 1 (:data:`INPUT_ORDER`): a label free of PHI."""
     frame: Optional[int] = None
+    frames: Optional[range] = None
+    """Of a row not audited that stands for a run of parts of a file streamed in parts (not the whole file): their
+    frames; else None."""
     error: Optional[str] = None
     """Why the file gave no image: one sentence, without the file's path or name (unless ``keep_ids``)."""
     metadata: dict[str, str] = field(default_factory=dict)

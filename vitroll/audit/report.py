@@ -23,7 +23,7 @@ import numpy as np
 from vitroll._version import __version__
 from vitroll.audit.metrics import METRIC_NAMES
 from vitroll.audit.records import GROUP_FIELDS, INPUT_ORDER, AuditOptions, AuditRow
-from vitroll.audit.summary import group_table, sentences
+from vitroll.audit.summary import Coverage, group_table, sentences
 from vitroll.io.images import encode_png, write_atomic
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
@@ -39,6 +39,13 @@ ID_FIELDS = ("file", "PatientID", "StudyInstanceUID", "SOPInstanceUID")
 def _fmt(value: object, digits: int = 3) -> str:
     number = finite(value)
     return "" if number is None else f"{number:.{digits}f}"
+
+
+def frames_not_audited(row: AuditRow) -> str:
+    """Which frames a row not audited stands for: ``4-7`` (a run of parts), ``2`` (one frame), ``all`` (the file)."""
+    if row.frames is not None:
+        return f"{row.frames.start}-{row.frames[-1]}"
+    return "all" if row.frame is None else str(row.frame)
 
 
 def _png_uri(data: bytes) -> str:
@@ -75,6 +82,11 @@ class AuditReport:
         return tuple(name for name in METRIC_NAMES
                      if any(finite(row.metrics.get(name)) is not None for row in self.images)) or METRIC_NAMES[:3]
 
+    @property
+    def coverage(self) -> Coverage:
+        """Files, images and frames audited and not."""
+        return Coverage.of(self.images, self.errors, self.files)
+
     def sentences(self):
         return sentences(self.images, self.errors, self.files, self.options)
 
@@ -84,14 +96,15 @@ class AuditReport:
     # --- flat records (CSV, JSON) -------------------------------------------------------------------------------
 
     def columns(self) -> list[str]:
-        columns = ["case", "input", "study", "frame", "status", "reason", "flagged", *GROUP_FIELDS, *self.metric_names,
-                   "not_measured", "prediction", "probability", "height", "width", "overlay",
+        columns = ["case", "input", "study", "frame", "frames", "status", "reason", "flagged", *GROUP_FIELDS,
+                   *self.metric_names, "not_measured", "prediction", "probability", "height", "width", "overlay",
                    "text_regions_filled", "text_check"]
         return columns + list(ID_FIELDS) if self.options.keep_ids else columns
 
     def record(self, row: AuditRow) -> dict[str, object]:
         record: dict[str, object] = {
             "case": row.case, "input": row.input_number, "study": row.study, "frame": row.frame,
+            "frames": frames_not_audited(row) if row.error else None,
             "status": "error" if row.error else ("flagged" if row.flagged else "ok"), "reason": row.error,
             "flagged": row.flagged if row.error is None else None,
             **{name: row.metadata.get(name) for name in GROUP_FIELDS},
@@ -130,6 +143,7 @@ class AuditReport:
         document = {
             "tool": f"vitroll {__version__} audit",
             "settings": self.settings_record(),
+            "counts": self.coverage.record(),
             "summary": [{"text": s.text, "cases": s.cases} for s in self.sentences()],
             "groups": self.groups(),
             "cases": self.records(),
@@ -214,4 +228,5 @@ def render_html(report: AuditReport) -> str:
         method_options=", ".join(f"{k}={v}" for k, v in settings["method_options"].items()) or "default options",
         window=f"W {window[0]:g}, L {window[1]:g}" if window else "from each file",
         labels=METRIC_LABELS, group_fields=GROUP_FIELDS, id_fields=ID_FIELDS if report.options.keep_ids else (),
-        input_order=INPUT_ORDER, as_finite=finite, formatted=_fmt, png_uri=_png_uri)
+        input_order=INPUT_ORDER, as_finite=finite, formatted=_fmt, png_uri=_png_uri,
+        frames_not_audited=frames_not_audited)

@@ -30,6 +30,58 @@ class Sentence:
     """Section the sentence itself links to."""
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """What the audit covers and what it left out, each count naming what it counts: a file streamed in parts can
+    have several rows not audited (one per run of failing parts) and images too."""
+
+    files: int
+    images: int
+    """Frames explained and measured (one per single-frame file)."""
+    files_not_audited: int
+    """Files that gave no image at all."""
+    files_partly_audited: int
+    """Files some of whose frames gave images and others none."""
+    frames_not_audited: int
+    """Frames of the partly audited files that gave no image."""
+    rows_not_audited: int
+    """Rows of the report's list of what was not audited (a file, a run of frames, or a frame each)."""
+
+    @classmethod
+    def of(cls, rows: list[AuditRow], errors: list[AuditRow], files: int) -> "Coverage":
+        """``rows``: the measured images; ``errors``: the rows not audited; ``files``: every file found."""
+        with_images = {row.input_number for row in rows}
+        failed = {row.input_number for row in errors}
+        # a row not audited in a file that gave images too stands for its frames, or for the one frame whose
+        # overlay could not be written
+        left_out = sum(1 if row.frames is None else len(row.frames)
+                       for row in errors if row.input_number in with_images)
+        return cls(files=files, images=len(rows), files_not_audited=len(failed - with_images),
+                   files_partly_audited=len(failed & with_images), frames_not_audited=left_out,
+                   rows_not_audited=len(errors))
+
+    def not_audited(self) -> str:
+        """``2 files``, ``8 frames of 1 file``, ``1 file and 8 frames of 1 other file``, or ``0 files``."""
+        parts = [counted(self.files_not_audited, "file")] if self.files_not_audited else []
+        if self.files_partly_audited:
+            files = counted(self.files_partly_audited, "other file" if parts else "file")
+            parts.append(f"{counted(self.frames_not_audited, 'frame')} of {files}")
+        return " and ".join(parts) or "0 files"
+
+    def not_audited_verb(self) -> str:
+        """``was`` or ``were``, after :meth:`not_audited`."""
+        one = (self.files_not_audited, self.frames_not_audited if self.files_partly_audited else 0) in ((1, 0), (0, 1))
+        return "was" if one else "were"
+
+    def record(self) -> dict[str, int]:
+        """The counts for the JSON report."""
+        return {"files": self.files,
+                "files_audited": self.files - self.files_not_audited - self.files_partly_audited,
+                "files_partly_audited": self.files_partly_audited, "files_not_audited": self.files_not_audited,
+                "images": self.images, "frames_not_audited_in_partly_audited_files": self.frames_not_audited,
+                "rows_not_audited": self.rows_not_audited}
+
+
 def percent(value: float) -> str:
     return f"{100 * value:.0f} %"
 
@@ -68,16 +120,12 @@ def _cases(rows: list[AuditRow]) -> list[str]:
 def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options: AuditOptions) -> list[Sentence]:
     """The report's opening paragraph, each sentence with the cases it speaks of."""
     n = len(rows)
-    failed = {row.input_number for row in errors}
-    partly = failed & {row.input_number for row in rows}  # streamed in parts: some frames gave images
-    unaudited = len(failed - partly)
-    missing = ([f"{counted(unaudited, 'file')} {'was' if unaudited == 1 else 'were'} not audited"] if unaudited else []
-               ) + ([f"some frames of {counted(len(partly), 'file')} were not"] if partly else [])
+    coverage = Coverage.of(rows, errors, files)
     said = [Sentence(
         f"The audit covers {counted(n, 'image')} from {counted(files, 'file')} in "
         f"{counted(len({row.study for row in rows}), 'study')}"
-        + (f"; {', and '.join(missing)}{'' if unaudited else ' audited'} (listed by number in the input list, with the "
-           f"reason{'' if len(errors) == 1 else 's'})." if errors else "."),
+        + (f"; {coverage.not_audited()} {coverage.not_audited_verb()} not audited (listed by number in the input "
+           f"list, with the reason{'' if len(errors) == 1 else 's'})." if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
     if not n:
         return said

@@ -134,5 +134,5 @@ def run(args: argparse.Namespace) -> int:
     for sentence in report.sentences():
         print(sentence.text)
     print(f"{counted(len(report.images), 'image')} from {counted(report.files, 'file')}, "
-          f"{len(report.errors)} not audited -> {args.out}/report.html (.csv, .json)")
+          f"{report.coverage.not_audited()} not audited -> {args.out}/report.html (.csv, .json)")
     return EXIT_SOME_FAILED if report.errors else 0
