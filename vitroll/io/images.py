@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 import numpy as np
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
-from vitroll.errors import ImageReadError, path_of
+from vitroll.errors import ImageReadError, ImageTooLargeError, path_of
 from vitroll.io.formats import is_dicom, is_heif, sniff
 from vitroll.io.names import NAME_MAX, fit_name
 
@@ -123,14 +123,14 @@ def check_size(path: Path, size: tuple[int, int], max_pixels: Optional[int]) -> 
 
     Raises
     ------
-    ImageReadError
+    ImageTooLargeError
         One line: the image's size in megapixels, the limit and how to raise it.
     """
     width, height = size
     if max_pixels is None or width * height <= max_pixels:
         return
     needed = -(-width * height // 1_000_000)  # in whole megapixels, rounded up
-    raise ImageReadError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
+    raise ImageTooLargeError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
                                f"of {megapixels(max_pixels)}; --max-pixels {needed}M (load_image's max_pixels= in "
                                "Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
 

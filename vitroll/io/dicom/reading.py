@@ -599,9 +599,10 @@ def read_dicom(
 ) -> DicomImage:
     """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0; or only those of
     ``frames`` that the file has, so that a long cine can be read a part at a time). A Part 10 file's frames are read
-    from the file one at a time: only the frames asked for are ever in memory. A frame of more than ``max_pixels``
-    pixels (Rows × Columns, from the header: a compressed frame of a few bytes may state 65535 × 65535) is refused
-    before any decoding (:func:`~vitroll.io.images.check_size`; None: no limit).
+    from the file one at a time: only the frames asked for are ever in memory. A compressed frame of more than
+    ``max_pixels`` pixels (Rows × Columns, from the header: a few bytes may state 65535 × 65535) is refused before any
+    decoding (:func:`~vitroll.io.images.check_size`; None: no limit); native pixel data, which holds every pixel it
+    states, is not limited.
 
     A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
     ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
@@ -610,8 +611,8 @@ def read_dicom(
     ------
     ImageReadError
         Not a DICOM file, no pixel data, recognizable features not allowed, pixel data no installed decoder reads
-        (the reason names the transfer syntax and what would decode it), corrupt pixel data, frames larger than
-        ``max_pixels`` or ``frame`` out of range — one sentence.
+        (the reason names the transfer syntax and what would decode it), corrupt pixel data, compressed frames larger
+        than ``max_pixels`` or ``frame`` out of range — one sentence.
     """
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
@@ -669,10 +670,12 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     problem = _samples_problem(samples, photometric) if grey else _colour_header_problem(samples, photometric)
     if problem is not None:
         raise ImageReadError(path, problem)
-    rows, columns = dataset.get("Rows"), dataset.get("Columns")
-    if isinstance(rows, int) and isinstance(columns, int):  # what the header lacks, the decoder names
-        check_size(path, (columns, rows), max_pixels)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
+    rows, columns = dataset.get("Rows"), dataset.get("Columns")
+    # native pixel data holds every pixel it states (its length is checked below); what the header lacks, the decoder
+    # names
+    if syntax is not None and syntax.is_encapsulated and isinstance(rows, int) and isinstance(columns, int):
+        check_size(path, (columns, rows), max_pixels)
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
     # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
