@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from claimed_size import png_claiming_size
+from claimed_size import float_tiff_claiming_size, png_claiming_size
 from vitroll import ImageReadError, load_image
 from vitroll.io.images import load_mask, write_atomic
 from vitroll.io.names import fit_name, utf8_name
@@ -188,6 +188,33 @@ def test_a_float_or_32_bit_rgb_tiff_pillow_cannot_read_is_read_stretched_to_its_
     pixels = np.asarray(load_image(path))
     assert pixels.shape == (6, 8, 3)
     assert pixels[3:, 1:].tolist() == [[[64, 0, 0]] * 7] * 3 and pixels[1, 1].tolist() == [64, 255, 0]
+
+
+def test_a_float_rgb_tiff_over_the_limit_is_refused_from_its_header_before_opencv_decodes_it(
+        tmp_path, monkeypatch, capfd):
+    """OpenCV's fallback for TIFFs Pillow cannot read applied no max_pixels (only OpenCV's own 1 GP limit, which raised
+    a cv2.error traceback under max_pixels=None), and printed libtiff's complaints about a file cut short."""
+    import cv2
+
+    path = float_tiff_claiming_size(tmp_path / "scan.tif", 30_000, 20_000)
+    decoded, imread = [], cv2.imread
+    monkeypatch.setattr(cv2, "imread", lambda *args: decoded.append(args) or imread(*args))
+    with pytest.raises(ImageReadError) as info:
+        load_image(path)
+    assert str(info.value) == (f"{path}: image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels "
+                               "600M (load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
+                               "takes about 20 bytes a pixel)")
+    assert decoded == []
+    with pytest.raises(ImageReadError, match="scan.tif: not an image Pillow can read"):  # decoded: no limit
+        load_image(path, max_pixels=None)
+    assert len(decoded) == 1
+    beyond_opencv = float_tiff_claiming_size(tmp_path / "beyond.tif", 40_000, 30_000)
+    with pytest.raises(ImageReadError) as info:
+        load_image(beyond_opencv, max_pixels=None)
+    assert info.value.reason == ("image too large for OpenCV, which reads this TIFF's float or 32-bit colour pixels: "
+                                 "1200 MP, over its limit of 1074 MP (the environment variable "
+                                 "OPENCV_IO_MAX_IMAGE_PIXELS, set before vitroll starts, raises it)")
+    assert capfd.readouterr().err == ""
 
 
 def test_a_tiff_neither_pillow_nor_opencv_reads_is_one_line(tmp_path):

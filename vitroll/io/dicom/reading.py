@@ -21,7 +21,7 @@ from vitroll.errors import ImageReadError
 from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, load_image_with_profile
+from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, check_size, load_image_with_profile
 from vitroll.wording import counted
 
 if TYPE_CHECKING:
@@ -595,11 +595,14 @@ def frame_count(path: "str | os.PathLike[str]") -> int:
 
 def read_dicom(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
-    frames: Optional[range] = None, allow_recognizable: bool = False,
+    frames: Optional[range] = None, allow_recognizable: bool = False, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
 ) -> DicomImage:
     """Decode a DICOM file into display-ready RGB frames (all, or only ``frame``, counted from 0; or only those of
     ``frames`` that the file has, so that a long cine can be read a part at a time). A Part 10 file's frames are read
-    from the file one at a time: only the frames asked for are ever in memory.
+    from the file one at a time: only the frames asked for are ever in memory. A compressed frame of more than
+    ``max_pixels`` pixels (Rows × Columns, from the header: a few bytes may state 65535 × 65535) is refused before any
+    decoding (:func:`~vitroll.io.images.check_size`; None: no limit); native pixel data, which holds every pixel it
+    states, is not limited.
 
     A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
     ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
@@ -608,18 +611,18 @@ def read_dicom(
     ------
     ImageReadError
         Not a DICOM file, no pixel data, recognizable features not allowed, pixel data no installed decoder reads
-        (the reason names the transfer syntax and what would decode it), corrupt pixel data, or ``frame`` out of
-        range — one sentence.
+        (the reason names the transfer syntax and what would decode it), corrupt pixel data, compressed frames larger
+        than ``max_pixels`` or ``frame`` out of range — one sentence.
     """
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
-                             allow_recognizable=allow_recognizable)
+                             allow_recognizable=allow_recognizable, max_pixels=max_pixels)
 
 
 def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
-                  frames: Optional[range], allow_recognizable: bool) -> DicomImage:
+                  frames: Optional[range], allow_recognizable: bool, max_pixels: Optional[int]) -> DicomImage:
     try:
         from pydicom.pixels import iter_pixels  # noqa: F401 (pydicom 3)
     except ImportError:
@@ -668,6 +671,11 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     if problem is not None:
         raise ImageReadError(path, problem)
     syntax = dataset.file_meta.get("TransferSyntaxUID")
+    rows, columns = dataset.get("Rows"), dataset.get("Columns")
+    # native pixel data holds every pixel it states (its length is checked below); what the header lacks, the decoder
+    # names
+    if syntax is not None and syntax.is_encapsulated and isinstance(rows, int) and isinstance(columns, int):
+        check_size(path, (columns, rows), max_pixels)
     # native and compressed pixel data is read from the file a frame at a time (a compressed one through its
     # fragments, without loading the others); pydicom reads deflated pixel data only from the data set, whose pixel
     # data is then loaded whole, and reads a data set whose encoding differs from its transfer syntax and words
@@ -745,18 +753,20 @@ def read_any(
     :func:`read_dicom`; an image (PNG, JPEG, TIFF…; 16-bit scaled by its range) through
     ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB; refused over ``max_pixels``) with
     ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
-    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames`` and
-    ``allow_recognizable`` go to it)."""
+    its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames``,
+    ``allow_recognizable`` and ``max_pixels`` go to it)."""
     path = Path(path)
     if is_dicom(path):
-        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
+        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
+                          max_pixels=max_pixels)
     signature = sniff(path)
     if signature is not None and not signature.image:
         raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
                                    "image.")
     named_image = path.suffix.lower() in IMAGE_SUFFIXES
     if signature is None and not named_image:
-        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
+        return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
+                          max_pixels=max_pixels)
     try:
         loaded, profiled, icc_profile = load_image_with_profile(path, max_pixels=max_pixels)
     except ImageReadError as error:
