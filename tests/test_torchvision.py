@@ -392,6 +392,14 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path,
     assert not list(tmp_path.iterdir())
 
 
+def test_an_image_size_the_model_cannot_take_is_refused_from_python_naming_the_keyword():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    with pytest.raises(ValueError) as raised:
+        vitroll.rollout(model, torch.randn(1, 3, 96, 96))
+    assert str(raised.value) == ("images of 96×96 do not fit the model: torchvision's VisionTransformer takes 64×64 "
+                                 "inputs only (its image_size); img_size=N builds it for N×N")
+
+
 def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(tmp_path):
     path = tmp_path / "small.pth"
     torch.save(torchvision.models.vit_b_32(image_size=64, num_classes=3).state_dict(), path)
