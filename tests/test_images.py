@@ -12,8 +12,9 @@ from PIL import Image
 
 from claimed_size import float_tiff_claiming_size, png_claiming_size
 from vitroll import ImageReadError, load_image
-from vitroll.io.images import load_mask, write_atomic
+from vitroll.io.images import load_mask
 from vitroll.io.names import fit_name, utf8_name
+from vitroll.io.writing import write_atomic
 
 
 def save(tmp_path, name, image, **kwargs):

@@ -32,7 +32,8 @@ from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
 from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
-from vitroll.io.images import encode_png, srgb_display, write_atomic
+from vitroll.io.images import encode_png, srgb_display
+from vitroll.io.writing import write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
 from vitroll.maps import peak_location

@@ -21,15 +21,9 @@ from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError, ImageTooLargeError, path_of
 from vitroll.io.formats import is_dicom, is_heif, sniff
-from vitroll.io.names import NAME_MAX, fit_name
+from vitroll.io.limits import DEFAULT_MAX_PIXELS
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-DEFAULT_MAX_PIXELS = 500_000_000
-"""The largest image (width × height) the loaders decode unless told otherwise: 500 MP. ``vitroll overlay`` of one
-image at full resolution peaks near 0.8 GiB + 20 bytes a pixel (measured, peak RSS: 1.7 GiB at 50 MP, 2.6 GiB at
-100 MP, 5.4 GiB at 250 MP), so 500 MP takes about 10 GiB and leaves room in 24 GiB for a second large image in the
-batch or a 16-bit image's float conversion; 1000 MP would take 19.5 GiB for the overlay alone. Pillow's own limit
-(89 MP, an error past 179 MP) refused a 108 MP phone photo or a 150 MP medium-format one."""
 DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
               "its outputs")
 
@@ -437,23 +431,3 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
     if not ok:
         raise ValueError("PNG encoding failed")
     return srgb_tagged(buffer.tobytes())
-
-
-def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left.
-
-    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``. The temporary name is cut to
-    fit the file system (:func:`~vitroll.io.names.fit_name`) when ``path``'s name is near its limit.
-    """
-    path = Path(path)
-    ending = f".{os.getpid()}.tmp"
-    temporary = path.with_name(fit_name(f".{path.name}", NAME_MAX - len(ending)) + ending)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
-    finally:
-        with contextlib.suppress(OSError):  # the error to report is the write's, never the clean-up's
-            temporary.unlink(missing_ok=True)
