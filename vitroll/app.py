@@ -100,10 +100,11 @@ PAGE_JS = """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
 text and tooltip, and the image (by the name under it), the overlay and the head grid theirs: Gradio draws them with
 an empty ``alt``, so a screen reader said only "button" for each example and for the overlay and the grid (each a Tab
-stop). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
-slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
-keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had when it got
-the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same value again."""
+stop). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse
+does: Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
+box, so the keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had
+when it got the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same
+value again."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
