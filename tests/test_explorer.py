@@ -17,7 +17,7 @@ from PIL import Image
 
 import vitroll
 import vitroll.app
-from browser import browser_page, wait_for_text
+from browser import browser_page, wait_for_exact_text, wait_for_text
 from claimed_size import png_claiming_size
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
@@ -671,9 +671,11 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
 
 def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):
     """The page never said which file its maps were of: an example or an upload is now named (its name, not the
-    server's path to its copy), as text, and nothing is named before one is loaded."""
-    upload = tmp_path / "scan 07 R&amp;D (1) é.png"
+    server's path to its copy), as text, and nothing is named before one is loaded. Gradio's copy drops ``*<>|?``:
+    a file named with them was named without them, under the image and to a screen reader."""
+    upload, stripped = tmp_path / "scan 07 R&amp;D (1) é.png", tmp_path / "scan 08 <left>*|?.png"
     upload.write_bytes(CROSS.read_bytes())
+    stripped.write_bytes(CROSS.read_bytes())
     with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
         page.get_by_role("button", name=CROSS.name, exact=True).wait_for(timeout=30_000)
         assert page.locator("#file-name").inner_text().strip() == ""
@@ -681,10 +683,12 @@ def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path
         wait_for_text(page, "#file-name", CROSS.name)
         assert page.locator("#file-name").inner_text().strip() == f"file: {CROSS.name}"
         page.locator("input[type=file]").first.set_input_files(str(upload))
-        wait_for_text(page, "#file-name", "scan 07")
-        assert page.locator("#file-name").inner_text().strip() == f"file: {upload.name}"
+        wait_for_exact_text(page, "#file-name", f"file: {upload.name}")  # not also Gradio's timer, "0.1s"
         image, caption = (page.locator(selector).bounding_box() for selector in ("#image", "#file-name"))
         assert 0 <= caption["y"] - (image["y"] + image["height"]) < 40  # right under the image
+        page.locator("input[type=file]").first.set_input_files(str(stripped))
+        wait_for_exact_text(page, "#file-name", f"file: {stripped.name}")
+        page.get_by_role("img", name=f"image: {stripped.name}", exact=True).wait_for(timeout=30_000)
         assert not errors
 
 
@@ -725,8 +729,7 @@ def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_bu
 
 
 def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
-    """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
-    and run nothing."""
+    """Gradio shows an error's message as HTML: the name must come out as text, and run nothing."""
     upload = tmp_path / "<img src=x onerror=alert(1)> R&amp;D.png"
     upload.write_bytes(CROSS.read_bytes()[:200])
     with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
@@ -735,8 +738,26 @@ def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_br
         page.locator("input[type=file]").first.set_input_files(str(upload))
         wait_for_text(page, ".toast-body", "corrupt or truncated image data")
         assert page.locator(".toast-body").inner_text().splitlines()[-1].startswith(
-            "img src=x onerror=alert(1) R&amp;D.png: corrupt or truncated image data (")
+            "<img src=x onerror=alert(1)> R&amp;D.png: corrupt or truncated image data (")
         assert not dialogs and not errors
+
+
+def test_after_an_example_an_upload_that_is_not_an_image_is_refused_in_one_line_and_named(served, tmp_path, capfd):
+    """Picking an example updates the image box, and Gradio then used a copy of it built anew, without the explorer's
+    refusal: a text file uploaded next got Gradio's message (its event handler, the server's path) and a traceback on
+    the server's terminal, and the line under the image still named the example."""
+    upload = tmp_path / "notes*.png"
+    upload.write_text("not pixels")
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, ".toast-body", "not an image")
+        assert set(page.locator(".toast-body").inner_text().splitlines()[-1:]) == {
+            "notes*.png: not an image Pillow can read"}
+        wait_for_exact_text(page, "#file-name", "file: notes*.png")
+        assert not errors
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu(served_clip):

@@ -7,12 +7,13 @@ This module only lays out the page and turns its widgets' values into
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 from PIL import Image
@@ -62,7 +63,8 @@ pixels high in its box."""
 PAGE_JS = """
 () => {
   const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
-  const pictures = {"#examples img": name, "#image img": image => "image: " + name(image),
+  const shownName = image => document.querySelector("#file-name bdi")?.textContent || name(image);
+  const pictures = {"#examples img": name, "#image img": image => "image: " + shownName(image),
                     "#overlay img": () => "overlay", "#heads img": () => "heads of the chosen layer"};
   const label = () => Object.entries(pictures).forEach(([selector, text]) => {
     document.querySelectorAll(selector).forEach(image => {
@@ -96,12 +98,13 @@ PAGE_JS = """
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
-text and tooltip, and the image, the overlay and the head grid theirs: Gradio draws them with an empty ``alt``, so a
-screen reader said only "button" for each example and for the overlay and the grid (each a Tab stop). Lets a
-slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
-slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
-keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had when it got
-the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same value again."""
+text and tooltip, and the image (by the name under it), the overlay and the head grid theirs: Gradio draws them with
+an empty ``alt``, so a screen reader said only "button" for each example and for the overlay and the grid (each a Tab
+stop). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse
+does: Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
+box, so the keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had
+when it got the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same
+value again."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
@@ -204,12 +207,32 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
-def file_caption(image: Optional[str]) -> str:
-    """The line under the image naming its file: the name alone (``image`` is the server's copy, in a folder of its
-    own, of the file uploaded or picked), as text; empty before an image is loaded."""
+class UploadPath(str):
+    """The path of the server's copy of an upload or example, as the image box gives it, and :attr:`user_name`: the
+    name the user gave the file. Gradio names its copy without ``*<>|?:"`` and cuts a name over 200 bytes."""
+
+    user_name: str
+
+    def __new__(cls, path: str, user_name: str) -> "UploadPath":
+        copy = super().__new__(cls, path)
+        copy.user_name = user_name
+        return copy
+
+
+def user_name(image: str) -> str:
+    """The name the user gave the file whose server copy is at ``image``: its :class:`UploadPath` name, else the
+    copy's."""
+    return getattr(image, "user_name", None) or Path(image).name
+
+
+def file_caption(image: Optional[dict[str, Any]]) -> str:
+    """The line under the image naming its file, from what the image box sends (``path`` of the server's copy,
+    ``orig_name``…): the name alone, as the user named it, as text, also for a file that is no image; empty before an
+    image is loaded."""
     if image is None:
         return ""
-    return f'<p class="vitroll-file">file: <bdi>{html.escape(Path(image).name, quote=False)}</bdi></p>'
+    name = image.get("orig_name") or Path(image["path"]).name
+    return f'<p class="vitroll-file">file: <bdi>{html.escape(name, quote=False)}</bdi></p>'
 
 
 def display_copy(picture: np.ndarray, side: int = DISPLAY_SIDE) -> np.ndarray:
@@ -286,7 +309,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                   class_names=class_names, settings=replace(settings, cmap=cmap),
                                   display=None if display is None else np.asarray(display))
         except ImageReadError as error:
-            raise refusal(upload_refusal(error, Path(image).name)) from None
+            raise refusal(upload_refusal(error, user_name(image))) from None
         except (VitrollError, ValueError) as error:
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
@@ -344,8 +367,9 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                     target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        image.change(file_caption, inputs=image, outputs=file_name, api_name=False, queue=False)
-        explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
+        image.change(file_caption, inputs=image, outputs=file_name, preprocess=False, api_name=False, queue=False)
+        inputs = [image, *controls, colormap, *prompts]
+        explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
                              outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
         full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
@@ -367,6 +391,27 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     return app
 
 
+def preprocessing_here(function: Callable[..., Any], inputs: Sequence["gradio.Component"]) -> Callable[..., Any]:
+    """``function`` of the values of ``inputs``, as a function of what the page sends (for an event with
+    ``preprocess=False``), which these components themselves turn into values. Gradio's own preprocessing uses a
+    session's copy of a component once an event has updated it (an example picked updates the image box), built anew
+    from its arguments: without the refusals and the upload's name that :func:`build_app` adds to its components."""
+
+    @functools.wraps(function)  # Gradio reads the parameters' names and defaults
+    def from_payloads(*payloads: Any) -> Any:
+        return function(*(preprocessed(box, payload) for box, payload in zip(inputs, payloads)))
+
+    return from_payloads
+
+
+def preprocessed(component: "gradio.Component", payload: Any) -> Any:
+    """``payload`` (what the page sends, as JSON) as ``component`` gives it to an event's function."""
+    model = getattr(component, "data_model", None)
+    if payload is not None and model is not None:
+        payload = model.model_validate(payload)
+    return component.preprocess(payload)
+
+
 def refusal(message: str) -> "gradio.Error":
     """The page's one-line message for a user's mistake: ``message`` as text (Gradio shows an error's message as HTML,
     and a file may be named ``<img src=x onerror=…>.png``), without a traceback on the server's terminal."""
@@ -380,20 +425,22 @@ def upload_refusal(error: ImageReadError, name: str) -> str:
 
 def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
     """``box`` with its uploads that Pillow cannot open refused with :func:`load_image`'s reason; Gradio's own message
-    for them is several lines about its event handler, with the server's temporary path. (The instance's method, not a
-    subclass: Gradio writes a ``.pyi`` stub beside the module of every component subclass.)"""
+    for them is several lines about its event handler, with the server's temporary path. An image it gives is an
+    :class:`UploadPath`. (The instance's method, not a subclass: Gradio writes a ``.pyi`` stub beside the module of
+    every component subclass.)"""
     preprocess = box.preprocess
 
     def readable_preprocess(payload: Any) -> Any:
         try:
             with pillow_limit_lifted():  # Gradio opens the upload; its size is load_image's to judge, from max_pixels
-                return preprocess(payload)
+                path = preprocess(payload)
         except (OSError, SyntaxError, ValueError):
             try:
                 load_image(payload.path)
             except ImageReadError as error:
                 raise refusal(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
             raise
+        return None if path is None else UploadPath(path, payload.orig_name or Path(path).name)
 
     box.preprocess = readable_preprocess
     return box
