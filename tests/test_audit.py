@@ -596,6 +596,20 @@ def test_roi_from_boxes_and_masks(tmp_path, shortcut_methods):
     assert "topk_iou" in (tmp_path / "out" / "report.csv").read_text().splitlines()[0]
 
 
+def test_a_rerun_into_the_same_folder_leaves_only_the_overlays_its_report_shows(tmp_path):
+    """A first audit with its burned-in text kept, a second (another salt: other case keys) into the same folder: the
+    first run's overlays stayed in OUT/images beside a report that says the folder is de-identified."""
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    out = tmp_path / "out"
+    assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--salt", "a", "--keep-burned-in-text",
+                   *MODEL)[0] == 0
+    (out / "images" / "mine.txt").write_text("not the audit's")
+    assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--salt", "b", *MODEL)[0] == 0
+    shown = [row["overlay"] for row in json.loads((out / "report.json").read_text())["cases"]]
+    assert sorted(f"images/{path.name}" for path in (out / "images").iterdir()) == sorted([*shown, "images/mine.txt"])
+
+
 def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
     inputs = tmp_path / "in"
     inputs.mkdir()
