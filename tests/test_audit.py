@@ -337,6 +337,7 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     rows = report["cases"]
     assert sorted(row["frame"] for row in rows if row["status"] != "error") == [4, 5, 6, 7, 12, 13, 14]
+    assert len({row["study"] for row in rows}) == 1  # its frames not audited too (they had a key of the file's name)
     failures = {row["case"].rsplit("-", 2)[-2:][0]: row["reason"] for row in rows if row["status"] == "error"}
     header = ("this DICOM file's header does not fit its pixel data: Rows 10, Columns 10, SamplesPerPixel 1 and "
               "BitsAllocated 32, but frame {}'s RLE data has {} segments (one per sample and byte of a sample), the "

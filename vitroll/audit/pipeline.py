@@ -334,6 +334,10 @@ def run_audit(
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
+    # a file's frames not audited are of its study, which its audited frames' headers name
+    studies = {row.input_number: row.study for row in rows if row.error is None}
+    for row in rows:
+        row.study = studies.get(row.input_number, row.study)
     report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
                          provenance=provenance or ModelProvenance.unstated(model))
     report.write(out_dir)
