@@ -339,6 +339,7 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     rows = report["cases"]
     assert sorted(row["frame"] for row in rows if row["status"] != "error") == [4, 5, 6, 7, 12, 13, 14]
+    assert len({row["study"] for row in rows}) == 1  # its frames not audited too (they had a key of the file's name)
     failures = {row["case"].rsplit("-", 2)[-2:][0]: row["reason"] for row in rows if row["status"] == "error"}
     header = ("this DICOM file's header does not fit its pixel data: Rows 10, Columns 10, SamplesPerPixel 1 and "
               "BitsAllocated 32, but frame {}'s RLE data has {} segments (one per sample and byte of a sample), the "
@@ -596,6 +597,20 @@ def test_roi_from_boxes_and_masks(tmp_path, shortcut_methods):
     assert by_hit[1].metrics["topk_iou"] > by_hit[0].metrics["topk_iou"]
     assert any("region of interest" in s.text for s in report.sentences())
     assert "topk_iou" in (tmp_path / "out" / "report.csv").read_text().splitlines()[0]
+
+
+def test_a_rerun_into_the_same_folder_leaves_only_the_overlays_its_report_shows(tmp_path):
+    """A first audit with its burned-in text kept, a second (another salt: other case keys) into the same folder: the
+    first run's overlays stayed in OUT/images beside a report that says the folder is de-identified."""
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    out = tmp_path / "out"
+    assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--salt", "a", "--keep-burned-in-text",
+                   *MODEL)[0] == 0
+    (out / "images" / "mine.txt").write_text("not the audit's")
+    assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--salt", "b", *MODEL)[0] == 0
+    shown = [row["overlay"] for row in json.loads((out / "report.json").read_text())["cases"]]
+    assert sorted(f"images/{path.name}" for path in (out / "images").iterdir()) == sorted([*shown, "images/mine.txt"])
 
 
 def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):

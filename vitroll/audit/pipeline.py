@@ -342,7 +342,22 @@ def run_audit(
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
+    # a file's frames not audited are of its study, which its audited frames' headers name
+    studies = {row.input_number: row.study for row in rows if row.error is None}
+    for row in rows:
+        row.study = studies.get(row.input_number, row.study)
     report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
                          provenance=provenance or ModelProvenance.unstated(model))
     report.write(out_dir)
+    _remove_overlays_not_in(report, Path(out_dir))
     return report
+
+
+def _remove_overlays_not_in(report: AuditReport, out_dir: Path) -> None:
+    """Remove the overlays an earlier audit into ``out_dir`` left that this report does not show (another salt, other
+    inputs): left, they could be an earlier run's with its burned-in text kept (``--keep-burned-in-text``) or of
+    recognizable features, beside a report that says the folder is de-identified."""
+    shown = {row.overlay_file for row in report.rows if row.overlay_file}
+    for path in (out_dir / "images").glob("case-*.png"):
+        if f"images/{path.name}" not in shown:
+            path.unlink(missing_ok=True)
