@@ -427,6 +427,26 @@ def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
 
 
+def test_an_rle_segment_s_length_is_counted_as_pydicom_s_decoder_decodes_it():
+    """The first segment of each RLE frame shown was decoded in pure Python to compare its length with Rows ×
+    Columns, about as long as decoding the frame: counted from its run headers, to the same length (runs cut short by
+    the segment's end, no-op headers and empty segments included)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from pydicom.pixels.decoders.rle import _rle_decode_segment
+
+    from vitroll.io.dicom.reading import rle_segment_length
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.binary(max_size=300) | st.lists(st.sampled_from([b"\x7f", b"\x80", b"\x81", b"\xff", b"\x00", b"\x05"]),
+                                              max_size=40).map(b"".join))
+    def agrees(segment: bytes) -> None:
+        assert rle_segment_length(segment) == len(_rle_decode_segment(segment))
+
+    agrees()
+    assert rle_segment_length(bytes([255, 7]) * 3 + bytes([2, 1, 2, 3, 128, 130])) == 2 * 3 + 3 + 0
+
+
 def _sof_height(codestream: bytearray, height: int) -> bytes:
     start = codestream.find(b"\xff\xc0")  # baseline SOF: length (2 bytes), precision, then the height
     codestream[start + 5:start + 7] = height.to_bytes(2, "big")

@@ -151,6 +151,16 @@ def test_a_masks_object_is_its_opaque_pixels_where_it_has_transparency_else_its_
         load_mask(tmp_path / "gone.png")
 
 
+def test_a_16_bit_or_float_masks_object_is_its_non_zero_pixels_not_its_stretched_grey_levels(tmp_path):
+    """A 16-bit mask was stretched to its range before its non-zero pixels were taken: all 1 (the whole image) gave
+    an empty mask, labels 1 and 2 lost label 1."""
+    labels = np.array([[1, 2, 0], [2, 2, 0]], np.uint16)
+    assert load_mask(save(tmp_path, "whole.png", Image.fromarray(np.ones((2, 3), np.uint16)))).all()
+    assert load_mask(save(tmp_path, "labels.png", Image.fromarray(labels))).tolist() == [[True, True, False]] * 2
+    values = np.array([[0.5, np.nan, 0.0]], np.float32)
+    assert load_mask(save(tmp_path, "float.tif", Image.fromarray(values))).tolist() == [[True, False, False]]
+
+
 def test_a_name_too_long_for_the_file_system_is_cut_at_a_character_with_a_hash_of_the_whole_name():
     assert fit_name("photo") == "photo"
     cut = fit_name("漢" * 100 + "a")

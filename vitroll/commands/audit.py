@@ -78,7 +78,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_batch_size_argument(group, 8, items="frames")
     group.add_argument("--workers", type=integer(0), default=0, metavar="N",
                        help="decoding processes (default 0: the main process)")
-    add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs (not DICOM)")
+    add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs, masks and compressed DICOM frames (Rows × Columns)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 

@@ -265,6 +265,9 @@ def _mask_pixels(image: Image.Image) -> np.ndarray:
         alpha = np.asarray(image.convert("RGBA"))[..., 3]
         if (alpha < 255).any():  # transparency marks the background (composited on white it would be object)
             return alpha > 0
+    if image.mode in _STRETCHED_MODES:  # labels, not grey levels: stretched to their range, a mask all 1 was empty
+        values = np.asarray(image)
+        return (values != 0) & ~np.isnan(values)
     return np.asarray(upright_rgb(image)).any(axis=-1)
 
 
