@@ -57,3 +57,14 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     if flag is None:
         return f"--model-arg {name}={words}"
     return flag if value is True else f"{flag} {words}"
+
+
+def arguments(values: "dict[str, object]") -> str:
+    """:func:`argument` for each of ``values`` (name → value), as they are given together: ``depth=2, img_size=32``
+    from Python, ``--model-arg depth=2 --img-size 32`` on the command line."""
+    return (" " if _on_the_command_line else ", ").join(argument(name, value) for name, value in values.items())
+
+
+def on_the_command_line() -> bool:
+    """Whether errors are worded for the command line now (:func:`worded_for_the_command_line`)."""
+    return _on_the_command_line
