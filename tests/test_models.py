@@ -257,6 +257,14 @@ def test_a_renamed_file_is_read_by_its_content_and_a_trusted_whole_model_gives_i
     assert same_weights(load_model(NAME, checkpoint=tmp_path / "whole.pth", trust_checkpoint=True), trained)
 
 
+def test_an_untrusted_pickle_is_refused_from_python_naming_trust_checkpoint_not_the_flag(tmp_path, trained):
+    torch.save(trained, tmp_path / "whole.pth")
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(NAME, checkpoint=tmp_path / "whole.pth")
+    assert str(raised.value).endswith("or pass trust_checkpoint=True to unpickle it on every run")
+    assert "--" not in str(raised.value)
+
+
 def damaged(path, data: bytes) -> None:
     path.write_bytes(data[: len(data) // 2])
 

@@ -22,9 +22,10 @@ def with_article(word: str) -> str:
 
 
 _FLAG_OF = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
-            "input_size": "--input-size"}
-"""The model-building and preprocessing arguments that have a flag of their own; any other model argument is
-``--model-arg NAME=VALUE``."""
+            "input_size": "--input-size", "trust_checkpoint": "--trust-checkpoint",
+            "max_attention_memory": "--max-attention-memory"}
+"""The arguments of models, their loading, preprocessing and methods that have a flag of their own; any other model
+argument is ``--model-arg NAME=VALUE``."""
 
 _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
