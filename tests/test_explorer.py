@@ -126,6 +126,20 @@ def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, w
         assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
 
 
+def test_the_head_tiles_of_a_strip_put_a_padded_models_last_patch_on_the_last_pixels_it_covers():
+    """A model that pads its 36-pixel input to 40 (patches of 8): the last patch holds input rows 32–35, the last
+    ninth of the tile drawn for a strip; the tile's geometry had no padding, so it was stretched over the last fifth."""
+    image = np.full((1200, 60, 3), 128, np.uint8)
+    geometry = Preprocessing(input_size=(36, 36), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, crop_mode="squash",
+                             patch_padding=(8, 8)).geometry(image.shape[:2])
+    heads = np.zeros((1, 5, 5), np.float32)
+    heads[0, 4] = 1.0
+    tiles = head_grid(image, heads, geometry, ExplainSettings(alpha=1.0, interpolation="nearest"), tile_side=144)
+    tile = tiles[4 + 14:4 + 14 + 144, 4:4 + 144].astype(int)
+    hot = (tile[..., 0] > 100) & (tile[..., 2] < 50)  # red: the high patch; the rest is blue
+    assert hot[128:].all() and not hot[:128].any()
+
+
 def tiny_backbone() -> torch.nn.Module:
     """A transformers ViTModel without a classification head (2 layers, 2 heads, a 4×4 grid)."""
     from transformers import ViTConfig, ViTModel

@@ -282,6 +282,9 @@ def test_a_size_refusal_names_keywords_from_python_and_flags_on_the_command_line
     flags = {(40, 40): "with --img-size 40 40, or for any size with --dynamic-img-size",
              (36, 36): "build it with --dynamic-img-size, or with an --img-size of whole patches"}
     assert str(on_the_command_line.value).endswith(flags[size])
+    with pytest.raises(ValueError) as after:  # the command line's wording ends with it
+        rollout(refusing, torch.randn(1, 3, *size))
+    assert str(after.value) == str(from_python.value)
 
 
 def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):

@@ -128,7 +128,7 @@ def test_torchvision_names_refuse_non_square_inputs_in_one_line():
     with pytest.raises(vitroll.ModelLoadError) as raised:
         vitroll.load_model("torchvision:vit_b_16", img_size=(64, 96))
     assert str(raised.value) == ("torchvision:vit_b_16: torchvision's ViT takes square inputs only; "
-                                 "use --img-size N")
+                                 "use img_size=N")
 
 
 @pytest.mark.parametrize("command", ["overlay", "annotate"])
@@ -407,7 +407,7 @@ def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(t
         vitroll.load_model("torchvision:vit_b_32", checkpoint=path)
     assert str(raised.value) == (f"{path}: checkpoint does not match VisionTransformer — shape mismatch: "
                                  "encoder.pos_embedding (1, 5, 768) vs model (1, 50, 768); its position embedding is "
-                                 "for 64×64 inputs: build the model for them with --img-size 64 (img_size=64)")
+                                 "for 64×64 inputs: build the model for them with img_size=64")
     assert vitroll.load_model("torchvision:vit_b_32", checkpoint=path, img_size=64).image_size == 64
 
 

@@ -22,9 +22,10 @@ def with_article(word: str) -> str:
 
 
 _FLAG_OF = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
-            "input_size": "--input-size"}
-"""The model-building and preprocessing arguments that have a flag of their own; any other model argument is
-``--model-arg NAME=VALUE``."""
+            "input_size": "--input-size", "trust_checkpoint": "--trust-checkpoint",
+            "max_attention_memory": "--max-attention-memory"}
+"""The arguments of models, their loading, preprocessing and methods that have a flag of their own; any other model
+argument is ``--model-arg NAME=VALUE``."""
 
 _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
@@ -57,3 +58,14 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     if flag is None:
         return f"--model-arg {name}={words}"
     return flag if value is True else f"{flag} {words}"
+
+
+def arguments(values: "dict[str, object]") -> str:
+    """:func:`argument` for each of ``values`` (name → value), as they are given together: ``depth=2, img_size=32``
+    from Python, ``--model-arg depth=2 --img-size 32`` on the command line."""
+    return (" " if _on_the_command_line else ", ").join(argument(name, value) for name, value in values.items())
+
+
+def on_the_command_line() -> bool:
+    """Whether errors are worded for the command line now (:func:`worded_for_the_command_line`)."""
+    return _on_the_command_line
