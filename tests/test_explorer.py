@@ -723,6 +723,18 @@ def test_an_8_pixel_image_in_a_narrow_window_is_shown_as_wide_as_its_box_and_the
         assert not errors
 
 
+@pytest.mark.parametrize("width, stacked", [(320, True), (768, True), (1280, False)])
+def test_the_top_classes_and_the_note_stack_in_a_narrow_window(served, width, stacked):
+    """At 320 pixels the note beside the top classes was 80 pixels wide, four words a line."""
+    with browser_page(served, {"width": width, "height": 900}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
+        top, note = (page.locator(selector).bounding_box() for selector in ("#top-classes", "#note"))
+        assert (note["y"] >= top["y"] + top["height"]) is stacked, (top, note)
+        assert min(top["width"], note["width"]) >= (256 if stacked else 300), (top, note)
+        assert not errors
+
+
 def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_buttons(served, tmp_path):
     """A 2000×200 picture as wide as a 400-pixel window's box is 34 pixels high: its box's label and buttons, drawn
     over the top of the picture, hid all of it."""

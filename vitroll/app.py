@@ -49,7 +49,8 @@ DISPLAY_SIDE = 2048
 """Pixels: the longest side of the overlay sent to the page, about what a screen shows. At full size a 24 MP photo's
 overlay was a 37 MB PNG, encoded for seconds on every slider move; the full size is downloaded on demand."""
 MAP_MIN_WIDTH = 300
-"""Pixels: the overlay and the head grid share a row where each gets this much, else they stack."""
+"""Pixels: the overlay and the head grid, and the top classes and the note, share a row where each gets this much,
+else they stack."""
 PAGE_CSS = """
 #image .upload-container { width: 100% !important; }  /* over Gradio's inline width: auto */
 #image .image-frame, #overlay .image-frame, #heads .image-frame { width: 100%; }
@@ -361,11 +362,12 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     full_size_button = gr.Button("overlay at full size (PNG)", elem_id="full-size", size="sm")
                     full_size_file = gr.File(label="overlay at full size", visible=False, elem_id="full-size-file")
                 shown = gr.State()
-                with gr.Row():
+                with gr.Row():  # stacked in a narrow window too: at 320 pixels the note beside them was 80 wide
                     top = gr.Label(num_top_classes=5, label="top classes", elem_id="top-classes",
-                                   visible=outline.has_classes)  # else an empty box
-                    note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
-                                                    target_menu=outline.has_classes), elem_id="note")
+                                   visible=outline.has_classes, min_width=MAP_MIN_WIDTH)  # else an empty box
+                    with gr.Column(min_width=MAP_MIN_WIDTH):  # a Markdown's own min_width is not kept
+                        note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
+                                                        target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         image.change(file_caption, inputs=image, outputs=file_name, preprocess=False, api_name=False, queue=False)
         inputs = [image, *controls, colormap, *prompts]
