@@ -595,7 +595,7 @@ def test_a_data_set_without_preamble_or_file_meta_decodes_like_the_part_10_file(
 
 def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
     """A JPEG or PNG saved as ``.dcm`` (or with no suffix) is read as the image it is; a truncated one, a PDF or a ZIP
-    is named for what it is rather than called "not an image format vitroll reads"."""
+    is named for what it is rather than called "not an image format vitroll reads"; so is an empty file."""
     pixels = np.zeros((8, 12, 3), np.uint8)
     pixels[:, 6:] = (200, 40, 40)
     Image.fromarray(pixels).save(tmp_path / "photo.dcm", format="JPEG", quality=95)
@@ -608,8 +608,9 @@ def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
     (tmp_path / "cut.dcm").write_bytes((tmp_path / "photo.dcm").read_bytes()[:200])
     (tmp_path / "report.dcm").write_bytes(b"%PDF-1.7\n...")
     (tmp_path / "export.dcm").write_bytes(b"PK\x03\x04" + bytes(40))
+    (tmp_path / "empty.dcm").write_bytes(b"")
     reasons = {}
-    for name in ("cut.dcm", "report.dcm", "export.dcm"):
+    for name in ("cut.dcm", "report.dcm", "export.dcm", "empty.dcm"):
         with pytest.raises(ImageReadError) as caught:
             read_any(tmp_path / name)
         reasons[name] = caught.value.reason
@@ -617,6 +618,8 @@ def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
                                          "corrupt or truncated image data (")
     assert reasons["report.dcm"] == "This file is a PDF document (so its first bytes say), neither DICOM nor an image."
     assert reasons["export.dcm"] == "This file is a ZIP archive (so its first bytes say), neither DICOM nor an image."
+    # it said "no 'DICM' marker after a 128-byte preamble, and no DICOM data set at its start"
+    assert reasons["empty.dcm"] == "This file is empty (0 bytes), neither DICOM nor an image."
 
 
 def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):

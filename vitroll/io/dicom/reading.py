@@ -750,6 +750,8 @@ def read_any(
     path = Path(path)
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable)
+    if path.stat().st_size == 0:  # a copy that wrote nothing, not a file without a DICM marker
+        raise ImageReadError(path, "This file is empty (0 bytes), neither DICOM nor an image.")
     signature = sniff(path)
     if signature is not None and not signature.image:
         raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
