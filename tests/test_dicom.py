@@ -971,12 +971,15 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
     single = write_dicom(tmp_path / "single.dcm", body_phantom())
     cine = write_dicom(tmp_path / "cine.dcm", np.stack([body_phantom()] * 3))
     reasons = []
-    for path in (single, cine):
+    Image.fromarray(body_phantom(dtype=np.uint8, high=255)).save(tmp_path / "photo.png")
+    for path in (single, cine, tmp_path / "photo.png"):  # the PNG's one image was audited as frame 5
         with pytest.raises(ImageReadError) as caught:
-            read_dicom(path, frame=5)
+            read_any(path, frame=5)
         reasons.append(caught.value.reason)
     assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
-                       "--frame 5 is out of range: the file has 3 frames, numbered from 0."]
+                       "--frame 5 is out of range: the file has 3 frames, numbered from 0.",
+                       "--frame 5 is out of range: the file has 1 frame, numbered from 0."]
+    assert read_any(tmp_path / "photo.png", frame=0).frames[0][1].shape == (64, 64, 3)
 
 
 def test_a_dicomdir_points_to_its_folder():
