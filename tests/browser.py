@@ -50,3 +50,10 @@ def wait_for_text(page, selector: str, text: str, timeout: float = 30_000) -> No
     page has loaded, so the element may not be there yet while waiting."""
     page.wait_for_function("([selector, text]) => document.querySelector(selector)?.innerText.includes(text) ?? false",
                            arg=[selector, text], timeout=timeout)
+
+
+def wait_for_exact_text(page, selector: str, text: str, timeout: float = 30_000) -> None:
+    """Wait until the element at ``selector`` shows ``text`` and nothing else (but surrounding blanks): while Gradio
+    updates it, it shows its timer too."""
+    page.wait_for_function("([selector, text]) => document.querySelector(selector)?.innerText.trim() === text",
+                           arg=[selector, text], timeout=timeout)

@@ -19,6 +19,7 @@ from PIL import Image
 
 pytest.importorskip("pydicom", minversion="3.0")
 
+from claimed_size import png_claiming_size
 from dicom_factory import (
     FAKE_IDS, PHI_STRINGS, body_phantom, rle_segments, patched_testdata, write_dicom,
 )
@@ -175,7 +176,8 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
 
 
 def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is_not_limited(tmp_path):
-    """The limit's reason named --max-pixels, which audit did not take; it limits image files, not DICOM frames."""
+    """The limit's reason named --max-pixels, which audit did not take; it limits image files and compressed DICOM
+    frames, not native DICOM pixel data (which holds every pixel it states)."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     write_dicom(inputs / "chest.dcm", body_phantom(), number=1)  # 64×64: 4096 pixels
@@ -691,6 +693,34 @@ def test_an_roi_outside_the_image_or_an_unreadable_mask_is_not_measured(tmp_path
         assert all(np.isnan(row.metrics[name]) for name in ROI_METRICS)
     assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0
     assert any(s.text.startswith("1 images have a region of interest") for s in report.sentences())
+
+
+def test_a_mask_over_max_pixels_is_refused_from_its_header_and_a_16_bit_label_mask_is_read(tmp_path, shortcut_methods):
+    """OpenCV read --masks and --body-masks files with no max_pixels (only its own 1 GP limit), and read a 16-bit
+    label mask (0 and 1, as segmentation tools save them) as 8-bit by its high byte: empty, so its ROI "covered no
+    pixel". Masks are read as evaluate's are: refused over --max-pixels in its words, which name no file."""
+    import timm
+
+    inputs, masks = tmp_path / "in", tmp_path / "masks"
+    inputs.mkdir()
+    masks.mkdir()
+    for name in ("huge", "labels"):
+        write_dicom(inputs / f"{name}.dcm", body_phantom())
+    png_claiming_size(masks / "huge.png", 30_000, 20_000)  # 8×8 pixels: decoding it would fail as truncated
+    labels = np.zeros((64, 64), np.uint16)
+    labels[:16, :16] = 1
+    Image.fromarray(labels).save(masks / "labels.png")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=AuditOptions(masks=MaskSource(masks), body_masks=MaskSource(masks), salt="x"))
+    rows = {row.input_number: row for row in report.images}  # huge 1, labels 2
+    too_large = ("cannot be read as an image: image too large: 600 MP (30000×20000), over the limit of 500 MP; "
+                 "--max-pixels 600M (load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
+                 "takes about 20 bytes a pixel)")
+    assert rows[1].not_measured == {"outside_body": f"not measured: its --body-masks file {too_large}",
+                                    **dict.fromkeys(ROI_METRICS, f"not measured: its --masks file {too_large}")}
+    assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0
+    assert rows[2].metrics["outside_body"] < 1.0  # the mask read empty put all of the map's mass outside the body
 
 
 def test_an_unreadable_body_mask_leaves_that_image_not_measured_and_the_audit_goes_on(tmp_path):

@@ -321,6 +321,34 @@ def header_lie(tmp_path: Path, name: str, **changes: object) -> Path:
     return path
 
 
+@pytest.mark.parametrize("name", ["SC_rgb_rle_2frame.dcm", "JPEG2000.dcm"])
+def test_a_compressed_frame_over_the_limit_is_refused_from_its_header_before_any_decoding(tmp_path, monkeypatch, name):
+    """A compressed frame is a few bytes whatever Rows × Columns it states (a constant 65535² JPEG 2000 frame is
+    tiny), and was decoded whatever its size: --max-pixels limits compressed DICOM frames as it does images, in its
+    words (native pixel data holds every pixel it states: not limited)."""
+    import pydicom.pixels
+
+    from vitroll.io.dicom import reading
+
+    path = header_lie(tmp_path, name, Rows=30_000, Columns=20_000)
+    decoded = []
+    monkeypatch.setattr(pydicom.pixels, "iter_pixels", lambda *args, **kwargs: decoded.append(args) or iter(()))
+    monkeypatch.setattr(reading, "_compressed_problem", lambda *args, **kwargs: decoded.append(args))
+    with pytest.raises(ImageReadError) as info:
+        read_any(path)
+    assert info.value.reason == ("image too large: 600 MP (20000×30000), over the limit of 500 MP; --max-pixels 600M "
+                                 "(load_image's max_pixels= in Python) reads it if the memory allows (an overlay takes "
+                                 "about 20 bytes a pixel)")
+    assert decoded == []
+    with pytest.raises(ImageReadError, match=r"0.06 MP \(200×300\), over the limit of 0.05 MP"):
+        read_dicom(header_lie(tmp_path, name, Rows=300, Columns=200), max_pixels=50_000)
+    assert decoded == []
+    read_any(path, max_pixels=None)  # no limit: read on, where the stubs stand in for the decoders
+    assert decoded
+    with pytest.raises(ImageReadError, match=DOES_NOT_FIT):  # native: its pixel data's length is what is refused
+        read_any(header_lie(tmp_path, "CT_small.dcm", Rows=30_000, Columns=20_000))
+
+
 DOES_NOT_FIT = "This DICOM file's header does not fit its pixel data: "
 NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
 
@@ -397,6 +425,26 @@ def test_a_header_unlike_what_its_compressed_frames_state_is_refused_naming_both
     with pytest.raises(ImageReadError) as caught:
         read_dicom(header_lie(tmp_path, name, **changes))
     assert caught.value.reason == DOES_NOT_FIT + mismatch + NOT_SHOWN
+
+
+def test_an_rle_segment_s_length_is_counted_as_pydicom_s_decoder_decodes_it():
+    """The first segment of each RLE frame shown was decoded in pure Python to compare its length with Rows ×
+    Columns, about as long as decoding the frame: counted from its run headers, to the same length (runs cut short by
+    the segment's end, no-op headers and empty segments included)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from pydicom.pixels.decoders.rle import _rle_decode_segment
+
+    from vitroll.io.dicom.reading import rle_segment_length
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.binary(max_size=300) | st.lists(st.sampled_from([b"\x7f", b"\x80", b"\x81", b"\xff", b"\x00", b"\x05"]),
+                                              max_size=40).map(b"".join))
+    def agrees(segment: bytes) -> None:
+        assert rle_segment_length(segment) == len(_rle_decode_segment(segment))
+
+    agrees()
+    assert rle_segment_length(bytes([255, 7]) * 3 + bytes([2, 1, 2, 3, 128, 130])) == 2 * 3 + 3 + 0
 
 
 def _sof_height(codestream: bytearray, height: int) -> bytes:

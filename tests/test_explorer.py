@@ -17,7 +17,7 @@ from PIL import Image
 
 import vitroll
 import vitroll.app
-from browser import browser_page, wait_for_text
+from browser import browser_page, wait_for_exact_text, wait_for_text
 from claimed_size import png_claiming_size
 from image_text_models import clip_tokenizer, hf_model
 from reference import reference_attention, reference_attention_gradients, reference_chefer
@@ -124,6 +124,20 @@ def test_the_head_tiles_of_a_strip_are_what_the_model_saw_at_full_size(height, w
         red, blue = tile[:, :70], tile[:, 90:]
         assert (red[..., 0] > 100).all() and (red[..., 2] < 50).all(), (top, left)
         assert (blue[..., 2] > 100).all() and (blue[..., 0] < 50).all(), (top, left)
+
+
+def test_the_head_tiles_of_a_strip_put_a_padded_models_last_patch_on_the_last_pixels_it_covers():
+    """A model that pads its 36-pixel input to 40 (patches of 8): the last patch holds input rows 32–35, the last
+    ninth of the tile drawn for a strip; the tile's geometry had no padding, so it was stretched over the last fifth."""
+    image = np.full((1200, 60, 3), 128, np.uint8)
+    geometry = Preprocessing(input_size=(36, 36), mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=1.0, crop_mode="squash",
+                             patch_padding=(8, 8)).geometry(image.shape[:2])
+    heads = np.zeros((1, 5, 5), np.float32)
+    heads[0, 4] = 1.0
+    tiles = head_grid(image, heads, geometry, ExplainSettings(alpha=1.0, interpolation="nearest"), tile_side=144)
+    tile = tiles[4 + 14:4 + 14 + 144, 4:4 + 144].astype(int)
+    hot = (tile[..., 0] > 100) & (tile[..., 2] < 50)  # red: the high patch; the rest is blue
+    assert hot[128:].all() and not hot[:128].any()
 
 
 def tiny_backbone() -> torch.nn.Module:
@@ -286,15 +300,27 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(model):
-    """The explorer page for the testbed model, served on 127.0.0.1 at a free port while the module's tests run."""
+def served_page(model):
+    """The explorer page for the testbed model and its address: served on 127.0.0.1 at a free port while the module's
+    tests run."""
     from vitroll.app import build_app, example_images, serve
 
     examples = example_images(ROOT / "sample_images")
     app = build_app(model, model_label="vitroll-shapes", class_names=class_names(model), examples=examples)
     url = serve(app, host="127.0.0.1", port=free_port(), examples=examples, block=False)
-    yield url
+    yield app, url
     app.close()
+
+
+@pytest.fixture(scope="module")
+def served(served_page):
+    """The address of :func:`served_page`."""
+    return served_page[1]
+
+
+def session_state(app, client) -> list:
+    """The values the page keeps in its ``gr.State`` for ``client``'s session."""
+    return [value for _, value, _ in app.state_holder.session_data[client.session_hash].state_components]
 
 
 def test_the_page_answers_gradio_client_with_the_pure_functions_pixels(served, model, image):
@@ -346,12 +372,14 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     assert not Path(vitroll.app.__file__).with_suffix(".pyi").exists()  # Gradio's stub for a component subclass
 
 
-def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_on_demand(served, model, tmp_path):
+def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_on_demand(served_page, model, tmp_path):
     """A 24 MP photo's overlay went to the page at full size: a 37 MB PNG, encoded for seconds on every slider move.
-    The page now gets at most DISPLAY_SIDE pixels a side; the full-size button writes the overlay as explored."""
+    The page now gets at most DISPLAY_SIDE pixels a side; the full-size button writes the overlay as explored, drawn
+    again from the map: the session kept the overlay itself (72 MB at 24 MP) until it ended."""
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
+    app, served = served_page
     client = Client(served, verbose=False)
     with pytest.raises(AppError) as refused:
         client.predict(api_name="/full_size_overlay")
@@ -364,8 +392,24 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
                                                      start_layer=0, layer=1), class_names=class_names(model)).overlay
     assert Image.open(shown).size == (2048, 1365)
     assert np.array_equal(np.asarray(Image.open(shown)), vitroll.app.display_copy(expected))
+    kept, = session_state(app, client)
+    assert kept.grid_map.shape == GRID and kept.grid_map.nbytes + len(kept.image) < 1000
+    assert not any(isinstance(value, np.ndarray) and value.size > 64 for value in vars(kept).values())
+    viridis = explore(model, wide, ExplorerControls(method="rollout", head_fusion="mean", discard_ratio=0.0,
+                                                    start_layer=0, layer=1), settings=ExplainSettings(cmap="viridis"))
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   "viridis", api_name="/explain")
     full = Path(client.predict(api_name="/full_size_overlay")["value"])
-    assert full.name == "wide cross_overlay.png" and np.array_equal(np.asarray(Image.open(full)), expected)
+    assert full.name == "wide cross_overlay.png" and np.array_equal(np.asarray(Image.open(full)), viridis.overlay)
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   api_name="/explain")
+    full = Path(client.predict(api_name="/full_size_overlay")["value"])
+    assert np.array_equal(np.asarray(Image.open(full)), expected)
+    kept, = session_state(app, client)
+    Path(kept.image).unlink()  # the server's copy of the upload, gone
+    with pytest.raises(AppError) as refused:
+        client.predict(api_name="/full_size_overlay")
+    assert str(refused.value) == "no such file: upload the image again"
 
 
 def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():
@@ -641,9 +685,11 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
 
 def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):
     """The page never said which file its maps were of: an example or an upload is now named (its name, not the
-    server's path to its copy), as text, and nothing is named before one is loaded."""
-    upload = tmp_path / "scan 07 R&amp;D (1) é.png"
+    server's path to its copy), as text, and nothing is named before one is loaded. Gradio's copy drops ``*<>|?``:
+    a file named with them was named without them, under the image and to a screen reader."""
+    upload, stripped = tmp_path / "scan 07 R&amp;D (1) é.png", tmp_path / "scan 08 <left>*|?.png"
     upload.write_bytes(CROSS.read_bytes())
+    stripped.write_bytes(CROSS.read_bytes())
     with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
         page.get_by_role("button", name=CROSS.name, exact=True).wait_for(timeout=30_000)
         assert page.locator("#file-name").inner_text().strip() == ""
@@ -651,10 +697,12 @@ def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path
         wait_for_text(page, "#file-name", CROSS.name)
         assert page.locator("#file-name").inner_text().strip() == f"file: {CROSS.name}"
         page.locator("input[type=file]").first.set_input_files(str(upload))
-        wait_for_text(page, "#file-name", "scan 07")
-        assert page.locator("#file-name").inner_text().strip() == f"file: {upload.name}"
+        wait_for_exact_text(page, "#file-name", f"file: {upload.name}")  # not also Gradio's timer, "0.1s"
         image, caption = (page.locator(selector).bounding_box() for selector in ("#image", "#file-name"))
         assert 0 <= caption["y"] - (image["y"] + image["height"]) < 40  # right under the image
+        page.locator("input[type=file]").first.set_input_files(str(stripped))
+        wait_for_exact_text(page, "#file-name", f"file: {stripped.name}")
+        page.get_by_role("img", name=f"image: {stripped.name}", exact=True).wait_for(timeout=30_000)
         assert not errors
 
 
@@ -695,8 +743,7 @@ def test_a_panorama_and_its_overlay_are_drawn_clear_of_their_boxes_labels_and_bu
 
 
 def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_browser(served, tmp_path):
-    """Gradio shows an error's message as HTML: the name must come out as text (Gradio's upload drops its ``<>``),
-    and run nothing."""
+    """Gradio shows an error's message as HTML: the name must come out as text, and run nothing."""
     upload = tmp_path / "<img src=x onerror=alert(1)> R&amp;D.png"
     upload.write_bytes(CROSS.read_bytes()[:200])
     with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
@@ -705,8 +752,26 @@ def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_br
         page.locator("input[type=file]").first.set_input_files(str(upload))
         wait_for_text(page, ".toast-body", "corrupt or truncated image data")
         assert page.locator(".toast-body").inner_text().splitlines()[-1].startswith(
-            "img src=x onerror=alert(1) R&amp;D.png: corrupt or truncated image data (")
+            "<img src=x onerror=alert(1)> R&amp;D.png: corrupt or truncated image data (")
         assert not dialogs and not errors
+
+
+def test_after_an_example_an_upload_that_is_not_an_image_is_refused_in_one_line_and_named(served, tmp_path, capfd):
+    """Picking an example updates the image box, and Gradio then used a copy of it built anew, without the explorer's
+    refusal: a text file uploaded next got Gradio's message (its event handler, the server's path) and a traceback on
+    the server's terminal, and the line under the image still named the example."""
+    upload = tmp_path / "notes*.png"
+    upload.write_text("not pixels")
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, ".toast-body", "not an image")
+        assert set(page.locator(".toast-body").inner_text().splitlines()[-1:]) == {
+            "notes*.png: not an image Pillow can read"}
+        wait_for_exact_text(page, "#file-name", "file: notes*.png")
+        assert not errors
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_new_prompts_in_the_browser_rescore_the_image_and_become_the_target_menu(served_clip):

@@ -18,6 +18,7 @@ from vitroll import (
 )
 from vitroll.io.images import finite_unit, upright_rgb
 from vitroll.methods.image_batch import ACCEPTED, image_batch
+from vitroll.wording import worded_for_the_command_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_images"
 VERBS = [rollout, attention, flow, grad_rollout, chefer, integrated_gradients, gradient_shap, occlusion, random_map,
@@ -247,7 +248,7 @@ def test_a_tensor_of_another_size_is_refused_in_vitrolls_words(model, method):
         method(model, torch.randn(1, 3, 40, 40))
     assert str(raised.value) == (
         "images of 40×40 do not fit the model: VisionTransformer was built for 32×32 inputs; build it for this size "
-        "with --img-size 40 40, or for any size with --dynamic-img-size")
+        "with img_size=(40, 40), or for any size with dynamic_img_size=True")
 
 
 def test_a_padding_model_whose_size_is_not_whole_patches_is_refused_in_vitrolls_words():
@@ -259,11 +260,31 @@ def test_a_padding_model_whose_size_is_not_whole_patches_is_refused_in_vitrolls_
         rollout(model, torch.randn(1, 3, 100, 100))
     assert str(raised.value) == (
         "images of 100×100 do not fit the model: VisionTransformer pads a 100×100 input to a 7×7 grid of 16×16 "
-        "patches, but its position embeddings are for 6×6; build it with --dynamic-img-size, or with an --img-size of "
+        "patches, but its position embeddings are for 6×6; build it with dynamic_img_size=True, or with an img_size of "
         "whole patches")
     dynamic = timm.create_model("vit_tiny_patch16_224", img_size=100, dynamic_img_pad=True, dynamic_img_size=True,
                                 depth=1, num_classes=3).eval()
     assert rollout(dynamic, torch.randn(1, 3, 100, 100)).shape == (1, 7, 7)
+
+
+@pytest.mark.parametrize("size", [(40, 40), (36, 36)])
+def test_a_size_refusal_names_keywords_from_python_and_flags_on_the_command_line(model, size):
+    """The refusal named --img-size and --dynamic-img-size to a Python user, who has no flags: from Python it names
+    the keyword arguments that build the model, and only the command line (the same check) names its flags."""
+    padding = timm.create_model("vit_tiny_patch16_224", img_size=36, patch_size=8, dynamic_img_pad=True, depth=1,
+                                embed_dim=32, num_heads=2, num_classes=3).eval()
+    refusing = model if size == (40, 40) else padding
+    with pytest.raises(ValueError) as from_python:
+        rollout(refusing, torch.randn(1, 3, *size))
+    assert "--" not in str(from_python.value) and "img_size" in str(from_python.value)
+    with worded_for_the_command_line(), pytest.raises(ValueError) as on_the_command_line:
+        rollout(refusing, torch.randn(1, 3, *size))
+    flags = {(40, 40): "with --img-size 40 40, or for any size with --dynamic-img-size",
+             (36, 36): "build it with --dynamic-img-size, or with an --img-size of whole patches"}
+    assert str(on_the_command_line.value).endswith(flags[size])
+    with pytest.raises(ValueError) as after:  # the command line's wording ends with it
+        rollout(refusing, torch.randn(1, 3, *size))
+    assert str(after.value) == str(from_python.value)
 
 
 def test_a_missing_or_broken_file_is_an_image_read_error(model, tmp_path):

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from claimed_size import png_claiming_size
+from claimed_size import float_tiff_claiming_size, png_claiming_size
 from vitroll import ImageReadError, load_image
-from vitroll.io.images import load_mask, write_atomic
+from vitroll.io.images import load_mask
 from vitroll.io.names import fit_name, utf8_name
+from vitroll.io.writing import write_atomic
 
 
 def save(tmp_path, name, image, **kwargs):
@@ -150,6 +151,16 @@ def test_a_masks_object_is_its_opaque_pixels_where_it_has_transparency_else_its_
         load_mask(tmp_path / "gone.png")
 
 
+def test_a_16_bit_or_float_masks_object_is_its_non_zero_pixels_not_its_stretched_grey_levels(tmp_path):
+    """A 16-bit mask was stretched to its range before its non-zero pixels were taken: all 1 (the whole image) gave
+    an empty mask, labels 1 and 2 lost label 1."""
+    labels = np.array([[1, 2, 0], [2, 2, 0]], np.uint16)
+    assert load_mask(save(tmp_path, "whole.png", Image.fromarray(np.ones((2, 3), np.uint16)))).all()
+    assert load_mask(save(tmp_path, "labels.png", Image.fromarray(labels))).tolist() == [[True, True, False]] * 2
+    values = np.array([[0.5, np.nan, 0.0]], np.float32)
+    assert load_mask(save(tmp_path, "float.tif", Image.fromarray(values))).tolist() == [[True, False, False]]
+
+
 def test_a_name_too_long_for_the_file_system_is_cut_at_a_character_with_a_hash_of_the_whole_name():
     assert fit_name("photo") == "photo"
     cut = fit_name("漢" * 100 + "a")
@@ -188,6 +199,33 @@ def test_a_float_or_32_bit_rgb_tiff_pillow_cannot_read_is_read_stretched_to_its_
     pixels = np.asarray(load_image(path))
     assert pixels.shape == (6, 8, 3)
     assert pixels[3:, 1:].tolist() == [[[64, 0, 0]] * 7] * 3 and pixels[1, 1].tolist() == [64, 255, 0]
+
+
+def test_a_float_rgb_tiff_over_the_limit_is_refused_from_its_header_before_opencv_decodes_it(
+        tmp_path, monkeypatch, capfd):
+    """OpenCV's fallback for TIFFs Pillow cannot read applied no max_pixels (only OpenCV's own 1 GP limit, which raised
+    a cv2.error traceback under max_pixels=None), and printed libtiff's complaints about a file cut short."""
+    import cv2
+
+    path = float_tiff_claiming_size(tmp_path / "scan.tif", 30_000, 20_000)
+    decoded, imread = [], cv2.imread
+    monkeypatch.setattr(cv2, "imread", lambda *args: decoded.append(args) or imread(*args))
+    with pytest.raises(ImageReadError) as info:
+        load_image(path)
+    assert str(info.value) == (f"{path}: image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels "
+                               "600M (load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
+                               "takes about 20 bytes a pixel)")
+    assert decoded == []
+    with pytest.raises(ImageReadError, match="scan.tif: not an image Pillow can read"):  # decoded: no limit
+        load_image(path, max_pixels=None)
+    assert len(decoded) == 1
+    beyond_opencv = float_tiff_claiming_size(tmp_path / "beyond.tif", 40_000, 30_000)
+    with pytest.raises(ImageReadError) as info:
+        load_image(beyond_opencv, max_pixels=None)
+    assert info.value.reason == ("image too large for OpenCV, which reads this TIFF's float or 32-bit colour pixels: "
+                                 "1200 MP, over its limit of 1074 MP (the environment variable "
+                                 "OPENCV_IO_MAX_IMAGE_PIXELS, set before vitroll starts, raises it)")
+    assert capfd.readouterr().err == ""
 
 
 def test_a_tiff_neither_pillow_nor_opencv_reads_is_one_line(tmp_path):

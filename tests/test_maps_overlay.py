@@ -87,6 +87,75 @@ def test_vitroll_overlay_puts_a_padded_models_last_patch_on_the_last_pixels_of_t
     assert (overlaid[expected] == overlaid[64, 16]).all() and not (overlaid[~expected] == overlaid[64, 16]).all(1).any()
 
 
+@pytest.mark.parametrize(("cell", "pixels"), [(1, (8, 16)), (4, (32, 36)), (0, (0, 8))])
+def test_overlay_with_padded_hw_puts_a_padded_grids_cell_on_exactly_its_pixels(cell, pixels):
+    """A 5 × 5 grid of a model that pads its 36 × 36 input to 40 × 40 (patch 8): patch 1 is pixels 8–15, the last
+    patch pixels 32–35. Without ``padded_hw`` the grid is stretched over the 36 pixels (patch 1: 8–14)."""
+    image = np.zeros((36, 36, 3), np.uint8)
+    grid = np.zeros((5, 5), np.float32)
+    grid[cell, cell] = 1.0
+    expected = np.zeros((36, 36), bool)
+    expected[pixels[0]:pixels[1], pixels[0]:pixels[1]] = True
+    overlaid = overlay(image, grid, interpolation="nearest", padded_hw=(40, 40))
+    np.testing.assert_array_equal((overlaid == overlaid[pixels[0], pixels[0]]).all(axis=2), expected)
+    np.testing.assert_array_equal(upsample(grid, (36, 36), interpolation="nearest", padded_hw=(40, 40)) == 1.0,
+                                  expected)
+    stretched = upsample(grid, (36, 36), interpolation="nearest") == 1.0
+    assert cell != 1 or np.flatnonzero(stretched.any(axis=1)).tolist() == list(range(8, 15))
+
+
+def test_padded_hw_none_or_the_images_own_size_leaves_upsample_and_overlay_as_they_were():
+    grid = np.random.default_rng(0).random((5, 7)).astype(np.float32)
+    image = np.full((36, 50, 3), 90, np.uint8)
+    plain = upsample(grid, (36, 50), interpolation="bicubic")
+    for padded_hw in (None, (36, 50)):
+        np.testing.assert_array_equal(upsample(grid, (36, 50), interpolation="bicubic", padded_hw=padded_hw), plain)
+        np.testing.assert_array_equal(overlay(image, grid, padded_hw=padded_hw), overlay(image, grid))
+    # an image-sized map is used as it is
+    np.testing.assert_array_equal(overlay(image, plain, padded_hw=(40, 56)), overlay(image, plain))
+
+
+@settings(max_examples=60, deadline=None)
+@given(grid_hw=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+       patch_hw=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       short=st.tuples(st.integers(0, 8), st.integers(0, 8)), cell=st.tuples(st.integers(0, 5), st.integers(0, 5)),
+       interpolation=st.sampled_from(["nearest", "bilinear", "bicubic"]))
+def test_upsample_with_padded_hw_is_to_original_for_an_image_of_the_models_input_size(grid_hw, patch_hw, short, cell,
+                                                                                    interpolation):
+    """Any grid of whole patches over an input up to a patch short of them on each side: a one-hot cell lights
+    exactly its patch's pixels that lie in the image (nearest), and every interpolation equals what the commands
+    draw through the preprocessing geometry (:func:`to_original`)."""
+    padded = (grid_hw[0] * patch_hw[0], grid_hw[1] * patch_hw[1])
+    size = tuple(max(1, side - min(cut, patch - 1)) for side, cut, patch in zip(padded, short, patch_hw))
+    cell = (cell[0] % grid_hw[0], cell[1] % grid_hw[1])
+    grid = np.zeros(grid_hw, np.float32)
+    grid[cell] = 1.0
+    geometry = Preprocessing(input_size=size, mean=(0.5,), std=(0.5,), crop_pct=1.0, crop_mode="squash",
+                             patch_padding=patch_hw).geometry(size)
+    assert geometry.padded_hw in (padded, None)
+    upsampled = upsample(grid, size, interpolation=interpolation, padded_hw=padded)
+    assert upsampled.shape == size and upsampled.flags.c_contiguous
+    np.testing.assert_allclose(upsampled, to_original(grid, geometry, interpolation=interpolation), atol=1e-5)
+    if interpolation == "nearest":
+        expected = np.zeros(size, bool)
+        (row, col), (patch_h, patch_w) = cell, patch_hw
+        expected[row * patch_h:(row + 1) * patch_h, col * patch_w:(col + 1) * patch_w] = True
+        np.testing.assert_array_equal(upsampled == 1.0, expected)
+
+
+@pytest.mark.parametrize(("padded_hw", "error", "message"), [
+    ((32, 40), ValueError, "padded_hw (H', W') must be at least the image's (H, W) = (36, 36): the input padded up "
+                           "to whole patches, which the grid covers; got (32, 40)"),
+    ((40, 0), ValueError, "padded_hw must be (H, W), two integers ≥ 1; got (40, 0)"),
+    (40, TypeError, "padded_hw must be (H, W), two integers ≥ 1; got int 40"),
+])
+def test_a_padded_hw_that_cannot_be_the_padded_input_is_refused_by_name(padded_hw, error, message):
+    grid = np.ones((5, 5), np.float32)
+    with pytest.raises(error) as raised:
+        overlay(np.zeros((36, 36, 3), np.uint8), grid, padded_hw=padded_hw)
+    assert str(raised.value) == message
+
+
 def test_a_geometry_pads_only_an_input_of_no_whole_number_of_patches():
     assert PADDED.with_overrides(input_size=(40, 32)).geometry((50, 50)).padded_hw is None
     assert PADDED.with_overrides(input_size=(40, 33)).geometry((50, 50)).padded_hw == (40, 40)

@@ -17,6 +17,7 @@ from vitroll.methods import record_attention
 from vitroll.overlay import overlay
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.single import explain_files
+from vitroll.wording import worded_for_the_command_line
 from reference import sharpen_attention
 
 
@@ -155,8 +156,13 @@ def test_out_of_memory_batch_is_split_not_fatal(capsys):
     def always_out(model, batch, **options):
         raise MemoryError()
 
-    with pytest.raises(VitrollError, match="out of memory on a single input"):
+    with pytest.raises(VitrollError) as raised:
         Method("always_out", always_out)(model, images[:1])
+    assert str(raised.value) == ("out of memory on a single input of shape (3, 32, 32); lower max_attention_memory or "
+                                 "the input size")
+    with worded_for_the_command_line(), pytest.raises(VitrollError) as raised:
+        Method("always_out", always_out)(model, images[:1])
+    assert str(raised.value).endswith("lower --max-attention-memory or the input size")
 
     def a_bug(model, batch, **options):
         raise RuntimeError("shape mismatch")

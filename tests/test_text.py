@@ -315,6 +315,20 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
+
+@pytest.mark.parametrize("method", ["rollout", "chefer", "integrated_gradients"])
+@pytest.mark.parametrize("build", [bert, gpt2])
+def test_an_empty_batch_of_token_ids_is_refused_like_an_empty_batch_of_images(method, build):
+    """A (0, L) batch of ids ran into the model and failed inside its attention with a reshape traceback."""
+    empty = torch.zeros(0, 5, dtype=torch.long)
+    expected = r"^input_ids is an empty batch of shape \(0, 5\): there is nothing to explain$"
+    with pytest.raises(InputValueError, match=expected):
+        getattr(vitroll, method)(build(), empty)
+    with pytest.raises(InputValueError, match=expected):
+        getattr(vitroll, method)(build(), {"input_ids": empty, "attention_mask": empty})
+    with pytest.raises(InputValueError, match=expected):
+        getattr(vitroll, method)(build(), TokenBatch(empty, torch.ones_like(empty)))
+
 @pytest.mark.parametrize("kind", ["Roberta", "XLMRoberta"])
 def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id(kind):
     torch.manual_seed(0)

@@ -128,7 +128,7 @@ def test_torchvision_names_refuse_non_square_inputs_in_one_line():
     with pytest.raises(vitroll.ModelLoadError) as raised:
         vitroll.load_model("torchvision:vit_b_16", img_size=(64, 96))
     assert str(raised.value) == ("torchvision:vit_b_16: torchvision's ViT takes square inputs only; "
-                                 "use --img-size N")
+                                 "use img_size=N")
 
 
 @pytest.mark.parametrize("command", ["overlay", "annotate"])
@@ -392,6 +392,14 @@ def test_an_input_size_the_model_cannot_take_is_refused_before_the_run(tmp_path,
     assert not list(tmp_path.iterdir())
 
 
+def test_an_image_size_the_model_cannot_take_is_refused_from_python_naming_the_keyword():
+    model = small_vit(SIZES["2-layers-2-heads"])
+    with pytest.raises(ValueError) as raised:
+        vitroll.rollout(model, torch.randn(1, 3, 96, 96))
+    assert str(raised.value) == ("images of 96×96 do not fit the model: torchvision's VisionTransformer takes 64×64 "
+                                 "inputs only (its image_size); img_size=N builds it for N×N")
+
+
 def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(tmp_path):
     path = tmp_path / "small.pth"
     torch.save(torchvision.models.vit_b_32(image_size=64, num_classes=3).state_dict(), path)
@@ -399,7 +407,7 @@ def test_a_checkpoint_trained_at_another_size_names_the_img_size_to_build_with(t
         vitroll.load_model("torchvision:vit_b_32", checkpoint=path)
     assert str(raised.value) == (f"{path}: checkpoint does not match VisionTransformer — shape mismatch: "
                                  "encoder.pos_embedding (1, 5, 768) vs model (1, 50, 768); its position embedding is "
-                                 "for 64×64 inputs: build the model for them with --img-size 64 (img_size=64)")
+                                 "for 64×64 inputs: build the model for them with img_size=64")
     assert vitroll.load_model("torchvision:vit_b_32", checkpoint=path, img_size=64).image_size == 64
 
 

@@ -95,9 +95,9 @@ def test_the_eva_and_beit_notes_say_what_holds(capsys, monkeypatch):
         assert family_of(beit).token_layout(beit, (32, 32)).readout == readout
     with pytest.raises(TypeError, match="dynamic_img_size"):
         timm.create_model("beit_base_patch16_224", dynamic_img_size=True, **small)
-    with pytest.raises(ValueError) as refused:  # so the size hint offers only --img-size
+    with pytest.raises(ValueError) as refused:  # so the size hint offers only img_size
         family_of(beit).token_layout(beit, (48, 48))
-    assert str(refused.value) == "Beit was built for 32×32 inputs; build it for this size with --img-size 48 48"
+    assert str(refused.value) == "Beit was built for 32×32 inputs; build it for this size with img_size=(48, 48)"
     swapped = []  # both record through the blocked kernel in place of their fused call, as the notes say
     swap = recorder.attach_kernel_swap
     monkeypatch.setattr(recorder, "attach_kernel_swap",

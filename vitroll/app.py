@@ -7,12 +7,13 @@ This module only lays out the page and turns its widgets' values into
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 from PIL import Image
@@ -22,7 +23,7 @@ from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.explain import ExplainSettings, render
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -62,7 +63,8 @@ pixels high in its box."""
 PAGE_JS = """
 () => {
   const name = image => decodeURIComponent(new URL(image.src).pathname.split("/").pop());
-  const pictures = {"#examples img": name, "#image img": image => "image: " + name(image),
+  const shownName = image => document.querySelector("#file-name bdi")?.textContent || name(image);
+  const pictures = {"#examples img": name, "#image img": image => "image: " + shownName(image),
                     "#overlay img": () => "overlay", "#heads img": () => "heads of the chosen layer"};
   const label = () => Object.entries(pictures).forEach(([selector, text]) => {
     document.querySelectorAll(selector).forEach(image => {
@@ -96,15 +98,42 @@ PAGE_JS = """
 }
 """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
-text and tooltip, and the image, the overlay and the head grid theirs: Gradio draws them with an empty ``alt``, so a
-screen reader said only "button" for each example and for the overlay and the grid (each a Tab stop). Lets a
-slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does: Gradio's
-slider tells that it was let go (``release``) only on a pointer's release or on leaving the number box, so the
-keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had when it got
-the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same value again."""
+text and tooltip, and the image (by the name under it), the overlay and the head grid theirs: Gradio draws them with
+an empty ``alt``, so a screen reader said only "button" for each example and for the overlay and the grid (each a Tab
+stop). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse
+does: Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
+box, so the keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had
+when it got the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same
+value again."""
 COLORMAPS = ("jet", "turbo", "viridis", "inferno", "magma", "cividis", "gray")
 """The colormap menu: the default and its smoother cousin, the perceptually uniform ones, grey (``--cmap`` of the
 other commands takes any matplotlib name)."""
+
+
+@dataclass(frozen=True)
+class ShownOverlay:
+    """What a session keeps of the overlay last shown, to draw it again at full size on demand: the server's copy of
+    the image and the map on the model's grid, some kB. Kept whole, a 24 MP photo's overlay held 72 MB per session
+    (Gradio keeps up to 10 000) until the session ended, for a download that is seldom asked for."""
+
+    image: str
+    """The server's copy (Gradio's) of the file uploaded or picked."""
+    grid_map: np.ndarray
+    """(h, w) float32: :attr:`~vitroll.pipelines.explorer.Exploration.grid_map`."""
+    settings: ExplainSettings
+    """How it was drawn (the colormap chosen)."""
+
+    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int]) -> np.ndarray:
+        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it.
+
+        Raises
+        ------
+        ImageReadError
+            When the image can no longer be read.
+        """
+        stored, display = load_image_with_display(self.image, max_pixels=max_pixels)
+        picture = np.asarray(stored if display is None else display)
+        return render(picture, self.grid_map, preprocessing.geometry(picture.shape[:2]), self.settings)[1]
 
 
 def require_gradio() -> "Any":
@@ -178,12 +207,32 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
-def file_caption(image: Optional[str]) -> str:
-    """The line under the image naming its file: the name alone (``image`` is the server's copy, in a folder of its
-    own, of the file uploaded or picked), as text; empty before an image is loaded."""
+class UploadPath(str):
+    """The path of the server's copy of an upload or example, as the image box gives it, and :attr:`user_name`: the
+    name the user gave the file. Gradio names its copy without ``*<>|?:"`` and cuts a name over 200 bytes."""
+
+    user_name: str
+
+    def __new__(cls, path: str, user_name: str) -> "UploadPath":
+        copy = super().__new__(cls, path)
+        copy.user_name = user_name
+        return copy
+
+
+def user_name(image: str) -> str:
+    """The name the user gave the file whose server copy is at ``image``: its :class:`UploadPath` name, else the
+    copy's."""
+    return getattr(image, "user_name", None) or Path(image).name
+
+
+def file_caption(image: Optional[dict[str, Any]]) -> str:
+    """The line under the image naming its file, from what the image box sends (``path`` of the server's copy,
+    ``orig_name``…): the name alone, as the user named it, as text, also for a file that is no image; empty before an
+    image is loaded."""
     if image is None:
         return ""
-    return f'<p class="vitroll-file">file: <bdi>{html.escape(Path(image).name, quote=False)}</bdi></p>'
+    name = image.get("orig_name") or Path(image["path"]).name
+    return f'<p class="vitroll-file">file: <bdi>{html.escape(name, quote=False)}</bdi></p>'
 
 
 def display_copy(picture: np.ndarray, side: int = DISPLAY_SIDE) -> np.ndarray:
@@ -260,21 +309,24 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                   class_names=class_names, settings=replace(settings, cmap=cmap),
                                   display=None if display is None else np.asarray(display))
         except ImageReadError as error:
-            raise refusal(upload_refusal(error, Path(image).name)) from None
+            raise refusal(upload_refusal(error, user_name(image))) from None
         except (VitrollError, ValueError) as error:
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                (exploration.overlay, Path(image).stem))
+                ShownOverlay(image, exploration.grid_map, replace(settings, cmap=cmap)))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
 
-    def full_size(shown: Optional[tuple[np.ndarray, str]]) -> "Any":
+    def full_size(shown: Optional[ShownOverlay]) -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
-        overlay, stem = shown
-        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{stem}_overlay.png"
+        try:
+            overlay = shown.overlay(preprocessing, max_pixels)
+        except ImageReadError as error:  # Gradio's copy of the upload is gone
+            raise refusal(f"{error.reason}: upload the image again") from None
+        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
         path.write_bytes(encode_png(overlay))
         return gr.File(str(path), visible=True)
 
@@ -315,8 +367,9 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                     note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                     target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        image.change(file_caption, inputs=image, outputs=file_name, api_name=False, queue=False)
-        explain_event = dict(fn=run, inputs=[image, *controls, colormap, *prompts],
+        image.change(file_caption, inputs=image, outputs=file_name, preprocess=False, api_name=False, queue=False)
+        inputs = [image, *controls, colormap, *prompts]
+        explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
                              outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
         button.click(**explain_event, api_name=API_NAME)
         full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
@@ -338,6 +391,27 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     return app
 
 
+def preprocessing_here(function: Callable[..., Any], inputs: Sequence["gradio.Component"]) -> Callable[..., Any]:
+    """``function`` of the values of ``inputs``, as a function of what the page sends (for an event with
+    ``preprocess=False``), which these components themselves turn into values. Gradio's own preprocessing uses a
+    session's copy of a component once an event has updated it (an example picked updates the image box), built anew
+    from its arguments: without the refusals and the upload's name that :func:`build_app` adds to its components."""
+
+    @functools.wraps(function)  # Gradio reads the parameters' names and defaults
+    def from_payloads(*payloads: Any) -> Any:
+        return function(*(preprocessed(box, payload) for box, payload in zip(inputs, payloads)))
+
+    return from_payloads
+
+
+def preprocessed(component: "gradio.Component", payload: Any) -> Any:
+    """``payload`` (what the page sends, as JSON) as ``component`` gives it to an event's function."""
+    model = getattr(component, "data_model", None)
+    if payload is not None and model is not None:
+        payload = model.model_validate(payload)
+    return component.preprocess(payload)
+
+
 def refusal(message: str) -> "gradio.Error":
     """The page's one-line message for a user's mistake: ``message`` as text (Gradio shows an error's message as HTML,
     and a file may be named ``<img src=x onerror=…>.png``), without a traceback on the server's terminal."""
@@ -351,20 +425,22 @@ def upload_refusal(error: ImageReadError, name: str) -> str:
 
 def _refusing_unreadable_uploads(box: "gradio.Image") -> "gradio.Image":
     """``box`` with its uploads that Pillow cannot open refused with :func:`load_image`'s reason; Gradio's own message
-    for them is several lines about its event handler, with the server's temporary path. (The instance's method, not a
-    subclass: Gradio writes a ``.pyi`` stub beside the module of every component subclass.)"""
+    for them is several lines about its event handler, with the server's temporary path. An image it gives is an
+    :class:`UploadPath`. (The instance's method, not a subclass: Gradio writes a ``.pyi`` stub beside the module of
+    every component subclass.)"""
     preprocess = box.preprocess
 
     def readable_preprocess(payload: Any) -> Any:
         try:
             with pillow_limit_lifted():  # Gradio opens the upload; its size is load_image's to judge, from max_pixels
-                return preprocess(payload)
+                path = preprocess(payload)
         except (OSError, SyntaxError, ValueError):
             try:
                 load_image(payload.path)
             except ImageReadError as error:
                 raise refusal(upload_refusal(error, payload.orig_name or Path(payload.path).name)) from None
             raise
+        return None if path is None else UploadPath(path, payload.orig_name or Path(path).name)
 
     box.preprocess = readable_preprocess
     return box

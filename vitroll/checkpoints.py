@@ -20,6 +20,7 @@ import safetensors.torch
 from torch import nn
 
 from vitroll.errors import ForeignWeightsError, ModelLoadError
+from vitroll.wording import argument
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 _MODEL_PREFIXES = ("module.", "timm_model.")
@@ -48,7 +49,7 @@ def _refuse_unpickling(path: Path, objects: list[str]) -> ModelLoadError:
     target = path.with_suffix(".safetensors")
     convert = f'python -c "import vitroll.checkpoints as c; c.save_as_safetensors({str(path)!r})"'
     trusted = (f"if you trust its source, convert it once with {convert} (writes {target}) and pass that file, "
-               "or pass --trust-checkpoint to unpickle it on every run")
+               f"or pass {argument('trust_checkpoint', True)} to unpickle it on every run")
     if any(name.startswith("torch.nn.modules.") for name in objects):
         return ModelLoadError(
             f"{path}: a whole pickled model (torch.save(model)), not a state dict, and unpickling it can run arbitrary "

@@ -16,6 +16,7 @@ from vitroll.commands import COMMANDS
 from vitroll.errors import EXIT_USER_ERROR, VitrollError, one_line
 from vitroll.io.names import READABLE, error_line
 from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero
+from vitroll.wording import worded_for_the_command_line
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program whose reader went away (``vitroll … | head -1``)."""
@@ -164,7 +165,7 @@ def _readable_output() -> Iterator[None]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    with _readable_output():
+    with _readable_output(), worded_for_the_command_line():
         return _run(argv)
 
 

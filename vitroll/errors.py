@@ -26,6 +26,11 @@ class ImageReadError(VitrollError):
         self.reason = reason
 
 
+class ImageTooLargeError(ImageReadError):
+    """An image file states a size (width × height, from its header) over the ``max_pixels`` limit; its reason names
+    the size, the limit and how to raise it, and no file."""
+
+
 class ModelLoadError(VitrollError):
     """A model name, pretrained weight or checkpoint cannot be loaded."""
 

@@ -35,22 +35,40 @@ def _cv2_flag(interpolation: str) -> int:
 
 
 def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
-             interpolation: Interpolation = "bilinear") -> np.ndarray:
+             interpolation: Interpolation = "bilinear", padded_hw: tuple[int, int] | None = None) -> np.ndarray:
     """Stretch a grid map (h, w) over a whole image of ``size_hw`` = (H, W) (e.g. ``image.shape[:2]``) → float32
-    (H, W)."""
+    (H, W).
+
+    ``padded_hw`` = (H', W') ≥ (H, W) is for a model that pads its input up to whole patches, right and bottom
+    (timm's ``dynamic_img_pad``): its grid covers those pixels, of which the image is the first (H, W), so its last
+    patches, partly padding, end where the image ends (``geometry.padded_hw`` of the
+    :class:`~vitroll.preprocess.CropGeometry` that preprocessing gives, for an image of the model's input size).
+    None (also that of a model that does not pad): the grid covers the image.
+    """
     grid_map = as_map(grid_map, "grid_map")
     height, width = _size(size_hw)
-    return cv2.resize(grid_map, (width, height), interpolation=_cv2_flag(interpolation))
+    covered_h, covered_w = (height, width) if padded_hw is None else _padded_size(padded_hw, (height, width))
+    stretched = cv2.resize(grid_map, (covered_w, covered_h), interpolation=_cv2_flag(interpolation))
+    return stretched if (covered_h, covered_w) == (height, width) else np.ascontiguousarray(stretched[:height, :width])
 
 
-def _size(size_hw: object) -> tuple[int, int]:
+def _size(size_hw: object, name: str = "size_hw") -> tuple[int, int]:
     """``size_hw`` as (H, W), refusing anything but two integers ≥ 1 (OpenCV's own errors are assertions)."""
     pair = tuple(size_hw) if isinstance(size_hw, (tuple, list)) else None
     if pair is None or len(pair) != 2 or not all(isinstance(side, numbers.Integral) for side in pair):
-        raise InputTypeError(f"size_hw must be (H, W), two integers ≥ 1; got {type(size_hw).__name__} {size_hw!r}")
+        raise InputTypeError(f"{name} must be (H, W), two integers ≥ 1; got {type(size_hw).__name__} {size_hw!r}")
     if min(pair) < 1:
-        raise InputValueError(f"size_hw must be (H, W), two integers ≥ 1; got {pair}")
+        raise InputValueError(f"{name} must be (H, W), two integers ≥ 1; got {pair}")
     return int(pair[0]), int(pair[1])
+
+
+def _padded_size(padded_hw: object, size_hw: tuple[int, int]) -> tuple[int, int]:
+    """``padded_hw`` as (H', W'), refusing one smaller than the image ``size_hw`` it pads."""
+    padded = _size(padded_hw, "padded_hw")
+    if padded[0] < size_hw[0] or padded[1] < size_hw[1]:
+        raise InputValueError(f"padded_hw (H', W') must be at least the image's (H, W) = {size_hw}: the input "
+                              f"padded up to whole patches, which the grid covers; got {padded}")
+    return padded
 
 
 def _check_geometry(geometry: object) -> None:

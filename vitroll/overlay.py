@@ -137,6 +137,7 @@ def overlay(
     alpha: float = 0.5,
     interpolation: Interpolation = "bilinear",
     normalization: Literal["minmax", "percentile"] = "minmax",
+    padded_hw: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Blend a saliency map onto an RGB image.
 
@@ -157,6 +158,10 @@ def overlay(
         How a grid map is stretched over the image.
     normalization : {"minmax", "percentile"}
         How the map is scaled to the colormap's range (:func:`vitroll.maps.normalize`).
+    padded_hw : (int, int), optional
+        For a grid map of a model that pads its input up to whole patches (timm's ``dynamic_img_pad``) and an image
+        of its input size: the padded input (H', W') ≥ (H, W) the grid covers, ``geometry.padded_hw``
+        (:func:`vitroll.maps.upsample`); None: the grid covers the image. An image-sized map is used as is.
 
     Returns
     -------
@@ -166,14 +171,16 @@ def overlay(
     ------
     VitrollError, also a ValueError
         For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D or holds no real numbers, an
-        ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization.
+        ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization, a ``padded_hw`` smaller than
+        the image.
     VitrollError, also a TypeError
         For an ``alpha`` or ``cmap`` of another type.
     """
     image = rgb_uint8(image)
     saliency = as_map(heatmap, "heatmap", dtype=held_float(heatmap))
     if saliency.shape != image.shape[:2]:  # a grid: into float32's range before interpolation adds and overshoots
-        saliency = upsample(_finite_range(scaled_into_float32(saliency)), image.shape[:2], interpolation=interpolation)
+        saliency = upsample(_finite_range(scaled_into_float32(saliency)), image.shape[:2], interpolation=interpolation,
+                            padded_hw=padded_hw)
     values = normalize(saliency, mode=normalization)
     return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
 

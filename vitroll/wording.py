@@ -1,6 +1,9 @@
-"""Counts and articles in words for the lines vitroll prints and writes."""
+"""Counts, articles and argument names in words for the lines vitroll prints and writes."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def counted(number: int, noun: str) -> str:
@@ -16,3 +19,53 @@ def with_article(word: str) -> str:
     vowel_sound = lower[:1] in ("a", "e", "i", "o") or (lower[:1] == "u"
                                                         and not lower.startswith(("uint", "uni", "us")))
     return f"{'an' if vowel_sound else 'a'} {word}"
+
+
+_FLAG_OF = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
+            "input_size": "--input-size", "trust_checkpoint": "--trust-checkpoint",
+            "max_attention_memory": "--max-attention-memory"}
+"""The arguments of models, their loading, preprocessing and methods that have a flag of their own; any other model
+argument is ``--model-arg NAME=VALUE``."""
+
+_on_the_command_line = False
+"""Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
+context variable, since the commands' threads (the app's handlers, prefetching) raise errors in its words too."""
+
+
+@contextmanager
+def worded_for_the_command_line() -> Iterator[None]:
+    """Errors raised inside name the command line's flags (``--img-size 24 24``) rather than the keyword arguments
+    (``img_size=(24, 24)``) a Python user passes (:func:`argument`)."""
+    global _on_the_command_line
+    before, _on_the_command_line = _on_the_command_line, True
+    try:
+        yield
+    finally:
+        _on_the_command_line = before
+
+
+def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
+    """How the user sets argument ``name`` of a model or of its preprocessing, to ``value`` (if not None) or to a
+    ``placeholder`` (``N``), in the words of where they are: ``img_size=(24, 24)`` from Python, ``--img-size 24 24``
+    on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
+    flag of a switch alone)."""
+    if value is None and not placeholder:
+        return _FLAG_OF.get(name, f"--model-arg {name}") if _on_the_command_line else name
+    if not _on_the_command_line:
+        return f"{name}={placeholder or repr(value)}"
+    flag = _FLAG_OF.get(name)
+    words = placeholder or (" ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value))
+    if flag is None:
+        return f"--model-arg {name}={words}"
+    return flag if value is True else f"{flag} {words}"
+
+
+def arguments(values: "dict[str, object]") -> str:
+    """:func:`argument` for each of ``values`` (name → value), as they are given together: ``depth=2, img_size=32``
+    from Python, ``--model-arg depth=2 --img-size 32`` on the command line."""
+    return (" " if _on_the_command_line else ", ").join(argument(name, value) for name, value in values.items())
+
+
+def on_the_command_line() -> bool:
+    """Whether errors are worded for the command line now (:func:`worded_for_the_command_line`)."""
+    return _on_the_command_line

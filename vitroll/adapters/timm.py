@@ -28,6 +28,7 @@ from vitroll.capture.families import Padding, Readout, TokenLayout, add_refusal,
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attention_probabilities
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import argument
 
 
 def _built_input_size(model: nn.Module) -> tuple[int, int] | None:
@@ -94,10 +95,10 @@ def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
     built = tuple(getattr(embed, "img_size", None) or ())
     patch = tuple(getattr(embed, "patch_size", None) or ())
     if getattr(embed, "strict_img_size", False) and built and tuple(image_hw) != built:
-        size = " ".join(map(str, image_hw))
-        any_size = ", or for any size with --dynamic-img-size" if hasattr(model, "dynamic_img_size") else ""
+        any_size = (f", or for any size with {argument('dynamic_img_size', True)}"
+                    if hasattr(model, "dynamic_img_size") else "")
         raise ValueError(f"{type(model).__name__} was built for {built[0]}×{built[1]} inputs; build it for this size "
-                         f"with --img-size {size}{any_size}")
+                         f"with {argument('img_size', tuple(image_hw))}{any_size}")
     if patch and not getattr(embed, "dynamic_img_pad", False) and any(s % p for s, p in zip(image_hw, patch)):
         raise ValueError(f"not a multiple of the model's {patch[0]}×{patch[1]} patches")
     # padded to whole patches, a grid the fixed position embeddings were not made for fails inside timm's forward
@@ -107,8 +108,9 @@ def _check_input_size(model: nn.Module, image_hw: tuple[int, int]) -> None:
         if grid != stated:
             raise ValueError(f"{type(model).__name__} pads a {image_hw[0]}×{image_hw[1]} input to a "
                              f"{grid[0]}×{grid[1]} grid of {patch[0]}×{patch[1]} patches, but its position "
-                             f"embeddings are for {stated[0]}×{stated[1]}; build it with --dynamic-img-size, or with "
-                             "an --img-size of whole patches")
+                             f"embeddings are for {stated[0]}×{stated[1]}; build it with "
+                             f"{argument('dynamic_img_size', True)}, or with an {argument('img_size')} of whole "
+                             "patches")
 
 
 ATTENTION_POOLS = ("map", "prr")

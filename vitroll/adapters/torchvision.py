@@ -25,6 +25,7 @@ from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attention_probabilities
 from vitroll.errors import UnsupportedModelError
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import argument
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -137,7 +138,7 @@ def _token_layout(model: nn.Module, image_hw: tuple[int, int]) -> TokenLayout:
     if tuple(image_hw) != (model.image_size,) * 2:
         size = model.image_size
         raise ValueError(f"torchvision's VisionTransformer takes {size}×{size} inputs only (its image_size); "
-                         f"--img-size N builds it for N×N")
+                         f"{argument('img_size', placeholder='N')} builds it for N×N")
     patch = model.patch_size
     return TokenLayout(num_prefix_tokens=1, readout="class_token", grid=(image_hw[0] // patch, image_hw[1] // patch))
 

@@ -17,8 +17,9 @@ from typing import Mapping, Optional
 import cv2
 import numpy as np
 
-from vitroll.errors import InputValueError
+from vitroll.errors import ImageReadError, ImageTooLargeError, InputValueError
 from vitroll.io.dicom import UNKNOWN
+from vitroll.io.images import DEFAULT_MAX_PIXELS, load_mask
 from vitroll.io.textfile import read_text_file
 
 ROI_METRICS = ("roi_energy", "pointing_hit", "topk_iou")
@@ -199,12 +200,15 @@ def image_metrics(
     return metrics
 
 
-def _read_mask(path: Path, shape_hw: tuple[int, int]) -> np.ndarray:
-    mask = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
-    if mask is None:
-        raise InputValueError(f"cannot read mask image {path.name}")
+def _read_mask(path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int]) -> np.ndarray:
+    try:
+        mask = load_mask(path, max_pixels=max_pixels)
+    except ImageTooLargeError:
+        raise
+    except ImageReadError:
+        raise InputValueError(f"cannot read mask image {path.name}") from None
     if mask.shape != tuple(shape_hw):
-        mask = cv2.resize(mask, (shape_hw[1], shape_hw[0]), interpolation=cv2.INTER_NEAREST)
+        mask = cv2.resize(mask.astype(np.uint8), (shape_hw[1], shape_hw[0]), interpolation=cv2.INTER_NEAREST)
     return mask > 0
 
 
@@ -227,16 +231,19 @@ class MaskSource:
     def __bool__(self) -> bool:
         return self.folder is not None or bool(self.boxes)
 
-    def get(self, image_path: Path, shape_hw: tuple[int, int]) -> Optional[np.ndarray]:
-        """The mask of ``image_path`` at ``shape_hw``, or None when neither a PNG nor a box names it.
+    def get(self, image_path: Path, shape_hw: tuple[int, int], *,
+            max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Optional[np.ndarray]:
+        """The mask of ``image_path`` at ``shape_hw``, or None when neither a PNG nor a box names it. Its PNG is read
+        as :func:`~vitroll.io.images.load_mask` reads a mask (transparency, or non-zero pixels of any depth).
 
-        Raises :class:`ValueError` when its PNG cannot be read as an image.
+        Raises :class:`ValueError` when its PNG cannot be read as an image, an
+        :class:`~vitroll.errors.ImageTooLargeError` when it is larger than ``max_pixels`` (refused from its header).
         """
         mask = None
         if self.folder is not None:
             candidate = self.folder / f"{image_path.stem}.png"
             if candidate.is_file():
-                mask = _read_mask(candidate, shape_hw)
+                mask = _read_mask(candidate, shape_hw, max_pixels)
         boxes = [box for key in {image_path.name, image_path.stem} for box in self.boxes.get(key, [])]
         if boxes:
             mask = np.zeros(shape_hw, dtype=bool) if mask is None else mask

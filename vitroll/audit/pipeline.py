@@ -29,10 +29,11 @@ from torch import nn
 from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
-from vitroll.errors import ImageReadError, VitrollError
+from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
 from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
-from vitroll.io.images import encode_png, srgb_display, write_atomic
+from vitroll.io.images import encode_png, srgb_display
+from vitroll.io.writing import write_atomic
 from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
                                require_text_detector, text_check)
 from vitroll.maps import peak_location
@@ -268,9 +269,9 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     saliency, overlaid = render(image, record.grid_map, record.geometry, settings)
     shape_hw = image.shape[:2]
     try:
-        body = options.body_masks.get(path, shape_hw) if options.body_masks else None
-    except ValueError:  # this image's share outside the body is not measured; the audit goes on
-        body, exemption = None, "not measured: its --body-masks file cannot be read as an image"
+        body = options.body_masks.get(path, shape_hw, max_pixels=options.max_pixels) if options.body_masks else None
+    except (ValueError, ImageTooLargeError) as error:  # its share outside the body is not measured; the audit goes on
+        body, exemption = None, _mask_unread("--body-masks", error)
     else:
         exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
     if exemption is not None:
@@ -291,6 +292,13 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     return row
 
 
+def _mask_unread(flag: str, error: Exception) -> str:
+    """Why a metric is not measured when the image's ``flag`` mask file cannot be read: the reason of a mask over
+    --max-pixels, which names no file, is told."""
+    reason = f": {error.reason}" if isinstance(error, ImageTooLargeError) else ""
+    return f"not measured: its {flag} file cannot be read as an image{reason}"
+
+
 def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
                         row: AuditRow) -> Optional[np.ndarray]:
     """The image's ROI from ``--masks``/``--boxes``, or None. A mask file that cannot be read, or an ROI with no pixel
@@ -298,9 +306,9 @@ def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOpt
     if not options.masks:
         return None
     try:
-        roi = options.masks.get(path, shape_hw)
-    except ValueError:
-        reason = "not measured: its --masks file cannot be read as an image"
+        roi = options.masks.get(path, shape_hw, max_pixels=options.max_pixels)
+    except (ValueError, ImageTooLargeError) as error:
+        reason = _mask_unread("--masks", error)
     else:
         if roi is None or roi.any():
             return roi

@@ -24,7 +24,8 @@ from vitroll._version import __version__
 from vitroll.audit.metrics import METRIC_NAMES
 from vitroll.audit.records import GROUP_FIELDS, INPUT_ORDER, AuditOptions, AuditRow
 from vitroll.audit.summary import Coverage, group_table, sentences
-from vitroll.io.images import encode_png, write_atomic
+from vitroll.io.images import encode_png
+from vitroll.io.writing import write_atomic
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.templates import finite, render

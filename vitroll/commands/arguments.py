@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from vitroll.colormaps import named_colormap
 from vitroll.errors import OptionValueError
-from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.textfile import TextFileError, read_text_file
 
 METHOD_NAMES = ("attention", "center", "chefer", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",

@@ -18,14 +18,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitroll.audit.metrics import MaskSource, MetricSettings
-from vitroll.audit.records import AuditOptions, parse_group_by
 from vitroll.commands.arguments import (
     add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, integer, number,
 )
-from vitroll.io.dicom import WINDOW_PRESETS, parse_window
-from vitroll.io.discovery import check_given_paths_exist
-from vitroll.io.redact import require_text_detector
+from vitroll.io.windows import WINDOW_PRESETS, parse_window
 from vitroll.wording import counted
 
 
@@ -82,17 +78,22 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_batch_size_argument(group, 8, items="frames")
     group.add_argument("--workers", type=integer(0), default=0, metavar="N",
                        help="decoding processes (default 0: the main process)")
-    add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs (not DICOM)")
+    add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs, masks and compressed DICOM frames (Rows × Columns)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
+    # the model side imports torch, and the audit's measures OpenCV and numpy: here, not at the top, so that --help
+    # and usage errors answer at once
+    from vitroll.audit.metrics import MaskSource, MetricSettings
     from vitroll.audit.pipeline import run_audit
+    from vitroll.audit.records import AuditOptions, parse_group_by
     from vitroll.commands.common import (
         model_from_args, preprocessing_from_args, provenance_from_args, settings_from_args,
     )
+    from vitroll.io.discovery import check_given_paths_exist
+    from vitroll.io.redact import require_text_detector
     from vitroll.models import class_names
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
 

@@ -13,7 +13,7 @@ from vitroll.commands.arguments import (
     TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options, add_model_arguments,
     add_out_argument, integer, known_method, method_names, number, option_flag,
 )
-from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
 from vitroll.wording import counted
 

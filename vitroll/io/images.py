@@ -19,17 +19,11 @@ from typing import Callable, Iterator, Optional, TypeVar
 import numpy as np
 from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 
-from vitroll.errors import ImageReadError, path_of
+from vitroll.errors import ImageReadError, ImageTooLargeError, path_of
 from vitroll.io.formats import is_dicom, is_heif, sniff
-from vitroll.io.names import NAME_MAX, fit_name
+from vitroll.io.limits import DEFAULT_MAX_PIXELS
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-DEFAULT_MAX_PIXELS = 500_000_000
-"""The largest image (width × height) the loaders decode unless told otherwise: 500 MP. ``vitroll overlay`` of one
-image at full resolution peaks near 0.8 GiB + 20 bytes a pixel (measured, peak RSS: 1.7 GiB at 50 MP, 2.6 GiB at
-100 MP, 5.4 GiB at 250 MP), so 500 MP takes about 10 GiB and leaves room in 24 GiB for a second large image in the
-batch or a 16-bit image's float conversion; 1000 MP would take 19.5 GiB for the overlay alone. Pillow's own limit
-(89 MP, an error past 179 MP) refused a 108 MP phone photo or a 150 MP medium-format one."""
 DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
               "its outputs")
 
@@ -117,20 +111,20 @@ def megapixels(pixels: int) -> str:
     return f"{pixels / 1e6:.3g} MP" if pixels < 1e9 else f"{round(pixels / 1e6)} MP"
 
 
-def check_size(path: Path, image: Image.Image, max_pixels: Optional[int]) -> None:
-    """Refuse the image opened from ``path`` (its header read, its pixels not yet decoded) when it is larger than
-    ``max_pixels`` (None: any size).
+def check_size(path: Path, size: tuple[int, int], max_pixels: Optional[int]) -> None:
+    """Refuse the image at ``path`` whose header states ``size`` (width, height; its pixels not yet decoded) when it
+    is larger than ``max_pixels`` (None: any size).
 
     Raises
     ------
-    ImageReadError
+    ImageTooLargeError
         One line: the image's size in megapixels, the limit and how to raise it.
     """
-    width, height = image.size
+    width, height = size
     if max_pixels is None or width * height <= max_pixels:
         return
     needed = -(-width * height // 1_000_000)  # in whole megapixels, rounded up
-    raise ImageReadError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
+    raise ImageTooLargeError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
                                f"of {megapixels(max_pixels)}; --max-pixels {needed}M (load_image's max_pixels= in "
                                "Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
 
@@ -271,6 +265,9 @@ def _mask_pixels(image: Image.Image) -> np.ndarray:
         alpha = np.asarray(image.convert("RGBA"))[..., 3]
         if (alpha < 255).any():  # transparency marks the background (composited on white it would be object)
             return alpha > 0
+    if image.mode in _STRETCHED_MODES:  # labels, not grey levels: stretched to their range, a mask all 1 was empty
+        values = np.asarray(image)
+        return (values != 0) & ~np.isnan(values)
     return np.asarray(upright_rgb(image)).any(axis=-1)
 
 
@@ -317,11 +314,11 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     try:
         with _quiet_pillow(), pillow_limit_lifted():
             with Image.open(path) as image:
-                check_size(path, image, max_pixels)
+                check_size(path, image.size, max_pixels)
                 image.load()
                 return convert(image)
     except UnidentifiedImageError:
-        opened = _tiff_pillow_cannot_read(path)
+        opened = _tiff_pillow_cannot_read(path, max_pixels)
         if opened is None:
             raise ImageReadError(path, _not_an_image(path)) from None
         return convert(opened)
@@ -343,22 +340,68 @@ def _not_an_image(path: Path) -> str:
     return "not an image Pillow can read"
 
 
-def _tiff_pillow_cannot_read(path: Path) -> Optional[Image.Image]:
+def _tiff_pillow_cannot_read(path: Path, max_pixels: Optional[int]) -> Optional[Image.Image]:
     """A TIFF of colour pixels Pillow has no mode for (float or 32-bit RGB: a scientific camera's, an HDR render's),
-    read by OpenCV and stretched to its finite range as a float grey TIFF is (:func:`to_rgb`); None for any other
-    file, or one OpenCV cannot read either."""
+    read by OpenCV and stretched to its finite range as a float grey TIFF is (:func:`to_rgb`), refused over
+    ``max_pixels`` from its first directory (:func:`check_size`) before OpenCV decodes it; None for any other file,
+    or one OpenCV cannot read either."""
     import cv2
 
     signature = sniff(path)
     if signature is None or signature.kind != "TIFF image":
         return None
-    pixels = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    size = _tiff_size(path)
+    if size is not None:
+        check_size(path, size, max_pixels)
+    try:
+        with _opencv_quiet():
+            pixels = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    except cv2.error as error:
+        if "CV_IO_MAX_IMAGE_PIXELS" not in str(error):
+            return None
+        raise ImageReadError(path, "image too large for OpenCV, which reads this TIFF's float or 32-bit colour pixels: "
+                                   f"{'' if size is None else f'{megapixels(size[0] * size[1])}, '}over its limit of "
+                                   f"{megapixels(2**30)} (the environment variable OPENCV_IO_MAX_IMAGE_PIXELS, set "
+                                   "before vitroll starts, raises it)") from None
     if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3:
         return None
     rgb = np.ascontiguousarray(pixels[..., ::-1])  # OpenCV's BGR (cvtColor takes no float64 or int32)
     if rgb.dtype != np.uint8:
         rgb = (finite_unit(rgb) * 255.0).round().astype(np.uint8)
     return Image.fromarray(rgb)
+
+
+@contextlib.contextmanager
+def _opencv_quiet() -> Iterator[None]:
+    """OpenCV's log (libtiff's complaints about a file cut short, several lines each) unprinted for the duration:
+    whether the file was read is told in one line."""
+    import cv2
+
+    saved = cv2.utils.logging.getLogLevel()
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+    try:
+        yield
+    finally:
+        cv2.utils.logging.setLogLevel(saved)
+
+
+def _tiff_size(path: Path) -> Optional[tuple[int, int]]:
+    """(width, height) that the first directory of the TIFF at ``path`` states, read with Pillow's directory parser
+    (which reads the tags of a TIFF whose pixels Pillow has no mode for); None where it states none or cannot be
+    parsed (OpenCV then tells whether it reads the file)."""
+    from PIL import TiffImagePlugin
+
+    try:
+        with _quiet_pillow(), open(path, "rb") as file:
+            header = file.read(8)
+            header += file.read(8) if header[2:3] == b"+" else b""  # a BigTIFF's header holds an 8-byte offset
+            directory = TiffImagePlugin.ImageFileDirectory_v2(header)
+            file.seek(directory.next)
+            directory.load(file)
+        width, height = directory.get(TiffImagePlugin.IMAGEWIDTH), directory.get(TiffImagePlugin.IMAGELENGTH)
+    except (OSError, SyntaxError, ValueError, struct.error):
+        return None
+    return (int(width), int(height)) if width and height else None
 
 
 _SRGB_CHUNK = struct.pack(">I", 1) + b"sRGB\0" + struct.pack(">I", zlib.crc32(b"sRGB\0"))
@@ -391,23 +434,3 @@ def encode_png(rgb: np.ndarray, *, compression: int = 1) -> bytes:
     if not ok:
         raise ValueError("PNG encoding failed")
     return srgb_tagged(buffer.tobytes())
-
-
-def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so no half-written file is left.
-
-    An :class:`OSError` names ``path`` (not the temporary file) as its ``filename``. The temporary name is cut to
-    fit the file system (:func:`~vitroll.io.names.fit_name`) when ``path``'s name is near its limit.
-    """
-    path = Path(path)
-    ending = f".{os.getpid()}.tmp"
-    temporary = path.with_name(fit_name(f".{path.name}", NAME_MAX - len(ending)) + ending)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
-    finally:
-        with contextlib.suppress(OSError):  # the error to report is the write's, never the clean-up's
-            temporary.unlink(missing_ok=True)

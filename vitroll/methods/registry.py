@@ -35,6 +35,7 @@ from vitroll.methods.gradients import TargetOutOfRange
 from vitroll.io.text import TextReadout
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.methods.text_batch import Position
+from vitroll.wording import argument
 
 _NO_DEFAULT = inspect.Parameter.empty
 _NONE_WORDS = ("none", "None", "null")
@@ -180,7 +181,7 @@ def _in_halves_when_out_of_memory(compute: SaliencyMethod, model: nn.Module, ima
             raise
         if len(images) == 1:
             raise VitrollError(f"out of memory on a single input of shape {tuple(images.shape[1:])}; lower "
-                               "--max-attention-memory or the input size") from None
+                               f"{argument('max_attention_memory')} or the input size") from None
     if torch.cuda.is_available():  # here, not in the except block, whose traceback still holds the batch's tensors
         torch.cuda.empty_cache()
     half = (len(images) + 1) // 2

@@ -47,9 +47,9 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     Raises
     ------
     ValueError
-        For strings without a tokenizer, a mask of another shape than the ids, float ids, a mask given twice,
-        a text longer than the model's position embeddings, or an id outside its vocabulary (a tokenizer of another
-        model).
+        For strings without a tokenizer, an empty batch, a mask of another shape than the ids, float ids, a mask
+        given twice, a text longer than the model's position embeddings, or an id outside its vocabulary (a tokenizer
+        of another model).
     TypeError
         For a value of any other type.
     """
@@ -90,6 +90,8 @@ def text_batch(model: nn.Module, texts: Texts, *, attention_mask: Optional[torch
     else:
         raise InputTypeError(f"texts has type {type(texts).__name__}; a text model takes token ids (B, L) with "
                              "attention_mask=, a tokenizer's output, a TokenBatch, or strings with tokenizer=")
+    if len(batch) == 0:
+        raise InputValueError(f"input_ids is an empty batch of shape {tuple(batch.shape)}: there is nothing to explain")
     if position is not None:
         position = torch.as_tensor(position, dtype=torch.long).reshape(-1)
         batch = replace(batch, position=position.expand(len(batch)) if position.numel() == 1 else position)

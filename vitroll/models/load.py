@@ -21,6 +21,7 @@ from vitroll.models.timm import check_model_name, create_timm_model, num_classes
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
 from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
+from vitroll.wording import argument, arguments, on_the_command_line
 
 
 def _refuse_names_that_are_no_model(name: str) -> None:
@@ -109,10 +110,6 @@ def _vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[
     return told
 
 
-_OPTION_OF_SETTING = {"img_size": "--img-size {}", "num_classes": "--num-classes {}"}
-"""The command-line option that sets a ViT setting vitroll has its own option for; the others are --model-arg's."""
-
-
 def _other_vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str:
     """Every setting that differs between the timm ViT-like ``model`` and the one ``state`` was saved from, with the
     options that build the latter ("" when nothing sure differs, when only the input size differs (told by
@@ -123,9 +120,9 @@ def _other_vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) ->
     differ = [key for key in saved if key in built and saved[key] != built[key]]
     if not differ or differ == ["img_size"]:
         return ""
-    options = " ".join(_OPTION_OF_SETTING.get(key, f"--model-arg {key}={{}}").format(saved[key]) for key in differ)
+    options = arguments({key: saved[key] for key in differ})
     # the weights have the same shapes for any head count, and a wrong one gives wrong attention maps
-    heads = (" and the --model-arg num_heads=H it was trained with (its weights do not tell H)"
+    heads = (f" and the {argument('num_heads', placeholder='H')} it was trained with (its weights do not tell H)"
              if "embed_dim" in differ else "")
     return (f"it was saved from a model with {', '.join(f'{key}={saved[key]}' for key in differ)} (this one has "
             f"{', '.join(f'{key}={built[key]}' for key in differ)}): build that one with {options}{heads}")
@@ -133,7 +130,7 @@ def _other_vit_arguments(model: nn.Module, state: Mapping[str, torch.Tensor]) ->
 
 def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoint: object, *,
                   other_architecture: str = "") -> None:
-    """:func:`load_state`, with the ``--img-size`` to build the model with when the checkpoint's position embedding
+    """:func:`load_state`, with the ``img_size`` to build the model with when the checkpoint's position embedding
     was trained for another input size (the commonest mismatch: fine-tuned at 384, or small), else with
     ``other_architecture`` (what to do with weights of another architecture) appended."""
     state = model_part(model, state)  # what is told about the saved model is told from the model's own weights
@@ -151,7 +148,7 @@ def _load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], checkpoin
                 raise ModelLoadError(f"{error}; {other_architecture}") from None
             raise
         raise ModelLoadError(f"{error}; its position embedding is for {side}×{side} inputs: build the model for "
-                             f"them with --img-size {side} (img_size={side})") from None
+                             f"them with {argument('img_size', side)}") from None
 
 
 def _refuse_ignored_img_size(name: str, model: nn.Module, img_size: object) -> None:
@@ -164,9 +161,11 @@ def _refuse_ignored_img_size(name: str, model: nn.Module, img_size: object) -> N
     except UnsupportedModelError:  # refused later, naming why
         return
     if tuple(built) != wanted:
+        preprocessing = "" if on_the_command_line() else "Preprocessing's "
         raise ModelLoadError(f"{name}: img_size {wanted[0]}×{wanted[1]} does not change the model, which still "
                              f"preprocesses at {built[0]}×{built[1]} (it takes any size of whole patches); give the "
-                             f"size to preprocess at with --input-size {wanted[0]} {wanted[1]} instead of --img-size")
+                             f"size to preprocess at with {preprocessing}{argument('input_size', wanted)} instead of "
+                             f"{argument('img_size')}")
 
 
 def _read_if_given(checkpoint: "str | os.PathLike[str] | None", trust: bool) -> Optional[Mapping[str, torch.Tensor]]:
@@ -269,9 +268,12 @@ def load_model(
         if "img_size" in model_kwargs:
             _refuse_ignored_img_size(name, model, model_kwargs["img_size"])
     if state is not None:
+        built_as_it_is = (f"--model {name} builds timm's {name} as it is, changed only by --img-size, "
+                          "--dynamic-img-size, --num-classes and --model-arg" if on_the_command_line() else
+                          f"load_model({name!r}) builds timm's {name} as it is, changed only by the keyword arguments "
+                          "given to it")
         _load_weights(model, state, checkpoint, other_architecture=(
-            f"--model {name} builds timm's {name} as it is, changed only by --img-size, --dynamic-img-size, "
-            "--num-classes and --model-arg: a model built with other timm.create_model arguments is rebuilt by "
-            "giving them (--model-arg reg_tokens=4, --model-arg depth=6, …)"))
+            f"{built_as_it_is}: a model built with other timm.create_model arguments is rebuilt by giving them "
+            f"({argument('reg_tokens', 4)}, {argument('depth', 6)}, …)"))
     return model.eval().to(device)
 

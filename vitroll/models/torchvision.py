@@ -13,6 +13,7 @@ from torch import nn
 
 from vitroll.errors import ModelLoadError
 from vitroll.models import hub
+from vitroll.wording import argument
 
 TORCHVISION_PREFIX = "torchvision:"
 
@@ -30,12 +31,14 @@ def build_torchvision(name: str, *, pretrained: bool, state: Optional[Mapping[st
         raise ModelLoadError(f"{name}: not a torchvision classification model{hint}")
     config: dict[str, object] = {}
     if model_kwargs.pop("dynamic_img_size", False):
-        raise ModelLoadError(f"{name}: torchvision's ViT takes one fixed square image size; use --img-size N")
+        raise ModelLoadError(f"{name}: torchvision's ViT takes one fixed square image size; use "
+                             f"{argument('img_size', placeholder='N')}")
     size = model_kwargs.pop("img_size", None)
     if size is not None:
         sides = set(size) if isinstance(size, tuple) else {size}
         if len(sides) != 1:
-            raise ModelLoadError(f"{name}: torchvision's ViT takes square inputs only; use --img-size N")
+            raise ModelLoadError(f"{name}: torchvision's ViT takes square inputs only; use "
+                                 f"{argument('img_size', placeholder='N')}")
         config["image_size"] = sides.pop()
     if model_kwargs:
         raise ModelLoadError(f"{name}: options {', '.join(model_kwargs)} do not apply to torchvision models")

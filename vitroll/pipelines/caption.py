@@ -22,7 +22,8 @@ from typing import Any, Iterator, Optional, Sequence
 from torch import nn
 
 from vitroll.io.discovery import unique_paths
-from vitroll.io.images import DEFAULT_MAX_PIXELS, write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.io.writing import write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of

@@ -20,7 +20,8 @@ from torch import nn
 
 from vitroll.errors import OptionValueError
 from vitroll.io.discovery import unique_paths
-from vitroll.io.images import DEFAULT_MAX_PIXELS, write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.io.writing import write_atomic
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
 from vitroll.pipelines.explain import ExplainSettings, figure_bytes, render, top_classes

@@ -21,8 +21,9 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, load_mask, write_atomic
+from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, load_mask
 from vitroll.io.discovery import folder_files, has_image_suffix
+from vitroll.io.writing import write_atomic
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict

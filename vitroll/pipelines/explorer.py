@@ -308,8 +308,9 @@ def _tile_picture(image: np.ndarray, geometry: CropGeometry, tile_side: int) -> 
         scale = tile_side / max(input_h, input_w)
         tile_hw = (max(1, round(input_h * scale)), max(1, round(input_w * scale)))
         tile = picture.resize(tile_hw[::-1], Image.Resampling.BILINEAR, box=(left, top, right, bottom))
-        return np.asarray(tile), CropGeometry(original_hw=tile_hw, resized_hw=tile_hw, crop_top_left=(0, 0),
-                                              input_hw=tile_hw)
+        # the input itself, shown at the tile's size: its padding (a grid over whole patches) goes with it
+        return np.asarray(tile), CropGeometry(original_hw=tile_hw, resized_hw=geometry.input_hw, crop_top_left=(0, 0),
+                                              input_hw=geometry.input_hw, padded_hw=geometry.padded_hw)
     scale = tile_side / max(height, width)
     tile_hw = (max(1, round(height * scale)), max(1, round(width * scale)))
     thumbnail = np.asarray(picture.resize(tile_hw[::-1], Image.Resampling.BILINEAR))

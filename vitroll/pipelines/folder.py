@@ -35,10 +35,11 @@ from torch import nn
 
 from vitroll._version import __version__
 from vitroll.errors import ImageReadError, VitrollError, one_line
-from vitroll.io import encode_png, write_atomic
+from vitroll.io import encode_png
 from vitroll.io.formats import is_dicom
 from vitroll.io.images import DEFAULT_MAX_PIXELS, DICOM_HERE
 from vitroll.io.names import single_line
+from vitroll.io.writing import write_atomic
 from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import numpy as np
 
-from vitroll.io.images import write_atomic
 from vitroll.io.names import readable
+from vitroll.io.writing import write_atomic
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.pipelines.legend import legend_html
 from vitroll.pipelines.manifest import read_settings

@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
-from vitroll.io import write_atomic
 from vitroll.io.names import READABLE
+from vitroll.io.writing import write_atomic
 
 MANIFEST = "manifest.jsonl"
 SETTINGS = "settings.json"

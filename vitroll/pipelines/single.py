@@ -12,10 +12,11 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from torch import nn
 
-from vitroll.io import encode_png, write_atomic
+from vitroll.io import encode_png
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
+from vitroll.io.writing import write_atomic
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing

@@ -13,8 +13,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from torch import nn
 
 from vitroll.adapters.transformers_text import prediction_kind
-from vitroll.io.images import write_atomic
 from vitroll.io.text import EncodedText, TextReadout, TokenBatch, encode_texts, is_id_not_in_tokenizer
+from vitroll.io.writing import write_atomic
 from vitroll.maps import as_numpy
 from vitroll.methods import method_named
 from vitroll.methods.gradients import resolve_targets

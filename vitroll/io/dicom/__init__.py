@@ -15,17 +15,19 @@ studies are keyed by a salted hash.
 
 Three modules, one job each: :mod:`~vitroll.io.dicom.deidentify` (which header values may be shown),
 :mod:`~vitroll.io.dicom.display` (pixel values to display RGB) and :mod:`~vitroll.io.dicom.reading` (reading and
-decoding files, with the reasons for what cannot be read); their public names are imported from here.
+decoding files, with the reasons for what cannot be read); their public names, and the windows' presets and parsing
+(:mod:`vitroll.io.windows`), are imported from here.
 
 Windows are written **width first, then level**: ``(W, L)``, on the command line ``--window W,L``.
 """
 
 from vitroll.io.dicom.deidentify import SAFE_FIELDS, UNKNOWN, WITHHELD, age_band, safe_metadata, salted_key
-from vitroll.io.dicom.display import WINDOW_PRESETS, parse_window, window_to_unit
+from vitroll.io.dicom.display import window_to_unit
 from vitroll.io.dicom.reading import (
     INSTALL_HINT, NOT_DICOM_OR_IMAGE, RECOGNIZABLE_WITHHELD, DicomImage, decode_failure, decoder_advice, frame_count,
     is_dicom, is_secondary_capture, read_any, read_dicom,
 )
+from vitroll.io.windows import WINDOW_PRESETS, parse_window
 
 __all__ = [
     "DicomImage", "INSTALL_HINT", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "UNKNOWN",

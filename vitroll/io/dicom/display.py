@@ -7,37 +7,12 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from vitroll.errors import OptionValueError
 from vitroll.io.dicom.deidentify import _items
 from vitroll.io.images import finite_unit
 from vitroll.wording import counted
 
 if TYPE_CHECKING:
     from pydicom import Dataset
-
-WINDOW_PRESETS: dict[str, tuple[float, float]] = {
-    "lung": (1500.0, -600.0),
-    "bone": (2000.0, 300.0),
-    "soft-tissue": (400.0, 40.0),
-}
-"""Named windows as (width W, level L) in Hounsfield units."""
-
-def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
-    """``lung`` / ``bone`` / ``soft-tissue`` or ``W,L`` (width, level) → (W, L); None for None."""
-    if text is None:
-        return None
-    key = text.strip().lower().replace("_", "-")
-    if key in WINDOW_PRESETS:
-        return WINDOW_PRESETS[key]
-    parts = key.split(",")
-    try:
-        width, level = (float(part) for part in parts)
-    except ValueError:
-        raise OptionValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
-                               f"got {text!r}") from None
-    if width < 1:
-        raise OptionValueError(f"--window width must be at least 1; got {width:g}")
-    return width, level
 
 
 def _voi_proxy(width: float, level: float, function: str = "LINEAR") -> object:
