@@ -643,7 +643,7 @@ def test_a_data_set_without_preamble_or_file_meta_decodes_like_the_part_10_file(
 
 def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
     """A JPEG or PNG saved as ``.dcm`` (or with no suffix) is read as the image it is; a truncated one, a PDF or a ZIP
-    is named for what it is rather than called "not an image format vitroll reads"."""
+    is named for what it is rather than called "not an image format vitroll reads"; so is an empty file."""
     pixels = np.zeros((8, 12, 3), np.uint8)
     pixels[:, 6:] = (200, 40, 40)
     Image.fromarray(pixels).save(tmp_path / "photo.dcm", format="JPEG", quality=95)
@@ -656,8 +656,9 @@ def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
     (tmp_path / "cut.dcm").write_bytes((tmp_path / "photo.dcm").read_bytes()[:200])
     (tmp_path / "report.dcm").write_bytes(b"%PDF-1.7\n...")
     (tmp_path / "export.dcm").write_bytes(b"PK\x03\x04" + bytes(40))
+    (tmp_path / "empty.dcm").write_bytes(b"")
     reasons = {}
-    for name in ("cut.dcm", "report.dcm", "export.dcm"):
+    for name in ("cut.dcm", "report.dcm", "export.dcm", "empty.dcm"):
         with pytest.raises(ImageReadError) as caught:
             read_any(tmp_path / name)
         reasons[name] = caught.value.reason
@@ -665,6 +666,8 @@ def test_an_image_under_a_dicom_name_is_told_by_its_first_bytes(tmp_path):
                                          "corrupt or truncated image data (")
     assert reasons["report.dcm"] == "This file is a PDF document (so its first bytes say), neither DICOM nor an image."
     assert reasons["export.dcm"] == "This file is a ZIP archive (so its first bytes say), neither DICOM nor an image."
+    # it said "no 'DICM' marker after a 128-byte preamble, and no DICOM data set at its start"
+    assert reasons["empty.dcm"] == "This file is empty (0 bytes), neither DICOM nor an image."
 
 
 def test_16_bit_png_and_tiff_are_scaled_by_their_range(tmp_path):
@@ -1016,12 +1019,15 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
     single = write_dicom(tmp_path / "single.dcm", body_phantom())
     cine = write_dicom(tmp_path / "cine.dcm", np.stack([body_phantom()] * 3))
     reasons = []
-    for path in (single, cine):
+    Image.fromarray(body_phantom(dtype=np.uint8, high=255)).save(tmp_path / "photo.png")
+    for path in (single, cine, tmp_path / "photo.png"):  # the PNG's one image was audited as frame 5
         with pytest.raises(ImageReadError) as caught:
-            read_dicom(path, frame=5)
+            read_any(path, frame=5)
         reasons.append(caught.value.reason)
     assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
-                       "--frame 5 is out of range: the file has 3 frames, numbered from 0."]
+                       "--frame 5 is out of range: the file has 3 frames, numbered from 0.",
+                       "--frame 5 is out of range: the file has 1 frame, numbered from 0."]
+    assert read_any(tmp_path / "photo.png", frame=0).frames[0][1].shape == (64, 64, 3)
 
 
 def test_a_dicomdir_points_to_its_folder():

@@ -682,9 +682,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                                    "counted.") from None
     if count < 0:  # it gave no frame, so no row
         raise ImageReadError(path, f"This DICOM file's NumberOfFrames is {count}, so its frames cannot be counted.")
-    if frame is not None and not 0 <= frame < count:
-        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
-                                   "numbered from 0.")
+    _check_frame(path, frame, count)
     indices = [frame] if frame is not None else [index for index in frames or range(count) if index < count]
     samples = int(dataset.get("SamplesPerPixel", 1) or 1)
     photometric = str(dataset.get("PhotometricInterpretation", "MONOCHROME2")).strip()
@@ -767,6 +765,13 @@ def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int]
     return frames
 
 
+def _check_frame(path: Path, frame: Optional[int], count: int) -> None:
+    """Refuse ``--frame`` beyond the ``count`` frames of the file at ``path``."""
+    if frame is not None and not 0 <= frame < count:
+        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
+                                   "numbered from 0.")
+
+
 def read_any(
     path: "str | os.PathLike[str]", *, window: Optional[tuple[float, float]] = None, frame: Optional[int] = None,
     frames: Optional[range] = None, allow_recognizable: bool = False, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
@@ -781,6 +786,8 @@ def read_any(
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
                           max_pixels=max_pixels)
+    if path.stat().st_size == 0:  # a copy that wrote nothing, not a file without a DICM marker
+        raise ImageReadError(path, "This file is empty (0 bytes), neither DICOM nor an image.")
     signature = sniff(path)
     if signature is not None and not signature.image:
         raise ImageReadError(path, f"This file is a {signature.kind} (so its first bytes say), neither DICOM nor an "
@@ -789,6 +796,7 @@ def read_any(
     if signature is None and not named_image:
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
                           max_pixels=max_pixels)
+    _check_frame(path, frame, 1)  # as for a single-frame DICOM file: not its one image under another frame's name
     try:
         loaded, profiled, icc_profile = load_image_with_profile(path, max_pixels=max_pixels)
     except ImageReadError as error:
