@@ -145,7 +145,8 @@ def test_upsample_with_padded_hw_is_to_original_for_an_image_of_the_models_input
 
 @pytest.mark.parametrize(("padded_hw", "error", "message"), [
     ((32, 40), ValueError, "padded_hw (H', W') must be at least the image's (H, W) = (36, 36): the input padded up "
-                           "to whole patches, which the grid covers; got (32, 40)"),
+                           "to whole patches, which the grid covers; got (32, 40) (an image of another size than the model's "
+                           "input takes its map from to_original(grid_map, geometry))"),
     ((40, 0), ValueError, "padded_hw must be (H, W), two integers ≥ 1; got (40, 0)"),
     (40, TypeError, "padded_hw must be (H, W), two integers ≥ 1; got int 40"),
 ])

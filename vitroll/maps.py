@@ -67,7 +67,8 @@ def _padded_size(padded_hw: object, size_hw: tuple[int, int]) -> tuple[int, int]
     padded = _size(padded_hw, "padded_hw")
     if padded[0] < size_hw[0] or padded[1] < size_hw[1]:
         raise InputValueError(f"padded_hw (H', W') must be at least the image's (H, W) = {size_hw}: the input "
-                              f"padded up to whole patches, which the grid covers; got {padded}")
+                              f"padded up to whole patches, which the grid covers; got {padded} (an image of another "
+                              "size than the model's input takes its map from to_original(grid_map, geometry))")
     return padded
 
 
