@@ -229,6 +229,14 @@ MISTAKES = [
                  "(choose from attention, center,", id="method-typo"),
     pytest.param("evaluate --testbed-kind pair", 2, "invalid choice: 'pair'; did you mean pairs?", id="choice-typo"),
     pytest.param("", 2, "the following arguments are required: COMMAND", id="no-command"),
+    # a mistyped option is named before a missing input (argparse said only that IMAGE was required)
+    pytest.param("overlay --methd", 2, "vitroll: error: overlay: unrecognized arguments: --methd; did you mean "
+                 "--method? (see `vitroll overlay --help`)", id="option-typo-no-input"),
+    pytest.param("annotate {dir} --outt {out}", 2, "annotate: unrecognized arguments: --outt; did you mean --out?",
+                 id="option-typo-no-out"),
+    pytest.param("--nope", 2, "vitroll: error: unrecognized arguments: --nope (see `vitroll --help`)",
+                 id="option-no-command"),
+    pytest.param("audit --meth rollout", 2, "audit: the following arguments are required: INPUT", id="abbreviation-no-input"),
 ]
 
 
