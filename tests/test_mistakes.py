@@ -394,3 +394,15 @@ def test_closed_pipe_ends_quietly_and_keeps_the_files(files, tmp_path):
     assert (overlay.returncode, overlay.stderr) == (EXIT_BROKEN_PIPE, "")
     # the run stops at the first line it cannot print, after the first image's overlay was written; it stays
     assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == ["shapes_disk_rollout.png"]
+
+
+def test_ctrl_c_while_the_device_is_checked_is_one_line(files, capsys, monkeypatch):
+    """Checking `--device cuda` imports torch while parsing (seconds): a Ctrl-C then printed a 40-line traceback."""
+    import vitroll.commands.arguments as arguments
+
+    def interrupted(text: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arguments, "check_device", interrupted)
+    code, out, err = run(capsys, ["overlay", files["img"], "--device", "cuda"])
+    assert (code, out, err) == (130, "", "vitroll: interrupted\n")

@@ -190,7 +190,11 @@ def _readable_output() -> Iterator[None]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     with _readable_output():
-        return _run(argv)
+        try:
+            return _run(argv)
+        except KeyboardInterrupt:  # while parsing too: checking --device imports torch, which takes seconds
+            print("vitroll: interrupted", file=sys.stderr)
+            return 130
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:
@@ -209,9 +213,6 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     except OSError as error:  # the file system refused (permissions, a full disk): the user's to fix, not a bug
         print(error_line(one_line(error)), file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("vitroll: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":
