@@ -124,7 +124,8 @@ def test_a_command_s_help_and_its_usage_errors_import_no_model_library(command):
     assert outcomes[0] == (0, [])
     status, lines = outcomes[1]
     assert status == 2 and len(lines) == 1, lines
-    assert lines[0] == f"vitroll: error: {command}: unrecognized arguments: --no-such-option (see `vitroll {command} --help`)"
+    assert lines[0] == (f"vitroll: error: {command}: unrecognized arguments: --no-such-option "
+                        f"(see `vitroll {command} --help`)")
     assert imported == []
 
 
