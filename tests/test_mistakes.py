@@ -229,6 +229,15 @@ MISTAKES = [
                  "(choose from attention, center,", id="method-typo"),
     pytest.param("evaluate --testbed-kind pair", 2, "invalid choice: 'pair'; did you mean pairs?", id="choice-typo"),
     pytest.param("", 2, "the following arguments are required: COMMAND", id="no-command"),
+    # a mistyped option is named before a missing input (argparse said only that IMAGE was required)
+    pytest.param("overlay --methd", 2, "vitroll: error: overlay: unrecognized arguments: --methd; did you mean "
+                 "--method? (see `vitroll overlay --help`)", id="option-typo-no-input"),
+    pytest.param("annotate {dir} --outt {out}", 2, "annotate: unrecognized arguments: --outt; did you mean --out?",
+                 id="option-typo-no-out"),
+    pytest.param("--nope", 2, "vitroll: error: unrecognized arguments: --nope (see `vitroll --help`)",
+                 id="option-no-command"),
+    pytest.param("audit --meth rollout", 2, "audit: the following arguments are required: INPUT",
+                 id="abbreviation-no-input"),
 ]
 
 
@@ -386,3 +395,47 @@ def test_closed_pipe_ends_quietly_and_keeps_the_files(files, tmp_path):
     assert (overlay.returncode, overlay.stderr) == (EXIT_BROKEN_PIPE, "")
     # the run stops at the first line it cannot print, after the first image's overlay was written; it stays
     assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == ["shapes_disk_rollout.png"]
+
+
+def test_ctrl_c_while_the_device_is_checked_is_one_line(files, capsys, monkeypatch):
+    """Checking `--device cuda` imports torch while parsing (seconds): a Ctrl-C then printed a 40-line traceback."""
+    import vitroll.commands.arguments as arguments
+
+    def interrupted(text: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arguments, "check_device", interrupted)
+    code, out, err = run(capsys, ["overlay", files["img"], "--device", "cuda"])
+    assert (code, out, err) == (130, "", "vitroll: interrupted\n")
+
+
+@pytest.mark.parametrize("command, work", [
+    ("evaluate --testbed 2", "vitroll.pipelines.evaluate.evaluate"),
+    ("evaluate --testbed-kind pairs --testbed 2", "vitroll.pipelines.evaluate_pairs.evaluate_pairs"),
+    ("sanity --testbed 2", "vitroll.pipelines.sanity.sanity_check"),
+    ("compare {img} --model vitroll-shapes --model vitroll-shapes", "vitroll.pipelines.compare.compare"),
+    ("audit {img} --keep-burned-in-text", "vitroll.audit.pipeline.audit_items"),
+], ids=["evaluate", "evaluate-pairs", "sanity", "compare", "audit"])
+def test_an_output_folder_that_cannot_be_made_stops_the_run_before_its_work(command, work, files, tmp_path, capsys,
+                                                                            monkeypatch):
+    """evaluate, sanity and audit made --out only to write their results: a folder they could not make (no permission,
+    a read-only disk) was told after all the work, which was lost."""
+    import importlib
+
+    out = tmp_path / "refused"
+    make_folder = Path.mkdir
+
+    def refuse(path: Path, *args, **kwargs) -> None:
+        if path == out:
+            raise PermissionError(13, "Permission denied", str(path))
+        make_folder(path, *args, **kwargs)
+
+    def work_done(*args, **kwargs):
+        raise AssertionError("the work ran before the output folder was made")
+
+    module, name = work.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name, work_done)
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    code, _, err = run(capsys, [*(part.format(**files) for part in command.split()), "--out", str(out)])
+    assert "Traceback" not in err  # the audit warns about --keep-burned-in-text first
+    assert (code, err.splitlines()[-1]) == (2, f"vitroll: error: {out}: Permission denied")

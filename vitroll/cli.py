@@ -41,6 +41,10 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("vitroll").strip()
         where = f"{command}: " if command else ""
+        if message.startswith("the following arguments are required"):
+            # argparse checks what is missing before what it did not know: a mistyped option is the mistake to name
+            unknown = self._unknown_options(OneLineArgumentParser.words, command)
+            message = self._unrecognized(unknown) if unknown else message
         message = f"{message}{_option_like_file_hint(OneLineArgumentParser.words)}"
         line = error_line(f"{where}{message} (see `{self.prog} --help`)")
         if launched_rank() != 0:  # under torchrun every rank parses the same command line: rank 0 tells it
@@ -60,9 +64,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         parsed, unknown = self.parse_known_args(args, namespace)
         parser = self._sub_command_parser(parsed) or self
         if unknown:
-            options = [option for option in parser._option_string_actions if option.startswith("--")]
-            hints = [did_you_mean(word.partition("=")[0], options) for word in unknown if word.startswith("--")]
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}{next((h for h in hints if h), '')}")
+            parser.error(parser._unrecognized(unknown))
         for action in parser._actions:  # checks that import torch (--device) wait for every other argument
             if hasattr(action, "check_parsed"):
                 try:
@@ -70,6 +72,29 @@ class OneLineArgumentParser(argparse.ArgumentParser):
                 except argparse.ArgumentError as error:
                     parser.error(str(error))
         return parsed
+
+    def _unrecognized(self, unknown: Sequence[str]) -> str:
+        """argparse's message for arguments it did not know, with the closest option to a misspelled one."""
+        options = [option for option in self._option_string_actions if option.startswith("--")]
+        hints = [did_you_mean(word.partition("=")[0], options) for word in unknown if word.startswith("--")]
+        return f"unrecognized arguments: {' '.join(unknown)}{next((hint for hint in hints if hint), '')}"
+
+    def _unknown_options(self, words: Sequence[str], command: str) -> list[str]:
+        """The words of ``words`` given to this parser (those after ``command``, its name, for a sub-command's) that
+        are written as options but name none of its own, in full or abbreviated. Words after ``--`` are inputs, and
+        so are ``-`` and negative numbers."""
+        if command:
+            words = words[words.index(command) + 1:] if command in words else []
+        words = words[:words.index("--")] if "--" in words else words
+        return [word for word in words if word.startswith("-") and word != "-"
+                and not self._negative_number_matcher.match(word) and not self._names_an_option(word.partition("=")[0])]
+
+    def _names_an_option(self, name: str) -> bool:
+        if name in self._option_string_actions:
+            return True
+        if name.startswith("--"):  # argparse takes an unambiguous abbreviation of a long option
+            return any(option.startswith(name) for option in self._option_string_actions)
+        return name[:2] in self._option_string_actions  # a short option with its value attached: -n4
 
     def _sub_command_parser(self, parsed: argparse.Namespace) -> Optional[argparse.ArgumentParser]:
         for action in self._actions:
@@ -166,7 +191,11 @@ def _readable_output() -> Iterator[None]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     with _readable_output(), worded_for_the_command_line():
-        return _run(argv)
+        try:
+            return _run(argv)
+        except KeyboardInterrupt:  # while parsing too: checking --device imports torch, which takes seconds
+            print("vitroll: interrupted", file=sys.stderr)
+            return 130
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:
@@ -185,9 +214,6 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     except OSError as error:  # the file system refused (permissions, a full disk): the user's to fix, not a bug
         print(error_line(one_line(error)), file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("vitroll: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -340,6 +340,7 @@ def run_audit(
     inputs = given_found_files(paths, exclude=out_dir)
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
                             preprocessing=preprocessing, class_names=class_names))
     # a file's frames not audited are of its study, which its audited frames' headers name

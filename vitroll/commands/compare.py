@@ -136,12 +136,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if none_can_be_read(args.images):
         return EXIT_SOME_FAILED
+    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)
     for error in result.errors:
         print_failed(error)
     if not result.images:
         return EXIT_SOME_FAILED
-    args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
         writer = csv.DictWriter(handle, fieldnames=["image", "model_a", "model_b", "spearman", "top10_iou"])
         writer.writeheader()

@@ -160,11 +160,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--disagree-below flags images by their --disagreement correlation; give --disagreement A,B")
     method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=TESTBED_COUNT)
+    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     model = model_from_args(args)
     result = evaluate(model, images, args.methods, method_options=method_options,
                       preprocessing=preprocessing_from_args(model, args), batch_size=args.batch_size,
                       steps=args.steps, substrate=args.substrate)
-    args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(result.rows)
     table = markdown_table(summary)
     write_csv(args.out / "per_image.csv", result.rows)
@@ -205,6 +205,7 @@ def run_generated(args: argparse.Namespace) -> int:
     model_name = default_model if args.model == TESTBED_NAME else args.model
     methods = method_list(default_methods) if args.methods == method_list(DEFAULT_METHODS) else args.methods
     method_options = method_options_from_args(args, methods)
+    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))
     count, seed = args.testbed or TESTBED_COUNT, testbed_seed(args)
@@ -220,7 +221,6 @@ def run_generated(args: argparse.Namespace) -> int:
         rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,
                              method_options=method_options, batch_size=args.batch_size)
         metrics, source = TEXT_METRICS, f"{counted(count, 'key-word sentence')}, seed {seed}"
-    args.out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows, metrics)
     table = markdown_table(summary, metrics)
     write_csv(args.out / "per_input.csv", rows)

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     check_one_image_source(args)
     images = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder
               else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
+    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])
@@ -47,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"| {row['method']} | " + " | ".join(f"{row[s]:.2f}" for s in result.stages)
                      + f" | {'yes' if row['flagged'] else ''} |")
     text = "\n".join(lines)
-    args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "sanity.csv", table)
     (args.out / "sanity.md").write_text(
         f"Spearman correlation with the trained model's maps, {counted(len(images), 'image')}, cascading randomisation "
