@@ -98,9 +98,9 @@ def _parse(text: str, hint: object) -> object:
     if origin in (Union, types.UnionType):
         if text in _NONE_WORDS and type(None) in arguments:
             return None
-        for argument in arguments:
+        for member in arguments:
             with contextlib.suppress(ValueError):
-                return _parse(text, argument)
+                return _parse(text, member)
         raise ValueError(text)
     if origin is Literal:
         for choice in arguments:
