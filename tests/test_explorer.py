@@ -585,6 +585,9 @@ def test_the_full_size_button_offers_the_overlay_shown_and_a_new_overlay_withdra
         offered = page.locator("#full-size-file")
         offered.wait_for(state="visible", timeout=30_000)
         wait_for_text(page, "#full-size-file", "shapes_cross_overlay")  # its name, then ".png" and its size
+        link = page.locator("#full-size-file a[download]")  # a screen reader said its text only: "35.0 KB ⇣"
+        size = link.inner_text().replace("\xa0", " ").rstrip(" ⇣")
+        assert link.get_attribute("aria-label") == f"download shapes_cross_overlay.png ({size})" and "KB" in size
         page.get_by_label("method", exact=True).click()
         page.get_by_role("option", name="attention", exact=True).click()
         wait_for_text(page, "#note", "attention does not use")

@@ -67,11 +67,17 @@ PAGE_JS = """
   const shownName = image => document.querySelector("#file-name bdi")?.textContent || name(image);
   const pictures = {"#examples img": name, "#image img": image => "image: " + shownName(image),
                     "#overlay img": () => "overlay", "#heads img": () => "heads of the chosen layer"};
-  const label = () => Object.entries(pictures).forEach(([selector, text]) => {
-    document.querySelectorAll(selector).forEach(image => {
-      if (image.alt !== text(image)) image.alt = image.title = text(image);
+  const label = () => {
+    Object.entries(pictures).forEach(([selector, text]) => {
+      document.querySelectorAll(selector).forEach(image => {
+        if (image.alt !== text(image)) image.alt = image.title = text(image);
+      });
     });
-  });
+    document.querySelectorAll("#full-size-file a[download]").forEach(link => {
+      const text = `download ${link.download} (${link.textContent.replace(/[⇣\s]+/g, " ").trim()})`;
+      if (link.getAttribute("aria-label") !== text) link.setAttribute("aria-label", text);
+    });
+  };
   new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                       attributeFilter: ["src"]});
   label();
@@ -101,8 +107,9 @@ PAGE_JS = """
 """Gives each example's thumbnail its file's name (Gradio's server copy keeps the name, in a folder of its own) as its
 text and tooltip, and the image (by the name under it), the overlay and the head grid theirs: Gradio draws them with
 an empty ``alt``, so a screen reader said only "button" for each example and for the overlay and the grid (each a Tab
-stop). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse
-does: Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
+stop), and the full-size overlay's download link by its file: a screen reader said only its size ("35.0 KB ⇣").
+Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does:
+Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
 box, so the keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had
 when it got the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same
 value again."""
