@@ -299,6 +299,17 @@ def test_a_folder_given_to_caption_asks_for_its_images_before_any_model_is_loade
                    f"images, e.g. {folder}/*.png\n")  # was 'vitroll: failed: …: is a directory, not an image', exit 3
 
 
+def test_a_folder_given_to_compare_asks_for_its_images_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    monkeypatch.setattr("vitroll.commands.compare.explainers_from_args", lambda args: pytest.fail("models loaded"))
+    code, out, err = run(capsys, "compare", str(PHOTO), str(folder), "--model", "vitroll-shapes", "--model",
+                         "vitroll-shapes", "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err == (f"vitroll: error: {folder} is a folder: `vitroll compare` takes image files; pass the folder's "
+                   f"images, e.g. {folder}/*.png\n")  # was 'vitroll: failed: …: is a directory, not an image'
+
+
 def sub_command_options() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
     """(sub-command, its parser, one of its arguments) for every argument of every sub-command but ``--help``."""
     parser = build_parser()

@@ -129,10 +129,11 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
-    from vitroll.commands.common import none_can_be_read, print_failed, settings_from_args
+    from vitroll.commands.common import none_can_be_read, print_failed, refuse_folders, settings_from_args
     from vitroll.pipelines.compare import compare, pair_summaries, plot_comparison
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
+    refuse_folders(args.images, "compare", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
     settings = settings_from_args(args)
     if none_can_be_read(args.images):
         return EXIT_SOME_FAILED
