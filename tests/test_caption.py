@@ -190,6 +190,22 @@ def test_captioner_mistakes_are_named(images):
         caption_maps(vit, images)
 
 
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict(max_new_tokens="3"), "option 'max_new_tokens' of caption_maps takes int; got '3' (str)"),
+    (dict(max_new_tokens=2.5), "option 'max_new_tokens' of caption_maps takes int; got 2.5 (float)"),
+    (dict(max_new_tokens=True), "option 'max_new_tokens' of caption_maps takes int; got True (bool)"),
+    (dict(method="rollout", attention_weight="0.5"),
+     "option 'attention_weight' of caption_maps takes float; got '0.5' (str)"),
+    (dict(method="occlusion", window=2.0), "option 'window' of caption_maps takes int | None; got 2.0 (float)"),
+], ids=["max_new_tokens-str", "max_new_tokens-float", "max_new_tokens-bool", "attention_weight-str", "window-float"])
+def test_caption_options_of_the_wrong_type_are_named_as_the_methods_name_theirs(images, options, message):
+    """A string failed deep in a comparison ("'<' not supported between instances of 'str' and 'int'"), a float
+    window inside range(), and 2.5 or True tokens were taken as 2 and 1."""
+    with pytest.raises(MethodOptionError) as raised:
+        caption_maps(build_captioner(), images, **options)
+    assert str(raised.value) == message
+
 @pytest.mark.parametrize(("caption_ids", "message"), [
     (torch.tensor([[5, 9], [11, VOCABULARY]]), f"caption_ids[1, 1] = {VOCABULARY} is not a token id of the model's "
                                                f"vocabulary (0…{VOCABULARY - 1})"),
