@@ -143,6 +143,27 @@ def test_the_generated_caption_is_the_greedy_one_and_capture_leaves_the_logits_u
         assert all(not parameter.requires_grad or parameter.grad is None for parameter in model.parameters())
 
 
+
+@pytest.mark.parametrize("encoder", ["vit", "deit"])
+@pytest.mark.parametrize(("size", "grid"), [((40, 40), (5, 5)), ((32, 48), (4, 6))])
+def test_a_tensor_of_another_size_than_the_encoders_is_captioned_with_its_position_embeddings_interpolated(
+        encoder, size, grid):
+    """The encoder was called without interpolate_pos_encoding, so a (B, 3, 40, 40) batch for a 32 × 32 ViT failed
+    inside transformers ("Input image size (40*40) doesn't match model (32*32)") while the classifiers take it."""
+    model = build_captioner(encoder, "gpt2", seed=5)
+    pixels = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+    greedy = model.generate(pixel_values=pixels, max_new_tokens=5, do_sample=False, num_beams=1,
+                            interpolate_pos_encoding=True)[:, 1:]
+    decoder_input = torch.cat([torch.full((2, 1), START), greedy[:, :-1]], dim=1)
+    with torch.no_grad():
+        plain = model(pixel_values=pixels, decoder_input_ids=decoder_input, interpolate_pos_encoding=True).logits
+    for method in ("rollout", "chefer", "occlusion"):
+        result = caption_maps(model, pixels, method=method, max_new_tokens=5)
+        assert torch.equal(result.token_ids, greedy)
+        assert result.maps.shape == (2, 5, *grid)
+        torch.testing.assert_close(result.token_logits, plain.gather(2, greedy[..., None]).squeeze(-1),
+                                   rtol=1e-5, atol=1e-5)
+
 def test_caption_lengths_stop_at_the_first_end_token():
     ids = torch.tensor([[END, 4, END], [4, 4, 4], [4, END, PAD]])
     assert caption_lengths(ids, END).tolist() == [1, 3, 2]
@@ -168,6 +189,22 @@ def test_captioner_mistakes_are_named(images):
     with pytest.raises(UnsupportedModelError, match="ViTModel is not a captioner"):
         caption_maps(vit, images)
 
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict(max_new_tokens="3"), "option 'max_new_tokens' of caption_maps takes int; got '3' (str)"),
+    (dict(max_new_tokens=2.5), "option 'max_new_tokens' of caption_maps takes int; got 2.5 (float)"),
+    (dict(max_new_tokens=True), "option 'max_new_tokens' of caption_maps takes int; got True (bool)"),
+    (dict(method="rollout", attention_weight="0.5"),
+     "option 'attention_weight' of caption_maps takes float; got '0.5' (str)"),
+    (dict(method="occlusion", window=2.0), "option 'window' of caption_maps takes int | None; got 2.0 (float)"),
+], ids=["max_new_tokens-str", "max_new_tokens-float", "max_new_tokens-bool", "attention_weight-str", "window-float"])
+def test_caption_options_of_the_wrong_type_are_named_as_the_methods_name_theirs(images, options, message):
+    """A string failed deep in a comparison ("'<' not supported between instances of 'str' and 'int'"), a float
+    window inside range(), and 2.5 or True tokens were taken as 2 and 1."""
+    with pytest.raises(MethodOptionError) as raised:
+        caption_maps(build_captioner(), images, **options)
+    assert str(raised.value) == message
 
 @pytest.mark.parametrize(("caption_ids", "message"), [
     (torch.tensor([[5, 9], [11, VOCABULARY]]), f"caption_ids[1, 1] = {VOCABULARY} is not a token id of the model's "

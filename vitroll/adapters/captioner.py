@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from vitroll.adapters.base import register_family
-from vitroll.adapters.transformers import attach_attention_interface, attention_modules_of, is_cross_attention
+from vitroll.adapters.transformers import (
+    attach_attention_interface, attention_modules_of, is_cross_attention, size_options,
+)
 from vitroll.adapters.transformers_preprocessing import transformers_preprocessing
 from vitroll.capture.families import AttentionRole, CaptionScore, TokenLayout, family_of
 from vitroll.capture.readouts import AttentionReadout
@@ -80,7 +82,8 @@ def _generate(model: nn.Module, images: torch.Tensor, max_new_tokens: int) -> to
     """The greedy caption (B, K), the start token dropped, padded with the pad token after the end token."""
     start, end, pad = _special_ids(model)
     generated = model.generate(pixel_values=images, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                               decoder_start_token_id=start, eos_token_id=end, pad_token_id=pad)
+                               decoder_start_token_id=start, eos_token_id=end, pad_token_id=pad,
+                               **size_options(model.encoder, images))
     return generated[:, 1:]
 
 
@@ -88,7 +91,8 @@ def _token_logits(model: nn.Module, images: torch.Tensor, caption_ids: torch.Ten
     start, _end, _pad = _special_ids(model)
     first = torch.full_like(caption_ids[:, :1], start)
     decoder_input_ids = torch.cat([first, caption_ids[:, :-1]], dim=1)
-    return model(pixel_values=images, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+    return model(pixel_values=images, decoder_input_ids=decoder_input_ids, use_cache=False,
+                 **size_options(model.encoder, images)).logits
 
 
 def _no_class_scores(model: nn.Module, _images: torch.Tensor) -> None:

@@ -177,10 +177,10 @@ def heads_then_layers_down(*dotted: str) -> Callable[[nn.Module], list[nn.Module
 
 def _logits(model: nn.Module, images: torch.Tensor) -> Optional[torch.Tensor]:
     """``model(pixel_values=images).logits``, or None for a backbone (its output has no ``logits``)."""
-    return getattr(model(pixel_values=images, **_size_options(model, images)), "logits", None)
+    return getattr(model(pixel_values=images, **size_options(model, images)), "logits", None)
 
 
-def _size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
+def size_options(model: nn.Module, images: torch.Tensor) -> dict[str, bool]:
     """``interpolate_pos_encoding=True`` for an input of another size than ``config.image_size`` (non-square
     included): these models interpolate their position embeddings only when asked."""
     other_size = tuple(images.shape[-2:]) != _pair(image_config(model).image_size)
@@ -208,7 +208,7 @@ def _mae_logits(model: nn.Module, images: torch.Tensor) -> None:
     _check_unmasked(model)
     grid = _grid(model, tuple(images.shape[-2:]))
     order = torch.arange(grid[0] * grid[1], device=images.device, dtype=images.dtype).expand(len(images), -1)
-    model(pixel_values=images, noise=order, **_size_options(model, images))
+    model(pixel_values=images, noise=order, **size_options(model, images))
 
 
 def config_class_names(model: nn.Module) -> Optional[list[str]]:
@@ -413,7 +413,7 @@ _register("hf-pixio", _classes("pixio.modeling_pixio", "PixioModel", "PixioBackb
 def _image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs) -> torch.Tensor:
     """``logits_per_image`` (B, T) of CLIPModel and SiglipModel, from their own forward."""
     return model(pixel_values=images, input_ids=texts.input_ids, attention_mask=texts.attention_mask,
-                 **_size_options(model, images)).logits_per_image
+                 **size_options(model, images)).logits_per_image
 
 
 def _aimv2_image_text_logits(model: nn.Module, images: torch.Tensor, texts: TextInputs) -> torch.Tensor:

@@ -58,6 +58,7 @@ from vitroll.io.text import refuse_unknown_ids
 from vitroll.methods.attributions import hide_patches, sliding_windows, window_means
 from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
+from vitroll.methods.registry import check_value
 from vitroll.methods.image_batch import Images
 from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
 from vitroll.methods.text_batch import max_positions
@@ -139,6 +140,9 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         On the model's device.
     """
     captioner = captioner_of(model)
+    for name, value, hint in (("max_new_tokens", max_new_tokens, int), ("attention_weight", attention_weight, float),
+                              ("window", window, Optional[int])):
+        check_value(value, hint, f"option {name!r} of caption_maps")
     if method not in CAPTION_METHODS:
         raise MethodOptionError(f"unknown caption method {method!r}; choose from {', '.join(CAPTION_METHODS)}")
     if method != "rollout" and head_fusion is not None:
