@@ -613,6 +613,24 @@ def test_a_rerun_into_the_same_folder_leaves_only_the_overlays_its_report_shows(
     assert sorted(f"images/{path.name}" for path in (out / "images").iterdir()) == sorted([*shown, "images/mine.txt"])
 
 
+def test_a_second_audit_into_a_folder_being_written_is_refused(tmp_path):
+    """Two audits into one --out wrote over each other, and the first to end removed the other's overlays."""
+    import os
+    import socket
+
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".vitroll.lock").write_text(f"{os.getpid()} {socket.gethostname()}\n")  # a live run's
+    code, stdout, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                                   "--keep-burned-in-text", *MODEL)
+    assert code != 0 and stdout == ""
+    assert [line for line in stderr.splitlines() if line.startswith("vitroll: error:")] == [
+        f"vitroll: error: {tmp_path / 'out'}: another vitroll run (pid {os.getpid()}) is writing here; wait for it, "
+        f"or remove {tmp_path / 'out' / '.vitroll.lock'} if it is gone"]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [".vitroll.lock"]
+
+
 def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
     inputs = tmp_path / "in"
     inputs.mkdir()

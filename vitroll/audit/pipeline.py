@@ -39,6 +39,7 @@ from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find
 from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
+from vitroll.pipelines.manifest import OutputLock
 from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
 from vitroll.preprocess import Preprocessing
 
@@ -341,16 +342,18 @@ def run_audit(
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
-    rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
-                            preprocessing=preprocessing, class_names=class_names))
-    # a file's frames not audited are of its study, which its audited frames' headers name
-    studies = {row.input_number: row.study for row in rows if row.error is None}
-    for row in rows:
-        row.study = studies.get(row.input_number, row.study)
-    report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
-                         provenance=provenance or ModelProvenance.unstated(model))
-    report.write(out_dir)
-    _remove_overlays_not_in(report, Path(out_dir))
+    # one audit at a time per folder: another's end would remove this one's overlays as not in its report
+    with OutputLock(Path(out_dir)):
+        rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
+                                preprocessing=preprocessing, class_names=class_names))
+        # a file's frames not audited are of its study, which its audited frames' headers name
+        studies = {row.input_number: row.study for row in rows if row.error is None}
+        for row in rows:
+            row.study = studies.get(row.input_number, row.study)
+        report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
+                             provenance=provenance or ModelProvenance.unstated(model))
+        report.write(out_dir)
+        _remove_overlays_not_in(report, Path(out_dir))
     return report
 
 
