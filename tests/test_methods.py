@@ -174,7 +174,10 @@ def test_every_method_explains_images_that_require_grad_silently_and_leaves_thei
                  "other input"),
     ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
     (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
-], ids=["one", "one-of-each", "several-of-each", "two-of-each", "length", "fraction"])
+    (torch.tensor([True, False, True]),
+     "target_class must hold class indices (integers); got Tensor of dtype torch.bool"),
+    (np.array(["cat", "dog", "cat"]), "target_class must hold class indices (integers); got ndarray of dtype <U3"),
+], ids=["one", "one-of-each", "several-of-each", "two-of-each", "length", "fraction", "bool-mask", "strings"])
 @pytest.mark.parametrize("name", ["chefer", "grad_rollout", "integrated_gradients", "gradient_shap", "occlusion"])
 def test_bad_target_class_is_one_clear_error(tiny, name, target, message):
     """A class given once is named once, not once per input of the batch; a class index that is no whole number is

@@ -56,12 +56,17 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     Raises
     ------
     OptionValueError
-        For a number of classes that is neither one nor B, a value that is no whole number, or a class out of range
-        (:class:`TargetOutOfRange`: named once, with the first input it was given for).
+        For a number of classes that is neither one nor B, a value that is no whole number (a bool mask, strings),
+        or a class out of range (:class:`TargetOutOfRange`: named once, with the first input it was given for).
     """
     batch, num_classes = logits.shape
     if target_class is None:
         return logits.argmax(dim=-1)
+    dtype = getattr(target_class, "dtype", None)
+    if (isinstance(target_class, np.ndarray) and dtype.kind not in "iuf"
+            or isinstance(target_class, torch.Tensor) and (dtype == torch.bool or dtype.is_complex)):
+        raise OptionValueError(f"target_class must hold class indices (integers); got {type(target_class).__name__} "
+                               f"of dtype {dtype}")
     given = torch.as_tensor(target_class, device=logits.device).reshape(-1)
     if given.is_floating_point() and not (given == given.round()).all():
         fraction = given[given != given.round()][0].item()
