@@ -366,10 +366,11 @@ def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monk
 
 
 @pytest.mark.parametrize(("name", "on_the_command_line"), [
-    ("weights.safetensors", "weights.safetensors: a file, not a model; --model takes a model name or a save_pretrained "
-                            "folder (weights go with their architecture: --model ARCH --checkpoint weights.safetensors)"),
-    ("saved/config.json", "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass --model "
-                          "saved"),
+    ("weights.safetensors", "weights.safetensors: a file, not a model; --model takes a model name or a "
+                            "save_pretrained folder (weights go with their architecture: --model ARCH --checkpoint "
+                            "weights.safetensors)"),
+    ("saved/config.json", "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass "
+                          "--model saved"),
 ])
 def test_a_file_given_for_a_model_is_named_in_flags_only_on_the_command_line(tmp_path, monkeypatch, name,
                                                                              on_the_command_line):
