@@ -175,7 +175,7 @@ def test_one_model_built_at_two_sizes_is_labelled_by_its_size_not_numbered():
     (["--img-size", "32", "none", "--img-size", "none"], "--img-size 32 none: give H, H W or none"),
     (["--img-size", "32", "32", "32", "--img-size", "none"], "--img-size takes H or H W; got 3 numbers"),
     (["--img-size", "none", "--img-size", "32"], "vitroll-shapes: the fixed 64×64 testbed with its own weights; "
-                                                 "--num-classes and the timm size options do not apply"),
+                                                 "--img-size 32 does not apply"),
 ])
 def test_compare_img_size_mistakes_are_one_line(tmp_path, capsys, sizes, line):
     command = ["compare", str(PHOTO), "--model", "vit_tiny_patch16_224", "--model", "vitroll-shapes", *sizes,

@@ -345,11 +345,11 @@ def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monk
     (tmp_path / "saved").mkdir()
     (tmp_path / "saved" / "config.json").write_text('{"model_type": "vit"}')
     expected = {
-        "weights.safetensors": "weights.safetensors: a file, not a model; --model takes a model name or a "
-                               "save_pretrained folder (weights go with their architecture: --model ARCH --checkpoint "
-                               "weights.safetensors)",
+        "weights.safetensors": "weights.safetensors: a file, not a model; load_model takes a model name or a "
+                               "save_pretrained folder (weights go with their architecture: load_model(ARCH, "
+                               "checkpoint='weights.safetensors'))",
         "saved/config.json": "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass "
-                             "--model saved",
+                             "load_model('saved')",
         "./my-vit": "./my-vit: no such model folder",  # was taken for a hub id and looked up in the cache
         str(tmp_path / "my-vit"): f"{tmp_path / 'my-vit'}: no such model folder",  # was an unknown timm name
         "my-vit/": "my-vit/: no such model folder",
@@ -363,6 +363,47 @@ def test_a_model_name_that_is_blank_a_file_or_missing_is_named_so(tmp_path, monk
         with pytest.raises(ModelLoadError) as raised:
             load_model(name)
         assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(("name", "on_the_command_line"), [
+    ("weights.safetensors", "weights.safetensors: a file, not a model; --model takes a model name or a "
+                            "save_pretrained folder (weights go with their architecture: --model ARCH --checkpoint "
+                            "weights.safetensors)"),
+    ("saved/config.json", "saved/config.json: a file of a save_pretrained folder; the folder is the model: pass "
+                          "--model saved"),
+])
+def test_a_file_given_for_a_model_is_named_in_flags_only_on_the_command_line(tmp_path, monkeypatch, name,
+                                                                             on_the_command_line):
+    """A Python user was told '--model takes a model name … --model ARCH --checkpoint FILE': flags they do not have.
+    From Python the refusal names load_model and its checkpoint= keyword; the command line keeps its flags."""
+    monkeypatch.chdir(tmp_path)
+    save_file({"w": torch.zeros(1)}, tmp_path / "weights.safetensors")
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "config.json").write_text('{"model_type": "vit"}')
+    with pytest.raises(ModelLoadError) as from_python:
+        load_model(name)
+    assert "--" not in str(from_python.value) and "load_model(" in str(from_python.value)
+    with worded_for_the_command_line(), pytest.raises(ModelLoadError) as raised:
+        load_model(name)
+    assert str(raised.value) == on_the_command_line
+
+
+@pytest.mark.parametrize(("name", "build", "from_python", "on_the_command_line"), [
+    ("vitroll-shapes", {"num_classes": 3}, "num_classes=3 does not apply", "--num-classes 3 does not apply"),
+    ("vitroll-shapes", {"num_classes": 3, "img_size": (32, 32)}, "num_classes=3, img_size=(32, 32) do not apply",
+     "--num-classes 3 --img-size 32 32 do not apply"),
+    ("open_clip:ViT-B-32", {"depth": 2}, "depth=2 does not apply", "--model-arg depth=2 does not apply"),
+])
+def test_build_arguments_a_model_ignores_are_named_as_the_user_gave_them(name, build, from_python,
+                                                                         on_the_command_line):
+    """load_model('vitroll-shapes', num_classes=3) said '--num-classes and the timm size options do not apply' to a
+    Python user: the refusal names the keyword arguments given, and the flags only on the command line."""
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(name, **build)
+    assert str(raised.value).endswith(f"; {from_python}") and "--" not in str(raised.value)
+    with worded_for_the_command_line(), pytest.raises(ModelLoadError) as raised:
+        load_model(name, **build)
+    assert str(raised.value).endswith(f"; {on_the_command_line}")
 
 
 def test_naflexvit_preprocesses_as_its_pretrained_config_and_refuses_an_img_size_timm_ignores():

@@ -22,8 +22,9 @@ def with_article(word: str) -> str:
 
 
 _FLAG_OF = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
-            "input_size": "--input-size", "trust_checkpoint": "--trust-checkpoint",
-            "max_attention_memory": "--max-attention-memory"}
+            "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
+            "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory",
+            "max_pixels": "--max-pixels"}
 """The arguments of models, their loading, preprocessing and methods that have a flag of their own; any other model
 argument is ``--model-arg NAME=VALUE``."""
 

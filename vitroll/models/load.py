@@ -39,14 +39,34 @@ def _refuse_names_that_are_no_model(name: str) -> None:
     path = Path(name)
     if path.is_file():
         if (path.parent / "config.json").is_file():
-            raise ModelLoadError(f"{name}: a file of a save_pretrained folder; the folder is the model: pass --model "
-                                 f"{path.parent}")
-        raise ModelLoadError(f"{name}: a file, not a model; --model takes a model name or a save_pretrained folder "
-                             f"(weights go with their architecture: --model ARCH --checkpoint {name})")
+            raise ModelLoadError(f"{name}: a file of a save_pretrained folder; the folder is the model: pass "
+                                 f"{_loading(str(path.parent))}")
+        raise ModelLoadError(f"{name}: a file, not a model; {_loading('')} takes a model name or a save_pretrained "
+                             f"folder (weights go with their architecture: {_loading('ARCH', checkpoint=name)})")
     looks_like_a_path = (path.is_absolute() or name.startswith((".", "~")) or name.endswith(("/", os.sep))
                          or name.count("/") > 1)
     if looks_like_a_path and not path.exists():
         raise ModelLoadError(f"{name}: no such model folder")
+
+
+def _loading(name: str, *, checkpoint: str = "") -> str:
+    """How the user loads model ``name`` (``ARCH`` stands for any), with weights from ``checkpoint`` if given, in
+    the words of where they are: ``--model NAME --checkpoint FILE`` on the command line, ``load_model('NAME',
+    checkpoint='FILE')`` from Python; ``name`` empty: ``--model`` or ``load_model`` alone."""
+    weights = argument("checkpoint", checkpoint) if checkpoint else ""
+    if on_the_command_line():
+        return " ".join(filter(None, ["--model", name, weights]))
+    if not name:
+        return "load_model"
+    return f"load_model({', '.join(filter(None, [name if name == 'ARCH' else repr(name), weights]))})"
+
+
+def _refuse_build_arguments(name: str, why: str, given: Mapping[str, object]) -> None:
+    """Refuse the build arguments ``given`` (name → value) to a model ``name`` that they would not change, for the
+    reason ``why``, naming each as the user gave it."""
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise ModelLoadError(f"{name}: {why}; {arguments(dict(given))} {verb} not apply")
 
 
 def _trained_side(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Optional[int]:
@@ -221,24 +241,20 @@ def load_model(
     # a save_pretrained folder may come as a Path
     name = path_of(name, "name", "a model's name or folder", "a model already built goes to the methods as it is")
     _refuse_names_that_are_no_model(name)
+    given = {**({} if num_classes is None else {"num_classes": num_classes}), **model_kwargs}
     if name == TESTBED_NAME:
-        if num_classes is not None or model_kwargs:
-            raise ModelLoadError(f"{name}: the fixed 64×64 testbed with its own weights; --num-classes and the timm "
-                                 "size options do not apply")
+        _refuse_build_arguments(name, "the fixed 64×64 testbed with its own weights", given)
         if checkpoint is None:
             return load_testbed_model(device)
         model = build_testbed_model()
         load_state(model, read_checkpoint(checkpoint, trust=trust_checkpoint), checkpoint)
         return model.eval().to(device)
     if is_transformers_name(name):
-        if pretrained or num_classes is not None or model_kwargs:
-            raise ModelLoadError(f"{name}: a transformers model takes its weights and size from its folder or hub id; "
-                                 "--pretrained, --num-classes and the timm size options do not apply")
+        _refuse_build_arguments(name, "a transformers model takes its weights and size from its folder or hub id",
+                                {"pretrained": True, **given} if pretrained else given)
         return load_transformers(name, _read_if_given(checkpoint, trust_checkpoint), checkpoint).eval().to(device)
     if name.startswith(OPEN_CLIP_PREFIX):
-        if num_classes is not None or model_kwargs:
-            raise ModelLoadError(f"{name}: an open_clip model takes its size from its architecture; --num-classes "
-                                 "and the timm size options do not apply")
+        _refuse_build_arguments(name, "an open_clip model takes its size from its architecture", given)
         check_open_clip_name(name, pretrained=pretrained)  # before the checkpoint is read
         state = _read_if_given(checkpoint, trust_checkpoint)
         model = build_open_clip(name)
