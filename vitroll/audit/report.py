@@ -42,7 +42,7 @@ def _fmt(value: object, digits: int = 3) -> str:
     return "" if number is None else f"{number:.{digits}f}"
 
 
-def frames_not_audited(row: AuditRow) -> str:
+def which_frames(row: AuditRow) -> str:
     """Which frames a row not audited stands for: ``4-7`` (a run of parts), ``2`` (one frame), ``all`` (the file)."""
     if row.frames is not None:
         return f"{row.frames.start}-{row.frames[-1]}"
@@ -105,7 +105,7 @@ class AuditReport:
     def record(self, row: AuditRow) -> dict[str, object]:
         record: dict[str, object] = {
             "case": row.case, "input": row.input_number, "study": row.study, "frame": row.frame,
-            "frames": frames_not_audited(row) if row.error else None,
+            "frames": which_frames(row) if row.error else None,
             "status": "error" if row.error else ("flagged" if row.flagged else "ok"), "reason": row.error,
             "flagged": row.flagged if row.error is None else None,
             **{name: row.metadata.get(name) for name in GROUP_FIELDS},
@@ -230,4 +230,4 @@ def render_html(report: AuditReport) -> str:
         window=f"W {window[0]:g}, L {window[1]:g}" if window else "from each file",
         labels=METRIC_LABELS, group_fields=GROUP_FIELDS, id_fields=ID_FIELDS if report.options.keep_ids else (),
         input_order=INPUT_ORDER, as_finite=finite, formatted=_fmt, png_uri=_png_uri,
-        frames_not_audited=frames_not_audited)
+        which_frames=which_frames)
