@@ -325,6 +325,22 @@ def test_a_cine_longer_than_a_batch_is_streamed_in_parts_with_the_same_rows(tmp_
     assert failures[0]["case"].endswith("-f4-6")
 
 
+def test_under_frame_k_a_file_that_fails_names_frame_k_not_all(tmp_path):
+    """Under --frame 1 a broken file's row said frames "all", though only frame 1 was asked for."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    cine = write_dicom(inputs / "cine.dcm", np.stack([body_phantom(), body_phantom(marker=False)]), number=1)
+    (inputs / "cut.dcm").write_bytes(cine.read_bytes()[:-3000])
+    code, _, _ = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--frame", "1", "--salt", "s",
+                         "--keep-burned-in-text", *MODEL)
+    assert code == 3
+    with open(tmp_path / "out" / "report.csv", newline="") as table:
+        assert [(row["input"], row["status"] == "error", row["frame"], row["frames"])
+                for row in csv.DictReader(table)] == [("1", False, "1", ""), ("2", True, "1", "1")]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert re.search(r'<td class="key">case-\w+</td><td>1</td><td>This DICOM file', html)
+
+
 def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):
     """rtdose_rle.dcm (15 frames) with frame 3 and frame 11 of fewer RLE segments than its header's 32 bits need
     (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the

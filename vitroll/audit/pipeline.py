@@ -155,7 +155,8 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
 
 def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = None) -> AuditRow:
     """The row of a file that gave no image, or of its ``frames`` (of a file streamed in parts) that gave none, which
-    its case and reason then name; its reason scrubbed of the file's path and name unless ``keep_ids``."""
+    its case and reason then name; its reason scrubbed of the file's path and name unless ``keep_ids``. Under
+    ``--frame K`` the row is of frame K, the only one asked for."""
     path = failed.item.path
     reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, path))
     case = f"case-{_file_key(failed.item, options)}"
@@ -168,7 +169,8 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
         first = reason[:1].lower() if reason[1:2].islower() else reason[:1]  # "DICOM …" keeps its capital
         reason = f"{which} not audited: {first}{reason[1:]}"
     return AuditRow(case=case, study=_study_key(failed.item, None, options), input_number=failed.item.number,
-                    frames=part, error=reason, identifiers={"file": str(path)} if options.keep_ids else {})
+                    frame=options.frame, frames=part, error=reason,
+                    identifiers={"file": str(path)} if options.keep_ids else {})
 
 
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
