@@ -22,7 +22,9 @@ from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.adapters.tokenizers import registered_tokenizer
 from vitroll.capture import AttentionRecorder
 from vitroll.cli import main
-from vitroll.errors import InputValueError, MethodOptionError, UnsupportedModelError, VitrollError
+from vitroll.errors import (
+    InputValueError, MethodOptionError, OptionValueError, UnsupportedModelError, VitrollError,
+)
 from vitroll.methods import Method
 from vitroll.models import load_model
 
@@ -175,6 +177,17 @@ def test_strings_are_tokenised_with_the_models_tokenizer(tmp_path):
     torch.testing.assert_close(vitroll.image_text_maps(model, images(), texts), expected)
     assert text_inputs(model, "a dog").labels == ("a dog",)
 
+
+
+@pytest.mark.parametrize("name", ["clip", "open_clip"])
+def test_a_tokenizers_name_given_as_the_tokenizer_is_refused_by_name(name):
+    """tokenizer="openai/clip-vit-base-patch32" failed inside the family's tokenize: "'str' object is not callable"."""
+    model = hf_model("clip") if name == "clip" else open_clip.create_model("ViT-B-32", pretrained=None)
+    with pytest.raises(OptionValueError) as raised:
+        vitroll.image_text_maps(model, torch.randn(1, 3, 32, 32), ["a cat"], tokenizer="openai/clip-vit-base-patch32")
+    assert str(raised.value) == ("tokenizer must be a tokenizer, not str 'openai/clip-vit-base-patch32': "
+                                 "AutoTokenizer.from_pretrained('openai/clip-vit-base-patch32') loads one "
+                                 "(open_clip: open_clip.get_tokenizer(MODEL_NAME))")
 
 def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_context_length():
     model = open_clip.model.CLIP(16, dict(layers=1, width=32, head_width=16, image_size=32, patch_size=8),

@@ -162,8 +162,8 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     TypeError
         For texts of another type, or input ids that are not integers.
     ValueError
-        For no texts, an empty string, strings without a tokenizer, ids or a mask of the wrong shape, ids outside the
-        text tower's vocabulary, or a mask for a model that takes none.
+        For no texts, an empty string, strings without a tokenizer or with one that is no tokenizer (its name), ids
+        or a mask of the wrong shape, ids outside the text tower's vocabulary, or a mask for a model that takes none.
     UnsupportedModelError
         For a model that is not an image–text model.
     """
@@ -181,6 +181,11 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     blank = [index for index, text in enumerate(texts) if not text.strip()]
     if blank:
         raise InputValueError(f"text {blank[0]} ({texts[blank[0]]!r}) is blank: a blank text has nothing to explain")
+    if tokenizer is not None and not callable(tokenizer):
+        loads = (f"AutoTokenizer.from_pretrained({tokenizer!r}) loads one" if isinstance(tokenizer, str)
+                 else "pass AutoTokenizer.from_pretrained(<its folder or hub id>)")
+        raise OptionValueError(f"tokenizer must be a tokenizer, not {type(tokenizer).__name__} {tokenizer!r}: {loads} "
+                               "(open_clip: open_clip.get_tokenizer(MODEL_NAME))")
     inputs = score.tokenize(model, list(texts), tokenizer)
     _check_length(model, inputs.input_ids, score, "the tokenizer gives",
                   "pass the tokenizer made for this model (open_clip: open_clip.get_tokenizer(MODEL_NAME))")
