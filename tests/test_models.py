@@ -426,3 +426,33 @@ def test_naflexvit_preprocesses_as_its_pretrained_config_and_refuses_an_img_size
     with worded_for_the_command_line(), pytest.raises(ModelLoadError) as raised:
         load_model("naflexvit_base_patch16_gap", img_size=224, **tiny)
     assert str(raised.value).endswith("give the size to preprocess at with --input-size 224 224 instead of --img-size")
+
+
+def test_weights_refusals_name_checkpoint_keywords_from_python(tmp_path, monkeypatch):
+    """Refusals of weights that cannot be had or read told a Python user to 'pass --checkpoint FILE' or 'pass it as
+    --model FOLDER': they now name checkpoint=FILE and load_model(FOLDER) (the command line keeps its flags, pinned
+    in test_torchvision, test_zoo_cli, test_image_text and test_mistakes).."""
+    import vitroll.models.hub
+
+    (tmp_path / "notes.txt").write_text("not weights")
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(vitroll.models.hub, "host_reachable", lambda host, port, timeout: False)
+    monkeypatch.setattr(vitroll.models.hub, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(vitroll.models.hub, "pretrained_maybe_cached", lambda name: False)
+    calls = {"folder": lambda: load_model("vit_tiny_patch16_224", checkpoint=tmp_path),
+             "text": lambda: load_model("vit_tiny_patch16_224", checkpoint=tmp_path / "notes.txt"),
+             "torchvision": lambda: load_model("torchvision:vit_b_16", pretrained=True),
+             "timm": lambda: load_model("vit_tiny_patch16_224", pretrained=True),
+             "open_clip": lambda: load_model("open_clip:ViT-B-32", pretrained=True)}
+    expected = {"folder": "(a save_pretrained folder is a model: pass it as load_model(FOLDER))",
+                "text": "checkpoint takes a state dict saved as .safetensors or with torch.save",
+                "torchvision": "pass checkpoint=FILE or run once with network access",
+                "timm": "pass checkpoint=FILE (.safetensors/.pth) or run once with network access",
+                "open_clip": "pass the weights as checkpoint=FILE (open_clip_model.safetensors)"}
+    for kind, call in calls.items():
+        with pytest.raises(ModelLoadError) as raised:
+            call()
+        assert expected[kind] in str(raised.value) and "--" not in str(raised.value), kind
+    with worded_for_the_command_line(), pytest.raises(ModelLoadError) as raised:
+        calls["folder"]()
+    assert str(raised.value).endswith("(a save_pretrained folder is a model: pass it as --model FOLDER)")

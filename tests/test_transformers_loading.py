@@ -566,3 +566,23 @@ def test_a_saved_mae_for_pretraining_explains_its_encoder_on_every_patch_quietly
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
     assert "LOAD REPORT" not in captured.err and "UNEXPECTED" not in captured.err
+
+
+def test_folder_loading_refusals_name_keywords_from_python(folder, tmp_path):
+    """A Python user whose folder's weights could not be read was told to 'pass --checkpoint …' and
+    '--trust-checkpoint', flags they do not have: from Python the refusals name checkpoint= and trust_checkpoint=True
+    (the command line's own wording is pinned by the tests above)."""
+    config_only, renamed, pickled = (tmp_path / name for name in ("config-only", "renamed", "pickled"))
+    for made in (config_only, pickled):
+        made.mkdir()
+        shutil.copy(folder / "config.json", made)
+    shutil.copytree(folder, renamed)
+    (renamed / "model.safetensors").rename(renamed / "weights.safetensors")
+    torch.save(transformers.ViTForImageClassification.from_pretrained(folder).eval(), pickled / "pytorch_model.bin")
+    expected = {config_only: "pass checkpoint=FILE for a state dict on top of the config",
+                renamed: f"rename it model.safetensors, or pass checkpoint={str(renamed / 'weights.safetensors')!r}",
+                pickled: f"or pass checkpoint={str(pickled / 'pytorch_model.bin')!r}, trust_checkpoint=True"}
+    for model_folder, advice in expected.items():
+        with pytest.raises(ModelLoadError) as raised:
+            load_model(str(model_folder))
+        assert str(raised.value).endswith(advice) and "--" not in str(raised.value)

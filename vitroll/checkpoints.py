@@ -20,7 +20,7 @@ import safetensors.torch
 from torch import nn
 
 from vitroll.errors import ForeignWeightsError, ModelLoadError
-from vitroll.wording import argument
+from vitroll.wording import argument, model_loading
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module")
 _MODEL_PREFIXES = ("module.", "timm_model.")
@@ -116,7 +116,8 @@ def _load_file(path: Path, *, trust: bool) -> object:
         raise ModelLoadError(f"{path}: the file is empty (0 bytes), not a checkpoint")
     if kind == "other":
         raise ModelLoadError(f"{path}: neither a safetensors file nor a torch.save file (its first bytes are "
-                             "neither's); --checkpoint takes a state dict saved as .safetensors or with torch.save")
+                             f"neither's); {argument('checkpoint')} takes a state dict saved as .safetensors or with "
+                             "torch.save")
     if kind == "safetensors":
         try:
             return safetensors.torch.load_file(str(path))
@@ -152,7 +153,7 @@ def read_checkpoint(path: "str | os.PathLike[str]", *, trust: bool = False) -> d
     path = Path(path)
     if path.is_dir():
         raise ModelLoadError(f"{path}: a folder, not a weights file; a checkpoint is one .safetensors or torch.save "
-                             "file (a save_pretrained folder is a model: pass it as --model FOLDER)")
+                             f"file (a save_pretrained folder is a model: pass it as {model_loading('FOLDER')})")
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such checkpoint file")
     state = _load_file(path, trust=trust)

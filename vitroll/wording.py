@@ -61,6 +61,17 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     return flag if value is True else f"{flag} {words}"
 
 
+def model_loading(name: str, *, checkpoint: str = "") -> str:
+    """How the user loads model ``name`` (``ARCH`` or ``FOLDER`` stands for any), with weights from ``checkpoint`` if
+    given, in the words of where they are: ``--model NAME --checkpoint FILE`` on the command line,
+    ``load_model('NAME', checkpoint='FILE')`` from Python; ``name`` empty: ``--model`` or ``load_model`` alone."""
+    weights = argument("checkpoint", checkpoint) if checkpoint else ""
+    if _on_the_command_line:
+        return " ".join(filter(None, ["--model", name, weights]))
+    if not name:
+        return "load_model"
+    return f"load_model({', '.join(filter(None, [name if name in ('ARCH', 'FOLDER') else repr(name), weights]))})"
+
 def arguments(values: "dict[str, object]") -> str:
     """:func:`argument` for each of ``values`` (name → value), as they are given together: ``depth=2, img_size=32``
     from Python, ``--model-arg depth=2 --img-size 32`` on the command line."""

@@ -21,7 +21,7 @@ from vitroll.models.timm import check_model_name, create_timm_model, num_classes
 from vitroll.models.torchvision import TORCHVISION_PREFIX, build_torchvision
 from vitroll.models.transformers import TRANSFORMERS_PREFIX, is_transformers_name, load_transformers
 from vitroll.testbed.model import TESTBED_NAME, build_testbed_model, load_testbed_model
-from vitroll.wording import argument, arguments, on_the_command_line
+from vitroll.wording import argument, arguments, model_loading, on_the_command_line
 
 
 def _refuse_names_that_are_no_model(name: str) -> None:
@@ -40,25 +40,14 @@ def _refuse_names_that_are_no_model(name: str) -> None:
     if path.is_file():
         if (path.parent / "config.json").is_file():
             raise ModelLoadError(f"{name}: a file of a save_pretrained folder; the folder is the model: pass "
-                                 f"{_loading(str(path.parent))}")
-        raise ModelLoadError(f"{name}: a file, not a model; {_loading('')} takes a model name or a save_pretrained "
-                             f"folder (weights go with their architecture: {_loading('ARCH', checkpoint=name)})")
+                                 f"{model_loading(str(path.parent))}")
+        raise ModelLoadError(f"{name}: a file, not a model; {model_loading('')} takes a model name or a "
+                             "save_pretrained folder (weights go with their architecture: "
+                             f"{model_loading('ARCH', checkpoint=name)})")
     looks_like_a_path = (path.is_absolute() or name.startswith((".", "~")) or name.endswith(("/", os.sep))
                          or name.count("/") > 1)
     if looks_like_a_path and not path.exists():
         raise ModelLoadError(f"{name}: no such model folder")
-
-
-def _loading(name: str, *, checkpoint: str = "") -> str:
-    """How the user loads model ``name`` (``ARCH`` stands for any), with weights from ``checkpoint`` if given, in
-    the words of where they are: ``--model NAME --checkpoint FILE`` on the command line, ``load_model('NAME',
-    checkpoint='FILE')`` from Python; ``name`` empty: ``--model`` or ``load_model`` alone."""
-    weights = argument("checkpoint", checkpoint) if checkpoint else ""
-    if on_the_command_line():
-        return " ".join(filter(None, ["--model", name, weights]))
-    if not name:
-        return "load_model"
-    return f"load_model({', '.join(filter(None, [name if name == 'ARCH' else repr(name), weights]))})"
 
 
 def _refuse_build_arguments(name: str, why: str, given: Mapping[str, object]) -> None:

@@ -12,6 +12,7 @@ from vitroll.capture.families import refusal_of_module
 from vitroll.errors import ModelLoadError, UnsupportedModelError
 from vitroll.models import hub
 from vitroll.models.timm import unexplained_module
+from vitroll.wording import argument
 
 OPEN_CLIP_PREFIX = "open_clip:"
 
@@ -35,7 +36,7 @@ def check_open_clip_name(name: str, *, pretrained: bool) -> None:
         raise ModelLoadError(f'{name}: open_clip is not installed; pip install "vitroll[clip]"') from None
     if pretrained:
         raise ModelLoadError(f"{name}: open_clip's pretrained weights are downloaded by tag; pass the weights as "
-                             "--checkpoint FILE (open_clip_model.safetensors)")
+                             f"{argument('checkpoint', placeholder='FILE')} (open_clip_model.safetensors)")
     if architecture not in open_clip.list_models():
         close = difflib.get_close_matches(architecture, open_clip.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

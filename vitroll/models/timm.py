@@ -15,6 +15,7 @@ from torch import nn
 from vitroll.capture.families import FAMILIES, imported_types, refusal_of_module, unsupported_message
 from vitroll.errors import ModelLoadError, UnsupportedModelError
 from vitroll.models import hub
+from vitroll.wording import argument
 
 
 def supported_timm_names(pattern: str = "", *, pretrained: bool = False) -> set[str]:
@@ -111,8 +112,9 @@ def _from_the_hub(name: str, *, pretrained: bool) -> Iterator[None]:
     offline = not hub.hub_reachable()
     needed = "pretrained weights" if pretrained else "configuration"
     uncached = f"{'are' if pretrained else 'is'} not in the local cache and the hub cannot be reached"
-    advice = ("run once with network access, or pass a timm model name with --checkpoint FILE" if hub.is_hub_name(name)
-              else "pass --checkpoint FILE (.safetensors/.pth) or run once with network access")
+    weights = argument("checkpoint", placeholder="FILE")
+    advice = (f"run once with network access, or pass a timm model name with {weights}" if hub.is_hub_name(name)
+              else f"pass {weights} (.safetensors/.pth) or run once with network access")
     if offline and not hub.pretrained_maybe_cached(name):  # fail before spending seconds on initialisation
         raise ModelLoadError(f"{name}: {needed} {uncached}; {advice}")
     try:

@@ -52,8 +52,8 @@ def build_torchvision(name: str, *, pretrained: bool, state: Optional[Mapping[st
         cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(url.path).name
         if not cached.is_file() and not hub.host_reachable(url.hostname, url.port or 443, timeout=3.0):
             raise ModelLoadError(f"{name}: torchvision's pretrained weights are not in {cached.parent} and "
-                                 f"{url.hostname} cannot be reached; pass --checkpoint FILE or run once with network "
-                                 "access")
+                                 f"{url.hostname} cannot be reached; pass "
+                                 f"{argument('checkpoint', placeholder='FILE')} or run once with network access")
     try:
         return torchvision.models.get_model(architecture, weights="DEFAULT" if pretrained else None, **config)
     except OSError as error:  # urllib's URLError included: the download started but failed

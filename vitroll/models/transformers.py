@@ -31,6 +31,7 @@ from vitroll.models.torchvision import TORCHVISION_PREFIX
 from vitroll.testbed.captioner_model import FOLDER as CAPTION_FOLDER
 from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
 from vitroll.testbed.text_model import FOLDERS as TEXT_TESTBED_FOLDERS
+from vitroll.wording import argument, arguments
 
 TRANSFORMERS_PREFIX = "transformers:"
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -169,7 +170,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     if local and state is None and not any((folder / f).is_file() for f in TRANSFORMERS_WEIGHTS):
         _refuse_unnamed_weights(name, folder)
         raise ModelLoadError(f"{name}: {folder} has a config.json but no weights (model.safetensors or "
-                             "pytorch_model.bin); pass --checkpoint FILE for a state dict on top of the config")
+                             f"pytorch_model.bin); pass {argument('checkpoint', placeholder='FILE')} for a state "
+                             "dict on top of the config")
     implementation = "eager" if kind in TEXT_EAGER_MODEL_TYPES else "sdpa"
     config._attn_implementation = implementation
     if kind == "vit_mae":  # saved for pre-training (0.75): vitroll explains the encoder on every patch, in grid order
@@ -196,8 +198,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         weights = folder / "pytorch_model.bin" if local else "its pytorch_model.bin"
         raise ModelLoadError(f"{name}: {weights} holds Python objects besides tensors, and unpickling them can run "
                              "arbitrary code, so vitroll refused; if you trust its source, save the model again with "
-                             f"save_pretrained (model.safetensors), or pass --checkpoint {weights} "
-                             "--trust-checkpoint") from None
+                             f"save_pretrained (model.safetensors), or pass "
+                             f"{arguments({'checkpoint': str(weights), 'trust_checkpoint': True})}") from None
     except Exception as error:
         raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
@@ -233,7 +235,8 @@ def _refuse_unnamed_weights(name: str, folder: Path) -> None:
                              f"without their index {expected}.index.json; copy it from where the model was saved")
     more = f" (and {', '.join(files[1:3])}{' …' if len(files) > 3 else ''})" if len(files) > 1 else ""
     raise ModelLoadError(f"{name}: its weights file {files[0]}{more} is not one transformers reads (model.safetensors "
-                         f"or pytorch_model.bin); rename it {expected}, or pass --checkpoint {folder / files[0]}")
+                         f"or pytorch_model.bin); rename it {expected}, or pass "
+                         f"{argument('checkpoint', str(folder / files[0]))}")
 
 
 def _from_state(transformers: object, cls: type, config: object, state: Mapping[str, torch.Tensor],
