@@ -22,6 +22,7 @@ from vitroll.io.names import error_line
 from vitroll.pipelines import folder, ranks, stream
 from vitroll.pipelines.inputs import discover
 from claimed_size import png_claiming_size
+from interrupts import pressing_ctrl_c
 from manifest_check import assert_manifest_matches_folder
 
 GOOD = ["a/x.png", "b/x.png", "cmyk.jpg", "deep16.png", "palette.png", "rgba.png", "rotated.jpg"]
@@ -147,22 +148,9 @@ def test_a_second_ctrl_c_while_the_run_winds_down_is_ignored(messy, tmp_path, mo
 
     from vitroll.pipelines import manifest
 
-    real_explain, real_write_final = stream.explain_batch, manifest.write_final
-    calls = []
-
-    def explain_batch(*args, **kwargs):
-        calls.append(None)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
-        return real_explain(*args, **kwargs)
-
-    def write_final(*args, **kwargs):
-        if calls:
-            os.kill(os.getpid(), signal.SIGINT)  # and again, while the work done is kept
-        return real_write_final(*args, **kwargs)
-
-    monkeypatch.setattr(stream, "explain_batch", explain_batch)
-    monkeypatch.setattr(manifest, "write_final", write_final)
+    monkeypatch.setattr(stream, "explain_batch", pressing_ctrl_c(stream.explain_batch, on_calls=(2,)))
+    # and again, while the work done is kept (the first call is the start's, of an empty folder)
+    monkeypatch.setattr(manifest, "write_final", pressing_ctrl_c(manifest.write_final, on_calls=(2,)))
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--recursive") == 130
     assert "interrupted — rerun the same command to resume" in capsys.readouterr().out
@@ -175,18 +163,10 @@ def test_a_second_ctrl_c_while_the_run_winds_down_is_ignored(messy, tmp_path, mo
 def test_a_ctrl_c_once_every_input_is_done_lets_the_run_finish(messy, tmp_path, monkeypatch, capsys):
     """A Ctrl-C while manifest.csv was written after the last batch broke it off: the run exited 130 with no
     manifest.csv or gallery, though there was nothing left to resume."""
-    import signal
-
     from vitroll.pipelines import manifest
 
-    real_write_final = manifest.write_final
-
-    def write_final(out_dir, rows):
-        if rows:  # the merge after the last batch, not the start's (of an empty folder)
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_write_final(out_dir, rows)
-
-    monkeypatch.setattr(manifest, "write_final", write_final)
+    # the merge after the last batch, not the start's (of an empty folder)
+    monkeypatch.setattr(manifest, "write_final", pressing_ctrl_c(manifest.write_final, on_calls=(2,)))
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--recursive") == 3
     assert f"{len(GOOD)} ok, {len(BAD)} failed, 0 skipped" in capsys.readouterr().out

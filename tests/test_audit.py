@@ -20,6 +20,7 @@ from PIL import Image
 pytest.importorskip("pydicom", minversion="3.0")
 
 from claimed_size import png_claiming_size
+from interrupts import pressing_ctrl_c
 from dicom_factory import (
     FAKE_IDS, PHI_STRINGS, body_phantom, rle_segments, patched_testdata, write_dicom,
 )
@@ -29,7 +30,8 @@ from vitroll.audit.metrics import (
 )
 from vitroll.audit.pipeline import run_audit
 from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
-from vitroll.audit.report import AuditReport
+from vitroll.audit.report import AuditReport, render_html
+from vitroll.audit.summary import not_reached
 from vitroll.cli import main
 from vitroll.errors import InputValueError
 from vitroll.methods import METHODS, Method, Saliency
@@ -390,7 +392,7 @@ def test_counts_of_files_and_frames_not_audited_are_kept_apart():
         "The audit covers 3 images from 3 files in 1 study; 1 file and 3 frames of 1 other file were not audited")
     assert json.loads(report.to_json())["counts"] == {
         "files": 3, "files_audited": 1, "files_partly_audited": 1, "files_not_audited": 1, "images": 3,
-        "frames_not_audited_in_partly_audited_files": 3, "rows_not_audited": 3}
+        "frames_not_audited_in_partly_audited_files": 3, "rows_not_audited": 3, "files_interrupted": 0}
     assert [record["frames"] for record in report.records()] == [None] * 3 + ["all", "1", "4-5"]
     one = AuditReport(rows=[images[0], errors[1]], options=AuditOptions(), settings=ExplainSettings(), files=1)
     assert "; 1 frame of 1 file was not audited (" in one.sentences()[0].text
@@ -658,6 +660,110 @@ def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs
         assert code == 0
         assert "1 image from 1 file, 0 files not audited" in stdout  # neither its own overlays nor a.dcm twice
     assert len(json.loads((out / "report.json").read_text())["cases"]) == 1
+
+
+AUDITED = {"flagged": "ok"}
+"""A measured image's status, flagged or not (the test model's weights are random)."""
+
+
+def write_five_patients(inputs: Path) -> list[str]:
+    """Five single-frame DICOMs whose names carry identifiers, and a cut one: their names in input order."""
+    inputs.mkdir()
+    names = [f"{number}_{FAKE_IDS['PatientID']}_{FAKE_IDS['StudyDate']}.dcm" for number in range(1, 6)]
+    for number, name in enumerate(names, 1):
+        write_dicom(inputs / name, body_phantom(), number=number)
+    (inputs / "6_Zyxwuvt_cut.dcm").write_bytes((inputs / names[0]).read_bytes()[:-3000])
+    return [*names, "6_Zyxwuvt_cut.dcm"]
+
+
+def test_ctrl_c_finishes_the_file_in_flight_and_reports_every_file_not_reached(tmp_path, monkeypatch):
+    """Ctrl-C printed "vitroll: interrupted" and left some overlays and no report: the work done was lost."""
+    import signal
+
+    import vitroll.audit.pipeline as pipeline
+
+    names = write_five_patients(tmp_path / "in")
+    monkeypatch.setattr(pipeline, "_measure", pressing_ctrl_c(pipeline._measure, on_calls=(2,)))
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--batch-size", "4",
+                                   "--salt", "s", "--keep-burned-in-text", *MODEL)
+    assert code == 130 and "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if line.startswith("vitroll: interrupted")] == [
+        "vitroll: interrupted: finishing the file in flight, then writing the report of what was audited "
+        "(Ctrl-C again to stop at once)",
+        'vitroll: interrupted: not audited: files 3 to 6 (the report lists them as "interrupted"); rerun the audit '
+        "to cover them"]
+    assert stdout.splitlines()[-1] == f"2 images from 6 files, 4 files not audited -> {out}/report.html (.csv, .json)"
+    report = json.loads((out / "report.json").read_text())
+    assert [(row["input"], AUDITED.get(row["status"], row["status"]), row["frames"], row["reason"])
+            for row in report["cases"]] == [
+        (1, "ok", None, None), (2, "ok", None, None),
+        *[(number, "interrupted", "all", "Not audited: interrupted (Ctrl-C).") for number in range(3, 7)]]
+    assert report["counts"] == {"files": 6, "files_audited": 2, "files_partly_audited": 0, "files_not_audited": 4,
+                                "images": 2, "frames_not_audited_in_partly_audited_files": 0, "rows_not_audited": 4,
+                                "files_interrupted": 4}
+    assert report["summary"][1]["text"] == ("The audit was interrupted (Ctrl-C) before it reached files 3 to 6: "
+                                            'listed as not audited, with the reason "interrupted".')
+    with open(out / "report.csv", newline="") as table:
+        assert [AUDITED.get(row["status"], row["status"]) for row in csv.DictReader(table)] == [
+            "ok"] * 2 + ["interrupted"] * 4
+    # the third file's overlay, measured before the stop was seen, is not left beside the report
+    assert sorted(path.name for path in (out / "images").iterdir()) == sorted(
+        Path(row["overlay"]).name for row in report["cases"][:2])
+    assert not (out / ".vitroll.lock").exists() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    needles = [*PHI_STRINGS, str(tmp_path / "in"), *names, *(Path(name).stem for name in names)]
+    for path in [*out.rglob("*"), None]:
+        text = stdout + stderr if path is None else path.read_bytes().decode("latin-1") if path.is_file() else ""
+        assert not [needle for needle in needles if needle in text], path
+
+
+def test_a_second_ctrl_c_leaves_the_file_in_flight_and_a_third_while_the_report_is_written_is_ignored(
+        tmp_path, monkeypatch):
+    import vitroll.audit.pipeline as pipeline
+    from vitroll.audit.report import AuditReport
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    write_dicom(inputs / "cine.dcm", np.stack([body_phantom()] * 4), number=2)
+    write_dicom(inputs / "z.dcm", body_phantom(), number=3)
+    monkeypatch.setattr(pipeline, "_measure", pressing_ctrl_c(pipeline._measure, on_calls=(2, 3)))
+    monkeypatch.setattr(AuditReport, "write", pressing_ctrl_c(AuditReport.write))
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(out), "--salt", "s", "--keep-burned-in-text",
+                                   *MODEL)
+    assert code == 130 and "Traceback" not in stderr
+    assert stderr.splitlines()[-1] == ('vitroll: interrupted: not audited: frames 1 to 3 of file 2 and file 3 (the '
+                                       'report lists them as "interrupted"); rerun the audit to cover them')
+    report = json.loads((out / "report.json").read_text())
+    assert [(row["input"], row["frame"], AUDITED.get(row["status"], row["status"]), row["frames"], row["reason"])
+            for row in report["cases"]] == [(1, 0, "ok", None, None), (2, 0, "ok", None, None),
+                  (2, None, "interrupted", "1-3", "Frames 1 to 3 of 4 are not audited: interrupted (Ctrl-C)."),
+                  (3, None, "interrupted", "all", "Not audited: interrupted (Ctrl-C).")]
+    assert stdout.splitlines()[-1].startswith("2 images from 3 files, 1 file and 3 frames of 1 other file not audited")
+    assert len(list((out / "images").iterdir())) == 2
+
+
+def test_interrupted_rows_are_worded_in_every_report_file():
+    images = [AuditRow(case="c1", study="s", input_number=1)]
+    left = [AuditRow(case="c2-f2-4", study="s", input_number=2, frames=range(2, 5), interrupted=True,
+                     error="Frames 2 to 4 of 5 are not audited: interrupted (Ctrl-C)."),
+            *[AuditRow(case=f"c{number}", study="t", input_number=number, interrupted=True,
+                       error="Not audited: interrupted (Ctrl-C).") for number in (3, 4, 5, 7)],
+            AuditRow(case="c6", study="t", input_number=6, error="Unreadable.")]
+    report = AuditReport(rows=images + left, options=AuditOptions(), settings=ExplainSettings(), files=7)
+    assert not_reached(report.interrupted) == "frames 2 to 4 of file 2 and files 3 to 5, 7"
+    assert not_reached(report.interrupted[-1:]) == "file 7"
+    assert report.sentences()[1].text == ("The audit was interrupted (Ctrl-C) before it reached frames 2 to 4 of "
+                                          "file 2 and files 3 to 5, 7: listed as not audited, with the reason "
+                                          '"interrupted".')
+    assert [(record["status"], record["frames"]) for record in report.records()] == [
+        ("ok", None), ("interrupted", "2-4"), *[("interrupted", "all")] * 3, ("error", "all"), ("interrupted", "all")]
+    assert json.loads(report.to_json())["counts"]["files_interrupted"] == 5
+    assert [row["status"] for row in csv.DictReader(io.StringIO(report.to_csv()))][1:3] == ["interrupted"] * 2
+    html = render_html(report)
+    assert '<td class="key">c2-f2-4</td><td>2-4</td><td>Frames 2 to 4 of 5 are not audited: interrupted' in html
+    assert html.count("<td>Not audited: interrupted (Ctrl-C).</td>") == 4
 
 
 def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, checkpoint, monkeypatch):

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from interrupts import pressing_ctrl_c
 from vitroll.checkpoints import file_sha256
 from vitroll.cli import main
 from vitroll.models import SHIPPED_TRANSFORMERS
@@ -60,16 +61,9 @@ def test_an_interrupted_run_resumes_to_the_scores_of_an_uninterrupted_one(tmp_pa
 def test_a_ctrl_c_once_every_text_is_done_lets_the_report_be_written(tmp_path, texts_file, monkeypatch, capsys):
     """A Ctrl-C while the report was written after the last batch broke it off: the run exited 130 without
     scores.json or text.html, though there was nothing left to resume."""
-    import os
     import signal
 
-    write_text_report = text_run.write_text_report
-
-    def interrupted_while_written(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
-        return write_text_report(*args, **kwargs)
-
-    monkeypatch.setattr(text_run, "write_text_report", interrupted_while_written)
+    monkeypatch.setattr(text_run, "write_text_report", pressing_ctrl_c(text_run.write_text_report))
     out = tmp_path / "out"
     assert run_text(out, texts_file) == 0
     assert "6 texts ok, 0 failed" in capsys.readouterr().out
@@ -80,23 +74,11 @@ def test_a_ctrl_c_once_every_text_is_done_lets_the_report_be_written(tmp_path, t
 def test_a_second_ctrl_c_while_the_run_winds_down_keeps_the_report_of_the_texts_done(tmp_path, texts_file,
                                                                                      monkeypatch, capsys):
     """After a first Ctrl-C a second one, while the report of the texts done was written, broke that off."""
-    import os
     import signal
 
-    explain_texts, write_text_report, calls = text_run.explain_texts, text_run.write_text_report, []
-
-    def interrupted_in_the_second_batch(*args, **kwargs):
-        calls.append(None)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
-        return explain_texts(*args, **kwargs)
-
-    def interrupted_again(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)  # and again, while the work done is written
-        return write_text_report(*args, **kwargs)
-
-    monkeypatch.setattr(text_run, "explain_texts", interrupted_in_the_second_batch)
-    monkeypatch.setattr(text_run, "write_text_report", interrupted_again)
+    monkeypatch.setattr(text_run, "explain_texts", pressing_ctrl_c(text_run.explain_texts, on_calls=(2,)))
+    # and again, while the work done is written
+    monkeypatch.setattr(text_run, "write_text_report", pressing_ctrl_c(text_run.write_text_report))
     out = tmp_path / "out"
     assert run_text(out, texts_file) == 130
     assert "interrupted — rerun the same command to resume; 2 texts ok" in capsys.readouterr().out

@@ -14,12 +14,13 @@ the original pixels.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -39,6 +40,7 @@ from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find
 from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
+from vitroll.pipelines.folder import one_interrupt
 from vitroll.pipelines.manifest import OutputLock
 from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
 from vitroll.preprocess import Preprocessing
@@ -157,9 +159,14 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
     """The row of a file that gave no image, or of its ``frames`` (of a file streamed in parts) that gave none, which
     its case and reason then name; its reason scrubbed of the file's path and name unless ``keep_ids``. Under
     ``--frame K`` the row is of frame K, the only one asked for."""
-    path = failed.item.path
-    reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, path))
-    case = f"case-{_file_key(failed.item, options)}"
+    reason = _sentence(failed.message if options.keep_ids else _scrub(failed.message, failed.item.path))
+    return _not_audited_row(failed.item, reason, options, frames)
+
+
+def _not_audited_row(item: AuditInput, reason: str, options: AuditOptions, frames: Optional[range]) -> AuditRow:
+    """The row of ``item``'s ``frames`` (None: the whole file), not audited for ``reason`` (a sentence)."""
+    path = item.path
+    case = f"case-{_file_key(item, options)}"
     part = None  # the frames this row stands for, when not the whole file
     if frames is not None and len(frames) < (count := frame_count(path)):
         part = frames
@@ -168,7 +175,7 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
         which = f"Frame {start} of {count} is" if one else f"Frames {start} to {last} of {count} are"
         first = reason[:1].lower() if reason[1:2].islower() else reason[:1]  # "DICOM …" keeps its capital
         reason = f"{which} not audited: {first}{reason[1:]}"
-    return AuditRow(case=case, study=_study_key(failed.item, None, options), input_number=failed.item.number,
+    return AuditRow(case=case, study=_study_key(item, None, options), input_number=item.number,
                     frame=options.frame, frames=part, error=reason,
                     identifiers={"file": str(path)} if options.keep_ids else {})
 
@@ -330,12 +337,17 @@ def run_audit(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
     provenance: Optional[ModelProvenance] = None,
+    on_interrupt: Callable[[], None] = lambda: None,
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
     Every file found (:func:`~vitroll.io.discovery.given_found_files`: every file counts, each once, none under
     ``out_dir``) is one row or more;
     ``provenance`` (the model's name and weights source) heads the report, else it says the weights were not stated.
+
+    A first Ctrl-C (in the main thread) calls ``on_interrupt`` and lets the file in flight finish; a second stops at
+    once. The report is then written of what was audited, every file (or frame) not reached a row
+    :attr:`~AuditRow.interrupted`; a Ctrl-C while it is written is ignored.
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
@@ -344,10 +356,31 @@ def run_audit(
     if not inputs:
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
+    stop_asked: list[bool] = []
+
+    def first_interrupt() -> None:
+        stop_asked.append(True)
+        on_interrupt()
+
     # one audit at a time per folder: another's end would remove this one's overlays as not in its report
-    with OutputLock(Path(out_dir)):
-        rows = list(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
-                                preprocessing=preprocessing, class_names=class_names))
+    with OutputLock(Path(out_dir)), one_interrupt(first_interrupt) as hold_interrupts:
+        rows: list[AuditRow] = []
+        in_flight: Optional[int] = None  # once Ctrl-C is pressed: the file of the row it came while making
+        try:
+            with contextlib.closing(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
+                                                preprocessing=preprocessing, class_names=class_names)) as audited:
+                for row in audited:
+                    if in_flight is not None and row.input_number != in_flight:
+                        break  # the file in flight is done: this row's file is left, its overlay removed below
+                    rows.append(row)
+                    if stop_asked and in_flight is None:
+                        in_flight = row.input_number
+        except KeyboardInterrupt:  # the second Ctrl-C: the file in flight is left too, where it stands
+            stop_asked.append(True)
+        finally:
+            hold_interrupts()
+        if stop_asked:
+            rows += interrupted_rows(inputs, rows, options)
         # a file's frames not audited are of its study, which its audited frames' headers name
         studies = {row.input_number: row.study for row in rows if row.error is None}
         for row in rows:
@@ -357,6 +390,31 @@ def run_audit(
         report.write(out_dir)
         _remove_overlays_not_in(report, Path(out_dir))
     return report
+
+
+def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], options: AuditOptions) -> list[AuditRow]:
+    """The rows of what an interrupted audit, whose ``rows`` are those done, left: each file without a row as a whole
+    (of frame ``--frame`` K where given), and the frames after the last done of a file left in its middle. Their keys
+    are the salted ones of an error row: no path or name unless ``keep_ids``."""
+    done: dict[int, float] = {}  # input number -> frames done (a row not audited counts its frames)
+    for row in rows:
+        if row.error is not None and row.frames is None and row.frame is None:
+            last = float("inf")  # the whole file
+        else:
+            last = row.frames[-1] if row.frames is not None else (row.frame or 0)
+        done[row.input_number] = max(done.get(row.input_number, 0), last + 1)
+    left = []
+    for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
+        item = AuditInput(file.path, number, name)
+        if number not in done:
+            row = _not_audited_row(item, "Not audited: interrupted (Ctrl-C).", options, None)
+        elif options.frame is None and done[number] < (count := frame_count(file.path)):
+            row = _not_audited_row(item, "Interrupted (Ctrl-C).", options, range(int(done[number]), count))
+        else:
+            continue
+        row.interrupted = True
+        left.append(row)
+    return left
 
 
 def _remove_overlays_not_in(report: AuditReport, out_dir: Path) -> None:

@@ -98,6 +98,8 @@ class AuditRow:
     frames; else None."""
     error: Optional[str] = None
     """Why the file gave no image: one sentence, without the file's path or name (unless ``keep_ids``)."""
+    interrupted: bool = False
+    """Not audited because the audit was interrupted (Ctrl-C) before it reached the file (or these frames)."""
     metadata: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     not_measured: dict[str, str] = field(default_factory=dict)

@@ -49,6 +49,13 @@ def which_frames(row: AuditRow) -> str:
     return "all" if row.frame is None else str(row.frame)
 
 
+def _status(row: AuditRow) -> str:
+    """``interrupted`` (not reached), ``error`` (not audited otherwise), ``flagged`` or ``ok``."""
+    if row.error:
+        return "interrupted" if row.interrupted else "error"
+    return "flagged" if row.flagged else "ok"
+
+
 def _png_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
@@ -76,6 +83,11 @@ class AuditReport:
     def errors(self) -> list[AuditRow]:
         """Files that gave no image, in input order."""
         return sorted((row for row in self.rows if row.error is not None), key=lambda row: row.input_number or 0)
+
+    @property
+    def interrupted(self) -> list[AuditRow]:
+        """The rows not audited because the audit was interrupted before it reached them, in input order."""
+        return [row for row in self.errors if row.interrupted]
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -106,7 +118,7 @@ class AuditReport:
         record: dict[str, object] = {
             "case": row.case, "input": row.input_number, "study": row.study, "frame": row.frame,
             "frames": which_frames(row) if row.error else None,
-            "status": "error" if row.error else ("flagged" if row.flagged else "ok"), "reason": row.error,
+            "status": _status(row), "reason": row.error,
             "flagged": row.flagged if row.error is None else None,
             **{name: row.metadata.get(name) for name in GROUP_FIELDS},
             **{name: finite(row.metrics.get(name)) for name in self.metric_names},

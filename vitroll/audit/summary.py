@@ -46,6 +46,8 @@ class Coverage:
     """Frames of the partly audited files that gave no image."""
     rows_not_audited: int
     """Rows of the report's list of what was not audited (a file, a run of frames, or a frame each)."""
+    files_interrupted: int = 0
+    """Files (of those not audited or partly audited) that the audit, interrupted, did not reach or finish."""
 
     @classmethod
     def of(cls, rows: list[AuditRow], errors: list[AuditRow], files: int) -> "Coverage":
@@ -58,7 +60,8 @@ class Coverage:
                        for row in errors if row.input_number in with_images)
         return cls(files=files, images=len(rows), files_not_audited=len(failed - with_images),
                    files_partly_audited=len(failed & with_images), frames_not_audited=left_out,
-                   rows_not_audited=len(errors))
+                   rows_not_audited=len(errors),
+                   files_interrupted=len({row.input_number for row in errors if row.interrupted}))
 
     def not_audited(self) -> str:
         """``2 files``, ``8 frames of 1 file``, ``1 file and 8 frames of 1 other file``, or ``0 files``."""
@@ -79,7 +82,7 @@ class Coverage:
                 "files_audited": self.files - self.files_not_audited - self.files_partly_audited,
                 "files_partly_audited": self.files_partly_audited, "files_not_audited": self.files_not_audited,
                 "images": self.images, "frames_not_audited_in_partly_audited_files": self.frames_not_audited,
-                "rows_not_audited": self.rows_not_audited}
+                "rows_not_audited": self.rows_not_audited, "files_interrupted": self.files_interrupted}
 
 
 def percent(value: float) -> str:
@@ -127,6 +130,10 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
         + (f"; {coverage.not_audited()} {coverage.not_audited_verb()} not audited (listed by number in the input "
            f"list, with the reason{'' if len(errors) == 1 else 's'})." if errors else "."),
         _cases(errors), "errors" if errors else "cases")]
+    left = [row for row in errors if row.interrupted]
+    if left:
+        said.append(Sentence(f"The audit was interrupted (Ctrl-C) before it reached {not_reached(left)}: listed as "
+                             "not audited, with the reason \"interrupted\".", _cases(left), "errors"))
     if not n:
         return said
     said.extend(_not_measured_sentences(rows, "outside_body", "the share of saliency outside the body"))
@@ -179,6 +186,27 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
             f"top {options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
             _cases([row for row in with_roi if row not in hits]), "cases"))
     return said
+
+
+def not_reached(rows: list[AuditRow]) -> str:
+    """What the rows an interrupt left stand for, by file number: ``frames 4 to 6 of file 3 and files 4 to 9, 12``."""
+    parts = [f"{_span('frame', row.frames.start, row.frames[-1])} of file {row.input_number}"
+             for row in rows if row.frames is not None]
+    runs: list[list[int]] = []
+    for number in sorted(row.input_number for row in rows if row.frames is None):
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    if runs:
+        noun = "file" if runs[0][0] == runs[-1][1] else "files"
+        parts.append(f"{noun} " + ", ".join(str(a) if a == b else f"{a} to {b}" for a, b in runs))
+    return " and ".join(parts)
+
+
+def _span(noun: str, first: int, last: int) -> str:
+    """``frame 4`` or ``frames 4 to 6``."""
+    return f"{noun} {first}" if first == last else f"{noun}s {first} to {last}"
 
 
 def _not_measured_sentences(rows: list[AuditRow], metric: str, what: str) -> list[Sentence]:

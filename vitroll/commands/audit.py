@@ -5,7 +5,11 @@ annotations and (with --masks/--boxes) inside a region of interest; flags images
 outside the body and summarises by scanner, body part, sex and age band. Every file under the inputs is a row:
 an image, or the reason it gave none (listed by its number in the sorted input list).
 
-Exit status: 0 every file gave an image, 3 some files gave none (the report is still written), 2 usage error.
+Ctrl-C finishes the file in flight, then writes the report of what was audited: every file not reached is a row
+"not audited: interrupted". A second Ctrl-C leaves the file in flight too.
+
+Exit status: 0 every file gave an image, 3 some files gave none (the report is still written), 2 usage error,
+130 interrupted.
 
 Burned-in text (names, IDs, dates written into the pixels) is found with a text detector and filled black in
 every image the report shows; the model sees the original pixels. Every image's pixels are searched, whatever
@@ -89,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from vitroll.audit.metrics import MaskSource, MetricSettings
     from vitroll.audit.pipeline import run_audit
     from vitroll.audit.records import AuditOptions, parse_group_by
+    from vitroll.audit.summary import not_reached
     from vitroll.commands.common import (
         model_from_args, preprocessing_from_args, provenance_from_args, settings_from_args,
     )
@@ -129,11 +134,20 @@ def run(args: argparse.Namespace) -> int:
     report = run_audit(args.inputs, model, out_dir=args.out, settings=settings, options=options,
                        preprocessing=preprocessing_from_args(model, args),
                        class_names=class_names(model, args.class_names),
-                       provenance=provenance_from_args(args, model))
+                       provenance=provenance_from_args(args, model), on_interrupt=_tell_interrupted)
     for row in report.errors:
-        print(f"vitroll: not audited: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)
+        if not row.interrupted:
+            print(f"vitroll: not audited: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)
+    if report.interrupted:
+        print(f"vitroll: interrupted: not audited: {not_reached(report.interrupted)} (the report lists them as "
+              "\"interrupted\"); rerun the audit to cover them", file=sys.stderr)
     for sentence in report.sentences():
         print(sentence.text)
     print(f"{counted(len(report.images), 'image')} from {counted(report.files, 'file')}, "
           f"{report.coverage.not_audited()} not audited -> {args.out}/report.html (.csv, .json)")
-    return EXIT_SOME_FAILED if report.errors else 0
+    return 130 if report.interrupted else (EXIT_SOME_FAILED if report.errors else 0)
+
+
+def _tell_interrupted() -> None:
+    print("vitroll: interrupted: finishing the file in flight, then writing the report of what was audited "
+          "(Ctrl-C again to stop at once)", file=sys.stderr)

@@ -305,26 +305,34 @@ def find_inputs(source: "str | os.PathLike[str]", out_dir: "str | os.PathLike[st
 
 
 @contextmanager
-def one_interrupt() -> Iterator[Callable[[], None]]:
+def one_interrupt(on_first: Optional[Callable[[], None]] = None) -> Iterator[Callable[[], None]]:
     """Ctrl-C raises KeyboardInterrupt once, until the function yielded is called: once the batches are done, and
     after the first, a Ctrl-C (an impatient user's second, or a rank's that had done its share and waited for the
     others) is ignored while the run keeps its work (its batch in flight, manifest.csv, the gallery, ``vitroll
     text``'s report): it broke that off, the loader's workers' shutdown with a traceback, and the ranks' merge with
-    torch's. Only where Python's own handler is in place (the main thread, nobody else's)."""
+    torch's. Only where Python's own handler is in place (the main thread, nobody else's).
+
+    With ``on_first``, the first Ctrl-C only calls it (the run then finishes its input in flight) and the second
+    raises KeyboardInterrupt."""
     pressed: list[int] = []
+    held: list[bool] = []
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield lambda: None
         return
 
-    def first_only(signum: int, frame: Any) -> None:
-        if not pressed:
-            pressed.append(signum)
+    def handler(signum: int, frame: Any) -> None:
+        pressed.append(signum)
+        if held:
+            return
+        if on_first is not None and len(pressed) == 1:
+            on_first()
+        elif len(pressed) == (1 if on_first is None else 2):
             raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, first_only)
+    signal.signal(signal.SIGINT, handler)
     try:
-        yield lambda: pressed.append(signal.SIGINT)
+        yield lambda: held.append(True)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
