@@ -522,7 +522,16 @@ def test_a_timm_model_saved_by_transformers_is_refused_with_how_to_load_it_throu
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith(
         f"vitroll: error: {tmp_path / 'wrapped'}: transformers model type 'timm_wrapper' is not supported: it is a timm "
-        "model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME")
+        "model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME for its hub "
+        "repository, or for a saved folder --model ARCH --checkpoint FOLDER/model.safetensors (ARCH: the architecture "
+        "in its config.json)")
+    with pytest.raises(ModelLoadError) as from_python:  # told to 'pass --model hf-hub:ORG/NAME', a flag, in Python
+        load_model(str(tmp_path / "wrapped"))
+    assert str(from_python.value).startswith(
+        f"{tmp_path / 'wrapped'}: transformers model type 'timm_wrapper' is not supported: it is a timm model that "
+        "transformers wraps, and vitroll explains it through timm: pass load_model('hf-hub:ORG/NAME') for its hub "
+        "repository, or for a saved folder load_model(ARCH, checkpoint='FOLDER/model.safetensors')")
+    assert "--" not in str(from_python.value)
     state = read_checkpoint(tmp_path / "wrapped" / "model.safetensors")
     model = timm.create_model("vit_tiny_patch16_224", num_classes=3, depth=2).eval()
     model.load_state_dict(state)

@@ -34,6 +34,7 @@ from vitroll.capture.families import ImageTextScore, Logits, Readout, TextInputs
 from vitroll.capture.readouts import AttentionReadout, AttentionSink
 from vitroll.capture.recorder import attach_sdpa_call
 from vitroll.errors import OptionValueError, UnsupportedModelError
+from vitroll.wording import model_loading
 
 IMPLEMENTATION = "vitroll"
 """The name of vitroll's attention function in transformers' ``AttentionInterface``."""
@@ -521,16 +522,26 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("blip-2", f"{_MODELS}.blip_2.modeling_blip_2.Blip2PreTrainedModel", _BLIP.format(name="BLIP-2")),
     ("siglip2", f"{_MODELS}.siglip2.modeling_siglip2.Siglip2PreTrainedModel", _SIGLIP2),
     ("siglip2_vision_model", None, _SIGLIP2),
-    ("timm_wrapper", None,
-     "it is a timm model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME "
-     "for its hub repository, or for a saved folder --model ARCH (the architecture in its config.json) --checkpoint "
-     "FOLDER/model.safetensors"),
 )
 """Models refused with their reason: ``(config.model_type, model class or None, why)``."""
 
 REFUSED_MODEL_TYPES = {model_type: why for model_type, _model_class, why in _REFUSED}
-"""Why loading refuses a ``config.model_type``, for the types refused by name."""
+"""Why loading refuses a ``config.model_type``, for the types refused by name (and ``timm_wrapper``:
+:func:`refusal_of_model_type`)."""
 
 for _model_type, _model_class, _why in _REFUSED:
     if _model_class is not None:
         add_refusal(_model_class, _why)
+
+
+def refusal_of_model_type(model_type: str) -> Optional[str]:
+    """Why loading refuses a ``config.model_type``, for the types refused by name; None for any other. A
+    ``timm_wrapper`` is told how to load it through timm in the words of where the user is (``--model ARCH
+    --checkpoint FILE`` on the command line, ``load_model(ARCH, checkpoint=FILE)`` from Python), so it is worded
+    when refused."""
+    if model_type != "timm_wrapper":
+        return REFUSED_MODEL_TYPES.get(model_type)
+    return ("it is a timm model that transformers wraps, and vitroll explains it through timm: pass "
+            f"{model_loading('hf-hub:ORG/NAME')} for its hub repository, or for a saved folder "
+            f"{model_loading('ARCH', checkpoint='FOLDER/model.safetensors')} (ARCH: the architecture in its "
+            "config.json)")

@@ -13,7 +13,7 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, REFUSED_MODEL_TYPES
+from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, refusal_of_model_type
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import (
@@ -159,7 +159,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
                              "pass a save_pretrained folder") from None
     kind = config.model_type
     if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
-        why = {**REFUSED_MODEL_TYPES, **TEXT_REFUSED_MODEL_TYPES}.get(kind, "no vitroll family reads its attention")
+        why = refusal_of_model_type(kind) or TEXT_REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its "
+                                                                              "attention")
         supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
                              f"model types are {supported}")
@@ -284,7 +285,7 @@ def _refuse_unread_captioner(name: str, config: object) -> None:
         return
     encoder, decoder = config.encoder.model_type, config.decoder.model_type
     if encoder not in TRANSFORMERS_MODEL_TYPES:
-        why = REFUSED_MODEL_TYPES.get(encoder, "no vitroll family reads its attention")
+        why = refusal_of_model_type(encoder) or "no vitroll family reads its attention"
         raise ModelLoadError(f"{name}: the captioner's image encoder, model type {encoder!r}, is not supported: {why}")
     if decoder not in CAPTIONER_DECODER_TYPES:
         raise ModelLoadError(f"{name}: the captioner's text decoder, model type {decoder!r}, is not supported: "
