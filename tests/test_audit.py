@@ -717,6 +717,46 @@ def test_ctrl_c_finishes_the_file_in_flight_and_reports_every_file_not_reached(t
         assert not [needle for needle in needles if needle in text], path
 
 
+CTRL_C_IN_A_TERMINAL = """import os, signal, sys
+import vitroll.audit.pipeline as pipeline
+from vitroll.cli import main
+
+measure, calls = pipeline._measure, []
+
+
+def pressed(*args, **kwargs):  # Ctrl-C as a terminal sends it: to the process group, the decoding workers too
+    calls.append(None)
+    if len(calls) == 2:
+        os.killpg(os.getpgid(0), signal.SIGINT)
+    return measure(*args, **kwargs)
+
+
+pipeline._measure = pressed
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_to_the_process_group_with_decoding_workers_writes_the_report_without_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import vitroll
+
+    write_five_patients(tmp_path / "in")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_A_TERMINAL, "audit", str(tmp_path / "in"), "--out", str(out), "--workers",
+         "1", "--batch-size", "2", "--salt", "s", "--keep-burned-in-text", *MODEL], capture_output=True, text=True,
+        start_new_session=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(vitroll.__file__).parents[1])})
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+    assert 'vitroll: interrupted: not audited: files 3 to 6 (the report lists them as "interrupted")' in done.stderr
+    assert [row["status"] for row in json.loads((out / "report.json").read_text())["cases"]][2:] == [
+        "interrupted"] * 4
+    assert not (out / ".vitroll.lock").exists()
+
+
 def test_a_second_ctrl_c_leaves_the_file_in_flight_and_a_third_while_the_report_is_written_is_ignored(
         tmp_path, monkeypatch):
     import vitroll.audit.pipeline as pipeline
