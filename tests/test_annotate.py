@@ -933,9 +933,8 @@ def test_an_image_over_max_pixels_is_an_error_row_and_its_batch_goes_on_and_a_re
     table = {row["path"]: row for row in rows(out)}
     assert [table[name]["status"] for name in ("a.png", "b.png", "huge.png")] == ["ok", "ok", "error"]
     assert table["huge.png"]["error"] == (f"{source / 'huge.png'}: image too large: 1200 MP (40000×30000), over the "
-                                          "limit of 500 MP; --max-pixels 1200M (load_image's max_pixels= in Python) "
-                                          "reads it if "
-                                          "the memory allows (an overlay takes about 20 bytes a pixel)")
+                                          "limit of 500 MP; --max-pixels 1200M reads it if the memory allows (an "
+                                          "overlay takes about 20 bytes a pixel)")
     capsys.readouterr()
     Image.fromarray(rgb(seed=3)).save(source / "huge.png")  # stands for the same photo, now allowed
     assert annotate(str(source), "--out", str(out), "--max-pixels", "0.003M") == folder.EXIT_SOME_FAILED

@@ -189,9 +189,7 @@ def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is
     rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
     assert code == 3 and [row["status"] == "error" for row in rows] == [False, True]
     assert rows[1]["reason"] == ("Image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; --max-pixels 1M "
-                                 "(load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
-                                 "takes about 20 "
-                                 "bytes a pixel).")
+                                 "reads it if the memory allows (an overlay takes about 20 bytes a pixel).")
     code, _, _ = run_cli("audit", *arguments, "--out", str(tmp_path / "more"), "--max-pixels", "4096")
     assert code == 0
 
@@ -895,8 +893,7 @@ def test_a_mask_over_max_pixels_is_refused_from_its_header_and_a_16_bit_label_ma
                        options=AuditOptions(masks=MaskSource(masks), body_masks=MaskSource(masks), salt="x"))
     rows = {row.input_number: row for row in report.images}  # huge 1, labels 2
     too_large = ("cannot be read as an image: image too large: 600 MP (30000×20000), over the limit of 500 MP; "
-                 "--max-pixels 600M (load_image's max_pixels= in Python) reads it if the memory allows (an overlay "
-                 "takes about 20 bytes a pixel)")
+                 "max_pixels=600_000_000 reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
     assert rows[1].not_measured == {"outside_body": f"not measured: its --body-masks file {too_large}",
                                     **dict.fromkeys(ROI_METRICS, f"not measured: its --masks file {too_large}")}
     assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0

@@ -315,9 +315,8 @@ def test_the_cli_refuses_an_image_over_max_pixels_alone_as_it_tells(saved_captio
                  "--method", "rollout"]
     assert main(["caption", *arguments, "--max-pixels", "3000"]) == 3
     assert capsys.readouterr().err == (f"vitroll: failed: {good}: image too large: 0.00307 MP (64×48), over the limit "
-                                       "of 0.003 MP; --max-pixels 1M (load_image's max_pixels= in Python) reads it "
-                                       "if the memory "
-                                       "allows (an overlay takes about 20 bytes a pixel)\n")
+                                       "of 0.003 MP; --max-pixels 1M reads it if the memory allows (an overlay "
+                                       "takes about 20 bytes a pixel)\n")
     assert main(["caption", *arguments, "--max-pixels", "3072"]) == 0
 
 

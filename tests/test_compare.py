@@ -227,9 +227,8 @@ def test_an_image_over_max_pixels_fails_alone_in_vitrolls_words(tmp_path, capsys
     arguments = [str(huge), images[0], "--model", "vitroll-shapes", "--model", "vitroll-shapes"]
     assert main(["compare", *arguments, "--out", str(tmp_path / "out")]) == 3
     assert capsys.readouterr().err == (f"vitroll: failed: {huge}: image too large: 600 MP (30000×20000), over the "
-                                       "limit of 500 MP; --max-pixels 600M (load_image's max_pixels= in Python) "
-                                       "reads it if the "
-                                       "memory allows (an overlay takes about 20 bytes a pixel)\n")
+                                       "limit of 500 MP; --max-pixels 600M reads it if the memory allows (an "
+                                       "overlay takes about 20 bytes a pixel)\n")
     assert [row["image"] for row in csv.DictReader((tmp_path / "out" / "agreement.csv").open())] == [images[0]]
     assert main(["compare", images[0], *arguments[2:], "--out", str(tmp_path / "less"), "--max-pixels", "100"]) == 3
     assert "over the limit of 0.0001 MP; --max-pixels 1M" in capsys.readouterr().err

@@ -336,9 +336,9 @@ def test_a_compressed_frame_over_the_limit_is_refused_from_its_header_before_any
     monkeypatch.setattr(reading, "_compressed_problem", lambda *args, **kwargs: decoded.append(args))
     with pytest.raises(ImageReadError) as info:
         read_any(path)
-    assert info.value.reason == ("image too large: 600 MP (20000×30000), over the limit of 500 MP; --max-pixels 600M "
-                                 "(load_image's max_pixels= in Python) reads it if the memory allows (an overlay takes "
-                                 "about 20 bytes a pixel)")
+    assert info.value.reason == ("image too large: 600 MP (20000×30000), over the limit of 500 MP; "
+                                 "max_pixels=600_000_000 reads it if the memory allows (an overlay takes about 20 "
+                                 "bytes a pixel)")
     assert decoded == []
     with pytest.raises(ImageReadError, match=r"0.06 MP \(200×300\), over the limit of 0.05 MP"):
         read_dicom(header_lie(tmp_path, name, Rows=300, Columns=200), max_pixels=50_000)

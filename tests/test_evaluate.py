@@ -130,9 +130,7 @@ def test_a_folder_image_over_max_pixels_is_refused_naming_the_flag_the_command_t
     assert main([*arguments, "--max-pixels", "4000"]) == 2
     assert capsys.readouterr().err == (
         f"vitroll: error: {tmp_path / 'shape.png'}: image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; "
-        "--max-pixels 1M (load_image's max_pixels= in Python) reads it if the memory allows (an overlay takes about "
-        "20 bytes a "
-        "pixel)\n")
+        "--max-pixels 1M reads it if the memory allows (an overlay takes about 20 bytes a pixel)\n")
     assert main([*arguments, "--max-pixels", "4096"]) == 0  # the mask, as large, is read under the same limit
 
 

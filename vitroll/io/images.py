@@ -22,6 +22,7 @@ from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
 from vitroll.errors import ImageReadError, ImageTooLargeError, path_of
 from vitroll.io.formats import is_dicom, is_heif, sniff
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
+from vitroll.wording import argument, on_the_command_line
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
 DICOM_HERE = ("a DICOM file: this command reads images; `vitroll audit` explains DICOM and keeps patient data out of "
@@ -124,9 +125,10 @@ def check_size(path: Path, size: tuple[int, int], max_pixels: Optional[int]) -> 
     if max_pixels is None or width * height <= max_pixels:
         return
     needed = -(-width * height // 1_000_000)  # in whole megapixels, rounded up
+    limit = argument("max_pixels", placeholder=f"{needed}M" if on_the_command_line() else f"{needed * 1_000_000:_}")
     raise ImageTooLargeError(path, f"image too large: {megapixels(width * height)} ({width}×{height}), over the limit "
-                               f"of {megapixels(max_pixels)}; --max-pixels {needed}M (load_image's max_pixels= in "
-                               "Python) reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
+                               f"of {megapixels(max_pixels)}; {limit} reads it if the memory allows (an overlay takes "
+                               "about 20 bytes a pixel)")
 
 
 def upright_rgb(image: Image.Image) -> Image.Image:
