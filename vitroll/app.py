@@ -310,11 +310,12 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         if image is None:
             return None, None, None, "Upload an image or pick an example."
         try:
+            drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
             stored, display = load_image_with_display(image, max_pixels=max_pixels)
             exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
-                                  class_names=class_names, settings=replace(settings, cmap=cmap),
+                                  class_names=class_names, settings=drawn,
                                   display=None if display is None else np.asarray(display))
         except ImageReadError as error:
             raise refusal(upload_refusal(error, user_name(image))) from None
@@ -323,7 +324,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         top = {name: probability for _, name, probability in exploration.top}
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                ShownOverlay(image, exploration.grid_map, replace(settings, cmap=cmap)))
+                ShownOverlay(image, exploration.grid_map, drawn))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
 
