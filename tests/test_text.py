@@ -315,7 +315,6 @@ def test_mistakes_are_named():
                         attention_mask=mask)
 
 
-
 @pytest.mark.parametrize("method", ["rollout", "chefer", "integrated_gradients"])
 @pytest.mark.parametrize("build", [bert, gpt2])
 def test_an_empty_batch_of_token_ids_is_refused_like_an_empty_batch_of_images(method, build):
@@ -328,6 +327,7 @@ def test_an_empty_batch_of_token_ids_is_refused_like_an_empty_batch_of_images(me
         getattr(vitroll, method)(build(), {"input_ids": empty, "attention_mask": empty})
     with pytest.raises(InputValueError, match=expected):
         getattr(vitroll, method)(build(), TokenBatch(empty, torch.ones_like(empty)))
+
 
 @pytest.mark.parametrize("kind", ["Roberta", "XLMRoberta"])
 def test_roberta_takes_as_many_tokens_as_its_positions_counted_after_its_padding_id(kind):

@@ -74,7 +74,7 @@ PAGE_JS = """
       });
     });
     document.querySelectorAll("#full-size-file a[download]").forEach(link => {
-      const text = `download ${link.download} (${link.textContent.replace(/[⇣\s]+/g, " ").trim()})`;
+      const text = `download ${link.download} (${link.textContent.replace(/[⇣\\s]+/g, " ").trim()})`;
       if (link.getAttribute("aria-label") !== text) link.setAttribute("aria-label", text);
     });
   };
