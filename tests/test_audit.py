@@ -371,7 +371,8 @@ def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames
     assert "7 images from 1 file, 8 frames of 1 file not audited -> " in stdout
     assert "<h2>Not audited (8 frames of 1 file)</h2>" in (tmp_path / "out" / "report.html").read_text()
     assert report["counts"] == {"files": 1, "files_audited": 0, "files_partly_audited": 1, "files_not_audited": 0,
-                                "images": 7, "frames_not_audited_in_partly_audited_files": 8, "rows_not_audited": 2}
+                                "images": 7, "frames_not_audited_in_partly_audited_files": 8, "rows_not_audited": 2,
+                                "files_interrupted": 0}
     with open(tmp_path / "out" / "report.csv", newline="") as table:
         assert sorted(row["frames"] for row in csv.DictReader(table) if row["status"] == "error") == ["0-3", "8-11"]
 
