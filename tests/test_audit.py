@@ -177,15 +177,18 @@ def test_a_file_with_recognizable_features_is_withheld_unless_allowed(tmp_path, 
     assert "their pixels can identify patients" in (tmp_path / "allowed" / "report.html").read_text()
 
 
-def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is_not_limited(tmp_path):
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_png_over_max_pixels_is_a_row_naming_the_flag_audit_takes_and_dicom_is_not_limited(tmp_path, workers):
     """The limit's reason named --max-pixels, which audit did not take; it limits image files and compressed DICOM
-    frames, not native DICOM pixel data (which holds every pixel it states)."""
+    frames, not native DICOM pixel data (which holds every pixel it states). Read by a forkserver worker
+    (--workers 1), the reason was worded for Python (max_pixels=1_000_000): a worker now words as its command."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     write_dicom(inputs / "chest.dcm", body_phantom(), number=1)  # 64×64: 4096 pixels
     Image.fromarray(body_phantom(dtype=np.uint8, high=255)).save(inputs / "photo.png")
     arguments = [str(inputs), "--keep-burned-in-text", *MODEL]
-    code, _, stderr = run_cli("audit", *arguments, "--out", str(tmp_path / "out"), "--max-pixels", "4000")
+    code, _, stderr = run_cli("audit", *arguments, "--out", str(tmp_path / "out"), "--max-pixels", "4000",
+                              "--workers", workers)
     rows = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
     assert code == 3 and [row["status"] == "error" for row in rows] == [False, True]
     assert rows[1]["reason"] == ("Image too large: 0.0041 MP (64×64), over the limit of 0.004 MP; --max-pixels 1M "

@@ -78,6 +78,13 @@ def arguments(values: "dict[str, object]") -> str:
     return (" " if _on_the_command_line else ", ").join(argument(name, value) for name, value in values.items())
 
 
+def word_for_the_command_line() -> None:
+    """Word errors for the command line from now on in this process: a worker process the command line starts
+    (which begins in Python's words), as :func:`worded_for_the_command_line` does for the command line's own."""
+    global _on_the_command_line
+    _on_the_command_line = True
+
+
 def on_the_command_line() -> bool:
     """Whether errors are worded for the command line now (:func:`worded_for_the_command_line`)."""
     return _on_the_command_line

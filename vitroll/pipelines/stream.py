@@ -25,6 +25,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
@@ -38,6 +39,7 @@ from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display
 from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
+from vitroll.wording import on_the_command_line, word_for_the_command_line
 
 
 @dataclass(frozen=True)
@@ -215,12 +217,16 @@ def _collate(inputs: list[_Prepared]) -> _LoadedBatch:
     return _LoadedBatch(inputs, default_collate(tensors) if tensors else None).packed()  # stacked in shared memory
 
 
-def ignore_interrupts(_worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: Ctrl-C is the main process's to handle (it finishes the batch in flight);
-    a worker killed by it would turn a clean stop into a crash."""
+def start_worker(command_line_wording: bool, _worker_id: int) -> None:
+    """DataLoader ``worker_init_fn`` (bound to :func:`~vitroll.wording.on_the_command_line` of the process that
+    starts it): Ctrl-C is the main process's to handle (it finishes the batch in flight); a worker killed by it would
+    turn a clean stop into a crash. A worker started by forkserver or spawn words its errors as Python's until told
+    (an image over the limit named max_pixels=… in ``vitroll audit --workers 2``)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if command_line_wording:
+        word_for_the_command_line()
 
 
 @dataclass
@@ -256,7 +262,8 @@ def decoded_batches(
     device = torch.device(device)
     loader = DataLoader(
         DecodedInputs(items, reader, preprocessing), batch_size=batch_size, shuffle=False, collate_fn=_collate,
-        num_workers=workers, pin_memory=device.type == "cuda", worker_init_fn=ignore_interrupts,
+        num_workers=workers, pin_memory=device.type == "cuda",
+        worker_init_fn=partial(start_worker, on_the_command_line()),
         prefetch_factor=4 if workers else None, multiprocessing_context=multiprocessing_context if workers else None,
     )
     for loaded in loader:
