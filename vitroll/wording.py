@@ -72,6 +72,7 @@ def model_loading(name: str, *, checkpoint: str = "") -> str:
         return "load_model"
     return f"load_model({', '.join(filter(None, [name if name in ('ARCH', 'FOLDER') else repr(name), weights]))})"
 
+
 def arguments(values: "dict[str, object]") -> str:
     """:func:`argument` for each of ``values`` (name → value), as they are given together: ``depth=2, img_size=32``
     from Python, ``--model-arg depth=2 --img-size 32`` on the command line."""

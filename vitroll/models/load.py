@@ -273,12 +273,11 @@ def load_model(
         if "img_size" in model_kwargs:
             _refuse_ignored_img_size(name, model, model_kwargs["img_size"])
     if state is not None:
-        built_as_it_is = (f"--model {name} builds timm's {name} as it is, changed only by --img-size, "
-                          "--dynamic-img-size, --num-classes and --model-arg" if on_the_command_line() else
-                          f"load_model({name!r}) builds timm's {name} as it is, changed only by the keyword arguments "
-                          "given to it")
+        changed_by = ("--img-size, --dynamic-img-size, --num-classes and --model-arg" if on_the_command_line()
+                      else "the keyword arguments given to it")
         _load_weights(model, state, checkpoint, other_architecture=(
-            f"{built_as_it_is}: a model built with other timm.create_model arguments is rebuilt by giving them "
+            f"{model_loading(name)} builds timm's {name} as it is, changed only by {changed_by}: a model built with "
+            "other timm.create_model arguments is rebuilt by giving them "
             f"({argument('reg_tokens', 4)}, {argument('depth', 6)}, …)"))
     return model.eval().to(device)
 
