@@ -759,6 +759,25 @@ def test_ctrl_c_to_the_process_group_with_decoding_workers_writes_the_report_wit
     assert not (out / ".vitroll.lock").exists()
 
 
+def test_ctrl_c_on_the_last_row_of_a_batch_does_not_wait_for_the_next_batch(tmp_path, monkeypatch):
+    """Ctrl-C while the last file of a batch was measured: the next batch was explained (one more batch to wait for,
+    minutes with a large model on a CPU) only to learn that that file was done, and its rows were thrown away."""
+    import vitroll.audit.pipeline as pipeline
+    from vitroll.pipelines import stream
+
+    write_five_patients(tmp_path / "in")
+    explained = []
+    explain_batch = stream.explain_batch
+    monkeypatch.setattr(stream, "explain_batch", lambda *args, **kwargs: explained.append(1) or explain_batch(
+        *args, **kwargs))
+    monkeypatch.setattr(pipeline, "_measure", pressing_ctrl_c(pipeline._measure, on_calls=(2,)))
+    code, _, _ = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--batch-size", "2",
+                         "--keep-burned-in-text", *MODEL)
+    assert code == 130 and len(explained) == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["counts"]["images"] == 2 and report["counts"]["files_interrupted"] == 4
+
+
 def test_a_second_ctrl_c_leaves_the_file_in_flight_and_a_third_while_the_report_is_written_is_ignored(
         tmp_path, monkeypatch):
     import vitroll.audit.pipeline as pipeline

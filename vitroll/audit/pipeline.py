@@ -375,6 +375,10 @@ def run_audit(
                     rows.append(row)
                     if stop_asked and in_flight is None:
                         in_flight = row.input_number
+                    # its last row: the next batch is not waited for
+                    if in_flight is not None and _frames_done(row) >= (
+                            1 if options.frame is not None else frame_count(inputs[row.input_number - 1].path)):
+                        break
         except KeyboardInterrupt:  # the second Ctrl-C: the file in flight is left too, where it stands
             stop_asked.append(True)
         finally:
@@ -396,13 +400,9 @@ def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], optio
     """The rows of what an interrupted audit, whose ``rows`` are those done, left: each file without a row as a whole
     (of frame ``--frame`` K where given), and the frames after the last done of a file left in its middle. Their keys
     are the salted ones of an error row: no path or name unless ``keep_ids``."""
-    done: dict[int, float] = {}  # input number -> frames done (a row not audited counts its frames)
+    done: dict[int, float] = {}  # input number -> frames done
     for row in rows:
-        if row.error is not None and row.frames is None and row.frame is None:
-            last = float("inf")  # the whole file
-        else:
-            last = row.frames[-1] if row.frames is not None else (row.frame or 0)
-        done[row.input_number] = max(done.get(row.input_number, 0), last + 1)
+        done[row.input_number] = max(done.get(row.input_number, 0), _frames_done(row))
     # the stream keeps input order: only the last file reached can be left in its middle, so only its frames are
     # counted again (every file's header, read once more after Ctrl-C, took about 2 ms a DICOM file)
     in_flight = max(done, default=None)
@@ -418,6 +418,14 @@ def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], optio
         row.interrupted = True
         left.append(row)
     return left
+
+
+def _frames_done(row: AuditRow) -> float:
+    """How many of its file's frames are done once ``row`` is (the stream keeps frame order; a row not audited counts
+    its frames, infinitely many for the whole file)."""
+    if row.error is not None and row.frames is None and row.frame is None:
+        return float("inf")
+    return (row.frames[-1] if row.frames is not None else (row.frame or 0)) + 1
 
 
 def _remove_overlays_not_in(report: AuditReport, out_dir: Path) -> None:
