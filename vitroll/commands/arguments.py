@@ -193,10 +193,10 @@ def pixel_count(text: str) -> Optional[int]:
     try:
         value = float(number[:-1] if scale > 1 else number)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of pixels (250000000, 250M, 1G) or none; got {text!r}"
-                                         ) from None
-    if not (math.isfinite(value) and value * scale >= 1):
-        raise argparse.ArgumentTypeError(f"must be at least 1 pixel (or none: no limit); got {text}")
+        value = math.nan
+    if not (math.isfinite(value) and value * scale >= 1):  # inf too: "none" is the one spelling of no limit
+        raise argparse.ArgumentTypeError(f"expected a number of pixels ≥ 1 (250000000, 250M or 250MP, 1G or 1GP) or "
+                                         f"none for no limit; got {text!r}")
     return round(value * scale)
 
 
