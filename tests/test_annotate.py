@@ -850,6 +850,22 @@ def _processes(*argv: str, gated: Optional[Path] = None, **popen) -> subprocess.
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path)}, **popen)
 
 
+def test_more_processes_than_cpu_cores_are_refused_before_any_starts(tmp_path, capsys, monkeypatch):
+    """`--processes 99999` started ranks until it failed with "rank1017.err: Too many open files"."""
+    def started(*args, **kwargs):
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(ranks.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(ranks.subprocess, "Popen", started)
+    source = tmp_path / "in"
+    source.mkdir()
+    Image.new("RGB", (32, 32)).save(source / "a.png")
+    code = main(["annotate", str(source), "--out", str(tmp_path / "out"), "--processes", "5"])
+    assert (code, capsys.readouterr().err) == (2, "vitroll: error: --processes 5: more ranks than this machine's 4 "
+                                                  "CPU cores, each a Python process with its own model; give at most 4\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_processes_pass_on_the_exit_status_that_torchrun_turns_into_1(tmp_path):
     """Under torchrun one bad image among many, a usage error and an interrupt all exited 1 (and printed torchrun's
     ChildFailedError report): --processes runs the same ranks and exits as one process does."""

@@ -152,6 +152,21 @@ MISTAKES = [
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
     pytest.param("overlay {img} --out /proc/vitroll-test/out", 2, "error: /proc/vitroll-test", id="out-not-makeable",
                  marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
+    # an empty path, which Path("") reads as the current folder: --out "" wrote there, annotate "" read it
+    *(pytest.param(f"{command} --out {{nothing}}", 2, f"{command.split()[0]}: argument --out: the path is empty; "
+                   "give a name (. for the current folder)", id=f"{command.split()[0]}-out-empty")
+      for command in ("overlay {img}", "annotate {dir}", "audit {img}", "caption {img} --model m",
+                      "compare {img} --model a --model b", "evaluate", "sanity", "text hi --model m")),
+    *(pytest.param(command, 2, f"argument {argument}: the path is empty", id=f"empty-{argument}:{command}")
+      for command, argument in (
+          ("overlay {nothing}", "IMAGE"), ("overlay {img} {nothing}", "IMAGE"), ("caption {nothing} --model m", "IMAGE"),
+          ("compare {nothing} --model a --model b", "IMAGE"), ("annotate {nothing} --out {out}", "INPUT"),
+          ("audit {nothing}", "INPUT"), ("evaluate {nothing}", "FOLDER"), ("sanity {nothing}", "FOLDER"),
+          ("overlay {img} --checkpoint {nothing}", "--checkpoint"), ("overlay {img} --class-names {nothing}", "--class-names"),
+          ("compare {img} --model a --model b --checkpoint {nothing}", "--checkpoint"),
+          ("audit {img} --masks {nothing}", "--masks"), ("audit {img} --boxes {nothing}", "--boxes"),
+          ("audit {img} --body-masks {nothing}", "--body-masks"), ("app --examples {nothing}", "--examples"),
+          ("text --model m --file {nothing}", "--file"))),
     # batch sizes, workers, counts
     pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0", id="overlay-batch-0"),
     pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
@@ -262,7 +277,7 @@ def files(tmp_path: Path) -> dict[str, str]:
             "namespace_checkpoint": str(tmp_path / "namespace.pth"), "whole_model": str(tmp_path / "whole.pth"),
             "root": str(tmp_path),
             "empty_list": str(tmp_path / "empty.txt"),
-            "dicom": str(tmp_path / "CT_small.dcm")}
+            "dicom": str(tmp_path / "CT_small.dcm"), "nothing": ""}
 
 
 def the_error_line(stderr: str) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from vitroll.commands.arguments import (
     PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument,
-    add_resume_arguments, integer, method_names, number,
+    add_resume_arguments, given_path, integer, method_names, number,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.io.names import error_line, single_line
@@ -39,7 +39,8 @@ DISAGREE_BELOW = 0.0
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("input", metavar="INPUT", help="a folder of images, or a .txt/.csv file listing image paths")
+    parser.add_argument("input", type=given_path, metavar="INPUT",
+                        help="a folder of images, or a .txt/.csv file listing image paths")
     add_out_argument(parser, None)
     add_batch_size_argument(parser, 16)
     parser.add_argument("--workers", type=integer(0), default=min(4, os.cpu_count() or 1), metavar="N",

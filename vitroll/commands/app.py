@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vitroll.commands.arguments import (
     DEFAULT_COLORMAP, add_alpha_argument, add_map_scaling_arguments, add_max_pixels_argument, add_model_arguments,
-    colormap, integer,
+    colormap, given_path, integer,
 )
 
 SAMPLE_IMAGES = Path(__file__).resolve().parents[2] / "sample_images"
@@ -35,7 +35,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                            help="the colormap the page starts with (a matplotlib name; default: %(default)s)")
     add_alpha_argument(rendering)
     add_map_scaling_arguments(rendering)
-    parser.add_argument("--examples", default=SAMPLE_IMAGES, type=Path, metavar="FOLDER",
+    parser.add_argument("--examples", default=SAMPLE_IMAGES, type=lambda text: Path(given_path(text)),
+                        metavar="FOLDER",
                         help="images offered as examples (default: the repository's sample_images/, when present)")
     add_max_pixels_argument(parser)
     add_model_arguments(parser)

@@ -103,13 +103,21 @@ def colormap(name: str) -> str:
     return name
 
 
+def given_path(text: str) -> str:
+    """An argparse ``type`` for a file or folder the user names: refuses an empty name, which ``Path("")`` reads as
+    the current folder (``--out ""`` wrote there, ``annotate ""`` read it, both without a word)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the path is empty; give a name (. for the current folder)")
+    return text
+
+
 def readable_text_file(what: str) -> Callable[[str], str]:
     """An argparse ``type`` for a small text file the user gives (``--class-names``): one readable as UTF-8 text,
     checked before any model loads; the run reads it again where it uses it. ``what`` names its use."""
 
     def parse(text: str) -> str:
         try:
-            read_text_file(text, what)
+            read_text_file(given_path(text), what)
         except TextFileError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         return text
@@ -165,7 +173,7 @@ class DeviceAction(argparse._StoreAction):
 
 def output_folder(text: str) -> Path:
     """An argparse ``type`` for ``--out``: a folder that exists or can be made (no file on the way)."""
-    path = Path(text)
+    path = Path(given_path(text))
     existing = next(ancestor for ancestor in (path, *path.parents)
                     if ancestor.exists() or ancestor == Path(ancestor.anchor))
     if existing == path and not path.is_dir():
@@ -185,10 +193,10 @@ def pixel_count(text: str) -> Optional[int]:
     try:
         value = float(number[:-1] if scale > 1 else number)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of pixels (250000000, 250M, 1G) or none; got {text!r}"
-                                         ) from None
-    if not (math.isfinite(value) and value * scale >= 1):
-        raise argparse.ArgumentTypeError(f"must be at least 1 pixel (or none: no limit); got {text}")
+        value = math.nan
+    if not (math.isfinite(value) and value * scale >= 1):  # inf too: "none" is the one spelling of no limit
+        raise argparse.ArgumentTypeError(f"expected a number of pixels ≥ 1 (250000000, 250M or 250MP, 1G or 1GP) or "
+                                         f"none for no limit; got {text!r}")
     return round(value * scale)
 
 
@@ -238,7 +246,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=TESTBED_NAME, metavar="MODEL",
                        help=f"timm model name, hf-hub:org/name, a transformers folder or hub id, torchvision:ARCH or "
                             f"open_clip:ARCH (default: {TESTBED_NAME}, the shapes testbed ViT shipped with vitroll)")
-    group.add_argument("--checkpoint", metavar="FILE",
+    group.add_argument("--checkpoint", type=given_path, metavar="FILE",
                        help="local weights: .safetensors, or .pth/.pt/.bin (read with weights_only=True)")
     add_trust_checkpoint_argument(group)
     group.add_argument("--pretrained", action="store_true",

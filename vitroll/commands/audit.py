@@ -23,7 +23,8 @@ import argparse
 import sys
 
 from vitroll.commands.arguments import (
-    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, integer, number,
+    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, given_path, integer,
+    number,
 )
 from vitroll.io.windows import WINDOW_PRESETS, parse_window
 from vitroll.wording import counted
@@ -33,7 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     presets = ", ".join(f"{name} (W {w:g}, L {l:g})" for name, (w, l) in WINDOW_PRESETS.items())
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+    parser.add_argument("inputs", nargs="+", type=given_path, metavar="INPUT",
                         help="DICOM or image files, or folders (searched recursively)")
     add_out_argument(parser, "audit", what="report folder")
     group = parser.add_argument_group("DICOM")
@@ -70,10 +71,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help="border band width as a fraction of each side, in [0, 0.5) (default: %(default)s)")
     group.add_argument("--top-percent", type=number(0, 100, low_open=True), default=5.0, metavar="PERCENT",
                        help="top-k %% of the map compared with the ROI (IoU), in (0, 100] (default: %(default)g)")
-    group.add_argument("--masks", metavar="FOLDER", help="folder of ROI masks: <image stem>.png, non-zero inside")
-    group.add_argument("--boxes", metavar="FILE",
+    group.add_argument("--masks", type=given_path, metavar="FOLDER",
+                       help="folder of ROI masks: <image stem>.png, non-zero inside")
+    group.add_argument("--boxes", type=given_path, metavar="FILE",
                        help="CSV of ROI boxes: file,x0,y0,x1,y1 (original pixels, x1/y1 exclusive)")
-    group.add_argument("--body-masks", metavar="FOLDER",
+    group.add_argument("--body-masks", type=given_path, metavar="FOLDER",
                        help="folder of body masks <image stem>.png replacing the automatic one (also for ultrasound "
                             "and colour photographs, where it is not measured)")
     group.add_argument("--group-by", default="ManufacturerModelName", metavar="FIELD,…",

@@ -14,14 +14,14 @@ import argparse
 
 from vitroll.commands.arguments import (
     CAPTION_METHODS, add_batch_size_argument, add_colour_arguments, add_device_argument, add_max_pixels_argument,
-    add_out_argument, integer,
+    add_out_argument, given_path, integer,
 )
 from vitroll.io.names import single_line
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
+    parser.add_argument("images", nargs="+", type=given_path, metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a captioner: a save_pretrained folder (config.json, weights, tokenizer and image "
                              "processor files), a cached hub id, or vitroll-caption-shapes")

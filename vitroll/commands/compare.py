@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional, TypeVar
 
 from vitroll.commands.arguments import (
     add_device_argument, add_max_pixels_argument, add_method_arguments, add_out_argument, add_render_arguments,
-    add_trust_checkpoint_argument, integer, model_argument,
+    add_trust_checkpoint_argument, given_path, integer, model_argument,
 )
 from vitroll.io.names import READABLE
 
@@ -25,10 +25,10 @@ T = TypeVar("T")
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
+    parser.add_argument("images", nargs="+", type=given_path, metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     parser.add_argument("--model", action="append", required=True, metavar="MODEL",
                         help="a model to compare (repeat: two or more)")
-    parser.add_argument("--checkpoint", action="append", metavar="FILE",
+    parser.add_argument("--checkpoint", action="append", type=given_path, metavar="FILE",
                         help="weights for the model in the same position (repeat per model; 'none' for none)")
     add_trust_checkpoint_argument(parser)
     parser.add_argument("--img-size", action="append", nargs="+", type=_size_or_none, metavar="SIZE",

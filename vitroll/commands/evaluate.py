@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vitroll.commands.arguments import (
     TESTBED_NAME, add_batch_size_argument, add_max_pixels_argument, add_method_options, add_model_arguments,
-    add_out_argument, integer, known_method, method_names, number, option_flag,
+    add_out_argument, given_path, integer, known_method, method_names, number, option_flag,
 )
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE
@@ -51,7 +51,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     """FOLDER or ``--testbed N`` (``testbed_count`` inputs when neither is given), ``--seed``, ``--max-pixels`` (of
     the FOLDER's images), ``--methods`` (their default as ``--help`` states it: ``methods_default``), ``--out`` and
     the method and model options."""
-    parser.add_argument("folder", nargs="?", metavar="FOLDER", help=folder_help)
+    parser.add_argument("folder", nargs="?", type=given_path, metavar="FOLDER", help=folder_help)
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
                              f"{testbed_count})")

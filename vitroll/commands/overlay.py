@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from vitroll.commands.arguments import (
     add_batch_size_argument, add_max_pixels_argument, add_method_arguments, add_model_arguments, add_out_argument,
-    add_render_arguments, non_blank,
+    add_render_arguments, given_path, non_blank,
 )
 from vitroll.io.names import single_line
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
+    parser.add_argument("images", nargs="+", type=given_path, metavar="IMAGE", help="image files (PNG, JPEG, TIFF, …)")
     add_out_argument(parser, "out")
     parser.add_argument("--figure", action="store_true", help="also save image | heatmap | overlay figures")
     add_batch_size_argument(parser, 8)

@@ -62,7 +62,13 @@ def _free_port() -> int:
 def run_ranks(argv: Sequence[str], processes: int) -> int:
     """Run ``python -m vitroll *argv`` as ``processes`` ranks (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and a free
     ``MASTER_PORT`` on 127.0.0.1, as torchrun sets them) and return the run's exit status: rank 0's, or when rank 0
-    ended with 0 the first other rank's that did not (a crashed rank killed by a signal: 128 + its number)."""
+    ended with 0 the first other rank's that did not (a crashed rank killed by a signal: 128 + its number).
+    More ranks than CPU cores is a ``ValueError``, before any starts: each is a Python process with its own model,
+    and thousands ran out of open files."""
+    cores = os.cpu_count() or 1
+    if processes > cores:
+        raise ValueError(f"--processes {processes}: more ranks than this machine's {cores} CPU cores, each a Python "
+                         f"process with its own model; give at most {cores}")
     package_root = str(Path(__file__).resolve().parents[2])  # the ranks import this very vitroll
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
                                                                              os.environ.get("PYTHONPATH")])),
