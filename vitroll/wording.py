@@ -22,11 +22,11 @@ def with_article(word: str) -> str:
 
 
 FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
-            "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
-            "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory",
-            "max_pixels": "--max-pixels"}
-"""The arguments of models, their loading, preprocessing and methods that have a flag of their own, by keyword; any
-other model argument is ``--model-arg NAME=VALUE``."""
+         "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
+         "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory", "max_pixels": "--max-pixels",
+         "frame": "--frame"}
+"""The arguments of models, their loading, preprocessing and methods, and of image reading, that have a flag of their
+own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 
 _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
