@@ -20,6 +20,7 @@ from vitroll.io.dicom import (
     NOT_DICOM_OR_IMAGE, SAFE_FIELDS, WINDOW_PRESETS, age_band, frame_count, is_dicom, parse_window, read_any,
     read_dicom, safe_metadata, salted_key,
 )
+from vitroll.wording import worded_for_the_command_line
 
 # Hounsfield values stored as signed 16-bit with RescaleIntercept -1024 (stored = HU + 1024).
 HU = np.array([[-1024, -160, 0], [40, 140, 240]], dtype=np.int16)
@@ -1024,9 +1025,12 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
         with pytest.raises(ImageReadError) as caught:
             read_any(path, frame=5)
         reasons.append(caught.value.reason)
-    assert reasons == ["--frame 5 is out of range: the file has 1 frame, numbered from 0.",
-                       "--frame 5 is out of range: the file has 3 frames, numbered from 0.",
-                       "--frame 5 is out of range: the file has 1 frame, numbered from 0."]
+    assert reasons == ["frame=5 is out of range: the file has 1 frame, numbered from 0.",  # was --frame 5 in Python
+                       "frame=5 is out of range: the file has 3 frames, numbered from 0.",
+                       "frame=5 is out of range: the file has 1 frame, numbered from 0."]
+    with worded_for_the_command_line(), pytest.raises(ImageReadError) as caught:
+        read_any(cine, frame=5)
+    assert caught.value.reason == "--frame 5 is out of range: the file has 3 frames, numbered from 0."
     assert read_any(tmp_path / "photo.png", frame=0).frames[0][1].shape == (64, 64, 3)
 
 

@@ -145,8 +145,8 @@ def test_upsample_with_padded_hw_is_to_original_for_an_image_of_the_models_input
 
 @pytest.mark.parametrize(("padded_hw", "error", "message"), [
     ((32, 40), ValueError, "padded_hw (H', W') must be at least the image's (H, W) = (36, 36): the input padded up "
-                           "to whole patches, which the grid covers; got (32, 40) (an image of another size than the model's "
-                           "input takes its map from to_original(grid_map, geometry))"),
+                           "to whole patches, which the grid covers; got (32, 40) (an image of another size than the "
+                           "model's input takes its map from to_original(grid_map, geometry))"),
     ((40, 0), ValueError, "padded_hw must be (H, W), two integers ≥ 1; got (40, 0)"),
     (40, TypeError, "padded_hw must be (H, W), two integers ≥ 1; got int 40"),
 ])
@@ -163,7 +163,8 @@ def test_a_geometry_pads_only_an_input_of_no_whole_number_of_patches():
 
 
 def test_region_outside_the_centre_crop_is_nan():
-    geometry = PREPROCESSING.geometry((300, 600))  # resized 256x512, crop left 144 → original x in [72, 184)… wide margins
+    # resized 256x512, crop left 144 → original x in [72, 184)… wide margins
+    geometry = PREPROCESSING.geometry((300, 600))
     saliency = to_original(np.ones((14, 14), np.float32), geometry)
     top, left, bottom, right = geometry.original_box()
     assert np.isnan(saliency[:, : int(left) - 1]).all() and np.isnan(saliency[:, int(np.ceil(right)) + 1:]).all()

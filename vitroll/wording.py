@@ -21,12 +21,12 @@ def with_article(word: str) -> str:
     return f"{'an' if vowel_sound else 'a'} {word}"
 
 
-_FLAG_OF = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
-            "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
-            "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory",
-            "max_pixels": "--max-pixels"}
-"""The arguments of models, their loading, preprocessing and methods that have a flag of their own; any other model
-argument is ``--model-arg NAME=VALUE``."""
+FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
+         "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
+         "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory", "max_pixels": "--max-pixels",
+         "frame": "--frame"}
+"""The arguments of models, their loading, preprocessing and methods, and of image reading, that have a flag of their
+own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 
 _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
@@ -51,10 +51,10 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
     flag of a switch alone)."""
     if value is None and not placeholder:
-        return _FLAG_OF.get(name, f"--model-arg {name}") if _on_the_command_line else name
+        return FLAGS.get(name, f"--model-arg {name}") if _on_the_command_line else name
     if not _on_the_command_line:
         return f"{name}={placeholder or repr(value)}"
-    flag = _FLAG_OF.get(name)
+    flag = FLAGS.get(name)
     words = placeholder or (" ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value))
     if flag is None:
         return f"--model-arg {name}={words}"

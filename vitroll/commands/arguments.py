@@ -14,6 +14,7 @@ from vitroll.colormaps import named_colormap
 from vitroll.errors import OptionValueError
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.textfile import TextFileError, read_text_file
+from vitroll.wording import FLAGS
 
 METHOD_NAMES = ("attention", "center", "chefer", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
                 "occlusion", "random", "rollout")
@@ -295,8 +296,8 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip().replace("-", "_"), value.strip()
 
 
-MODEL_ARGUMENT_FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size",
-                        "num_classes": "--num-classes", "pretrained": "--pretrained", "checkpoint_path": "--checkpoint"}
+MODEL_ARGUMENT_FLAGS = {**{name: FLAGS[name] for name in ("img_size", "dynamic_img_size", "num_classes", "pretrained")},
+                        "checkpoint_path": FLAGS["checkpoint"]}
 """The model-building arguments that have a flag of their own: ``--model-arg`` refuses them, naming the flag (the flag
 is checked and recorded; ``checkpoint_path`` would make timm unpickle a file)."""
 

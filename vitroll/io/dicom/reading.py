@@ -22,7 +22,7 @@ from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
 from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, check_size, load_image_with_profile
-from vitroll.wording import counted
+from vitroll.wording import argument, counted
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -766,10 +766,10 @@ def _rgb_frames(source: "Path | Dataset", dataset: "Dataset", indices: list[int]
 
 
 def _check_frame(path: Path, frame: Optional[int], count: int) -> None:
-    """Refuse ``--frame`` beyond the ``count`` frames of the file at ``path``."""
+    """Refuse a ``frame`` beyond the ``count`` frames of the file at ``path``."""
     if frame is not None and not 0 <= frame < count:
-        raise ImageReadError(path, f"--frame {frame} is out of range: the file has {counted(count, 'frame')}, "
-                                   "numbered from 0.")
+        raise ImageReadError(path, f"{argument('frame', frame)} is out of range: the file has "
+                                   f"{counted(count, 'frame')}, numbered from 0.")
 
 
 def read_any(
