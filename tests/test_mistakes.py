@@ -206,6 +206,10 @@ MISTAKES = [
     pytest.param("evaluate {dir} --testbed 4", 2, "give a FOLDER or --testbed N, not both", id="evaluate-both"),
     pytest.param("evaluate {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs; a FOLDER's images are "
                  "not drawn, so leave --seed out (or give --testbed N instead of the FOLDER)", id="evaluate-folder-seed"),
+    pytest.param("evaluate --testbed 1 --seed -1", 2, "argument --seed: must be an integer ≥ 0; got -1",
+                 id="evaluate-seed-negative"),
+    pytest.param("sanity --testbed 1 --seed -1", 2, "argument --seed: must be an integer ≥ 0; got -1",
+                 id="sanity-seed-negative"),
     pytest.param("sanity {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs", id="sanity-folder-seed"),
     pytest.param("evaluate --disagree-below 0.5", 2, "--disagree-below flags images by their --disagreement "
                  "correlation; give --disagreement A,B", id="evaluate-disagree-below-alone"),

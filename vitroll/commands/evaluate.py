@@ -55,7 +55,7 @@ def add_image_source_arguments(parser: argparse.ArgumentParser, folder_help: str
     parser.add_argument("--testbed", type=integer(1), metavar="N", default=None,
                         help=f"use N generated testbed inputs instead of a folder (default without FOLDER: "
                              f"{testbed_count})")
-    parser.add_argument("--seed", type=int, default=None, metavar="SEED",
+    parser.add_argument("--seed", type=integer(0), default=None, metavar="SEED",
                         help=f"testbed split (default: {TESTBED_SEED}, the shipped models' held-out split; not with a "
                              "FOLDER, whose images are not drawn)")
     add_max_pixels_argument(parser, "a FOLDER's images")
