@@ -80,7 +80,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                             "and colour photographs, where it is not measured)")
     group.add_argument("--group-by", default="ManufacturerModelName", metavar="FIELD,…",
                        help="comma-separated: Manufacturer, ManufacturerModelName, BodyPartExamined, Modality, "
-                            "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName)")
+                            "PatientSex, age-band, BurnedInAnnotation (default: ManufacturerModelName; '' for no "
+                            "groups)")
     add_batch_size_argument(group, 8, items="frames")
     group.add_argument("--workers", type=integer(0), default=0, metavar="N",
                        help="decoding processes (default 0: the main process)")
