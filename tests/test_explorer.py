@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -410,6 +413,60 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
     with pytest.raises(AppError) as refused:
         client.predict(api_name="/full_size_overlay")
     assert str(refused.value) == "no such file: upload the image again"
+
+
+def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
+                                                                                                    tmp_path):
+    """Gradio copied every upload (named as the user named it) and every file the page served into the shared
+    /tmp/gradio, readable by every user of the machine and never removed."""
+    from gradio_client import Client, handle_file
+
+    app, served = served_page
+    token = f"{os.getpid()}-{id(tmp_path)}"  # /tmp/gradio is shared with other processes
+    name = f"scan of patient {token}.png"
+    (tmp_path / name).write_bytes(CROSS.read_bytes())
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))  # the client's own copies
+    client.predict(handle_file(tmp_path / name), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+    client.predict(api_name="/full_size_overlay")
+    private = vitroll.app.PRIVATE_CACHE.folder
+    kept, = session_state(app, client)
+    assert Path(kept.image).name == name and Path(kept.image).is_relative_to(private)
+    assert (private.stat().st_mode & 0o777) == 0o700
+    assert sorted(path.name for path in private.rglob(f"*{token}*")) == [name, f"scan of patient {token}_overlay.png"]
+    assert not [*(Path(tempfile.gettempdir()) / "gradio").rglob(f"*{token}*")]
+
+
+def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_temp_dir_set_outside(tmp_path):
+    """Nothing the page was sent or served outlives the explorer; a GRADIO_TEMP_DIR of the user's is theirs: used,
+    and left as it is."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / "scan of a patient.png"
+    upload.write_bytes(CROSS.read_bytes())
+    for own_folder in (None, tmp_path / "the user's gradio cache"):
+        temporary = tmp_path / f"tmp for {own_folder is None}"
+        temporary.mkdir()
+        environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
+        environment.update(TMPDIR=str(temporary), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if own_folder is not None:
+            environment["GRADIO_TEMP_DIR"] = str(own_folder)
+        server = subprocess.Popen([sys.executable, "-m", "vitroll", "app", "--port", str(free_port())],
+                                  env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline()
+            assert line.startswith("vitroll: the explorer is at "), line + server.stderr.read()
+            client = Client(line.split()[5], verbose=False, download_files=str(tmp_path / "client"))
+            client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+            client.predict(api_name="/full_size_overlay")
+            cache = own_folder or next(temporary.glob("vitroll-explorer-cache-*"))
+            assert own_folder is not None or (cache.stat().st_mode & 0o777) == 0o700
+            assert [copy.name for copy in cache.rglob("scan of a patient*")] and not (temporary / "gradio").exists()
+        finally:
+            server.send_signal(signal.SIGINT)
+            _, errors = server.communicate(timeout=120)
+        assert server.returncode == 0 and "Traceback" not in errors, errors
+        assert [path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor")] == []
+        assert own_folder is None or [copy.name for copy in own_folder.rglob("scan of a patient*")]
 
 
 def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():

@@ -11,6 +11,7 @@ import functools
 import html
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -535,11 +536,84 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
           block: bool = True) -> str:
     """Serve ``app`` at ``host:port`` (``port`` None: Gradio's first free one from 7860), never through Gradio's
     public share link; with ``block``, until Ctrl-C, after one line on stdout with the page's address (Gradio's own
-    start-up lines advise ``share=True``, which vitroll does not offer). Returns the page's local URL."""
-    _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
-                                 prevent_thread_lock=True, quiet=True, css=PAGE_CSS, js=PAGE_JS,
-                                 allowed_paths=sorted({str(path.parent) for path in examples}))
-    if block:
-        print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)
-        app.block_thread()
+    start-up lines advise ``share=True``, which vitroll does not offer), then closed. Returns the page's local URL.
+
+    Gradio's copies of the uploads and of the files the page serves are kept in :data:`PRIVATE_CACHE` (mode 0700),
+    removed when ``app.close()`` closes the last page this process serves; unless ``GRADIO_TEMP_DIR`` was set outside
+    vitroll: then there, and left there."""
+    folder = PRIVATE_CACHE.acquire()
+    for component in app.blocks.values():  # built before the folder was chosen: Gradio names it in each at creation
+        component.GRADIO_CACHE = folder
+    close = app.close
+    released = threading.Event()
+
+    def close_and_remove_copies(verbose: bool = True) -> None:
+        close(verbose)
+        if not released.is_set():
+            released.set()
+            PRIVATE_CACHE.release()
+
+    app.close = close_and_remove_copies
+    try:
+        _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
+                                     prevent_thread_lock=True, quiet=True, css=PAGE_CSS, js=PAGE_JS,
+                                     allowed_paths=sorted({str(path.parent) for path in examples}))
+        if block:
+            print(f"vitroll: the explorer is at {local_url} (Ctrl-C stops it)", flush=True)
+            app.block_thread()  # returns on Ctrl-C, the server stopped
+    finally:
+        if block or not app.is_running:  # a failed launch, or served until Ctrl-C
+            app.close(verbose=False)
     return local_url
+
+
+class PrivateCache:
+    """The folder Gradio keeps its copies of uploads and served files in while this process serves explorers: by
+    default ``/tmp/gradio/<hash>/<the user's file name>``, readable by every user of the machine and never removed;
+    here a fresh folder only its owner can enter (``tempfile.mkdtemp``: 0700), named to Gradio by ``GRADIO_TEMP_DIR``
+    (which it reads again on each request) and removed with everything in it when the last page is closed. A
+    ``GRADIO_TEMP_DIR`` set outside vitroll is used as it is and left alone (it may hold other applications' files).
+    :func:`serve` holds it while a page is served; ``with PRIVATE_CACHE:`` holds it around building a page too (its
+    examples are copied when it is built), and around importing Gradio (which names some folders at import).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pages = 0
+        self._folder: Optional[tempfile.TemporaryDirectory] = None
+        self._outside: Optional[str] = None
+
+    @property
+    def folder(self) -> Optional[Path]:
+        """The private folder while a page is served (None otherwise, or with a ``GRADIO_TEMP_DIR`` of the user's)."""
+        return None if self._folder is None else Path(self._folder.name)
+
+    def acquire(self) -> str:
+        """The cache folder for one more page: the private one (made for the first page), or the user's own."""
+        with self._lock:
+            self._pages += 1
+            if self._pages == 1:
+                self._outside = os.environ.get("GRADIO_TEMP_DIR")
+                if self._outside is None:
+                    self._folder = tempfile.TemporaryDirectory(prefix="vitroll-explorer-cache-")
+                    os.environ["GRADIO_TEMP_DIR"] = self._folder.name
+            return self._outside if self._folder is None else self._folder.name
+
+    def release(self) -> None:
+        """One page fewer: with the last, the private folder is removed and ``GRADIO_TEMP_DIR`` unset again."""
+        with self._lock:
+            self._pages -= 1
+            if self._pages == 0 and self._folder is not None:
+                os.environ.pop("GRADIO_TEMP_DIR", None)
+                self._folder.cleanup()
+                self._folder = None
+
+    def __enter__(self) -> str:
+        return self.acquire()
+
+    def __exit__(self, *exception: object) -> None:
+        self.release()
+
+
+PRIVATE_CACHE = PrivateCache()
+"""This process's :class:`PrivateCache`."""

@@ -89,7 +89,7 @@ def check_port(host: str, port: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
-    from vitroll.app import build_app, example_images, require_gradio, serve
+    from vitroll.app import PRIVATE_CACHE, build_app, example_images, require_gradio, serve
     from vitroll.commands.common import model_from_args, preprocessing_from_args
     from vitroll.models import class_names
     from vitroll.pipelines.explain import ExplainSettings
@@ -99,13 +99,14 @@ def run(args: argparse.Namespace) -> int:
         check_port(args.host, args.port)
     if args.examples != SAMPLE_IMAGES and not args.examples.is_dir():
         raise ValueError(f"app: --examples {args.examples} is not a folder")
-    require_gradio()
-    model = model_from_args(args)
-    examples = example_images(args.examples)
-    app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
-                    class_names=class_names(model, args.class_names), examples=examples,
-                    settings=ExplainSettings(cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
-                                             normalization=args.normalize),
-                    max_pixels=args.max_pixels)
-    serve(app, host=args.host, port=args.port, examples=examples)
+    with PRIVATE_CACHE:  # from Gradio's import on: nothing it copies outlives the command
+        require_gradio()
+        model = model_from_args(args)
+        examples = example_images(args.examples)
+        app = build_app(model, model_label=args.model, preprocessing=preprocessing_from_args(model, args),
+                        class_names=class_names(model, args.class_names), examples=examples,
+                        settings=ExplainSettings(cmap=args.cmap, alpha=args.alpha, interpolation=args.upsample,
+                                                 normalization=args.normalize),
+                        max_pixels=args.max_pixels)
+        serve(app, host=args.host, port=args.port, examples=examples)
     return 0
