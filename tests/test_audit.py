@@ -719,6 +719,33 @@ def test_ctrl_c_finishes_the_file_in_flight_and_reports_every_file_not_reached(t
         assert not [needle for needle in needles if needle in text], path
 
 
+
+@pytest.mark.parametrize("command", ["audit", "annotate", "text"])
+def test_no_progress_is_one_option_shared_by_the_commands_with_a_bar(command):
+    from vitroll.cli import build_parser
+
+    words = {"audit": ["in", "--out", "o"], "annotate": ["in", "--out", "o"], "text": ["t", "--model", "m"]}[command]
+    parse = build_parser().parse_args
+    assert (parse([command, *words]).no_progress, parse([command, *words, "--no-progress"]).no_progress) == (
+        False, True)
+
+
+def test_audit_shows_a_bar_of_files_done_that_names_no_file_and_none_with_no_progress(tmp_path):
+    """`vitroll audit BIG_FOLDER` printed nothing until the end: nobody could tell it was working or how long was left."""
+    inputs = write_inputs(tmp_path / "in")  # 7 files: a cine of 2 frames streamed one frame a batch, 3 unreadable
+    names = [path.name for path in inputs.iterdir()]
+    argv = ["audit", str(inputs), "--batch-size", "1", "--salt", "s", "--keep-burned-in-text", *MODEL]
+    code, _, stderr = run_cli(*argv, "--out", str(tmp_path / "bar"))
+    assert code == 3
+    counts = re.findall(r"(\d+)/(\d+) \[[^]]*file", stderr)
+    assert counts[-1] == ("7", "7") and [int(done) for done, _ in counts] == sorted(int(done) for done, _ in counts)
+    needles = {*PHI_STRINGS, str(inputs), *names, *(Path(name).stem for name in names)}
+    needles -= {"cine", "hu", "jpeg", "nopixels"}  # neutral file names that are also common words
+    assert not [needle for needle in needles if needle in stderr]
+    code, _, stderr = run_cli(*argv, "--out", str(tmp_path / "quiet"), "--no-progress")
+    assert code == 3 and stderr and all(line.startswith("vitroll: ") for line in stderr.splitlines()), stderr
+
+
 CTRL_C_IN_A_TERMINAL = """import os, signal, sys
 import vitroll.audit.pipeline as pipeline
 from vitroll.cli import main

@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 from PIL import Image
 from torch import nn
+from tqdm import tqdm
 
 from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
@@ -338,6 +339,7 @@ def run_audit(
     class_names: Optional[list[str]] = None,
     provenance: Optional[ModelProvenance] = None,
     on_interrupt: Callable[[], None] = lambda: None,
+    progress: bool = False,
 ) -> AuditReport:
     """Audit files and folders and write ``OUT/report.html``, ``report.csv``, ``report.json`` and ``OUT/images/``.
 
@@ -348,6 +350,8 @@ def run_audit(
     A first Ctrl-C (in the main thread) calls ``on_interrupt`` and lets the file in flight finish; a second stops at
     once. The report is then written of what was audited, every file (or frame) not reached a row
     :attr:`~AuditRow.interrupted`; a Ctrl-C while it is written is ignored.
+
+    With ``progress``, a bar on stderr counts the files done (numbers only: never a file's name).
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
@@ -358,12 +362,19 @@ def run_audit(
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     stop_asked: list[bool] = []
 
+    def files_done(count: int) -> None:
+        bar.update(max(0, count - bar.n))
+
     def first_interrupt() -> None:
         stop_asked.append(True)
+        bar.clear()  # the message on a line of its own, not after the bar
         on_interrupt()
+        bar.refresh()
 
     # one audit at a time per folder: another's end would remove this one's overlays as not in its report
-    with OutputLock(Path(out_dir)), one_interrupt(first_interrupt) as hold_interrupts:
+    with OutputLock(Path(out_dir)), \
+            contextlib.closing(tqdm(total=len(inputs), unit="file", disable=not progress, smoothing=0.1)) as bar, \
+            one_interrupt(first_interrupt) as hold_interrupts:
         rows: list[AuditRow] = []
         in_flight: Optional[int] = None  # once Ctrl-C is pressed: the file of the row it came while making
         try:
@@ -371,14 +382,19 @@ def run_audit(
                                                 preprocessing=preprocessing, class_names=class_names)) as audited:
                 for row in audited:
                     if in_flight is not None and row.input_number != in_flight:
+                        files_done(in_flight)
                         break  # the file in flight is done: this row's file is left, its overlay removed below
+                    files_done(row.input_number - 1)  # the stream keeps input order: the files before are done
                     rows.append(row)
                     if stop_asked and in_flight is None:
                         in_flight = row.input_number
                     # its last row: the next batch is not waited for
                     if in_flight is not None and _frames_done(row) >= (
                             1 if options.frame is not None else frame_count(inputs[row.input_number - 1].path)):
+                        files_done(in_flight)
                         break
+                else:
+                    files_done(len(inputs))
         except KeyboardInterrupt:  # the second Ctrl-C: the file in flight is left too, where it stands
             stop_asked.append(True)
         finally:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from vitroll.commands.arguments import (
     PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument,
-    add_resume_arguments, given_path, integer, method_names, number,
+    add_progress_argument, add_resume_arguments, given_path, integer, method_names, number,
 )
 from vitroll.errors import EXIT_USER_ERROR
 from vitroll.io.names import error_line, single_line
@@ -55,7 +55,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                                                       "done ones; other rows are kept")
     parser.add_argument("--limit", type=integer(1), metavar="N", help="only the first N inputs (sorted by path)")
     add_max_pixels_argument(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     parser.add_argument("--processes", type=integer(1), default=1, metavar="K",
                         help="run as K ranks on this machine, one GPU each on CUDA, as torchrun --standalone "
                              "--nproc_per_node K would, with the exit statuses above (default: %(default)s)")

@@ -227,6 +227,11 @@ def add_batch_size_argument(group: "argparse._ActionsContainer", default: int, i
                        help=f"{items} per forward pass (default: %(default)s)")
 
 
+def add_progress_argument(parser: "argparse._ActionsContainer") -> None:
+    """``--no-progress``: no progress bar on stderr (``args.no_progress``)."""
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def add_resume_arguments(parser: argparse.ArgumentParser, *, done: str, redo: str) -> None:
     """``--resume`` (the default: skip what is ``done`` with the same settings) or ``--overwrite`` (``redo`` it);
     resuming a folder made with other settings is refused, naming them."""

@@ -23,8 +23,8 @@ import argparse
 import sys
 
 from vitroll.commands.arguments import (
-    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, given_path, integer,
-    number,
+    add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument, add_progress_argument,
+    given_path, integer, number,
 )
 from vitroll.io.windows import WINDOW_PRESETS, parse_window
 from vitroll.wording import counted
@@ -85,6 +85,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_batch_size_argument(group, 8, items="frames")
     group.add_argument("--workers", type=integer(0), default=0, metavar="N",
                        help="decoding processes (default 0: the main process)")
+    add_progress_argument(group)
     add_max_pixels_argument(group, "PNG, JPEG, TIFF… inputs, masks and compressed DICOM frames (Rows × Columns)")
     add_explain_arguments(parser)
     parser.set_defaults(run=run)
@@ -137,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     report = run_audit(args.inputs, model, out_dir=args.out, settings=settings, options=options,
                        preprocessing=preprocessing_from_args(model, args),
                        class_names=class_names(model, args.class_names),
-                       provenance=provenance_from_args(args, model), on_interrupt=_tell_interrupted)
+                       provenance=provenance_from_args(args, model), on_interrupt=_tell_interrupted,
+                       progress=not args.no_progress)
     for row in report.errors:
         if not row.interrupted:
             print(f"vitroll: not audited: file {row.input_number} ({row.case}): {row.error}", file=sys.stderr)

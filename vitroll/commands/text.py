@@ -21,8 +21,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from vitroll.commands.arguments import (
-    add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_resume_arguments,
-    given_path,
+    add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_progress_argument,
+    add_resume_arguments, given_path,
 )
 from vitroll.errors import VitrollError
 
@@ -41,7 +41,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", type=given_path, metavar="FILE",
                         help="a UTF-8 file with one text per line (after any TEXT given)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
     add_out_argument(parser, "out")
