@@ -361,7 +361,7 @@ def test_an_upload_that_is_not_an_image_or_a_layer_not_whole_is_refused_with_its
     text.write_text("not pixels")
     huge = png_claiming_size(tmp_path / "pano.png", 30_000, 20_000)  # Gradio's own open raised Pillow's bomb error
     for upload, reason in ((truncated, "corrupt or truncated image data ("), (text, "not an image Pillow can read"),
-                           (huge, "image too large: 600 MP (30000×20000), over the limit of 500 MP; --max-pixels")):
+                           (huge, "image too large: 600 MP (30000×20000), over the limit of 500 MP; max_pixels=")):
         with pytest.raises(ImageReadError) as unreadable:
             load_image(upload)
         with pytest.raises(AppError) as refused:
