@@ -79,7 +79,7 @@ def arguments(values: "dict[str, object]") -> str:
     return (" " if _on_the_command_line else ", ").join(argument(name, value) for name, value in values.items())
 
 
-def word_for_the_command_line() -> None:
+def set_command_line_wording() -> None:
     """Word errors for the command line from now on in this process: a worker process the command line starts
     (which begins in Python's words), as :func:`worded_for_the_command_line` does for the command line's own."""
     global _on_the_command_line

@@ -39,7 +39,7 @@ from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display
 from vitroll.methods.base import model_device
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
-from vitroll.wording import on_the_command_line, word_for_the_command_line
+from vitroll.wording import on_the_command_line, set_command_line_wording
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def start_worker(command_line_wording: bool, _worker_id: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if command_line_wording:
-        word_for_the_command_line()
+        set_command_line_wording()
 
 
 @dataclass
