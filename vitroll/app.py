@@ -305,6 +305,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
+    PRIVATE_CACHE.acquire()  # before the components: each names Gradio's cache folder when made (examples are copied)
 
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
             layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
@@ -399,6 +400,16 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
             box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
                 **explain_event, api_name=False)
+    close = app.close
+    released = threading.Event()
+
+    def close_and_remove_copies(verbose: bool = True) -> None:
+        close(verbose)
+        if not released.is_set():
+            released.set()
+            PRIVATE_CACHE.release()
+
+    app.close = close_and_remove_copies
     return app
 
 
@@ -539,21 +550,8 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
     start-up lines advise ``share=True``, which vitroll does not offer), then closed. Returns the page's local URL.
 
     Gradio's copies of the uploads and of the files the page serves are kept in :data:`PRIVATE_CACHE` (mode 0700),
-    removed when ``app.close()`` closes the last page this process serves; unless ``GRADIO_TEMP_DIR`` was set outside
-    vitroll: then there, and left there."""
-    folder = PRIVATE_CACHE.acquire()
-    for component in app.blocks.values():  # built before the folder was chosen: Gradio names it in each at creation
-        component.GRADIO_CACHE = folder
-    close = app.close
-    released = threading.Event()
-
-    def close_and_remove_copies(verbose: bool = True) -> None:
-        close(verbose)
-        if not released.is_set():
-            released.set()
-            PRIVATE_CACHE.release()
-
-    app.close = close_and_remove_copies
+    held from :func:`build_app` and removed when ``app.close()`` closes the last page of this process; unless
+    ``GRADIO_TEMP_DIR`` was set outside vitroll: then there, and left there."""
     try:
         _, local_url, _ = app.launch(server_name=host, server_port=port, share=False, inbrowser=False, show_error=True,
                                      prevent_thread_lock=True, quiet=True, css=PAGE_CSS, js=PAGE_JS,
@@ -573,8 +571,8 @@ class PrivateCache:
     here a fresh folder only its owner can enter (``tempfile.mkdtemp``: 0700), named to Gradio by ``GRADIO_TEMP_DIR``
     (which it reads again on each request) and removed with everything in it when the last page is closed. A
     ``GRADIO_TEMP_DIR`` set outside vitroll is used as it is and left alone (it may hold other applications' files).
-    :func:`serve` holds it while a page is served; ``with PRIVATE_CACHE:`` holds it around building a page too (its
-    examples are copied when it is built), and around importing Gradio (which names some folders at import).
+    :func:`build_app` holds it for a page until ``app.close()`` (its examples are copied when it is built);
+    ``with PRIVATE_CACHE:`` holds it around importing Gradio too (which names some folders at import).
     """
 
     def __init__(self) -> None:
