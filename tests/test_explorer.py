@@ -437,14 +437,15 @@ def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_i
 
 
 def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_temp_dir_set_outside(tmp_path):
-    """Nothing the page was sent or served outlives the explorer; a GRADIO_TEMP_DIR of the user's is theirs: used,
-    and left as it is."""
+    """Nothing the page was sent or served outlives the explorer, stopped by Ctrl-C or by SIGTERM (``kill``, a service
+    manager; that left the copies on disk); a GRADIO_TEMP_DIR of the user's is theirs: used, and left as it is."""
     from gradio_client import Client, handle_file
 
     upload = tmp_path / "scan of a patient.png"
     upload.write_bytes(CROSS.read_bytes())
-    for own_folder in (None, tmp_path / "the user's gradio cache"):
-        temporary = tmp_path / f"tmp for {own_folder is None}"
+    for own_folder, stop in ((None, signal.SIGINT), (None, signal.SIGTERM),
+                             (tmp_path / "the user's gradio cache", signal.SIGINT)):
+        temporary = tmp_path / f"tmp for {own_folder is None} {stop.name}"
         temporary.mkdir()
         environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
         environment.update(TMPDIR=str(temporary), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -462,7 +463,7 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
             assert own_folder is not None or (cache.stat().st_mode & 0o777) == 0o700
             assert [copy.name for copy in cache.rglob("scan of a patient*")] and not (temporary / "gradio").exists()
         finally:
-            server.send_signal(signal.SIGINT)
+            server.send_signal(stop)
             _, errors = server.communicate(timeout=120)
         assert server.returncode == 0 and "Traceback" not in errors, errors
         assert [path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor")] == []
@@ -474,6 +475,7 @@ def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():
     assert vitroll.app.display_copy(tall).shape == (2048, 410, 3)
     fits = tall[:2048]
     assert vitroll.app.display_copy(fits) is fits
+
 
 def test_a_value_the_page_does_not_offer_sent_through_the_api_is_refused_in_one_line(served, capfd):
     """A method, head, colormap, … that is not on the page's menus, or a slider beyond its ends, sent through

@@ -7,9 +7,13 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import signal
 import socket
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from vitroll.commands.arguments import (
     DEFAULT_COLORMAP, add_alpha_argument, add_map_scaling_arguments, add_max_pixels_argument, add_model_arguments,
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         check_port(args.host, args.port)
     if args.examples != SAMPLE_IMAGES and not args.examples.is_dir():
         raise ValueError(f"app: --examples {args.examples} is not a folder")
-    with PRIVATE_CACHE:  # from Gradio's import on: nothing it copies outlives the command
+    with PRIVATE_CACHE, stopped_as_by_ctrl_c():  # from Gradio's import on: nothing it copies outlives the command
         require_gradio()
         model = model_from_args(args)
         examples = example_images(args.examples)
@@ -110,3 +114,21 @@ def run(args: argparse.Namespace) -> int:
                         max_pixels=args.max_pixels)
         serve(app, host=args.host, port=args.port, examples=examples)
     return 0
+
+
+@contextmanager
+def stopped_as_by_ctrl_c() -> Iterator[None]:
+    """Within: SIGTERM (``kill``, a service manager's stop) ends the explorer as Ctrl-C does, its copies of the
+    uploads removed; by default it ended the process there and then, leaving them on disk."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may handle signals
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
