@@ -436,6 +436,26 @@ def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_i
     assert not [*(Path(tempfile.gettempdir()) / "gradio").rglob(f"*{token}*")]
 
 
+
+def test_closing_a_page_removes_its_full_size_overlays(model, tmp_path, monkeypatch):
+    """The full-size overlays a page wrote for its downloads stayed on disk until the Python process ended."""
+    from gradio_client import Client, handle_file
+    from vitroll.app import build_app, serve
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    app = build_app(model, model_label="vitroll-shapes", class_names=class_names(model))
+    try:
+        client = Client(serve(app, host="127.0.0.1", port=free_port(), block=False), verbose=False,
+                        download_files=str(tmp_path / "client"))
+        client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+        client.predict(api_name="/full_size_overlay")
+        downloads, = [path for path in tmp_path.glob("vitroll-explorer-*")
+                      if not path.name.startswith("vitroll-explorer-cache-")]
+        assert [path.name for path in downloads.rglob("*.png")] == ["shapes_cross_overlay.png"]
+    finally:
+        app.close()
+    assert not downloads.exists()
+
 def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_temp_dir_set_outside(tmp_path):
     """Nothing the page was sent or served outlives the explorer, stopped by Ctrl-C or by SIGTERM (``kill``, a service
     manager; that left the copies on disk); a GRADIO_TEMP_DIR of the user's is theirs: used, and left as it is."""

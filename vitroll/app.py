@@ -407,6 +407,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         close(verbose)
         if not released.is_set():
             released.set()
+            downloads.cleanup()
             PRIVATE_CACHE.release()
 
     app.close = close_and_remove_copies
