@@ -651,6 +651,27 @@ def test_a_second_audit_into_a_folder_being_written_is_refused(tmp_path):
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [".vitroll.lock"]
 
 
+def test_the_output_folder_is_made_once_before_the_work(tmp_path, monkeypatch):
+    """run_audit made OUT, then its output lock made it again."""
+    import vitroll.audit.pipeline as pipeline
+
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    out, made, make_folder = tmp_path / "out", [], Path.mkdir
+
+    def counted(path: Path, *args, **kwargs) -> None:
+        made.append(path)
+        make_folder(path, *args, **kwargs)
+
+    def work(*args, **kwargs):
+        assert out.is_dir() and made.count(out) == 1, made  # made, once, before the work
+        yield from ()
+
+    monkeypatch.setattr(Path, "mkdir", counted)
+    monkeypatch.setattr(pipeline, "audit_items", work)
+    assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--keep-burned-in-text", *MODEL)[0] == 0
+
+
 def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
     inputs = tmp_path / "in"
     inputs.mkdir()

@@ -255,7 +255,8 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 
 
 class OutputLock:
-    """``OUT/<name>``: created exclusively with this process's pid; a lock left by a dead process is taken over."""
+    """``OUT/<name>``: created exclusively with this process's pid; a lock left by a dead process is taken over. ``OUT``
+    is made unless it is a folder already (the audit makes it before, to stop before its work with its own message)."""
 
     def __init__(self, out_dir: Path, name: str = ".vitroll.lock") -> None:
         self.path = out_dir / name
@@ -263,7 +264,8 @@ class OutputLock:
     def __enter__(self) -> "OutputLock":
         out_dir = self.path.parent
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            if not out_dir.is_dir():
+                out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error
         for _ in range(2):
