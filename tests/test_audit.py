@@ -341,7 +341,19 @@ def test_under_frame_k_a_file_that_fails_names_frame_k_not_all(tmp_path):
         assert [(row["input"], row["status"] == "error", row["frame"], row["frames"])
                 for row in csv.DictReader(table)] == [("1", False, "1", ""), ("2", True, "1", "1")]
     html = (tmp_path / "out" / "report.html").read_text()
-    assert re.search(r'<td class="key">case-\w+</td><td>1</td><td>This DICOM file', html)
+    assert re.search(r'<td class="key">case-\w+-f1</td><td>1</td><td>This DICOM file', html)
+
+
+def test_under_frame_k_a_file_that_fails_has_the_case_suffix_of_frame_k_as_an_audited_one(tmp_path):
+    """Under --frame 1 the audited file's case ended in -f1, the failing file's in its bare key."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    cine = write_dicom(inputs / "cine.dcm", np.stack([body_phantom(), body_phantom(marker=False)]), number=1)
+    (inputs / "cut.dcm").write_bytes(cine.read_bytes()[:-3000])
+    run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--frame", "1", "--salt", "s",
+            "--keep-burned-in-text", *MODEL)
+    cases = [row["case"] for row in json.loads((tmp_path / "out" / "report.json").read_text())["cases"]]
+    assert len(cases) == 2 and all(re.fullmatch(r"case-[0-9a-f]{10}-f1", case) for case in cases), cases
 
 
 def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):

@@ -165,9 +165,10 @@ def _error_row(failed: Failed, options: AuditOptions, frames: Optional[range] = 
 
 
 def _not_audited_row(item: AuditInput, reason: str, options: AuditOptions, frames: Optional[range]) -> AuditRow:
-    """The row of ``item``'s ``frames`` (None: the whole file), not audited for ``reason`` (a sentence)."""
+    """The row of ``item``'s ``frames`` (None: the whole file, or frame K under ``--frame K``, which its case names as
+    an audited frame's does), not audited for ``reason`` (a sentence)."""
     path = item.path
-    case = f"case-{_file_key(item, options)}"
+    case = f"case-{_file_key(item, options)}" + (f"-f{options.frame}" if options.frame is not None else "")
     part = None  # the frames this row stands for, when not the whole file
     if frames is not None and len(frames) < (count := frame_count(path)):
         part = frames
