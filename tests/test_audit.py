@@ -983,6 +983,38 @@ def test_a_mask_over_max_pixels_is_refused_from_its_header_and_a_16_bit_label_ma
     assert rows[2].metrics["outside_body"] < 1.0  # the mask read empty put all of the map's mass outside the body
 
 
+def test_the_masks_of_a_multi_frame_file_are_decoded_once_for_the_file(tmp_path, monkeypatch, shortcut_methods):
+    """A --masks and a --body-masks PNG were decoded again for each frame of a cine (each part of it too)."""
+    import timm
+
+    import vitroll.audit.metrics as metrics
+
+    inputs, masks = tmp_path / "in", tmp_path / "masks"
+    inputs.mkdir()
+    masks.mkdir()
+    write_dicom(inputs / "cine.dcm", np.stack([body_phantom()] * 3), number=1)
+    write_dicom(inputs / "other.dcm", body_phantom(), number=2)
+    write_dicom(inputs / "broken.dcm", np.stack([body_phantom()] * 2), number=3)
+    (masks / "broken.png").write_text("not a png")
+    corner = np.zeros((64, 64), np.uint8)
+    corner[:16, :16] = 255
+    for name in ("cine", "other"):
+        Image.fromarray(corner).save(masks / f"{name}.png")
+    decoded, load_mask = [], metrics.load_mask
+    monkeypatch.setattr(metrics, "load_mask",
+                        lambda path, **kwargs: decoded.append(path.name) or load_mask(path, **kwargs))
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=AuditOptions(masks=MaskSource(masks), body_masks=MaskSource(masks), salt="x",
+                                            batch_size=2))
+    assert sorted(decoded) == ["broken.png"] * 2 + ["cine.png"] * 2 + ["other.png"] * 2  # an ROI, a body mask each
+    rows = sorted(report.images, key=lambda row: (row.input_number, row.frame))  # broken 1, cine 2, other 3
+    assert [row.input_number for row in rows] == [1, 1, 2, 2, 2, 3]
+    assert all(set(row.not_measured) == {"outside_body", *ROI_METRICS} for row in rows[:2])
+    assert all(row.metrics["pointing_hit"] == 1.0 and row.not_measured == {} for row in rows[2:])
+    assert len({row.metrics["outside_body"] for row in rows[2:5]}) == 1
+
+
 def test_an_unreadable_body_mask_leaves_that_image_not_measured_and_the_audit_goes_on(tmp_path):
     """It stopped the whole audit with one error line naming the mask (the image's stem), writing no report."""
     from vitroll.models import load_model

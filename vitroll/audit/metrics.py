@@ -216,7 +216,9 @@ class MaskSource:
     """Masks by image stem: PNG files ``DIR/<stem>.png`` and/or boxes from a CSV ``file,x0,y0,x1,y1``.
 
     Box coordinates are original-image pixels, ``x1``/``y1`` exclusive; the ``file`` column may hold the
-    image's file name or stem. Several boxes of one file are united.
+    image's file name or stem. Several boxes of one file are united. The last mask made (or the error its PNG gave) is
+    kept for the next call of the same image at the same size: the frames of a multi-frame file come one after
+    another, and its PNG is decoded once, not once a frame.
     """
 
     def __init__(self, folder: "str | os.PathLike[str] | None" = None,
@@ -227,6 +229,7 @@ class MaskSource:
         self.boxes: dict[str, list[tuple[int, int, int, int]]] = {}
         if boxes_csv is not None:
             self.boxes = read_boxes(boxes_csv)
+        self._last: Optional[tuple[tuple[Path, tuple[int, int], Optional[int]], "np.ndarray | Exception | None"]] = None
 
     def __bool__(self) -> bool:
         return self.folder is not None or bool(self.boxes)
@@ -239,6 +242,18 @@ class MaskSource:
         Raises :class:`ValueError` when its PNG cannot be read as an image, an
         :class:`~vitroll.errors.ImageTooLargeError` when it is larger than ``max_pixels`` (refused from its header).
         """
+        key = (image_path, tuple(shape_hw), max_pixels)
+        if self._last is None or self._last[0] != key:
+            try:
+                self._last = key, self._made(image_path, shape_hw, max_pixels)
+            except (ValueError, ImageTooLargeError) as error:
+                self._last = key, error
+        made = self._last[1]
+        if isinstance(made, Exception):
+            raise made
+        return None if made is None else made.copy()  # the caller's to change, the kept one not
+
+    def _made(self, image_path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int]) -> Optional[np.ndarray]:
         mask = None
         if self.folder is not None:
             candidate = self.folder / f"{image_path.stem}.png"
