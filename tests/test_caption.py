@@ -229,6 +229,33 @@ def test_caption_ids_as_lists_of_ints_are_taken(images):
                                caption_maps(model, images, caption_ids=CAPTIONS).maps)
 
 
+def test_one_caption_as_a_1d_tensor_or_list_is_the_caption_of_a_batch_of_one_image(images):
+    """Refused as a shape (B, K) before, while text methods take (L,) for one text; with two images a 1-D caption
+    stays refused (whose caption would it be?)."""
+    model = build_captioner()
+    expected = caption_maps(model, images[:1], caption_ids=CAPTIONS[:1])
+    for one in (CAPTIONS[0], CAPTIONS[0].tolist()):
+        got = caption_maps(model, images[:1], caption_ids=one)
+        assert got.token_ids.tolist() == CAPTIONS[:1].tolist() and got.lengths.tolist() == [5]
+        torch.testing.assert_close(got.maps, expected.maps, rtol=0, atol=0)
+    with pytest.raises(InputValueError, match=r"shape \(B, K\) with B = 2 images and K ≥ 1; got \(6,\)"):
+        caption_maps(model, images, caption_ids=CAPTIONS[0])
+
+
+def test_a_target_class_or_an_unknown_option_is_one_line_naming_what_caption_maps_takes(images):
+    """A bare TypeError from Python before (caption_maps() got an unexpected keyword argument), not a VitrollError."""
+    model = build_captioner()
+    with pytest.raises(MethodOptionError) as raised:
+        vitroll.caption_maps(model, images, target_class=3)
+    assert str(raised.value) == ("caption maps explain each token of the caption, the target of its own map: there "
+                                 "is no class to choose; caption_ids= gives the caption (B, K) to explain instead of "
+                                 "target_class")
+    with pytest.raises(MethodOptionError) as raised:
+        vitroll.caption_maps(model, images, discard_ratio=0.5)
+    assert str(raised.value) == ("caption_maps takes no option 'discard_ratio' (it takes: method, caption_ids, "
+                                 "max_new_tokens, head_fusion, attention_weight, window)")
+
+
 def test_caption_words_group_wordpiece_and_byte_level_pieces(tmp_path):
     from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
     from vitroll.pipelines.caption import caption_words

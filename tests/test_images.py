@@ -248,3 +248,57 @@ def test_a_heic_photo_or_a_pdf_is_named_for_what_it_is_with_what_to_do(tmp_path)
     with pytest.raises(ImageReadError) as info:
         load_image(pdf)
     assert info.value.reason == "a PDF document (so its first bytes say), not an image"
+
+
+@pytest.mark.parametrize("writer", ["tifffile", "opencv"])
+def test_a_float_rgb_tiff_cut_short_is_the_one_line_of_other_truncated_images(tmp_path, writer, capfd):
+    """Said "not an image Pillow can read", as if it were no image at all: Pillow has no mode for float RGB, and
+    OpenCV's fallback read nothing from a file cut short. tifffile writes the directory before the pixels (the cut
+    loses pixel data), OpenCV's libtiff after them (the cut loses the directory)."""
+    import cv2
+
+    tifffile = pytest.importorskip("tifffile") if writer == "tifffile" else None
+    pixels = np.random.default_rng(0).random((64, 64, 3)).astype(np.float32)
+    whole = tmp_path / "whole.tif"
+    if tifffile is not None:
+        tifffile.imwrite(whole, pixels, photometric="rgb")
+    else:
+        assert cv2.imwrite(str(whole), np.ascontiguousarray(pixels[..., ::-1]))
+    assert load_image(whole).size == (64, 64)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.tif"
+    cut.write_bytes(data[:30_000])
+    with pytest.raises(ImageReadError) as info:
+        load_image(cut)
+    assert info.value.reason == ("corrupt or truncated image data (image file is truncated: " + (
+        f"{len(data) - 30_000} bytes of its pixel data are missing)" if tifffile is not None else
+        f"its first directory, at byte {int.from_bytes(data[4:8], 'little')}, lies past its end (30000 bytes))"))
+    assert capfd.readouterr().err == ""
+
+
+def test_opencvs_log_level_is_restored_when_the_last_of_nested_or_overlapping_decodes_is_done():
+    """Each decode saved the level it found and put it back when done: an inner or overlapping decode (the explorer's
+    threads, a data loader's) saved the silenced level, so the first one done unsilenced OpenCV while the other still
+    decoded, and the last one left it silent for good."""
+    import cv2
+
+    from vitroll.io.images import _opencv_quiet
+
+    silent, info = cv2.utils.logging.LOG_LEVEL_SILENT, cv2.utils.logging.LOG_LEVEL_INFO
+    saved = cv2.utils.logging.getLogLevel()
+    cv2.utils.logging.setLogLevel(info)
+    try:
+        with _opencv_quiet():
+            with _opencv_quiet():
+                assert cv2.utils.logging.getLogLevel() == silent
+            assert cv2.utils.logging.getLogLevel() == silent
+        assert cv2.utils.logging.getLogLevel() == info
+        first, second = _opencv_quiet(), _opencv_quiet()  # two threads' decodes, the first done first
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert cv2.utils.logging.getLogLevel() == silent
+        second.__exit__(None, None, None)
+        assert cv2.utils.logging.getLogLevel() == info
+    finally:
+        cv2.utils.logging.setLogLevel(saved)

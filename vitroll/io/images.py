@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
 
 import numpy as np
-from PIL import Image, ImageCms, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageCms, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
 from vitroll.errors import ImageReadError, ImageTooLargeError, path_of
 from vitroll.io.formats import is_dicom, is_heif, sniff
@@ -83,28 +83,45 @@ def _quiet_pillow() -> Iterator[None]:
         yield
 
 
-_pillow_limit_lock = threading.Lock()
-_pillow_limit_lifts = 0
-_pillow_limit_saved: Optional[int] = None
+class _SharedSetting:
+    """A process-wide setting that calls change while they run and give back when the last of them is done: counted,
+    so that threads decoding at once (the explorer's, a data loader's) neither restore it while another still needs
+    it changed nor save another's changed value as the one to restore."""
+
+    def __init__(self, read: Callable[[], object], write: Callable[[object], None], value: object) -> None:
+        self._read, self._write, self._value = read, write, value
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: object = None
+
+    @contextlib.contextmanager
+    def changed(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = self._read()
+                self._write(self._value)
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    self._write(self._saved)
 
 
-@contextlib.contextmanager
-def pillow_limit_lifted() -> Iterator[None]:
+def _set_pillow_limit(limit: object) -> None:
+    Image.MAX_IMAGE_PIXELS = limit
+
+
+_pillow_limit = _SharedSetting(lambda: Image.MAX_IMAGE_PIXELS, _set_pillow_limit, None)
+
+
+def pillow_limit_lifted() -> contextlib.AbstractContextManager[None]:
     """Pillow's decompression-bomb check (``Image.MAX_IMAGE_PIXELS``, process-wide) off while vitroll opens images,
-    which checks its own limit from the header instead (:func:`check_size`). Counted, so that threads decoding at once
-    (the explorer's) restore Pillow's limit when the last one is done, not while another still decodes."""
-    global _pillow_limit_lifts, _pillow_limit_saved
-    with _pillow_limit_lock:
-        if _pillow_limit_lifts == 0:
-            _pillow_limit_saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
-        _pillow_limit_lifts += 1
-    try:
-        yield
-    finally:
-        with _pillow_limit_lock:
-            _pillow_limit_lifts -= 1
-            if _pillow_limit_lifts == 0:
-                Image.MAX_IMAGE_PIXELS = _pillow_limit_saved
+    which checks its own limit from the header instead (:func:`check_size`); restored when the last thread decoding
+    at once is done (:class:`_SharedSetting`)."""
+    return _pillow_limit.changed()
 
 
 def megapixels(pixels: int) -> str:
@@ -345,26 +362,32 @@ def _not_an_image(path: Path) -> str:
 def _tiff_pillow_cannot_read(path: Path, max_pixels: Optional[int]) -> Optional[Image.Image]:
     """A TIFF of colour pixels Pillow has no mode for (float or 32-bit RGB: a scientific camera's, an HDR render's),
     read by OpenCV and stretched to its finite range as a float grey TIFF is (:func:`to_rgb`), refused over
-    ``max_pixels`` from its first directory (:func:`check_size`) before OpenCV decodes it; None for any other file,
-    or one OpenCV cannot read either."""
+    ``max_pixels`` from its first directory (:func:`check_size`) before OpenCV decodes it, and refused as truncated
+    when the file ends before the directory or the pixel data it points to (:func:`_tiff_cut_short`); None for any
+    other file, or one OpenCV cannot read either."""
     import cv2
 
     signature = sniff(path)
     if signature is None or signature.kind != "TIFF image":
         return None
-    size = _tiff_size(path)
+    offset, directory = _first_tiff_directory(path)
+    size = _tiff_size(directory)
     if size is not None:
         check_size(path, size, max_pixels)
     try:
         with _opencv_quiet():
             pixels = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
     except cv2.error as error:
-        if "CV_IO_MAX_IMAGE_PIXELS" not in str(error):
-            return None
-        raise ImageReadError(path, "image too large for OpenCV, which reads this TIFF's float or 32-bit colour pixels: "
-                                   f"{'' if size is None else f'{megapixels(size[0] * size[1])}, '}over its limit of "
-                                   f"{megapixels(2**30)} (the environment variable OPENCV_IO_MAX_IMAGE_PIXELS, set "
-                                   "before vitroll starts, raises it)") from None
+        if "CV_IO_MAX_IMAGE_PIXELS" in str(error):
+            stated = "" if size is None else f"{megapixels(size[0] * size[1])}, "
+            raise ImageReadError(path, "image too large for OpenCV, which reads this TIFF's float or 32-bit colour "
+                                       f"pixels: {stated}over its limit of {megapixels(2**30)} (the environment "
+                                       "variable OPENCV_IO_MAX_IMAGE_PIXELS, set before vitroll starts, raises it)"
+                                 ) from None
+        pixels = None
+    cut_short = _tiff_cut_short(path, offset, directory)
+    if cut_short is not None:
+        raise ImageReadError(path, f"corrupt or truncated image data ({cut_short})")
     if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3:
         return None
     rgb = np.ascontiguousarray(pixels[..., ::-1])  # OpenCV's BGR (cvtColor takes no float64 or int32)
@@ -373,37 +396,76 @@ def _tiff_pillow_cannot_read(path: Path, max_pixels: Optional[int]) -> Optional[
     return Image.fromarray(rgb)
 
 
-@contextlib.contextmanager
-def _opencv_quiet() -> Iterator[None]:
-    """OpenCV's log (libtiff's complaints about a file cut short, several lines each) unprinted for the duration:
-    whether the file was read is told in one line."""
+@functools.lru_cache(maxsize=1)
+def _opencv_log() -> _SharedSetting:
     import cv2
 
-    saved = cv2.utils.logging.getLogLevel()
-    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
-    try:
-        yield
-    finally:
-        cv2.utils.logging.setLogLevel(saved)
+    return _SharedSetting(cv2.utils.logging.getLogLevel, cv2.utils.logging.setLogLevel,
+                          cv2.utils.logging.LOG_LEVEL_SILENT)
 
 
-def _tiff_size(path: Path) -> Optional[tuple[int, int]]:
-    """(width, height) that the first directory of the TIFF at ``path`` states, read with Pillow's directory parser
-    (which reads the tags of a TIFF whose pixels Pillow has no mode for); None where it states none or cannot be
-    parsed (OpenCV then tells whether it reads the file)."""
-    from PIL import TiffImagePlugin
+def _opencv_quiet() -> contextlib.AbstractContextManager[None]:
+    """OpenCV's log (libtiff's complaints about a file cut short, several lines each) unprinted while any thread
+    decodes with it (:class:`_SharedSetting`): whether the file was read is told in one line."""
+    return _opencv_log().changed()
 
+
+def _first_tiff_directory(path: Path) -> tuple[int, Optional[TiffImagePlugin.ImageFileDirectory_v2]]:
+    """Where the first directory of the TIFF at ``path`` starts, as its header says (0 where it cannot be read), and
+    its tags, read with Pillow's directory parser (which reads the tags of a TIFF whose pixels Pillow has no mode
+    for); None where they cannot be parsed (OpenCV then tells whether it reads the file)."""
+    offset = 0
     try:
         with _quiet_pillow(), open(path, "rb") as file:
             header = file.read(8)
             header += file.read(8) if header[2:3] == b"+" else b""  # a BigTIFF's header holds an 8-byte offset
             directory = TiffImagePlugin.ImageFileDirectory_v2(header)
-            file.seek(directory.next)
+            offset = directory.next
+            file.seek(offset)
             directory.load(file)
-        width, height = directory.get(TiffImagePlugin.IMAGEWIDTH), directory.get(TiffImagePlugin.IMAGELENGTH)
     except (OSError, SyntaxError, ValueError, struct.error):
+        return offset, None
+    return offset, directory
+
+
+def _tiff_size(directory: Optional[TiffImagePlugin.ImageFileDirectory_v2]) -> Optional[tuple[int, int]]:
+    """(width, height) that a TIFF's first ``directory`` states; None where it states none."""
+    if directory is None:
         return None
+    width, height = directory.get(TiffImagePlugin.IMAGEWIDTH), directory.get(TiffImagePlugin.IMAGELENGTH)
     return (int(width), int(height)) if width and height else None
+
+
+_PIXEL_DATA_TAGS = ((273, 279), (324, 325))
+"""The TIFF tags that say where the pixel data lies: StripOffsets and StripByteCounts, TileOffsets and
+TileByteCounts."""
+
+
+def _tiff_cut_short(path: Path, offset: int, directory: Optional[TiffImagePlugin.ImageFileDirectory_v2]
+                    ) -> Optional[str]:
+    """Why the TIFF at ``path``, whose first directory is at ``offset`` (``directory`` its tags, or None), is cut
+    short, worded as Pillow words its truncated images; None where it holds what they point to."""
+    size = path.stat().st_size
+    if offset >= size:
+        return f"image file is truncated: its first directory, at byte {offset}, lies past its end ({size} bytes)"
+    if directory is None:
+        with open(path, "rb") as file:
+            header = file.read(4)
+            file.seek(offset)
+            count = file.read(2)
+        if header[2:3] == b"*" and len(count) == 2:  # a classic TIFF's directory: 2 + 12 bytes a tag + 4
+            entries = struct.unpack("<H" if header[:2] == b"II" else ">H", count)[0]
+            if offset + 2 + 12 * entries + 4 > size:
+                return f"image file is truncated: it ends inside its first directory, at byte {offset}"
+    for offsets_tag, counts_tag in _PIXEL_DATA_TAGS:
+        starts, counts = (directory.get(offsets_tag), directory.get(counts_tag)) if directory else (None, None)
+        if starts is None or counts is None:
+            continue
+        starts, counts = [(value,) if isinstance(value, int) else value for value in (starts, counts)]
+        end = max((start + count for start, count in zip(starts, counts)), default=0)
+        if end > size:
+            return f"image file is truncated: {end - size} bytes of its pixel data are missing"
+    return None
 
 
 _SRGB_CHUNK = struct.pack(">I", 1) + b"sRGB\0" + struct.pack(">I", zlib.crc32(b"sRGB\0"))

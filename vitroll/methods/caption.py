@@ -44,6 +44,7 @@ for captions). One forward pass per block, all tokens at once.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -109,7 +110,7 @@ def caption_lengths(token_ids: torch.Tensor, end_id: int) -> torch.Tensor:
 def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
                  caption_ids: Optional[torch.Tensor] = None, max_new_tokens: int = 20,
                  head_fusion: Optional[HeadFusion] = None, attention_weight: float = 0.5,
-                 window: Optional[int] = None) -> CaptionMaps:
+                 window: Optional[int] = None, **unknown: object) -> CaptionMaps:
     """Generate a caption for each image (greedy) or take ``caption_ids``, and map each of its tokens on the image.
 
     Parameters
@@ -121,7 +122,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         A preprocessed batch (B, 3, H, W), or PIL images, paths or uint8 arrays.
     method : {"chefer", "rollout", "occlusion"}
         See the module docstring for each rule and the order its products are taken in.
-    caption_ids : Tensor (B, K), optional
+    caption_ids : Tensor (B, K), or (K,) for one image, optional
         The captions to explain, without the decoder's start token (padded after their end token); by default the
         model's greedy caption of at most ``max_new_tokens`` tokens, and of no more than its decoder has positions
         for (a decoder of 16 positions captions in at most 16 tokens).
@@ -133,12 +134,16 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
         ``α`` of ``rollout``.
     window : int, optional
         The side, in patches, of the blocks ``occlusion`` hides (default 1).
+    **unknown
+        None is taken: each is refused in one line (``target_class`` too, as every caption token is its own target)
+        rather than with Python's bare TypeError.
 
     Returns
     -------
     CaptionMaps
         On the model's device.
     """
+    _refuse_unknown_options(unknown)
     captioner = captioner_of(model)
     for name, value, hint in (("max_new_tokens", max_new_tokens, int), ("attention_weight", attention_weight, float),
                               ("window", window, Optional[int])):
@@ -187,6 +192,19 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     return CaptionMaps(caption_ids, lengths, maps, token_logits.detach().float())
 
 
+def _refuse_unknown_options(unknown: dict[str, object]) -> None:
+    """One line for the first keyword :func:`caption_maps` does not take, as the registered methods word it, rather
+    than Python's bare TypeError; ``target_class`` pointed to ``caption_ids``, which choose what is explained."""
+    if "target_class" in unknown:
+        raise MethodOptionError("caption maps explain each token of the caption, the target of its own map: there is "
+                                "no class to choose; caption_ids= gives the caption (B, K) to explain instead of "
+                                "target_class")
+    if unknown:
+        taken = list(inspect.signature(caption_maps).parameters)[2:-1]
+        raise MethodOptionError(f"caption_maps takes no option {next(iter(unknown))!r} (it takes: "
+                                f"{', '.join(taken)})")
+
+
 def caption_token_logits(logits: torch.Tensor, caption_ids: torch.Tensor) -> torch.Tensor:
     """The logit of each caption token where it was predicted: (B, K, vocabulary) and (B, K) ids → (B, K)."""
     return logits.gather(2, caption_ids[..., None])[..., 0]
@@ -206,8 +224,9 @@ def _decoder_positions(model: nn.Module) -> Optional[int]:
 
 def _checked_captions(caption_ids: object, batch: int, device: torch.device,
                       vocabulary: Optional[int]) -> torch.Tensor:
-    """``caption_ids`` as int64 token ids (B, K) on ``device``, refusing what no caption can be: ragged lists,
-    non-integer values, another shape, or ids outside the vocabulary of ``vocabulary`` tokens (when known)."""
+    """``caption_ids`` as int64 token ids (B, K) on ``device`` (one caption (K,) for a batch of one image, as text
+    methods take (L,) for one text), refusing what no caption can be: ragged lists, non-integer values, another
+    shape, or ids outside the vocabulary of ``vocabulary`` tokens (when known)."""
     try:
         caption_ids = torch.as_tensor(caption_ids, device=device)
     except (ValueError, TypeError, RuntimeError):
@@ -215,6 +234,8 @@ def _checked_captions(caption_ids: object, batch: int, device: torch.device,
                               "length") from None
     if caption_ids.is_floating_point() or caption_ids.is_complex() or caption_ids.dtype == torch.bool:
         raise InputValueError(f"caption_ids must be integer token ids; got {caption_ids.dtype}")
+    if caption_ids.ndim == 1 and batch == 1:
+        caption_ids = caption_ids[None]
     if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
         raise InputValueError(f"caption_ids must have shape (B, K) with B = {batch} images and K ≥ 1; got "
                               f"{tuple(caption_ids.shape)}")
