@@ -403,6 +403,27 @@ def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_capti
     assert all((out / entry["strip"]).is_file() for entry in written)
 
 
+def test_an_image_named_in_latin1_is_captioned_and_kept_by_its_bytes_in_captions_json(saved_captioner, tmp_path,
+                                                                                        capsys):
+    import json
+    import os
+
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    latin1 = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(latin1)
+    out = tmp_path / "out"
+    argv = ["caption", latin1, "--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "4"]
+    assert main(argv) == 0, capsys.readouterr().err  # was "vitroll: error: 'utf-8' codec can't encode character …"
+    assert main([*argv, "--method", "rollout"]) == 0
+    assert main(argv) == 0  # chefer again: its entry is replaced, not doubled
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert [(entry["path"], entry["method"]) for entry in written] == [(latin1, "chefer"), (latin1, "rollout")]
+    assert all((out / entry["strip"]).is_file() and entry["strip"].startswith("caf\\xe9~") for entry in written)
+
+
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
     from vitroll.cli import main
 

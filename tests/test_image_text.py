@@ -6,6 +6,7 @@ rollout, capture leaves the logits alone, and bad inputs are refused with their 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +310,16 @@ def test_a_blank_text_is_refused_in_one_line_before_the_model_loads(clip_folder,
     assert capsys.readouterr().err.splitlines() == [
         f"vitroll: error: overlay: argument --text: {blank!r} is blank: give the words to explain, e.g. \"a photo of "
         "a dog\" (see `vitroll overlay --help`)"]
+
+
+def test_a_text_not_in_utf8_is_refused_in_one_line_before_the_model_loads(clip_folder, tmp_path, capsys):
+    latin1 = os.fsdecode(b"a caf\xe9")  # what a shell in a Latin-1 locale passes for "a café"
+    with pytest.raises(SystemExit) as exited:  # was a TypeError's traceback from the tokenizer, after the model loaded
+        main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", latin1, "--out", str(tmp_path)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: error: overlay: argument --text: 'a caf\\xe9' is not UTF-8 text: byte 0xe9 at offset 5: give texts "
+        "in UTF-8 (see `vitroll overlay --help`)"]
 
 
 def test_a_text_longer_than_the_context_is_cut_with_one_warning(clip_folder, capsys):

@@ -204,3 +204,17 @@ def test_one_text_is_counted_as_one_text(tmp_path, capsys):
     texts_file.write_text("good fun\n", encoding="utf-8")
     assert run_text(tmp_path / "out", texts_file) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("1 text ok, 0 failed -> ")
+
+
+def test_a_text_argument_not_in_utf8_is_refused_in_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import os
+
+    latin1 = os.fsdecode(b"caf\xe9 great")  # what a shell in a Latin-1 locale passes for "café great"
+    monkeypatch.setattr(text_run, "run_texts", lambda *args, **kwargs: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main(["text", "a fine day", latin1, "--model", "vitroll-text-keyword", "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2  # was "vitroll: error: 'utf-8' codec can't encode character '\\udce9' …" after load
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: error: text: argument TEXT: 'caf\\xe9 great' is not UTF-8 text: byte 0xe9 at offset 3: give texts in "
+        "UTF-8 (see `vitroll text --help`)"]
+    assert not (tmp_path / "out").exists()

@@ -13,7 +13,8 @@ from typing import Callable, Optional
 from vitroll.colormaps import named_colormap
 from vitroll.errors import OptionValueError
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
-from vitroll.io.textfile import TextFileError, read_text_file
+from vitroll.io.names import readable
+from vitroll.io.textfile import TextFileError, not_utf8, read_text_file
 from vitroll.wording import FLAGS
 
 METHOD_NAMES = ("attention", "center", "chefer", "flow", "grad_rollout", "gradient_shap", "integrated_gradients",
@@ -86,11 +87,22 @@ def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = F
     return parse
 
 
+def utf8_text(text: str) -> str:
+    """An argparse ``type`` for a text to explain: refuses one that the shell passed in another encoding than UTF-8
+    (Python keeps its bytes as surrogates, ``caf\\udce9`` for Latin-1 ``café``), which no tokenizer takes."""
+    try:
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise argparse.ArgumentTypeError(f"'{readable(text)}' is {not_utf8(error)}: give texts in UTF-8") from None
+    return text
+
+
 def non_blank(text: str) -> str:
-    """An argparse ``type`` for a text to explain: refuses an empty or white-space-only text."""
+    """An argparse ``type`` for a text to explain: refuses an empty or white-space-only text, or one not in UTF-8
+    (:func:`utf8_text`)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is blank: give the words to explain, e.g. \"a photo of a dog\"")
-    return text
+    return utf8_text(text)
 
 
 def colormap(name: str) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from vitroll.commands.arguments import (
     add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_progress_argument,
-    add_resume_arguments, given_path,
+    add_resume_arguments, given_path, utf8_text,
 )
 from vitroll.errors import VitrollError
 
@@ -38,7 +38,7 @@ PRINTED_TEXTS = 20
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
-    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to explain (quote each)")
+    parser.add_argument("texts", nargs="*", type=utf8_text, metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", type=given_path, metavar="FILE",
                         help="a UTF-8 file with one text per line (after any TEXT given)")
     add_progress_argument(parser)

@@ -21,9 +21,14 @@ class TextFileError(VitrollError):
         self.reason = reason
 
 
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """Why bytes are not UTF-8, in words: ``not UTF-8 text: byte 0xe9 at offset 3``."""
+    return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+
+
 def _why(error: "OSError | UnicodeDecodeError") -> str:
     if isinstance(error, UnicodeDecodeError):
-        return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+        return not_utf8(error)
     return error.strerror or str(error)
 
 

@@ -146,8 +146,9 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
             yield captioned
     summary = [{"path": os.path.abspath(each.path), "method": method, "caption": each.caption, "words": each.words,
                 "strip": each.strip_path.name if each.strip_path else None, "error": each.error} for each in results]
+    # a path that is not UTF-8 on disk keeps its bytes as a JSON escape (\udce9), read back as the same path
     write_atomic(out_dir / CAPTIONS, json.dumps({"images": merged_captions(earlier, summary)}, indent=1,
-                                                ensure_ascii=False).encode())
+                                                ensure_ascii=False).encode("utf-8", "backslashreplace"))
 
 
 def merged_captions(earlier: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
