@@ -765,6 +765,32 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
         assert not errors
 
 
+def test_an_example_and_an_upload_after_it_are_each_explained_and_named_once(served, tmp_path):
+    """Once an example was picked, Gradio's image box told a change twice for every upload: the upload was explained
+    twice and its name sent twice for the line under it."""
+    upload = tmp_path / "upload after an example.png"
+    upload.write_bytes((ROOT / "sample_images" / "two_shapes.png").read_bytes())
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        sent = []  # the names of the files in each request that carries the image box's value
+        page.on("request", lambda request: sent.append(("explain" if "/queue/join" in request.url else "caption",
+                                                        json.loads(request.post_data)["data"][0]["orig_name"])) if (
+            "/queue/join" in request.url or "/run/predict" in request.url) and '"orig_name"' in (
+            request.post_data or "") else None)
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
+        before = page.locator("#overlay img").get_attribute("src")
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_exact_text(page, "#file-name", f"file: {upload.name}")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                               timeout=30_000)
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")  # one more request, after any the upload sent
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        assert sorted(sent) == sorted([("caption", CROSS.name), ("explain", CROSS.name), ("caption", upload.name),
+                                       ("explain", upload.name), ("explain", upload.name)])
+        assert sent[-1] == ("explain", upload.name) and not errors
+
+
 def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):
     """The page never said which file its maps were of: an example or an upload is now named (its name, not the
     server's path to its copy), as text, and nothing is named before one is loaded. Gradio's copy drops ``*<>|?``:

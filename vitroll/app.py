@@ -351,9 +351,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image", buttons=list(PICTURE_BUTTONS)))
                 file_name = gr.HTML(file_caption(None), elem_id="file-name")
-                if examples:
-                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
-                                elem_id="examples")
+                picked = gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
+                                     elem_id="examples") if examples else None
                 controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
                 colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
                                                                      value=settings.cmap, label="colormap"))
@@ -379,7 +378,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                         note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                         target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        image.change(file_caption, inputs=image, outputs=file_name, preprocess=False, api_name=False, queue=False)
+        # the user's uploads and clears, and an example picked: once each. Gradio's image box tells a change twice for
+        # every upload once an example was picked, and explained that upload twice.
+        caption_event = dict(fn=file_caption, inputs=image, outputs=file_name, preprocess=False, queue=False)
+        image.input(**caption_event, api_name=False)
         inputs = [image, *controls, colormap, *prompts]
         explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
                              outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
@@ -387,8 +389,11 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
         # a new overlay makes the file written for the last one stale
         overlay.change(lambda: gr.File(None, visible=False), outputs=full_size_file, api_name=False, queue=False)
+        if picked is not None:
+            picked.load_input_event.then(**caption_event, api_name=False)
+            picked.load_input_event.then(**explain_event, api_name=False)
         # the target menu's own input only: when new prompts reset it, their event explains once
-        gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
+        gr.on([image.input, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
                layer.release], **explain_event, api_name=False)
         widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
         method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],
