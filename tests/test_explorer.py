@@ -408,6 +408,8 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
                    api_name="/explain")
     full = Path(client.predict(api_name="/full_size_overlay")["value"])
     assert np.array_equal(np.asarray(Image.open(full)), expected)
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   "magma", api_name="/explain")  # an overlay not yet written
     kept, = session_state(app, client)
     Path(kept.image).unlink()  # the server's copy of the upload, gone
     with pytest.raises(AppError) as refused:
@@ -437,8 +439,9 @@ def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_i
 
 
 
-def test_closing_a_page_removes_its_full_size_overlays(model, tmp_path, monkeypatch):
-    """The full-size overlays a page wrote for its downloads stayed on disk until the Python process ended."""
+def test_closing_a_page_removes_its_full_size_overlays_each_written_once(model, tmp_path, monkeypatch):
+    """The full-size overlays a page wrote for its downloads stayed on disk until the Python process ended; each
+    request wrote another file of the same overlay."""
     from gradio_client import Client, handle_file
     from vitroll.app import build_app, serve
 
@@ -447,11 +450,26 @@ def test_closing_a_page_removes_its_full_size_overlays(model, tmp_path, monkeypa
     try:
         client = Client(serve(app, host="127.0.0.1", port=free_port(), block=False), verbose=False,
                         download_files=str(tmp_path / "client"))
-        client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+        explain = ("rollout", "mean", 0.0, 0, 1, "all", "predicted")
+        client.predict(handle_file(CROSS), *explain, api_name="/explain")
         client.predict(api_name="/full_size_overlay")
         downloads, = [path for path in tmp_path.glob("vitroll-explorer-*")
                       if not path.name.startswith("vitroll-explorer-cache-")]
         assert [path.name for path in downloads.rglob("*.png")] == ["shapes_cross_overlay.png"]
+        first, = downloads.rglob("*.png")
+        written = first.stat().st_mtime_ns
+        # asked for again, and explained again: each wrote another copy of the same overlay
+        client.predict(api_name="/full_size_overlay")
+        client.predict(handle_file(CROSS), *explain, api_name="/explain")
+        client.predict(api_name="/full_size_overlay")
+        assert [*downloads.rglob("*.png")] == [first] and first.stat().st_mtime_ns == written
+        client.predict(handle_file(CROSS), *explain, "viridis", api_name="/explain")
+        other = Path(client.predict(api_name="/full_size_overlay")["value"])
+        assert len([*downloads.rglob("*.png")]) == 2
+        assert np.array_equal(np.asarray(Image.open(other)), explore(
+            model, np.asarray(load_image(CROSS)), ExplorerControls(head_fusion="mean", discard_ratio=0.0, start_layer=0,
+                                                                  layer=1), settings=ExplainSettings(cmap="viridis"),
+            class_names=class_names(model)).overlay)
     finally:
         app.close()
     assert not downloads.exists()

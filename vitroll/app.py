@@ -8,6 +8,7 @@ This module only lays out the page and turns its widgets' values into
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import os
 import tempfile
@@ -131,6 +132,14 @@ class ShownOverlay:
     """(h, w) float32: :attr:`~vitroll.pipelines.explorer.Exploration.grid_map`."""
     settings: ExplainSettings
     """How it was drawn (the colormap chosen)."""
+
+    @property
+    def key(self) -> str:
+        """A digest of what the overlay is drawn from (the image's copy, the map, the drawing): the same for the same
+        overlay, explained again or asked for again."""
+        digest = hashlib.sha256(repr((self.image, self.grid_map.shape, self.grid_map.dtype.str, self.settings)).encode())
+        digest.update(np.ascontiguousarray(self.grid_map).tobytes())
+        return digest.hexdigest()
 
     def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int]) -> np.ndarray:
         """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it.
@@ -329,16 +338,20 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 ShownOverlay(image, exploration.grid_map, drawn))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
+    written: dict[str, Path] = {}  # ShownOverlay.key: its file, written on the first request, then offered again
 
     def full_size(shown: Optional[ShownOverlay]) -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
-        try:
-            overlay = shown.overlay(preprocessing, max_pixels)
-        except ImageReadError as error:  # Gradio's copy of the upload is gone
-            raise refusal(f"{error.reason}: upload the image again") from None
-        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
-        path.write_bytes(encode_png(overlay))
+        path = written.get(shown.key)
+        if path is None or not path.is_file():
+            try:
+                overlay = shown.overlay(preprocessing, max_pixels)
+            except ImageReadError as error:  # Gradio's copy of the upload is gone
+                raise refusal(f"{error.reason}: upload the image again") from None
+            path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
+            path.write_bytes(encode_png(overlay))
+            written[shown.key] = path
         return gr.File(str(path), visible=True)
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
