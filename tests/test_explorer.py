@@ -417,6 +417,27 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
     assert str(refused.value) == "no such file: upload the image again"
 
 
+def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
+    """Each slider moved, and the full-size download, read the image again and printed its warning again."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / "broken profile.png"
+    Image.open(CROSS).convert("RGB").save(upload, icc_profile=b"not a profile at all")
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    for layer in (1, 0, 1):
+        client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, layer, "all", "predicted", api_name="/explain")
+    client.predict(api_name="/full_size_overlay")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "vitroll: warning: broken profile.png: its embedded ICC colour profile cannot be used ("), warnings
+    other = tmp_path / "another.png"  # another image: warned of in its turn
+    Image.open(CROSS).convert("RGB").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(
+        other, icc_profile=b"not a profile at all")
+    client.predict(handle_file(other), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: another.png: its embedded ICC colour")
+
+
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
                                                                                                     tmp_path):
     """Gradio copied every upload (named as the user named it) and every file the page served into the shared

@@ -23,7 +23,9 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted
+from vitroll.io.images import (
+    DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
+)
 from vitroll.methods import method_named
 from vitroll.pipelines.explain import ExplainSettings, render
 from vitroll.pipelines.explorer import (
@@ -137,19 +139,22 @@ class ShownOverlay:
     def key(self) -> str:
         """A digest of what the overlay is drawn from (the image's copy, the map, the drawing): the same for the same
         overlay, explained again or asked for again."""
-        digest = hashlib.sha256(repr((self.image, self.grid_map.shape, self.grid_map.dtype.str, self.settings)).encode())
+        drawn = (self.image, self.grid_map.shape, self.grid_map.dtype.str, self.settings)
+        digest = hashlib.sha256(repr(drawn).encode())
         digest.update(np.ascontiguousarray(self.grid_map).tobytes())
         return digest.hexdigest()
 
-    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int]) -> np.ndarray:
-        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it.
+    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int], warn: Callable[[str], None],
+                ) -> np.ndarray:
+        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it; ``warn`` is told what
+        :func:`~vitroll.io.images.load_image_with_display` warns of.
 
         Raises
         ------
         ImageReadError
             When the image can no longer be read.
         """
-        stored, display = load_image_with_display(self.image, max_pixels=max_pixels)
+        stored, display = load_image_with_display(self.image, max_pixels=max_pixels, warn=warn)
         picture = np.asarray(stored if display is None else display)
         return render(picture, self.grid_map, preprocessing.geometry(picture.shape[:2]), self.settings)[1]
 
@@ -315,6 +320,19 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
     PRIVATE_CACHE.acquire()  # before the components: each names Gradio's cache folder when made (examples are copied)
+    warned: set[tuple[str, str]] = set()  # (the server's copy of an image, a warning about it) already given
+
+    def warn_once(image: str) -> Callable[[str], None]:
+        """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
+        and on the page the first time only: each slider moved read the image again, and said it again."""
+
+        def warn(message: str) -> None:
+            if (str(image), message) not in warned:
+                warned.add((str(image), message))
+                print_warning(message)
+                gr.Warning(html.escape(message, quote=False))
+
+        return warn
 
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
             layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
@@ -324,7 +342,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image, max_pixels=max_pixels)
+            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image))
             exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                   class_names=class_names, settings=drawn,
                                   display=None if display is None else np.asarray(display))
@@ -346,7 +364,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         path = written.get(shown.key)
         if path is None or not path.is_file():
             try:
-                overlay = shown.overlay(preprocessing, max_pixels)
+                overlay = shown.overlay(preprocessing, max_pixels, warn_once(shown.image))
             except ImageReadError as error:  # Gradio's copy of the upload is gone
                 raise refusal(f"{error.reason}: upload the image again") from None
             path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
