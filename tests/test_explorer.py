@@ -408,11 +408,34 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
                    api_name="/explain")
     full = Path(client.predict(api_name="/full_size_overlay")["value"])
     assert np.array_equal(np.asarray(Image.open(full)), expected)
+    client.predict(handle_file(tmp_path / "wide cross.png"), "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                   "magma", api_name="/explain")  # an overlay not yet written
     kept, = session_state(app, client)
     Path(kept.image).unlink()  # the server's copy of the upload, gone
     with pytest.raises(AppError) as refused:
         client.predict(api_name="/full_size_overlay")
     assert str(refused.value) == "no such file: upload the image again"
+
+
+def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
+    """Each slider moved, and the full-size download, read the image again and printed its warning again."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / "broken profile.png"
+    Image.open(CROSS).convert("RGB").save(upload, icc_profile=b"not a profile at all")
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    for layer in (1, 0, 1):
+        client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, layer, "all", "predicted", api_name="/explain")
+    client.predict(api_name="/full_size_overlay")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "vitroll: warning: broken profile.png: its embedded ICC colour profile cannot be used ("), warnings
+    other = tmp_path / "another.png"  # another image: warned of in its turn
+    Image.open(CROSS).convert("RGB").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(
+        other, icc_profile=b"not a profile at all")
+    client.predict(handle_file(other), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: another.png: its embedded ICC colour")
 
 
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
@@ -437,8 +460,9 @@ def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_i
 
 
 
-def test_closing_a_page_removes_its_full_size_overlays(model, tmp_path, monkeypatch):
-    """The full-size overlays a page wrote for its downloads stayed on disk until the Python process ended."""
+def test_closing_a_page_removes_its_full_size_overlays_each_written_once(model, tmp_path, monkeypatch):
+    """The full-size overlays a page wrote for its downloads stayed on disk until the Python process ended; each
+    request wrote another file of the same overlay."""
     from gradio_client import Client, handle_file
     from vitroll.app import build_app, serve
 
@@ -447,11 +471,26 @@ def test_closing_a_page_removes_its_full_size_overlays(model, tmp_path, monkeypa
     try:
         client = Client(serve(app, host="127.0.0.1", port=free_port(), block=False), verbose=False,
                         download_files=str(tmp_path / "client"))
-        client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+        explain = ("rollout", "mean", 0.0, 0, 1, "all", "predicted")
+        client.predict(handle_file(CROSS), *explain, api_name="/explain")
         client.predict(api_name="/full_size_overlay")
         downloads, = [path for path in tmp_path.glob("vitroll-explorer-*")
                       if not path.name.startswith("vitroll-explorer-cache-")]
         assert [path.name for path in downloads.rglob("*.png")] == ["shapes_cross_overlay.png"]
+        first, = downloads.rglob("*.png")
+        written = first.stat().st_mtime_ns
+        # asked for again, and explained again: each wrote another copy of the same overlay
+        client.predict(api_name="/full_size_overlay")
+        client.predict(handle_file(CROSS), *explain, api_name="/explain")
+        client.predict(api_name="/full_size_overlay")
+        assert [*downloads.rglob("*.png")] == [first] and first.stat().st_mtime_ns == written
+        client.predict(handle_file(CROSS), *explain, "viridis", api_name="/explain")
+        other = Path(client.predict(api_name="/full_size_overlay")["value"])
+        assert len([*downloads.rglob("*.png")]) == 2
+        assert np.array_equal(np.asarray(Image.open(other)), explore(
+            model, np.asarray(load_image(CROSS)), ExplorerControls(head_fusion="mean", discard_ratio=0.0, start_layer=0,
+                                                                  layer=1), settings=ExplainSettings(cmap="viridis"),
+            class_names=class_names(model)).overlay)
     finally:
         app.close()
     assert not downloads.exists()
@@ -763,6 +802,32 @@ def test_a_slider_value_typed_and_left_with_enter_or_the_mouse_is_explained_once
         assert requests == [["rollout", "mean", 0, 0, 3], ["rollout", "mean", 0, 2, 3], ["rollout", "mean", 0, 2, 2],
                             ["rollout", "mean", 0.5, 2, 2]]
         assert not errors
+
+
+def test_an_example_and_an_upload_after_it_are_each_explained_and_named_once(served, tmp_path):
+    """Once an example was picked, Gradio's image box told a change twice for every upload: the upload was explained
+    twice and its name sent twice for the line under it."""
+    upload = tmp_path / "upload after an example.png"
+    upload.write_bytes((ROOT / "sample_images" / "two_shapes.png").read_bytes())
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        sent = []  # the names of the files in each request that carries the image box's value
+        page.on("request", lambda request: sent.append(("explain" if "/queue/join" in request.url else "caption",
+                                                        json.loads(request.post_data)["data"][0]["orig_name"])) if (
+            "/queue/join" in request.url or "/run/predict" in request.url) and '"orig_name"' in (
+            request.post_data or "") else None)
+        page.get_by_role("button", name=CROSS.name, exact=True).click()
+        wait_for_text(page, "#top-classes", "cross")
+        before = page.locator("#overlay img").get_attribute("src")
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_exact_text(page, "#file-name", f"file: {upload.name}")
+        page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=before,
+                               timeout=30_000)
+        page.get_by_label("range slider for layer (per-head grid, single head)").focus()
+        page.keyboard.press("ArrowLeft")  # one more request, after any the upload sent
+        wait_for_text(page, "#note", "The per-head grid shows layer 2.")
+        assert sorted(sent) == sorted([("caption", CROSS.name), ("explain", CROSS.name), ("caption", upload.name),
+                                       ("explain", upload.name), ("explain", upload.name)])
+        assert sent[-1] == ("explain", upload.name) and not errors
 
 
 def test_the_loaded_files_name_is_shown_under_the_image_as_text(served, tmp_path):

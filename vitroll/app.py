@@ -8,6 +8,7 @@ This module only lays out the page and turns its widgets' values into
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import os
 import tempfile
@@ -22,7 +23,9 @@ from torch import nn
 
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
-from vitroll.io.images import DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted
+from vitroll.io.images import (
+    DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
+)
 from vitroll.methods import method_named
 from vitroll.pipelines.explain import ExplainSettings, render
 from vitroll.pipelines.explorer import (
@@ -132,15 +135,26 @@ class ShownOverlay:
     settings: ExplainSettings
     """How it was drawn (the colormap chosen)."""
 
-    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int]) -> np.ndarray:
-        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it.
+    @property
+    def key(self) -> str:
+        """A digest of what the overlay is drawn from (the image's copy, the map, the drawing): the same for the same
+        overlay, explained again or asked for again."""
+        drawn = (self.image, self.grid_map.shape, self.grid_map.dtype.str, self.settings)
+        digest = hashlib.sha256(repr(drawn).encode())
+        digest.update(np.ascontiguousarray(self.grid_map).tobytes())
+        return digest.hexdigest()
+
+    def overlay(self, preprocessing: Preprocessing, max_pixels: Optional[int], warn: Callable[[str], None],
+                ) -> np.ndarray:
+        """The overlay (H0, W0, 3) uint8 as :func:`~vitroll.pipelines.explorer.explore` drew it; ``warn`` is told what
+        :func:`~vitroll.io.images.load_image_with_display` warns of.
 
         Raises
         ------
         ImageReadError
             When the image can no longer be read.
         """
-        stored, display = load_image_with_display(self.image, max_pixels=max_pixels)
+        stored, display = load_image_with_display(self.image, max_pixels=max_pixels, warn=warn)
         picture = np.asarray(stored if display is None else display)
         return render(picture, self.grid_map, preprocessing.geometry(picture.shape[:2]), self.settings)[1]
 
@@ -306,6 +320,19 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
     PRIVATE_CACHE.acquire()  # before the components: each names Gradio's cache folder when made (examples are copied)
+    warned: set[tuple[str, str]] = set()  # (the server's copy of an image, a warning about it) already given
+
+    def warn_once(image: str) -> Callable[[str], None]:
+        """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
+        and on the page the first time only: each slider moved read the image again, and said it again."""
+
+        def warn(message: str) -> None:
+            if (str(image), message) not in warned:
+                warned.add((str(image), message))
+                print_warning(message)
+                gr.Warning(html.escape(message, quote=False))
+
+        return warn
 
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
             layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
@@ -315,7 +342,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image, max_pixels=max_pixels)
+            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image))
             exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                   class_names=class_names, settings=drawn,
                                   display=None if display is None else np.asarray(display))
@@ -329,16 +356,20 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                 ShownOverlay(image, exploration.grid_map, drawn))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
+    written: dict[str, Path] = {}  # ShownOverlay.key: its file, written on the first request, then offered again
 
     def full_size(shown: Optional[ShownOverlay]) -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
-        try:
-            overlay = shown.overlay(preprocessing, max_pixels)
-        except ImageReadError as error:  # Gradio's copy of the upload is gone
-            raise refusal(f"{error.reason}: upload the image again") from None
-        path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
-        path.write_bytes(encode_png(overlay))
+        path = written.get(shown.key)
+        if path is None or not path.is_file():
+            try:
+                overlay = shown.overlay(preprocessing, max_pixels, warn_once(shown.image))
+            except ImageReadError as error:  # Gradio's copy of the upload is gone
+                raise refusal(f"{error.reason}: upload the image again") from None
+            path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
+            path.write_bytes(encode_png(overlay))
+            written[shown.key] = path
         return gr.File(str(path), visible=True)
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
@@ -351,9 +382,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image", buttons=list(PICTURE_BUTTONS)))
                 file_name = gr.HTML(file_caption(None), elem_id="file-name")
-                if examples:
-                    gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
-                                elem_id="examples")
+                picked = gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
+                                     elem_id="examples") if examples else None
                 controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
                 colormap = _refusing_values_off_the_menu(gr.Dropdown(list(dict.fromkeys((*COLORMAPS, settings.cmap))),
                                                                      value=settings.cmap, label="colormap"))
@@ -379,7 +409,10 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
                         note = gr.Markdown(ignored_note("rollout", first_ignored, outline.layers - 1,
                                                         target_menu=outline.has_classes), elem_id="note")
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
-        image.change(file_caption, inputs=image, outputs=file_name, preprocess=False, api_name=False, queue=False)
+        # the user's uploads and clears, and an example picked: once each. Gradio's image box tells a change twice for
+        # every upload once an example was picked, and explained that upload twice.
+        caption_event = dict(fn=file_caption, inputs=image, outputs=file_name, preprocess=False, queue=False)
+        image.input(**caption_event, api_name=False)
         inputs = [image, *controls, colormap, *prompts]
         explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
                              outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
@@ -387,8 +420,11 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
         full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
         # a new overlay makes the file written for the last one stale
         overlay.change(lambda: gr.File(None, visible=False), outputs=full_size_file, api_name=False, queue=False)
+        if picked is not None:
+            picked.load_input_event.then(**caption_event, api_name=False)
+            picked.load_input_event.then(**explain_event, api_name=False)
         # the target menu's own input only: when new prompts reset it, their event explains once
-        gr.on([image.change, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
+        gr.on([image.input, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
                layer.release], **explain_event, api_name=False)
         widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
         method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],

@@ -172,22 +172,28 @@ def load_image(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DE
     return _decode(path, upright_rgb, max_pixels)
 
 
+def print_warning(message: str) -> None:
+    """``message`` as one ``vitroll: warning:`` line on stderr."""
+    print(f"vitroll: warning: {message}", file=sys.stderr)
+
+
 def load_image_with_display(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                            warn: Callable[[str], None] = print_warning,
                             ) -> tuple[Image.Image, Optional[Image.Image]]:
     """:func:`load_image`'s RGB image, for the model, and the same pixels in sRGB, to draw on (None when they are the
     same: no embedded ICC profile, or an sRGB one). A CMYK photo with a CMYK profile is drawn in the colours it prints.
 
     A photo that embeds a wider colour space (Display P3 — every iPhone JPEG —, Adobe RGB…) stores values that a
     colour-managed viewer converts before showing them; drawn as stored they look duller. The model keeps the raw
-    values, as timm's and torchvision's loaders give them. A profile that cannot be used prints one
-    ``vitroll: warning:`` line and the picture is shown as stored.
+    values, as timm's and torchvision's loaders give them. A profile that cannot be used is told to ``warn`` (by
+    default one ``vitroll: warning:`` line on stderr) and the picture is shown as stored.
 
     Raises
     ------
     ImageReadError
         As :func:`load_image` (``max_pixels`` too).
     """
-    return _decode(path, lambda image: _with_display(image, Path(path).name), max_pixels)
+    return _decode(path, lambda image: _with_display(image, Path(path).name, warn), max_pixels)
 
 
 def load_image_with_profile(
@@ -204,9 +210,10 @@ def load_image_with_profile(
     return _decode(path, _profiled, max_pixels)
 
 
-def _with_display(image: Image.Image, name: str) -> tuple[Image.Image, Optional[Image.Image]]:
+def _with_display(image: Image.Image, name: str, warn: Callable[[str], None],
+                  ) -> tuple[Image.Image, Optional[Image.Image]]:
     rgb, described, icc_profile = _profiled(image)
-    return rgb, None if described is None else srgb_display(described, icc_profile, name)
+    return rgb, None if described is None else srgb_display(described, icc_profile, name, warn=warn)
 
 
 def _profiled(image: Image.Image) -> tuple[Image.Image, Optional[Image.Image], Optional[bytes]]:
@@ -233,10 +240,12 @@ _OTHER_SPACES = {"CMYK": "CMYK", "L": "GRAY"}
 profile), grey levels (a scan's or Photoshop's grey profile, e.g. Dot Gain 20 %)."""
 
 
-def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -> Optional[Image.Image]:
+def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str, *,
+                 warn: Callable[[str], None] = print_warning) -> Optional[Image.Image]:
     """``pixels`` (RGB, CMYK or grey) converted from the colour space of ``icc_profile`` to sRGB (relative
     colorimetric), or None when they are already sRGB: no profile, one that describes sRGB, or one for another
-    colour space. A profile LittleCMS cannot use prints one ``vitroll: warning:`` line naming ``name`` and gives None.
+    colour space. A profile LittleCMS cannot use is told to ``warn`` in one line naming ``name`` (by default a
+    ``vitroll: warning:`` line on stderr) and gives None.
 
     Relative colorimetric, not perceptual: photo profiles are matrix/TRC profiles, which have no perceptual table
     (LittleCMS would fall back to colorimetric anyway); colours inside both gamuts keep their exact colour and
@@ -249,8 +258,7 @@ def srgb_display(pixels: Image.Image, icc_profile: Optional[bytes], name: str) -
         transform = _srgb_transform(bytes(icc_profile), pixels.mode)
         return None if transform is None else ImageCms.applyTransform(pixels, transform)
     except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as error:
-        print(f"vitroll: warning: {name}: its embedded ICC colour profile cannot be used ({error}); shown with its "
-              "stored colours", file=sys.stderr)
+        warn(f"{name}: its embedded ICC colour profile cannot be used ({error}); shown with its stored colours")
         return None
 
 
