@@ -1,6 +1,7 @@
 """``vitroll text "a sentence" … [--file texts.txt] --model FOLDER_OR_ID``: token and word scores of a Hugging Face
-text model (BERT, RoBERTa, DistilBERT, ELECTRA classifiers, encoders or masked language models, explained at each
-text's first [MASK]/<mask>; GPT-2 language models), shaded in the
+text model (encoders: BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2, ALBERT classifiers,
+bare models or masked language models, explained at each text's first [MASK]/<mask>; decoders: GPT-2, Llama, Qwen2/3,
+Mistral, Gemma 1–3, Phi, GPT-NeoX, OPT language models, explained at the last token, or classifiers), shaded in the
 terminal and written to OUT/text.html, OUT/scores.json and OUT/scores.csv (each token as the tokenizer stores it,
 "token": "ĠcafÃ©" or "##ing", and as text, "decoded": " café" or "ing"; each word; their character spans and scores).
 The model is a save_pretrained folder with its tokenizer files, or a hub id in the local cache.
