@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import torch
 from PIL import Image
 
 from vitroll.cli import main
+from vitroll.errors import ImageReadError, OptionValueError, VitrollError
 from vitroll.io.names import error_line
 from vitroll.pipelines import folder, ranks, stream
 from vitroll.pipelines.inputs import discover
@@ -230,6 +232,42 @@ def test_an_input_folder_that_is_the_output_folder_or_inside_it_is_named_so(mess
     assert sorted(path.name for path in messy.iterdir()) == [
         "a", "b", "cmyk.jpg", "deep16.png", "empty.jpg", "palette.png", "rgba.png", "rotated.jpg", "text.jpg",
         "truncated.jpg"]  # nothing written
+
+
+def test_from_python_annotate_names_its_arguments_not_the_flags(messy, tmp_path, capsys):
+    """A Python user was told to fix ``--save``, ``--precision fp16``, ``--out``, ``--recursive`` and ``--overwrite``,
+    flags of a command line they never ran: they are told ``save``, ``precision='fp16'``, ``out_dir``,
+    ``recursive=True`` and ``resume=False``; the command line keeps its flags."""
+    from vitroll.models import load_model
+    from vitroll.pipelines.explain import ExplainSettings
+
+    with pytest.raises(OptionValueError, match=r"^save takes overlay, heatmap, figure; got 'movie'$"):
+        folder.AnnotateOptions(save=("overlay", "movie"))
+    with pytest.raises(ImageReadError) as raised:
+        folder.find_inputs(messy, messy, folder.AnnotateOptions())
+    assert str(raised.value) == f"{messy}: is the output folder, whose files are never inputs (they would be " \
+                                "outputs); choose another out_dir"
+    with pytest.raises(ImageReadError) as raised:
+        folder.find_inputs(messy.parent, tmp_path / "out", folder.AnnotateOptions())
+    assert str(raised.value).endswith(": no image files in this folder, only in its sub-folders (add recursive=True)")
+
+    model, out = load_model("vitroll-shapes"), tmp_path / "out"
+    run = functools.partial(folder.annotate, messy, out, model, ExplainSettings())
+    with pytest.raises(OptionValueError) as raised:
+        run(identity={"model": "vitroll-shapes"}, options=folder.AnnotateOptions(precision="fp16", workers=0,
+                                                                                 progress=False, limit=1))
+    assert str(raised.value) == "precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU"
+    options = folder.AnnotateOptions(workers=0, progress=False, limit=1)
+    assert run(identity={"model": "vitroll-shapes"}, options=options).ok == 1
+    with pytest.raises(VitrollError) as raised:
+        run(identity={"model": "another"}, options=options)
+    assert str(raised.value).endswith("rerun with those settings to resume, add resume=False to redo these inputs "
+                                      "with the new ones, or choose another out_dir")
+    assert "--" not in str(raised.value)
+
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(tmp_path / "fp16"), "--precision", "fp16", "--device", "cpu") == 2
+    assert one_error(capsys) == "vitroll: error: --precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU"
 
 
 def test_a_sub_folder_that_cannot_be_listed_is_one_line_before_any_work(messy, tmp_path, monkeypatch, capsys):
