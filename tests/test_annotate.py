@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import torch
 from PIL import Image
 
 from vitroll.cli import main
+from vitroll.errors import ImageReadError, OptionValueError, VitrollError
 from vitroll.io.names import error_line
 from vitroll.pipelines import folder, ranks, stream
 from vitroll.pipelines.inputs import discover
@@ -230,6 +232,42 @@ def test_an_input_folder_that_is_the_output_folder_or_inside_it_is_named_so(mess
     assert sorted(path.name for path in messy.iterdir()) == [
         "a", "b", "cmyk.jpg", "deep16.png", "empty.jpg", "palette.png", "rgba.png", "rotated.jpg", "text.jpg",
         "truncated.jpg"]  # nothing written
+
+
+def test_from_python_annotate_names_its_arguments_not_the_flags(messy, tmp_path, capsys):
+    """A Python user was told to fix ``--save``, ``--precision fp16``, ``--out``, ``--recursive`` and ``--overwrite``,
+    flags of a command line they never ran: they are told ``save``, ``precision='fp16'``, ``out_dir``,
+    ``recursive=True`` and ``resume=False``; the command line keeps its flags."""
+    from vitroll.models import load_model
+    from vitroll.pipelines.explain import ExplainSettings
+
+    with pytest.raises(OptionValueError, match=r"^save takes overlay, heatmap, figure; got 'movie'$"):
+        folder.AnnotateOptions(save=("overlay", "movie"))
+    with pytest.raises(ImageReadError) as raised:
+        folder.find_inputs(messy, messy, folder.AnnotateOptions())
+    assert str(raised.value) == f"{messy}: is the output folder, whose files are never inputs (they would be " \
+                                "outputs); choose another out_dir"
+    with pytest.raises(ImageReadError) as raised:
+        folder.find_inputs(messy.parent, tmp_path / "out", folder.AnnotateOptions())
+    assert str(raised.value).endswith(": no image files in this folder, only in its sub-folders (add recursive=True)")
+
+    model, out = load_model("vitroll-shapes"), tmp_path / "out"
+    run = functools.partial(folder.annotate, messy, out, model, ExplainSettings())
+    with pytest.raises(OptionValueError) as raised:
+        run(identity={"model": "vitroll-shapes"}, options=folder.AnnotateOptions(precision="fp16", workers=0,
+                                                                                 progress=False, limit=1))
+    assert str(raised.value) == "precision='fp16' needs a CUDA device; use bf16 or fp32 on the CPU"
+    options = folder.AnnotateOptions(workers=0, progress=False, limit=1)
+    assert run(identity={"model": "vitroll-shapes"}, options=options).ok == 1
+    with pytest.raises(VitrollError) as raised:
+        run(identity={"model": "another"}, options=options)
+    assert str(raised.value).endswith("rerun with those settings to resume, add resume=False to redo these inputs "
+                                      "with the new ones, or choose another out_dir")
+    assert "--" not in str(raised.value)
+
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(tmp_path / "fp16"), "--precision", "fp16", "--device", "cpu") == 2
+    assert one_error(capsys) == "vitroll: error: --precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU"
 
 
 def test_a_sub_folder_that_cannot_be_listed_is_one_line_before_any_work(messy, tmp_path, monkeypatch, capsys):
@@ -864,6 +902,72 @@ def test_more_processes_than_cpu_cores_are_refused_before_any_starts(tmp_path, c
     assert (code, capsys.readouterr().err) == (2, "vitroll: error: --processes 5: more ranks than this machine's 4 "
                                                   "CPU cores, each a Python process with its own model; give at most 4\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_from_python_more_ranks_than_cpu_cores_name_processes_not_the_flag(monkeypatch):
+    monkeypatch.setattr(ranks.os, "cpu_count", lambda: 4)
+    with pytest.raises(OptionValueError, match=r"^processes=5: more ranks than this machine's 4 CPU cores, each a "
+                                               r"Python process with its own model; give at most 4$"):
+        ranks.run_ranks(["annotate", "in", "--out", "out"], 5)
+
+
+class RankStarted(Exception):
+    """Raised by a stand-in for subprocess.Popen: a rank would have started."""
+
+
+@pytest.fixture
+def two_gpus(tmp_path, monkeypatch):
+    """A machine of 16 CPU cores and 2 CUDA devices (as torch sees it), where starting a rank raises RankStarted, and
+    a folder of one image to annotate."""
+    def started(*args, **kwargs):
+        raise RankStarted()
+
+    monkeypatch.setattr(ranks.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(ranks.subprocess, "Popen", started)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    source = tmp_path / "in"
+    source.mkdir()
+    Image.new("RGB", (32, 32)).save(source / "a.png")
+    return source
+
+
+def test_more_processes_than_cuda_devices_are_refused_in_one_line_before_any_starts(two_gpus, tmp_path, capsys):
+    """Each rank k takes cuda:k: a third rank on two GPUs failed in torch.cuda.set_device with a traceback."""
+    out = str(tmp_path / "out")
+    assert main(["annotate", str(two_gpus), "--out", out, "--processes", "3"]) == 2
+    assert capsys.readouterr().err == ("vitroll: error: --processes 3: more ranks than this machine's 2 CUDA devices, "
+                                       "rank k taking cuda:k; give at most 2, or run on the CPU\n")
+    with pytest.raises(OptionValueError, match=r"^processes=3: more ranks than this machine's 2 CUDA devices"):
+        ranks.run_ranks(["annotate", str(two_gpus), "--out", out], 3, cuda_devices=2)
+    assert not (tmp_path / "out").exists()
+    for allowed in (["--processes", "2"], ["--processes", "3", "--device", "cpu"]):  # as many as GPUs; the CPU's cores
+        with pytest.raises(RankStarted):
+            main(["annotate", str(two_gpus), "--out", out, *allowed])
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_more_torchrun_ranks_than_cuda_devices_are_one_line_not_a_traceback(two_gpus, tmp_path, monkeypatch, capsys,
+                                                                             rank):
+    """``torchrun --nproc_per_node 4`` on two GPUs: ranks 2 and 3 failed in torch.cuda.set_device('cuda:3') with a
+    traceback each. Every rank now sees the count: rank 0 tells it, the others leave it to rank 0."""
+    import signal
+
+    def joined(*args, **kwargs):
+        raise AssertionError("the process group was joined")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", joined)
+    monkeypatch.setattr(ranks, "RANK_ZERO_PATIENCE_S", 0.0)
+    for name, value in {"WORLD_SIZE": 4, "LOCAL_WORLD_SIZE": 4, "RANK": rank, "LOCAL_RANK": rank}.items():
+        monkeypatch.setenv(name, str(value))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(["annotate", str(two_gpus), "--out", str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, capsys.readouterr().err) == (2, "vitroll: error: torchrun started 4 ranks on this machine, more "
+                                                  "than its 2 CUDA devices, rank k taking cuda:k; give "
+                                                  "--nproc_per_node at most 2, or --device cpu\n")
 
 
 def test_processes_pass_on_the_exit_status_that_torchrun_turns_into_1(tmp_path):

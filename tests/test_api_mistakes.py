@@ -328,15 +328,15 @@ PIPELINE_MISTAKES = [
     pytest.param(lambda tmp: legend_html("jet", "zscore"), OptionValueError,
                  "normalization must be one of minmax, percentile; got 'zscore'", id="legend-normalization"),
     pytest.param(lambda tmp: parse_window("lungs"), OptionValueError,
-                 "--window must be one of lung, bone, soft-tissue or W,L (width,level); got 'lungs'", id="window-name"),
-    pytest.param(lambda tmp: parse_window("0,40"), OptionValueError, "--window width must be at least 1; got 0",
+                 "window must be one of lung, bone, soft-tissue or W,L (width,level); got 'lungs'", id="window-name"),
+    pytest.param(lambda tmp: parse_window("0,40"), OptionValueError, "window width must be at least 1; got 0",
                  id="window-width"),
     pytest.param(lambda tmp: parse_group_by("scanner,colour"), OptionValueError,
-                 "--group-by: unknown field 'colour'; choose from ", id="group-by"),
+                 "group_by: unknown field 'colour'; choose from ", id="group-by"),
     pytest.param(lambda tmp: AuditOptions(salt=" "), OptionValueError,
-                 "--salt is empty, which leaves the case and study keys plain hashes", id="empty-salt"),
+                 "salt is empty, which leaves the case and study keys plain hashes", id="empty-salt"),
     pytest.param(lambda tmp: AuditOptions(flag_threshold=50), OptionValueError,
-                 "--flag-threshold must lie in [0, 1]; got 50", id="flag-threshold"),
+                 "flag_threshold must lie in [0, 1]; got 50", id="flag-threshold"),
     pytest.param(lambda tmp: MaskSource(tmp / "masks"), InputValueError,
                  "mask folder {tmp}/masks does not exist", id="mask-folder"),
     pytest.param(lambda tmp: evaluate_captions(torch.nn.Identity(), None, [], ["gradcam"]), OptionValueError,
@@ -362,6 +362,7 @@ def test_pipeline_audit_and_adapter_mistakes_are_a_vitroll_error_and_still_a_val
         mistake(tmp_path)
     assert isinstance(raised.value, ValueError)
     assert str(raised.value).startswith(message.format(tmp=tmp_path))
+    assert " --" not in f" {raised.value}"  # a Python user is told the arguments, not the command line's flags
 
 
 def test_an_unreadable_mask_image_is_an_input_value_error_naming_it(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -11,6 +12,7 @@ import pytest
 from interrupts import pressing_ctrl_c
 from vitroll.checkpoints import file_sha256
 from vitroll.cli import main
+from vitroll.errors import OptionValueError, VitrollError
 from vitroll.models import SHIPPED_TRANSFORMERS
 from vitroll.pipelines import text_run
 
@@ -161,6 +163,25 @@ def test_an_option_value_mistake_stops_the_run_in_one_line(tmp_path, texts_file,
     assert capsys.readouterr().err.strip().splitlines() == [f"vitroll: error: {message}"]
     manifest = tmp_path / "out" / "manifest.jsonl"
     assert not manifest.exists() or manifest.read_text() == ""  # no error row per text
+
+
+def test_from_python_a_position_outside_every_text_and_a_changed_method_name_the_arguments(tmp_path):
+    """run_texts told a Python user that ``--position 9`` lies outside every text and to add ``--overwrite`` or
+    choose another ``--out``: it names ``position=9``, ``resume=False`` and ``out_dir`` (the CLI's words above)."""
+    from vitroll.adapters.tokenizers import registered_tokenizer
+    from vitroll.models import load_model
+
+    model = load_model("vitroll-text-keyword")
+    run = functools.partial(text_run.run_texts, model, TEXTS, registered_tokenizer(model), tmp_path / "out",
+                            identity={"model": "vitroll-text-keyword"})
+    with pytest.raises(OptionValueError, match=r"^position=9 is outside every text: the longest has 6 tokens \(0 the "
+                                               r"first, -1 the last\)$"):
+        run(position=9)
+    run()
+    with pytest.raises(VitrollError) as raised:
+        run(identity={"model": "vitroll-text-keyword", "method": "attention"}, method="attention")
+    assert str(raised.value).endswith("add resume=False to redo these inputs with the new ones, or choose another "
+                                      "out_dir")
 
 
 def test_a_position_that_fits_some_texts_fails_only_the_others(tmp_path, texts_file, capsys):

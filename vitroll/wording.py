@@ -24,9 +24,15 @@ def with_article(word: str) -> str:
 FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "num_classes": "--num-classes",
          "input_size": "--input-size", "checkpoint": "--checkpoint", "trust_checkpoint": "--trust-checkpoint",
          "pretrained": "--pretrained", "max_attention_memory": "--max-attention-memory", "max_pixels": "--max-pixels",
-         "frame": "--frame"}
-"""The arguments of models, their loading, preprocessing and methods, and of image reading, that have a flag of their
-own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
+         "frame": "--frame", "out_dir": "--out", "recursive": "--recursive", "save": "--save",
+         "precision": "--precision", "position": "--position", "processes": "--processes", "window": "--window",
+         "group_by": "--group-by", "salt": "--salt", "flag_threshold": "--flag-threshold", "masks": "--masks",
+         "body_masks": "--body-masks"}
+"""The arguments of models, their loading, preprocessing and methods, of image reading, of the pipelines and of the
+audit that have a flag of their own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
+
+OFF_SWITCHES = {"resume": "--overwrite"}
+"""The arguments whose ``False`` is a switch of its own on the command line (``resume=False`` is ``--overwrite``)."""
 
 _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
@@ -49,11 +55,13 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     """How the user sets argument ``name`` of a model or of its preprocessing, to ``value`` (if not None) or to a
     ``placeholder`` (``N``), in the words of where they are: ``img_size=(24, 24)`` from Python, ``--img-size 24 24``
     on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
-    flag of a switch alone)."""
+    flag of a switch alone, and for ``False`` the switch of :data:`OFF_SWITCHES`)."""
     if value is None and not placeholder:
         return FLAGS.get(name, f"--model-arg {name}") if _on_the_command_line else name
     if not _on_the_command_line:
         return f"{name}={placeholder or repr(value)}"
+    if value is False and name in OFF_SWITCHES:
+        return OFF_SWITCHES[name]
     flag = FLAGS.get(name)
     words = placeholder or (" ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value))
     if flag is None:

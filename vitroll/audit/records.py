@@ -15,6 +15,7 @@ from vitroll.audit.metrics import MaskSource, MetricSettings
 from vitroll.errors import OptionValueError
 from vitroll.io.dicom import SAFE_FIELDS
 from vitroll.io.images import DEFAULT_MAX_PIXELS
+from vitroll.wording import argument
 
 GROUP_FIELDS = (*SAFE_FIELDS, "age-band")
 _GROUP_ALIASES = {name.lower().replace("-", "").replace("_", ""): name for name in GROUP_FIELDS}
@@ -30,7 +31,8 @@ def parse_group_by(text: Optional[str]) -> tuple[str, ...]:
         if not key:
             continue
         if key not in _GROUP_ALIASES:
-            raise OptionValueError(f"--group-by: unknown field {part.strip()!r}; choose from {', '.join(GROUP_FIELDS)}")
+            raise OptionValueError(f"{argument('group_by')}: unknown field {part.strip()!r}; choose from "
+                                   f"{', '.join(GROUP_FIELDS)}")
         fields.append(_GROUP_ALIASES[key])
     return tuple(dict.fromkeys(fields))
 
@@ -75,11 +77,11 @@ class AuditOptions:
         if self.salt is None:
             self.salt = secrets.token_hex(16)
         elif not self.salt.strip():  # `--salt "$SALT"` with SALT unset
-            raise OptionValueError("--salt is empty, which leaves the case and study keys plain hashes of file paths "
-                                   "and study UIDs (anyone can hash a list of names to find them); give a secret salt, "
-                                   "or leave --salt out for a random one")
+            raise OptionValueError(f"{argument('salt')} is empty, which leaves the case and study keys plain hashes of "
+                                   "file paths and study UIDs (anyone can hash a list of names to find them); give a "
+                                   "secret salt, or leave it out for a random one")
         if not 0 <= self.flag_threshold <= 1:
-            raise OptionValueError(f"--flag-threshold must lie in [0, 1]; got {self.flag_threshold}")
+            raise OptionValueError(f"{argument('flag_threshold')} must lie in [0, 1]; got {self.flag_threshold}")
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from vitroll.errors import OptionValueError
+from vitroll.wording import argument
 
 WINDOW_PRESETS: dict[str, tuple[float, float]] = {
     "lung": (1500.0, -600.0),
@@ -27,8 +28,8 @@ def parse_window(text: Optional[str]) -> Optional[tuple[float, float]]:
     try:
         width, level = (float(part) for part in parts)
     except ValueError:
-        raise OptionValueError(f"--window must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
+        raise OptionValueError(f"{argument('window')} must be one of {', '.join(WINDOW_PRESETS)} or W,L (width,level); "
                                f"got {text!r}") from None
     if width < 1:
-        raise OptionValueError(f"--window width must be at least 1; got {width:g}")
+        raise OptionValueError(f"{argument('window')} width must be at least 1; got {width:g}")
     return width, level

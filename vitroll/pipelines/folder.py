@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from vitroll._version import __version__
-from vitroll.errors import ImageReadError, VitrollError, one_line
+from vitroll.errors import ImageReadError, OptionValueError, VitrollError, one_line
 from vitroll.io import encode_png
 from vitroll.io.formats import is_dicom
 from vitroll.io.images import DEFAULT_MAX_PIXELS, DICOM_HERE
@@ -49,7 +49,7 @@ from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
-from vitroll.wording import counted
+from vitroll.wording import argument, counted
 
 SAVE_KINDS = mf.OUTPUT_COLUMNS
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -86,7 +86,7 @@ class AnnotateOptions:
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
         if unknown:
-            raise ValueError(f"--save takes {', '.join(SAVE_KINDS)}; got {unknown[0]!r}")
+            raise OptionValueError(f"{argument('save')} takes {', '.join(SAVE_KINDS)}; got {unknown[0]!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
         if self.batch_size < 1 or self.workers < 0:
@@ -439,7 +439,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
 
     autocast_dtype = PRECISIONS[options.precision]
     if autocast_dtype is torch.float16 and model_device(model).type != "cuda":
-        raise ValueError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+        raise OptionValueError(f"{argument('precision', 'fp16')} needs a CUDA device; use bf16 or fp32 on the CPU")
     settings = annotator.settings
     reader = functools.partial(read_image, max_pixels=options.max_pixels)
     decoded = decoded_batches([item.path for item in todo], reader, preprocessing, batch_size=options.batch_size,

@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Optional
 from vitroll.io.discovery import has_image_suffix, is_within, source_files
 from vitroll.io.formats import HEIF_SUFFIXES, is_dicom
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
-from vitroll.wording import counted
+from vitroll.wording import argument, counted
 
 PARENT_MARK = "@up"
 """Stands for a ``..`` component of a key in output names."""
@@ -135,9 +135,9 @@ def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
     here, out = Path(source).resolve(), None if exclude is None else Path(exclude).resolve()
     if out is not None and is_within(here, out):
         where = "the output folder" if here == out else f"inside {exclude}"
-        return f"is {where}, whose files are never inputs (they would be outputs); choose another --out"
+        return f"is {where}, whose files are never inputs (they would be outputs); choose another {argument('out_dir')}"
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
-        return "no image files in this folder, only in its sub-folders (add --recursive)"
+        return f"no image files in this folder, only in its sub-folders (add {argument('recursive', True)})"
     # the files the run would have read, no more: opening every file of a large tree makes a slow answer
     files = source_files(source, recursive=recursive, exclude=exclude)
     dicom = sum(is_dicom(file.path) for file in files)

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Optional
 from vitroll.errors import VitrollError
 from vitroll.io.names import READABLE
 from vitroll.io.writing import write_atomic
+from vitroll.wording import argument
 
 MANIFEST = "manifest.jsonl"
 SETTINGS = "settings.json"
@@ -116,12 +117,13 @@ def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dic
     if newest is None:  # its rows' settings cannot be told: rows name the model and method, not the rendering
         raise VitrollError(
             f"{out_dir}: its outputs were made by an older vitroll, which recorded no {SETTINGS} to tell whether they "
-            "match these settings; add --overwrite once to redo these inputs (later runs resume), or choose another "
-            "--out")
+            f"match these settings; add {argument('resume', False)} once to redo these inputs (later runs resume), or "
+            f"choose another {argument('out_dir')}")
     changes = "; ".join(settings_differences(recorded[newest], settings)) or f"settings hash {newest} → {current}"
     raise VitrollError(
         f"{out_dir}: its outputs were made with other settings ({changes}); rerun with those settings to resume, "
-        "add --overwrite to redo these inputs with the new ones, or choose another --out")
+        f"add {argument('resume', False)} to redo these inputs with the new ones, or choose another "
+        f"{argument('out_dir')}")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

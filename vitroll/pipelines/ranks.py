@@ -17,7 +17,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
+
+from vitroll.errors import OptionValueError
+from vitroll.wording import argument, counted
 
 
 AGREED_STATUSES = (0, 2, 3, 130)
@@ -59,16 +62,32 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_ranks(argv: Sequence[str], processes: int) -> int:
+def check_rank_count(processes: int, cuda_devices: Optional[int] = None) -> None:
+    """Refuse more ranks than this machine can give one each: CPU cores (each rank is a Python process with its own
+    model, and thousands ran out of open files), and on CUDA (``cuda_devices`` not None) GPUs, rank k taking cuda:k.
+
+    Raises
+    ------
+    OptionValueError
+        Naming ``processes`` and the most this machine takes.
+    """
+    cores = os.cpu_count() or 1
+    if processes > cores:
+        raise OptionValueError(f"{argument('processes', processes)}: more ranks than this machine's {cores} CPU cores, "
+                               f"each a Python process with its own model; give at most {cores}")
+    if cuda_devices is not None and processes > cuda_devices:
+        raise OptionValueError(f"{argument('processes', processes)}: more ranks than this machine's "
+                               f"{counted(cuda_devices, 'CUDA device')}, rank k taking cuda:k; give at most "
+                               f"{cuda_devices}, or run on the CPU")
+
+
+def run_ranks(argv: Sequence[str], processes: int, cuda_devices: Optional[int] = None) -> int:
     """Run ``python -m vitroll *argv`` as ``processes`` ranks (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and a free
     ``MASTER_PORT`` on 127.0.0.1, as torchrun sets them) and return the run's exit status: rank 0's, or when rank 0
     ended with 0 the first other rank's that did not (a crashed rank killed by a signal: 128 + its number).
-    More ranks than CPU cores is a ``ValueError``, before any starts: each is a Python process with its own model,
-    and thousands ran out of open files."""
-    cores = os.cpu_count() or 1
-    if processes > cores:
-        raise ValueError(f"--processes {processes}: more ranks than this machine's {cores} CPU cores, each a Python "
-                         f"process with its own model; give at most {cores}")
+    More ranks than CPU cores, or on CUDA (``cuda_devices``, the GPUs the ranks take) than GPUs, is an
+    :class:`~vitroll.errors.OptionValueError` before any starts (:func:`check_rank_count`)."""
+    check_rank_count(processes, cuda_devices)
     package_root = str(Path(__file__).resolve().parents[2])  # the ranks import this very vitroll
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
                                                                              os.environ.get("PYTHONPATH")])),
