@@ -76,8 +76,15 @@ def write_inputs(folder: Path) -> Path:
     return folder
 
 
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
+class Terminal(io.StringIO):
+    """A stderr that is a terminal, as the progress bar sees it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_cli(*argv: str, terminal: bool = False) -> tuple[int, str, str]:
+    out, err = io.StringIO(), Terminal() if terminal else io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
@@ -768,7 +775,7 @@ def test_audit_shows_a_bar_of_files_done_that_names_no_file_and_none_with_no_pro
     inputs = write_inputs(tmp_path / "in")  # 7 files: a cine of 2 frames streamed one frame a batch, 3 unreadable
     names = [path.name for path in inputs.iterdir()]
     argv = ["audit", str(inputs), "--batch-size", "1", "--salt", "s", "--keep-burned-in-text", *MODEL]
-    code, _, stderr = run_cli(*argv, "--out", str(tmp_path / "bar"))
+    code, _, stderr = run_cli(*argv, "--out", str(tmp_path / "bar"), terminal=True)
     assert code == 3
     counts = re.findall(r"(\d+)/(\d+) \[[^]]*file", stderr)
     assert counts[-1] == ("7", "7") and [int(done) for done, _ in counts] == sorted(int(done) for done, _ in counts)
@@ -777,6 +784,23 @@ def test_audit_shows_a_bar_of_files_done_that_names_no_file_and_none_with_no_pro
     assert not [needle for needle in needles if needle in stderr]
     code, _, stderr = run_cli(*argv, "--out", str(tmp_path / "quiet"), "--no-progress")
     assert code == 3 and stderr and all(line.startswith("vitroll: ") for line in stderr.splitlines()), stderr
+
+
+def test_the_bar_counts_the_frames_done_of_a_multi_frame_file_in_flight(tmp_path):
+    """The bar counted files only: on a long cine it stood still for minutes, as if the audit had hung."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    write_dicom(inputs / "b.dcm", np.stack([body_phantom()] * 5), number=2)
+    write_dicom(inputs / "c.dcm", body_phantom(), number=3)
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "2",
+                              "--keep-burned-in-text", *MODEL, terminal=True)
+    assert code == 0
+    shown = re.findall(r"(\d+)/3 \[[^]]*?(?:, file (\d+): (\d+)/(\d+) frames)?\]", stderr)
+    assert list(dict.fromkeys(done for _, _, done, _ in shown if done)) == ["1", "2", "3", "4"]  # each shown
+    assert {(files, file, total) for files, file, _, total in shown if file} == {("1", "2", "5")}  # file 1 done
+    assert shown[-1] == ("3", "", "", "")  # the postfix gone once the cine is done
+    assert "b.dcm" not in stderr and "case-" not in stderr
 
 
 CTRL_C_IN_A_TERMINAL = """import os, signal, sys

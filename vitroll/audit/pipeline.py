@@ -26,7 +26,6 @@ import cv2
 import numpy as np
 from PIL import Image
 from torch import nn
-from tqdm import tqdm
 
 from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
@@ -43,6 +42,7 @@ from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.folder import one_interrupt
 from vitroll.pipelines.manifest import OutputLock
+from vitroll.pipelines.progress import progress_bar
 from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
 from vitroll.preprocess import Preprocessing
 
@@ -352,7 +352,9 @@ def run_audit(
     once. The report is then written of what was audited, every file (or frame) not reached a row
     :attr:`~AuditRow.interrupted`; a Ctrl-C while it is written is ignored.
 
-    With ``progress``, a bar on stderr counts the files done (numbers only: never a file's name).
+    With ``progress``, a bar on stderr (:func:`~vitroll.pipelines.progress.progress_bar`: plain lines now and then
+    when stderr is no terminal) counts the files done and, of a multi-frame file in flight, its frames done (numbers
+    only: never a file's name).
     """
     options = options or AuditOptions()
     if not options.keep_burned_in_text:
@@ -362,9 +364,24 @@ def run_audit(
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     stop_asked: list[bool] = []
+    counted: dict[int, int] = {}  # the frame count of the file in flight (from its header), by its number
+
+    def frames_of(number: int) -> int:
+        if number not in counted:
+            counted.clear()
+            counted[number] = 1 if options.frame is not None else frame_count(inputs[number - 1].path)
+        return counted[number]
 
     def files_done(count: int) -> None:
         bar.update(max(0, count - bar.n))
+
+    def frames_done(row: AuditRow) -> None:
+        """The bar's postfix: the frames done of the file in flight, when it has more than one (a long cine would
+        leave the count of files still for minutes)."""
+        done, count = _frames_done(row), frames_of(row.input_number)
+        shown = f"file {row.input_number}: {int(done)}/{count} frames" if 1 < count and done < count else ""
+        if not bar.disable and shown != (bar.postfix or ""):
+            bar.set_postfix_str(shown)
 
     def first_interrupt() -> None:
         stop_asked.append(True)
@@ -374,7 +391,7 @@ def run_audit(
 
     # one audit at a time per folder: another's end would remove this one's overlays as not in its report
     with OutputLock(Path(out_dir)), \
-            contextlib.closing(tqdm(total=len(inputs), unit="file", disable=not progress, smoothing=0.1)) as bar, \
+            contextlib.closing(progress_bar(len(inputs), "file", shown=progress)) as bar, \
             one_interrupt(first_interrupt) as hold_interrupts:
         rows: list[AuditRow] = []
         in_flight: Optional[int] = None  # once Ctrl-C is pressed: the file of the row it came while making
@@ -386,12 +403,12 @@ def run_audit(
                         files_done(in_flight)
                         break  # the file in flight is done: this row's file is left, its overlay removed below
                     files_done(row.input_number - 1)  # the stream keeps input order: the files before are done
+                    frames_done(row)
                     rows.append(row)
                     if stop_asked and in_flight is None:
                         in_flight = row.input_number
                     # its last row: the next batch is not waited for
-                    if in_flight is not None and _frames_done(row) >= (
-                            1 if options.frame is not None else frame_count(inputs[row.input_number - 1].path)):
+                    if in_flight is not None and _frames_done(row) >= frames_of(row.input_number):
                         files_done(in_flight)
                         break
                 else:

@@ -62,13 +62,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from rich.console import Console
-    from tqdm import tqdm
 
     from vitroll.adapters.tokenizers import registered_tokenizer
     from vitroll.commands.common import load_model_of_kind, method_options_from_args, resolve_device
     from vitroll.io.text import read_texts
     from vitroll.models import ModelProvenance, class_names
     from vitroll.models.transformers import tokenizer_fingerprint
+    from vitroll.pipelines.progress import progress_bar
     from vitroll.pipelines.text_run import run_texts
 
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 "class_names": class_names(model), "method": args.method, "options": options, "readout": args.readout,
                 "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
-    progress = tqdm(total=len(texts), unit="text", disable=args.no_progress or len(texts) <= PRINTED_TEXTS)
+    progress = progress_bar(len(texts), "text", shown=not args.no_progress and len(texts) > PRINTED_TEXTS)
     summary, report = run_texts(
         model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
         batch_size=args.batch_size, resume=args.resume, readout=args.readout, position=args.position,

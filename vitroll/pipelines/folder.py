@@ -47,6 +47,7 @@ from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
 from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
+from vitroll.pipelines.progress import progress_bar
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
 from vitroll.wording import argument, counted
@@ -435,8 +436,6 @@ def _previous_rows(out_dir: Path) -> list[dict[str, Any]]:
 def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, annotator: _Annotator,
          writer: mf.ManifestWriter, options: AnnotateOptions, result: RunSummary, show_progress: bool,
          should_stop: Callable[[], bool], hold_interrupts: Callable[[], None]) -> None:
-    from tqdm import tqdm
-
     autocast_dtype = PRECISIONS[options.precision]
     if autocast_dtype is torch.float16 and model_device(model).type != "cuda":
         raise OptionValueError(f"{argument('precision', 'fp16')} needs a CUDA device; use bf16 or fp32 on the CPU")
@@ -448,7 +447,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
         model, decoded, settings, autocast_dtype=autocast_dtype,
         compare_with=[settings.for_method(options.compare_with)] if options.compare_with else [])
     pending: deque[list[Future]] = deque()
-    progress = tqdm(total=len(todo), unit="img", disable=not (options.progress and show_progress), smoothing=0.1)
+    progress = progress_bar(len(todo), "image", shown=options.progress and show_progress)
 
     def settle(futures: list[Future]) -> None:
         rows = [future.result() for future in futures]
