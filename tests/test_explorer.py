@@ -417,6 +417,22 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
     assert str(refused.value) == "no such file: upload the image again"
 
 
+def test_without_an_image_the_page_asks_for_one_and_forgets_the_last_overlay(served, tmp_path, capfd):
+    """Removing the image (its box's x) gave 4 values for the 5 outputs: "Error" on the page and a traceback on the
+    server's terminal."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+    overlay, heads, _, note = client.predict(None, "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                                             api_name="/explain")
+    assert (overlay, heads, note) == (None, None, "Upload an image or pick an example.")
+    with pytest.raises(AppError, match="^Explain an image first"):  # not the overlay of the image removed
+        client.predict(api_name="/full_size_overlay")
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
     """Each slider moved, and the full-size download, read the image again and printed its warning again."""
     from gradio_client import Client, handle_file

@@ -351,7 +351,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
             layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
         if image is None:
-            return None, None, None, "Upload an image or pick an example."
+            return None, None, None, "Upload an image or pick an example.", None
         try:
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
