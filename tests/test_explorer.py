@@ -417,6 +417,22 @@ def test_the_page_gets_a_display_copy_of_a_large_overlay_and_the_full_size_one_o
     assert str(refused.value) == "no such file: upload the image again"
 
 
+def test_without_an_image_the_page_asks_for_one_and_forgets_the_last_overlay(served, tmp_path, capfd):
+    """Removing the image (its box's x) gave 4 values for the 5 outputs: "Error" on the page and a traceback on the
+    server's terminal."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    client.predict(handle_file(CROSS), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
+    overlay, heads, _, note = client.predict(None, "rollout", "mean", 0.0, 0, 1, "all", "predicted",
+                                             api_name="/explain")
+    assert (overlay, heads, note) == (None, None, "Upload an image or pick an example.")
+    with pytest.raises(AppError, match="^Explain an image first"):  # not the overlay of the image removed
+        client.predict(api_name="/full_size_overlay")
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
     """Each slider moved, and the full-size download, read the image again and printed its warning again."""
     from gradio_client import Client, handle_file
@@ -495,22 +511,40 @@ def test_closing_a_page_removes_its_full_size_overlays_each_written_once(model, 
         app.close()
     assert not downloads.exists()
 
+PAGE_FROM_PYTHON = """
+import sys
+from vitroll.app import build_app, example_images, serve
+from vitroll.commands.app import SAMPLE_IMAGES
+from vitroll.testbed.model import load_testbed_model
+
+examples = example_images(SAMPLE_IMAGES)
+page = build_app(load_testbed_model(), model_label="vitroll-shapes", examples=examples)
+serve(page, host="127.0.0.1", port=int(sys.argv[-1]), examples=examples)
+"""
+"""A page built and served from Python, not through ``vitroll app``, until Ctrl-C."""
+
+
 def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_temp_dir_set_outside(tmp_path):
     """Nothing the page was sent or served outlives the explorer, stopped by Ctrl-C or by SIGTERM (``kill``, a service
-    manager; that left the copies on disk); a GRADIO_TEMP_DIR of the user's is theirs: used, and left as it is."""
+    manager; that left the copies on disk); a GRADIO_TEMP_DIR of the user's is theirs: used, and left as it is. A page
+    built from Python imported Gradio before taking its private folder: Gradio named /tmp/gradio then, and made a
+    folder there."""
     from gradio_client import Client, handle_file
 
     upload = tmp_path / "scan of a patient.png"
     upload.write_bytes(CROSS.read_bytes())
-    for own_folder, stop in ((None, signal.SIGINT), (None, signal.SIGTERM),
-                             (tmp_path / "the user's gradio cache", signal.SIGINT)):
-        temporary = tmp_path / f"tmp for {own_folder is None} {stop.name}"
+    for own_folder, stop, program in ((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+                                      (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
+                                      (tmp_path / "the user's gradio cache", signal.SIGINT,
+                                       ["-m", "vitroll", "app", "--port"]),
+                                      (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON])):
+        temporary = tmp_path / f"tmp for {own_folder is None} {stop.name} {program[0]}"
         temporary.mkdir()
         environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
         environment.update(TMPDIR=str(temporary), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         if own_folder is not None:
             environment["GRADIO_TEMP_DIR"] = str(own_folder)
-        server = subprocess.Popen([sys.executable, "-m", "vitroll", "app", "--port", str(free_port())],
+        server = subprocess.Popen([sys.executable, *program, str(free_port())],
                                   env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             line = server.stdout.readline()
@@ -521,6 +555,7 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
             cache = own_folder or next(temporary.glob("vitroll-explorer-cache-*"))
             assert own_folder is not None or (cache.stat().st_mode & 0o777) == 0o700
             assert [copy.name for copy in cache.rglob("scan of a patient*")] and not (temporary / "gradio").exists()
+            assert own_folder is not None or [copy.name for copy in cache.rglob(CROSS.name)] == [CROSS.name]
         finally:
             server.send_signal(stop)
             _, errors = server.communicate(timeout=120)

@@ -314,12 +314,26 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the last
     input of :data:`API_NAME`; the target-class menu lists the prompts.
     """
+    # before Gradio is imported (it names some folders then) and its components are made (each names its cache
+    # folder then, and the examples are copied into it): as `vitroll app` holds it
+    PRIVATE_CACHE.acquire()
+    try:
+        return _page(model, model_label=model_label, preprocessing=preprocessing, class_names=class_names,
+                     examples=examples, settings=settings, max_pixels=max_pixels)
+    except BaseException:
+        PRIVATE_CACHE.release()
+        raise
+
+
+def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preprocessing],
+          class_names: Optional[list[str]], examples: Sequence[Path], settings: ExplainSettings,
+          max_pixels: Optional[int]) -> "gradio.Blocks":
+    """:func:`build_app`'s page, :data:`PRIVATE_CACHE` held (released by its ``close()``)."""
     gr = require_gradio()
     preprocessing = preprocessing or Preprocessing.from_model(model)
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
-    PRIVATE_CACHE.acquire()  # before the components: each names Gradio's cache folder when made (examples are copied)
     warned: set[tuple[str, str]] = set()  # (the server's copy of an image, a warning about it) already given
 
     def warn_once(image: str) -> Callable[[str], None]:
@@ -337,7 +351,7 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
             layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
         if image is None:
-            return None, None, None, "Upload an image or pick an example."
+            return None, None, None, "Upload an image or pick an example.", None
         try:
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
@@ -608,8 +622,9 @@ class PrivateCache:
     here a fresh folder only its owner can enter (``tempfile.mkdtemp``: 0700), named to Gradio by ``GRADIO_TEMP_DIR``
     (which it reads again on each request) and removed with everything in it when the last page is closed. A
     ``GRADIO_TEMP_DIR`` set outside vitroll is used as it is and left alone (it may hold other applications' files).
-    :func:`build_app` holds it for a page until ``app.close()`` (its examples are copied when it is built);
-    ``with PRIVATE_CACHE:`` holds it around importing Gradio too (which names some folders at import).
+    :func:`build_app` holds it for a page until ``app.close()``, from before it imports Gradio (which names some
+    folders at import: a Gradio imported earlier by the caller makes an empty ``/tmp/gradio/vibe_edit_history``) and
+    copies the examples; ``with PRIVATE_CACHE:`` holds it around more (``vitroll app``: the whole command).
     """
 
     def __init__(self) -> None:
