@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import timm
@@ -215,3 +217,26 @@ def test_invalid_options_raise_clear_errors():
         rollout(model, images, attention_weight=0.0)
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
         rollout(model, images[0])
+
+
+def test_a_discard_ratio_too_high_for_the_models_tokens_warns_once_naming_it(monkeypatch, capsys):
+    """discard_ratio=0.99 on a model of 17 tokens drops every column but the class token's: every map was all 0, drawn
+    as one flat colour, with no word. One line for the run (not per call, as a folder's batches call again), none
+    for a ratio that keeps a patch; grad_rollout says the same."""
+    from vitroll import grad_rollout
+
+    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    kept = rollout(model, images, discard_ratio=0.94)  # ⌊0.94 · 17⌋ = 15 dropped: one patch kept in each row
+    assert bool((kept.flatten(1).amax(1) > kept.flatten(1).amin(1)).all())
+    assert capsys.readouterr().err == ""
+    for _ in range(2):
+        assert torch.equal(rollout(model, images, discard_ratio=0.99), torch.zeros(2, 4, 4))
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: rollout's map is constant (all 0) for inputs 0, 1: discard_ratio=0.99 drops 16 of the 17 "
+        "attention weights in each row, all but the class token's, which leaves no patch any: too high for this "
+        "model's 17 tokens, a discard_ratio below 0.9412 keeps some"]
+    assert torch.equal(grad_rollout(model, images[:1], discard_ratio=0.99), torch.zeros(1, 4, 4))
+    assert capsys.readouterr().err.startswith("vitroll: warning: grad_rollout's map is constant (all 0) for input 0: "
+                                              "discard_ratio=0.99 drops 16 of the 17")

@@ -15,7 +15,7 @@ from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency
 from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, positive_weighted_heads
-from vitroll.methods.rollout import rollout_vector
+from vitroll.methods.rollout import rollout_vector, warn_constant_maps
 
 
 @register_method("grad_rollout", needs_gradients=True)
@@ -41,4 +41,6 @@ def grad_rollout(
     fused = [positive_weighted_heads(a, g, clamp="after_mean")
              for a, g in zip(recorded.attentions, recorded.gradients)]
     vector = rollout_vector(fused, recorded.layout, discard_ratio=discard_ratio, attention_weight=attention_weight)
-    return Saliency(recorded.layout.patch_values(vector), recorded.logits)
+    maps = recorded.layout.patch_values(vector)
+    warn_constant_maps(maps, recorded.layout, discard_ratio, "grad_rollout")
+    return Saliency(maps, recorded.logits)

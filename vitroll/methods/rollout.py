@@ -27,6 +27,7 @@ fused attention pass per layer, in O(N·D) memory.
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import Optional, Sequence
 
@@ -197,6 +198,40 @@ def with_residual(attention: torch.Tensor, attention_weight: float) -> torch.Ten
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
+_CONSTANT_MAPS_TOLD: set[tuple[str, float, int]] = set()
+"""The (method, discard_ratio, tokens) whose constant maps :func:`warn_constant_maps` has told of: once a process,
+not once a batch of a folder."""
+
+
+def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
+    """One ``vitroll: warning:`` line on stderr, once a process for ``method``, ``discard_ratio`` and the number of
+    tokens, when any image's map (B, h, w) is constant (all 0 where discarding dropped every patch): it would be drawn
+    as one flat colour, the same for every image, with nothing to say why. Names the cause: a ``discard_ratio`` that
+    drops every column but the class token's in a model of this few tokens, else attention that tells no patch from
+    another. Text scores (a layout with a token mask) are left alone: their prefix tokens are among them."""
+    if layout.token_mask is not None or maps.ndim != 3:
+        return
+    flat = maps.detach().flatten(1)
+    constant = torch.isclose(flat.amax(dim=1), flat.amin(dim=1), rtol=1e-5, atol=0.0).tolist()
+    num_tokens = layout.num_prefix_tokens + flat.shape[1]
+    key = (method, float(discard_ratio), num_tokens)
+    if not any(constant) or key in _CONSTANT_MAPS_TOLD:
+        return
+    _CONSTANT_MAPS_TOLD.add(key)
+    inputs = [str(index) for index, flat_map in enumerate(constant) if flat_map]
+    dropped = discarded_count(num_tokens, discard_ratio)
+    if layout.readout == "class_token" and dropped >= num_tokens - 1:
+        cause = (f"discard_ratio={discard_ratio} drops {num_tokens - 1} of the {num_tokens} attention weights in each "
+                 f"row, all but the class token's, which leaves no patch any: too high for this model's {num_tokens} "
+                 f"tokens, a discard_ratio below {(num_tokens - 1) / num_tokens:.4g} keeps some")
+    else:
+        lower = f"; a lower discard_ratio than {discard_ratio} keeps more of it" if discard_ratio else ""
+        cause = f"the attention it rolls out does not tell one patch from another{lower}"
+    value = float(flat[constant.index(True), 0])
+    print(f"vitroll: warning: {method}'s map is constant (all {value:.4g}) for input{'s' if len(inputs) > 1 else ''} "
+          f"{', '.join(inputs)}: {cause}", file=sys.stderr)
+
+
 @register_method("rollout")
 def rollout(
     model: nn.Module,
@@ -241,7 +276,9 @@ def rollout(
     vector = rollout_vector(
         layers_from(attentions, start_layer), layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
-    return Saliency(layout.patch_values(vector), logits)
+    maps = layout.patch_values(vector)
+    warn_constant_maps(maps, layout, discard_ratio, "rollout")
+    return Saliency(maps, logits)
 
 
 @register_method("attention")
