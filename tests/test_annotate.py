@@ -946,6 +946,19 @@ def test_more_processes_than_cuda_devices_are_refused_in_one_line_before_any_sta
             main(["annotate", str(two_gpus), "--out", out, *allowed])
 
 
+def test_one_cuda_device_for_several_ranks_is_refused_in_one_line(two_gpus, tmp_path, monkeypatch, capsys):
+    """``--device cuda:1 --processes 2`` (or under torchrun) put every rank on cuda:1, which NCCL refuses."""
+    out = str(tmp_path / "out")
+    assert main(["annotate", str(two_gpus), "--out", out, "--processes", "2", "--device", "cuda:1"]) == 2
+    assert capsys.readouterr().err == ("vitroll: error: --device cuda:1 puts all 2 ranks of this machine on one GPU, "
+                                       "which NCCL refuses; give --device cuda (rank k takes cuda:k) or --device cpu\n")
+    for name, value in {"WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 2, "RANK": 0, "LOCAL_RANK": 0}.items():
+        monkeypatch.setenv(name, str(value))
+    assert main(["annotate", str(two_gpus), "--out", out, "--device", "cuda:0"]) == 2
+    assert capsys.readouterr().err.startswith("vitroll: error: --device cuda:0 puts all 2 ranks of this machine on one "
+                                              "GPU, which NCCL refuses")
+
+
 @pytest.mark.parametrize("rank", [0, 3])
 def test_more_torchrun_ranks_than_cuda_devices_are_one_line_not_a_traceback(two_gpus, tmp_path, monkeypatch, capsys,
                                                                              rank):

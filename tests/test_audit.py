@@ -37,6 +37,7 @@ from vitroll.errors import InputValueError
 from vitroll.methods import METHODS, Method, Saliency
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
+from vitroll.wording import worded_for_the_command_line
 
 MODEL = ["--model", "test_vit", "--img-size", "64", "--device", "cpu", "--crop-mode", "squash", "--crop-pct", "1"]
 
@@ -971,7 +972,7 @@ def test_an_roi_outside_the_image_or_an_unreadable_mask_is_not_measured(tmp_path
                        options=options)
     rows = {row.input_number: row for row in report.images}  # badmask 1, boxed 2, outside 3
     assert rows[1].not_measured == dict.fromkeys(
-        ROI_METRICS, "not measured: its --masks file cannot be read as an image")
+        ROI_METRICS, "not measured: its masks file cannot be read as an image")
     assert rows[3].not_measured == dict.fromkeys(
         ROI_METRICS, "not measured: its region of interest covers no pixel of the image")
     for row in (rows[1], rows[3]):
@@ -1001,8 +1002,8 @@ def test_a_mask_over_max_pixels_is_refused_from_its_header_and_a_16_bit_label_ma
     rows = {row.input_number: row for row in report.images}  # huge 1, labels 2
     too_large = ("cannot be read as an image: image too large: 600 MP (30000×20000), over the limit of 500 MP; "
                  "max_pixels=600_000_000 reads it if the memory allows (an overlay takes about 20 bytes a pixel)")
-    assert rows[1].not_measured == {"outside_body": f"not measured: its --body-masks file {too_large}",
-                                    **dict.fromkeys(ROI_METRICS, f"not measured: its --masks file {too_large}")}
+    assert rows[1].not_measured == {"outside_body": f"not measured: its body_masks file {too_large}",
+                                    **dict.fromkeys(ROI_METRICS, f"not measured: its masks file {too_large}")}
     assert rows[2].not_measured == {} and rows[2].metrics["pointing_hit"] == 1.0
     assert rows[2].metrics["outside_body"] < 1.0  # the mask read empty put all of the map's mass outside the body
 
@@ -1052,7 +1053,7 @@ def test_an_unreadable_body_mask_leaves_that_image_not_measured_and_the_audit_go
     report = run_audit([inputs], load_model("vitroll-shapes"), out_dir=tmp_path / "out", settings=ExplainSettings(),
                        options=AuditOptions(body_masks=MaskSource(tmp_path / "masks"), salt="x"))
     rows = {row.input_number: row for row in report.images}  # badmask 1, nomask 2
-    assert rows[1].not_measured == {"outside_body": "not measured: its --body-masks file cannot be read as an image"}
+    assert rows[1].not_measured == {"outside_body": "not measured: its body_masks file cannot be read as an image"}
     assert np.isnan(rows[1].metrics["outside_body"]) and not rows[1].flagged
     assert rows[2].not_measured == {} and 0.0 <= rows[2].metrics["outside_body"] <= 1.0
     assert (tmp_path / "out" / "report.html").is_file()
@@ -1077,11 +1078,13 @@ def test_the_body_outline_rule_by_modality_and_colour():
     for modality, colour in (("CT", False), ("CT", True), ("PT", True), ("OT", False), ("unknown", False), ("", False)):
         assert body_outline_exemption(modality, colour) is None, (modality, colour)
     assert body_outline_exemption("us", False) == ("not measured: the body outline does not apply to ultrasound "
-                                                   "(Modality US); pass --body-masks to measure it")
+                                                   "(Modality US); pass body_masks to measure it")
+    with worded_for_the_command_line():
+        assert body_outline_exemption("us", False).endswith("(Modality US); pass --body-masks to measure it")
     assert "endoscopy (Modality ES)" in body_outline_exemption("ES", True)
     assert body_outline_exemption("unknown", True) == (
         "not measured: a colour image with no Modality (a photograph, screen capture or rendering) has no body "
-        "outline to threshold; pass --body-masks to measure it")
+        "outline to threshold; pass body_masks to measure it")
     assert "a colour image with Modality OT" in body_outline_exemption("OT", True)
 
 

@@ -146,13 +146,16 @@ def test_which_pixels_are_searched(metadata, header, secondary, expected, truste
 
 def test_a_missing_detector_is_one_line_naming_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "rapidocr", None)  # import rapidocr → ImportError
-    with pytest.raises(VitrollError, match=r'rapidocr is missing\): pip install "vitroll\[dicom\]"'):
+    with pytest.raises(VitrollError, match=r'rapidocr is missing\): pip install "vitroll\[dicom\]"; or pass '
+                                           r"keep_burned_in_text=True if the pixels are known to carry no "
+                                           r"identifiers$"):
         require_text_detector()
     palette = get_testdata_file("examples_palette.dcm")
     code, stdout, stderr = run_cli("audit", palette, "--out", str(tmp_path / "refused"), *MODEL)
     assert code == 2 and stdout == ""
     assert stderr.startswith("vitroll: error: removing burned-in text from audit images needs rapidocr and onnxruntime")
     assert stderr.count("\n") == 1 and 'pip install "vitroll[dicom]"' in stderr
+    assert stderr.endswith("; or pass --keep-burned-in-text if the pixels are known to carry no identifiers\n")
     assert not (tmp_path / "refused").exists()
 
 

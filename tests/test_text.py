@@ -203,7 +203,7 @@ def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_l
     compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
         [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
     with pytest.raises(InputValueError, match=r"^no \[MASK\] in texts \[1\] of the batch: a masked language "
-                                              r"model predicts the token at its first \[MASK\] \(or at --position\)$"):
+                                              r"model predicts the token at its first \[MASK\] \(or at position\)$"):
         vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
 
 

@@ -368,8 +368,42 @@ def test_pickled_folder_weights_are_refused_with_the_ways_forward(folder, tmp_pa
         f"{pickled}: {weights} holds Python objects besides tensors, and unpickling them can run arbitrary code, so "
         "vitroll refused; if you trust its source, save the model again with save_pretrained (model.safetensors), or "
         f"pass --checkpoint {weights} --trust-checkpoint")
+    with pytest.raises(ModelLoadError) as raised:
+        load_model(str(pickled))
+    assert str(raised.value).endswith(f"or pass checkpoint={str(weights)!r}, trust_checkpoint=True")
     trusted = load_model(str(pickled), checkpoint=weights, trust_checkpoint=True)
     assert all(torch.equal(value, saved.state_dict()[name]) for name, value in trusted.state_dict().items())
+
+
+def test_pickled_hub_weights_name_a_file_to_pass_not_a_literal_its_pytorch_model_bin(folder, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """A hub model's pickled weights told Python users to pass ``checkpoint='its pytorch_model.bin'`` (a file name
+    that exists nowhere) and the command line ``--checkpoint its pytorch_model.bin``: both now say FILE and where it
+    is, each in its own words."""
+    import huggingface_hub
+
+    from vitroll.models import hub
+    from vitroll.wording import worded_for_the_command_line
+
+    snapshot = tmp_path / "hub" / "models--vitroll-test--pickled-vit" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    shutil.copy(folder / "config.json", snapshot)
+    torch.save(transformers.ViTForImageClassification.from_pretrained(folder), snapshot / "pytorch_model.bin")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    start = ("transformers:vitroll-test/pickled-vit: its pytorch_model.bin holds Python objects besides tensors, and "
+             "unpickling them can run arbitrary code, so vitroll refused; if you trust its source, save the model again "
+             "with save_pretrained (model.safetensors), or pass ")
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("transformers:vitroll-test/pickled-vit")
+    assert str(raised.value) == start + ("checkpoint=FILE (FILE: its pytorch_model.bin in the Hugging Face cache) "
+                                         "with trust_checkpoint=True")
+    with worded_for_the_command_line(), pytest.raises(ModelLoadError) as raised:
+        load_model("transformers:vitroll-test/pickled-vit")
+    assert str(raised.value) == start + ("--checkpoint FILE (FILE: its pytorch_model.bin in the Hugging Face cache) "
+                                         "with --trust-checkpoint")
 
 
 def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):

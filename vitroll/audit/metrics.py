@@ -21,6 +21,7 @@ from vitroll.errors import ImageReadError, ImageTooLargeError, InputValueError
 from vitroll.io.dicom import UNKNOWN
 from vitroll.io.images import DEFAULT_MAX_PIXELS, load_mask
 from vitroll.io.textfile import read_text_file
+from vitroll.wording import argument
 
 ROI_METRICS = ("roi_energy", "pointing_hit", "topk_iou")
 """The metrics measured only where an image has a region of interest."""
@@ -86,11 +87,11 @@ def body_outline_exemption(modality: str, colour: bool) -> Optional[str]:
     modality = modality.strip().upper()
     if modality in NO_BODY_OUTLINE:
         return (f"not measured: the body outline does not apply to {NO_BODY_OUTLINE[modality]} (Modality {modality}); "
-                "pass --body-masks to measure it")
+                f"pass {argument('body_masks')} to measure it")
     if colour and modality not in GREY_RADIOLOGY:
         stated = f"Modality {modality}" if modality and modality.lower() != UNKNOWN else "no Modality"
         return (f"not measured: a colour image with {stated} (a photograph, screen capture or rendering) has no body "
-                "outline to threshold; pass --body-masks to measure it")
+                f"outline to threshold; pass {argument('body_masks')} to measure it")
     return None
 
 

@@ -45,6 +45,7 @@ from vitroll.pipelines.manifest import OutputLock
 from vitroll.pipelines.progress import progress_bar
 from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import argument
 
 
 def _scrub(text: str, path: Path) -> str:
@@ -283,7 +284,7 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     try:
         body = options.body_masks.get(path, shape_hw, max_pixels=options.max_pixels) if options.body_masks else None
     except (ValueError, ImageTooLargeError) as error:  # its share outside the body is not measured; the audit goes on
-        body, exemption = None, _mask_unread("--body-masks", error)
+        body, exemption = None, _mask_unread("body_masks", error)
     else:
         exemption = body_outline_exemption(row.metadata.get("Modality", ""), item.colour) if body is None else None
     if exemption is not None:
@@ -304,11 +305,12 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     return row
 
 
-def _mask_unread(flag: str, error: Exception) -> str:
-    """Why a metric is not measured when the image's ``flag`` mask file cannot be read: the reason of a mask over
-    --max-pixels, which names no file, is told."""
+def _mask_unread(masks: str, error: Exception) -> str:
+    """Why a metric is not measured when the image's mask file of :class:`AuditOptions` field ``masks`` cannot be read
+    (named as the caller sets it: ``--body-masks`` on the command line): the reason of a mask over the ``max_pixels``
+    limit, which names no file, is told."""
     reason = f": {error.reason}" if isinstance(error, ImageTooLargeError) else ""
-    return f"not measured: its {flag} file cannot be read as an image{reason}"
+    return f"not measured: its {argument(masks)} file cannot be read as an image{reason}"
 
 
 def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
@@ -320,7 +322,7 @@ def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOpt
     try:
         roi = options.masks.get(path, shape_hw, max_pixels=options.max_pixels)
     except (ValueError, ImageTooLargeError) as error:
-        reason = _mask_unread("--masks", error)
+        reason = _mask_unread("masks", error)
     else:
         if roi is None or roi.any():
             return roi

@@ -98,6 +98,14 @@ def _rank_gpus(args: argparse.Namespace) -> Optional[int]:
     return torch.cuda.device_count() if _on_cuda(args) and args.device in ("auto", "cuda") else None
 
 
+def _refuse_one_gpu_for_all(args: argparse.Namespace, ranks_here: int) -> None:
+    """Refuse several ranks on this machine with one ``--device cuda:N`` for all: NCCL refuses two ranks on one GPU
+    (each rank failed with a traceback)."""
+    if ranks_here > 1 and _on_cuda(args) and args.device not in ("auto", "cuda"):
+        raise OptionValueError(f"--device {args.device} puts all {ranks_here} ranks of this machine on one GPU, which "
+                               "NCCL refuses; give --device cuda (rank k takes cuda:k) or --device cpu")
+
+
 def _check_torchrun_ranks(args: argparse.Namespace) -> None:
     """Under torchrun, refuse more ranks on this machine (``LOCAL_WORLD_SIZE``; else this rank's ``LOCAL_RANK``) than
     GPUs when rank k takes cuda:k: ``torch.cuda.set_device`` failed with a traceback on each rank past the last GPU.
@@ -105,6 +113,7 @@ def _check_torchrun_ranks(args: argparse.Namespace) -> None:
     gpus = _rank_gpus(args)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or local_rank + 1
+    _refuse_one_gpu_for_all(args, ranks_here)
     if gpus is not None and ranks_here > gpus:
         raise OptionValueError(f"torchrun started {ranks_here} ranks on this machine, more than its "
                                f"{counted(gpus, 'CUDA device')}, rank k taking cuda:k; give --nproc_per_node at most "
@@ -178,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
             return leave_to_rank_zero(error_line(str(error)), EXIT_USER_ERROR)
         raise
     if args.processes > 1 and not under_torchrun():
+        _refuse_one_gpu_for_all(args, args.processes)
         return run_ranks(args.argv, args.processes, _rank_gpus(args))
     joined = _init_distributed(args)
     try:

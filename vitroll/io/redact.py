@@ -22,6 +22,7 @@ import numpy as np
 
 from vitroll.errors import VitrollError
 from vitroll.io.dicom import INSTALL_HINT, UNKNOWN
+from vitroll.wording import argument
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
@@ -105,7 +106,8 @@ def require_text_detector() -> None:
     except ImportError as error:
         raise VitrollError(
             f"removing burned-in text from audit images needs rapidocr and onnxruntime ({error.name} is missing): "
-            f"{INSTALL_HINT}; or pass --keep-burned-in-text if the pixels are known to carry no identifiers"
+            f"{INSTALL_HINT}; or pass {argument('keep_burned_in_text', True)} if the pixels are known to carry no "
+            "identifiers"
         ) from None
 
 

@@ -19,6 +19,7 @@ import torch
 
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError, VitrollError
 from vitroll.io.textfile import read_text_file
+from vitroll.wording import argument
 
 TextReadout = Literal["class_token", "token_mean", "position"]
 """Which row of the attention a text model's scores are read from: the class token's (position 0: BERT-style
@@ -49,7 +50,7 @@ class NoMaskToken(UnexplainableText):
     """Texts ``texts`` (indices in the batch) hold no ``mask`` token for a masked language model to predict."""
 
     def __init__(self, mask: str, texts: list[int]) -> None:
-        why = f"a masked language model predicts the token at its first {mask} (or at --position)"
+        why = f"a masked language model predicts the token at its first {mask} (or at {argument('position')})"
         super().__init__(f"no {mask} in texts {texts} of the batch: {why}", f"no {mask} in the text: {why}")
 
 

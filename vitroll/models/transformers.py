@@ -197,10 +197,12 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise
     except pickle.UnpicklingError:  # transformers reads pytorch_model.bin with weights_only=True
         weights = folder / "pytorch_model.bin" if local else "its pytorch_model.bin"
+        trusted = (arguments({"checkpoint": str(weights), "trust_checkpoint": True}) if local else
+                   f"{argument('checkpoint', placeholder='FILE')} (FILE: its pytorch_model.bin in the Hugging Face "
+                   f"cache) with {argument('trust_checkpoint', True)}")
         raise ModelLoadError(f"{name}: {weights} holds Python objects besides tensors, and unpickling them can run "
                              "arbitrary code, so vitroll refused; if you trust its source, save the model again with "
-                             f"save_pretrained (model.safetensors), or pass "
-                             f"{arguments({'checkpoint': str(weights), 'trust_checkpoint': True})}") from None
+                             f"save_pretrained (model.safetensors), or pass {trusted}") from None
     except Exception as error:
         raise ModelLoadError(f"{name}: cannot load the transformers model ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
