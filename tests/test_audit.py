@@ -392,6 +392,19 @@ def test_a_file_that_vanishes_mid_run_is_a_row_of_the_frames_it_left(tmp_path, m
     assert "3 images from 2 files, 4 frames of 1 file not audited" in stdout
 
 
+def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    (inputs / "b.dcm").symlink_to(tmp_path / "moved.dcm")
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--salt", "s",
+                              "--keep-burned-in-text", *MODEL)
+    assert code == 3 and "Traceback" not in stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(row["input"], row["reason"]) for row in report["cases"] if row["status"] == "error"] == [
+        (2, "The file is a link to a file that is not there.")]
+
+
 def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):
     """rtdose_rle.dcm (15 frames) with frame 3 and frame 11 of fewer RLE segments than its header's 32 bits need
     (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the
