@@ -339,6 +339,8 @@ PIPELINE_MISTAKES = [
                  "flag_threshold must lie in [0, 1]; got 50", id="flag-threshold"),
     pytest.param(lambda tmp: MaskSource(tmp / "masks"), InputValueError,
                  "mask folder {tmp}/masks does not exist", id="mask-folder"),
+    pytest.param(lambda tmp: MaskSource((tmp / "masks.png").touch() or tmp / "masks.png"), InputValueError,
+                 "mask folder {tmp}/masks.png is a file, not a folder", id="mask-folder-a-file"),
     pytest.param(lambda tmp: evaluate_captions(torch.nn.Identity(), None, [], ["gradcam"]), OptionValueError,
                  "caption maps come from chefer, rollout, occlusion (and the random baseline); not gradcam",
                  id="caption-method"),

@@ -364,6 +364,48 @@ def test_under_frame_k_a_file_that_fails_has_the_case_suffix_of_frame_k_as_an_au
     assert len(cases) == 2 and all(re.fullmatch(r"case-[0-9a-f]{10}-f1", case) for case in cases), cases
 
 
+def test_a_file_that_vanishes_mid_run_is_a_row_of_the_frames_it_left(tmp_path, monkeypatch):
+    """A cine removed after its first part was read: its other frames were one row of the whole file ("all"), counted
+    as 1 frame not audited (its frame count read again from the file, gone), its reason quoting FileNotFoundError."""
+    import vitroll.audit.pipeline as pipeline
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", np.stack([body_phantom()] * 6), number=1)
+    write_dicom(inputs / "b.dcm", body_phantom(), number=2)
+    audit_frames = pipeline.audit_frames
+
+    def removed_once_read(item, options):
+        frames = audit_frames(item, options)
+        item.path.unlink()
+        return frames
+
+    monkeypatch.setattr(pipeline, "audit_frames", removed_once_read)
+    code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "2",
+                                   "--salt", "s", "--keep-burned-in-text", *MODEL)
+    assert code == 3 and "Traceback" not in stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    failed = [(row["input"], row["frames"], row["reason"]) for row in report["cases"] if row["status"] == "error"]
+    assert failed == [(1, "2-5", "Frames 2 to 5 of 6 are not audited: the file is gone: removed or moved while the "
+                                 "audit ran.")]
+    assert sorted((row["input"], row["frame"]) for row in report["cases"] if row["status"] != "error") == [
+        (1, 0), (1, 1), (2, 0)]
+    assert "3 images from 2 files, 4 frames of 1 file not audited" in stdout
+
+
+def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    (inputs / "b.dcm").symlink_to(tmp_path / "moved.dcm")
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--salt", "s",
+                              "--keep-burned-in-text", *MODEL)
+    assert code == 3 and "Traceback" not in stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(row["input"], row["reason"]) for row in report["cases"] if row["status"] == "error"] == [
+        (2, "The file is a link to a file that is not there.")]
+
+
 def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):
     """rtdose_rle.dcm (15 frames) with frame 3 and frame 11 of fewer RLE segments than its header's 32 bits need
     (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the

@@ -226,7 +226,8 @@ class MaskSource:
                  boxes_csv: "str | os.PathLike[str] | None" = None):
         self.folder = Path(folder) if folder is not None else None
         if self.folder is not None and not self.folder.is_dir():
-            raise InputValueError(f"mask folder {self.folder} does not exist")
+            raise InputValueError(f"mask folder {self.folder} "
+                                  + ("is a file, not a folder" if self.folder.exists() else "does not exist"))
         self.boxes: dict[str, list[tuple[int, int, int, int]]] = {}
         if boxes_csv is not None:
             self.boxes = read_boxes(boxes_csv)

@@ -94,6 +94,9 @@ class AuditInput:
     followed by a NUL and the how-manyth file of that name it is, from 2."""
     frames: Optional[range] = None
     """The frames of this part; None for the whole file (or ``--frame``)."""
+    count: int = 1
+    """The file's number of frames, from its header when the input list was made (1 under ``--frame``): what a row
+    of frames not audited counts them against, even once the file is gone."""
 
     def __str__(self) -> str:
         return str(self.path)
@@ -116,9 +119,9 @@ def audit_inputs(files: Sequence[FoundFile], options: AuditOptions) -> list[Audi
     for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
         count = 1 if options.frame is not None else frame_count(file.path)
         if count <= options.batch_size:
-            inputs.append(AuditInput(file.path, number, name))
+            inputs.append(AuditInput(file.path, number, name, count=count))
         else:
-            inputs += [AuditInput(file.path, number, name, range(start, min(start + options.batch_size, count)))
+            inputs += [AuditInput(file.path, number, name, range(start, min(start + options.batch_size, count)), count)
                        for start in range(0, count, options.batch_size)]
     return inputs
 
@@ -131,6 +134,9 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     try:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
+    except FileNotFoundError:  # its message would only quote the path
+        raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
+                           else "the file is gone: removed or moved while the audit ran") from None
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
@@ -171,11 +177,11 @@ def _not_audited_row(item: AuditInput, reason: str, options: AuditOptions, frame
     path = item.path
     case = f"case-{_file_key(item, options)}" + (f"-f{options.frame}" if options.frame is not None else "")
     part = None  # the frames this row stands for, when not the whole file
-    if frames is not None and len(frames) < (count := frame_count(path)):
+    if frames is not None and len(frames) < item.count:
         part = frames
         one, start, last = len(frames) == 1, frames.start, frames[-1]
         case += f"-f{start}" if one else f"-f{start}-{last}"
-        which = f"Frame {start} of {count} is" if one else f"Frames {start} to {last} of {count} are"
+        which = f"Frame {start} of {item.count} is" if one else f"Frames {start} to {last} of {item.count} are"
         first = reason[:1].lower() if reason[1:2].islower() else reason[:1]  # "DICOM …" keeps its capital
         reason = f"{which} not audited: {first}{reason[1:]}"
     return AuditRow(case=case, study=_study_key(item, None, options), input_number=item.number,
@@ -444,11 +450,12 @@ def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], optio
     in_flight = max(done, default=None)
     left = []
     for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
-        item = AuditInput(file.path, number, name)
         if number not in done:
-            row = _not_audited_row(item, "Not audited: interrupted (Ctrl-C).", options, None)
+            row = _not_audited_row(AuditInput(file.path, number, name), "Not audited: interrupted (Ctrl-C).", options,
+                                   None)
         elif number == in_flight and options.frame is None and done[number] < (count := frame_count(file.path)):
-            row = _not_audited_row(item, "Interrupted (Ctrl-C).", options, range(int(done[number]), count))
+            row = _not_audited_row(AuditInput(file.path, number, name, count=count), "Interrupted (Ctrl-C).", options,
+                                   range(int(done[number]), count))
         else:
             continue
         row.interrupted = True
