@@ -953,7 +953,8 @@ def test_an_unreadable_upload_named_like_markup_shows_its_name_as_text_in_the_br
 def test_after_an_example_an_upload_that_is_not_an_image_is_refused_in_one_line_and_named(served, tmp_path, capfd):
     """Picking an example updates the image box, and Gradio then used a copy of it built anew, without the explorer's
     refusal: a text file uploaded next got Gradio's message (its event handler, the server's path) and a traceback on
-    the server's terminal, and the line under the image still named the example."""
+    the server's terminal, and the line under the image still named the example. The full-size button then offered
+    the example's overlay, no longer shown, as if it were the refused file's."""
     upload = tmp_path / "notes*.png"
     upload.write_text("not pixels")
     with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
@@ -964,7 +965,10 @@ def test_after_an_example_an_upload_that_is_not_an_image_is_refused_in_one_line_
         assert set(page.locator(".toast-body").inner_text().splitlines()[-1:]) == {
             "notes*.png: not an image Pillow can read"}
         wait_for_exact_text(page, "#file-name", "file: notes*.png")
-        assert not errors
+        page.locator(".toast-close").first.click()
+        page.locator("#full-size").click()
+        wait_for_text(page, ".toast-body", "Explain an image first")
+        assert page.locator("#full-size-file").is_hidden() and not errors
     assert "Traceback" not in capfd.readouterr().err
 
 

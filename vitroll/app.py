@@ -430,26 +430,34 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         inputs = [image, *controls, colormap, *prompts]
         explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
                              outputs=[overlay, grid, top, note, shown], concurrency_limit=1, concurrency_id="model")
-        button.click(**explain_event, api_name=API_NAME)
+
+        def explain_on(listener: Callable[..., Any], api_name: "str | bool" = False) -> None:
+            """``listener`` (an event's listener, or ``.then``) explains; when that fails (a refusal: a file that is no
+            image, a value off the menu) the page shows no overlay, and forgets the last one: the full-size button
+            offered it as if it were the refused file's."""
+            listener(**explain_event, api_name=api_name).failure(
+                lambda: (None, gr.File(None, visible=False)), outputs=[shown, full_size_file], api_name=False,
+                queue=False)
+
+        explain_on(button.click, API_NAME)
         full_size_button.click(full_size, inputs=shown, outputs=full_size_file, api_name=FULL_SIZE_API_NAME)
         # a new overlay makes the file written for the last one stale
         overlay.change(lambda: gr.File(None, visible=False), outputs=full_size_file, api_name=False, queue=False)
         if picked is not None:
             picked.load_input_event.then(**caption_event, api_name=False)
-            picked.load_input_event.then(**explain_event, api_name=False)
+            explain_on(picked.load_input_event.then)
         # the target menu's own input only: when new prompts reset it, their event explains once
-        gr.on([image.input, head_fusion.change, target.input, discard_ratio.release, start_layer.release,
-               layer.release], **explain_event, api_name=False)
+        explain_on(functools.partial(gr.on, [image.input, head_fusion.change, target.input, discard_ratio.release,
+                                             start_layer.release, layer.release]))
         widgets = [head_fusion, discard_ratio, start_layer, layer, head, target]
-        method.change(lambda name, one: _widget_updates(name, one, method_changed=True), inputs=[method, head],
-                      outputs=widgets, api_name=False).then(**explain_event, api_name=False)
-        head.change(lambda name, one: _widget_updates(name, one, method_changed=False), inputs=[method, head],
-                    outputs=widgets, api_name=False).then(**explain_event, api_name=False)
-        colormap.change(lambda cmap: legend_html(cmap, settings.normalization), inputs=colormap, outputs=legend,
-                        api_name=False).then(**explain_event, api_name=False)
+        explain_on(method.change(lambda name, one: _widget_updates(name, one, method_changed=True),
+                                 inputs=[method, head], outputs=widgets, api_name=False).then)
+        explain_on(head.change(lambda name, one: _widget_updates(name, one, method_changed=False),
+                               inputs=[method, head], outputs=widgets, api_name=False).then)
+        explain_on(colormap.change(lambda cmap: legend_html(cmap, settings.normalization), inputs=colormap,
+                                   outputs=legend, api_name=False).then)
         for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
-            box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then(
-                **explain_event, api_name=False)
+            explain_on(box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then)
     close = app.close
     released = threading.Event()
 
