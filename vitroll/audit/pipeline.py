@@ -371,6 +371,10 @@ def run_audit(
         inside = next(filter(None, (inside_output(path, out_dir) for path in paths if Path(path).is_dir())), "")
         raise ImageReadError(", ".join(str(p) for p in paths), inside or "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
+    images = Path(out_dir) / "images"
+    if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
+        raise VitrollError(f"{images} is a file, not a folder: the audit writes its overlays there; move it, or write "
+                           "the audit into another folder")
     stop_asked: list[bool] = []
     counted: dict[int, int] = {}  # the frame count of the file in flight (from its header), by its number
 
