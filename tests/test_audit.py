@@ -734,6 +734,29 @@ def test_the_output_folder_is_made_once_before_the_work(tmp_path, monkeypatch):
     assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--keep-burned-in-text", *MODEL)[0] == 0
 
 
+def test_an_input_folder_that_is_the_output_folder_is_told_so_not_as_empty(tmp_path):
+    """`vitroll audit dicoms --out dicoms` said "no DICOM or image files found" of a folder full of them."""
+    write_dicom(tmp_path / "a.dcm", body_phantom(), number=1)
+    code, _, stderr = run_cli("audit", str(tmp_path), "--out", str(tmp_path), "--keep-burned-in-text", *MODEL)
+    assert code == 2 and stderr.splitlines()[-1] == (
+        f"vitroll: error: {tmp_path}: is the output folder, whose files are never inputs (they would be outputs); "
+        "choose another --out")
+
+
+def test_an_images_file_in_the_output_folder_stops_the_audit_before_its_work(tmp_path):
+    """OUT/images a file: every image was a row "Its overlay cannot be written into the report folder (File exists)"."""
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "images").write_text("mine")
+    code, _, stderr = run_cli("audit", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--keep-burned-in-text",
+                              *MODEL)
+    assert code == 2 and stderr.splitlines()[-1] == (
+        f"vitroll: error: {tmp_path / 'out' / 'images'} is a file, not a folder: the audit writes its overlays there; "
+        "move it, or write the audit into another folder")
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["images"]
+
+
 def test_a_rerun_into_an_output_folder_inside_the_input_folder_audits_the_inputs_alone(tmp_path, checkpoint):
     inputs = tmp_path / "in"
     inputs.mkdir()

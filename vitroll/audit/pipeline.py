@@ -41,6 +41,7 @@ from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
 from vitroll.pipelines.folder import one_interrupt
+from vitroll.pipelines.inputs import inside_output
 from vitroll.pipelines.manifest import OutputLock
 from vitroll.pipelines.progress import progress_bar
 from vitroll.pipelines.stream import Explained, Failed, Frame, explain_stream
@@ -369,8 +370,13 @@ def run_audit(
         require_text_detector()
     inputs = given_found_files(paths, exclude=out_dir)
     if not inputs:
-        raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
+        inside = next(filter(None, (inside_output(path, out_dir) for path in paths if Path(path).is_dir())), "")
+        raise ImageReadError(", ".join(str(p) for p in paths), inside or "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
+    images = Path(out_dir) / "images"
+    if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
+        raise VitrollError(f"{images} is a file, not a folder: the audit writes its overlays there; move it, or write "
+                           "the audit into another folder")
     stop_asked: list[bool] = []
     counted: dict[int, int] = {}  # the frame count of the file in flight (from its header), by its number
 

@@ -127,15 +127,24 @@ def discover(source: "str | os.PathLike[str]", *, recursive: bool = False, limit
     return [_stamped(path_of[key], key) for key in sorted(path_of)[:limit]]
 
 
+def inside_output(source: "str | os.PathLike[str]", exclude: "str | os.PathLike[str] | None") -> str:
+    """Why folder ``source`` gives no input when it is the run's output folder ``exclude`` or inside it; ``""`` when
+    it is not."""
+    here, out = Path(source).resolve(), None if exclude is None else Path(exclude).resolve()
+    if out is None or not is_within(here, out):
+        return ""
+    where = "the output folder" if here == out else f"inside {exclude}"
+    return f"is {where}, whose files are never inputs (they would be outputs); choose another {argument('out_dir')}"
+
+
 def nothing_found(source: "str | os.PathLike[str]", *, recursive: bool,
                   exclude: "str | os.PathLike[str] | None" = None) -> str:
     """Why :func:`discover` found no inputs in ``source``, naming the option that would find some."""
     if not Path(source).is_dir():
         return "lists no image files"
-    here, out = Path(source).resolve(), None if exclude is None else Path(exclude).resolve()
-    if out is not None and is_within(here, out):
-        where = "the output folder" if here == out else f"inside {exclude}"
-        return f"is {where}, whose files are never inputs (they would be outputs); choose another {argument('out_dir')}"
+    inside = inside_output(source, exclude)
+    if inside:
+        return inside
     if not recursive and source_files(source, accept=has_image_suffix, recursive=True, exclude=exclude):
         return f"no image files in this folder, only in its sub-folders (add {argument('recursive', True)})"
     # the files the run would have read, no more: opening every file of a large tree makes a slow answer
