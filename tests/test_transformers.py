@@ -398,6 +398,23 @@ REFUSED = {
         image_size=32, hidden_sizes=[32, 48], num_attention_heads=[2, 2], depths=[1, 1], key_dim=[8, 8],
         down_ops=[["Subsample", 8, 2, 4, 2, 2]], num_labels=3)),
               "LevitForImageClassification: LeViT subsamples its tokens between stages: a hierarchical model"),
+    "mobilevit": (lambda: transformers.MobileViTForImageClassification(transformers.MobileViTConfig(
+        image_size=32, patch_size=2, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+        num_attention_heads=2, num_labels=3)),
+                  "MobileViTForImageClassification: MobileViT attends across the patches of a feature map, once per "
+                  "pixel position inside a patch, between convolutional stages: a hierarchical model"),
+    "mobilevitv2": (lambda: transformers.MobileViTV2ForImageClassification(transformers.MobileViTV2Config(
+        image_size=32, patch_size=2, width_multiplier=0.25, num_labels=3)),
+                    "MobileViTV2ForImageClassification: MobileViT V2 attends through separable linear attention (one "
+                    "context score per patch, no token-to-token matrix) between convolutional stages"),
+    "swiftformer": (lambda: transformers.SwiftFormerForImageClassification(transformers.SwiftFormerConfig(
+        depths=[1, 1, 1, 1], embed_dims=[8, 16, 24, 32], num_labels=3)),
+                    "SwiftFormerForImageClassification: SwiftFormer attends through additive attention (one global "
+                    "query, no token-to-token matrix) in convolutional stages"),
+    "dinov3_convnext": (lambda: transformers.DINOv3ConvNextModel(transformers.DINOv3ConvNextConfig(
+        hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1])),
+                        "DINOv3ConvNextModel: DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model "
+                        "type dinov3_vit, are supported)"),
     "vitdet": (lambda: transformers.VitDetModel(transformers.VitDetConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, pretrain_image_size=32,
         patch_size=8, window_size=2, window_block_indices=[0])),

@@ -313,6 +313,16 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
                                 "metaclip_2_vision_model, mistral, mlcd_vision_model, modernbert, opt, phi, pixio, "
                                 "qwen2, qwen3, roberta, siglip, siglip_vision_model, vision-encoder-decoder, vit, "
                                 "vit_mae, vit_msn, xlm-roberta")
+    # a type transformers 5 no longer ships: its config was told to upgrade transformers
+    removed = tmp_path / "efficientformer"
+    removed.mkdir()
+    (removed / "config.json").write_text(json.dumps({"model_type": "efficientformer",
+                                                     "architectures": ["EfficientFormerForImageClassification"]}))
+    assert cli_error(["overlay", image, "--model", str(removed), "--out", str(tmp_path / "o")], capsys).startswith(
+        f"{removed}: transformers model type 'efficientformer' is not supported: EfficientFormer is no longer in "
+        "transformers 5, and it attends only in its last stage, after convolutional stages that pool the pixels: a "
+        "hierarchical model has no single token sequence that rollout could follow from layer to layer; use Grad-CAM "
+        "(pip install grad-cam); the supported model types are aimv2, ")
 
 
 def test_a_text_classifier_of_a_supported_type_but_an_unread_class_is_refused_before_its_weights(tmp_path, capsys):
@@ -459,6 +469,26 @@ def test_a_saved_beit_backbone_loads_as_itself_with_all_its_weights(tmp_path, ca
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
     assert "MISSING" not in captured.err and "LOAD REPORT" not in captured.err
+
+
+def test_a_saved_vision_tower_with_its_projection_loads_as_itself_quietly(tmp_path, capsys):
+    """AutoModel built it as a CLIPVisionModel: transformers printed a load report of its projection's weight
+    (unexpected) on the way."""
+    torch.manual_seed(0)
+    saved = transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        projection_dim=16)).eval()
+    folder = tmp_path / "clip-tower"
+    saved.save_pretrained(folder)
+    model = load_model(str(folder))
+    assert type(model) is transformers.CLIPVisionModelWithProjection
+    assert all(torch.equal(value, saved.state_dict()[name]) for name, value in model.state_dict().items())
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(vitroll.rollout(model, images), vitroll.rollout(saved, images))
+    assert main(["overlay", str(PHOTO), "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+    assert "UNEXPECTED" not in captured.err and "LOAD REPORT" not in captured.err
 
 
 @pytest.mark.parametrize(("config_text", "reason"), [

@@ -498,6 +498,21 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
     ("pvt_v2", f"{_MODELS}.pvt_v2.modeling_pvt_v2.PvtV2PreTrainedModel",
      f"PVT v2 attends to pooled keys in stages: {_HIERARCHICAL}"),
+    ("dinov3_convnext", f"{_MODELS}.dinov3_convnext.modeling_dinov3_convnext.DINOv3ConvNextPreTrainedModel",
+     f"DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model type dinov3_vit, are supported): "
+     f"{_HIERARCHICAL}"),
+    ("mobilevit", f"{_MODELS}.mobilevit.modeling_mobilevit.MobileViTPreTrainedModel",
+     f"MobileViT attends across the patches of a feature map, once per pixel position inside a patch, between "
+     f"convolutional stages: {_HIERARCHICAL}"),
+    ("mobilevitv2", f"{_MODELS}.mobilevitv2.modeling_mobilevitv2.MobileViTV2PreTrainedModel",
+     f"MobileViT V2 attends through separable linear attention (one context score per patch, no token-to-token "
+     f"matrix) between convolutional stages: {_HIERARCHICAL}"),
+    ("efficientformer", None,
+     "EfficientFormer is no longer in transformers 5, and it attends only in its last stage, after convolutional "
+     f"stages that pool the pixels: {_HIERARCHICAL}"),
+    ("swiftformer", f"{_MODELS}.swiftformer.modeling_swiftformer.SwiftFormerPreTrainedModel",
+     f"SwiftFormer attends through additive attention (one global query, no token-to-token matrix) in "
+     f"convolutional stages: {_HIERARCHICAL}"),
     ("hiera", f"{_MODELS}.hiera.modeling_hiera.HieraPreTrainedModel",
      f"Hiera attends within mask units and pools its tokens between stages: {_HIERARCHICAL}"),
     ("levit", f"{_MODELS}.levit.modeling_levit.LevitPreTrainedModel",

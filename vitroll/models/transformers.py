@@ -143,6 +143,8 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: no config.json in {folder}; give a folder written by save_pretrained")
     if local:
         _check_config_file(name, folder / "config.json")
+        # before transformers reads it: a type it no longer ships (EfficientFormer) would be told to upgrade
+        _refuse_unsupported_type(name, _saved_config(folder / "config.json")["model_type"])
     offline = not local and not hub.hub_reachable()
     try:
         with hub.cache_only(offline):
@@ -158,12 +160,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    if kind not in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
-        why = refusal_of_model_type(kind) or TEXT_REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its "
-                                                                              "attention")
-        supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
-        raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported "
-                             f"model types are {supported}")
+    _refuse_unsupported_type(name, kind)
     _refuse_unread_text_head(name, config)
     if kind in TEXT_MODEL_TYPES and (why := soft_capping_refusal(config)) is not None:
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported with this config: {why}")
@@ -224,6 +221,16 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
 
 
 _WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def _refuse_unsupported_type(name: str, kind: str) -> None:
+    """Refuse a ``config.model_type`` that no vitroll family reads, saying why and listing the supported types."""
+    if kind in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
+        return
+    why = refusal_of_model_type(kind) or TEXT_REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
+    supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
+    raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported model "
+                         f"types are {supported}")
 
 
 def _refuse_unnamed_weights(name: str, folder: Path) -> None:
@@ -306,8 +313,9 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     model is what its saved architecture says: a sequence classifier, a causal or masked language model, else the bare
     encoder or decoder; a CLIP, SigLIP, MetaCLIP 2 or AIMv2 model that is not an image classifier is the whole
     image–text model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by
-    AutoModel, else by the class its config names; a ``…Backbone`` by its own class first), not a classifier with a
-    random head; one whose config names no architecture is tried as a classifier first."""
+    AutoModel, else by the class its config names; a ``…Backbone``, a pre-training model or a tower with its
+    projection by its own class first), not a classifier with a random head; one whose config names no
+    architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
         return [transformers.VisionEncoderDecoderModel]
@@ -333,7 +341,10 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
         # a pre-training model (ViTMAEForPreTraining) is built whole and its encoder kept: built as the encoder alone,
         # transformers would report every decoder weight it leaves out
         pretraining = [cls for cls in named if cls.__name__.endswith(PRETRAINING_HEADS)]
-        return [*backbones, *pretraining, transformers.AutoModel, *named]
+        # so is a tower saved with its projection (CLIPVisionModelWithProjection): AutoModel builds the tower alone
+        # and reports the projection's weights as unexpected on stderr
+        projected = [cls for cls in named if cls.__name__.endswith("WithProjection")]
+        return [*backbones, *pretraining, *projected, transformers.AutoModel, *named]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
