@@ -424,6 +424,31 @@ def test_an_image_named_in_latin1_is_captioned_and_kept_by_its_bytes_in_captions
     assert all((out / entry["strip"]).is_file() and entry["strip"].startswith("caf\\xe9~") for entry in written)
 
 
+def test_ctrl_c_keeps_the_captions_of_the_images_done_in_captions_json(saved_captioner, tmp_path, monkeypatch,
+                                                                       capsys):
+    import json
+
+    from PIL import Image
+
+    from interrupts import pressing_ctrl_c
+    from vitroll.cli import main
+    from vitroll.pipelines import caption as caption_pipeline
+
+    paths = [tmp_path / f"{name}.png" for name in ("first", "second", "third")]
+    for seed, path in enumerate(paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(caption_pipeline, "caption_maps",
+                        pressing_ctrl_c(caption_pipeline.caption_maps, on_calls=(2,)))  # as the second batch starts
+    assert main(["caption", *map(str, paths), "--model", str(saved_captioner), "--out", str(out),
+                 "--max-new-tokens", "4", "--batch-size", "1"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "vitroll: interrupted"
+    written = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]  # was: no captions.json
+    assert [entry["path"] for entry in written] == [str(paths[0])]
+    assert sorted(path.name for path in out.iterdir()) == ["captions.json", "first_caption_chefer.png"]
+    assert written[0]["strip"] == "first_caption_chefer.png" and written[0]["error"] is None
+
+
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
     from vitroll.cli import main
 

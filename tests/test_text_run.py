@@ -239,3 +239,14 @@ def test_a_text_argument_not_in_utf8_is_refused_in_one_line_before_the_model_loa
         "vitroll: error: text: argument TEXT: 'caf\\xe9 great' is not UTF-8 text: byte 0xe9 at offset 3: give texts in "
         "UTF-8 (see `vitroll text --help`)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_control_characters_of_a_text_are_spelt_in_the_terminal_not_sent_to_it(tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("great \x1b[2Jfun\n", encoding="utf-8")  # \x1b[2J clears a terminal's screen
+    assert run_text(tmp_path / "out", texts) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out  # was printed as it is, in the shaded text and in the words
+    assert "[CLS]great \\x1b[2Jfun[SEP]" in out
+    scores = json.loads((tmp_path / "out" / "scores.json").read_text(encoding="utf-8"))
+    assert scores["texts"][0]["text"] == "great \x1b[2Jfun"  # the files keep the text as it is

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 from rich.text import Text
 
+from vitroll.io.names import single_line
 from vitroll.io.text import EncodedText
 
 LOW = (255, 255, 255)
@@ -102,14 +103,16 @@ class _Run:
 
 
 def terminal_text(shown: Sequence[Segment]) -> Text:
-    """The segments as a rich :class:`~rich.text.Text`: each token on its shade, special tokens dimmed."""
+    """The segments as a rich :class:`~rich.text.Text`: each token on its shade, special tokens dimmed; control
+    characters spelt as Python writes them (:func:`~vitroll.io.names.single_line`: a text's ``\x1b[2J`` cannot clear
+    the terminal, its line breaks keep it on one line)."""
     line = Text()
     for segment in shown:
         if segment.score is None:
-            line.append(segment.text)
+            line.append(single_line(segment.text))
         else:
             style = f"black on {segment.colour}" + (" dim" if segment.special else "")
-            line.append(segment.text, style=style)
+            line.append(single_line(segment.text), style=style)
     return line
 
 

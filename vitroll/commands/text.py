@@ -26,6 +26,7 @@ from vitroll.commands.arguments import (
     add_resume_arguments, given_path, utf8_text,
 )
 from vitroll.errors import VitrollError
+from vitroll.io.names import single_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -118,5 +119,5 @@ def _print_texts(console: Console, report: TextReport) -> None:
             heading += f"  explained: {result.shown_target}"
         console.print(heading, markup=False)
         console.print(terminal_text(result.segments))
-        console.print("  words: " + ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words),
-                      markup=False)
+        words = ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words)
+        console.print(single_line(f"  words: {words}"), markup=False)

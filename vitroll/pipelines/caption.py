@@ -113,7 +113,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                   max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Iterator[CaptionedImage]:
     """Caption each file and write its strip; one result per input in input order, unreadable files (and those over
     ``max_pixels``, :func:`~vitroll.io.images.load_image`) with ``error`` set (the others go on). Merges its entries
-    into ``OUT/captions.json`` once every input is done (:func:`merged_captions`). ``window``: of ``occlusion``
+    into ``OUT/captions.json`` (:func:`merged_captions`) once every input is done or, when the run stops early
+    (Ctrl-C, an error), those of the inputs done. ``window``: of ``occlusion``
     (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -125,25 +126,32 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     others = _strip_stems_of_others(earlier, {os.path.abspath(p) for p in paths}, marker)
     stems = output_stems(paths, marker, taken=stems_overwriting_inputs(paths, out_dir, marker[1:]) | others)
     special = set(captioner.special_ids(model))
-    results = []
+    results: list[CaptionedImage] = []
     reader = functools.partial(read_image, max_pixels=max_pixels)
-    for batch in decoded_batches(paths, reader, preprocessing, batch_size=batch_size,
-                                    device=model_device(model)):
-        result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
-                                                                 max_new_tokens=max_new_tokens, window=window)
-        slot = 0
-        for record in batch.records:
-            if isinstance(record, Failed):
-                captioned = CaptionedImage(path=record.item, error=record.message)
-            else:
-                try:
-                    captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special, out_dir,
-                                             method, cmap, alpha)
-                except OSError as error:  # this image's strip cannot be written: it alone fails
-                    captioned = CaptionedImage(path=record.item, error=cannot_write(record.item, error, out_dir))
-                slot += 1
-            results.append(captioned)
-            yield captioned
+    try:
+        for batch in decoded_batches(paths, reader, preprocessing, batch_size=batch_size,
+                                        device=model_device(model)):
+            result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
+                                                                     max_new_tokens=max_new_tokens, window=window)
+            slot = 0
+            for record in batch.records:
+                if isinstance(record, Failed):
+                    captioned = CaptionedImage(path=record.item, error=record.message)
+                else:
+                    try:
+                        captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special,
+                                                 out_dir, method, cmap, alpha)
+                    except OSError as error:  # this image's strip cannot be written: it alone fails
+                        captioned = CaptionedImage(path=record.item, error=cannot_write(record.item, error, out_dir))
+                    slot += 1
+                results.append(captioned)
+                yield captioned
+    finally:  # also after Ctrl-C or an error: the strips written so far are listed
+        _write_captions(out_dir, earlier, results, method)
+
+
+def _write_captions(out_dir: Path, earlier: list[dict[str, Any]], results: list[CaptionedImage], method: str) -> None:
+    """Merge the entries of ``results`` into ``OUT/captions.json`` (:func:`merged_captions`)."""
     summary = [{"path": os.path.abspath(each.path), "method": method, "caption": each.caption, "words": each.words,
                 "strip": each.strip_path.name if each.strip_path else None, "error": each.error} for each in results]
     # a path that is not UTF-8 on disk keeps its bytes as a JSON escape (\udce9), read back as the same path
