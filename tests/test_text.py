@@ -4,6 +4,7 @@ against float64 references computed by hand from the eager attentions of each te
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -681,3 +682,20 @@ def test_the_page_wraps_long_words_and_keeps_right_to_left_names_apart_from_thei
         assert len(named) == 3 + 4 + 4 + 4 and all(named), named
         assert page.eval_on_selector_all(".prediction b, .words b", "names => names.every(name => name.querySelector('bdi'))")
         assert not errors
+
+
+def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_once_that_it_leaves_no_token(monkeypatch, capsys):
+    """discard_ratio 0.9 drops ⌊0.9·n⌋ ≥ n − 1 of a row's n weights for any text under 10 tokens: every score but the
+    class token's was 0, with no word; one line for all texts of a run, none for a ratio that keeps a token."""
+    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    model = bert()
+    ids = torch.tensor([[2, 5, 7, 9, 3]])
+    for text in (ids, torch.tensor([[2, 5, 7, 9, 11, 12, 3]])):
+        scores = vitroll.grad_rollout(model, text)
+        assert scores[0, 0] > 0 and torch.all(scores[0, 1:] == 0)
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: grad_rollout's map is constant (all 0) for input 0: discard_ratio=0.9 drops 4 of the 5 "
+        "attention weights in each row, all but the class token's, which leaves no other token any: too high for a "
+        "text of 5 tokens, a discard_ratio below 0.8 keeps some"]
+    assert torch.count_nonzero(vitroll.grad_rollout(model, ids, discard_ratio=0.5)[0, 1:]) > 0
+    assert capsys.readouterr().err == ""

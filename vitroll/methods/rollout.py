@@ -198,38 +198,51 @@ def with_residual(attention: torch.Tensor, attention_weight: float) -> torch.Ten
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
-_CONSTANT_MAPS_TOLD: set[tuple[str, float, int]] = set()
-"""The (method, discard_ratio, tokens) whose constant maps :func:`warn_constant_maps` has told of: once a process,
-not once a batch of a folder."""
+_CONSTANT_MAPS_TOLD: set[tuple[str, float, Optional[int]]] = set()
+"""The (method, discard_ratio, tokens of an image's model; None for texts, of every length) whose constant maps
+:func:`warn_constant_maps` has told of: once a process, not once a batch of a folder or a text of each length."""
+
+
+def _explained_values(maps: torch.Tensor, layout: TokenLayout) -> list[tuple[torch.Tensor, int]]:
+    """Per input, the values its map shows and the number of tokens its rows have: an image's patches (of the prefix
+    and patch tokens), a text's real tokens but its class token (which the class-token row always reaches); none for
+    other text readouts, whose scores may rightly be 0 past the explained position."""
+    if layout.token_mask is None:
+        flat = maps.detach().flatten(1)
+        return [(row, layout.num_prefix_tokens + flat.shape[1]) for row in flat]
+    if layout.readout != "class_token":
+        return []
+    real = layout.token_mask.to(maps.device)
+    return [(row[mask][1:], int(mask.sum())) for row, mask in zip(maps.detach(), real)]
 
 
 def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
     """One ``vitroll: warning:`` line on stderr, once a process for ``method``, ``discard_ratio`` and the number of
-    tokens, when any image's map (B, h, w) is constant (all 0 where discarding dropped every patch): it would be drawn
-    as one flat colour, the same for every image, with nothing to say why. Names the cause: a ``discard_ratio`` that
-    drops every column but the class token's in a model of this few tokens, else attention that tells no patch from
-    another. Text scores (a layout with a token mask) are left alone: their prefix tokens are among them."""
-    if layout.token_mask is not None or maps.ndim != 3:
+    tokens (of images; once for all texts), when any input's map (B, h, w), or a text's scores (B, L) but its class
+    token's, is constant (all 0 where discarding dropped every other column): it would be drawn as one flat colour
+    with nothing to say why. Names the cause: a ``discard_ratio`` that drops every column but the class token's in
+    rows of this few tokens, else attention that tells no token from another."""
+    explained = [(index, values, tokens) for index, (values, tokens) in enumerate(_explained_values(maps, layout))
+                 if len(values) > 1 and bool(torch.isclose(values.amax(), values.amin(), rtol=1e-5, atol=0.0))]
+    if not explained:
         return
-    flat = maps.detach().flatten(1)
-    constant = torch.isclose(flat.amax(dim=1), flat.amin(dim=1), rtol=1e-5, atol=0.0).tolist()
-    num_tokens = layout.num_prefix_tokens + flat.shape[1]
-    key = (method, float(discard_ratio), num_tokens)
-    if not any(constant) or key in _CONSTANT_MAPS_TOLD:
+    _, values, num_tokens = explained[0]
+    key = (method, float(discard_ratio), num_tokens if layout.token_mask is None else None)
+    if key in _CONSTANT_MAPS_TOLD:
         return
     _CONSTANT_MAPS_TOLD.add(key)
-    inputs = [str(index) for index, flat_map in enumerate(constant) if flat_map]
-    dropped = discarded_count(num_tokens, discard_ratio)
-    if layout.readout == "class_token" and dropped >= num_tokens - 1:
+    what = "patch" if layout.token_mask is None else "other token"
+    rows = f"this model's {num_tokens} tokens" if layout.token_mask is None else f"a text of {num_tokens} tokens"
+    if layout.readout == "class_token" and discarded_count(num_tokens, discard_ratio) >= num_tokens - 1:
         cause = (f"discard_ratio={discard_ratio} drops {num_tokens - 1} of the {num_tokens} attention weights in each "
-                 f"row, all but the class token's, which leaves no patch any: too high for this model's {num_tokens} "
-                 f"tokens, a discard_ratio below {(num_tokens - 1) / num_tokens:.4g} keeps some")
+                 f"row, all but the class token's, which leaves no {what} any: too high for {rows}, a discard_ratio "
+                 f"below {(num_tokens - 1) / num_tokens:.4g} keeps some")
     else:
         lower = f"; a lower discard_ratio than {discard_ratio} keeps more of it" if discard_ratio else ""
-        cause = f"the attention it rolls out does not tell one patch from another{lower}"
-    value = float(flat[constant.index(True), 0])
-    print(f"vitroll: warning: {method}'s map is constant (all {value:.4g}) for input{'s' if len(inputs) > 1 else ''} "
-          f"{', '.join(inputs)}: {cause}", file=sys.stderr)
+        cause = f"the attention it rolls out does not tell one {what.split()[-1]} from another{lower}"
+    inputs = ", ".join(str(index) for index, _, _ in explained)
+    print(f"vitroll: warning: {method}'s map is constant (all {float(values[0]):.4g}) for "
+          f"input{'s' if len(explained) > 1 else ''} {inputs}: {cause}", file=sys.stderr)
 
 
 @register_method("rollout")
