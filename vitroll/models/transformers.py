@@ -124,8 +124,9 @@ def saved_kind(name: str) -> Optional[tuple[str, str]]:
     return ("text" if kind in TEXT_MODEL_TYPES else "captioner"), str(architecture)
 
 
-PRETRAINING_HEADS = ("ForPreTraining", "ForMaskedImageModeling")
-"""How the classes of vision models saved with a pre-training head end: vitroll explains their encoder."""
+ENCODER_HEADS = ("ForPreTraining", "ForMaskedImageModeling", "ForSemanticSegmentation")
+"""How the classes of vision models saved with a pre-training or segmentation head end: vitroll explains their
+encoder, a backbone."""
 
 
 def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], checkpoint: object) -> nn.Module:
@@ -206,7 +207,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
-    if type(model).__name__.endswith(PRETRAINING_HEADS):
+    if type(model).__name__.endswith(ENCODER_HEADS):
         model = model.base_model
     if kind in TEXT_MODEL_TYPES:
         _use_tokenizer_of(model, source, offline=offline or local, needed_by="the text model")
@@ -313,8 +314,8 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
     model is what its saved architecture says: a sequence classifier, a causal or masked language model, else the bare
     encoder or decoder; a CLIP, SigLIP, MetaCLIP 2 or AIMv2 model that is not an image classifier is the whole
     image–text model. A vision model saved without a classification head (a ``ViTModel``) is that backbone (built by
-    AutoModel, else by the class its config names; a ``…Backbone``, a pre-training model or a tower with its
-    projection by its own class first), not a classifier with a random head; one whose config names no
+    AutoModel, else by the class its config names; a ``…Backbone``, a pre-training or segmentation model or a tower
+    with its projection by its own class first), not a classifier with a random head; one whose config names no
     architecture is tried as a classifier first."""
     architectures = config.architectures or ()
     if config.model_type in CAPTIONER_MODEL_TYPES:
@@ -338,13 +339,13 @@ def _auto_classes(transformers: object, config: object) -> list[type]:
                  if isinstance(getattr(transformers, architecture, None), type)]
         # a saved …Backbone is built as itself: as its bare model (BeitModel) it gained a pooler of random weights
         backbones = [cls for cls in named if cls.__name__.endswith("Backbone")]
-        # a pre-training model (ViTMAEForPreTraining) is built whole and its encoder kept: built as the encoder alone,
-        # transformers would report every decoder weight it leaves out
-        pretraining = [cls for cls in named if cls.__name__.endswith(PRETRAINING_HEADS)]
+        # a pre-training or segmentation model (ViTMAEForPreTraining, BeitForSemanticSegmentation) is built whole and
+        # its encoder kept: built as the encoder alone, transformers would report every head weight it leaves out
+        with_heads = [cls for cls in named if cls.__name__.endswith(ENCODER_HEADS)]
         # so is a tower saved with its projection (CLIPVisionModelWithProjection): AutoModel builds the tower alone
         # and reports the projection's weights as unexpected on stderr
         projected = [cls for cls in named if cls.__name__.endswith("WithProjection")]
-        return [*backbones, *pretraining, *projected, transformers.AutoModel, *named]
+        return [*backbones, *with_heads, *projected, transformers.AutoModel, *named]
     return [transformers.AutoModelForImageClassification, transformers.AutoModel]
 
 
