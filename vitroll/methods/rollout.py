@@ -242,7 +242,7 @@ def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: f
         cause = f"the attention it rolls out does not tell one {what.split()[-1]} from another{lower}"
     inputs = ", ".join(str(index) for index, _, _ in explained)
     print(f"vitroll: warning: {method}'s map is constant (all {float(values[0]):.4g}) for "
-          f"input{'s' if len(explained) > 1 else ''} {inputs}: {cause}", file=sys.stderr)
+          f"input{'s' if len(explained) > 1 else ''} {inputs} of the batch: {cause}", file=sys.stderr)
 
 
 @register_method("rollout")
