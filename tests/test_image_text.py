@@ -13,21 +13,22 @@ import numpy as np
 import open_clip
 import pytest
 import torch
-import transformers
-from PIL import Image
 
-import vitroll
-from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened
-from reference import aimv2_query_weights, multihead_attention_by_hand, reference_chefer
-from vitroll.adapters.image_text import PromptedModel, text_inputs
-from vitroll.adapters.tokenizers import registered_tokenizer
-from vitroll.capture import AttentionRecorder
-from vitroll.cli import main
-from vitroll.errors import (
+transformers = pytest.importorskip("transformers")
+from PIL import Image  # noqa: E402
+
+import vitroll  # noqa: E402
+from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened  # noqa: E402
+from reference import aimv2_query_weights, multihead_attention_by_hand, reference_chefer  # noqa: E402
+from vitroll.adapters.image_text import PromptedModel, text_inputs  # noqa: E402
+from vitroll.adapters.tokenizers import registered_tokenizer  # noqa: E402
+from vitroll.capture import AttentionRecorder  # noqa: E402
+from vitroll.cli import main  # noqa: E402
+from vitroll.errors import (  # noqa: E402
     InputValueError, MethodOptionError, OptionValueError, UnsupportedModelError, VitrollError,
 )
-from vitroll.methods import Method
-from vitroll.models import load_model
+from vitroll.methods import Method  # noqa: E402
+from vitroll.models import load_model  # noqa: E402
 
 INPUT_IDS = torch.tensor([[BOS, 3, 14, 6, EOS, EOS, EOS], [BOS, 2, 0, 19, 40, 9, EOS], [BOS, 26, 11, 12, 8, EOS, EOS]])
 ATTENTION_MASK = (torch.arange(7) <= (INPUT_IDS == EOS).int().argmax(-1, keepdim=True)).long()

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import timm
 import torch
-import transformers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +124,7 @@ def test_each_method_gives_an_image_its_own_map_and_class_in_any_batch_and_order
 def hf_vit_classifier() -> torch.nn.Module:
     """transformers' ViTForImageClassification: 32 × 32 images, patch 8, two layers, ten classes."""
     torch.manual_seed(2)
+    transformers = pytest.importorskip("transformers")
     config = transformers.ViTConfig(image_size=32, patch_size=PATCH, hidden_size=48, num_hidden_layers=2,
                                     num_attention_heads=3, intermediate_size=96, num_labels=10)
     model = transformers.ViTForImageClassification(config)

@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 import timm
 import torch
-import transformers
 
-import vitroll
-from image_text_models import hf_model
-from reference import (Scores, plain_scores, reference_gradient_shap, reference_image_occlusion,
+transformers = pytest.importorskip("transformers")  # its ViT and CLIP cases, and test_image_text's text inputs
+
+import vitroll  # noqa: E402
+from image_text_models import hf_model  # noqa: E402
+from reference import (Scores, plain_scores, reference_gradient_shap, reference_image_occlusion,  # noqa: E402
                        reference_integrated_gradients, sharpen_attention)
-from test_attributions import box_blurred
-from test_image_text import ATTENTION_MASK, INPUT_IDS
+from test_attributions import box_blurred  # noqa: E402
+from test_image_text import ATTENTION_MASK, INPUT_IDS  # noqa: E402
 
 pytest.importorskip("captum")
 

@@ -10,16 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 
-import vitroll
-from reference import discard_rows, reference_flow
-from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer
-from vitroll.capture import AttentionRecorder
-from vitroll.errors import InputTypeError, InputValueError, OptionValueError
-from vitroll.io.text import TokenBatch
-from vitroll.methods.base import model_logits
-from vitroll.methods.text_batch import text_batch
+transformers = pytest.importorskip("transformers")
+
+import vitroll  # noqa: E402
+from reference import discard_rows, reference_flow  # noqa: E402
+from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer  # noqa: E402
+from vitroll.capture import AttentionRecorder  # noqa: E402
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError  # noqa: E402
+from vitroll.io.text import TokenBatch  # noqa: E402
+from vitroll.methods.base import model_logits  # noqa: E402
+from vitroll.methods.text_batch import text_batch  # noqa: E402
 
 SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
              initializer_range=0.3)

@@ -10,13 +10,14 @@ import re
 import numpy as np
 import pytest
 import torch
-import transformers
 
-import vitroll
-from vitroll.adapters import transformers as hf_adapter
-from test_text import IDS, IDS_REAL, MASK, chain, compare, eager_alone, left_padded
-from vitroll.io.text import TokenBatch
-from vitroll.methods.base import model_logits
+transformers = pytest.importorskip("transformers")
+
+import vitroll  # noqa: E402
+from vitroll.adapters import transformers as hf_adapter  # noqa: E402
+from test_text import IDS, IDS_REAL, MASK, chain, compare, eager_alone, left_padded  # noqa: E402
+from vitroll.io.text import TokenBatch  # noqa: E402
+from vitroll.methods.base import model_logits  # noqa: E402
 
 SMALL = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
              initializer_range=0.3)

@@ -9,21 +9,22 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
-import transformers
 
-import vitroll
-from reference import (aimv2_query_weights, reference_chefer, reference_flow, reference_grad_rollout,
+transformers = pytest.importorskip("transformers")
+
+import vitroll  # noqa: E402
+from reference import (aimv2_query_weights, reference_chefer, reference_flow, reference_grad_rollout,  # noqa: E402
                        reference_integrated_gradients, reference_rollout)
-from test_attributions import absolute_patch_means
-from vitroll.capture import AttentionRecorder
-from vitroll.errors import UnsupportedModelError
-from vitroll.metrics import deletion_insertion
-from vitroll.methods.base import model_logits
-from vitroll.pipelines.compare import Explainer, compare
-from vitroll.pipelines.evaluate import evaluate, shapes_images
-from vitroll.pipelines.explain import ExplainSettings
-from vitroll.pipelines.folder import annotate
-from vitroll.pipelines.sanity import sanity_check
+from test_attributions import absolute_patch_means  # noqa: E402
+from vitroll.capture import AttentionRecorder  # noqa: E402
+from vitroll.errors import UnsupportedModelError  # noqa: E402
+from vitroll.metrics import deletion_insertion  # noqa: E402
+from vitroll.methods.base import model_logits  # noqa: E402
+from vitroll.pipelines.compare import Explainer, compare  # noqa: E402
+from vitroll.pipelines.evaluate import evaluate, shapes_images  # noqa: E402
+from vitroll.pipelines.explain import ExplainSettings  # noqa: E402
+from vitroll.pipelines.folder import annotate  # noqa: E402
+from vitroll.pipelines.sanity import sanity_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
