@@ -107,7 +107,7 @@ def test_folder_with_masks_and_its_errors(tmp_path, capsys, random_checkpoint):
         Image.fromarray(item.image).save(tmp_path / f"{item.name}.png")
         Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / f"{item.name}_mask.png")
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "no_mask_here.png")
-    assert [i.name for i in folder_images(tmp_path)] == ["shapes-4-0000", "shapes-4-0001"]
+    assert [i.name for i in folder_images(tmp_path)] == ["shapes-4-0000.png", "shapes-4-0001.png"]
     code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--out", str(tmp_path / "out"),
                  "--methods", "rollout", "--steps", "2"])
     assert code == 0
@@ -352,3 +352,16 @@ def test_sanity_correlations_are_the_reference_spearman_of_each_stage_maps_with_
         np.testing.assert_allclose(result.correlations[method], expected, rtol=1e-9, atol=1e-12)
         table = next(row for row in result.table() if row["method"] == method)
         assert [table[stage] for stage in result.stages] == pytest.approx(np.mean(expected, axis=1))
+
+
+def test_images_of_one_stem_and_other_suffixes_are_told_apart_in_per_image_csv(tmp_path, capsys, random_checkpoint):
+    """``a.png`` and ``a.jpg`` beside ``a_mask.png`` were both the row ``a``: which score was whose could not be told."""
+    item = shapes_images(1, seed=4)[0]
+    Image.fromarray(item.image).save(tmp_path / "a.png")
+    Image.fromarray(item.image).save(tmp_path / "a.jpg", quality=95)
+    Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / "a_mask.png")
+    code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--out", str(tmp_path / "out"),
+                 "--methods", "rollout", "--steps", "2"])
+    assert code == 0 and capsys.readouterr().out.startswith("2 images (")
+    rows = list(csv.DictReader((tmp_path / "out" / "per_image.csv").open(encoding="utf-8")))
+    assert [row["image"] for row in rows] == ["a.jpg", "a.png"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 import torch
 from torch import nn
@@ -177,6 +178,23 @@ def _refuse_ignored_img_size(name: str, model: nn.Module, img_size: object) -> N
                              f"{argument('img_size')}")
 
 
+RANDOM_INITIALISATION_SEED = 0
+"""The seed of torch's CPU generator while a model is built: its random initialisation is the same on every build."""
+
+
+@contextmanager
+def _seeded_initialisation() -> Iterator[None]:
+    """Build a model from a fixed seed, leaving the caller's random state as it was.
+
+    A model left at its random weights (no ``pretrained``, no checkpoint) was another model on every build: a
+    resumed ``annotate`` mixed the maps of two under one settings hash, and ``compare`` of such a model with itself
+    agreed at 0.09.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(RANDOM_INITIALISATION_SEED)
+        yield
+
+
 def _read_if_given(checkpoint: "str | os.PathLike[str] | None", trust: bool) -> Optional[Mapping[str, torch.Tensor]]:
     """The checkpoint's state dict, or None without one; read only once the name and options are accepted, since a
     large file takes seconds and gigabytes to read."""
@@ -246,14 +264,16 @@ def load_model(
         _refuse_build_arguments(name, "an open_clip model takes its size from its architecture", given)
         check_open_clip_name(name, pretrained=pretrained)  # before the checkpoint is read
         state = _read_if_given(checkpoint, trust_checkpoint)
-        model = build_open_clip(name)
+        with _seeded_initialisation():
+            model = build_open_clip(name)
         if state is not None:
             load_state(model, state, checkpoint)
         return model.eval().to(device)
     if name.startswith(TORCHVISION_PREFIX):
         state = _read_if_given(checkpoint, trust_checkpoint)
-        model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
-                                   num_classes=num_classes, **model_kwargs)
+        with _seeded_initialisation():
+            model = build_torchvision(name, pretrained=pretrained and state is None, state=state,
+                                       num_classes=num_classes, **model_kwargs)
         if state is not None:
             _load_weights(model, state, checkpoint)
         return model.eval().to(device)
@@ -267,7 +287,8 @@ def load_model(
         if num_classes is not None:
             model_kwargs["num_classes"] = num_classes
         try:
-            model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
+            with _seeded_initialisation():
+                model = create_timm_model(name, pretrained=pretrained and state is None, **model_kwargs)
         except (RuntimeError, TypeError, ValueError, AssertionError) as error:
             raise ModelLoadError(f"{name}: cannot build model ({error})") from None
         if "img_size" in model_kwargs:

@@ -116,7 +116,8 @@ def folder_images(folder: "str | os.PathLike[str]", *,
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
-        found.append(MaskedImage(path.stem, image, mask, display=None if display is None else np.asarray(display)))
+        # named with its suffix: a.png and a.jpg beside a_mask.png were two rows "a" in per_image.csv
+        found.append(MaskedImage(path.name, image, mask, display=None if display is None else np.asarray(display)))
     if not found:
         raise ImageReadError(Path(folder), f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
     return found
