@@ -21,6 +21,7 @@ pytest.importorskip("pydicom", minversion="3.0")
 
 from claimed_size import png_claiming_size
 from interrupts import pressing_ctrl_c
+from test_progress import Terminal
 from dicom_factory import (
     FAKE_IDS, PHI_STRINGS, body_phantom, rle_segments, patched_testdata, write_dicom,
 )
@@ -75,13 +76,6 @@ def write_inputs(folder: Path) -> Path:
     write_dicom(folder / "jpeg.dcm", body_phantom(dtype=np.uint8, high=255), number=6, transfer_syntax=JPEGBaseline8Bit,
                 pixel_bytes=b"\xff\xd8garbage" * 20)
     return folder
-
-
-class Terminal(io.StringIO):
-    """A stderr that is a terminal, as the progress bar sees it."""
-
-    def isatty(self) -> bool:
-        return True
 
 
 def run_cli(*argv: str, terminal: bool = False) -> tuple[int, str, str]:
