@@ -34,7 +34,7 @@ from vitroll.audit.records import AuditOptions, AuditRow, parse_group_by
 from vitroll.audit.report import AuditReport, render_html
 from vitroll.audit.summary import not_reached
 from vitroll.cli import main
-from vitroll.errors import InputValueError
+from vitroll.errors import InputValueError, VitrollError
 from vitroll.methods import METHODS, Method, Saliency
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings
@@ -385,6 +385,26 @@ def test_a_file_that_vanishes_mid_run_is_a_row_of_the_frames_it_left(tmp_path, m
     assert sorted((row["input"], row["frame"]) for row in report["cases"] if row["status"] != "error") == [
         (1, 0), (1, 1), (2, 0)]
     assert "3 images from 2 files, 4 frames of 1 file not audited" in stdout
+
+
+def test_a_file_not_found_by_its_decoder_while_the_file_is_there_is_not_told_as_gone(tmp_path, monkeypatch):
+    """Any FileNotFoundError of reading was told "the file is gone: removed or moved while the audit ran", of a file
+    still there (a decoder's own missing file, say)."""
+    import vitroll.audit.pipeline as pipeline
+
+    def missing_part(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "/opt/codec/tables.bin")
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", body_phantom(), number=1)
+    monkeypatch.setattr(pipeline, "read_any", missing_part)
+    with pytest.raises(VitrollError, match=r"^Reading failed \(FileNotFoundError: \[Errno 2\] No such file or "
+                                           r"directory: '/opt/codec/tables.bin'\)$"):
+        pipeline.audit_frames(pipeline.AuditInput(inputs / "a.dcm", 1, "a.dcm"), AuditOptions(salt="s"))
+    (inputs / "a.dcm").unlink()
+    with pytest.raises(VitrollError, match=r"^the file is gone: removed or moved while the audit ran$"):
+        pipeline.audit_frames(pipeline.AuditInput(inputs / "a.dcm", 1, "a.dcm"), AuditOptions(salt="s"))
 
 
 def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):

@@ -135,10 +135,10 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     try:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
-    except FileNotFoundError:  # its message would only quote the path
-        raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
-                           else "the file is gone: removed or moved while the audit ran") from None
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
+        if isinstance(error, FileNotFoundError) and not path.exists():  # its message would only quote the path
+            raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
+                               else "the file is gone: removed or moved while the audit ran") from None
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
         raise VitrollError(reason) from None
