@@ -20,6 +20,7 @@ from vitroll.errors import InputValueError, OptionValueError, RecorderUsageError
 from vitroll.io.dicom import parse_window
 from vitroll.methods import record_attention
 from vitroll.pipelines.evaluate_captions import caption_ids, evaluate_captions
+from vitroll.pipelines.folder import AnnotateOptions
 from vitroll.pipelines.legend import legend_html
 
 RGB = np.zeros((8, 10, 3), np.uint8)
@@ -325,6 +326,12 @@ def _one_word_per_token(texts: list[str], add_special_tokens: bool) -> dict[str,
 
 
 PIPELINE_MISTAKES = [
+    pytest.param(lambda tmp: AnnotateOptions(precision="fp64"), OptionValueError,
+                 "precision must be one of fp32, fp16, bf16; got 'fp64'", id="annotate-precision"),
+    pytest.param(lambda tmp: AnnotateOptions(batch_size=0), OptionValueError, "batch_size must be at least 1; got 0",
+                 id="annotate-batch-size"),
+    pytest.param(lambda tmp: AnnotateOptions(workers=-1), OptionValueError, "workers must be at least 0; got -1",
+                 id="annotate-workers"),
     pytest.param(lambda tmp: legend_html("jet", "zscore"), OptionValueError,
                  "normalization must be one of minmax, percentile; got 'zscore'", id="legend-normalization"),
     pytest.param(lambda tmp: parse_window("lungs"), OptionValueError,

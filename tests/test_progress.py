@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tqdm.std
 from PIL import Image
 
 import vitroll.pipelines.progress as progress
@@ -36,9 +38,19 @@ def test_a_plain_line_says_counts_share_times_and_postfix():
         "vitroll: progress: 0/300 files (0 %), 00:00 elapsed")
 
 
-def test_a_run_shorter_than_the_interval_writes_no_line_when_piped():
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    """The time the bar sees (its own clock and tqdm's), moved by the test, not by how long the test takes."""
+    now = [1000.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    return now
+
+
+def test_a_run_shorter_than_the_interval_writes_no_line_when_piped(clock):
     stream = io.StringIO()
     bar = progress_bar(3, "file", stream=stream)
+    clock[0] += 29.0
     bar.update(2)
     bar.set_postfix_str("file 3: 1/2 frames")
     bar.clear()
@@ -46,6 +58,22 @@ def test_a_run_shorter_than_the_interval_writes_no_line_when_piped():
     bar.update(1)
     bar.close()
     assert stream.getvalue() == ""
+
+
+def test_piped_a_line_comes_once_the_interval_has_passed_then_not_again_before_the_next(clock):
+    stream = io.StringIO()
+    bar = progress_bar(300, "file", stream=stream)
+    clock[0] += 29.0
+    bar.update(39)
+    assert stream.getvalue() == ""
+    clock[0] += 1.0
+    bar.update(1)  # 40 files in 30 s: 260 left at 4 every 3 s
+    assert stream.getvalue() == "vitroll: progress: 40/300 files (13 %), 00:30 elapsed, about 03:15 left\n"
+    clock[0] += 29.0
+    bar.update(10)
+    bar.set_postfix_str("file 51: 3/9 frames")
+    bar.close()
+    assert stream.getvalue().count("\n") == 1
 
 
 def _annotate(tmp_path: Path) -> list[str]:

@@ -135,10 +135,10 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     try:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
-    except FileNotFoundError:  # its message would only quote the path
-        raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
-                           else "the file is gone: removed or moved while the audit ran") from None
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
+        if isinstance(error, FileNotFoundError) and not path.exists():  # its message would only quote the path
+            raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
+                               else "the file is gone: removed or moved while the audit ran") from None
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
         raise VitrollError(reason) from None
@@ -230,7 +230,7 @@ def thumbnail(overlaid: np.ndarray, saliency: np.ndarray, body: Optional[np.ndar
 
 
 def audit_items(
-    files: Sequence[FoundFile],
+    inputs: Sequence[AuditInput],
     model: nn.Module,
     *,
     out_dir: "str | os.PathLike[str]",
@@ -239,14 +239,14 @@ def audit_items(
     preprocessing: Optional[Preprocessing] = None,
     class_names: Optional[list[str]] = None,
 ) -> Iterator[AuditRow]:
-    """One row per frame of ``files`` (numbered from 1 in their order), or per file that gives none: each frame
+    """One row per frame of the files of ``inputs`` (:func:`audit_inputs`), or per file that gives none: each frame
     explained in the batch stream, measured, and its overlay written to ``OUT/images/<case>.png`` (burned-in text
     filled). A file streamed in parts has one row for each run of consecutive parts that fail alike, naming their
     frames (a frame whose codestream is unlike the header fails the part it is in, and a cine cut short every part
     from where it ends); a part that failed otherwise was left out without a word."""
     # Workers not forked from this process: once it has run the text detector (an ONNX session with its own
     # threads), a forked worker can wait forever on a lock that a thread which did not survive the fork held.
-    stream = explain_stream(model, audit_inputs(files, options), functools.partial(audit_frames, options=options),
+    stream = explain_stream(model, inputs, functools.partial(audit_frames, options=options),
                             preprocessing or Preprocessing.from_model(model), settings, batch_size=options.batch_size,
                             workers=options.workers, multiprocessing_context="forkserver")
     held: Optional[Failed] = None  # a failure, held until the next parts of its file are known to fail alike or not
@@ -378,13 +378,7 @@ def run_audit(
         raise VitrollError(f"{images} is a file, not a folder: the audit writes its overlays there; move it, or write "
                            "the audit into another folder")
     stop_asked: list[bool] = []
-    counted: dict[int, int] = {}  # the frame count of the file in flight (from its header), by its number
-
-    def frames_of(number: int) -> int:
-        if number not in counted:
-            counted.clear()
-            counted[number] = 1 if options.frame is not None else frame_count(inputs[number - 1].path)
-        return counted[number]
+    frame_counts: dict[int, int] = {}  # each file's frame count by its number, from its header read once
 
     def files_done(count: int) -> None:
         bar.update(max(0, count - bar.n))
@@ -392,7 +386,7 @@ def run_audit(
     def frames_done(row: AuditRow) -> None:
         """The bar's postfix: the frames done of the file in flight, when it has more than one (a long cine would
         leave the count of files still for minutes)."""
-        done, count = _frames_done(row), frames_of(row.input_number)
+        done, count = _frames_done(row), frame_counts[row.input_number]
         shown = f"file {row.input_number}: {int(done)}/{count} frames" if 1 < count and done < count else ""
         if not bar.disable and shown != (bar.postfix or ""):
             bar.set_postfix_str(shown)
@@ -410,7 +404,9 @@ def run_audit(
         rows: list[AuditRow] = []
         in_flight: Optional[int] = None  # once Ctrl-C is pressed: the file of the row it came while making
         try:
-            with contextlib.closing(audit_items(inputs, model, out_dir=out_dir, settings=settings, options=options,
+            parts = audit_inputs(inputs, options)
+            frame_counts.update((part.number, part.count) for part in parts)
+            with contextlib.closing(audit_items(parts, model, out_dir=out_dir, settings=settings, options=options,
                                                 preprocessing=preprocessing, class_names=class_names)) as audited:
                 for row in audited:
                     if in_flight is not None and row.input_number != in_flight:
@@ -422,7 +418,7 @@ def run_audit(
                     if stop_asked and in_flight is None:
                         in_flight = row.input_number
                     # its last row: the next batch is not waited for
-                    if in_flight is not None and _frames_done(row) >= frames_of(row.input_number):
+                    if in_flight is not None and _frames_done(row) >= frame_counts[row.input_number]:
                         files_done(in_flight)
                         break
                 else:

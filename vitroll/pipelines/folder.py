@@ -88,10 +88,13 @@ class AnnotateOptions:
         unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
         if unknown:
             raise OptionValueError(f"{argument('save')} takes {', '.join(SAVE_KINDS)}; got {unknown[0]!r}")
+        # the command line's parsing refuses these before: only a Python caller is told
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
-        if self.batch_size < 1 or self.workers < 0:
-            raise ValueError("batch size must be ≥ 1 and workers ≥ 0")
+            raise OptionValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        if self.batch_size < 1:
+            raise OptionValueError(f"batch_size must be at least 1; got {self.batch_size}")
+        if self.workers < 0:
+            raise OptionValueError(f"workers must be at least 0; got {self.workers}")
 
 
 @dataclass
