@@ -236,7 +236,28 @@ def test_a_discard_ratio_too_high_for_the_models_tokens_warns_once_naming_it(mon
     assert capsys.readouterr().err.splitlines() == [
         "vitroll: warning: rollout's map is constant (all 0) for inputs 0, 1 of the batch: discard_ratio=0.99 drops 16 "
         "of the 17 attention weights in each row, all but the class token's, which leaves no patch any: too high for "
-        "this model's 17 tokens, a discard_ratio below 0.9412 keeps some"]
+        "this model's 17 tokens, discard_ratio=0.9411 or lower keeps some"]
     assert torch.equal(grad_rollout(model, images[:1], discard_ratio=0.99), torch.zeros(1, 4, 4))
     assert capsys.readouterr().err.startswith("vitroll: warning: grad_rollout's map is constant (all 0) for input 0 "
                                               "of the batch: discard_ratio=0.99 drops 16 of the 17")
+
+
+def test_the_ratio_the_constant_map_warning_names_keeps_a_patch_and_is_worded_as_the_flag_on_the_command_line(
+        monkeypatch, capsys):
+    """The warning said 'a discard_ratio below 0.9412' for 17 tokens ((n - 1)/n = 0.941176… rounded up), yet 0.94118
+    is below it and drops every patch; and it named discard_ratio= to a command line that set --discard-ratio."""
+    from vitroll.wording import worded_for_the_command_line
+
+    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
+    images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(rollout(model, images, discard_ratio=0.94118), torch.zeros(1, 4, 4))
+    assert "discard_ratio=0.9411 or lower keeps some" in capsys.readouterr().err
+    named = rollout(model, images, discard_ratio=0.9411).flatten()
+    assert float(named.amax()) > float(named.amin()) and capsys.readouterr().err == ""
+    with worded_for_the_command_line():
+        rollout(model, images, discard_ratio=0.99)
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: rollout's map is constant (all 0) for input 0 of the batch: --discard-ratio 0.99 drops 16 "
+        "of the 17 attention weights in each row, all but the class token's, which leaves no patch any: too high for "
+        "this model's 17 tokens, --discard-ratio 0.9411 or lower keeps some"]

@@ -697,6 +697,6 @@ def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_once_that_it_
     assert capsys.readouterr().err.splitlines() == [
         "vitroll: warning: grad_rollout's map is constant (all 0) for input 0 of the batch: discard_ratio=0.9 drops 4 "
         "of the 5 attention weights in each row, all but the class token's, which leaves no other token any: too high "
-        "for a text of 5 tokens, a discard_ratio below 0.8 keeps some"]
+        "for a text of 5 tokens, discard_ratio below 0.8 keeps some"]
     assert torch.count_nonzero(vitroll.grad_rollout(model, ids, discard_ratio=0.5)[0, 1:]) > 0
     assert capsys.readouterr().err == ""

@@ -40,7 +40,7 @@ from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.registry import register_method
-from vitroll.wording import with_article
+from vitroll.wording import argument, with_article
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int],
@@ -216,6 +216,16 @@ def _explained_values(maps: torch.Tensor, layout: TokenLayout) -> list[tuple[tor
     return [(row[mask][1:], int(mask.sum())) for row, mask in zip(maps.detach(), real)]
 
 
+def _ratios_keeping(num_tokens: int) -> str:
+    """The discard ratios that leave rows of ``num_tokens`` tokens a column besides the class token's, those below
+    (n − 1)/n, in words: ``discard_ratio`` below 0.9 (10 tokens), or at most 0.9411 (17 tokens: (n − 1)/n = 0.941176…
+    rounded down, as 0.9412 · 17 = 16.0004 drops 16)."""
+    limit = Fraction(num_tokens - 1, num_tokens)
+    if (limit * 10_000).denominator == 1:
+        return f"{argument('discard_ratio')} below {float(limit):g}"
+    return f"{argument('discard_ratio', (math.ceil(limit * 10_000) - 1) / 10_000)} or lower"
+
+
 def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
     """One ``vitroll: warning:`` line on stderr, once a process for ``method``, ``discard_ratio`` and the number of
     tokens (of images; once for all texts), when any input's map (B, h, w), or a text's scores (B, L) but its class
@@ -234,11 +244,11 @@ def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: f
     what = "patch" if layout.token_mask is None else "other token"
     rows = f"this model's {num_tokens} tokens" if layout.token_mask is None else f"a text of {num_tokens} tokens"
     if layout.readout == "class_token" and discarded_count(num_tokens, discard_ratio) >= num_tokens - 1:
-        cause = (f"discard_ratio={discard_ratio} drops {num_tokens - 1} of the {num_tokens} attention weights in each "
-                 f"row, all but the class token's, which leaves no {what} any: too high for {rows}, a discard_ratio "
-                 f"below {(num_tokens - 1) / num_tokens:.4g} keeps some")
+        cause = (f"{argument('discard_ratio', discard_ratio)} drops {num_tokens - 1} of the {num_tokens} attention "
+                 f"weights in each row, all but the class token's, which leaves no {what} any: too high for {rows}, "
+                 f"{_ratios_keeping(num_tokens)} keeps some")
     else:
-        lower = f"; a lower discard_ratio than {discard_ratio} keeps more of it" if discard_ratio else ""
+        lower = f"; a lower {argument('discard_ratio')} than {discard_ratio} keeps more of it" if discard_ratio else ""
         cause = f"the attention it rolls out does not tell one {what.split()[-1]} from another{lower}"
     inputs = ", ".join(str(index) for index, _, _ in explained)
     print(f"vitroll: warning: {method}'s map is constant (all {float(values[0]):.4g}) for "
