@@ -170,7 +170,7 @@ def overlay(
     Raises
     ------
     VitrollError, also a ValueError
-        For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D, holds no real numbers or only NaN, an
+        For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D or holds no real numbers, an
         ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization, a ``padded_hw`` smaller than
         the image.
     VitrollError, also a TypeError
@@ -178,9 +178,6 @@ def overlay(
     """
     image = rgb_uint8(image)
     saliency = as_map(heatmap, "heatmap", dtype=held_float(heatmap))
-    if np.isnan(saliency).all():  # NaN marks pixels the model never saw; a map of nothing else is no map
-        raise InputValueError(f"heatmap of shape {saliency.shape} is NaN everywhere, so nothing would be coloured: a "
-                              "NaN in the model's input (or a half-precision overflow) makes its whole map NaN")
     if saliency.shape != image.shape[:2]:  # a grid: into float32's range before interpolation adds and overshoots
         saliency = upsample(_finite_range(scaled_into_float32(saliency)), image.shape[:2], interpolation=interpolation,
                             padded_hw=padded_hw)
