@@ -1137,6 +1137,29 @@ def test_the_masks_of_a_multi_frame_file_are_decoded_once_for_the_file(tmp_path,
     assert len({row.metrics["outside_body"] for row in rows[2:5]}) == 1
 
 
+def test_an_unreadable_mask_kept_for_the_next_frame_keeps_no_earlier_frame_alive(tmp_path):
+    """The error of an unreadable mask PNG, kept for the next frame of its file, was raised again as it was: each
+    raise added to its traceback, which held every earlier frame's caller (and the image it measured) alive."""
+    import weakref
+
+    class Measured:
+        """Stands for the image a frame's measuring holds."""
+
+    (tmp_path / "masks").mkdir()
+    (tmp_path / "masks" / "cine.png").write_text("not a png")
+    masks, alive = MaskSource(tmp_path / "masks"), []
+
+    def measure() -> None:
+        image = Measured()
+        alive.append(weakref.ref(image))
+        with pytest.raises(ValueError):
+            masks.get(tmp_path / "cine.dcm", (64, 64), max_pixels=None)
+
+    for _ in range(5):
+        measure()
+    assert [ref() is not None for ref in alive] == [False] * 4 + [True]  # the last frame's, until the next one's
+
+
 def test_an_unreadable_body_mask_leaves_that_image_not_measured_and_the_audit_goes_on(tmp_path):
     """It stopped the whole audit with one error line naming the mask (the image's stem), writing no report."""
     from vitroll.models import load_model

@@ -213,6 +213,18 @@ def _read_mask(path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int])
     return mask > 0
 
 
+def _without_tracebacks(error: Exception) -> Exception:
+    """``error`` with no traceback, nor its cause or context: kept, a traceback holds its frames and their callers'
+    alive (an audit's image being measured), as many as the error is raised again."""
+    chain: list[BaseException] = []
+    link: Optional[BaseException] = error
+    while link is not None and all(link is not done for done in chain):  # a chain may loop back
+        link.__traceback__ = None
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return error
+
+
 class MaskSource:
     """Masks by image stem: PNG files ``DIR/<stem>.png`` and/or boxes from a CSV ``file,x0,y0,x1,y1``.
 
@@ -249,10 +261,10 @@ class MaskSource:
             try:
                 self._last = key, self._made(image_path, shape_hw, max_pixels)
             except (ValueError, ImageTooLargeError) as error:
-                self._last = key, error
+                self._last = key, _without_tracebacks(error)
         made = self._last[1]
         if isinstance(made, Exception):
-            raise made
+            raise made.with_traceback(None)  # raised as it was, its traceback would grow by this call's frames
         return None if made is None else made.copy()  # the caller's to change, the kept one not
 
     def _made(self, image_path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int]) -> Optional[np.ndarray]:
