@@ -205,7 +205,7 @@ def test_a_masked_language_model_is_explained_at_its_mask_by_the_masked_tokens_l
     compare(vitroll.rollout(model, ids, attention_mask=mask, position=0), [chain(
         [a.mean(axis=0) for a in eager_alone(model, text)[0]], 0) for text in real_ids(ids, mask)], mask)
     with pytest.raises(InputValueError, match=r"^no \[MASK\] in texts \[1\] of the batch: a masked language "
-                                              r"model predicts the token at its first \[MASK\] \(or at position\)$"):
+                                              r"model predicts the token at its first \[MASK\] \(or at position=N\)$"):
         vitroll.rollout(model, ["the [MASK] sat", "the cat sat"])
 
 
@@ -230,7 +230,7 @@ def test_the_cli_explains_a_saved_masked_language_model_at_its_mask(tmp_path, ca
     shown = predicted if predicted.startswith("<id ") else f'"{predicted}"'  # an id the tokenizer has no token for
     assert f'#1  masked token: {shown} (' in captured.out and f'explained: {shown}' in captured.out
     assert captured.err == ("vitroll: failed: #2: cannot explain it: no [MASK] in the text: a masked language model "
-                            "predicts the token at its first [MASK] (or at --position)\n")
+                            "predicts the token at its first [MASK] (or at --position N)\n")
     [entry] = json.loads((out / "scores.json").read_text())["texts"]
     assert entry["masked_token"] == entry["explained"] == predicted and "prediction" not in entry
     np.testing.assert_allclose([t["score"] for t in entry["tokens"]], expected.numpy(), atol=1e-6)

@@ -50,7 +50,8 @@ class NoMaskToken(UnexplainableText):
     """Texts ``texts`` (indices in the batch) hold no ``mask`` token for a masked language model to predict."""
 
     def __init__(self, mask: str, texts: list[int]) -> None:
-        why = f"a masked language model predicts the token at its first {mask} (or at {argument('position')})"
+        at = argument("position", placeholder="N")
+        why = f"a masked language model predicts the token at its first {mask} (or at {at})"
         super().__init__(f"no {mask} in texts {texts} of the batch: {why}", f"no {mask} in the text: {why}")
 
 

@@ -135,8 +135,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     window : int, optional
         The side, in patches, of the blocks ``occlusion`` hides (default 1).
     **unknown
-        None is taken: each is refused in one line (``target_class`` too, as every caption token is its own target)
-        rather than with Python's bare TypeError.
+        Takes no other keyword: the first is refused in one line, a ``MethodOptionError`` naming the options above
+        (``target_class`` too, as every caption token is its own target), rather than Python's bare TypeError.
 
     Returns
     -------
