@@ -48,6 +48,7 @@ from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_c
 from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
 from vitroll.pipelines.progress import progress_bar
+from vitroll.pipelines.single import cannot_write
 from vitroll.pipelines.stream import Explained, Failed, decoded_batches, explained_batches, read_image
 from vitroll.preprocess import Preprocessing
 from vitroll.wording import argument, counted
@@ -188,7 +189,7 @@ class _Annotator:
             for name in outputs.values():
                 (self.out_dir / name).unlink(missing_ok=True)
             if isinstance(error, OSError):
-                return self.error_row(item, f"{item.path}: cannot write outputs ({error.strerror or error})")
+                return self.error_row(item, cannot_write(item.path, error, self.out_dir))
             return self.error_row(item, f"{item.path}: cannot be rendered ({type(error).__name__}: {error})")
         if explained.compared_maps:
             agreement = float(rank_correlation(grid_map, explained.compared_maps[0])[0])
