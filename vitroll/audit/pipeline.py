@@ -370,8 +370,10 @@ def run_audit(
         require_text_detector()
     inputs = given_found_files(paths, exclude=out_dir)
     if not inputs:
-        inside = next(filter(None, (inside_output(path, out_dir) for path in paths if Path(path).is_dir())), "")
-        raise ImageReadError(", ".join(str(p) for p in paths), inside or "no DICOM or image files found")
+        for path in paths:  # the one folder that is the output folder, or inside it, is named alone
+            if Path(path).is_dir() and (inside := inside_output(path, out_dir)):
+                raise ImageReadError(path, inside)
+        raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     images = Path(out_dir) / "images"
     if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
