@@ -312,12 +312,12 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     return row
 
 
-def _mask_unread(masks: str, error: Exception) -> str:
-    """Why a metric is not measured when the image's mask file of :class:`AuditOptions` field ``masks`` cannot be read
-    (named as the caller sets it: ``--body-masks`` on the command line): the reason of a mask over the ``max_pixels``
-    limit, which names no file, is told."""
+def _mask_unread(field: str, error: Exception) -> str:
+    """Why a metric is not measured when the image's mask file of :class:`AuditOptions` ``field`` (``"masks"`` or
+    ``"body_masks"``) cannot be read, the field named as the caller sets it (``--body-masks`` on the command line): the
+    reason of a mask over the ``max_pixels`` limit, which names no file, is told."""
     reason = f": {error.reason}" if isinstance(error, ImageTooLargeError) else ""
-    return f"not measured: its {argument(masks)} file cannot be read as an image{reason}"
+    return f"not measured: its {argument(field)} file cannot be read as an image{reason}"
 
 
 def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
