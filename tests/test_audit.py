@@ -755,6 +755,13 @@ def test_an_input_folder_that_is_the_output_folder_is_told_so_not_as_empty(tmp_p
     assert code == 2 and stderr.splitlines()[-1] == (
         f"vitroll: error: {tmp_path}: is the output folder, whose files are never inputs (they would be outputs); "
         "choose another --out")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "out").mkdir()
+    code, _, stderr = run_cli("audit", str(tmp_path / "empty"), str(tmp_path / "out"), "--out", str(tmp_path / "out"),
+                              "--keep-burned-in-text", *MODEL)
+    assert code == 2 and stderr.splitlines()[-1] == (  # was said of "{tmp_path}/empty, {tmp_path}/out" together
+        f"vitroll: error: {tmp_path / 'out'}: is the output folder, whose files are never inputs (they would be "
+        "outputs); choose another --out")
 
 
 def test_an_images_file_in_the_output_folder_stops_the_audit_before_its_work(tmp_path):

@@ -312,12 +312,12 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
     return row
 
 
-def _mask_unread(masks: str, error: Exception) -> str:
-    """Why a metric is not measured when the image's mask file of :class:`AuditOptions` field ``masks`` cannot be read
-    (named as the caller sets it: ``--body-masks`` on the command line): the reason of a mask over the ``max_pixels``
-    limit, which names no file, is told."""
+def _mask_unread(field: str, error: Exception) -> str:
+    """Why a metric is not measured when the image's mask file of :class:`AuditOptions` ``field`` (``"masks"`` or
+    ``"body_masks"``) cannot be read, the field named as the caller sets it (``--body-masks`` on the command line): the
+    reason of a mask over the ``max_pixels`` limit, which names no file, is told."""
     reason = f": {error.reason}" if isinstance(error, ImageTooLargeError) else ""
-    return f"not measured: its {argument(masks)} file cannot be read as an image{reason}"
+    return f"not measured: its {argument(field)} file cannot be read as an image{reason}"
 
 
 def _region_of_interest(path: Path, shape_hw: tuple[int, int], options: AuditOptions,
@@ -370,8 +370,10 @@ def run_audit(
         require_text_detector()
     inputs = given_found_files(paths, exclude=out_dir)
     if not inputs:
-        inside = next(filter(None, (inside_output(path, out_dir) for path in paths if Path(path).is_dir())), "")
-        raise ImageReadError(", ".join(str(p) for p in paths), inside or "no DICOM or image files found")
+        for path in paths:  # the one folder that is the output folder, or inside it, is named alone
+            if Path(path).is_dir() and (inside := inside_output(path, out_dir)):
+                raise ImageReadError(path, inside)
+        raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     images = Path(out_dir) / "images"
     if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
