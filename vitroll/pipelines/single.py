@@ -12,7 +12,6 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from torch import nn
 
-from vitroll.errors import InputValueError
 from vitroll.io import encode_png
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import DEFAULT_MAX_PIXELS
@@ -113,9 +112,9 @@ def explain_files(
     image–text model with its texts bound (:class:`~vitroll.adapters.image_text.PromptedModel`), one overlay per
     text and their grid.
 
-    Unreadable files, files larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`), files whose map
-    cannot be drawn (NaN everywhere) and files whose outputs cannot be written yield a result with ``error`` set; the
-    others are still processed. A file given twice is explained once.
+    Unreadable files, files larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`) and files whose
+    outputs cannot be written yield a result with ``error`` set; the others are still processed. A file given twice
+    is explained once.
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
@@ -134,8 +133,6 @@ def explain_files(
                 yield _explain_image(record, stems[record.index], out_dir, settings, class_names, save_figure)
         except OSError as error:  # this image's outputs cannot be written (a folder in the way, no permission)
             yield ImageExplanation(path=record.item, error=cannot_write(record.item, error, out_dir))
-        except InputValueError as error:  # this image's map cannot be drawn (NaN everywhere)
-            yield ImageExplanation(path=record.item, error=f"{record.item}: {error}")
 
 
 def cannot_write(path: Path, error: OSError, out_dir: Path) -> str:
