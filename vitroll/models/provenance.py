@@ -18,12 +18,21 @@ from vitroll.models.transformers import (
     SHIPPED_TRANSFORMERS, TRANSFORMERS_WEIGHTS, is_transformers_name, transformers_source,
 )
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS
+from vitroll.wording import argument, on_the_command_line
 
 
 def has_random_weights(name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None") -> bool:
     """Whether :func:`load_model` with these arguments leaves the weights at their random initialisation."""
     return not pretrained and checkpoint is None and name != TESTBED_NAME and not is_transformers_name(name)
 
+
+
+def no_weights_given() -> str:
+    """Why a model's weights are random, in the caller's words: ``no --pretrained or --checkpoint`` on the command
+    line, ``pretrained=False, checkpoint=None`` from Python."""
+    if on_the_command_line():
+        return f"no {argument('pretrained')} or {argument('checkpoint')}"
+    return f"{argument('pretrained', False)}, {argument('checkpoint', placeholder='None')}"
 
 
 @dataclass(frozen=True)
