@@ -214,10 +214,42 @@ def test_a_manufacturer_holding_the_patient_name_is_withheld_in_every_report_fil
     assert "(withheld)" in (tmp_path / "out" / "report.csv").read_text()
 
 
+def test_a_report_written_from_python_names_the_audits_arguments_not_flags(tmp_path):
+    """run_audit's rows, sentences and banners name what its caller sets (AuditOptions' fields, load_model's
+    arguments), never a flag the caller has not got."""
+    import timm
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "chest.dcm", body_phantom(), number=1)
+    write_dicom(inputs / "face.dcm", body_phantom(), number=2, RecognizableVisualFeatures="YES")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    provenance = ModelProvenance.of("test_vit", pretrained=False, checkpoint=None)
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="center"),
+                       options=AuditOptions(keep_burned_in_text=True, salt="s"), provenance=provenance)
+    chest, face = sorted(report.rows, key=lambda row: row.input_number)
+    assert chest.text_check == "not checked: keep_burned_in_text=True"
+    assert face.error == (
+        "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
+        "pixels can identify the patient), so it is neither explained nor drawn; allow_recognizable_features=True "
+        "audits it.")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "RANDOM WEIGHTS: this model was not trained (pretrained=False, checkpoint=None)." in html
+    assert "Burned-in text was NOT searched for or removed (keep_burned_in_text=True)" in html
+    report = run_audit([inputs], model, out_dir=tmp_path / "kept", settings=ExplainSettings(method="center"),
+                       options=AuditOptions(keep_burned_in_text=True, keep_ids=True, allow_recognizable_features=True))
+    html = (tmp_path / "kept" / "report.html").read_text()
+    assert "Identifiers are included (keep_ids=True): this report is NOT de-identified." in html
+    assert "are included (allow_recognizable_features=True): their pixels can identify patients." in html
+    for out in ("out", "kept"):
+        texts = [(tmp_path / out / name).read_text() for name in ("report.html", "report.csv", "report.json")]
+        assert not any(re.search(r"--(keep|allow|trust|pretrained|checkpoint)", text) for text in texts)
+
+
 def test_a_file_named_like_a_word_of_its_reason_leaves_the_reason_readable(tmp_path):
     """Files named face.dcm, PixelData and image: their reasons read "a face photograph", "no PixelData", "an image
     format" (they read "a <file> photograph", "no <file>", "an <file> format")."""
-    from vitroll.io.dicom import NOT_DICOM_OR_IMAGE, RECOGNIZABLE_WITHHELD
+    from vitroll.io.dicom import NOT_DICOM_OR_IMAGE, recognizable_withheld
 
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -226,10 +258,12 @@ def test_a_file_named_like_a_word_of_its_reason_leaves_the_reason_readable(tmp_p
     (inputs / "image").write_text("not an image")
     code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), *MODEL)
     reasons = [row["reason"] for row in json.loads((tmp_path / "out" / "report.json").read_text())["cases"]]
+    with worded_for_the_command_line():
+        withheld = recognizable_withheld()
     assert code == 3 and "<file>" not in stderr
     assert reasons == [
         "This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is no image to explain.",
-        RECOGNIZABLE_WITHHELD, NOT_DICOM_OR_IMAGE]
+        withheld, NOT_DICOM_OR_IMAGE]
 
 
 @pytest.mark.parametrize("message, path, scrubbed", [

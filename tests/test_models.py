@@ -470,3 +470,17 @@ def test_a_model_of_random_weights_is_the_same_on_every_build_and_leaves_the_cal
     assert same_weights(first, load_model(NAME, num_classes=5))
     assert same_weights(load_model("torchvision:vit_b_16", img_size=32, num_classes=3),
                         load_model("torchvision:vit_b_16", img_size=32, num_classes=3))
+
+
+def test_random_weights_are_described_for_the_caller_and_fingerprinted_as_before():
+    """The description names load_model's arguments from Python and the flags on the command line; the fingerprint
+    (which annotate's settings hash holds) is byte for byte what it always was, so existing output folders resume."""
+    from vitroll.models import ModelProvenance
+
+    before = "RANDOM weights (no --pretrained or --checkpoint): the maps mean nothing"
+    provenance = ModelProvenance.of("test_vit", pretrained=False, checkpoint=None)
+    assert provenance.description == "RANDOM weights (pretrained=False, checkpoint=None): the maps mean nothing"
+    assert provenance.fingerprint == before
+    with worded_for_the_command_line():
+        provenance = ModelProvenance.of("test_vit", pretrained=False, checkpoint=None)
+    assert provenance.description == before and provenance.fingerprint == before

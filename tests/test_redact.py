@@ -24,8 +24,10 @@ from pydicom.data import get_testdata_file
 from vitroll.cli import main
 from vitroll.errors import VitrollError
 from vitroll.io.dicom import read_dicom
-from vitroll.io.redact import (CHECKED_DESPITE_HEADER_NO, MIN_MARGIN_PX, TRUSTED_HEADER_NO, TextCheck, fill_regions,
-                               find_text_regions, region_mask, require_text_detector, text_check)
+from vitroll.io.redact import (CHECKED_DESPITE_HEADER_NO, MIN_MARGIN_PX, TextCheck, fill_regions,
+                               find_text_regions, region_mask, require_text_detector, skipped_on_request,
+                               text_check)
+from vitroll.wording import worded_for_the_command_line
 
 PALETTE_ID = "11-05-25-142825"
 """PatientID of pydicom's examples_palette.dcm, burned into its pixels (BurnedInAnnotation absent)."""
@@ -126,9 +128,10 @@ def test_region_margin_covers_anti_aliased_edges_and_no_more():
 @pytest.mark.parametrize("metadata, header, secondary, expected, trusted", [
     ({"Modality": "CT", "BurnedInAnnotation": "NO"}, True, False,
      TextCheck(True, "BurnedInAnnotation NO: checked anyway"),
-     TextCheck(False, "not checked: BurnedInAnnotation NO (--trust-burned-in-header)")),
+     TextCheck(False, "not checked: BurnedInAnnotation NO (trust_burned_in_header=True)")),
     ({"Modality": "CT", "BurnedInAnnotation": "no"}, True, False,
-     TextCheck(True, CHECKED_DESPITE_HEADER_NO), TextCheck(False, TRUSTED_HEADER_NO)),
+     TextCheck(True, CHECKED_DESPITE_HEADER_NO),
+     TextCheck(False, "not checked: BurnedInAnnotation NO (trust_burned_in_header=True)")),
     ({"Modality": "CT", "BurnedInAnnotation": "YES"}, True, False, TextCheck(True, "BurnedInAnnotation YES"), None),
     ({"Modality": "CR", "BurnedInAnnotation": "unknown"}, True, False, TextCheck(True, "BurnedInAnnotation absent"), None),
     ({"Modality": "US", "BurnedInAnnotation": "NO"}, True, False, TextCheck(True, "ultrasound: always checked"), None),
@@ -142,6 +145,16 @@ def test_which_pixels_are_searched(metadata, header, secondary, expected, truste
     assert text_check(metadata, has_header=header, secondary_capture=secondary) == expected
     assert text_check(metadata, has_header=header, secondary_capture=secondary,
                       trust_header=True) == (trusted or expected)
+
+
+def test_the_reasons_that_name_an_option_name_it_as_the_caller_sets_it():
+    """From Python the reasons name the audit's arguments; on the command line, its flags."""
+    trusted = {"Modality": "CT", "BurnedInAnnotation": "NO"}
+    assert skipped_on_request() == TextCheck(False, "not checked: keep_burned_in_text=True")
+    with worded_for_the_command_line():
+        assert skipped_on_request() == TextCheck(False, "not checked: --keep-burned-in-text")
+        assert text_check(trusted, has_header=True, secondary_capture=False, trust_header=True) == TextCheck(
+            False, "not checked: BurnedInAnnotation NO (--trust-burned-in-header)")
 
 
 def test_a_missing_detector_is_one_line_naming_the_extra(monkeypatch, tmp_path):

@@ -28,7 +28,10 @@ FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "nu
          "precision": "--precision", "position": "--position", "processes": "--processes", "window": "--window",
          "group_by": "--group-by", "salt": "--salt", "flag_threshold": "--flag-threshold", "masks": "--masks",
          "body_masks": "--body-masks", "keep_burned_in_text": "--keep-burned-in-text",
-         "discard_ratio": "--discard-ratio"}
+         "discard_ratio": "--discard-ratio", "keep_ids": "--keep-ids",
+         "trust_burned_in_header": "--trust-burned-in-header",
+         "allow_recognizable_features": "--allow-recognizable-features",
+         "allow_recognizable": "--allow-recognizable-features"}
 """The arguments of models, their loading, preprocessing and methods, of image reading, of the pipelines and of the
 audit that have a flag of their own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 

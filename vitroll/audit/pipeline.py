@@ -31,12 +31,12 @@ from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
-from vitroll.io.dicom import DicomImage, frame_count, read_any, salted_key
+from vitroll.io.dicom import DicomImage, frame_count, read_any, recognizable_withheld, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
 from vitroll.io.images import encode_png, srgb_display
 from vitroll.io.writing import write_atomic
-from vitroll.io.redact import (SKIPPED_ON_REQUEST, TextCheck, fill_regions, find_text_regions, region_mask,
-                               require_text_detector, text_check)
+from vitroll.io.redact import (TextCheck, fill_regions, find_text_regions, region_mask, require_text_detector,
+                               skipped_on_request, text_check)
 from vitroll.maps import peak_location
 from vitroll.models import ModelProvenance
 from vitroll.pipelines.explain import ExplainSettings, render, top_classes
@@ -141,6 +141,8 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
                                else "the file is gone: removed or moved while the audit ran") from None
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
+        if reason == recognizable_withheld():  # read_dicom's argument: the audit's caller sets the option's
+            reason = recognizable_withheld("allow_recognizable_features")
         raise VitrollError(reason) from None
     file_key = _file_key(item, options)
     identifiers = {"file": str(path)} if options.keep_ids else {}
@@ -192,7 +194,7 @@ def _not_audited_row(item: AuditInput, reason: str, options: AuditOptions, frame
 
 def _text_check_of(decoded: DicomImage, options: AuditOptions) -> TextCheck:
     if options.keep_burned_in_text:
-        return SKIPPED_ON_REQUEST
+        return skipped_on_request()
     return text_check(decoded.metadata, has_header=decoded.dicom, secondary_capture=decoded.secondary_capture,
                       trust_header=options.trust_burned_in_header)
 

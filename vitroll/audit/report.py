@@ -27,8 +27,10 @@ from vitroll.audit.summary import Coverage, group_table, sentences
 from vitroll.io.images import encode_png
 from vitroll.io.writing import write_atomic
 from vitroll.models import ModelProvenance
+from vitroll.models.provenance import no_weights_given
 from vitroll.pipelines.explain import ExplainSettings
 from vitroll.templates import finite, render
+from vitroll.wording import argument
 
 METRIC_LABELS = {
     "outside_body": "outside body", "border": "border band", "annotation": "on annotations",
@@ -222,14 +224,15 @@ def render_html(report: AuditReport) -> str:
     """The whole report as one HTML document with everything inline (``audit.html.j2``, every value escaped)."""
     settings = report.settings_record()
     window = settings["window_width_level"]
-    phi = ("Identifiers are included (--keep-ids): this report is NOT de-identified." if report.options.keep_ids else
+    phi = (f"Identifiers are included ({argument('keep_ids', True)}): this report is NOT de-identified."
+           if report.options.keep_ids else
            ("Text de-identified (pixels not checked, see below)" if report.options.keep_burned_in_text else
             "De-identified") + ": no names, IDs, dates, institutions, accession numbers or file names in the text. "
            "Cases and studies are keys hashed with a salt that is not stored; only scanner, body part, modality, sex "
            "and age band are shown.")
     if report.options.allow_recognizable_features:
         phi += (" Images whose header says RecognizableVisualFeatures YES (faces, surface renderings) are included "
-                "(--allow-recognizable-features): their pixels can identify patients.")
+                f"({argument('allow_recognizable_features', True)}): their pixels can identify patients.")
     searched = [row for row in report.images if row.text_regions is not None]
     text_search = {"searched": len(searched), "regions": sum(row.text_regions for row in searched),
                    "with_text": sum(1 for row in searched if row.text_regions),
@@ -242,4 +245,5 @@ def render_html(report: AuditReport) -> str:
         window=f"W {window[0]:g}, L {window[1]:g}" if window else "from each file",
         labels=METRIC_LABELS, group_fields=GROUP_FIELDS, id_fields=ID_FIELDS if report.options.keep_ids else (),
         input_order=INPUT_ORDER, as_finite=finite, formatted=_fmt, png_uri=_png_uri,
-        which_frames=which_frames)
+        which_frames=which_frames, untrained=no_weights_given(),
+        keep_text=argument("keep_burned_in_text", True), trust_header=argument("trust_burned_in_header", True))

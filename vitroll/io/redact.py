@@ -59,11 +59,20 @@ class TextCheck:
     reason: str
 
 
-SKIPPED_ON_REQUEST = TextCheck(False, "not checked: --keep-burned-in-text")
+def skipped_on_request() -> TextCheck:
+    """The check of a frame not searched because the caller kept burned-in text, in the caller's words:
+    ``not checked: --keep-burned-in-text`` on the command line, ``keep_burned_in_text=True`` from Python."""
+    return TextCheck(False, f"not checked: {argument('keep_burned_in_text', True)}")
+
+
 CHECKED_DESPITE_HEADER_NO = "BurnedInAnnotation NO: checked anyway"
 """Reason of a frame whose header says BurnedInAnnotation NO, searched all the same (the default)."""
-TRUSTED_HEADER_NO = "not checked: BurnedInAnnotation NO (--trust-burned-in-header)"
-"""Reason of a frame whose header says BurnedInAnnotation NO, not searched because the header was trusted."""
+
+
+def trusted_header_no() -> str:
+    """Reason of a frame whose header says BurnedInAnnotation NO, not searched because the header was trusted
+    (``--trust-burned-in-header``, ``trust_burned_in_header=True`` from Python)."""
+    return f"not checked: BurnedInAnnotation NO ({argument('trust_burned_in_header', True)})"
 
 
 def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_capture: bool,
@@ -94,7 +103,7 @@ def text_check(metadata: Mapping[str, str], *, has_header: bool, secondary_captu
         return TextCheck(True, "secondary capture: always checked")
     burned_in = metadata.get("BurnedInAnnotation", UNKNOWN)
     if burned_in.upper() == "NO":
-        return TextCheck(False, TRUSTED_HEADER_NO) if trust_header else TextCheck(True, CHECKED_DESPITE_HEADER_NO)
+        return TextCheck(False, trusted_header_no()) if trust_header else TextCheck(True, CHECKED_DESPITE_HEADER_NO)
     return TextCheck(True, "BurnedInAnnotation absent" if burned_in == UNKNOWN else f"BurnedInAnnotation {burned_in}")
 
 
@@ -200,6 +209,6 @@ def fill_regions(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "CHECKED_DESPITE_HEADER_NO", "SKIPPED_ON_REQUEST", "TRUSTED_HEADER_NO", "TextCheck", "fill_regions",
-    "find_text_regions", "region_mask", "require_text_detector", "text_check",
+    "CHECKED_DESPITE_HEADER_NO", "TextCheck", "fill_regions", "find_text_regions", "region_mask",
+    "require_text_detector", "skipped_on_request", "text_check", "trusted_header_no",
 ]

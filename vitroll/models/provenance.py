@@ -18,12 +18,25 @@ from vitroll.models.transformers import (
     SHIPPED_TRANSFORMERS, TRANSFORMERS_WEIGHTS, is_transformers_name, transformers_source,
 )
 from vitroll.testbed.model import TESTBED_NAME, WEIGHTS
+from vitroll.wording import argument, on_the_command_line
 
 
 def has_random_weights(name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None") -> bool:
     """Whether :func:`load_model` with these arguments leaves the weights at their random initialisation."""
     return not pretrained and checkpoint is None and name != TESTBED_NAME and not is_transformers_name(name)
 
+
+RANDOM_FINGERPRINT = "RANDOM weights (no --pretrained or --checkpoint): the maps mean nothing"
+"""What stands for random weights in a settings hash, byte for byte what it was when the description (now worded for
+the caller) was the fingerprint: output folders written since must still resume."""
+
+
+def no_weights_given() -> str:
+    """Why a model's weights are random, in the caller's words: ``no --pretrained or --checkpoint`` on the command
+    line, ``pretrained=False, checkpoint=None`` from Python."""
+    if on_the_command_line():
+        return f"no {argument('pretrained')} or {argument('checkpoint')}"
+    return f"{argument('pretrained', False)}, {argument('checkpoint', placeholder='None')}"
 
 
 @dataclass(frozen=True)
@@ -47,8 +60,11 @@ class ModelProvenance:
     @property
     def fingerprint(self) -> str:
         """What stands for the weights in a settings hash: their content (SHA-256) where there is a file, so that a
-        file changed in place under the same name is other settings; else the one-line description."""
-        return f"{self.weights} SHA-256 {self.sha256}" if self.sha256 else self.description
+        file changed in place under the same name is other settings; for random weights :data:`RANDOM_FINGERPRINT`
+        (the same from Python and the command line); else the one-line description."""
+        if self.sha256:
+            return f"{self.weights} SHA-256 {self.sha256}"
+        return RANDOM_FINGERPRINT if self.random else self.description
 
     @classmethod
     def of(cls, name: str, *, pretrained: bool, checkpoint: "str | os.PathLike[str] | None",
@@ -67,7 +83,7 @@ class ModelProvenance:
             cfg = dict(getattr(model, "pretrained_cfg", None) or {})
             source = cfg.get("hf_hub_id") or cfg.get("url") or cfg.get("tag") or "timm's default tag"
             return cls(name, "timm-pretrained", f"timm pretrained weights ({source})")
-        return cls(name, "random", "RANDOM weights (no --pretrained or --checkpoint): the maps mean nothing")
+        return cls(name, "random", f"RANDOM weights ({no_weights_given()}): the maps mean nothing")
 
     @classmethod
     def _of_transformers(cls, name: str) -> "ModelProvenance":

@@ -24,13 +24,14 @@ Windows are written **width first, then level**: ``(W, L)``, on the command line
 from vitroll.io.dicom.deidentify import SAFE_FIELDS, UNKNOWN, WITHHELD, age_band, safe_metadata, salted_key
 from vitroll.io.dicom.display import window_to_unit
 from vitroll.io.dicom.reading import (
-    INSTALL_HINT, NOT_DICOM_OR_IMAGE, RECOGNIZABLE_WITHHELD, DicomImage, decode_failure, decoder_advice, frame_count,
-    is_dicom, is_secondary_capture, read_any, read_dicom,
+    INSTALL_HINT, NOT_DICOM_OR_IMAGE, DicomImage, decode_failure, decoder_advice, frame_count,
+    is_dicom, is_secondary_capture, read_any, read_dicom, recognizable_withheld,
 )
 from vitroll.io.windows import WINDOW_PRESETS, parse_window
 
 __all__ = [
-    "DicomImage", "INSTALL_HINT", "NOT_DICOM_OR_IMAGE", "RECOGNIZABLE_WITHHELD", "SAFE_FIELDS", "UNKNOWN",
+    "DicomImage", "INSTALL_HINT", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "UNKNOWN",
     "WINDOW_PRESETS", "WITHHELD", "age_band", "decode_failure", "decoder_advice", "frame_count", "is_dicom",
-    "is_secondary_capture", "parse_window", "read_any", "read_dicom", "safe_metadata", "salted_key", "window_to_unit",
+    "is_secondary_capture", "parse_window", "read_any", "read_dicom", "recognizable_withheld", "safe_metadata",
+    "salted_key", "window_to_unit",
 ]

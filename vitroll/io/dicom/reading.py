@@ -78,9 +78,13 @@ def _error_text(error: BaseException) -> str:
     return " ".join(lines[:1] + ["; ".join(lines[1:])]).strip() if lines[0].endswith(":") else " ".join(lines)
 
 
-RECOGNIZABLE_WITHHELD = (
-    "Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, whose "
-    "pixels can identify the patient), so it is neither explained nor drawn; --allow-recognizable-features audits it.")
+def recognizable_withheld(allowed_by: str = "allow_recognizable") -> str:
+    """Why a file whose header says RecognizableVisualFeatures YES is refused, naming what would read it in the
+    caller's words: ``--allow-recognizable-features`` on the command line, the argument ``allowed_by`` from Python
+    (:func:`read_dicom`'s ``allow_recognizable``, the audit's ``allow_recognizable_features``)."""
+    return ("Withheld: its header says RecognizableVisualFeatures YES (a face photograph or a 3D surface rendering, "
+            "whose pixels can identify the patient), so it is neither explained nor drawn; "
+            f"{argument(allowed_by, True)} audits it.")
 
 
 PREAMBLE_LESS_GROUPS = (0x0002, 0x0008)
@@ -626,7 +630,7 @@ def read_dicom(
     decoding (:func:`~vitroll.io.images.check_size`; None: no limit); native pixel data, which holds every pixel it
     states, is not limited.
 
-    A file whose header says RecognizableVisualFeatures YES is refused (:data:`RECOGNIZABLE_WITHHELD`) unless
+    A file whose header says RecognizableVisualFeatures YES is refused (:func:`recognizable_withheld`) unless
     ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
 
     Raises
@@ -673,7 +677,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
-        raise ImageReadError(path, RECOGNIZABLE_WITHHELD)
+        raise ImageReadError(path, recognizable_withheld())
     metadata = safe_metadata(dataset)
     try:
         count = int(dataset.get("NumberOfFrames", 1) or 1)
