@@ -27,7 +27,7 @@ FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "nu
          "frame": "--frame", "out_dir": "--out", "recursive": "--recursive", "save": "--save",
          "precision": "--precision", "position": "--position", "processes": "--processes", "window": "--window",
          "group_by": "--group-by", "salt": "--salt", "flag_threshold": "--flag-threshold", "masks": "--masks",
-         "body_masks": "--body-masks", "keep_burned_in_text": "--keep-burned-in-text"}
+         "body_masks": "--body-masks", "keep_burned_in_text": "--keep-burned-in-text", "device": "--device"}
 """The arguments of models, their loading, preprocessing and methods, of image reading, of the pipelines and of the
 audit that have a flag of their own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 
