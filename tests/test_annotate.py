@@ -939,8 +939,9 @@ def test_more_processes_than_cuda_devices_are_refused_in_one_line_before_any_sta
     out = str(tmp_path / "out")
     assert main(["annotate", str(two_gpus), "--out", out, "--processes", "3"]) == 2
     assert capsys.readouterr().err == ("vitroll: error: --processes 3: more ranks than this machine's 2 CUDA devices, "
-                                       "rank k taking cuda:k; give at most 2, or run on the CPU\n")
-    with pytest.raises(OptionValueError, match=r"^processes=3: more ranks than this machine's 2 CUDA devices"):
+                                       "rank k taking cuda:k; give at most 2, or --device cpu\n")
+    with pytest.raises(OptionValueError, match=r"^processes=3: more ranks than this machine's 2 CUDA devices, rank k "
+                                               r"taking cuda:k; give at most 2, or device='cpu'$"):
         ranks.run_ranks(["annotate", str(two_gpus), "--out", out], 3, cuda_devices=2)
     assert not (tmp_path / "out").exists()
     for allowed in (["--processes", "2"], ["--processes", "3", "--device", "cpu"]):  # as many as GPUs; the CPU's cores

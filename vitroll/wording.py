@@ -31,7 +31,7 @@ FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "nu
          "discard_ratio": "--discard-ratio", "keep_ids": "--keep-ids",
          "trust_burned_in_header": "--trust-burned-in-header",
          "allow_recognizable_features": "--allow-recognizable-features",
-         "allow_recognizable": "--allow-recognizable-features"}
+         "allow_recognizable": "--allow-recognizable-features", "device": "--device"}
 """The arguments of models, their loading, preprocessing and methods, of image reading, of the pipelines and of the
 audit that have a flag of their own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 

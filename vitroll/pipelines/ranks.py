@@ -78,7 +78,7 @@ def check_rank_count(processes: int, cuda_devices: Optional[int] = None) -> None
     if cuda_devices is not None and processes > cuda_devices:
         raise OptionValueError(f"{argument('processes', processes)}: more ranks than this machine's "
                                f"{counted(cuda_devices, 'CUDA device')}, rank k taking cuda:k; give at most "
-                               f"{cuda_devices}, or run on the CPU")
+                               f"{cuda_devices}, or {argument('device', 'cpu')}")
 
 
 def run_ranks(argv: Sequence[str], processes: int, cuda_devices: Optional[int] = None) -> int:
