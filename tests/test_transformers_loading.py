@@ -534,10 +534,13 @@ def test_a_saved_segmenter_loads_as_its_encoder_quietly(segmenter, tmp_path, cap
     ('{"model_type": "vit", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1, "
                                "column 23); save the model again with save_pretrained"),
     ('[1, 2]', "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"),
+    ('{"model_type": ["vit"]}', 'has model_type ["vit"], which is not a name ("vit"); save the model again with '
+                                'save_pretrained'),
+    ('{"model_type": 3}', 'has model_type 3, which is not a name ("vit"); save the model again with save_pretrained'),
     ('{"model_type": "vit", "hidden_size": "big"}',
      "is not a configuration transformers can read (Validation error for field 'hidden_size': TypeError: Field "
      "'hidden_size' expected int, got str (value: 'big'))"),
-], ids=["not-json", "no-model-type", "wrong-type"])
+], ids=["not-json", "no-model-type", "model-type-a-list", "model-type-a-number", "wrong-type"])
 def test_a_broken_config_json_is_one_line_naming_the_file(folder, tmp_path, capsys, config_text, reason):
     broken = tmp_path / "broken"
     shutil.copytree(folder, broken)

@@ -93,6 +93,9 @@ def _parsed_config(path: str, modified_ns: int, size: int) -> "dict | str":
                 "with save_pretrained")
     if not isinstance(config, dict) or "model_type" not in config:
         return "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"
+    if not isinstance(config["model_type"], str):  # a list or a dict cannot even be looked up among the types
+        return (f"has model_type {json.dumps(config['model_type'])}, which is not a name (\"vit\"); save the model "
+                "again with save_pretrained")
     own_code = sorted(key for key in config.get("auto_map") or {} if key == "AutoConfig" or key.startswith("AutoModel"))
     if own_code:  # transformers would run the folder's Python files (trust_remote_code), or ask on the terminal
         return (f"builds the model from the folder's own Python code (auto_map: {', '.join(own_code)}), which "
