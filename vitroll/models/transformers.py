@@ -159,6 +159,10 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
             reason = " ".join(line.strip() for line in str(error).splitlines())
             raise ModelLoadError(f"{name}: {folder / 'config.json'} is not a configuration transformers can read "
                                  f"({reason or type(error).__name__})") from None
+        # a cached config.json that transformers refuses is told as a local one is, not as missing from the cache
+        if (cached := _cached_config(source)) is not None:
+            _check_config_file(name, cached)
+            _refuse_unsupported_type(name, _saved_config(cached)["model_type"])
         where = ("is not in the local cache and the hub cannot be reached" if offline
                  else f"could not be read ({type(error).__name__})")
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
@@ -225,6 +229,18 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
 
 
 _WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def _cached_config(repo: str) -> Optional[Path]:
+    """The ``config.json`` of hub repository ``repo`` in the local Hugging Face cache, or None when it is not there
+    (or ``repo`` is no valid hub id)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(repo, "config.json")
+    except ValueError:  # huggingface_hub's HFValidationError: not a hub id
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def _refuse_unsupported_type(name: str, kind: str) -> None:
