@@ -430,6 +430,34 @@ def test_pickled_hub_weights_name_a_file_to_pass_not_a_literal_its_pytorch_model
                                          "with --trust-checkpoint")
 
 
+def test_a_cached_hub_config_of_a_refused_type_is_refused_for_its_type_not_as_missing_from_the_cache(tmp_path,
+                                                                                                    monkeypatch):
+    """A hub id whose cached config.json transformers cannot read (EfficientFormer, gone from transformers 5) was told
+    'the transformers configuration is not in the local cache and the hub cannot be reached', though it is there."""
+    import huggingface_hub
+
+    from vitroll.models import hub
+
+    snapshot = tmp_path / "hub" / "models--vitroll-test--efficientformer" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "efficientformer",
+                                                      "architectures": ["EfficientFormerForImageClassification"]}))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("transformers:vitroll-test/efficientformer")
+    assert str(raised.value).startswith(
+        "transformers:vitroll-test/efficientformer: transformers model type 'efficientformer' is not supported: "
+        "EfficientFormer is no longer in transformers 5, and it attends only in its last stage")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": ["vit"]}))
+    with pytest.raises(ModelLoadError) as raised:
+        load_model("transformers:vitroll-test/efficientformer")
+    assert str(raised.value) == (f"transformers:vitroll-test/efficientformer: {snapshot / 'config.json'} has model_type "
+                                 '["vit"], which is not a name ("vit"); save the model again with save_pretrained')
+
+
 def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
@@ -534,10 +562,13 @@ def test_a_saved_segmenter_loads_as_its_encoder_quietly(segmenter, tmp_path, cap
     ('{"model_type": "vit", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1, "
                                "column 23); save the model again with save_pretrained"),
     ('[1, 2]', "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"),
+    ('{"model_type": ["vit"]}', 'has model_type ["vit"], which is not a name ("vit"); save the model again with '
+                                'save_pretrained'),
+    ('{"model_type": 3}', 'has model_type 3, which is not a name ("vit"); save the model again with save_pretrained'),
     ('{"model_type": "vit", "hidden_size": "big"}',
      "is not a configuration transformers can read (Validation error for field 'hidden_size': TypeError: Field "
      "'hidden_size' expected int, got str (value: 'big'))"),
-], ids=["not-json", "no-model-type", "wrong-type"])
+], ids=["not-json", "no-model-type", "model-type-a-list", "model-type-a-number", "wrong-type"])
 def test_a_broken_config_json_is_one_line_naming_the_file(folder, tmp_path, capsys, config_text, reason):
     broken = tmp_path / "broken"
     shutil.copytree(folder, broken)

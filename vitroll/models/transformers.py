@@ -93,6 +93,9 @@ def _parsed_config(path: str, modified_ns: int, size: int) -> "dict | str":
                 "with save_pretrained")
     if not isinstance(config, dict) or "model_type" not in config:
         return "has no model_type, so it is not a transformers config.json; save the model again with save_pretrained"
+    if not isinstance(config["model_type"], str):  # a list or a dict cannot even be looked up among the types
+        return (f"has model_type {json.dumps(config['model_type'])}, which is not a name (\"vit\"); save the model "
+                "again with save_pretrained")
     own_code = sorted(key for key in config.get("auto_map") or {} if key == "AutoConfig" or key.startswith("AutoModel"))
     if own_code:  # transformers would run the folder's Python files (trust_remote_code), or ask on the terminal
         return (f"builds the model from the folder's own Python code (auto_map: {', '.join(own_code)}), which "
@@ -156,6 +159,10 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
             reason = " ".join(line.strip() for line in str(error).splitlines())
             raise ModelLoadError(f"{name}: {folder / 'config.json'} is not a configuration transformers can read "
                                  f"({reason or type(error).__name__})") from None
+        # a cached config.json that transformers refuses is told as a local one is, not as missing from the cache
+        if (cached := _cached_config(source)) is not None:
+            _check_config_file(name, cached)
+            _refuse_unsupported_type(name, _saved_config(cached)["model_type"])
         where = ("is not in the local cache and the hub cannot be reached" if offline
                  else f"could not be read ({type(error).__name__})")
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
@@ -222,6 +229,18 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
 
 
 _WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def _cached_config(repo: str) -> Optional[Path]:
+    """The ``config.json`` of hub repository ``repo`` in the local Hugging Face cache, or None when it is not there
+    (or ``repo`` is no valid hub id)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(repo, "config.json")
+    except ValueError:  # huggingface_hub's HFValidationError: not a hub id
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def _refuse_unsupported_type(name: str, kind: str) -> None:
