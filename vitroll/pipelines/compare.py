@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 from torch import nn
 
-from vitroll.errors import InputValueError, OptionValueError
+from vitroll.errors import OptionValueError
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.writing import write_atomic
@@ -73,10 +73,9 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
             *, batch_size: int = 8, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Comparison:
     """Explain every image with every model and measure their agreement pair by pair.
 
-    Each model reads the images through the batch stream with its own preprocessing; unreadable images, images
-    larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`) and images of which a model's map cannot be
-    drawn (NaN everywhere) are listed in ``errors`` (one line each) and skipped. An image given twice is compared
-    once.
+    Each model reads the images through the batch stream with its own preprocessing; unreadable images, and images
+    larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`), are listed in ``errors`` (one line each)
+    and skipped. An image given twice is compared once.
 
     Raises
     ------
@@ -90,7 +89,7 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
                                f"to {labels.count(repeated[0])} of them")
     paths = unique_paths(paths)
     reader = functools.partial(read_image, max_pixels=max_pixels)
-    explained: dict[str, dict[int, tuple[Explained, np.ndarray, np.ndarray]]] = {}  # with its saliency and overlay
+    explained: dict[str, dict[int, Explained]] = {}
     failures: dict[int, str] = {}
     for explainer in explainers:
         explained[explainer.label] = {}
@@ -98,25 +97,21 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
                                      batch_size=batch_size):
             if isinstance(record, Failed):
                 failures.setdefault(record.index, record.message)
-                continue
-            try:
-                saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
-            except InputValueError as error:  # this model's map of it cannot be drawn (NaN everywhere)
-                failures.setdefault(record.index, f"{record.item}: {explainer.label}: {error}")
             else:
-                explained[explainer.label][record.index] = record, saliency, overlaid
+                explained[explainer.label][record.index] = record
     good = [index for index in range(len(paths)) if index not in failures]
     result = Comparison(images=[paths[index] for index in good], errors=[failures[i] for i in sorted(failures)],
                         maps={e.label: [] for e in explainers}, overlays={e.label: [] for e in explainers},
                         predictions={e.label: [] for e in explainers})
     for explainer in explainers:
         for index in good:
-            record, saliency, overlaid = explained[explainer.label][index]
+            record = explained[explainer.label][index]
+            saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
             result.maps[explainer.label].append(saliency)
             result.overlays[explainer.label].append(overlaid)
             best = top_classes(record.probabilities, explainer.class_names, k=1)[0]
             result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
-    result.pictures = [explained[explainers[0].label][index][0].image for index in good] if explainers else []
+    result.pictures = [explained[explainers[0].label][index].image for index in good] if explainers else []
     for index, path in enumerate(result.images):
         for first, second in itertools.combinations([e.label for e in explainers], 2):
             spearman, iou = agreement(result.maps[first][index], result.maps[second][index])
