@@ -617,6 +617,31 @@ def test_a_manifest_that_cannot_be_written_is_one_line_naming_it(messy, tmp_path
                                  "left on device); the next run redoes the inputs whose rows are missing")
 
 
+def test_a_full_disk_while_manifest_csv_is_rewritten_keeps_the_previous_one(messy, tmp_path, monkeypatch, capsys):
+    """On a full disk the rewrite of manifest.csv must not leave it holding only its header: it goes through a
+    temporary file renamed over the old one, so the previous manifest.csv survives the failed write whole."""
+    import errno
+
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "2") == 0
+    previous = (out / "manifest.csv").read_bytes()
+    assert len(previous.decode().splitlines()) == 3  # the header and the two rows
+    real_write_bytes = Path.write_bytes
+
+    def full_midway(path: Path, data: bytes) -> int:
+        if "manifest.csv" not in path.name:
+            return real_write_bytes(path, data)
+        real_write_bytes(path, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full_midway)
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--recursive") == 2
+    assert one_error(capsys) == f"vitroll: error: {out / 'manifest.csv'}: No space left on device"
+    assert (out / "manifest.csv").read_bytes() == previous
+    assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
+
+
 def test_an_output_folder_that_cannot_be_written_is_named_not_its_lock_file(messy, tmp_path, monkeypatch, capsys):
     """A read-only --out said 'OUT/.vitroll.lock: Read-only file system' (we run as root: chmod cannot show it)."""
     import errno

@@ -194,5 +194,5 @@ def test_evaluate_finds_masks_by_name_even_when_the_name_looks_like_a_pattern(tm
     Image.fromarray(np.zeros((6, 6), np.uint8)).save(tmp_path / "dog_mask.tif")  # the later of two masks by name
     Image.fromarray(image).save(tmp_path / "cat1_mask.png")  # what the pattern cat[1]_mask.* would have matched
     found = folder_images(tmp_path)
-    assert [item.name for item in found] == ["cat[1]", "dog"]
+    assert [item.name for item in found] == ["cat[1].png", "dog.png"]
     assert [int(item.mask.sum()) for item in found] == [6, 6]

@@ -107,10 +107,19 @@ def test_folder_with_masks_and_its_errors(tmp_path, capsys, random_checkpoint):
         Image.fromarray(item.image).save(tmp_path / f"{item.name}.png")
         Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / f"{item.name}_mask.png")
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "no_mask_here.png")
-    assert [i.name for i in folder_images(tmp_path)] == ["shapes-4-0000.png", "shapes-4-0001.png"]
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.jpg")
+    found = folder_images(tmp_path)
+    assert [i.name for i in found] == ["shapes-4-0000.png", "shapes-4-0001.png"]
+    assert found.without_mask == ("a.jpg", "no_mask_here.png")
     code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--out", str(tmp_path / "out"),
                  "--methods", "rollout", "--steps", "2"])
     assert code == 0
+    # the images without a mask were left out without a word: 2 images evaluated of 4
+    assert capsys.readouterr().err == (
+        f"vitroll: warning: 2 of 4 images in {tmp_path} left out for want of a mask (NAME_mask.* beside NAME.*: "
+        "none such as a_mask.png beside a.jpg)\n")
+    assert (tmp_path / "out" / "summary.md").read_text().startswith(
+        f"2 images ({tmp_path}; 2 images without a mask left out), model vitroll-shapes;")
     Image.fromarray(np.zeros((10, 10), np.uint8)).save(tmp_path / "shapes-4-0001_mask.png")
     code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--methods", "rollout"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
 from vitroll.commands.arguments import (
@@ -14,7 +15,7 @@ from vitroll.commands.arguments import (
     add_out_argument, given_path, integer, known_method, method_names, number, option_flag,
 )
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
-from vitroll.io.names import READABLE
+from vitroll.io.names import READABLE, single_line
 from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
@@ -89,12 +90,19 @@ def testbed_seed(args: argparse.Namespace) -> int:
 
 
 def images_from_args(args: argparse.Namespace, default_count: int):
-    from vitroll.pipelines.evaluate import folder_images, shapes_images
+    from vitroll.pipelines.evaluate import MASK_SUFFIX, folder_images, shapes_images
 
     check_one_image_source(args)
-    if args.folder:
-        return folder_images(args.folder, max_pixels=args.max_pixels)
-    return shapes_images(args.testbed or default_count, testbed_seed(args))
+    if not args.folder:
+        return shapes_images(args.testbed or default_count, testbed_seed(args))
+    images = folder_images(args.folder, max_pixels=args.max_pixels)
+    if images.without_mask:
+        example = Path(images.without_mask[0])
+        print(single_line(f"vitroll: warning: {len(images.without_mask)} of "
+                          f"{counted(len(images) + len(images.without_mask), 'image')} in {args.folder} left out for "
+                          f"want of a mask (NAME{MASK_SUFFIX}.* beside NAME.*: none such as "
+                          f"{example.stem}{MASK_SUFFIX}.png beside {example.name})"), file=sys.stderr)
+    return images
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -169,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
     table = markdown_table(summary)
     write_csv(args.out / "per_image.csv", result.rows)
     write_csv(args.out / "summary.csv", summary)
-    source = args.folder or f"shapes testbed, seed {testbed_seed(args)}"
+    source = f"shapes testbed, seed {testbed_seed(args)}"
+    if args.folder:
+        source = f"{args.folder}; {counted(len(images.without_mask), 'image')} without a mask left out"
     caption = f"{counted(len(images), 'image')} ({source}), model {args.model}; {INTERVAL}"
     (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
     if args.disagreement:

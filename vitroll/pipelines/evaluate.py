@@ -94,9 +94,19 @@ def _images_and_masks(folder: "str | os.PathLike[str]") -> tuple[list[Path], dic
     return [path for path in files if not path.stem.endswith(MASK_SUFFIX)], mask_of
 
 
+class FolderImages(list[MaskedImage]):
+    """:func:`folder_images`' answer: the images that have a mask, in a list, and ``without_mask``, the names of the
+    images left out for want of one (``dog.jpg`` without ``dog_mask.*``), sorted."""
+
+    def __init__(self, images: Sequence[MaskedImage], without_mask: Sequence[str]) -> None:
+        super().__init__(images)
+        self.without_mask: tuple[str, ...] = tuple(without_mask)
+
+
 def folder_images(folder: "str | os.PathLike[str]", *,
-                  max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[MaskedImage]:
-    """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name.
+                  max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> FolderImages:
+    """Every image in ``folder`` that has a mask beside it (``cat.jpg`` + ``cat_mask.png``), sorted by name; the
+    names of the images without one in the answer's ``without_mask`` (:class:`FolderImages`).
 
     Files are found by the rules of :mod:`vitroll.io.discovery` (image suffixes, hidden names skipped, not
     recursive). A mask is any image; its non-zero pixels are the object, or where it has transparency its opaque
@@ -106,9 +116,10 @@ def folder_images(folder: "str | os.PathLike[str]", *,
     differs from its image.
     """
     images, mask_of = _images_and_masks(folder)
-    found = []
+    found, without_mask = [], []
     for path in images:
         if path.stem not in mask_of:
+            without_mask.append(path.name)
             continue
         picture, display = load_image_with_display(path, max_pixels=max_pixels)
         image = np.asarray(picture)
@@ -120,7 +131,7 @@ def folder_images(folder: "str | os.PathLike[str]", *,
         found.append(MaskedImage(path.name, image, mask, display=None if display is None else np.asarray(display)))
     if not found:
         raise ImageReadError(Path(folder), f"no image has a mask beside it (expected NAME{MASK_SUFFIX}.png)")
-    return found
+    return FolderImages(found, without_mask)
 
 
 def folder_images_without_masks(folder: "str | os.PathLike[str]", *,
