@@ -454,6 +454,33 @@ def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):
         (2, "The file is a link to a file that is not there.")]
 
 
+def test_a_header_claiming_more_frames_than_its_pixel_data_holds_is_one_row_at_once(tmp_path):
+    """CT_small.dcm saying NumberOfFrames 20000 over one frame's pixel data: 1250 parts of 16 frames, each reading
+    the header again to be refused (about 50 s), for one row. Its length is now checked when the input list is made:
+    one input, one row, whose reason counts the frames the data holds."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    from vitroll.audit.pipeline import audit_inputs
+    from vitroll.io.discovery import given_found_files
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    dataset.NumberOfFrames = 20000
+    dataset.save_as(inputs / "claims.dcm")
+    (item,) = audit_inputs(given_found_files([inputs], exclude=tmp_path / "out"), AuditOptions(batch_size=16))
+    assert (item.frames, item.count) == (None, 20000)
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "16",
+                              "--keep-burned-in-text", *MODEL)
+    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["cases"]
+    assert code == 3 and (row["status"], row["frames"]) == ("error", "all") and "Traceback" not in stderr
+    assert row["reason"] == (
+        "This DICOM file's header does not fit its pixel data: Rows 128, Columns 128, SamplesPerPixel 1 and "
+        "BitsAllocated 16 over 20000 frames make 655360000 bytes, but its pixel data holds 32768 (1 frame of the "
+        "20000 its header counts), so the image would be drawn wrong and is not shown.")
+
+
 def test_parts_of_a_cine_that_fail_otherwise_each_have_a_row_naming_their_frames(tmp_path):
     """rtdose_rle.dcm (15 frames) with frame 3 and frame 11 of fewer RLE segments than its header's 32 bits need
     (each refused, naming it), in parts of 4 frames: the part of frame 3 failed with a row that named neither the
@@ -934,8 +961,8 @@ def test_each_file_header_is_read_once_for_its_frame_count(tmp_path, monkeypatch
     inputs.mkdir()
     for number in (1, 2, 3):
         write_dicom(inputs / f"{number}.dcm", np.stack([body_phantom()] * number), number=number)
-    read, frame_count = [], pipeline.frame_count
-    monkeypatch.setattr(pipeline, "frame_count", lambda path: read.append(Path(path).name) or frame_count(path))
+    read, header_frames = [], pipeline.header_frames
+    monkeypatch.setattr(pipeline, "header_frames", lambda path: read.append(Path(path).name) or header_frames(path))
     argv = ["audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "2", "--keep-burned-in-text", *MODEL]
     code, _, stderr = run_cli(*argv, *([] if terminal else ["--no-progress"]), terminal=terminal)
     assert code == 0 and sorted(read) == ["1.dcm", "2.dcm", "3.dcm"]

@@ -371,7 +371,8 @@ NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
     ("rtdose.dcm", {"NumberOfFrames": 5}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 5 frames "
                                           "make 2000 bytes, but its pixel data holds 6000 (3 times that)"),
     ("rtdose.dcm", {"NumberOfFrames": 20}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 20 frames "
-                                           "make 8000 bytes, but its pixel data holds 6000"),
+                                           "make 8000 bytes, but its pixel data holds 6000 (15 frames of the 20 its header "
+                                           "counts)"),
     ("liver_1frame.dcm", {"Columns": 256}, "Rows 512, Columns 256, SamplesPerPixel 1 and BitsAllocated 1 over 1 frame "
                                            "make 16384 bytes, but its pixel data holds 32768 (2 times that)"),
     ("examples_rgb_color.dcm", {"PhotometricInterpretation": "YBR_FULL_422"},

@@ -31,7 +31,7 @@ from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
-from vitroll.io.dicom import DicomImage, frame_count, read_any, recognizable_withheld, salted_key
+from vitroll.io.dicom import DicomImage, frame_count, header_frames, read_any, recognizable_withheld, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
 from vitroll.io.images import encode_png, srgb_display
 from vitroll.io.writing import write_atomic
@@ -115,11 +115,13 @@ def _distinct_names(files: Sequence[FoundFile]) -> list[str]:
 
 def audit_inputs(files: Sequence[FoundFile], options: AuditOptions) -> list[AuditInput]:
     """The stream's inputs for ``files``: a file whose header counts more frames than ``batch_size`` (and no
-    ``--frame`` chosen) as consecutive parts of ``batch_size`` frames, any other file whole."""
+    ``--frame`` chosen) as consecutive parts of ``batch_size`` frames, any other file whole; so is a file whose native
+    pixel data does not hold the frames its header counts, which is one row at once (a header claiming 20000 frames
+    over one frame's data was 1250 parts, each reading the header again to be refused)."""
     inputs = []
     for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
-        count = 1 if options.frame is not None else frame_count(file.path)
-        if count <= options.batch_size:
+        count, problem = (1, None) if options.frame is not None else header_frames(file.path)
+        if count <= options.batch_size or problem is not None:
             inputs.append(AuditInput(file.path, number, name, count=count))
         else:
             inputs += [AuditInput(file.path, number, name, range(start, min(start + options.batch_size, count)), count)

@@ -25,13 +25,12 @@ from vitroll.io.dicom.deidentify import SAFE_FIELDS, UNKNOWN, WITHHELD, age_band
 from vitroll.io.dicom.display import window_to_unit
 from vitroll.io.dicom.reading import (
     INSTALL_HINT, NOT_DICOM_OR_IMAGE, DicomImage, decode_failure, decoder_advice, frame_count,
-    is_dicom, is_secondary_capture, read_any, read_dicom, recognizable_withheld,
+    header_frames, is_dicom, is_secondary_capture, read_any, read_dicom, recognizable_withheld,
 )
 from vitroll.io.windows import WINDOW_PRESETS, parse_window
 
 __all__ = [
-    "DicomImage", "INSTALL_HINT", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "UNKNOWN",
-    "WINDOW_PRESETS", "WITHHELD", "age_band", "decode_failure", "decoder_advice", "frame_count", "is_dicom",
-    "is_secondary_capture", "parse_window", "read_any", "read_dicom", "recognizable_withheld", "safe_metadata",
-    "salted_key", "window_to_unit",
+    "DicomImage", "INSTALL_HINT", "NOT_DICOM_OR_IMAGE", "SAFE_FIELDS", "UNKNOWN", "WINDOW_PRESETS", "WITHHELD",
+    "age_band", "decode_failure", "decoder_advice", "frame_count", "header_frames", "is_dicom", "is_secondary_capture",
+    "parse_window", "read_any", "read_dicom", "recognizable_withheld", "safe_metadata", "salted_key", "window_to_unit",
 ]

@@ -157,7 +157,10 @@ def _pixel_data_length_problem(path: Path, dataset: "Dataset", count: int, *, fr
     padded = expected + expected % 2
     if length in (expected, padded) or length > padded and _zeros_from(path, dataset, tag, padded, from_file=from_file):
         return None
+    frame = expected // count
     ratio = ("" if not (expected and length) else f" ({length // expected} times that)" if length % expected == 0
+             else f" ({counted(length // frame, 'frame')} of the {count} its header counts)"
+             if count > 1 and expected % count == 0 and length % frame == 0
              else f" (1/{expected // length} of that)" if expected % length == 0 else "")
     subsampled = ", PhotometricInterpretation YBR_FULL_422" if "YBR_FULL_422" in str(
         dataset.get("PhotometricInterpretation", "")) else ""  # two samples per pixel, not three
@@ -606,17 +609,31 @@ def _native_stderr_discarded() -> Iterator[None]:
 def frame_count(path: "str | os.PathLike[str]") -> int:
     """The NumberOfFrames of a Part 10 file, read from its header alone; 1 for any other file, or one whose count
     cannot be told (:func:`read_dicom` then says why it cannot be read)."""
+    return header_frames(path)[0]
+
+
+def header_frames(path: "str | os.PathLike[str]") -> tuple[int, Optional[str]]:
+    """:func:`frame_count` and, for a Part 10 file whose native pixel data (not compressed, not deflated) does not
+    hold the frames its header counts (Rows × Columns × SamplesPerPixel × BitsAllocated/8 × NumberOfFrames bytes),
+    why not: :func:`read_dicom`'s reason, told from the header and the pixel data's length alone, without reading it
+    (None where it fits, or cannot be told: :func:`read_dicom` then says why the file cannot be read)."""
     if not is_dicom(path):
-        return 1
+        return 1, None
     import pydicom
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # they may quote element values
-            header = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["NumberOfFrames"])
-            return max(1, int(header.get("NumberOfFrames", 1) or 1))  # the value is converted (and warned about) here
+            header = pydicom.dcmread(path, defer_size=PIXEL_DATA_DEFERRED, specific_tags=[
+                "NumberOfFrames", "Rows", "Columns", "SamplesPerPixel", "BitsAllocated", "PhotometricInterpretation",
+                *PIXEL_DATA_KEYWORDS])
+            count = max(1, int(header.get("NumberOfFrames", 1) or 1))  # the value is converted (and warned about) here
+            syntax = header.file_meta.get("TransferSyntaxUID")
+            native = syntax is not None and not syntax.is_compressed and any(
+                keyword in header for keyword in PIXEL_DATA_KEYWORDS)
+            return count, _pixel_data_length_problem(Path(path), header, count, from_file=True) if native else None
     except Exception:  # noqa: BLE001 — a damaged header is read_dicom's to report, with its reason
-        return 1
+        return 1, None
 
 
 def read_dicom(
