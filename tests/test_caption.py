@@ -449,6 +449,37 @@ def test_ctrl_c_keeps_the_captions_of_the_images_done_in_captions_json(saved_cap
     assert written[0]["strip"] == "first_caption_chefer.png" and written[0]["error"] is None
 
 
+def test_ctrl_c_is_told_as_an_interruption_even_when_captions_json_cannot_be_written(saved_captioner, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """captions.json was written in a finally: a full disk's OSError there replaced the KeyboardInterrupt, so Ctrl-C
+    was told as 'vitroll: error: … No space left on device' with exit 1, not 'vitroll: interrupted' (130)."""
+    import errno
+
+    from PIL import Image
+
+    from interrupts import pressing_ctrl_c
+    from vitroll.cli import main
+    from vitroll.pipelines import caption as caption_pipeline
+
+    paths = [tmp_path / f"{name}.png" for name in ("first", "second")]
+    for seed, path in enumerate(paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(caption_pipeline, "caption_maps",
+                        pressing_ctrl_c(caption_pipeline.caption_maps, on_calls=(2,)))
+
+    def full_disk_for_the_list(path, data, write=caption_pipeline.write_atomic):
+        if path.name == "captions.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write(path, data)
+
+    monkeypatch.setattr(caption_pipeline, "write_atomic", full_disk_for_the_list)
+    assert main(["caption", *map(str, paths), "--model", str(saved_captioner), "--out", str(out),
+                 "--max-new-tokens", "4", "--batch-size", "1"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "vitroll: interrupted"
+    assert sorted(path.name for path in out.iterdir()) == ["first_caption_chefer.png"]
+
+
 def test_captioners_and_other_models_are_sent_to_their_own_command(saved_captioner, tmp_path, capsys):
     from vitroll.cli import main
 

@@ -12,6 +12,7 @@ name in another folder gets ``<stem>-2``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -114,7 +115,8 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     """Caption each file and write its strip; one result per input in input order, unreadable files (and those over
     ``max_pixels``, :func:`~vitroll.io.images.load_image`) with ``error`` set (the others go on). Merges its entries
     into ``OUT/captions.json`` (:func:`merged_captions`) once every input is done or, when the run stops early
-    (Ctrl-C, an error), those of the inputs done. ``window``: of ``occlusion``
+    (Ctrl-C, an error), those of the inputs done, if the file can be written (what stopped the run is raised, not
+    the file's OSError). ``window``: of ``occlusion``
     (:func:`~vitroll.methods.caption.caption_maps`)."""
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -146,8 +148,12 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                     slot += 1
                 results.append(captioned)
                 yield captioned
-    finally:  # also after Ctrl-C or an error: the strips written so far are listed
-        _write_captions(out_dir, earlier, results, method)
+    except BaseException:  # Ctrl-C, an error, the caller closing the generator: the strips written so far are listed
+        # what stopped the run is what the caller hears, not a full disk's refusal of the list on its way out
+        with contextlib.suppress(OSError):
+            _write_captions(out_dir, earlier, results, method)
+        raise
+    _write_captions(out_dir, earlier, results, method)
 
 
 def _write_captions(out_dir: Path, earlier: list[dict[str, Any]], results: list[CaptionedImage], method: str) -> None:
