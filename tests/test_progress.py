@@ -115,3 +115,20 @@ def test_piped_the_bar_writes_plain_lines_and_no_carriage_return(command, tmp_pa
     total = 21 if argv[0] == "text" else 3
     done = [line.split()[2] for line in lines if line.startswith("vitroll: progress: ")]
     assert done[-1] == f"{total}/{total}" and done == sorted(done, key=lambda count: int(count.split("/")[0]))
+
+
+def test_a_resumed_text_run_times_only_the_texts_left(clock):
+    """The texts a resumed ``vitroll text`` skips were counted done at once: 280 of 300 resumed, the first line said
+    about 00:00 left whatever the rate of the texts still to do."""
+    from rich.console import Console
+
+    from vitroll.commands.text import _announce
+    from vitroll.pipelines.text_run import TextRunSummary
+
+    stream, said = io.StringIO(), io.StringIO()
+    bar = progress_bar(300, "text", stream=stream)
+    _announce(Console(file=said), bar, TextRunSummary(total=300, done_before=280))
+    assert said.getvalue() == "280 of 300 texts already done\n"
+    clock[0] += 30.0
+    bar.update(4)  # 4 texts in 30 s, 16 left
+    assert stream.getvalue() == "vitroll: progress: 4/20 texts (20 %), 00:30 elapsed, about 02:00 left\n"

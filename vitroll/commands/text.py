@@ -103,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _announce(console: Console, progress: tqdm, before: TextRunSummary) -> None:
+    """Say how many texts a resumed run skips, and leave them out of the bar, as annotate does: counted as done at
+    once, they would make the rate and the time left of the texts still to do far too short."""
     if before.done_before:
         console.print(before.skip_line(), markup=False)
-        progress.update(before.done_before)
+        progress.total -= before.done_before
+        progress.refresh()
 
 
 def _print_texts(console: Console, report: TextReport) -> None:
