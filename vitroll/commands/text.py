@@ -17,6 +17,7 @@ Exit status: 0 all ok, 3 some texts failed (listed in scores.json), 2 usage erro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from typing import TYPE_CHECKING
@@ -84,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
                 "position": args.position}
     console = Console(highlight=False, soft_wrap=True)
     progress = progress_bar(len(texts), "text", shown=not args.no_progress and len(texts) > PRINTED_TEXTS)
-    summary, report = run_texts(
-        model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
-        batch_size=args.batch_size, resume=args.resume, readout=args.readout, position=args.position,
-        announce=lambda before: _announce(console, progress, before), on_batch=progress.update)
-    progress.close()
+    with contextlib.closing(progress):  # a run that raises leaves no bar above its error line
+        summary, report = run_texts(
+            model, texts, tokenizer, args.out, identity=identity, method=args.method, options=options,
+            batch_size=args.batch_size, resume=args.resume, readout=args.readout, position=args.position,
+            announce=lambda before: _announce(console, progress, before), on_batch=progress.update)
     if len(texts) <= PRINTED_TEXTS:
         _print_texts(console, report)
     for failure in report.failures[:10]:
