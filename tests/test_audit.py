@@ -454,6 +454,33 @@ def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):
         (2, "The file is a link to a file that is not there.")]
 
 
+def test_a_file_that_vanishes_then_a_second_ctrl_c_leaves_a_row_of_its_frames_not_read(tmp_path, monkeypatch):
+    """A cine removed after its first part was read, then Ctrl-C twice while its frames were measured: the rows of
+    what was left read its frame count again from the file, gone (1), so its frames not read had no row at all."""
+    import vitroll.audit.pipeline as pipeline
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_dicom(inputs / "a.dcm", np.stack([body_phantom()] * 6), number=1)
+    audit_frames = pipeline.audit_frames
+
+    def removed_once_read(item, options):
+        frames = audit_frames(item, options)
+        item.path.unlink(missing_ok=True)
+        return frames
+
+    monkeypatch.setattr(pipeline, "audit_frames", removed_once_read)
+    monkeypatch.setattr(pipeline, "_measure", pressing_ctrl_c(pipeline._measure, on_calls=(1, 2)))
+    code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "2",
+                              "--salt", "s", "--keep-burned-in-text", *MODEL)
+    assert code == 130 and "Traceback" not in stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(row["frame"], AUDITED.get(row["status"], row["status"]), row["frames"], row["reason"])
+            for row in report["cases"]] == [
+        (0, "ok", None, None),
+        (None, "interrupted", "1-5", "Frames 1 to 5 of 6 are not audited: interrupted (Ctrl-C).")]
+
+
 def test_a_header_claiming_more_frames_than_its_pixel_data_holds_is_one_row_at_once(tmp_path):
     """CT_small.dcm saying NumberOfFrames 20000 over one frame's pixel data: 1250 parts of 16 frames, each reading
     the header again to be refused (about 50 s), for one row. Its length is now checked when the input list is made:

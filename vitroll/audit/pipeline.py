@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -31,7 +31,7 @@ from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
-from vitroll.io.dicom import DicomImage, frame_count, header_frames, read_any, recognizable_withheld, salted_key
+from vitroll.io.dicom import DicomImage, header_frames, read_any, recognizable_withheld, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
 from vitroll.io.images import encode_png, srgb_display
 from vitroll.io.writing import write_atomic
@@ -434,7 +434,7 @@ def run_audit(
         finally:
             hold_interrupts()
         if stop_asked:
-            rows += interrupted_rows(inputs, rows, options)
+            rows += interrupted_rows(inputs, rows, options, frame_counts)
         # a file's frames not audited are of its study, which its audited frames' headers name
         studies = {row.input_number: row.study for row in rows if row.error is None}
         for row in rows:
@@ -446,22 +446,22 @@ def run_audit(
     return report
 
 
-def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], options: AuditOptions) -> list[AuditRow]:
+def interrupted_rows(files: Sequence[FoundFile], rows: Sequence[AuditRow], options: AuditOptions,
+                     frame_counts: Mapping[int, int]) -> list[AuditRow]:
     """The rows of what an interrupted audit, whose ``rows`` are those done, left: each file without a row as a whole
-    (of frame ``--frame`` K where given), and the frames after the last done of a file left in its middle. Their keys
-    are the salted ones of an error row: no path or name unless ``keep_ids``."""
+    (of frame ``--frame`` K where given), and the frames after the last done of a file left in its middle, counted
+    against its ``frame_counts`` (by input number, read when the input list was made: the file may be gone since).
+    Their keys are the salted ones of an error row: no path or name unless ``keep_ids``."""
     done: dict[int, float] = {}  # input number -> frames done
     for row in rows:
         done[row.input_number] = max(done.get(row.input_number, 0), _frames_done(row))
-    # the stream keeps input order: only the last file reached can be left in its middle, so only its frames are
-    # counted again (every file's header, read once more after Ctrl-C, took about 2 ms a DICOM file)
-    in_flight = max(done, default=None)
+    in_flight = max(done, default=None)  # the stream keeps input order: only it can be left in its middle
     left = []
     for number, (file, name) in enumerate(zip(files, _distinct_names(files)), 1):
         if number not in done:
             row = _not_audited_row(AuditInput(file.path, number, name), "Not audited: interrupted (Ctrl-C).", options,
                                    None)
-        elif number == in_flight and options.frame is None and done[number] < (count := frame_count(file.path)):
+        elif number == in_flight and options.frame is None and done[number] < (count := frame_counts[number]):
             row = _not_audited_row(AuditInput(file.path, number, name, count=count), "Interrupted (Ctrl-C).", options,
                                    range(int(done[number]), count))
         else:
