@@ -250,3 +250,15 @@ def test_control_characters_of_a_text_are_spelt_in_the_terminal_not_sent_to_it(t
     assert "[CLS]great \\x1b[2Jfun[SEP]" in out
     scores = json.loads((tmp_path / "out" / "scores.json").read_text(encoding="utf-8"))
     assert scores["texts"][0]["text"] == "great \x1b[2Jfun"  # the files keep the text as it is
+
+
+def test_control_characters_of_a_class_name_are_spelt_in_the_heading(tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(SHIPPED_TRANSFORMERS["vitroll-text-keyword"], folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["id2label"] = {"0": "nega\x1b[2Jtive", "1": "posi\x1b[2Jtive"}  # a model's config is not ours
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert main(["text", "great fun", "--model", str(folder), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out  # the heading printed the class name as it is
+    assert "#1  prediction: posi\\x1b[2Jtive (1.000)" in out

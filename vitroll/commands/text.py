@@ -121,7 +121,7 @@ def _print_texts(console: Console, report: TextReport) -> None:
             heading += f"  {result.prediction_kind}: {result.shown_prediction} ({result.probability:.3f})"
         if result.target is not None:
             heading += f"  explained: {result.shown_target}"
-        console.print(heading, markup=False)
+        console.print(single_line(heading), markup=False)  # class names come from the model's config
         console.print(terminal_text(result.segments))
         words = ", ".join(f"{word.word} {word.score:.3g}" for word in result.top_words)
         console.print(single_line(f"  words: {words}"), markup=False)
