@@ -375,7 +375,8 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     def full_size(shown: Optional[ShownOverlay]) -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
-        path = written.get(shown.key)
+        key = shown.key  # a digest of the whole map: taken once a request
+        path = written.get(key)
         if path is None or not path.is_file():
             try:
                 overlay = shown.overlay(preprocessing, max_pixels, warn_once(shown.image))
@@ -383,7 +384,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
                 raise refusal(f"{error.reason}: upload the image again") from None
             path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
             path.write_bytes(encode_png(overlay))
-            written[shown.key] = path
+            written[key] = path
         return gr.File(str(path), visible=True)
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
