@@ -441,6 +441,32 @@ def test_a_file_not_found_by_its_decoder_while_the_file_is_there_is_not_told_as_
         pipeline.audit_frames(pipeline.AuditInput(inputs / "a.dcm", 1, "a.dcm"), AuditOptions(salt="s"))
 
 
+def test_a_file_with_recognizable_features_is_refused_by_type_and_reworded_for_the_audit_by_type(tmp_path,
+                                                                                                 monkeypatch):
+    """read_dicom's refusal is a RecognizableFeaturesError naming its argument; the audit words it with its own option
+    by that type. It compared the message's text with read_dicom's, so a refusal worded otherwise (for the command
+    line, here) was passed on naming read_dicom's argument, or a flag, to a Python caller."""
+    import vitroll.audit.pipeline as pipeline
+    from vitroll.errors import ImageReadError, RecognizableFeaturesError
+    from vitroll.io.dicom import read_dicom, recognizable_withheld
+
+    write_dicom(tmp_path / "face.dcm", body_phantom(), RecognizableVisualFeatures="YES")
+    with pytest.raises(RecognizableFeaturesError) as refused:
+        read_dicom(tmp_path / "face.dcm")
+    assert isinstance(refused.value, ImageReadError) and refused.value.allowed_by == "allow_recognizable"
+    assert refused.value.reason.endswith("so it is neither explained nor drawn; allow_recognizable=True audits it.")
+
+    def refused_for_the_command_line(path, **kwargs):
+        with worded_for_the_command_line():
+            raise RecognizableFeaturesError(path, recognizable_withheld(), "allow_recognizable")
+
+    monkeypatch.setattr(pipeline, "read_any", refused_for_the_command_line)
+    with pytest.raises(VitrollError) as reworded:
+        pipeline.audit_frames(pipeline.AuditInput(tmp_path / "face.dcm", 1, "face.dcm"), AuditOptions(salt="s"))
+    assert str(reworded.value) == recognizable_withheld("allow_recognizable_features")
+    assert str(reworded.value).endswith("neither explained nor drawn; allow_recognizable_features=True audits it.")
+
+
 def test_a_link_to_a_missing_file_is_a_row_saying_so(tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()

@@ -31,6 +31,17 @@ class ImageTooLargeError(ImageReadError):
     the size, the limit and how to raise it, and no file."""
 
 
+class RecognizableFeaturesError(ImageReadError):
+    """A DICOM file whose header says RecognizableVisualFeatures YES (a face photograph, a surface rendering), refused
+    since its pixels can identify the patient. Its reason names ``allowed_by``, the argument that reads it
+    (``allow_recognizable`` of :func:`~vitroll.io.dicom.read_dicom`); a caller with an option of its own for it (the
+    audit's ``allow_recognizable_features``) tells the refusal by this type and words it with its option."""
+
+    def __init__(self, path: object, reason: str, allowed_by: str) -> None:
+        super().__init__(path, reason)
+        self.allowed_by = allowed_by
+
+
 class ModelLoadError(VitrollError):
     """A model name, pretrained weight or checkpoint cannot be loaded."""
 

@@ -30,7 +30,7 @@ from torch import nn
 from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
-from vitroll.errors import ImageReadError, ImageTooLargeError, VitrollError
+from vitroll.errors import ImageReadError, ImageTooLargeError, RecognizableFeaturesError, VitrollError
 from vitroll.io.dicom import DicomImage, header_frames, read_any, recognizable_withheld, salted_key
 from vitroll.io.discovery import FoundFile, given_found_files
 from vitroll.io.images import encode_png, srgb_display
@@ -141,10 +141,10 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         if isinstance(error, FileNotFoundError) and not path.exists():  # its message would only quote the path
             raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
                                else "the file is gone: removed or moved while the audit ran") from None
+        if isinstance(error, RecognizableFeaturesError):  # it names read_dicom's argument: the audit's is its option
+            raise VitrollError(recognizable_withheld("allow_recognizable_features")) from None
         reason = getattr(error, "reason", None) or (
             str(error) if isinstance(error, VitrollError) else f"Reading failed ({type(error).__name__}: {error})")
-        if reason == recognizable_withheld():  # read_dicom's argument: the audit's caller sets the option's
-            reason = recognizable_withheld("allow_recognizable_features")
         raise VitrollError(reason) from None
     file_key = _file_key(item, options)
     identifiers = {"file": str(path)} if options.keep_ids else {}

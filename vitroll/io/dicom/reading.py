@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Sequence
 
 import numpy as np
 
-from vitroll.errors import ImageReadError
+from vitroll.errors import ImageReadError, RecognizableFeaturesError
 from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
@@ -647,13 +647,15 @@ def read_dicom(
     decoding (:func:`~vitroll.io.images.check_size`; None: no limit); native pixel data, which holds every pixel it
     states, is not limited.
 
-    A file whose header says RecognizableVisualFeatures YES is refused (:func:`recognizable_withheld`) unless
-    ``allow_recognizable``: its pixels identify the patient however the text is cleaned.
+    A file whose header says RecognizableVisualFeatures YES is refused (a
+    :class:`~vitroll.errors.RecognizableFeaturesError`, :func:`recognizable_withheld`) unless ``allow_recognizable``:
+    its pixels identify the patient however the text is cleaned.
 
     Raises
     ------
     ImageReadError
-        Not a DICOM file, no pixel data, recognizable features not allowed, pixel data no installed decoder reads
+        Not a DICOM file, no pixel data, recognizable features not allowed (a RecognizableFeaturesError), pixel
+        data no installed decoder reads
         (the reason names the transfer syntax and what would decode it), corrupt pixel data, compressed frames larger
         than ``max_pixels`` or ``frame`` out of range — one sentence.
     """
@@ -694,7 +696,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has no PixelData, so there is no "
                                    "image to explain.")
     if not allow_recognizable and str(dataset.get("RecognizableVisualFeatures", "")).strip().upper() == "YES":
-        raise ImageReadError(path, recognizable_withheld())
+        raise RecognizableFeaturesError(path, recognizable_withheld(), "allow_recognizable")
     metadata = safe_metadata(dataset)
     try:
         count = int(dataset.get("NumberOfFrames", 1) or 1)
