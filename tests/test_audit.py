@@ -507,12 +507,15 @@ def test_a_file_that_vanishes_then_a_second_ctrl_c_leaves_a_row_of_its_frames_no
         (None, "interrupted", "1-5", "Frames 1 to 5 of 6 are not audited: interrupted (Ctrl-C).")]
 
 
-def test_a_header_claiming_more_frames_than_its_pixel_data_holds_is_one_row_at_once(tmp_path):
+@pytest.mark.parametrize("deflated", [False, True])
+def test_a_header_claiming_more_frames_than_its_pixel_data_holds_is_one_row_at_once(tmp_path, deflated):
     """CT_small.dcm saying NumberOfFrames 20000 over one frame's pixel data: 1250 parts of 16 frames, each reading
     the header again to be refused (about 50 s), for one row. Its length is now checked when the input list is made:
-    one input, one row, whose reason counts the frames the data holds."""
+    one input, one row, whose reason counts the frames the data holds; so too deflated (Deflated Explicit VR Little
+    Endian), whose pixel data's length is that of the inflated data set."""
     import pydicom
     from pydicom.data import get_testdata_file
+    from pydicom.uid import DeflatedExplicitVRLittleEndian
 
     from vitroll.audit.pipeline import audit_inputs
     from vitroll.io.discovery import given_found_files
@@ -521,7 +524,11 @@ def test_a_header_claiming_more_frames_than_its_pixel_data_holds_is_one_row_at_o
     inputs.mkdir()
     dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
     dataset.NumberOfFrames = 20000
-    dataset.save_as(inputs / "claims.dcm")
+    if deflated:
+        dataset.file_meta.TransferSyntaxUID = DeflatedExplicitVRLittleEndian
+    dataset.save_as(inputs / "claims.dcm", enforce_file_format=deflated)
+    assert pydicom.dcmread(inputs / "claims.dcm").file_meta.TransferSyntaxUID.is_deflated == deflated
+    assert not deflated or (inputs / "claims.dcm").stat().st_size < 32768  # its 32768 bytes of pixels deflated
     (item,) = audit_inputs(given_found_files([inputs], exclude=tmp_path / "out"), AuditOptions(batch_size=16))
     assert (item.frames, item.count) == (None, 20000)
     code, _, stderr = run_cli("audit", str(inputs), "--out", str(tmp_path / "out"), "--batch-size", "16",

@@ -613,10 +613,11 @@ def frame_count(path: "str | os.PathLike[str]") -> int:
 
 
 def header_frames(path: "str | os.PathLike[str]") -> tuple[int, Optional[str]]:
-    """:func:`frame_count` and, for a Part 10 file whose native pixel data (not compressed, not deflated) does not
-    hold the frames its header counts (Rows × Columns × SamplesPerPixel × BitsAllocated/8 × NumberOfFrames bytes),
-    why not: :func:`read_dicom`'s reason, told from the header and the pixel data's length alone, without reading it
-    (None where it fits, or cannot be told: :func:`read_dicom` then says why the file cannot be read)."""
+    """:func:`frame_count` and, for a Part 10 file whose native pixel data (not encapsulated; a deflated data set's
+    too, once inflated) does not hold the frames its header counts (Rows × Columns × SamplesPerPixel ×
+    BitsAllocated/8 × NumberOfFrames bytes), why not: :func:`read_dicom`'s reason, told from the header and the pixel
+    data's length alone, without reading it from the file (None where it fits, or cannot be told: :func:`read_dicom`
+    then says why the file cannot be read)."""
     if not is_dicom(path):
         return 1, None
     import pydicom
