@@ -528,17 +528,18 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
     """Nothing the page was sent or served outlives the explorer, stopped by Ctrl-C or by SIGTERM (``kill``, a service
     manager; that left the copies on disk); a GRADIO_TEMP_DIR of the user's is theirs: used, and left as it is. A page
     built from Python imported Gradio before taking its private folder: Gradio named /tmp/gradio then, and made a
-    folder there."""
+    folder there; so did a page whose caller had imported Gradio before ``build_app``."""
     from gradio_client import Client, handle_file
 
     upload = tmp_path / "scan of a patient.png"
     upload.write_bytes(CROSS.read_bytes())
-    for own_folder, stop, program in ((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+    for case, (own_folder, stop, program) in enumerate(((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
                                       (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
                                       (tmp_path / "the user's gradio cache", signal.SIGINT,
                                        ["-m", "vitroll", "app", "--port"]),
-                                      (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON])):
-        temporary = tmp_path / f"tmp for {own_folder is None} {stop.name} {program[0]}"
+                                      (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON]),
+                                      (None, signal.SIGINT, ["-c", "import gradio\n" + PAGE_FROM_PYTHON]))):
+        temporary = tmp_path / f"tmp for case {case}"
         temporary.mkdir()
         environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
         environment.update(TMPDIR=str(temporary), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

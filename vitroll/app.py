@@ -11,6 +11,7 @@ import functools
 import hashlib
 import html
 import os
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, replace
@@ -314,8 +315,8 @@ def build_app(model: nn.Module, *, model_label: str, preprocessing: Optional[Pre
     image–text model the page has a prompts box (one prompt per line, :data:`DEFAULT_PROMPTS` at first), the last
     input of :data:`API_NAME`; the target-class menu lists the prompts.
     """
-    # before Gradio is imported (it names some folders then) and its components are made (each names its cache
-    # folder then, and the examples are copied into it): as `vitroll app` holds it
+    # before its components are made (each names its cache folder then, and the examples are copied into it), and
+    # before Gradio is imported where it was not (it names some folders then): as `vitroll app` holds it
     PRIVATE_CACHE.acquire()
     try:
         return _page(model, model_label=model_label, preprocessing=preprocessing, class_names=class_names,
@@ -625,15 +626,30 @@ def serve(app: "gradio.Blocks", *, host: str, port: Optional[int], examples: Seq
     return local_url
 
 
+GRADIO_FOLDER_READERS = ("gradio.route_utils", "gradio.routes", "gradio.screen_recording_utils", "gradio.mcp")
+"""Gradio's modules that read ``GRADIO_TEMP_DIR`` once, when imported, into their ``DEFAULT_TEMP_DIR``: a launch makes
+``vibe_edit_history`` there, and a screen recording's files are written there."""
+
+
+def point_imported_gradio_at(folder: str) -> None:
+    """Each of :data:`GRADIO_FOLDER_READERS` already imported names ``folder`` from now on; one imported later reads
+    ``GRADIO_TEMP_DIR`` itself."""
+    for name in GRADIO_FOLDER_READERS:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "DEFAULT_TEMP_DIR"):
+            module.DEFAULT_TEMP_DIR = folder
+
+
 class PrivateCache:
     """The folder Gradio keeps its copies of uploads and served files in while this process serves explorers: by
     default ``/tmp/gradio/<hash>/<the user's file name>``, readable by every user of the machine and never removed;
     here a fresh folder only its owner can enter (``tempfile.mkdtemp``: 0700), named to Gradio by ``GRADIO_TEMP_DIR``
     (which it reads again on each request) and removed with everything in it when the last page is closed. A
     ``GRADIO_TEMP_DIR`` set outside vitroll is used as it is and left alone (it may hold other applications' files).
-    :func:`build_app` holds it for a page until ``app.close()``, from before it imports Gradio (which names some
-    folders at import: a Gradio imported earlier by the caller makes an empty ``/tmp/gradio/vibe_edit_history``) and
-    copies the examples; ``with PRIVATE_CACHE:`` holds it around more (``vitroll app``: the whole command).
+    :func:`build_app` holds it for a page until ``app.close()``, from before it copies the examples; ``with
+    PRIVATE_CACHE:`` holds it around more (``vitroll app``: the whole command). Some of Gradio's modules read the
+    folder once, at import (:data:`GRADIO_FOLDER_READERS`): imported before (by the caller, or for an earlier page,
+    whose folder is gone), they are pointed at the private folder while it is held, and at Gradio's default after.
     """
 
     def __init__(self) -> None:
@@ -656,6 +672,7 @@ class PrivateCache:
                 if self._outside is None:
                     self._folder = tempfile.TemporaryDirectory(prefix="vitroll-explorer-cache-")
                     os.environ["GRADIO_TEMP_DIR"] = self._folder.name
+                    point_imported_gradio_at(self._folder.name)
             return self._outside if self._folder is None else self._folder.name
 
     def release(self) -> None:
@@ -664,6 +681,7 @@ class PrivateCache:
             self._pages -= 1
             if self._pages == 0 and self._folder is not None:
                 os.environ.pop("GRADIO_TEMP_DIR", None)
+                point_imported_gradio_at(str(Path(tempfile.gettempdir()) / "gradio"))  # as Gradio names it unset
                 self._folder.cleanup()
                 self._folder = None
 
