@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import open_clip
@@ -19,7 +20,9 @@ from PIL import Image  # noqa: E402
 
 import vitroll  # noqa: E402
 from image_text_models import BOS, EOS, VISION, clip_tokenizer, hf_model, sharpened  # noqa: E402
-from reference import aimv2_query_weights, multihead_attention_by_hand, reference_chefer  # noqa: E402
+from reference import (  # noqa: E402
+    aimv2_query_weights, multihead_attention_by_hand, reference_chefer, reference_grad_rollout, reference_rollout,
+)
 from vitroll.adapters.image_text import PromptedModel, text_inputs  # noqa: E402
 from vitroll.adapters.tokenizers import registered_tokenizer  # noqa: E402
 from vitroll.capture import AttentionRecorder  # noqa: E402
@@ -46,11 +49,16 @@ def images(batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(2))
 
 
-def hf_reference(name: str, image: torch.Tensor, text: int) -> np.ndarray:
+Pair = tuple[list[np.ndarray], list[np.ndarray], int, Optional[np.ndarray]]
+"""One image–text pair in float64: per vision layer the attention (H, N, N) and the gradient of the pair's logit
+with respect to it, the prefix tokens before the patches, and the decision row (N,) where it is no class token's."""
+
+
+def hf_pair(name: str, image: torch.Tensor, text: int) -> Pair:
     """ONE pair in float64 on the model's eager path: ``logits_per_image[0, text]`` backpropagated to each vision
-    layer's attention (``output_attentions=True``, gradients retained); chefer's relevance read out at the class row
-    (CLIP) or at SigLIP's attention-pool row (its pooling attention, heads averaged, as nn.MultiheadAttention
-    returns it) or AIMv2's (its pooling query's attention, heads averaged, recomputed from its weights)."""
+    layer's attention (``output_attentions=True``, gradients retained); the decision row is the class row (CLIP) or
+    SigLIP's attention-pool row (its pooling attention, heads averaged, as nn.MultiheadAttention returns it) or
+    AIMv2's (its pooling query's attention, heads averaged, recomputed from its weights)."""
     model = hf_model(name, "eager").double()
     pooled = []
     if name == "siglip":
@@ -64,11 +72,11 @@ def hf_reference(name: str, image: torch.Tensor, text: int) -> np.ndarray:
         attention.retain_grad()
     out.logits_per_image[0, text].backward()
     readout = pooled[0].detach().numpy() if pooled else None
-    return reference_chefer([a[0].detach().numpy() for a in attentions], [a.grad[0].numpy() for a in attentions],
-                            0 if pooled else 1, (4, 4), readout)
+    return ([a[0].detach().numpy() for a in attentions], [a.grad[0].numpy() for a in attentions],
+            0 if pooled else 1, readout)
 
 
-def open_clip_reference(image: torch.Tensor, text: int) -> np.ndarray:
+def open_clip_pair(image: torch.Tensor, text: int) -> Pair:
     """ONE pair in float64 through open_clip's vision tower written out by hand (attention head by head), the text
     features from the model; ``logit_scale.exp()`` times the cosine similarity backpropagated to each attention."""
     model = copy.deepcopy(open_clip_model()).double().eval()
@@ -84,7 +92,19 @@ def open_clip_reference(image: torch.Tensor, text: int) -> np.ndarray:
     image_features = torch.nn.functional.normalize(tower.ln_post(x)[:, 0] @ tower.proj, dim=-1)
     text_features = torch.nn.functional.normalize(model.encode_text(INPUT_IDS), dim=-1)
     (model.logit_scale.exp() * image_features @ text_features.T)[0, text].backward()
-    return reference_chefer([a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept], 1, (4, 4))
+    return [a.detach().numpy() for a in kept], [a.grad.numpy() for a in kept], 1, None
+
+
+def pair_reference(name: str, method: str, image: torch.Tensor, text: int) -> np.ndarray:
+    """``method``'s map (4, 4) of ONE pair, from :func:`hf_pair` or :func:`open_clip_pair`: chefer
+    (``R ← R + mean_h((∇A ⊙ A)⁺)·R``), grad_rollout at its default discard ratio 0.9, or rollout (no gradient)."""
+    attentions, gradients, prefix, readout = (open_clip_pair(image, text) if name == "open_clip"
+                                              else hf_pair(name, image, text))
+    if method == "chefer":
+        return reference_chefer(attentions, gradients, prefix, (4, 4), readout)
+    if method == "grad_rollout":
+        return reference_grad_rollout(attentions, gradients, prefix, (4, 4), 0.9, readout)
+    return reference_rollout(attentions, num_prefix=prefix, grid=(4, 4), class_token=readout is None, readout=readout)
 
 
 @pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
@@ -96,10 +116,26 @@ def test_chefer_maps_equal_the_per_pair_float64_reference(name):
     assert maps.shape == (2, 3, 4, 4) and maps.dtype == torch.float32
     for i in range(2):
         for t in range(3):
-            expected = (open_clip_reference(pixels[i:i + 1], t) if name == "open_clip"
-                        else hf_reference(name, pixels[i:i + 1], t))
+            expected = pair_reference(name, "chefer", pixels[i:i + 1], t)
             np.testing.assert_allclose(maps[i, t].numpy(), expected, rtol=1e-4, atol=1e-4)
     assert (maps[:, 0] - maps[:, 1]).abs().max() > 1e-2 * maps.abs().max()  # two texts, two maps
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
+@pytest.mark.parametrize("method", ["grad_rollout", "rollout"])
+def test_grad_rollout_and_rollout_maps_equal_the_per_pair_float64_reference(name, method):
+    """grad_rollout's map of pair (i, t) is that pair's, rollout's the image's whatever the text: each equals its
+    rule written out on the eager float64 attentions of that one pair."""
+    pixels = images()
+    model = open_clip_model() if name == "open_clip" else hf_model(name)
+    mask = None if name == "open_clip" else ATTENTION_MASK
+    maps = vitroll.image_text_maps(model, pixels, INPUT_IDS, attention_mask=mask, method=method)
+    assert maps.shape == (2, 3, 4, 4) and maps.dtype == torch.float32
+    for i in range(2):
+        for t in range(3):
+            expected = pair_reference(name, method, pixels[i:i + 1], t)
+            np.testing.assert_allclose(maps[i, t].numpy(), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+    assert (maps[0, 0] - maps[1, 0]).abs().max() > 1e-2 * maps.abs().max()  # two images, two maps
 
 
 @pytest.mark.parametrize("name", ["clip", "siglip", "metaclip2", "aimv2", "open_clip"])
