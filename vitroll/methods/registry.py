@@ -34,6 +34,7 @@ from vitroll.methods.base import Saliency, SaliencyMethod, check_model
 from vitroll.methods.gradients import TargetOutOfRange
 from vitroll.io.text import TextReadout
 from vitroll.methods.inputs import Batch, Inputs, model_batch
+from vitroll.methods.map_checks import warn_non_finite_maps
 from vitroll.methods.text_batch import Position
 from vitroll.wording import argument
 
@@ -385,14 +386,18 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
                     ) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
     """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments
     and the text keywords of :meth:`Method.__call__`, goes through the same checks and returns only the maps
-    (B, h, w), or the token scores (B, L) of a text model."""
+    (B, h, w), or the token scores (B, L) of a text model, with a ``UserWarning`` when any is not finite
+    (:func:`~vitroll.methods.map_checks.warn_non_finite_maps`; the pipelines, which call the :class:`Method`, fail
+    such an image instead)."""
 
     def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
         method = METHODS[name] = Method(name, compute, needs_gradients=needs_gradients, requires=requires)
 
         @functools.wraps(compute)
         def maps_only(model: nn.Module, inputs: Inputs, **options: object) -> torch.Tensor:
-            return method(model, inputs, **options).maps
+            maps = method(model, inputs, **options).maps
+            warn_non_finite_maps(name, maps, inputs)
+            return maps
 
         # help() and get_type_hints read these: compute's parameters with the text keywords, the maps as the return;
         # the second parameter is named `inputs` whatever compute calls it, since that is the keyword maps_only takes

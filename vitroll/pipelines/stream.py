@@ -4,6 +4,7 @@
            ──► collate: the frames of ``batch_size`` inputs stacked, failures kept beside them (pinned for CUDA)
            ──► decoded_batches: on the device, cut into model batches of at most ``batch_size`` frames
            ──► explained_batches: ``explain_batch`` (under autocast) → a list of Explained | Failed per batch
+               (a frame whose map holds NaN or inf fails: drawn, it would be the bare image)
     explain_stream = all of it, one record per frame
 
 A *reader* turns one input into its decoded frames — an image file is one frame (:func:`read_image`), a DICOM file
@@ -37,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_in
 from vitroll.errors import VitrollError
 from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display
 from vitroll.methods.base import model_device
+from vitroll.methods.map_checks import non_finite_cause, non_finite_words
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
 from vitroll.wording import on_the_command_line, set_command_line_wording
@@ -78,14 +80,15 @@ def read_image(path: "str | os.PathLike[str]", max_pixels: Optional[int] = DEFAU
 
 @dataclass(frozen=True)
 class Failed:
-    """An input that gave no image."""
+    """An input that gave no image, or a frame whose map holds NaN or inf (which would be drawn as no map at all)."""
 
     index: int
     """Position of the input in the stream's inputs."""
     item: Any
     """The input as given (a path, or whatever the reader takes)."""
     message: str
-    """One line: the reader's error, or ``ITEM: cannot be processed (…)`` for an unexpected one."""
+    """One line: the reader's error, ``ITEM: cannot be processed (…)`` for an unexpected one, or
+    ``ITEM: rollout's map holds no finite value: …`` naming the cause as far as the input tells."""
 
 
 @dataclass(frozen=True)
@@ -305,9 +308,11 @@ def explained_batches(
         if batch.tensor is None:
             yield list(batch.records)
             continue
-        main, *others = (_explain(model, batch.tensor, method, autocast_dtype) for method in (settings, *compare_with))
+        methods = (settings, *compare_with)
+        main, *others = (_explain(model, batch.tensor, method, autocast_dtype) for method in methods)
+        problems = _non_finite_maps(batch.tensor, [method.method for method in methods], [main, *others])
         slots = itertools.count()
-        yield [record if isinstance(record, Failed) else _explained(record, next(slots), main, others)
+        yield [record if isinstance(record, Failed) else _explained(record, next(slots), main, others, problems)
                for record in batch.records]
 
 
@@ -347,7 +352,8 @@ def explain_stream(
     Explained
         Per decoded frame: the input, original image, grid map (h, w), geometry and probabilities.
     Failed
-        Per input that gave no image: the input and a one-line message.
+        Per input that gave no image, and per frame whose map (or a ``compare_with`` map) holds NaN or inf: the
+        input and a one-line message.
     """
     batches = decoded_batches(inputs, reader, preprocessing, batch_size=batch_size, workers=workers,
                               device=model_device(model) if device is None else device,
@@ -365,7 +371,22 @@ def _explain(model: nn.Module, tensor: torch.Tensor, settings: ExplainSettings,
         return explain_batch(model, tensor, settings)
 
 
-def _explained(record: Decoded, slot: int, main: BatchResult, others: list[BatchResult]) -> Explained:
+def _non_finite_maps(tensor: torch.Tensor, methods: list[str], results: list[BatchResult]) -> dict[int, str]:
+    """Why a frame of the batch (by slot) gets no picture: the first of ``methods`` whose map of it holds NaN or inf
+    (drawn, it would be the bare image, which reads as "the model looked nowhere"), and what of it, in words."""
+    problems: dict[int, str] = {}
+    for method, result in zip(methods, results):
+        for slot, words in enumerate(non_finite_words(torch.from_numpy(result.grid_maps))):
+            if words is not None and slot not in problems:
+                cause = non_finite_cause(bool(torch.isfinite(tensor[slot]).all()))
+                problems[slot] = f"{method}'s map holds {words}: {cause}"
+    return problems
+
+
+def _explained(record: Decoded, slot: int, main: BatchResult, others: list[BatchResult],
+               problems: dict[int, str]) -> Union[Explained, Failed]:
+    if slot in problems:
+        return Failed(record.index, record.item, f"{record.item}: {problems[slot]}")
     probabilities = None if main.probabilities is None else main.probabilities[slot]
     text_logits = None if main.text_logits is None else main.text_logits[slot]
     return Explained(record.index, record.item, record.image, main.grid_maps[slot], record.geometry, probabilities,
