@@ -8,10 +8,13 @@ The graph is read from the source with :mod:`ast`, so an import hidden in a func
 from __future__ import annotations
 
 import ast
+import importlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 
 import vitroll
 
@@ -151,7 +154,7 @@ def test_a_name_imported_from_a_package_is_an_edge_to_its_init(tmp_path):
 
 
 LAYERS = [
-    ("vitroll.errors", "vitroll._version", "vitroll.wording", "vitroll.registry"),
+    ("vitroll.errors", "vitroll._version", "vitroll.wording", "vitroll.registry", "vitroll.lazy"),
     ("vitroll.io", "vitroll.checkpoints", "vitroll.testbed.shapes"),
     ("vitroll.models", "vitroll.testbed", "vitroll.preprocess", "vitroll.capture", "vitroll.adapters"),
     ("vitroll.methods",),
@@ -192,3 +195,25 @@ def test_the_package_version_is_the_one_pyproject_declares():
     pyproject = (PACKAGE_ROOT.parent / "pyproject.toml").read_text(encoding="utf-8")
     declared = re.findall(r'^version = "([^"]+)"$', pyproject, flags=re.MULTILINE)
     assert declared == [vitroll.__version__]
+
+
+def test_lazy_names_import_a_name_on_first_use_keep_it_and_refuse_the_others(tmp_path, monkeypatch):
+    _write_package(tmp_path, {"pkg/__init__.py": "", "pkg/part.py": "thing = 7\n", "pkg/sub.py": ""})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from vitroll.lazy import LazyNames
+
+    for submodules in (False, True):
+        for name in ("pkg", "pkg.part", "pkg.sub"):
+            monkeypatch.delitem(sys.modules, name, raising=False)
+        package = importlib.import_module("pkg")
+        names = LazyNames("pkg", {"pkg.part": ("thing",)}, submodules=submodules)
+        package.__all__ = names.all
+        assert "pkg.part" not in sys.modules and "thing" in names.dir()
+        assert names.getattr("thing") == 7 and vars(package)["thing"] == 7
+        with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'other'"):
+            names.getattr("other")
+        if submodules:
+            assert names.getattr("sub") is sys.modules["pkg.sub"]
+        else:
+            with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'sub'"):
+                names.getattr("sub")

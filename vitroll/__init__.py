@@ -10,13 +10,12 @@ torchvision, transformers and open_clip models — image classifiers, image–te
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 import types
 from typing import Any
 
 from vitroll._version import __version__
+from vitroll.lazy import LazyNames
 from vitroll.registry import defer
 
 _PUBLIC = {
@@ -40,9 +39,14 @@ _PUBLIC = {
 """The module of each public name. They are imported on first use (PEP 562), so that ``import vitroll.cli`` and
 ``vitroll --help`` do not wait for torch, timm and transformers."""
 
-_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
+_NAMES = LazyNames(__name__, _PUBLIC, submodules=True)
+"""A public name, imported from its module on first use, or a sub-package not imported yet (``vitroll.capture``
+after ``import vitroll``). The model families are registered when they are first looked up, however they are
+reached (:mod:`vitroll.registry`)."""
 
-__all__ = ["__version__", *_MODULE_OF]
+__all__ = ["__version__", *_NAMES.all]
+__getattr__ = _NAMES.getattr
+__dir__ = _NAMES.dir
 
 
 def _register_built_in_families() -> None:
@@ -53,29 +57,12 @@ def _register_built_in_families() -> None:
 defer(_register_built_in_families)
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use, or a sub-package not imported yet (``vitroll.capture``
-    after ``import vitroll``). The model families are registered when they are first looked up, however they are
-    reached (:mod:`vitroll.registry`)."""
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-        globals()[name] = value
-        return value
-    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
 class _Package(types.ModuleType):
     """This package, whose public names stay the functions when a sub-module of the same name is imported
     (``import vitroll.overlay`` binds the module here; ``vitroll.overlay`` is the function)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _MODULE_OF and isinstance(value, types.ModuleType):
+        if name in _NAMES.module_of and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
