@@ -1545,3 +1545,49 @@ def test_random_weights_get_a_banner_in_every_report_file(tmp_path):
     html = (tmp_path / "out" / "report.html").read_text()
     assert ('<p class="banner" id="random-weights">RANDOM WEIGHTS: this model was not trained (no --pretrained or '
             "--checkpoint). Its saliency maps, predictions and every number in this report mean nothing.</p>") in html
+
+
+@pytest.mark.parametrize("spoil, reason", [
+    ("permission", "This file cannot be opened (Permission denied)."),
+    ("directory", "This file cannot be opened (Is a directory)."),
+    ("removed", "the file is gone: removed or moved while the audit ran"),
+    ("truncated", "This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the middle of its pixel "
+                  "data, so the image is incomplete and is not shown."),
+])
+def test_a_file_taken_away_after_its_header_was_read_is_worded_as_other_read_failures(tmp_path, monkeypatch, spoil,
+                                                                                        reason):
+    """A cine's pixel data (over 256 KB) is read from the file after its header: a file no longer readable then (chmod
+    000, told by the PermissionError its reading raises, since root reads such a file), replaced by a folder, removed
+    or cut short. The first was "The pixel data cannot be decoded: … pydicom said: [Errno 13] Permission denied:
+    '<file>'; … it is the header that does not describe it", the folder "cut short"."""
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+    import vitroll.io.dicom.reading as reading
+
+    path = tmp_path / "cine.dcm"
+    write_dicom(path, np.stack([body_phantom(128)] * 9), number=1)  # 9 × 128 × 128 × 2 bytes: read later
+    read_dataset, rgb_frames = reading._read_dataset, reading._rgb_frames
+
+    def taken_away(read_path):
+        read = read_dataset(read_path)
+        if spoil == "directory":
+            path.unlink()
+            path.mkdir()
+        elif spoil == "removed":
+            path.unlink()
+        elif spoil == "truncated":
+            with open(path, "r+b") as file:
+                file.truncate(path.stat().st_size // 2)
+        return read
+
+    def denied(source, *args, **kwargs):
+        if spoil == "permission":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return rgb_frames(source, *args, **kwargs)
+
+    monkeypatch.setattr(reading, "_read_dataset", taken_away)
+    monkeypatch.setattr(reading, "_rgb_frames", denied)
+    with pytest.raises(VitrollError) as failed:
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, "cine.dcm", count=9), AuditOptions(salt="s"))
+    assert str(failed.value) == reason

@@ -138,7 +138,7 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
-        if isinstance(error, FileNotFoundError) and not path.exists():  # its message would only quote the path
+        if not path.exists():  # whatever failed reading it, its message would only quote the path or the system's
             raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
                                else "the file is gone: removed or moved while the audit ran") from None
         if isinstance(error, RecognizableFeaturesError):  # it names read_dicom's argument: the audit's is its option

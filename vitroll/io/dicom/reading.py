@@ -663,8 +663,24 @@ def read_dicom(
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
-                             allow_recognizable=allow_recognizable, max_pixels=max_pixels)
+        try:
+            return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
+                                 allow_recognizable=allow_recognizable, max_pixels=max_pixels)
+        except OSError as error:  # the file taken away after its header was read (its pixel data is read later)
+            if not _file_system_error(error):
+                raise
+            raise ImageReadError(path, _cannot_open(error)) from None
+
+
+def _file_system_error(error: BaseException) -> bool:
+    """Whether ``error`` is the file system's (no permission, a folder where the file was, no file), which carries an
+    errno, not a decoder's (Pillow's OSErrors about a frame's bytes carry none)."""
+    return isinstance(error, OSError) and error.errno is not None
+
+
+def _cannot_open(error: OSError) -> str:
+    """Why a file cannot be read, in the file system's words (``Permission denied``), the file itself not quoted."""
+    return f"This file cannot be opened ({error.strerror or type(error).__name__})."
 
 
 def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
@@ -680,7 +696,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except ImageReadError:
         raise
     except OSError as error:
-        raise ImageReadError(path, f"This file cannot be opened ({error.strerror or type(error).__name__}).") from None
+        raise ImageReadError(path, _cannot_open(error)) from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
     pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
@@ -740,7 +756,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except BaseException as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
-        if not _decoder_error(error):
+        if not _decoder_error(error) or _file_system_error(error):  # the latter worded by read_dicom
             raise
         if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
