@@ -433,8 +433,9 @@ def test_without_an_image_the_page_asks_for_one_and_forgets_the_last_overlay(ser
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
-    """Each slider moved, and the full-size download, read the image again and printed its warning again."""
+def test_an_images_unusable_colour_profile_is_warned_of_once_a_session_not_on_every_request(served, tmp_path, capfd):
+    """Each slider moved, and the full-size download, read the image again and printed its warning again; then it was
+    told once a server: a second session of the same image was never told."""
     from gradio_client import Client, handle_file
 
     upload = tmp_path / "broken profile.png"
@@ -452,6 +453,12 @@ def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_reques
     client.predict(handle_file(other), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
     warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: another.png: its embedded ICC colour")
+    # another session (a second user, a second tab) is told too: Gradio's copy of the same file is the same file
+    second = Client(served, verbose=False, download_files=str(tmp_path / "second client"))
+    for layer in (1, 0):
+        second.predict(handle_file(upload), "rollout", "mean", 0.0, 0, layer, "all", "predicted", api_name="/explain")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: broken profile.png: its embedded ICC")
 
 
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
