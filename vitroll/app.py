@@ -28,7 +28,7 @@ from vitroll.io.images import (
     DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings, render
+from vitroll.pipelines.explain import ExplainSettings, enlarged_warning, render
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -231,6 +231,22 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
+def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> str:
+    """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
+    :func:`~vitroll.methods.rollout.warn_constant_maps`, whose line on the server's terminal names the command line's
+    flag), naming the page's control that may be the cause: the discard ratio, when the method used one above 0
+    (``discard_ratio``; None when it ignores the slider); empty otherwise."""
+    values = grid_map[np.isfinite(grid_map)]
+    if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
+        return ""
+    note = f"**The map is constant** (all {float(values[0]):.4g}): the overlay is one colour and shows nothing."
+    if discard_ratio:
+        return (f"{note} A discard ratio of {discard_ratio:g} drops that share of each row's weakest attention; with "
+                "this model's few tokens it can leave none but the class token's: a lower **discard ratio** (its "
+                "slider) keeps more.")
+    return f"{note} The attention it reads does not tell one patch from another."
+
+
 class UploadPath(str):
     """The path of the server's copy of an upload or example, as the image box gives it, and :attr:`user_name`: the
     name the user gave the file. Gradio names its copy without ``*<>|?:"`` and cuts a name over 200 bytes."""
@@ -371,9 +387,14 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         except (VitrollError, ValueError) as error:
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
+        used_ratio = None if "discard ratio" in exploration.ignored else controls.discard_ratio
+        enlarged = enlarged_warning(preprocessing.geometry(np.asarray(stored).shape[:2]).pixels_per_patch(
+            exploration.grid_map.shape))
+        notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
+                 constant_map_note(exploration.grid_map, used_ratio),
+                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**."]
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
-                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                ShownOverlay(image, exploration.grid_map, drawn))
+                "\n\n".join(note for note in notes if note), ShownOverlay(image, exploration.grid_map, drawn))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
     written: dict[str, Path] = {}  # ShownOverlay.key: its file, written on the first request, then offered again
@@ -490,9 +511,10 @@ def given_the_request(function: Callable[..., Any]) -> Callable[..., Any]:
 def preprocessing_here(function: Callable[..., Any], inputs: Sequence["gradio.Component"]) -> Callable[..., Any]:
     """``function`` of the values of ``inputs``, as a function of what the page sends (for an event with
     ``preprocess=False``), which these components themselves turn into values; its first parameter is the event's
-    request (typed ``gradio.Request``: :func:`given_the_request`), passed on as Gradio gives it. Gradio's own preprocessing uses a
-    session's copy of a component once an event has updated it (an example picked updates the image box), built anew
-    from its arguments: without the refusals and the upload's name that :func:`build_app` adds to its components."""
+    request (typed ``gradio.Request``: :func:`given_the_request`), passed on as Gradio gives it. Gradio's own
+    preprocessing uses a session's copy of a component once an event has updated it (an example picked updates the
+    image box), built anew from its arguments: without the refusals and the upload's name that :func:`build_app` adds
+    to its components."""
 
     @functools.wraps(function)  # Gradio reads the parameters' names and defaults
     def from_payloads(request: "gradio.Request", *payloads: Any) -> Any:
