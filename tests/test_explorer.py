@@ -433,8 +433,9 @@ def test_without_an_image_the_page_asks_for_one_and_forgets_the_last_overlay(ser
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_request(served, tmp_path, capfd):
-    """Each slider moved, and the full-size download, read the image again and printed its warning again."""
+def test_an_images_unusable_colour_profile_is_warned_of_once_a_session_not_on_every_request(served, tmp_path, capfd):
+    """Each slider moved, and the full-size download, read the image again and printed its warning again; then it was
+    told once a server: a second session of the same image was never told."""
     from gradio_client import Client, handle_file
 
     upload = tmp_path / "broken profile.png"
@@ -452,6 +453,12 @@ def test_an_images_unusable_colour_profile_is_warned_of_once_not_on_every_reques
     client.predict(handle_file(other), "rollout", "mean", 0.0, 0, 1, "all", "predicted", api_name="/explain")
     warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: another.png: its embedded ICC colour")
+    # another session (a second user, a second tab) is told too: Gradio's copy of the same file is the same file
+    second = Client(served, verbose=False, download_files=str(tmp_path / "second client"))
+    for layer in (1, 0):
+        second.predict(handle_file(upload), "rollout", "mean", 0.0, 0, layer, "all", "predicted", api_name="/explain")
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: broken profile.png: its embedded ICC")
 
 
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
@@ -1129,3 +1136,46 @@ def test_a_saved_backbone_is_offered_only_the_methods_that_need_no_class_scores_
             ran = False
             assert "has no classification head" in str(refused)
         assert ran is (name in scoreless), name
+
+
+def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(served, tmp_path):
+    """Rollout with the discard ratio at 0.99 drops 64 of the 65 weights in each row of the testbed's attention: its
+    map is 0 everywhere. The page showed a flat overlay without a word; the server's terminal named --discard-ratio,
+    a flag the page does not have."""
+    from gradio_client import Client, handle_file
+
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    _, _, _, note = client.predict(handle_file(CROSS), "rollout", "mean", 0.99, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert note.splitlines()[-1] == (
+        "**The map is constant** (all 0): the overlay is one colour and shows nothing. A discard ratio of 0.99 drops "
+        "that share of each row's weakest attention; with this model's few tokens it can leave none but the class "
+        "token's: a lower **discard ratio** (its slider) keeps more.")
+    assert "--discard-ratio" not in note
+    _, _, _, note = client.predict(handle_file(CROSS), "rollout", "mean", 0.9, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert "constant" not in note
+
+
+@pytest.mark.parametrize("side", [1, 2, 8])
+def test_an_image_smaller_than_the_patch_grid_is_said_to_say_nothing_on_the_page_as_by_overlay(served, side, tmp_path,
+                                                                                              capsys):
+    """A 1×1 image got a confident class and a map, on the page and from ``vitroll overlay``, without a word that each
+    of the testbed's 8×8 patches saw 1/8 of its one pixel. Both now say so, in the same words; an 8×8 image (a pixel
+    a patch) is not warned of."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / f"tiny {side}.png"
+    Image.fromarray(np.random.default_rng(side).integers(0, 256, (side, side, 3), np.uint8)).save(upload)
+    warning = (f"the image is smaller than the model's patch grid: enlarged to fit, each patch covers {side / 8:.2g} "
+               "of its pixels a side, so its map and classes say next to nothing about it")
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    _, _, _, note = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    if side == 8:
+        assert "patch grid" not in note and lines == []
+    else:
+        assert note.splitlines()[-1] == f"**T{warning[1:]}**."
+        assert lines == [f"vitroll: warning: {upload}: {warning}"]

@@ -28,7 +28,7 @@ from vitroll.io.images import (
     DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings, render
+from vitroll.pipelines.explain import ExplainSettings, enlarged_warning, render
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -231,6 +231,22 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
+def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> str:
+    """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
+    :func:`~vitroll.methods.rollout.warn_constant_maps`, whose line on the server's terminal names the command line's
+    flag), naming the page's control that may be the cause: the discard ratio, when the method used one above 0
+    (``discard_ratio``; None when it ignores the slider); empty otherwise."""
+    values = grid_map[np.isfinite(grid_map)]
+    if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
+        return ""
+    note = f"**The map is constant** (all {float(values[0]):.4g}): the overlay is one colour and shows nothing."
+    if discard_ratio:
+        return (f"{note} A discard ratio of {discard_ratio:g} drops that share of each row's weakest attention; with "
+                "this model's few tokens it can leave none but the class token's: a lower **discard ratio** (its "
+                "slider) keeps more.")
+    return f"{note} The attention it reads does not tell one patch from another."
+
+
 class UploadPath(str):
     """The path of the server's copy of an upload or example, as the image box gives it, and :attr:`user_name`: the
     name the user gave the file. Gradio names its copy without ``*<>|?:"`` and cuts a name over 200 bytes."""
@@ -335,29 +351,34 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
-    warned: set[tuple[str, str]] = set()  # (the server's copy of an image, a warning about it) already given
+    warned: set[tuple[str, str, str]] = set()  # (a session, the server's copy of an image, a warning) already given
 
-    def warn_once(image: str) -> Callable[[str], None]:
+    def warn_once(image: str, request: "gradio.Request") -> Callable[[str], None]:
         """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
-        and on the page the first time only: each slider moved read the image again, and said it again."""
+        and on the page the first time in each session only: each slider moved read the image again, and said it
+        again; and once for the whole server, a second user of the same image (Gradio names its copy by the
+        content) was never told."""
 
         def warn(message: str) -> None:
-            if (str(image), message) not in warned:
-                warned.add((str(image), message))
+            key = (str(request.session_hash), str(image), message)
+            if key not in warned:
+                warned.add(key)
                 print_warning(message)
                 gr.Warning(html.escape(message, quote=False))
 
         return warn
 
-    def run(image: Optional[str], method: str, head_fusion: str, discard_ratio: float, start_layer: float,
-            layer: float, head: str, target_class: str, cmap: str = settings.cmap, prompts: str = "") -> tuple:
+    @given_the_request
+    def run(request: "gradio.Request", image: Optional[str], method: str, head_fusion: str, discard_ratio: float,
+            start_layer: float, layer: float, head: str, target_class: str, cmap: str = settings.cmap,
+            prompts: str = "") -> tuple:
         if image is None:
             return None, None, None, "Upload an image or pick an example.", None
         try:
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image))
+            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image, request))
             exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                   class_names=class_names, settings=drawn,
                                   display=None if display is None else np.asarray(display))
@@ -366,21 +387,27 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         except (VitrollError, ValueError) as error:
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
+        used_ratio = None if "discard ratio" in exploration.ignored else controls.discard_ratio
+        enlarged = enlarged_warning(preprocessing.geometry(np.asarray(stored).shape[:2]).pixels_per_patch(
+            exploration.grid_map.shape))
+        notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
+                 constant_map_note(exploration.grid_map, used_ratio),
+                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**."]
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
-                ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                ShownOverlay(image, exploration.grid_map, drawn))
+                "\n\n".join(note for note in notes if note), ShownOverlay(image, exploration.grid_map, drawn))
 
     downloads = tempfile.TemporaryDirectory(prefix="vitroll-explorer-")  # removed with the page
     written: dict[str, Path] = {}  # ShownOverlay.key: its file, written on the first request, then offered again
 
-    def full_size(shown: Optional[ShownOverlay]) -> "Any":
+    @given_the_request
+    def full_size(shown: Optional[ShownOverlay], request: "gradio.Request") -> "Any":
         if shown is None:
             raise refusal("Explain an image first: its overlay at full size is then written here.")
         key = shown.key  # a digest of the whole map: taken once a request
         path = written.get(key)
         if path is None or not path.is_file():
             try:
-                overlay = shown.overlay(preprocessing, max_pixels, warn_once(shown.image))
+                overlay = shown.overlay(preprocessing, max_pixels, warn_once(shown.image, request))
             except ImageReadError as error:  # Gradio's copy of the upload is gone
                 raise refusal(f"{error.reason}: upload the image again") from None
             path = Path(tempfile.mkdtemp(dir=downloads.name)) / f"{Path(shown.image).stem}_overlay.png"
@@ -474,15 +501,24 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     return app
 
 
+def given_the_request(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, its parameter ``request`` typed ``gradio.Request`` where Gradio reads it (it passes an event's
+    request to a parameter so typed): the module's annotations are strings, which name no ``gradio`` here."""
+    function.__annotations__["request"] = require_gradio().Request
+    return function
+
+
 def preprocessing_here(function: Callable[..., Any], inputs: Sequence["gradio.Component"]) -> Callable[..., Any]:
     """``function`` of the values of ``inputs``, as a function of what the page sends (for an event with
-    ``preprocess=False``), which these components themselves turn into values. Gradio's own preprocessing uses a
-    session's copy of a component once an event has updated it (an example picked updates the image box), built anew
-    from its arguments: without the refusals and the upload's name that :func:`build_app` adds to its components."""
+    ``preprocess=False``), which these components themselves turn into values; its first parameter is the event's
+    request (typed ``gradio.Request``: :func:`given_the_request`), passed on as Gradio gives it. Gradio's own
+    preprocessing uses a session's copy of a component once an event has updated it (an example picked updates the
+    image box), built anew from its arguments: without the refusals and the upload's name that :func:`build_app` adds
+    to its components."""
 
     @functools.wraps(function)  # Gradio reads the parameters' names and defaults
-    def from_payloads(*payloads: Any) -> Any:
-        return function(*(preprocessed(box, payload) for box, payload in zip(inputs, payloads)))
+    def from_payloads(request: "gradio.Request", *payloads: Any) -> Any:
+        return function(request, *(preprocessed(box, payload) for box, payload in zip(inputs, payloads)))
 
     return from_payloads
 

@@ -96,6 +96,12 @@ class CropGeometry:
         (sy, sx), (top, left) = self.scale, self.crop_top_left
         return (top / sy, left / sx, (top + self.input_hw[0]) / sy, (left + self.input_hw[1]) / sx)
 
+    def pixels_per_patch(self, grid_hw: tuple[int, int]) -> float:
+        """The fewest original pixels one cell of a (h, w) patch grid covers along a side: below 1 the image was
+        enlarged until its patches see parts of one pixel (a 1×1 image on a 224-pixel model: 0.0045)."""
+        (sy, sx), (height, width) = self.scale, self.grid_hw_pixels
+        return min(height / grid_hw[0] / sy, width / grid_hw[1] / sx)
+
     def seen_share(self) -> float:
         """The share of the original image's area that lies inside the model input (1.0: all of it; a centre crop
         of a 600×40 strip: 35×35 pixels, 0.05)."""

@@ -21,7 +21,7 @@ from vitroll.io.names import single_line
 from vitroll.methods import Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.models.transformers import saved_kind
-from vitroll.pipelines.explain import ExplainSettings
+from vitroll.pipelines.explain import ExplainSettings, enlarged_warning
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
 
@@ -247,6 +247,14 @@ def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
         print(single_line(f"vitroll: warning: {path}: the model saw only {shown} of the image (the middle of its long "
                           "side) and its map covers only that; --crop-mode border --crop-pct 1 shows the model all "
                           "of it, padded (squash: stretched)"), file=sys.stderr)
+
+
+def print_if_enlarged(path: object, pixels_per_patch: Optional[float]) -> None:
+    """One ``vitroll: warning:`` line on stderr when the image at ``path`` is smaller than the model's patch grid
+    (:func:`~vitroll.pipelines.explain.enlarged_warning`)."""
+    warning = None if pixels_per_patch is None else enlarged_warning(pixels_per_patch)
+    if warning is not None:
+        print(single_line(f"vitroll: warning: {path}: {warning}"), file=sys.stderr)
 
 
 def print_failed(failure: object) -> None:

@@ -96,6 +96,15 @@ def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry,
     return saliency, overlaid
 
 
+def enlarged_warning(pixels_per_patch: float) -> Optional[str]:
+    """Why a map and classes say next to nothing about an image whose patches cover less than one of its pixels a side
+    (:meth:`~vitroll.preprocess.CropGeometry.pixels_per_patch`); None for an image large enough."""
+    if pixels_per_patch >= 1:
+        return None
+    return (f"the image is smaller than the model's patch grid: enlarged to fit, each patch covers "
+            f"{pixels_per_patch:.2g} of its pixels a side, so its map and classes say next to nothing about it")
+
+
 def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 5) -> list[tuple[int, str, float]]:
     """The ``k`` most probable classes of one image as (index, name, probability)."""
     order = np.argsort(probabilities)[::-1][:k]

@@ -45,6 +45,8 @@ class ImageExplanation:
     """For an image–text model: one overlay per text, in the order of the texts."""
     seen_share: Optional[float] = None
     """The share of the image's area the model saw (:meth:`~vitroll.preprocess.CropGeometry.seen_share`)."""
+    pixels_per_patch: Optional[float] = None
+    """The image's pixels a patch covers along a side (:meth:`~vitroll.preprocess.CropGeometry.pixels_per_patch`)."""
     error: Optional[str] = None
 
 
@@ -146,7 +148,8 @@ def _explain_image(record: Explained, stem: str, out_dir: Path, settings: Explai
     path = record.item
     saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
     explanation = ImageExplanation(path=path, overlay_path=out_dir / f"{stem}_{settings.method}.png",
-                                   seen_share=record.geometry.seen_share())
+                                   seen_share=record.geometry.seen_share(),
+                                   pixels_per_patch=record.geometry.pixels_per_patch(record.grid_map.shape[-2:]))
     write_atomic(explanation.overlay_path, encode_png(overlaid))
     if record.probabilities is not None:
         explanation.top = top_classes(record.probabilities, class_names)
@@ -163,6 +166,7 @@ def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path
     one image's maps (T, h, w) against ``texts``."""
     path = record.item
     explanation = ImageExplanation(path=path, text_overlays=[], seen_share=record.geometry.seen_share(),
+                                   pixels_per_patch=record.geometry.pixels_per_patch(record.grid_map.shape[-2:]),
                                    figure_path=out_dir / f"{stem}_{settings.method}_texts.png")
     overlays = []
     for text, slug, grid_map, logit in zip(texts, text_slugs(texts), record.grid_map, record.text_logits):
