@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import PIL.Image
@@ -177,6 +178,7 @@ def test_squash_mode_covers_the_whole_image():
     assert np.isfinite(saliency).all()
 
 
+@pytest.mark.filterwarnings("ignore:overlay. a grid map:UserWarning")  # stretched on purpose
 def test_overlay_corner_peak_is_red_there_and_blue_elsewhere():
     image = np.full((120, 160, 3), 255, np.uint8)
     heat = np.zeros((8, 8), np.float32)
@@ -418,6 +420,7 @@ def test_a_heatmap_of_no_real_numbers_is_refused_naming_its_type(heatmap, held):
     assert str(raised.value) == f"heatmap must hold real numbers (float, int or bool); got {held}"
 
 
+@pytest.mark.filterwarnings("ignore:overlay. a grid map:UserWarning")  # stretched on purpose
 @pytest.mark.parametrize("alpha", ["0.5", True, torch.tensor(0.5), None])
 def test_alpha_of_another_type_is_a_type_error_naming_it(alpha):
     """A string failed in Python's words ("'<=' not supported…"), True and a tensor in OpenCV's ("Overload resolution
@@ -468,6 +471,7 @@ heatmaps = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2**16)
                           np.random.default_rng(hwsn[2] + 1).normal(size=(hwsn[0], hwsn[1])) * 100))
 
 
+@pytest.mark.filterwarnings("ignore:overlay. a grid map:UserWarning")  # stretched on purpose
 @settings(max_examples=40, deadline=None)
 @given(image=images, heatmap=heatmaps, cmap=st.sampled_from(["jet", "viridis", "gray"]),
        interpolation=st.sampled_from(["bilinear", "bicubic", "nearest"]))
@@ -483,3 +487,62 @@ def test_overlay_at_alpha_0_is_the_image_and_at_alpha_1_the_colormap_exactly(ima
     values = normalize(stretched)
     expected = np.where(np.isfinite(values)[..., None], colorize(values, cmap=cmap), image)
     np.testing.assert_array_equal(coloured, expected)
+
+
+def astronaut_512x300() -> np.ndarray:
+    """A real photo, wider than tall (H×W 300×512), as a user would overlay a map on it."""
+    with PIL.Image.open(Path(__file__).parent.parent / "sample_images" / "astronaut.jpg") as photo:
+        return np.asarray(photo.convert("RGB").resize((512, 300)))
+
+
+def test_overlay_with_geometry_puts_a_grid_cell_on_the_pixels_of_its_patch_in_one_call():
+    """vit at 224, crop_pct 0.875 on 300×512: resized to 256×436 (shorter side to ⌊224/0.875⌋ = 256, the longer
+    ⌊256·512/300⌋ = 436), cropped at (16, 106). Patch (0, 0), input pixels [0, 16)², covers original rows
+    [16, 32)·300/256 = [18.75, 37.5) and columns [106, 122)·512/436 = [124.48, 143.27)."""
+    image = astronaut_512x300()
+    geometry = PREPROCESSING.geometry(image.shape[:2])
+    grid = np.zeros((14, 14), np.float32)
+    grid[0, 0] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        placed = overlay(image, grid, geometry=geometry, interpolation="nearest", cmap="gray", alpha=1.0)
+    outside = np.isnan(to_original(grid, geometry))
+    lit = np.argwhere((placed == 255).all(axis=-1) & ~outside)  # the photo has white pixels of its own
+    assert (lit[:, 0].min(), lit[:, 0].max(), lit[:, 1].min(), lit[:, 1].max()) == (19, 37, 124, 142)
+    assert len(lit) == 19 * 19 and (placed[~outside] % 255 == 0).all()  # the crop: white at the patch, else black
+    np.testing.assert_array_equal(placed[outside], image[outside])  # where the model saw nothing: the photo itself
+    assert outside[:, :124].all() and outside[:19].all() and not outside[19:38, 124:143].any()
+    for interpolation in ("bilinear", "nearest"):
+        np.testing.assert_array_equal(
+            overlay(image, grid, geometry=geometry, interpolation=interpolation),
+            overlay(image, to_original(grid, geometry, interpolation=interpolation)))
+
+
+def test_a_grid_stretched_over_an_image_of_another_shape_warns_once_naming_the_fix():
+    image = astronaut_512x300()
+    grid = np.random.default_rng(0).random((14, 14)).astype(np.float32)
+    with pytest.warns(UserWarning) as caught:
+        stretched = overlay(image, grid)
+    assert [str(w.message) for w in caught] == [
+        "overlay: a grid map of 14×14 patches is stretched over an image of 300×512 pixels (H×W), another shape: "
+        "where the model saw a centre crop, the map lands off the pixels it is of. Give "
+        "geometry=Preprocessing.from_model(model).geometry(image.shape[:2]) to put it where the model looked (or a "
+        "map in the image's pixels, vitroll.to_original(grid_map, geometry))"]
+    assert caught[0].filename == __file__
+    np.testing.assert_array_equal(stretched, overlay(image, upsample(grid, (300, 512))))  # drawn as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        overlay(image[:, :310], grid)  # 300×310 against 14×14: within 10 %
+        overlay(np.zeros((36, 36, 3), np.uint8), np.ones((5, 5)), padded_hw=(40, 40))
+        overlay(image, upsample(grid, (300, 512)))
+
+
+def test_a_geometry_of_another_image_or_with_padded_hw_is_refused_by_name():
+    image = astronaut_512x300()
+    with pytest.raises(ValueError, match=r"^geometry is of an image of 300×600 pixels \(H×W\), this image is 300×512: "
+                                         r"take the geometry of this image"):
+        overlay(image, np.ones((14, 14)), geometry=PREPROCESSING.geometry((300, 600)))
+    with pytest.raises(ValueError, match="^give geometry or padded_hw, not both"):
+        overlay(image, np.ones((14, 14)), geometry=PREPROCESSING.geometry((300, 512)), padded_hw=(224, 224))
+    with pytest.raises(TypeError, match="^geometry must be the CropGeometry"):
+        overlay(image, np.ones((14, 14)), geometry=(300, 512))

@@ -3,9 +3,10 @@ torchvision, transformers and open_clip models — image classifiers, image–te
 (:func:`image_text_maps`), captioners per generated token (:func:`caption_maps`), text models as token scores
 (B, L) — and any model family registered with :func:`register_family`.
 
->>> from vitroll import rollout, overlay                    # doctest: +SKIP
+>>> from vitroll import rollout, overlay, Preprocessing     # doctest: +SKIP
 >>> maps = rollout(model, images)                           # (B, h, w) on the model's device
->>> picture = overlay(image_rgb_uint8, maps[0])             # (H, W, 3) RGB uint8
+>>> geometry = Preprocessing.from_model(model).geometry(image_rgb_uint8.shape[:2])   # where the model's crop lies
+>>> picture = overlay(image_rgb_uint8, maps[0], geometry=geometry)                    # (H, W, 3) RGB uint8
 """
 
 from __future__ import annotations

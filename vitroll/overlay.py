@@ -16,7 +16,8 @@ import numpy as np
 from vitroll.colormaps import named_colormap
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.io.names import readable
-from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, upsample
+from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, to_original, upsample
+from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -138,16 +139,24 @@ def overlay(
     interpolation: Interpolation = "bilinear",
     normalization: Literal["minmax", "percentile"] = "minmax",
     padded_hw: tuple[int, int] | None = None,
+    geometry: Optional[CropGeometry] = None,
 ) -> np.ndarray:
     """Blend a saliency map onto an RGB image.
+
+    A method's grid map lies on the model's input, which is a centre crop of the image for most models: give its
+    ``geometry`` (``Preprocessing.from_model(model).geometry(image.shape[:2])``) to put it there. Without one, a grid
+    map is stretched over the whole image, which misplaces it where the model cropped; a ``UserWarning`` says so when
+    the grid's aspect ratio differs from the image's by more than 10 %.
 
     Parameters
     ----------
     image : ndarray, uint8, shape (H, W, 3)
         RGB image.
     heatmap : ndarray or Tensor, shape (h, w) or (H, W)
-        A grid map is stretched over the whole image; an image-sized map (e.g. from
-        :func:`vitroll.maps.to_original`) is used as is, and its NaN pixels are left uncoloured.
+        With ``geometry``: the grid map (h, w), placed on the pixels the model saw
+        (:func:`vitroll.maps.to_original`), the rest of the image left uncoloured. Without: a grid map is stretched
+        over the whole image; an image-sized map (e.g. from :func:`vitroll.maps.to_original`) is used as is, and its
+        NaN pixels are left uncoloured.
         Values +inf and −inf take the colours of the largest and smallest finite values; finite values of any
         magnitude (float64 up to ±1.8e308, or down to 1e-300) are coloured without overflow or flushing to 0.
     cmap : str or matplotlib.colors.Colormap
@@ -162,6 +171,10 @@ def overlay(
         For a grid map of a model that pads its input up to whole patches (timm's ``dynamic_img_pad``) and an image
         of its input size: the padded input (H', W') ≥ (H, W) the grid covers, ``geometry.padded_hw``
         (:func:`vitroll.maps.upsample`); None: the grid covers the image. An image-sized map is used as is.
+    geometry : CropGeometry, optional
+        How the model's preprocessing resized and cropped this image (``Preprocessing.from_model(model)`` gives it
+        with the tensor, or ``.geometry((H, W))`` alone, without preprocessing): the grid map is put back through it.
+        It holds ``padded_hw`` itself.
 
     Returns
     -------
@@ -172,17 +185,53 @@ def overlay(
     VitrollError, also a ValueError
         For an image that is not RGB uint8 (H, W, 3), a heatmap that is not 2-D or holds no real numbers, an
         ``alpha`` outside [0, 1], an unknown colormap, interpolation or normalization, a ``padded_hw`` smaller than
-        the image.
+        the image, a ``geometry`` of another image size than the image's, or given with ``padded_hw``.
     VitrollError, also a TypeError
-        For an ``alpha`` or ``cmap`` of another type.
+        For an ``alpha`` or ``cmap`` of another type, a ``geometry`` that is not a CropGeometry.
     """
     image = rgb_uint8(image)
     saliency = as_map(heatmap, "heatmap", dtype=held_float(heatmap))
-    if saliency.shape != image.shape[:2]:  # a grid: into float32's range before interpolation adds and overshoots
+    if geometry is not None:
+        saliency = _placed(saliency, image.shape[:2], geometry, interpolation, padded_hw)
+    elif saliency.shape != image.shape[:2]:  # a grid: into float32's range before interpolation adds and overshoots
+        if padded_hw is None:
+            _warn_if_stretched(saliency.shape, image.shape[:2])
         saliency = upsample(_finite_range(scaled_into_float32(saliency)), image.shape[:2], interpolation=interpolation,
                             padded_hw=padded_hw)
     values = normalize(saliency, mode=normalization)
     return blend(image, colorize(values, cmap=cmap), alpha, where=np.isfinite(values))
+
+
+STRETCH_TOLERANCE = 1.1
+"""How far (as a ratio) a grid map's aspect ratio may differ from its image's before :func:`overlay`, stretching it
+without a geometry, warns: a grid a little off the image's shape (224 × 220 pixels under 14 × 14 patches) is not
+worth a word, a square grid over a 4:3 photo (its centre crop's map spread over the sides it cut off) is."""
+
+
+def _placed(grid_map: np.ndarray, image_hw: tuple[int, int], geometry: CropGeometry, interpolation: Interpolation,
+            padded_hw: tuple[int, int] | None) -> np.ndarray:
+    """``grid_map`` (h, w) on the image's pixels (H, W) through ``geometry`` (NaN where the model saw nothing)."""
+    if padded_hw is not None:
+        raise InputValueError("give geometry or padded_hw, not both: the geometry holds its padded_hw")
+    placed = to_original(_finite_range(scaled_into_float32(grid_map)), geometry, interpolation=interpolation)
+    if placed.shape != tuple(image_hw):
+        raise InputValueError(f"geometry is of an image of {placed.shape[0]}×{placed.shape[1]} pixels (H×W), this "
+                              f"image is {image_hw[0]}×{image_hw[1]}: take the geometry of this image "
+                              "(Preprocessing.from_model(model).geometry(image.shape[:2]))")
+    return placed
+
+
+def _warn_if_stretched(grid_hw: tuple[int, ...], image_hw: tuple[int, ...]) -> None:
+    """A ``UserWarning`` when a grid map of ``grid_hw`` stretched over an image of ``image_hw`` would be distorted by
+    more than :data:`STRETCH_TOLERANCE`: the map of a centre crop, spread over what the crop cut off."""
+    ratio = (image_hw[0] / image_hw[1]) / (grid_hw[0] / grid_hw[1])
+    if max(ratio, 1 / ratio) <= STRETCH_TOLERANCE:
+        return
+    warnings.warn(f"overlay: a grid map of {grid_hw[0]}×{grid_hw[1]} patches is stretched over an image of "
+                  f"{image_hw[0]}×{image_hw[1]} pixels (H×W), another shape: where the model saw a centre crop, the "
+                  "map lands off the pixels it is of. Give geometry=Preprocessing.from_model(model).geometry("
+                  "image.shape[:2]) to put it where the model looked (or a map in the image's pixels, "
+                  "vitroll.to_original(grid_map, geometry))", UserWarning, stacklevel=3)
 
 
 def _finite_range(saliency: np.ndarray) -> np.ndarray:
