@@ -526,7 +526,9 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
         assert len(lines) == 1 and lines[0].startswith("vitroll: error: ")
         return lines[0]
 
-    assert "no text to explain" in error(["text", "--model", str(saved_classifier)])
+    assert error(["text", "--model", str(saved_classifier)]) == (
+        "vitroll: error: no text to explain: give TEXT arguments, or --file FILE with one text per line (--file - "
+        "reads them from standard input)")
     assert "missing.txt: cannot read texts" in error(["text", "--file", str(tmp_path / "missing.txt"),
                                                       "--model", str(saved_classifier)])
     assert "is a text model" in error(["overlay", PHOTO, "--model", str(saved_classifier)])
@@ -700,3 +702,28 @@ def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_once_that_it_
         "for a text of 5 tokens, discard_ratio below 0.8 keeps some"]
     assert torch.count_nonzero(vitroll.grad_rollout(model, ids, discard_ratio=0.5)[0, 1:]) > 0
     assert capsys.readouterr().err == ""
+
+
+def test_file_dash_reads_the_texts_from_standard_input(saved_classifier, tmp_path, monkeypatch, capsys):
+    """``--file -`` was taken for a file named ``-`` ("-: cannot read texts (No such file or directory)"); it reads
+    standard input, as cat and sort do, after any TEXT given, with a file's rules (UTF-8, its byte-order mark dropped,
+    the blank lines that end it no texts)."""
+    import io
+    import json
+
+    from vitroll.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\ufeffthe cat sat\ncafé au lait\n\n".encode())))
+    assert main(["text", "first", "--file", "-", "--model", str(saved_classifier), "--out", str(tmp_path / "out"),
+                 "--no-progress"]) == 0
+    assert "3 texts ok, 0 failed" in capsys.readouterr().out
+    scores = json.loads((tmp_path / "out" / "scores.json").read_text(encoding="utf-8"))
+    assert [entry["text"] for entry in scores["texts"]] == ["first", "the cat sat", "café au lait"]
+    for given, said in [(b"\n \n", "standard input: no text in it (one text per line)"),
+                        (b"caf\xe9\n", "standard input: cannot read texts (not UTF-8 text: byte 0xe9 at offset 3)")]:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given)))
+        assert main(["text", "--file", "-", "--model", str(saved_classifier), "--out", str(tmp_path / "o2")]) == 2
+        assert capsys.readouterr().err == f"vitroll: error: {said}\n"
+    monkeypatch.setattr(sys, "stdin", None)  # started without one (`<&-`)
+    assert main(["text", "--file", "-", "--model", str(saved_classifier), "--out", str(tmp_path / "o2")]) == 2
+    assert capsys.readouterr().err == "vitroll: error: standard input: cannot read texts (there is none)\n"

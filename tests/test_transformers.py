@@ -412,6 +412,32 @@ REFUSED = {
         depths=[1, 1, 1, 1], embed_dims=[8, 16, 24, 32], num_labels=3)),
                     "SwiftFormerForImageClassification: SwiftFormer attends through additive attention (one global "
                     "query, no token-to-token matrix) in convolutional stages"),
+    "resnet": (lambda: transformers.ResNetForImageClassification(transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)),
+               "ResNetForImageClassification: ResNet is a CNN: it has no attention for vitroll to read; use Grad-CAM"),
+    "regnet": (lambda: transformers.RegNetForImageClassification(transformers.RegNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8, num_labels=3)),
+               "RegNetForImageClassification: RegNet is a CNN: it has no attention for vitroll to read"),
+    "bit": (lambda: transformers.BitForImageClassification(transformers.BitConfig(
+        embedding_size=32, hidden_sizes=[32, 32], depths=[1, 1], num_groups=8, num_labels=3)),
+            "BitForImageClassification: BiT is a CNN (a ResNet V2): it has no attention for vitroll to read"),
+    "efficientnet": (lambda: transformers.EfficientNetForImageClassification(transformers.EfficientNetConfig(
+        image_size=32, width_coefficient=0.1, depth_coefficient=0.1, hidden_dim=32, num_labels=3)),
+                     "EfficientNetForImageClassification: EfficientNet is a CNN: it has no attention for vitroll"),
+    "mobilenet_v1": (lambda: transformers.MobileNetV1ForImageClassification(transformers.MobileNetV1Config(
+        image_size=32, depth_multiplier=0.25, num_labels=3)),
+                     "MobileNetV1ForImageClassification: MobileNet V1 is a CNN: it has no attention for vitroll"),
+    "mobilenet_v2": (lambda: transformers.MobileNetV2ForImageClassification(transformers.MobileNetV2Config(
+        image_size=32, depth_multiplier=0.25, num_labels=3)),
+                     "MobileNetV2ForImageClassification: MobileNet V2 is a CNN: it has no attention for vitroll"),
+    "focalnet": (lambda: transformers.FocalNetForImageClassification(transformers.FocalNetConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], hidden_sizes=[8, 16], num_labels=3)),
+                 "FocalNetForImageClassification: FocalNet mixes its tokens by focal modulation (depth-wise "
+                 "convolutions and gates), not attention: it has no attention for vitroll to read; use Grad-CAM"),
+    "poolformer": (lambda: transformers.PoolFormerForImageClassification(transformers.PoolFormerConfig(
+        hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1], num_labels=3)),
+                   "PoolFormerForImageClassification: PoolFormer mixes its tokens by pooling, not attention: it has "
+                   "no attention for vitroll to read; use Grad-CAM"),
     "dinov3_convnext": (lambda: transformers.DINOv3ConvNextModel(transformers.DINOv3ConvNextConfig(
         hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1])),
                         "DINOv3ConvNextModel: DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model "

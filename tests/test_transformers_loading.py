@@ -730,3 +730,42 @@ def test_folder_loading_refusals_name_keywords_from_python(folder, tmp_path):
         with pytest.raises(ModelLoadError) as raised:
             load_model(str(model_folder))
         assert str(raised.value).endswith(advice) and "--" not in str(raised.value)
+
+
+def test_a_model_around_a_supported_backbone_is_told_how_to_explain_the_backbone_and_that_way_works(tmp_path, capsys):
+    """A saved Depth Anything (a depth head on a DINOv2 backbone) got the command line's generic "no vitroll family
+    reads its attention", while Python's rollout said "explain model.backbone": each now says how, in its own words,
+    and the command line's way (the backbone saved on its own) explains the backbone."""
+    torch.manual_seed(0)
+    backbone = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64, image_size=28, patch_size=14,
+                                         out_features=["stage1", "stage2"], reshape_hidden_states=False)
+    model = transformers.DepthAnythingForDepthEstimation(transformers.DepthAnythingConfig(
+        backbone_config=backbone, reassemble_hidden_size=32, neck_hidden_sizes=[16, 32], fusion_hidden_size=16,
+        head_hidden_size=8, reassemble_factors=[4, 2])).eval()
+    processor = transformers.DPTImageProcessor(size={"height": 28, "width": 28})
+    model.save_pretrained(tmp_path / "depth")
+    processor.save_pretrained(tmp_path / "depth")
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(tmp_path / "depth"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(
+        f"vitroll: error: {tmp_path / 'depth'}: transformers model type 'depth_anything' is not supported: vitroll "
+        "reads the attention of its backbone (model type 'dinov2'), not what the model makes of the backbone's "
+        "features; to explain the backbone, save it with model.backbone.save_pretrained(FOLDER) and the image "
+        "processor with processor.save_pretrained(FOLDER) in Python, then pass --model FOLDER; the supported model "
+        "types are aimv2, ")
+    with pytest.raises(ModelLoadError) as from_python:
+        load_model(str(tmp_path / "depth"))
+    assert "to explain the backbone, load the model with transformers and explain model.backbone, or save it with " \
+           "model.backbone.save_pretrained(FOLDER) and the image processor with processor.save_pretrained(FOLDER), " \
+           "then load_model(FOLDER); the supported" in str(from_python.value)
+    assert "--" not in str(from_python.value)
+    model.backbone.save_pretrained(tmp_path / "backbone")
+    processor.save_pretrained(tmp_path / "backbone")
+    capsys.readouterr()
+    assert main(["overlay", str(PHOTO), "--model", str(tmp_path / "backbone"), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{PHOTO} -> {tmp_path / 'out' / 'cat_rollout.png'}"]
+    pixels = torch.randn(1, 3, 28, 28)
+    torch.testing.assert_close(vitroll.rollout(load_model(str(tmp_path / "backbone")), pixels),
+                               vitroll.rollout(model.backbone, pixels))

@@ -478,6 +478,7 @@ towers too), which loading checks before it builds a model."""
 
 _HIERARCHICAL = ("a hierarchical model has no single token sequence that rollout could follow from layer to layer; "
                  "use Grad-CAM (pip install grad-cam)")
+_NO_ATTENTION = "it has no attention for vitroll to read; use Grad-CAM (pip install grad-cam)"
 _VIT_LIKE = "vitroll explains image classifiers and backbones (ViT, DeiT, DINOv2/v3, BEiT, CLIP/SigLIP towers, …)"
 _SIGLIP2 = ("SigLIP 2 (NaFlex) takes its images as pre-cut patches with their spatial shapes and a patch mask, not as "
             "an image tensor; vitroll explains SigLIP (model type siglip) and its vision tower")
@@ -498,6 +499,20 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
     ("pvt_v2", f"{_MODELS}.pvt_v2.modeling_pvt_v2.PvtV2PreTrainedModel",
      f"PVT v2 attends to pooled keys in stages: {_HIERARCHICAL}"),
+    ("resnet", f"{_MODELS}.resnet.modeling_resnet.ResNetPreTrainedModel", f"ResNet is a CNN: {_NO_ATTENTION}"),
+    ("regnet", f"{_MODELS}.regnet.modeling_regnet.RegNetPreTrainedModel", f"RegNet is a CNN: {_NO_ATTENTION}"),
+    ("bit", f"{_MODELS}.bit.modeling_bit.BitPreTrainedModel", f"BiT is a CNN (a ResNet V2): {_NO_ATTENTION}"),
+    ("efficientnet", f"{_MODELS}.efficientnet.modeling_efficientnet.EfficientNetPreTrainedModel",
+     f"EfficientNet is a CNN: {_NO_ATTENTION}"),
+    ("mobilenet_v1", f"{_MODELS}.mobilenet_v1.modeling_mobilenet_v1.MobileNetV1PreTrainedModel",
+     f"MobileNet V1 is a CNN: {_NO_ATTENTION}"),
+    ("mobilenet_v2", f"{_MODELS}.mobilenet_v2.modeling_mobilenet_v2.MobileNetV2PreTrainedModel",
+     f"MobileNet V2 is a CNN: {_NO_ATTENTION}"),
+    ("focalnet", f"{_MODELS}.focalnet.modeling_focalnet.FocalNetPreTrainedModel",
+     f"FocalNet mixes its tokens by focal modulation (depth-wise convolutions and gates), not attention: "
+     f"{_NO_ATTENTION}"),
+    ("poolformer", f"{_MODELS}.poolformer.modeling_poolformer.PoolFormerPreTrainedModel",
+     f"PoolFormer mixes its tokens by pooling, not attention: {_NO_ATTENTION}"),
     ("dinov3_convnext", f"{_MODELS}.dinov3_convnext.modeling_dinov3_convnext.DINOv3ConvNextPreTrainedModel",
      f"DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model type dinov3_vit, are supported): "
      f"{_HIERARCHICAL}"),

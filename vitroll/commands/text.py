@@ -43,7 +43,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
     parser.add_argument("texts", nargs="*", type=utf8_text, metavar="TEXT", help="texts to explain (quote each)")
     parser.add_argument("--file", type=given_path, metavar="FILE",
-                        help="a UTF-8 file with one text per line (after any TEXT given)")
+                        help="a UTF-8 file with one text per line (after any TEXT given); - reads them from "
+                             "standard input")
     add_progress_argument(parser)
     parser.add_argument("--model", required=True, metavar="MODEL",
                         help="a save_pretrained folder (config.json, weights, tokenizer files) or a cached hub id")
@@ -62,6 +63,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.texts and not args.file:  # before the imports below: a usage error answers at once
+        raise VitrollError("no text to explain: give TEXT arguments, or --file FILE with one text per line "
+                           "(--file - reads them from standard input)")
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from rich.console import Console
 
@@ -74,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
     from vitroll.pipelines.text_run import run_texts
 
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
-    if not texts:
-        raise VitrollError("no text to explain: give TEXT arguments or --file")
     options = method_options_from_args(args, [args.method])
     model = load_model_of_kind(args.model, ("a text model",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)

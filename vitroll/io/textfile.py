@@ -7,6 +7,7 @@ first line. A file that cannot be read, or is not UTF-8, is one error naming the
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from vitroll.errors import VitrollError
@@ -39,3 +40,21 @@ def read_text_file(path: "str | os.PathLike[str]", what: str) -> str:
         return Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise TextFileError(path, what, _why(error)) from None
+
+
+STANDARD_INPUT = "-"
+"""The name that stands for standard input where a command reads a file of texts (``vitroll text --file -``)."""
+
+
+def read_text_file_or_input(path: "str | os.PathLike[str]", what: str) -> str:
+    """:func:`read_text_file`, or the whole of standard input, by the same rules, when ``path`` is ``-`` (as ``cat``
+    and ``sort`` read it; a file named ``-`` is ``./-``): named ``standard input`` in the :class:`TextFileError`."""
+    if os.fspath(path) != STANDARD_INPUT:
+        return read_text_file(path, what)
+    stream = getattr(sys.stdin, "buffer", None)  # sys.stdin is None when the process was started without one
+    if stream is None:
+        raise TextFileError("standard input", what, "there is none")
+    try:
+        return stream.read().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TextFileError("standard input", what, _why(error)) from None

@@ -31,7 +31,7 @@ from vitroll.models.torchvision import TORCHVISION_PREFIX
 from vitroll.testbed.captioner_model import FOLDER as CAPTION_FOLDER
 from vitroll.testbed.image_text_model import FOLDER as PAIRS_FOLDER
 from vitroll.testbed.text_model import FOLDERS as TEXT_TESTBED_FOLDERS
-from vitroll.wording import argument, arguments
+from vitroll.wording import argument, arguments, model_loading, on_the_command_line
 
 TRANSFORMERS_PREFIX = "transformers:"
 TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -148,7 +148,7 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
     if local:
         _check_config_file(name, folder / "config.json")
         # before transformers reads it: a type it no longer ships (EfficientFormer) would be told to upgrade
-        _refuse_unsupported_type(name, _saved_config(folder / "config.json")["model_type"])
+        _refuse_unsupported_type(name, _saved_config(folder / "config.json"))
     offline = not local and not hub.hub_reachable()
     try:
         with hub.cache_only(offline):
@@ -162,13 +162,13 @@ def load_transformers(name: str, state: Optional[Mapping[str, torch.Tensor]], ch
         # a cached config.json that transformers refuses is told as a local one is, not as missing from the cache
         if (cached := _cached_config(source)) is not None:
             _check_config_file(name, cached)
-            _refuse_unsupported_type(name, _saved_config(cached)["model_type"])
+            _refuse_unsupported_type(name, _saved_config(cached))
         where = ("is not in the local cache and the hub cannot be reached" if offline
                  else f"could not be read ({type(error).__name__})")
         raise ModelLoadError(f"{name}: the transformers configuration {where}; run once with network access or "
                              "pass a save_pretrained folder") from None
     kind = config.model_type
-    _refuse_unsupported_type(name, kind)
+    _refuse_unsupported_type(name, config.to_dict())
     _refuse_unread_text_head(name, config)
     if kind in TEXT_MODEL_TYPES and (why := soft_capping_refusal(config)) is not None:
         raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported with this config: {why}")
@@ -243,14 +243,33 @@ def _cached_config(repo: str) -> Optional[Path]:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def _refuse_unsupported_type(name: str, kind: str) -> None:
-    """Refuse a ``config.model_type`` that no vitroll family reads, saying why and listing the supported types."""
+def _refuse_unsupported_type(name: str, config: Mapping[str, object]) -> None:
+    """Refuse a configuration (``config.json`` as a dict) whose ``model_type`` no vitroll family reads, saying why
+    and listing the supported types. A model around a backbone that one reads (Depth Anything's DINOv2) is told how to
+    explain that backbone: from Python as ``model.backbone``, from the command line saved as a folder of its own."""
+    kind = config["model_type"]
     if kind in TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
         return
-    why = refusal_of_model_type(kind) or TEXT_REFUSED_MODEL_TYPES.get(kind, "no vitroll family reads its attention")
+    backbone = config.get("backbone_config")
+    backbone = backbone.get("model_type") if isinstance(backbone, Mapping) else None
+    why = (refusal_of_model_type(kind) or TEXT_REFUSED_MODEL_TYPES.get(kind)
+           or (_supported_backbone(backbone) if backbone in TRANSFORMERS_MODEL_TYPES else None)
+           or "no vitroll family reads its attention")
     supported = ", ".join(sorted(TRANSFORMERS_MODEL_TYPES | TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES))
     raise ModelLoadError(f"{name}: transformers model type {kind!r} is not supported: {why}; the supported model "
                          f"types are {supported}")
+
+
+def _supported_backbone(kind: str) -> str:
+    """Why a model around a backbone of model type ``kind``, which vitroll reads, is refused, and how to explain the
+    backbone in the words of where the user is."""
+    saved = ("save it with model.backbone.save_pretrained(FOLDER) and the image processor with "
+             "processor.save_pretrained(FOLDER)")
+    ways = (f"{saved} in Python, then pass {model_loading('FOLDER')}" if on_the_command_line() else
+            f"load the model with transformers and explain model.backbone, or {saved}, then "
+            f"{model_loading('FOLDER')}")
+    return (f"vitroll reads the attention of its backbone (model type {kind!r}), not what the model makes of the "
+            f"backbone's features; to explain the backbone, {ways}")
 
 
 def _refuse_unnamed_weights(name: str, folder: Path) -> None:
