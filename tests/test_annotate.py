@@ -364,6 +364,21 @@ def test_an_empty_save_list_is_refused_and_none_asks_for_the_manifest_alone(empt
         "gallery", "index.html", "manifest.csv", "manifest.jsonl", "settings.json"]
 
 
+def test_the_order_or_repetition_of_save_kinds_is_no_other_setting(messy, tmp_path, capsys):
+    """``--save heatmap,overlay`` after ``--save overlay,heatmap`` (the same outputs) was refused as a resume with
+    other settings (``save: ["overlay", "heatmap"] → ["heatmap", "overlay"]``)."""
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--save", "overlay,heatmap", "--limit", "1") == 0
+    capsys.readouterr()
+    assert annotate(str(messy), "--out", str(out), "--save", "heatmap,overlay,heatmap", "--limit", "2") == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.startswith("1 ok, 0 failed, 1 skipped (done before)")
+    assert folder.AnnotateOptions(save=("figure", "overlay", "figure")).save == ("overlay", "figure")
+    assert [sorted(kind for kind in ("overlay", "heatmap", "figure") if kind in row) for row in rows(out)] == [
+        ["heatmap", "overlay"]] * 2
+
+
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:

@@ -89,6 +89,8 @@ class AnnotateOptions:
         unknown = [kind for kind in self.save if kind not in SAVE_KINDS]
         if unknown:
             raise OptionValueError(f"{argument('save')} takes {', '.join(SAVE_KINDS)}; got {unknown[0]!r}")
+        # the same outputs however the kinds are ordered or repeated: one settings hash, so a resume is not refused
+        object.__setattr__(self, "save", tuple(kind for kind in SAVE_KINDS if kind in self.save))
         # the command line's parsing refuses these before: only a Python caller is told
         if self.precision not in PRECISIONS:
             raise OptionValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
