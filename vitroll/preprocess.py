@@ -71,6 +71,20 @@ class CropGeometry:
 
     All sizes are (height, width) in pixels. Pixel centres follow PIL's convention: original pixel ``x``
     maps to resized coordinate ``(x + 0.5) · scale − 0.5``.
+
+    Attributes
+    ----------
+    original_hw : (int, int)
+        The image as read, (H, W).
+    resized_hw : (int, int)
+        The image after the resize, before the crop.
+    crop_top_left : (int, int)
+        (top, left) of the input in the resized image; negative where the input pads around it (``crop_mode``
+        ``"border"``, a ``crop_pct`` above 1).
+    input_hw : (int, int)
+        The model input, the preprocessed tensor's (H, W).
+    padded_hw : (int, int) or None
+        The input as the model pads it up to whole patches (below).
     """
 
     original_hw: tuple[int, int]
