@@ -203,7 +203,25 @@ class Preprocessing:
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
         """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), in
         grey for a model whose input convolution takes one channel (:func:`input_channels`), with ``overrides`` (None
-        values ignored)."""
+        values ignored).
+
+        Parameters
+        ----------
+        model : nn.Module
+            A model of a registered family.
+        overrides
+            Fields of :class:`Preprocessing` to replace (``input_size=(224, 224)``, ``crop_pct=1.0``, …).
+
+        Returns
+        -------
+        Preprocessing
+            What turns a PIL image into the model's input (C, H, W).
+
+        Raises
+        ------
+        UnsupportedModelError
+            For a model of no registered family.
+        """
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
                 preprocessing = preprocessing_of(model)
@@ -220,6 +238,16 @@ class Preprocessing:
 
     def geometry(self, original_hw: tuple[int, int]) -> CropGeometry:
         """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0).
+
+        Parameters
+        ----------
+        original_hw : (int, int)
+            The image's (H0, W0).
+
+        Returns
+        -------
+        CropGeometry
+            Where the model input (``input_size``) lies in the image.
 
         Raises
         ------
@@ -269,6 +297,18 @@ class Preprocessing:
         :attr:`channels`. An image of another mode than RGB (grey, palette, 16-bit, with alpha) is converted as
         :func:`~vitroll.load_image` converts files (alpha on white, 16 bits stretched to their range); EXIF
         orientation is not applied (the geometry is that of the pixels given).
+
+        Parameters
+        ----------
+        image : PIL.Image.Image
+            One picture of any size and mode.
+
+        Returns
+        -------
+        tensor : torch.Tensor, float32, shape (C, H, W)
+            The model input, normalised; (H, W) is ``input_size``.
+        geometry : CropGeometry
+            Where that input lies in ``image``, to put maps back on it (:func:`~vitroll.to_original`).
 
         Raises
         ------
@@ -338,7 +378,20 @@ class Preprocessing:
         return padding[0] if self.channels == 1 else padding
 
     def batch(self, images: list[Image.Image]) -> tuple[torch.Tensor, list[CropGeometry]]:
-        """Preprocess several images → (tensor (B, C, H, W), geometries)."""
+        """Preprocess several images → (tensor (B, C, H, W), geometries).
+
+        Parameters
+        ----------
+        images : list of PIL.Image.Image
+            B pictures, each of any size and mode.
+
+        Returns
+        -------
+        tensor : torch.Tensor, float32, shape (B, C, H, W)
+            The model inputs, stacked in order.
+        geometries : list of CropGeometry
+            Each image's geometry, in order.
+        """
         pairs = [self(image) for image in images]
         return torch.stack([tensor for tensor, _ in pairs]), [geometry for _, geometry in pairs]
 

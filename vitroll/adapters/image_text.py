@@ -147,6 +147,18 @@ class PromptedModel(nn.Module):
         self._score = image_text_score(model)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """The image–text logits of ``images`` (B, C, H, W) against the bound texts: (B, T).
+
+        Parameters
+        ----------
+        images : torch.Tensor, shape (B, C, H, W)
+            Preprocessed images, on the model's device.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, T)
+            ``S[b, t]``, image ``b``'s logit for text ``t`` (the model's ``logits_per_image``).
+        """
         mask = self.texts.attention_mask
         texts = replace(self.texts, input_ids=self.texts.input_ids.to(images.device),
                         attention_mask=None if mask is None else mask.to(images.device))
