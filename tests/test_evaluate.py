@@ -55,6 +55,22 @@ def test_disagreement_between_two_methods_is_written_and_flagged(tmp_path, capsy
     assert "two of the evaluated methods" in capsys.readouterr().err
 
 
+def test_disagreement_rows_name_each_image_once_with_its_correlation_and_flag():
+    """The rows of disagreement.csv were built in the command; an Evaluation gives them (Python users too)."""
+    rng = np.random.default_rng(0)
+    first = [rng.random((4, 4)) for _ in range(3)]
+    second = [first[0], -first[1], rng.random((4, 4))]
+    result = Evaluation(rows=[{"image": name, "method": method} for name in ("a", "b", "c") for method in "xy"],
+                        grid_maps={"x": first, "y": second})
+    rows = result.disagreement_rows("x", "y", below=0.5)
+    assert [row["image"] for row in rows] == ["a", "b", "c"]
+    assert [row["spearman"] for row in rows] == pytest.approx([reference_spearman(f, s) for f, s in zip(first, second)],
+                                                              abs=1e-12)
+    assert rows[0]["spearman"] == pytest.approx(1.0) and rows[1]["spearman"] == pytest.approx(-1.0)
+    assert [row["flagged"] for row in rows] == [row["spearman"] < 0.5 for row in rows]
+    assert rows[0]["flagged"] is False and rows[1]["flagged"] is True
+
+
 def test_summary_is_mean_with_a_student_t_95_percent_interval():
     rows = [dict(method="m", pointing_game=v, energy_in_mask=0.5, top10_iou=0.0, deletion_auc=0.1, insertion_auc=0.2)
             for v in (0.0, 1.0, 1.0, 0.0)]

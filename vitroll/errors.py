@@ -18,7 +18,15 @@ class VitrollError(Exception):
 
 
 class ImageReadError(VitrollError):
-    """An input file is missing or cannot be decoded as an image."""
+    """An input file is missing or cannot be decoded as an image.
+
+    Parameters
+    ----------
+    path : object
+        The file (a path, or what was given in its place), named first in the message.
+    reason : str
+        Why it cannot be read, in one line: the message is ``f"{path}: {reason}"``.
+    """
 
     def __init__(self, path: object, reason: str) -> None:
         super().__init__(f"{path}: {reason}")

@@ -44,6 +44,28 @@ def upsample(grid_map: "np.ndarray | torch.Tensor", size_hw: tuple[int, int], *,
     patches, partly padding, end where the image ends (``geometry.padded_hw`` of the
     :class:`~vitroll.preprocess.CropGeometry` that preprocessing gives, for an image of the model's input size).
     None (also that of a model that does not pad): the grid covers the image.
+
+    Parameters
+    ----------
+    grid_map : ndarray or torch.Tensor, shape (h, w)
+        One map over the patch grid (a batch's ``maps[i]``), on any device.
+    size_hw : (int, int)
+        (H, W), the image's height and width.
+    interpolation : {"nearest", "bilinear", "bicubic"}
+        How values between cell centres are filled (OpenCV's resize).
+    padded_hw : (int, int), optional
+        (H', W') ≥ (H, W): the padded input the grid covers, of which the image is the top-left (H, W).
+
+    Returns
+    -------
+    ndarray, float32, shape (H, W)
+        The map stretched over the image.
+
+    Raises
+    ------
+    InputTypeError, InputValueError
+        For a ``grid_map`` that is not one (h, w) map, a size that is not two integers ≥ 1, or a ``padded_hw``
+        smaller than ``size_hw``.
     """
     grid_map = as_map(grid_map, "grid_map")
     height, width = _size(size_hw)
@@ -83,6 +105,15 @@ def to_original(
 ) -> np.ndarray:
     """Place a grid map (h, w) onto the original image through its preprocessing geometry.
 
+    Parameters
+    ----------
+    grid_map : ndarray or torch.Tensor, shape (h, w)
+        One map over the patch grid (a batch's ``maps[i]``), on any device.
+    geometry : CropGeometry
+        What preprocessing did to the image (``tensor, geometry = Preprocessing.from_model(model)(image)``).
+    interpolation : {"nearest", "bilinear", "bicubic"}
+        How values between cell centres are filled.
+
     Returns
     -------
     ndarray, float32, shape ``geometry.original_hw``
@@ -115,7 +146,25 @@ def normalize(
     are then its only structure: scaled as ``minmax``). A constant map becomes all zeros. Finite values of any
     magnitude (float64 up to ±1.8e308, or down to 1e-300) are scaled without overflow (:func:`scaled_into_float32`).
 
-    Raises ValueError for an unknown ``mode`` or ``percentiles`` that are not ``0 ≤ low < high ≤ 100``.
+    Parameters
+    ----------
+    saliency : ndarray or torch.Tensor, any shape
+        The values to scale: a map (h, w) or (H, W), or a batch of them.
+    mode : {"minmax", "percentile"}
+        Scale between the smallest and the largest value, or between the ``percentiles``.
+    percentiles : (float, float)
+        (low, high), ``0 ≤ low < high ≤ 100``: the percentiles of the finite values that become 0 and 1 (``mode``
+        ``"percentile"`` only); values beyond them are clipped.
+
+    Returns
+    -------
+    ndarray, float32, the shape of ``saliency``
+        Values in [0, 1]; NaN where ``saliency`` is not finite.
+
+    Raises
+    ------
+    OptionValueError
+        (a ValueError) For an unknown ``mode`` or ``percentiles`` that are not ``0 ≤ low < high ≤ 100``.
     """
     low_percentile, high_percentile = percentiles
     if not 0 <= low_percentile < high_percentile <= 100:
@@ -259,7 +308,17 @@ def grid_box_in_original(geometry: CropGeometry, grid_hw: tuple[int, int],
 
 @dataclass(frozen=True)
 class KeyPatch:
-    """One of the highest-scoring patches of a map, located in the original image."""
+    """One of the highest-scoring patches of a map, located in the original image.
+
+    Attributes
+    ----------
+    row, col : int
+        The cell in the grid map (h, w).
+    score : float
+        The map's value there.
+    box : (int, int, int, int)
+        (left, top, right, bottom) in original pixels, right/bottom exclusive, clipped to the image.
+    """
 
     row: int
     col: int
@@ -274,6 +333,21 @@ def key_patches(grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, k
     Ties are broken by position (row-major), so the result is deterministic. ``k`` is an int ≥ 0 (TypeError or
     ValueError otherwise); more than the grid has gives every cell. Only cells over the image count: a cell wholly in
     the padding around it (``crop_mode="border"``, a ``crop_pct`` above 1) holds none of its pixels.
+
+    Parameters
+    ----------
+    grid_map : ndarray or torch.Tensor, shape (h, w)
+        One map over the patch grid; NaN cells rank last.
+    geometry : CropGeometry
+        What preprocessing did to the image, to place each cell's box in original pixels.
+    k : int
+        How many cells, ≥ 0.
+
+    Returns
+    -------
+    list of KeyPatch
+        At most ``k``: each cell's ``row``, ``col`` in the grid, its ``score`` and its ``box`` (left, top, right,
+        bottom) in original pixels, right/bottom exclusive, highest score first.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise InputTypeError(f"k must be an int (how many patches); got {type(k).__name__} {k!r}")

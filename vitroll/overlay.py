@@ -21,6 +21,7 @@ from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
+    from matplotlib.figure import Figure
 
 
 def lookup_table(cmap: "str | Colormap") -> np.ndarray:
@@ -54,7 +55,20 @@ def _table(colormap: "Colormap") -> np.ndarray:
 
 def colorize(values: np.ndarray, *, cmap: "str | Colormap" = "jet") -> np.ndarray:
     """Map values in [0, 1] (H, W) (ndarray or tensor) to RGB uint8 (H, W, 3) with a matplotlib colormap (name or
-    ``Colormap``); NaN → black. Any other shape is a ValueError (a VitrollError too)."""
+    ``Colormap``); NaN → black. Any other shape is a ValueError (a VitrollError too).
+
+    Parameters
+    ----------
+    values : ndarray or torch.Tensor, shape (H, W)
+        Values in [0, 1] (below 0 take the colormap's first colour, above 1 its last); NaN for no colour.
+    cmap : str or matplotlib.colors.Colormap
+        A matplotlib colormap, or its name (``"jet"``, ``"viridis"``, …).
+
+    Returns
+    -------
+    ndarray, uint8, shape (H, W, 3)
+        RGB: each value's colour, the nearest of the colormap's 256; black where NaN.
+    """
     import cv2
 
     values = as_map(values, "values")
@@ -250,6 +264,22 @@ def outline_boxes(
 ) -> np.ndarray:
     """A copy of an RGB image (H, W, 3) with each (left, top, right, bottom) box outlined (right/bottom exclusive).
 
+    Parameters
+    ----------
+    image : ndarray, uint8, shape (H, W, 3)
+        The RGB picture to draw on (left as it is).
+    boxes : list of (int, int, int, int)
+        (left, top, right, bottom) in the image's pixels, right/bottom exclusive (:attr:`KeyPatch.box`).
+    color : (int, int, int)
+        The outlines' RGB colour.
+    thickness : int
+        The outlines' width in pixels, ≥ 1.
+
+    Returns
+    -------
+    ndarray, uint8, shape (H, W, 3)
+        A copy of ``image`` with the outlines drawn.
+
     Raises
     ------
     InputValueError
@@ -422,8 +452,26 @@ def shrunk(picture: np.ndarray) -> np.ndarray:
 
 
 def figure(image: np.ndarray, saliency: np.ndarray, overlaid: np.ndarray, *, title: str = "",
-           cmap: "str | Colormap" = "jet"):
+           cmap: "str | Colormap" = "jet") -> "Figure":
     """A matplotlib Figure: image | heatmap with colorbar | overlay. ``saliency`` is image-sized (H, W).
+
+    Parameters
+    ----------
+    image : ndarray, uint8, shape (H, W, 3)
+        The RGB picture.
+    saliency : ndarray or torch.Tensor, shape (H, W)
+        Its map in the image's pixels (:func:`~vitroll.to_original`), shown normalised to [0, 1].
+    overlaid : ndarray, uint8, shape (H, W, 3)
+        The map blended over the picture (:func:`overlay`).
+    title : str
+        A title above the three panels; none when empty.
+    cmap : str or matplotlib.colors.Colormap
+        The heatmap's colormap.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three panels side by side (image, heatmap with its colorbar, overlay), 12 inches wide; not shown, not saved.
 
     Raises
     ------

@@ -71,6 +71,20 @@ class CropGeometry:
 
     All sizes are (height, width) in pixels. Pixel centres follow PIL's convention: original pixel ``x``
     maps to resized coordinate ``(x + 0.5) · scale − 0.5``.
+
+    Attributes
+    ----------
+    original_hw : (int, int)
+        The image as read, (H, W).
+    resized_hw : (int, int)
+        The image after the resize, before the crop.
+    crop_top_left : (int, int)
+        (top, left) of the input in the resized image; negative where the input pads around it (``crop_mode``
+        ``"border"``, a ``crop_pct`` above 1).
+    input_hw : (int, int)
+        The model input, the preprocessed tensor's (H, W).
+    padded_hw : (int, int) or None
+        The input as the model pads it up to whole patches (below).
     """
 
     original_hw: tuple[int, int]
@@ -195,7 +209,25 @@ class Preprocessing:
     def from_model(cls, model: nn.Module, **overrides: object) -> "Preprocessing":
         """The model's own preprocessing, the one registered for its family (:func:`register_preprocessing`), in
         grey for a model whose input convolution takes one channel (:func:`input_channels`), with ``overrides`` (None
-        values ignored)."""
+        values ignored).
+
+        Parameters
+        ----------
+        model : nn.Module
+            A model of a registered family.
+        overrides
+            Fields of :class:`Preprocessing` to replace (``input_size=(224, 224)``, ``crop_pct=1.0``, …).
+
+        Returns
+        -------
+        Preprocessing
+            What turns a PIL image into the model's input (C, H, W).
+
+        Raises
+        ------
+        UnsupportedModelError
+            For a model of no registered family.
+        """
         for matches, preprocessing_of in _REGISTERED:
             if matches(model):
                 preprocessing = preprocessing_of(model)
@@ -212,6 +244,16 @@ class Preprocessing:
 
     def geometry(self, original_hw: tuple[int, int]) -> CropGeometry:
         """The resize and crop this preprocessing applies to an image of ``original_hw`` = (H0, W0).
+
+        Parameters
+        ----------
+        original_hw : (int, int)
+            The image's (H0, W0).
+
+        Returns
+        -------
+        CropGeometry
+            Where the model input (``input_size``) lies in the image.
 
         Raises
         ------
@@ -261,6 +303,18 @@ class Preprocessing:
         :attr:`channels`. An image of another mode than RGB (grey, palette, 16-bit, with alpha) is converted as
         :func:`~vitroll.load_image` converts files (alpha on white, 16 bits stretched to their range); EXIF
         orientation is not applied (the geometry is that of the pixels given).
+
+        Parameters
+        ----------
+        image : PIL.Image.Image
+            One picture of any size and mode.
+
+        Returns
+        -------
+        tensor : torch.Tensor, float32, shape (C, H, W)
+            The model input, normalised; (H, W) is ``input_size``.
+        geometry : CropGeometry
+            Where that input lies in ``image``, to put maps back on it (:func:`~vitroll.to_original`).
 
         Raises
         ------
@@ -330,7 +384,20 @@ class Preprocessing:
         return padding[0] if self.channels == 1 else padding
 
     def batch(self, images: list[Image.Image]) -> tuple[torch.Tensor, list[CropGeometry]]:
-        """Preprocess several images → (tensor (B, C, H, W), geometries)."""
+        """Preprocess several images → (tensor (B, C, H, W), geometries).
+
+        Parameters
+        ----------
+        images : list of PIL.Image.Image
+            B pictures, each of any size and mode.
+
+        Returns
+        -------
+        tensor : torch.Tensor, float32, shape (B, C, H, W)
+            The model inputs, stacked in order.
+        geometries : list of CropGeometry
+            Each image's geometry, in order.
+        """
         pairs = [self(image) for image in images]
         return torch.stack([tensor for tensor, _ in pairs]), [geometry for _, geometry in pairs]
 

@@ -97,6 +97,23 @@ def register_dual_encoder(name: str, model_type: Union[type, str, tuple[Union[ty
     scores; against texts it scores as ``image_text`` says (:func:`vitroll.image_text_maps`). Its preprocessing is
     the tower's unless ``preprocessing`` (``model -> Preprocessing``) says otherwise (an image processor saved with
     the whole model).
+
+    Parameters
+    ----------
+    name : str
+        Short name shown to users; registering the same name again replaces the family.
+    model_type : type or str, or a tuple of them
+        The model class (subclasses match too), or its dotted path ``"package.module.Class"``; a tuple for several.
+    vision_tower : callable
+        ``model -> nn.Module``: its vision tower, itself a model of a registered family, taking images (B, C, H, W).
+    image_text : ImageTextScore
+        How the model scores images (B, C, H, W) against T texts: logits (B, T), and how it tokenizes.
+    name_patterns : tuple of str
+        Model names of the family, for messages and ``vitroll models``.
+    notes : str
+        One line for ``vitroll models``.
+    preprocessing : callable, optional
+        ``model -> Preprocessing``, when it is not the vision tower's.
     """
 
     def tower_forward(model: nn.Module, images: torch.Tensor) -> None:
@@ -130,6 +147,18 @@ class PromptedModel(nn.Module):
         self._score = image_text_score(model)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """The image–text logits of ``images`` (B, C, H, W) against the bound texts: (B, T).
+
+        Parameters
+        ----------
+        images : torch.Tensor, shape (B, C, H, W)
+            Preprocessed images, on the model's device.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, T)
+            ``S[b, t]``, image ``b``'s logit for text ``t`` (the model's ``logits_per_image``).
+        """
         mask = self.texts.attention_mask
         texts = replace(self.texts, input_ids=self.texts.input_ids.to(images.device),
                         attention_mask=None if mask is None else mask.to(images.device))

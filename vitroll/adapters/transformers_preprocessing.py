@@ -71,7 +71,21 @@ def processor_preprocessing(processor: object) -> Preprocessing:
 
 def use_image_processor(model: nn.Module, processor: object) -> None:
     """Tell vitroll that ``model`` takes its images through ``processor`` (a transformers image processor): overlays
-    and maps then follow that processor's resize and crop. Held for as long as the model lives."""
+    and maps then follow that processor's resize and crop. Held for as long as the model lives.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A transformers image model; held weakly (the processor's geometry goes with it).
+    processor : object
+        A transformers image processor (``ViTImageProcessor``, ``CLIPImageProcessor``, …) whose resize and crop
+        vitroll reproduces as a :class:`~vitroll.preprocess.Preprocessing`.
+
+    Raises
+    ------
+    ValueError
+        For a resize vitroll cannot invert (``longest_edge``, a crop of another aspect ratio).
+    """
     _PROCESSORS[model] = processor_preprocessing(processor)
 
 

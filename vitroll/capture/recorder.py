@@ -272,6 +272,23 @@ class AttentionRecorder:
         (B, H, N, N), zero where a layer has no entries of its own (CaiT). Needs ``keep_graph``; ``score`` is a
         scalar computed from the model's output in the recorded forward pass. Parameters' ``.grad`` stay untouched.
         ``retain_graph`` keeps the graph for the gradient of another score of the same pass.
+
+        Parameters
+        ----------
+        score : torch.Tensor, shape ()
+            The explained score (a class logit summed over the batch, say), computed in the recorded pass.
+        retain_graph : bool
+            Keep the graph, for the gradient of another score of the same pass.
+
+        Returns
+        -------
+        list of torch.Tensor, each (B, H, N, N)
+            The gradient with respect to each layer's attention, first layer first.
+
+        Raises
+        ------
+        RecorderUsageError
+            For a recorder made without ``keep_graph=True``.
         """
         if not self.keep_graph:
             raise RecorderUsageError("attention gradients need AttentionRecorder(model, keep_graph=True)")
@@ -314,6 +331,21 @@ class AttentionRecorder:
 
         For attention-pooling models it carries the pooling query's attention (B, N), averaged over heads and
         latent queries, recorded in the same forward pass (without gradient).
+
+        Parameters
+        ----------
+        image_hw : (int, int) or TokenBatch
+            The (H, W) of the images run, or the token batch run through a text model.
+
+        Returns
+        -------
+        TokenLayout
+            Prefix tokens, readout and patch grid (h, w) of the recorded sequence of N tokens.
+
+        Raises
+        ------
+        RecorderUsageError, UnsupportedModelError
+            Where no forward pass was recorded, or the layout's token count is not the recorded N.
         """
         layout = self.family.token_layout(self.model, image_hw)
         if layout.readout == "attention_pool":

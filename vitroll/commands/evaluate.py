@@ -145,12 +145,10 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
 
     first, second = args.disagreement
     threshold = DISAGREE_BELOW if args.disagree_below is None else args.disagree_below
-    correlations = result.disagreement(first, second)
-    names = list(dict.fromkeys(row["image"] for row in result.rows))
-    rows = [dict(image=n, spearman=float(c), flagged=bool(c < threshold)) for n, c in zip(names, correlations)]
+    rows = result.disagreement_rows(first, second, threshold)
     write_csv(args.out / "disagreement.csv", rows)
     flagged = [r["image"] for r in rows if r["flagged"]]
-    print(f"{first} vs {second}: median Spearman {np.median(correlations):.3f}; "
+    print(f"{first} vs {second}: median Spearman {np.median([r['spearman'] for r in rows]):.3f}; "
           f"{len(flagged)} of {counted(len(rows), 'image')} below {threshold:g} (disagreement.csv)"
           f"{': ' + ', '.join(flagged[:5]) if flagged else ''}{' …' if len(flagged) > 5 else ''}")
 

@@ -163,6 +163,18 @@ def load_image(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DE
     refused: :data:`DEFAULT_MAX_PIXELS` (500 MP) keeps a decompression bomb, or a gigapixel scan, from filling the
     memory.
 
+    Parameters
+    ----------
+    path : str or path
+        The image file (any format Pillow reads: PNG, JPEG, TIFF, WebP, GIF, BMP, …).
+    max_pixels : int or None
+        The most pixels (width × height) decoded; None: no limit.
+
+    Returns
+    -------
+    PIL.Image.Image
+        The image upright, mode ``"RGB"``, 8 bits a channel: ``np.asarray`` of it is (H, W, 3) uint8.
+
     Raises
     ------
     ImageReadError

@@ -180,7 +180,24 @@ def rollout_matrix(
     discard_ratio: float = 0.0,
     attention_weight: float = 0.5,
 ) -> torch.Tensor:
-    """The full rollout matrix ``R = Â_L ··· Â_1``, shape (B, N, N). O(L·N³): use only when all rows are needed."""
+    """The full rollout matrix ``R = Â_L ··· Â_1``, shape (B, N, N). O(L·N³): use only when all rows are needed.
+
+    Parameters
+    ----------
+    attentions : sequence of Tensor, each (B, N, N)
+        Head-fused attention of the layers to roll out, in forward order (first layer first).
+    layout : TokenLayout
+        The token layout of the input: which column is the class token's (never discarded), which tokens are padding.
+    discard_ratio : float in [0, 1)
+        Fraction of the weakest attention dropped per row (:func:`discard_lowest`).
+    attention_weight : float in (0, 1]
+        ``α`` in ``Â = rownorm(α·A + (1−α)·I)``.
+
+    Returns
+    -------
+    Tensor, shape (B, N, N), float32
+        ``R[b, i, j]``: how much token ``j`` of the input flows into token ``i`` of the last layer; rows sum to 1.
+    """
     check_attention_weight(attention_weight)
     layers = _prepared_layers(attentions, layout, discard_ratio)
     eye = torch.eye(layers[0].shape[-1], device=layers[0].device)

@@ -42,7 +42,26 @@ def class_names(model: nn.Module, names_file: "str | os.PathLike[str] | None" = 
     reads from the model (:attr:`~vitroll.capture.ModelFamily.class_names`: timm's label names or ImageNet's,
     torchvision's weights' categories).
 
-    Raises :class:`~vitroll.errors.UnsupportedModelError` for a model of no registered family."""
+    Parameters
+    ----------
+    model : nn.Module
+        The model whose classes are named.
+    names_file : str or path, optional
+        A text file of one name per line, or a JSON file; exactly one name per class of the model.
+
+    Returns
+    -------
+    list of str, or None
+        One name per class, in the order of the model's outputs; None where neither the file nor the model names
+        them.
+
+    Raises
+    ------
+    UnsupportedModelError
+        For a model of no registered family.
+    ModelLoadError
+        For a names file that cannot be read or names another number of classes than the model has.
+    """
     if names_file is not None:
         path = Path(names_file)
         text = read_text_file(path, "class names")

@@ -234,8 +234,19 @@ def load_model(
         Unpickle a torch checkpoint that holds Python objects besides tensors (see
         :func:`vitroll.checkpoints.read_checkpoint`);
         only for files from a source you trust, since unpickling can run arbitrary code.
+    num_classes : int, optional
+        The number of classes of a timm or torchvision model's head (by default its weights', a checkpoint's
+        ``head.weight`` rows, or the architecture's); the other sources refuse it.
+    device : str or torch.device
+        Where the model is moved (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``).
     model_kwargs
         Passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, …).
+
+    Returns
+    -------
+    nn.Module
+        The model in eval mode on ``device``; a transformers text or image–text model with the tokenizer saved
+        beside it registered (:func:`~vitroll.use_tokenizer`).
 
     Raises
     ------

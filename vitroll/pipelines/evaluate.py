@@ -166,6 +166,13 @@ class Evaluation:
         stories — worth a look when debugging a model."""
         return rank_correlation(np.stack(self.grid_maps[first]), np.stack(self.grid_maps[second]))
 
+    def disagreement_rows(self, first: str, second: str, below: float) -> list[dict[str, Any]]:
+        """Per image, in order, its name, the Spearman correlation of two methods' maps (:meth:`disagreement`) and
+        whether it is flagged, ``below`` that correlation: the rows of ``disagreement.csv``."""
+        names = list(dict.fromkeys(row["image"] for row in self.rows))
+        return [dict(image=name, spearman=float(correlation), flagged=bool(correlation < below))
+                for name, correlation in zip(names, self.disagreement(first, second))]
+
 
 def evaluate(
     model: nn.Module,
