@@ -1233,6 +1233,36 @@ def test_a_mask_over_max_pixels_is_refused_from_its_header_and_a_16_bit_label_ma
     assert rows[2].metrics["outside_body"] < 1.0  # the mask read empty put all of the map's mass outside the body
 
 
+def test_a_mask_of_another_width_to_height_than_its_image_is_not_measured_and_a_scaled_one_is(tmp_path,
+                                                                                               shortcut_methods):
+    """A 13 × 10 --masks / --body-masks PNG of a 64 × 64 image was stretched onto it without a word: its region no
+    longer where it was drawn. A mask of the image's shape at another scale (32 × 32, 21 × 21 of a 64 × 64 image:
+    sides rounded to whole pixels) is still scaled to it."""
+    import timm
+
+    inputs, masks = tmp_path / "in", tmp_path / "masks"
+    inputs.mkdir()
+    masks.mkdir()
+    for number, (name, mask_hw) in enumerate({"wide": (10, 13), "half": (32, 32), "third": (21, 21),
+                                              "tall": (64, 63)}.items(), 1):
+        write_dicom(inputs / f"{name}.dcm", body_phantom(), number=number)
+        mask = np.zeros(mask_hw, np.uint8)
+        mask[: mask_hw[0] // 2, : mask_hw[1] // 2] = 255
+        Image.fromarray(mask).save(masks / f"{name}.png")
+    model = timm.create_model("test_vit", img_size=64, num_classes=3).eval()
+    report = run_audit([inputs], model, out_dir=tmp_path / "out", settings=ExplainSettings(method="corner"),
+                       options=AuditOptions(masks=MaskSource(masks), body_masks=MaskSource(masks), salt="x"))
+    rows = {row.input_number: row for row in report.images}  # by name: half 1, tall 2, third 3, wide 4
+    other = "has another width to height than the image, so it is not this image's mask"
+    assert rows[4].not_measured == {"outside_body": f"not measured: its body_masks file {other}",
+                                    **dict.fromkeys(ROI_METRICS, f"not measured: its masks file {other}")}
+    assert [rows[number].not_measured for number in (1, 2, 3)] == [{}, {}, {}]
+    assert [rows[number].metrics["pointing_hit"] for number in (1, 2, 3)] == [1.0, 1.0, 1.0]  # the corner's map
+    with pytest.raises(InputValueError, match=r"^mask image wide.png is 13 × 10 pixels, not the image's 64 × 64 at "
+                                              r"any scale$"):
+        MaskSource(masks).get(inputs / "wide.dcm", (64, 64))
+
+
 def test_the_masks_of_a_multi_frame_file_are_decoded_once_for_the_file(tmp_path, monkeypatch, shortcut_methods):
     """A --masks and a --body-masks PNG were decoded again for each frame of a cine (each part of it too)."""
     import timm
@@ -1493,8 +1523,8 @@ def test_a_body_mask_given_for_an_ultrasound_image_is_measured(tmp_path):
 
     source = Path(get_testdata_file("examples_palette.dcm"))
     (tmp_path / "masks").mkdir()
-    mask = np.zeros((64, 64), np.uint8)
-    mask[16:48, 16:48] = 255
+    mask = np.zeros((35, 80), np.uint8)  # its 800 × 350 pixels at a tenth
+    mask[8:27, 20:60] = 255
     Image.fromarray(mask).save(tmp_path / "masks" / "examples_palette.png")
     report = run_audit([source], load_model("vitroll-shapes"), out_dir=tmp_path / "out", settings=ExplainSettings(),
                        options=AuditOptions(body_masks=MaskSource(tmp_path / "masks"), salt="x"))

@@ -201,6 +201,18 @@ def image_metrics(
     return metrics
 
 
+class MaskShapeError(InputValueError):
+    """A mask file whose width to height is not its image's: stretched onto the image (as a mask of the same shape at
+    another scale is), its region would not lie where it was drawn. Its message names the file and both sizes."""
+
+
+def _scaled_copy(mask_hw: tuple[int, int], shape_hw: tuple[int, int]) -> bool:
+    """Whether a mask of ``mask_hw`` pixels is an image of ``shape_hw`` at some scale: each side rounded to whole
+    pixels moves height × width apart by at most half the sum of the larger pair's sides."""
+    (height, width), (rows, columns) = mask_hw, shape_hw
+    return abs(height * columns - width * rows) <= max(height + width, rows + columns) / 2
+
+
 def _read_mask(path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int]) -> np.ndarray:
     try:
         mask = load_mask(path, max_pixels=max_pixels)
@@ -209,6 +221,9 @@ def _read_mask(path: Path, shape_hw: tuple[int, int], max_pixels: Optional[int])
     except ImageReadError:
         raise InputValueError(f"cannot read mask image {path.name}") from None
     if mask.shape != tuple(shape_hw):
+        if not _scaled_copy(mask.shape, shape_hw):
+            raise MaskShapeError(f"mask image {path.name} is {mask.shape[1]} × {mask.shape[0]} pixels, not the "
+                                 f"image's {shape_hw[1]} × {shape_hw[0]} at any scale")
         mask = cv2.resize(mask.astype(np.uint8), (shape_hw[1], shape_hw[0]), interpolation=cv2.INTER_NEAREST)
     return mask > 0
 

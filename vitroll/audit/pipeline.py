@@ -27,7 +27,9 @@ import numpy as np
 from PIL import Image
 from torch import nn
 
-from vitroll.audit.metrics import ROI_METRICS, annotation_mask, body_mask, body_outline_exemption, image_metrics
+from vitroll.audit.metrics import (
+    ROI_METRICS, MaskShapeError, annotation_mask, body_mask, body_outline_exemption, image_metrics,
+)
 from vitroll.audit.records import AuditItem, AuditOptions, AuditRow
 from vitroll.audit.report import AuditReport
 from vitroll.errors import ImageReadError, ImageTooLargeError, RecognizableFeaturesError, VitrollError
@@ -319,7 +321,12 @@ def _measure(record: Explained, *, out_dir: Path, settings: ExplainSettings, opt
 def _mask_unread(field: str, error: Exception) -> str:
     """Why a metric is not measured when the image's mask file of :class:`AuditOptions` ``field`` (``"masks"`` or
     ``"body_masks"``) cannot be read, the field named as the caller sets it (``--body-masks`` on the command line): the
-    reason of a mask over the ``max_pixels`` limit, which names no file, is told."""
+    reason of a mask over the ``max_pixels`` limit, which names no file, is told; a mask of another width to height
+    than the image's (:class:`~vitroll.audit.metrics.MaskShapeError`) is said to be one, its sizes left to the
+    image's row (the reason is the same for every image, as the summary counts them)."""
+    if isinstance(error, MaskShapeError):
+        return (f"not measured: its {argument(field)} file has another width to height than the image, so it is not "
+                "this image's mask")
     reason = f": {error.reason}" if isinstance(error, ImageTooLargeError) else ""
     return f"not measured: its {argument(field)} file cannot be read as an image{reason}"
 
