@@ -1179,3 +1179,37 @@ def test_an_image_smaller_than_the_patch_grid_is_said_to_say_nothing_on_the_page
     else:
         assert note.splitlines()[-1] == f"**T{warning[1:]}**."
         assert lines == [f"vitroll: warning: {upload}: {warning}"]
+
+
+def test_a_file_the_browser_cannot_draw_gets_a_preview_of_the_decoded_picture(tmp_path):
+    """The image box shows the uploaded file itself: a TIFF was a broken picture. Its preview is the picture the maps
+    are drawn on; a PNG or JPEG, which the box draws, and a file that is no image get none."""
+    from vitroll.app import preview_picture, undrawable_format
+
+    picture = np.asarray(Image.open(CROSS).convert("RGB"))
+    Image.fromarray(picture).save(tmp_path / "scan.tif")
+    Image.fromarray(picture).save(tmp_path / "scan.jpg")
+    (tmp_path / "notes.tif").write_text("not pixels")
+    assert undrawable_format(tmp_path / "scan.tif") == "TIFF"
+    assert np.array_equal(preview_picture(tmp_path / "scan.tif", max_pixels=None), picture)
+    for drawn in (CROSS, tmp_path / "scan.jpg", tmp_path / "notes.tif"):
+        assert undrawable_format(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
+
+
+def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):
+    """The image box drew an uploaded TIFF as a broken picture: it is hidden, and the preview under it shows the
+    decoded picture; the maps are the TIFF's own."""
+    upload = tmp_path / "scan.tif"
+    Image.open(CROSS).convert("RGB").save(upload)
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, "#top-classes", "cross")
+        page.locator("#preview img").wait_for(timeout=30_000)
+        page.wait_for_function("width => document.querySelector('#preview img')?.naturalWidth === width",
+                               arg=Image.open(CROSS).width)
+        page.wait_for_function("document.querySelector('#image img')?.style.visibility === 'hidden'")
+        assert page.locator("#preview").inner_text().startswith("TIFF: browsers cannot draw it")
+        page.get_by_role("button", name=CROSS.name, exact=True).click()  # a PNG: its box draws it
+        page.locator("#preview").wait_for(state="hidden", timeout=30_000)
+        page.wait_for_function("document.querySelector('#image img')?.style.visibility === ''")
+        assert not errors

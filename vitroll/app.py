@@ -83,6 +83,12 @@ PAGE_JS = """
       if (link.getAttribute("aria-label") !== text) link.setAttribute("aria-label", text);
     });
   };
+  document.addEventListener("error", event => {  // a file the browser cannot draw: the preview under it shows it
+    if (event.target.matches?.("#image img")) event.target.style.visibility = "hidden";
+  }, true);
+  document.addEventListener("load", event => {
+    if (event.target.matches?.("#image img")) event.target.style.visibility = "";
+  }, true);
   new MutationObserver(label).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                       attributeFilter: ["src"]});
   label();
@@ -113,7 +119,8 @@ PAGE_JS = """
 text and tooltip, and the image (by the name under it), the overlay and the head grid theirs: Gradio draws them with
 an empty ``alt``, so a screen reader said only "button" for each example and for the overlay and the grid (each a Tab
 stop), and the full-size overlay's download link by its file: a screen reader said only its size ("35.0 KB ⇣").
-Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does:
+Hides the image box's picture while the browser cannot draw it (a TIFF: a broken picture; a preview is shown under
+it). Lets a slider moved by its keys, or its number box left with Enter, explain again as letting go of the mouse does:
 Gradio's slider tells that it was let go (``release``) only on a pointer's release or on leaving the number
 box, so the keyboard changed the value and not the maps. A slider let go at the value it was last let go at (or had
 when it got the focus) tells nothing: Enter and then leaving the box, or a click into the box, explained the same
@@ -275,6 +282,35 @@ def file_caption(image: Optional[dict[str, Any]]) -> str:
     return f'<p class="vitroll-file">file: <bdi>{html.escape(name, quote=False)}</bdi></p>'
 
 
+BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "ICO", "MPO"})
+"""The image formats (Pillow's names; MPO: a phone's JPEG with a depth image) every current browser draws; the image
+box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) as a broken picture."""
+
+
+def undrawable_format(path: "str | os.PathLike[str]") -> Optional[str]:
+    """The format (Pillow's name) of the image file at ``path`` when a browser cannot draw it; None when it can, or
+    when the file is no image Pillow can open (refused when it is explained)."""
+    try:
+        with Image.open(path) as image:
+            kind = image.format
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None
+    return None if kind in BROWSER_FORMATS else kind
+
+
+def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:
+    """(H, W, 3) uint8, at most :data:`DISPLAY_SIDE` a side: the picture the maps are drawn on (decoded as the model
+    reads it, in sRGB), for an image file a browser cannot draw (:func:`undrawable_format`); None for one it can draw,
+    or one that cannot be read (refused when it is explained, with its reason)."""
+    if undrawable_format(path) is None:
+        return None
+    try:
+        stored, display = load_image_with_display(path, max_pixels=max_pixels, warn=lambda message: None)
+    except ImageReadError:
+        return None
+    return display_copy(np.asarray(stored if display is None else display))
+
+
 def display_copy(picture: np.ndarray, side: int = DISPLAY_SIDE) -> np.ndarray:
     """``picture`` (H, W, 3) uint8 shrunk (Lanczos, aspect kept) to a longest side of ``side`` pixels, or itself when
     it is no larger."""
@@ -417,6 +453,12 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
 
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
+    def caption_and_preview(payload: Optional[dict[str, Any]]) -> tuple:
+        """The line naming the file, and for a file the browser cannot draw (its box shows it broken) a preview."""
+        picture = None if payload is None else preview_picture(payload["path"], max_pixels)
+        label = "" if picture is None else f"{undrawable_format(payload['path'])}: browsers cannot draw it; as decoded:"
+        return file_caption(payload), gr.Image(picture, label=label, visible=picture is not None)
+
     with gr.Blocks(title="vitroll explorer", analytics_enabled=False) as app:
         gr.Markdown(f"### vitroll explorer — {model_label}: {_describe(outline)}, on {_device_of(model)}")
         with gr.Row():
@@ -425,6 +467,8 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
                                                               sources=["upload", "clipboard"], label="image",
                                                               elem_id="image", buttons=list(PICTURE_BUTTONS)))
                 file_name = gr.HTML(file_caption(None), elem_id="file-name")
+                preview = gr.Image(label="preview", type="numpy", format="png", interactive=False, visible=False,
+                                   elem_id="preview", buttons=["fullscreen"])
                 picked = gr.Examples([[str(path)] for path in examples], inputs=[image], label="examples",
                                      elem_id="examples") if examples else None
                 controls = [_refusing_values_off_the_menu(widget) for widget in _control_widgets(gr, outline)]
@@ -454,7 +498,8 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         method, head_fusion, discard_ratio, start_layer, layer, head, target = controls
         # the user's uploads and clears, and an example picked: once each. Gradio's image box tells a change twice for
         # every upload once an example was picked, and explained that upload twice.
-        caption_event = dict(fn=file_caption, inputs=image, outputs=file_name, preprocess=False, queue=False)
+        caption_event = dict(fn=caption_and_preview, inputs=image, outputs=[file_name, preview], preprocess=False,
+                             queue=False)
         image.input(**caption_event, api_name=False)
         inputs = [image, *controls, colormap, *prompts]
         explain_event = dict(fn=preprocessing_here(run, inputs), inputs=inputs, preprocess=False,
