@@ -320,6 +320,18 @@ def test_overlay_with_texts_writes_one_overlay_per_text_and_a_grid(clip_folder, 
                             for slug in ("a-dog", "a-cat")))
 
 
+def test_a_text_slugged_texts_does_not_overwrite_the_grid(clip_folder, tmp_path, capsys):
+    """The grid is ``<stem>_<method>_texts.png``: a text ``Texts`` gets ``…_texts-2.png``, so both pictures stay."""
+    out = tmp_path / "out"
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "Texts", "--text", "a dog",
+                 "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    assert sorted(path.name for path in out.iterdir()) == ["cat_chefer_a-dog.png", "cat_chefer_texts-2.png",
+                                                           "cat_chefer_texts.png"]
+    assert "'Texts'  S = " in capsys.readouterr().out
+    grid, overlay = (Image.open(out / name) for name in ("cat_chefer_texts.png", "cat_chefer_texts-2.png"))
+    assert grid.size != overlay.size and overlay.size == Image.open(PHOTO).size
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--model", "CLIP"], "CLIP is an image–text model: give the texts to explain with --text"),
     (["--text", "a dog"], "--text needs an image–text model (CLIP, SigLIP, open_clip); vitroll-shapes "

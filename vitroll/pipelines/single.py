@@ -92,9 +92,10 @@ SUFFIX_ROOM = SLUG_LENGTH + len("_-1000.png")
 
 def text_slugs(texts: Sequence[str], max_length: int = SLUG_LENGTH) -> list[str]:
     """File-name parts for texts: lower case, runs of anything but letters and digits as one ``-``, at most
-    ``max_length`` characters, unique (``a dog`` → ``a-dog``; ``A dog!`` after it → ``a-dog-2``)."""
+    ``max_length`` characters, unique, and never ``texts``, the grid's (``a dog`` → ``a-dog``; ``A dog!`` after it →
+    ``a-dog-2``; ``Texts`` → ``texts-2``)."""
     return unique_names([re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:max_length].strip("-") or "text"
-                         for text in texts])
+                         for text in texts], taken={"texts"})
 
 
 def explain_files(
