@@ -415,6 +415,29 @@ def test_missing_inputs_are_told_before_any_model_loads(tmp_path, capsys, monkey
     assert out == ""
 
 
+@pytest.mark.parametrize("command, model, said", [
+    ("caption", "vitroll-text-keyword",
+     "vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"),
+    ("overlay", "vitroll-caption-shapes",
+     "vitroll-caption-shapes is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`"),
+])
+def test_missing_images_and_a_model_of_another_kind_are_told_together_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                  command, model, said):
+    """`vitroll caption missing.png --model <a text model>` said only 'missing.png: no such file' (exit 3); once it
+    was found, the rerun said the model was the wrong kind. The model's kind, told by its config.json without
+    building it, changes the command to run, so it comes first, and the images that cannot be read follow in the
+    same line: one rerun mends both."""
+    monkeypatch.setattr("vitroll.commands.common.load_model", _no_model)
+    names = [tmp_path / f"n{index}.png" for index in range(5)]
+    code, out, err = run(capsys, command, *map(str, names), "--model", model, "--out", str(tmp_path / "out"))
+    assert (code, out) == (2, "")
+    assert err == (f"vitroll: error: {said}; nor can any image given be read ({names[0]}: no such file; {names[1]}: "
+                   f"no such file; {names[2]}: no such file; … and 2 more)\n")
+    code, out, err = run(capsys, command, str(names[0]), "--model", model, "--out", str(tmp_path / "out"))
+    assert (code, out, err) == (2, "", f"vitroll: error: {said}; nor can any image given be read ({names[0]}: no "
+                                       "such file)\n")
+
+
 def test_an_empty_image_among_missing_ones_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("vitroll.commands.common.model_from_args", _no_model)
     (tmp_path / "empty.png").write_bytes(b"")

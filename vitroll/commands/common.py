@@ -128,6 +128,10 @@ def note_if_random(name: str, *, pretrained: bool, checkpoint: Optional[str]) ->
               file=sys.stderr)
 
 
+IMAGE_KINDS = ("an image model", "an image–text model")
+"""The kinds of model (:func:`model_kind`'s words) that ``overlay`` explains."""
+
+
 def model_from_args(args: argparse.Namespace) -> nn.Module:
     _check_testbed_arguments(args)
     if args.pretrained and args.checkpoint:
@@ -140,7 +144,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
         build["dynamic_img_size"] = True
     build.update(model_arguments(args.model_arg))
     warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
-    model = load_model_of_kind(args.model, ("an image model", "an image–text model"), pretrained=args.pretrained,
+    model = load_model_of_kind(args.model, IMAGE_KINDS, pretrained=args.pretrained,
                                checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                                num_classes=args.num_classes, device=resolve_device(args.device), **build)
     note_if_random(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint)
@@ -263,13 +267,28 @@ def print_failed(failure: object) -> None:
     print(f"vitroll: failed: {single_line(str(failure))}", file=sys.stderr)
 
 
-def none_can_be_read(images: Sequence[str]) -> bool:
+def none_can_be_read(images: Sequence[str], model: Optional[str] = None, kinds: Sequence[str] = ()) -> bool:
     """Whether no IMAGE can be read (each missing, a folder or empty), each one's ``vitroll: failed:`` line then
     printed: checked before any model loads, so that a mistyped name is told at once, not after the model has loaded.
-    With one readable image the run goes on, and the pipeline reports the others in their place."""
+    With one readable image the run goes on, and the pipeline reports the others in their place.
+
+    Raises
+    ------
+    VitrollError
+        When, besides, ``--model`` ``model`` (if given) is a ``save_pretrained`` folder whose config says it is none of
+        ``kinds`` (:func:`load_model_of_kind`): that mistake first, since it changes the command to run (and the
+        images it is given), with the images' in the same line, so that one rerun mends both.
+    """
     failures = [unopened_failure(Path(image)) for image in dict.fromkeys(images)]
     if not all(failures):
         return False
+    saved = saved_kind(model) if model is not None else None
+    if saved is not None and SAVED_KINDS[saved[0]][0] not in kinds:
+        shown = "; ".join(map(str, failures[:3])) + (f"; … and {len(failures) - 3} more" if len(failures) > 3 else "")
+        try:
+            _refuse_kind(model, SAVED_KINDS[saved[0]], saved[1], kinds)
+        except VitrollError as error:
+            raise VitrollError(f"{error}; nor can any image given be read ({shown})") from None
     for failure in failures:
         print_failed(failure)
     return True

@@ -72,7 +72,7 @@ def _default_method(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import (
-        model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_if_enlarged,
+        IMAGE_KINDS, model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_if_enlarged,
         print_if_little_seen, refuse_folders, settings_from_args,
     )
     from vitroll.models import class_names
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
-    if none_can_be_read(args.images):
+    if none_can_be_read(args.images, args.model, IMAGE_KINDS):
         return EXIT_SOME_FAILED
     settings = settings_from_args(args)
     model = _with_texts(model_from_args(args), args)
