@@ -103,6 +103,22 @@ def test_compare_needs_two_models_and_matching_checkpoints(capsys):
     assert "1 --checkpoint for 2 --model" in capsys.readouterr().err
 
 
+def test_a_second_method_is_refused_not_silently_the_only_one(tmp_path, capsys):
+    """``--method chefer --method rollout`` (two methods, as two ``--model`` are two models) compared the models with
+    rollout alone, without a word."""
+    command = ["compare", str(PHOTO), "--model", "vitroll-shapes", "--model", "vitroll-shapes", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--method", "chefer", "--method", "rollout"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: compare: argument --method: given twice (chefer, then rollout); compare runs one method on "
+        "every model; to compare methods on the same images, see `vitroll annotate --compare-with` or `vitroll "
+        "evaluate --disagreement` (see `vitroll compare --help`)\n")
+    assert list(tmp_path.iterdir()) == []
+    assert main([*command, "--method", "rollout"]) == 0  # the default, given once
+    assert "Spearman 1.000" in capsys.readouterr().out
+
+
 def test_a_checkpoint_trained_at_another_size_is_compared_built_at_its_size(tmp_path, capsys):
     """The size hint named --img-size, which compare lacked: it now takes one per --model."""
     import timm

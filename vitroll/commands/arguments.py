@@ -296,12 +296,35 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                             "reg_tokens=4, class_token=false, global_pool=avg, depth=6")
 
 
-def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout") -> None:
-    """``--method`` and its options; ``default`` is what ``--help`` states as the default method."""
+class _Unset(str):
+    """A flag's default, told apart from the same word given on the command line."""
+
+
+class OnceAction(argparse._StoreAction):
+    """A flag given at most once: a second value is an error naming both and ``repeated``, the way on (argparse would
+    keep the last one without a word)."""
+
+    def __init__(self, *args: object, repeated: str, default: Optional[str] = None, **kwargs: object) -> None:
+        super().__init__(*args, default=None if default is None else _Unset(default), **kwargs)  # type: ignore[misc]
+        self.repeated = repeated
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: Optional[str] = None) -> None:
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None and not isinstance(earlier, _Unset):
+            raise argparse.ArgumentError(self, f"given twice ({earlier}, then {values}); {self.repeated}")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout",
+                         repeated: Optional[str] = None) -> None:
+    """``--method`` and its options; ``default`` is what ``--help`` states as the default method; ``repeated``, where
+    given, makes a second ``--method`` an error that says it (:class:`OnceAction`) rather than the last one counting."""
     group = parser.add_argument_group("method (unset options keep the method's default; a flag it does not take is "
                                       "ignored with a warning; `vitroll methods` lists each method's options)")
+    once = {"action": OnceAction, "repeated": repeated} if repeated else {}
     group.add_argument("--method", default="rollout", choices=method_names(), metavar="METHOD",
-                       help=f"saliency method: {', '.join(method_names())} (default: {default})")
+                       help=f"saliency method: {', '.join(method_names())} (default: {default})", **once)
     add_method_options(group)
 
 

@@ -44,7 +44,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
     add_max_pixels_argument(parser)
     add_out_argument(parser, "compare")
-    add_method_arguments(parser)
+    add_method_arguments(parser, repeated="compare runs one method on every model; to compare methods on the same "
+                                          "images, see `vitroll annotate --compare-with` or `vitroll evaluate "
+                                          "--disagreement`")
     add_render_arguments(parser)
     parser.set_defaults(run=run)
 
