@@ -869,6 +869,19 @@ def test_the_output_folder_is_made_once_before_the_work(tmp_path, monkeypatch):
     assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--keep-burned-in-text", *MODEL)[0] == 0
 
 
+def test_an_output_folder_that_cannot_be_made_is_one_error_naming_it_as_other_commands_do(tmp_path):
+    """run_audit made OUT itself, so that a file system's refusal (here: a file where a folder of its path should be;
+    a read-only parent alike, which --out's own check lets through) reached a Python caller as a NotADirectoryError,
+    and the command line as "vitroll: error: OUT: Permission denied"; the output lock of every command words it."""
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    with pytest.raises(VitrollError, match=r"^cannot make the output folder .* \(Not a directory\)$"):
+        run_audit([tmp_path / "in"], None, out_dir=out, settings=ExplainSettings(),
+                  options=AuditOptions(keep_burned_in_text=True))
+
+
 def test_an_input_folder_that_is_the_output_folder_is_told_so_not_as_empty(tmp_path):
     """`vitroll audit dicoms --out dicoms` said "no DICOM or image files found" of a folder full of them."""
     write_dicom(tmp_path / "a.dcm", body_phantom(), number=1)

@@ -385,7 +385,6 @@ def run_audit(
             if Path(path).is_dir() and (inside := inside_output(path, out_dir)):
                 raise ImageReadError(path, inside)
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
-    Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     images = Path(out_dir) / "images"
     if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
         raise VitrollError(f"{images} is a file, not a folder: the audit writes its overlays there; move it, or write "
