@@ -1271,6 +1271,11 @@ def test_a_mask_of_another_width_to_height_than_its_image_is_not_measured_and_a_
                                     **dict.fromkeys(ROI_METRICS, f"not measured: its masks file {other}")}
     assert [rows[number].not_measured for number in (1, 2, 3)] == [{}, {}, {}]
     assert [rows[number].metrics["pointing_hit"] for number in (1, 2, 3)] == [1.0, 1.0, 1.0]  # the corner's map
+    said = [sentence.text for sentence in report.sentences()]
+    assert said[-2:] == [  # the summary said nothing of the images whose ROI metrics were not measured
+        "3 images have a region of interest: on average 100 % of the saliency lies inside it, the peak falls inside it "
+        "in 3 of 3 (100 %) (pointing game), and the top 5 % of the map overlaps it with a mean IoU of 0.20.",
+        f"For 1 of 4 images (25 %) the saliency inside the region of interest is not measured: its masks file {other}."]
     with pytest.raises(InputValueError, match=r"^mask image wide.png is 13 × 10 pixels, not the image's 64 × 64 at "
                                               r"any scale$"):
         MaskSource(masks).get(inputs / "wide.dcm", (64, 64))
