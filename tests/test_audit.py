@@ -1639,3 +1639,27 @@ def test_a_file_taken_away_after_its_header_was_read_is_worded_as_other_read_fai
     with pytest.raises(VitrollError) as failed:
         pipeline.audit_frames(pipeline.AuditInput(path, 1, "cine.dcm", count=9), AuditOptions(salt="s"))
     assert str(failed.value) == reason
+
+
+def test_a_file_in_a_folder_made_unreadable_mid_run_cannot_be_opened_not_reading_failed(tmp_path, monkeypatch):
+    """A folder of inputs made unreadable (chmod 000) after the input list was made: even a file's size cannot be read
+    (stat raises PermissionError, as here, since root reads any folder). The row read "Reading failed
+    (PermissionError: [Errno 13] Permission denied: '<file>')", and once a file no longer there was told by
+    Path.exists (which raises for it), "<file>: cannot be processed (…)"."""
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+
+    path = tmp_path / "sub" / "photo.png"
+    path.parent.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    stat = Path.stat
+
+    def refused(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", refused)
+    with pytest.raises(VitrollError, match=r"^This file cannot be opened \(Permission denied\)\.$"):
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, "photo.png"), AuditOptions(salt="s"))
