@@ -869,6 +869,19 @@ def test_the_output_folder_is_made_once_before_the_work(tmp_path, monkeypatch):
     assert run_cli("audit", str(tmp_path / "in"), "--out", str(out), "--keep-burned-in-text", *MODEL)[0] == 0
 
 
+def test_an_output_folder_that_cannot_be_made_is_one_error_naming_it_as_other_commands_do(tmp_path):
+    """run_audit made OUT itself, so that a file system's refusal (here: a file where a folder of its path should be;
+    a read-only parent alike, which --out's own check lets through) reached a Python caller as a NotADirectoryError,
+    and the command line as "vitroll: error: OUT: Permission denied"; the output lock of every command words it."""
+    (tmp_path / "in").mkdir()
+    write_dicom(tmp_path / "in" / "a.dcm", body_phantom(), number=1)
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    with pytest.raises(VitrollError, match=r"^cannot make the output folder .* \(Not a directory\)$"):
+        run_audit([tmp_path / "in"], None, out_dir=out, settings=ExplainSettings(),
+                  options=AuditOptions(keep_burned_in_text=True))
+
+
 def test_an_input_folder_that_is_the_output_folder_is_told_so_not_as_empty(tmp_path):
     """`vitroll audit dicoms --out dicoms` said "no DICOM or image files found" of a folder full of them."""
     write_dicom(tmp_path / "a.dcm", body_phantom(), number=1)
@@ -1258,6 +1271,11 @@ def test_a_mask_of_another_width_to_height_than_its_image_is_not_measured_and_a_
                                     **dict.fromkeys(ROI_METRICS, f"not measured: its masks file {other}")}
     assert [rows[number].not_measured for number in (1, 2, 3)] == [{}, {}, {}]
     assert [rows[number].metrics["pointing_hit"] for number in (1, 2, 3)] == [1.0, 1.0, 1.0]  # the corner's map
+    said = [sentence.text for sentence in report.sentences()]
+    assert said[-2:] == [  # the summary said nothing of the images whose ROI metrics were not measured
+        "3 images have a region of interest: on average 100 % of the saliency lies inside it, the peak falls inside it "
+        "in 3 of 3 (100 %) (pointing game), and the top 5 % of the map overlaps it with a mean IoU of 0.20.",
+        f"For 1 of 4 images (25 %) the saliency inside the region of interest is not measured: its masks file {other}."]
     with pytest.raises(InputValueError, match=r"^mask image wide.png is 13 × 10 pixels, not the image's 64 × 64 at "
                                               r"any scale$"):
         MaskSource(masks).get(inputs / "wide.dcm", (64, 64))
@@ -1621,3 +1639,27 @@ def test_a_file_taken_away_after_its_header_was_read_is_worded_as_other_read_fai
     with pytest.raises(VitrollError) as failed:
         pipeline.audit_frames(pipeline.AuditInput(path, 1, "cine.dcm", count=9), AuditOptions(salt="s"))
     assert str(failed.value) == reason
+
+
+def test_a_file_in_a_folder_made_unreadable_mid_run_cannot_be_opened_not_reading_failed(tmp_path, monkeypatch):
+    """A folder of inputs made unreadable (chmod 000) after the input list was made: even a file's size cannot be read
+    (stat raises PermissionError, as here, since root reads any folder). The row read "Reading failed
+    (PermissionError: [Errno 13] Permission denied: '<file>')", and once a file no longer there was told by
+    Path.exists (which raises for it), "<file>: cannot be processed (…)"."""
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+
+    path = tmp_path / "sub" / "photo.png"
+    path.parent.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    stat = Path.stat
+
+    def refused(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", refused)
+    with pytest.raises(VitrollError, match=r"^This file cannot be opened \(Permission denied\)\.$"):
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, "photo.png"), AuditOptions(salt="s"))

@@ -131,6 +131,18 @@ def audit_inputs(files: Sequence[FoundFile], options: AuditOptions) -> list[Audi
     return inputs
 
 
+def _gone(path: Path) -> bool:
+    """Whether nothing is at ``path`` (or at the end of its link), its folder still readable: ``Path.exists`` raises
+    a PermissionError for a file in a folder made unreadable, which is there but cannot be opened."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
     """Decode one input for the batch stream: one :class:`Frame` per frame, its :class:`AuditItem` (row without
     input number, burned-in text mask) as ``info``; for a file that gives no image, a :class:`VitrollError` whose
@@ -140,7 +152,7 @@ def audit_frames(item: AuditInput, options: AuditOptions) -> list[Frame]:
         decoded = read_any(path, window=options.window, frame=options.frame, frames=item.frames,
                            allow_recognizable=options.allow_recognizable_features, max_pixels=options.max_pixels)
     except Exception as error:  # every file must become a row: a decoder's bug fails this file, not the run
-        if not path.exists():  # whatever failed reading it, its message would only quote the path or the system's
+        if _gone(path):  # whatever failed reading it, its message would only quote the path or the system's
             raise VitrollError("the file is a link to a file that is not there" if path.is_symlink()
                                else "the file is gone: removed or moved while the audit ran") from None
         if isinstance(error, RecognizableFeaturesError):  # it names read_dicom's argument: the audit's is its option
@@ -385,7 +397,6 @@ def run_audit(
             if Path(path).is_dir() and (inside := inside_output(path, out_dir)):
                 raise ImageReadError(path, inside)
         raise ImageReadError(", ".join(str(p) for p in paths), "no DICOM or image files found")
-    Path(out_dir).mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the audit at once
     images = Path(out_dir) / "images"
     if images.exists() and not images.is_dir():  # else every image would be a row "cannot be written (File exists)"
         raise VitrollError(f"{images} is a file, not a folder: the audit writes its overlays there; move it, or write "

@@ -136,7 +136,8 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
                              "not audited, with the reason \"interrupted\".", _cases(left), "errors"))
     if not n:
         return said
-    said.extend(_not_measured_sentences(rows, "outside_body", "the share of saliency outside the body"))
+    said.extend(_not_measured_sentences(rows, "outside_body", "the share of saliency outside the body",
+                                        "these images are never flagged on it"))
     measured = [row for row in rows if "outside_body" not in row.not_measured]
     threshold = options.flag_threshold
     phrase = "more than half" if threshold == 0.5 else f"more than {percent(threshold)}"
@@ -185,6 +186,7 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
             f"inside it, the peak falls inside it in {share(len(hits), len(with_roi), '')} (pointing game), and the "
             f"top {options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
             _cases([row for row in with_roi if row not in hits]), "cases"))
+    said.extend(_not_measured_sentences(rows, "roi_energy", "the saliency inside the region of interest"))
     return said
 
 
@@ -209,13 +211,14 @@ def _span(noun: str, first: int, last: int) -> str:
     return f"{noun} {first}" if first == last else f"{noun}s {first} to {last}"
 
 
-def _not_measured_sentences(rows: list[AuditRow], metric: str, what: str) -> list[Sentence]:
-    """One sentence per reason for which ``metric`` was left unmeasured by rule, with its images."""
+def _not_measured_sentences(rows: list[AuditRow], metric: str, what: str, after: str = "") -> list[Sentence]:
+    """One sentence per reason for which ``metric`` was left unmeasured by rule, with its images, ``after`` (words in
+    brackets) ending each."""
     by_reason: dict[str, list[AuditRow]] = {}
     for row in rows:
         if metric in row.not_measured:
             by_reason.setdefault(row.not_measured[metric], []).append(row)
-    return [Sentence(f"For {share(len(members), len(rows))} {what} is {reason} (these images are never flagged on it).",
+    return [Sentence(f"For {share(len(members), len(rows))} {what} is {reason}{f' ({after})' if after else ''}.",
                      _cases(members), "cases")
             for reason, members in sorted(by_reason.items(), key=lambda item: -len(item[1]))]
 

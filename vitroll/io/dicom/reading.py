@@ -661,21 +661,28 @@ def read_dicom(
         than ``max_pixels`` or ``frame`` out of range — one sentence.
     """
     # pydicom's warnings quote element values, which may be identifiers; problems are reported in our own words
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _file_system_errors_worded(path):  # the file may go after its header was read
         warnings.simplefilter("ignore")
-        try:
-            return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
-                                 allow_recognizable=allow_recognizable, max_pixels=max_pixels)
-        except OSError as error:  # the file taken away after its header was read (its pixel data is read later)
-            if not _file_system_error(error):
-                raise
-            raise ImageReadError(path, _cannot_open(error)) from None
+        return _decode_dicom(Path(path), window=window, frame=frame, frames=frames,
+                             allow_recognizable=allow_recognizable, max_pixels=max_pixels)
 
 
 def _file_system_error(error: BaseException) -> bool:
     """Whether ``error`` is the file system's (no permission, a folder where the file was, no file), which carries an
     errno, not a decoder's (Pillow's OSErrors about a frame's bytes carry none)."""
     return isinstance(error, OSError) and error.errno is not None
+
+
+@contextlib.contextmanager
+def _file_system_errors_worded(path: "str | os.PathLike[str]") -> Iterator[None]:
+    """A file-system error raised inside (:func:`_file_system_error`: the file, or its folder, made unreadable,
+    replaced or removed while it is read) as an :class:`ImageReadError` of ``path`` saying it cannot be opened."""
+    try:
+        yield
+    except OSError as error:
+        if not _file_system_error(error):
+            raise
+        raise ImageReadError(path, _cannot_open(error)) from None
 
 
 def _cannot_open(error: OSError) -> str:
@@ -821,8 +828,15 @@ def read_any(
     ``load_image_with_profile`` (its ICC profile kept, to be drawn in sRGB; refused over ``max_pixels``) with
     ``unknown`` metadata; a PDF, ZIP or gzip file refused by name. A file of no known kind is read as an image when
     its suffix says so, else as DICOM (:func:`read_dicom` refuses what is not DICOM; ``frames``,
-    ``allow_recognizable`` and ``max_pixels`` go to it)."""
-    path = Path(path)
+    ``allow_recognizable`` and ``max_pixels`` go to it). A file or folder the file system refuses (its folder made
+    unreadable: even its size cannot be read) cannot be opened, an :class:`ImageReadError` too."""
+    with _file_system_errors_worded(path):
+        return _read_any(Path(path), window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
+                         max_pixels=max_pixels)
+
+
+def _read_any(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int], frames: Optional[range],
+              allow_recognizable: bool, max_pixels: Optional[int]) -> DicomImage:
     if is_dicom(path):
         return read_dicom(path, window=window, frame=frame, frames=frames, allow_recognizable=allow_recognizable,
                           max_pixels=max_pixels)
