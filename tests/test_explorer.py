@@ -1213,3 +1213,22 @@ def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from
         page.locator("#preview").wait_for(state="hidden", timeout=30_000)
         page.wait_for_function("document.querySelector('#image img')?.style.visibility === ''")
         assert not errors
+
+
+def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(served, tmp_path, capsys):
+    """Of a 6000×200 strip the centre crop keeps the middle 200×200 pixels, 1/30 of it: ``vitroll overlay`` said so,
+    the page showed a map over a speck of the strip without a word."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / "strip.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 6000, 3), np.uint8)).save(upload)
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    _, _, _, note = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert note.splitlines()[-1] == ("**The model saw only 3 % of the image (the middle of its long side) and its map "
+                                     "covers only that**: `vitroll app --crop-mode border --crop-pct 1` shows the "
+                                     "model all of it, padded.")
+    assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
+        f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]

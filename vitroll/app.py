@@ -28,7 +28,9 @@ from vitroll.io.images import (
     DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings, enlarged_warning, render
+from vitroll.pipelines.explain import (
+    WHOLE_IMAGE_FLAGS, ExplainSettings, enlarged_warning, little_seen_warning, render,
+)
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -424,11 +426,14 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         used_ratio = None if "discard ratio" in exploration.ignored else controls.discard_ratio
-        enlarged = enlarged_warning(preprocessing.geometry(np.asarray(stored).shape[:2]).pixels_per_patch(
-            exploration.grid_map.shape))
+        geometry = preprocessing.geometry(np.asarray(stored).shape[:2])
+        enlarged = enlarged_warning(geometry.pixels_per_patch(exploration.grid_map.shape))
+        little_seen = little_seen_warning(geometry.seen_share())
         notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
                  constant_map_note(exploration.grid_map, used_ratio),
-                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**."]
+                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**.",
+                 "" if little_seen is None else (f"**{little_seen[0].upper()}{little_seen[1:]}**: `vitroll app "
+                                                 f"{WHOLE_IMAGE_FLAGS}` shows the model all of it, padded.")]
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 "\n\n".join(note for note in notes if note), ShownOverlay(image, exploration.grid_map, drawn))
 
