@@ -1155,6 +1155,12 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
     _, _, _, note = client.predict(handle_file(CROSS), "rollout", "mean", 0.9, 0, 3, "all", "predicted",
                                    api_name="/explain")
     assert "constant" not in note
+    uniform = tmp_path / "grey.png"
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(uniform)  # occluding a patch of it changes nothing
+    _, _, _, note = client.predict(handle_file(uniform), "occlusion", "mean", 0.0, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert note.splitlines()[-1] == ("**The map is constant** (all 0): the overlay is one colour and shows nothing. "
+                                     "**occlusion** finds no patch different from another.")
 
 
 @pytest.mark.parametrize("side", [1, 2, 8])

@@ -240,11 +240,12 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
-def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> str:
+def constant_map_note(grid_map: np.ndarray, method: str, discard_ratio: Optional[float]) -> str:
     """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
     :func:`~vitroll.methods.rollout.warn_constant_maps`, whose line on the server's terminal names the command line's
-    flag), naming the page's control that may be the cause: the discard ratio, when the method used one above 0
-    (``discard_ratio``; None when it ignores the slider); empty otherwise."""
+    flag), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
+    (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform image is
+    constant too: no attention is to blame there.)"""
     values = grid_map[np.isfinite(grid_map)]
     if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
         return ""
@@ -253,7 +254,7 @@ def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> s
         return (f"{note} A discard ratio of {discard_ratio:g} drops that share of each row's weakest attention; with "
                 "this model's few tokens it can leave none but the class token's: a lower **discard ratio** (its "
                 "slider) keeps more.")
-    return f"{note} The attention it reads does not tell one patch from another."
+    return f"{note} **{method}** finds no patch different from another."
 
 
 class UploadPath(str):
@@ -430,7 +431,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         enlarged = enlarged_warning(geometry.pixels_per_patch(exploration.grid_map.shape))
         little_seen = little_seen_warning(geometry.seen_share())
         notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                 constant_map_note(exploration.grid_map, used_ratio),
+                 constant_map_note(exploration.grid_map, method, used_ratio),
                  "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**.",
                  "" if little_seen is None else (f"**{little_seen[0].upper()}{little_seen[1:]}**: `vitroll app "
                                                  f"{WHOLE_IMAGE_FLAGS}` shows the model all of it, padded.")]
