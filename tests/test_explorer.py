@@ -1187,19 +1187,24 @@ def test_an_image_smaller_than_the_patch_grid_is_said_to_say_nothing_on_the_page
         assert lines == [f"vitroll: warning: {upload}: {warning}"]
 
 
-def test_a_file_the_browser_cannot_draw_gets_a_preview_of_the_decoded_picture(tmp_path):
+def test_a_file_the_image_box_does_not_show_as_explained_gets_a_preview_of_the_decoded_picture(tmp_path):
     """The image box shows the uploaded file itself: a TIFF was a broken picture. Its preview is the picture the maps
     are drawn on; a PNG or JPEG, which the box draws, and a file that is no image get none."""
-    from vitroll.app import preview_picture, undrawable_format
+    from vitroll.app import preview_picture, preview_reason
 
     picture = np.asarray(Image.open(CROSS).convert("RGB"))
     Image.fromarray(picture).save(tmp_path / "scan.tif")
     Image.fromarray(picture).save(tmp_path / "scan.jpg")
+    Image.fromarray(picture).save(tmp_path / "one.gif")
+    frames = [Image.fromarray(picture).quantize(), Image.fromarray(picture[::-1]).quantize()]
+    frames[0].save(tmp_path / "cine.gif", save_all=True, append_images=frames[1:])  # the box plays it
     (tmp_path / "notes.tif").write_text("not pixels")
-    assert undrawable_format(tmp_path / "scan.tif") == "TIFF"
+    assert preview_reason(tmp_path / "scan.tif") == "TIFF: browsers cannot draw it; as decoded:"
     assert np.array_equal(preview_picture(tmp_path / "scan.tif", max_pixels=None), picture)
-    for drawn in (CROSS, tmp_path / "scan.jpg", tmp_path / "notes.tif"):
-        assert undrawable_format(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
+    assert preview_reason(tmp_path / "cine.gif") == "GIF of 2 frames: the first is explained:"
+    assert np.array_equal(preview_picture(tmp_path / "cine.gif", max_pixels=None), load_image(tmp_path / "cine.gif"))
+    for drawn in (CROSS, tmp_path / "scan.jpg", tmp_path / "one.gif", tmp_path / "notes.tif"):
+        assert preview_reason(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
 
 
 def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):

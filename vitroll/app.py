@@ -290,22 +290,25 @@ BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "ICO", "MPO"})
 box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) as a broken picture."""
 
 
-def undrawable_format(path: "str | os.PathLike[str]") -> Optional[str]:
-    """The format (Pillow's name) of the image file at ``path`` when a browser cannot draw it; None when it can, or
-    when the file is no image Pillow can open (refused when it is explained)."""
+def preview_reason(path: "str | os.PathLike[str]") -> Optional[str]:
+    """Why the image box does not show the picture explained, in a few words: a format a browser cannot draw (the box
+    showed a TIFF as a broken picture), or frames (the box plays an animated GIF; its first frame is explained). None
+    when it does, or when the file is no image Pillow can open (refused when it is explained)."""
     try:
         with Image.open(path) as image:
-            kind = image.format
+            kind, frames = image.format, getattr(image, "n_frames", 1)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None
-    return None if kind in BROWSER_FORMATS else kind
+    if kind not in BROWSER_FORMATS:
+        return f"{kind}: browsers cannot draw it; as decoded:"
+    return f"{kind} of {frames} frames: the first is explained:" if frames > 1 and kind != "MPO" else None
 
 
 def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:
     """(H, W, 3) uint8, at most :data:`DISPLAY_SIDE` a side: the picture the maps are drawn on (decoded as the model
-    reads it, in sRGB), for an image file a browser cannot draw (:func:`undrawable_format`); None for one it can draw,
-    or one that cannot be read (refused when it is explained, with its reason)."""
-    if undrawable_format(path) is None:
+    reads it, in sRGB), for an image file the image box does not show as it is explained (:func:`preview_reason`);
+    None for one it shows, or one that cannot be read (refused when it is explained, with its reason)."""
+    if preview_reason(path) is None:
         return None
     try:
         stored, display = load_image_with_display(path, max_pixels=max_pixels, warn=lambda message: None)
@@ -460,9 +463,10 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
     def caption_and_preview(payload: Optional[dict[str, Any]]) -> tuple:
-        """The line naming the file, and for a file the browser cannot draw (its box shows it broken) a preview."""
+        """The line naming the file, and a preview of a file its box does not show as it is explained (a TIFF, shown
+        broken; an animated GIF)."""
         picture = None if payload is None else preview_picture(payload["path"], max_pixels)
-        label = "" if picture is None else f"{undrawable_format(payload['path'])}: browsers cannot draw it; as decoded:"
+        label = "" if picture is None else preview_reason(payload["path"])
         return file_caption(payload), gr.Image(picture, label=label, visible=picture is not None)
 
     with gr.Blocks(title="vitroll explorer", analytics_enabled=False) as app:
