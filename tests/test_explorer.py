@@ -678,10 +678,11 @@ def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):
     from vitroll.app import build_app
 
     app = build_app(model, model_label="shapes")
-    pictures = [block for block in app.blocks.values() if isinstance(block, gradio.Image)]
-    assert len(pictures) == 3 and all("share" not in picture.buttons for picture in pictures)
-    assert "download" in pictures[2].buttons  # the heads' grid can still be saved, and the overlay at its full size:
-    assert "download" not in pictures[1].buttons and "overlay at full size (PNG)" in [
+    pictures = {block.elem_id: block for block in app.blocks.values() if isinstance(block, gradio.Image)}
+    assert sorted(pictures) == ["heads", "image", "overlay", "preview"]
+    assert all("share" not in picture.buttons for picture in pictures.values())
+    assert "download" in pictures["heads"].buttons  # the heads' grid can still be saved, and the overlay at full size:
+    assert "download" not in pictures["overlay"].buttons and "overlay at full size (PNG)" in [
         block.value for block in app.blocks.values() if isinstance(block, gradio.Button)]
 
 
