@@ -678,10 +678,11 @@ def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):
     from vitroll.app import build_app
 
     app = build_app(model, model_label="shapes")
-    pictures = [block for block in app.blocks.values() if isinstance(block, gradio.Image)]
-    assert len(pictures) == 3 and all("share" not in picture.buttons for picture in pictures)
-    assert "download" in pictures[2].buttons  # the heads' grid can still be saved, and the overlay at its full size:
-    assert "download" not in pictures[1].buttons and "overlay at full size (PNG)" in [
+    pictures = {block.elem_id: block for block in app.blocks.values() if isinstance(block, gradio.Image)}
+    assert sorted(pictures) == ["heads", "image", "overlay", "preview"]
+    assert all("share" not in picture.buttons for picture in pictures.values())
+    assert "download" in pictures["heads"].buttons  # the heads' grid can still be saved, and the overlay at full size:
+    assert "download" not in pictures["overlay"].buttons and "overlay at full size (PNG)" in [
         block.value for block in app.blocks.values() if isinstance(block, gradio.Button)]
 
 
@@ -1155,6 +1156,12 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
     _, _, _, note = client.predict(handle_file(CROSS), "rollout", "mean", 0.9, 0, 3, "all", "predicted",
                                    api_name="/explain")
     assert "constant" not in note
+    uniform = tmp_path / "grey.png"
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(uniform)  # occluding a patch of it changes nothing
+    _, _, _, note = client.predict(handle_file(uniform), "occlusion", "mean", 0.0, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert note.splitlines()[-1] == ("**The map is constant** (all 0): the overlay is one colour and shows nothing. "
+                                     "**occlusion** finds no patch different from another.")
 
 
 @pytest.mark.parametrize("side", [1, 2, 8])
@@ -1181,19 +1188,24 @@ def test_an_image_smaller_than_the_patch_grid_is_said_to_say_nothing_on_the_page
         assert lines == [f"vitroll: warning: {upload}: {warning}"]
 
 
-def test_a_file_the_browser_cannot_draw_gets_a_preview_of_the_decoded_picture(tmp_path):
+def test_a_file_the_image_box_does_not_show_as_explained_gets_a_preview_of_the_decoded_picture(tmp_path):
     """The image box shows the uploaded file itself: a TIFF was a broken picture. Its preview is the picture the maps
     are drawn on; a PNG or JPEG, which the box draws, and a file that is no image get none."""
-    from vitroll.app import preview_picture, undrawable_format
+    from vitroll.app import preview_picture, preview_reason
 
     picture = np.asarray(Image.open(CROSS).convert("RGB"))
     Image.fromarray(picture).save(tmp_path / "scan.tif")
     Image.fromarray(picture).save(tmp_path / "scan.jpg")
+    Image.fromarray(picture).save(tmp_path / "one.gif")
+    frames = [Image.fromarray(picture).quantize(), Image.fromarray(picture[::-1]).quantize()]
+    frames[0].save(tmp_path / "cine.gif", save_all=True, append_images=frames[1:])  # the box plays it
     (tmp_path / "notes.tif").write_text("not pixels")
-    assert undrawable_format(tmp_path / "scan.tif") == "TIFF"
+    assert preview_reason(tmp_path / "scan.tif") == "TIFF: browsers cannot draw it; as decoded:"
     assert np.array_equal(preview_picture(tmp_path / "scan.tif", max_pixels=None), picture)
-    for drawn in (CROSS, tmp_path / "scan.jpg", tmp_path / "notes.tif"):
-        assert undrawable_format(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
+    assert preview_reason(tmp_path / "cine.gif") == "GIF of 2 frames: the first is explained:"
+    assert np.array_equal(preview_picture(tmp_path / "cine.gif", max_pixels=None), load_image(tmp_path / "cine.gif"))
+    for drawn in (CROSS, tmp_path / "scan.jpg", tmp_path / "one.gif", tmp_path / "notes.tif"):
+        assert preview_reason(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
 
 
 def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):
@@ -1213,3 +1225,22 @@ def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from
         page.locator("#preview").wait_for(state="hidden", timeout=30_000)
         page.wait_for_function("document.querySelector('#image img')?.style.visibility === ''")
         assert not errors
+
+
+def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(served, tmp_path, capsys):
+    """Of a 6000×200 strip the centre crop keeps the middle 200×200 pixels, 1/30 of it: ``vitroll overlay`` said so,
+    the page showed a map over a speck of the strip without a word."""
+    from gradio_client import Client, handle_file
+
+    upload = tmp_path / "strip.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 6000, 3), np.uint8)).save(upload)
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    _, _, _, note = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                                   api_name="/explain")
+    assert note.splitlines()[-1] == ("**The model saw only 3 % of the image (the middle of its long side) and its map "
+                                     "covers only that**: `vitroll app --crop-mode border --crop-pct 1` shows the "
+                                     "model all of it, padded.")
+    assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
+        f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]

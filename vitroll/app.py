@@ -28,7 +28,9 @@ from vitroll.io.images import (
     DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
-from vitroll.pipelines.explain import ExplainSettings, enlarged_warning, render
+from vitroll.pipelines.explain import (
+    WHOLE_IMAGE_FLAGS, ExplainSettings, enlarged_warning, little_seen_warning, render,
+)
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
 )
@@ -238,11 +240,12 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
     return f"{unused} The per-head grid shows layer {layer}."
 
 
-def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> str:
+def constant_map_note(grid_map: np.ndarray, method: str, discard_ratio: Optional[float]) -> str:
     """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
     :func:`~vitroll.methods.rollout.warn_constant_maps`, whose line on the server's terminal names the command line's
-    flag), naming the page's control that may be the cause: the discard ratio, when the method used one above 0
-    (``discard_ratio``; None when it ignores the slider); empty otherwise."""
+    flag), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
+    (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform image is
+    constant too: no attention is to blame there.)"""
     values = grid_map[np.isfinite(grid_map)]
     if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
         return ""
@@ -251,7 +254,7 @@ def constant_map_note(grid_map: np.ndarray, discard_ratio: Optional[float]) -> s
         return (f"{note} A discard ratio of {discard_ratio:g} drops that share of each row's weakest attention; with "
                 "this model's few tokens it can leave none but the class token's: a lower **discard ratio** (its "
                 "slider) keeps more.")
-    return f"{note} The attention it reads does not tell one patch from another."
+    return f"{note} **{method}** finds no patch different from another."
 
 
 class UploadPath(str):
@@ -287,22 +290,25 @@ BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "ICO", "MPO"})
 box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) as a broken picture."""
 
 
-def undrawable_format(path: "str | os.PathLike[str]") -> Optional[str]:
-    """The format (Pillow's name) of the image file at ``path`` when a browser cannot draw it; None when it can, or
-    when the file is no image Pillow can open (refused when it is explained)."""
+def preview_reason(path: "str | os.PathLike[str]") -> Optional[str]:
+    """Why the image box does not show the picture explained, in a few words: a format a browser cannot draw (the box
+    showed a TIFF as a broken picture), or frames (the box plays an animated GIF; its first frame is explained). None
+    when it does, or when the file is no image Pillow can open (refused when it is explained)."""
     try:
         with Image.open(path) as image:
-            kind = image.format
+            kind, frames = image.format, getattr(image, "n_frames", 1)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None
-    return None if kind in BROWSER_FORMATS else kind
+    if kind not in BROWSER_FORMATS:
+        return f"{kind}: browsers cannot draw it; as decoded:"
+    return f"{kind} of {frames} frames: the first is explained:" if frames > 1 and kind != "MPO" else None
 
 
 def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:
     """(H, W, 3) uint8, at most :data:`DISPLAY_SIDE` a side: the picture the maps are drawn on (decoded as the model
-    reads it, in sRGB), for an image file a browser cannot draw (:func:`undrawable_format`); None for one it can draw,
-    or one that cannot be read (refused when it is explained, with its reason)."""
-    if undrawable_format(path) is None:
+    reads it, in sRGB), for an image file the image box does not show as it is explained (:func:`preview_reason`);
+    None for one it shows, or one that cannot be read (refused when it is explained, with its reason)."""
+    if preview_reason(path) is None:
         return None
     try:
         stored, display = load_image_with_display(path, max_pixels=max_pixels, warn=lambda message: None)
@@ -424,11 +430,14 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         used_ratio = None if "discard ratio" in exploration.ignored else controls.discard_ratio
-        enlarged = enlarged_warning(preprocessing.geometry(np.asarray(stored).shape[:2]).pixels_per_patch(
-            exploration.grid_map.shape))
+        geometry = preprocessing.geometry(np.asarray(stored).shape[:2])
+        enlarged = enlarged_warning(geometry.pixels_per_patch(exploration.grid_map.shape))
+        little_seen = little_seen_warning(geometry.seen_share())
         notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
-                 constant_map_note(exploration.grid_map, used_ratio),
-                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**."]
+                 constant_map_note(exploration.grid_map, method, used_ratio),
+                 "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**.",
+                 "" if little_seen is None else (f"**{little_seen[0].upper()}{little_seen[1:]}**: `vitroll app "
+                                                 f"{WHOLE_IMAGE_FLAGS}` shows the model all of it, padded.")]
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 "\n\n".join(note for note in notes if note), ShownOverlay(image, exploration.grid_map, drawn))
 
@@ -454,9 +463,10 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     first_ignored = ignored_controls("rollout", image_text=outline.image_text)
 
     def caption_and_preview(payload: Optional[dict[str, Any]]) -> tuple:
-        """The line naming the file, and for a file the browser cannot draw (its box shows it broken) a preview."""
+        """The line naming the file, and a preview of a file its box does not show as it is explained (a TIFF, shown
+        broken; an animated GIF)."""
         picture = None if payload is None else preview_picture(payload["path"], max_pixels)
-        label = "" if picture is None else f"{undrawable_format(payload['path'])}: browsers cannot draw it; as decoded:"
+        label = "" if picture is None else preview_reason(payload["path"])
         return file_caption(payload), gr.Image(picture, label=label, visible=picture is not None)
 
     with gr.Blocks(title="vitroll explorer", analytics_enabled=False) as app:

@@ -21,7 +21,7 @@ from vitroll.io.names import single_line
 from vitroll.methods import Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.models.transformers import saved_kind
-from vitroll.pipelines.explain import ExplainSettings, enlarged_warning
+from vitroll.pipelines.explain import WHOLE_IMAGE_FLAGS, ExplainSettings, enlarged_warning, little_seen_warning
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
 
@@ -238,19 +238,15 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
             f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
 
 
-SMALL_SEEN_SHARE = 0.25
-"""Below this share of an image's area in the model input, the run says so: a strip (an image three or more times as
-long as it is wide, centre-cropped), whose map covers a square in its middle."""
 
 
 def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
-    """One ``vitroll: warning:`` line on stderr when the model saw less than :data:`SMALL_SEEN_SHARE` of the image
-    at ``path``, with the options that show it all of it."""
-    if seen_share is not None and seen_share < SMALL_SEEN_SHARE:
-        shown = f"{100 * seen_share:.0f} %" if seen_share >= 0.01 else f"{100 * seen_share:.1g} %"
-        print(single_line(f"vitroll: warning: {path}: the model saw only {shown} of the image (the middle of its long "
-                          "side) and its map covers only that; --crop-mode border --crop-pct 1 shows the model all "
-                          "of it, padded (squash: stretched)"), file=sys.stderr)
+    """One ``vitroll: warning:`` line on stderr when the model saw little of the image at ``path``
+    (:func:`~vitroll.pipelines.explain.little_seen_warning`), with the options that show it all of it."""
+    warning = None if seen_share is None else little_seen_warning(seen_share)
+    if warning is not None:
+        print(single_line(f"vitroll: warning: {path}: {warning}; {WHOLE_IMAGE_FLAGS} shows the model all of it, padded "
+                          "(squash: stretched)"), file=sys.stderr)
 
 
 def print_if_enlarged(path: object, pixels_per_patch: Optional[float]) -> None:

@@ -96,6 +96,22 @@ def render(image: np.ndarray, grid_map: np.ndarray, geometry: CropGeometry,
     return saliency, overlaid
 
 
+SMALL_SEEN_SHARE = 0.25
+"""Below this share of an image's area in the model input, the run says so: a strip (an image three or more times as
+long as it is wide, centre-cropped), whose map covers a square in its middle."""
+WHOLE_IMAGE_FLAGS = "--crop-mode border --crop-pct 1"
+"""The options of ``vitroll overlay`` and ``vitroll app`` that show the model all of an image, padded."""
+
+
+def little_seen_warning(seen_share: float) -> Optional[str]:
+    """That the model saw only ``seen_share`` of an image (:meth:`~vitroll.preprocess.CropGeometry.seen_share`), when
+    it is below :data:`SMALL_SEEN_SHARE`; None otherwise."""
+    if seen_share >= SMALL_SEEN_SHARE:
+        return None
+    shown = f"{100 * seen_share:.0f} %" if seen_share >= 0.01 else f"{100 * seen_share:.1g} %"
+    return f"the model saw only {shown} of the image (the middle of its long side) and its map covers only that"
+
+
 def enlarged_warning(pixels_per_patch: float) -> Optional[str]:
     """Why a map and classes say next to nothing about an image whose patches cover less than one of its pixels a side
     (:meth:`~vitroll.preprocess.CropGeometry.pixels_per_patch`); None for an image large enough."""
