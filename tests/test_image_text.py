@@ -239,7 +239,8 @@ def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_contex
     ([], {}, ValueError, "texts_or_input_ids is empty: give at least one text"),
     (["a dog", " "], {}, ValueError, r"text 1 \(' '\) is blank: a blank text has nothing to explain"),
     ({"a": 1}, {}, TypeError, "must be a string, a list of strings or input ids"),
-    (["a dog", 3], {}, TypeError, "must be a string, a list of strings or input ids"),
+    (["a dog", 3], {}, TypeError, r"texts_or_input_ids\[1\] is int, not a string: texts_or_input_ids must be a "
+                                  r"string, a list of strings or input ids \(T, L\)"),
     (["a dog"], {}, ValueError, r"reads strings through its tokenizer: pass tokenizer=AutoTokenizer"),
     (["a dog"], {"attention_mask": ATTENTION_MASK}, ValueError, "attention_mask goes with input_ids"),
     (INPUT_IDS.float(), {}, TypeError, "input_ids must be integer token ids; got torch.float32"),
