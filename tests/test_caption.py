@@ -330,6 +330,30 @@ def test_the_cli_writes_a_strip_per_image_and_the_captions_json(saved_captioner,
     assert strip.shape[1] > strip.shape[0] * (1 + len(first["words"])) / 2  # one panel per word beside the image
 
 
+@pytest.mark.parametrize("size", [(1000, 20), (20, 1000)])
+def test_the_strip_of_a_long_image_shows_it_as_the_model_saw_it(saved_captioner, tmp_path, capsys, size):
+    """A ViT image processor squashes a 1000 × 20 image to its square input: the strip's panels were 6 px high (or
+    the strip 16,080 px tall); they now show the image stretched to the input's square, as the model saw it."""
+    from PIL import Image
+
+    from vitroll.cli import main
+
+    width, height = size
+    pixels = np.zeros((height, width, 3), dtype=np.uint8)
+    (pixels[:, :width // 2] if width > height else pixels[:height // 2])[...] = (255, 0, 0)  # red first half
+    (pixels[:, width // 2:] if width > height else pixels[height // 2:])[...] = (0, 0, 255)  # blue second half
+    Image.fromarray(pixels).save(tmp_path / "long.png")
+    out = tmp_path / "out"
+    assert main(["caption", str(tmp_path / "long.png"), "--model", str(saved_captioner), "--out", str(out),
+                 "--max-new-tokens", "3"]) == 0, capsys.readouterr().err
+    strip = np.asarray(Image.open(out / "long_caption_chefer.png").convert("RGB")).astype(int)
+    assert 300 < strip.shape[0] < 500
+    panel = strip[100:-20, 10:300]  # the image panel: half red, half blue, as wide as it is high
+    red = (panel[..., 0] > 200) & (panel[..., 2] < 50)
+    blue = (panel[..., 2] > 200) & (panel[..., 0] < 50)
+    assert 0.4 < red.mean() < 0.6 and 0.4 < blue.mean() < 0.6
+
+
 def test_the_cli_refuses_an_image_over_max_pixels_alone_as_it_tells(saved_captioner, tmp_path, capsys):
     """The limit's message names --max-pixels, which caption did not take."""
     from PIL import Image
@@ -691,20 +715,20 @@ def test_an_empty_caption_is_said_to_be_empty_on_the_terminal_and_in_the_strip(a
 
     from PIL import Image
 
-    import vitroll.pipelines.caption as caption_pipeline
+    import vitroll.pipelines.explain as explain_pipeline
     from vitroll.cli import main
 
     (tmp_path / "captioner").mkdir()
     model = save_captioner(tmp_path / "captioner", always=always)
     image = tmp_path / "image.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
-    drawn, overlay_grid = [], caption_pipeline.overlay_grid
+    drawn, overlay_grid = [], explain_pipeline.overlay_grid
 
-    def recording_grid(picture, overlays, titles, *, title):
+    def recording_grid(picture, overlays, titles, *, title, image_title):
         drawn.append((len(overlays), titles, title))
-        return overlay_grid(picture, overlays, titles, title=title)
+        return overlay_grid(picture, overlays, titles, title=title, image_title=image_title)
 
-    monkeypatch.setattr(caption_pipeline, "overlay_grid", recording_grid)
+    monkeypatch.setattr(explain_pipeline, "overlay_grid", recording_grid)
     out = tmp_path / "out"
     assert main(["caption", str(image), "--model", str(model), "--out", str(out),
                  "--max-new-tokens", str(max_new_tokens)]) == 0

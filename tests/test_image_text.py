@@ -239,7 +239,8 @@ def test_open_clip_strings_go_through_its_default_tokenizer_at_the_models_contex
     ([], {}, ValueError, "texts_or_input_ids is empty: give at least one text"),
     (["a dog", " "], {}, ValueError, r"text 1 \(' '\) is blank: a blank text has nothing to explain"),
     ({"a": 1}, {}, TypeError, "must be a string, a list of strings or input ids"),
-    (["a dog", 3], {}, TypeError, "must be a string, a list of strings or input ids"),
+    (["a dog", 3], {}, TypeError, r"texts_or_input_ids\[1\] is int, not a string: texts_or_input_ids must be a "
+                                  r"string, a list of strings or input ids \(T, L\)"),
     (["a dog"], {}, ValueError, r"reads strings through its tokenizer: pass tokenizer=AutoTokenizer"),
     (["a dog"], {"attention_mask": ATTENTION_MASK}, ValueError, "attention_mask goes with input_ids"),
     (INPUT_IDS.float(), {}, TypeError, "input_ids must be integer token ids; got torch.float32"),
@@ -330,6 +331,37 @@ def test_a_text_slugged_texts_does_not_overwrite_the_grid(clip_folder, tmp_path,
     assert "'Texts'  S = " in capsys.readouterr().out
     grid, overlay = (Image.open(out / name) for name in ("cat_chefer_texts.png", "cat_chefer_texts-2.png"))
     assert grid.size != overlay.size and overlay.size == Image.open(PHOTO).size
+
+
+def three_colour_strip(path: Path, size: tuple[int, int]) -> Path:
+    """A (width, height) strip, red on one end and blue on the other, green in the middle square (its centre crop)."""
+    width, height = size
+    side = min(width, height)
+    pixels = np.zeros((height, width, 3), dtype=np.uint8)
+    if width > height:
+        pixels[:, :width // 2], pixels[:, width // 2:] = (255, 0, 0), (0, 0, 255)
+        pixels[:, (width - side) // 2:(width + side) // 2] = (0, 255, 0)
+    else:
+        pixels[:height // 2], pixels[height // 2:] = (255, 0, 0), (0, 0, 255)
+        pixels[(height - side) // 2:(height + side) // 2] = (0, 255, 0)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+@pytest.mark.parametrize("size", [(1000, 20), (20, 1000)])
+def test_the_grid_of_a_long_strip_shows_the_centre_crop_the_model_saw(clip_folder, tmp_path, capsys, size):
+    """A 1000 × 20 strip's grid was 86 px tall (panels 6 px high), a 20 × 1000 one's 16,080 px: each panel now shows
+    the 20 × 20 centre crop the model saw, as square as the cat's panels."""
+    strip = three_colour_strip(tmp_path / "strip.png", size)
+    out = tmp_path / "out"
+    assert main(["overlay", str(strip), "--model", str(clip_folder), "--text", "a dog", "--text", "a cat",
+                 "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    grid = np.asarray(Image.open(out / "strip_chefer_texts.png").convert("RGB"))
+    assert grid.shape[1] == 960 and 300 < grid.shape[0] < 500
+    image_panel = grid[100:-20, 10:300].reshape(-1, 3).astype(int)
+    green = (image_panel[:, 1] > 200) & (image_panel[:, 0] < 50) & (image_panel[:, 2] < 50)
+    assert green.mean() > 0.9  # the centre crop, not the red and blue ends
+    assert Image.open(out / "strip_chefer_a-dog.png").size == size  # the overlays themselves stay whole
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -515,9 +515,9 @@ GRID_TITLE_SIZE = 10.0
 
 
 def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[str]", *, title: str = "",
-                 columns: int = GRID_COLUMNS):
-    """A matplotlib Figure: the image, then each overlay (H, W, 3) under its title (one map per text or word), in
-    rows of at most ``columns`` panels."""
+                 columns: int = GRID_COLUMNS, image_title: str = "image"):
+    """A matplotlib Figure: the image under ``image_title``, then each overlay (H, W, 3) under its title (one map per
+    text or word), in rows of at most ``columns`` panels."""
     from matplotlib.figure import Figure
 
     height, width = image.shape[:2]
@@ -529,7 +529,7 @@ def overlay_grid(image: np.ndarray, overlays: "list[np.ndarray]", titles: "list[
     axes = fig.subplots(rows, across, squeeze=False).ravel()
     for ax in axes:
         ax.set_axis_off()
-    for ax, picture, caption in zip(axes, [image, *overlays], ["image", *titles]):
+    for ax, picture, caption in zip(axes, [image, *overlays], [image_title, *titles]):
         ax.imshow(picture)
         ax.set_title(fit_text(caption, panel * TITLE_SHARE, GRID_TITLE_SIZE), fontsize=GRID_TITLE_SIZE, **LITERAL)
     if title:

@@ -202,9 +202,12 @@ def text_inputs(model: nn.Module, texts_or_input_ids: Texts, *, attention_mask: 
     if attention_mask is not None:
         raise OptionValueError("attention_mask goes with input_ids; strings are tokenised with their own mask")
     texts = [texts_or_input_ids] if isinstance(texts_or_input_ids, str) else texts_or_input_ids
-    if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
-        raise InputTypeError(f"texts_or_input_ids must be a string, a list of strings or input ids (T, L); got "
-                             f"{type(texts_or_input_ids).__name__}")
+    expected = "texts_or_input_ids must be a string, a list of strings or input ids (T, L)"
+    if not isinstance(texts, (list, tuple)):
+        raise InputTypeError(f"{expected}; got {type(texts_or_input_ids).__name__}")
+    other = next((index for index, text in enumerate(texts) if not isinstance(text, str)), None)
+    if other is not None:
+        raise InputTypeError(f"texts_or_input_ids[{other}] is {type(texts[other]).__name__}, not a string: {expected}")
     if not texts:
         raise InputValueError("texts_or_input_ids is empty: give at least one text")
     blank = [index for index, text in enumerate(texts) if not text.strip()]

@@ -28,8 +28,8 @@ from vitroll.io.writing import write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
-from vitroll.overlay import overlay, overlay_grid
-from vitroll.pipelines.explain import figure_bytes
+from vitroll.overlay import overlay
+from vitroll.pipelines.explain import grid_png
 from vitroll.pipelines.single import cannot_write, output_stems, stems_overwriting_inputs
 from vitroll.pipelines.stream import Decoded, Failed, decoded_batches, read_image
 from vitroll.preprocess import Preprocessing
@@ -227,7 +227,6 @@ def _write_strip(record: Decoded, stem: str, slot: int, result: Any, tokenizer: 
     strip_path = out_dir / f"{stem}_caption_{method}.png"
     generated = tokenizer.convert_ids_to_tokens(token_ids)
     title = f"{record.item.name} — {method}: {quoted_caption(caption, generated)}"
-    write_atomic(strip_path,
-                 figure_bytes(overlay_grid(record.image, overlays, [each.word for each in words], title=title)))
+    write_atomic(strip_path, grid_png(record.image, overlays, [each.word for each in words], record.geometry, title))
     return CaptionedImage(path=record.item, caption=caption, words=described, strip_path=strip_path, tokens=generated)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import nn
 
 from vitroll.adapters.image_text import PromptedModel
@@ -149,8 +150,44 @@ def figure_png(path_name: str, rgb: np.ndarray, saliency: np.ndarray, overlaid: 
     return figure_bytes(figure(rgb, saliency, overlaid, title=title, cmap=settings.cmap))
 
 
+GRID_MAX_ASPECT = 3.0
+"""The most elongated image (long side / short side) whose grid of overlays (one per text or caption word) shows all
+of it as it is; a more elongated one's panels would be a few pixels across, or the figure metres tall
+(:func:`grid_png`)."""
+
+
+def _elongated(height: float, width: float) -> bool:
+    return max(height, width) > GRID_MAX_ASPECT * min(height, width)
+
+
+def grid_png(rgb: np.ndarray, overlays: list[np.ndarray], titles: list[str], geometry: CropGeometry,
+             title: str) -> bytes:
+    """PNG bytes of :func:`~vitroll.overlay.overlay_grid`: the image (H, W, 3), then each overlay (H, W, 3) under
+    its title. Of an image more elongated than :data:`GRID_MAX_ASPECT` (``geometry`` says what the model saw of it),
+    every panel shows the part the model saw where that part is not (a centre crop of a 1000 × 20 strip: its middle
+    20 × 20 pixels), or that part stretched to the model input's shape where the model read it so (squashed), and
+    the first panel's title says which; else (padded to the input) the whole image."""
+    height, width = rgb.shape[:2]
+    image_title = "image"
+    if _elongated(height, width):
+        box_top, box_left, box_bottom, box_right = geometry.original_box()
+        top, left = max(0, int(np.floor(box_top))), max(0, int(np.floor(box_left)))
+        bottom, right = min(height, int(np.ceil(box_bottom))), min(width, int(np.ceil(box_right)))
+        inside = box_top >= -0.5 and box_left >= -0.5 and box_bottom <= height + 0.5 and box_right <= width + 0.5
+        pictures = [picture[top:bottom, left:right] for picture in (rgb, *overlays)]
+        if bottom > top and right > left and not _elongated(bottom - top, right - left):
+            (rgb, *overlays), image_title = pictures, "image (the part the model saw)"
+        elif inside and not _elongated(*geometry.input_hw):
+            size = geometry.input_hw[::-1]
+            rgb, *overlays = [np.asarray(Image.fromarray(picture).resize(size, Image.Resampling.BILINEAR))
+                              for picture in pictures]
+            image_title = "image (as the model saw it)"
+    return figure_bytes(overlay_grid(rgb, overlays, titles, title=title, image_title=image_title))
+
+
 def text_grid_png(path_name: str, rgb: np.ndarray, overlays: list[np.ndarray], texts: list[str], logits: np.ndarray,
-                  settings: ExplainSettings) -> bytes:
-    """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit."""
+                  geometry: CropGeometry, settings: ExplainSettings) -> bytes:
+    """PNG bytes of the image and one overlay per text, each titled with its text and image–text logit
+    (:func:`grid_png`)."""
     titles = [f"{panel_text(text)}\nS = {logit:.2f}" for text, logit in zip(texts, logits)]
-    return figure_bytes(overlay_grid(rgb, overlays, titles, title=f"{path_name} — {settings.method}"))
+    return grid_png(rgb, overlays, titles, geometry, f"{path_name} — {settings.method}")

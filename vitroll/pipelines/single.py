@@ -177,5 +177,6 @@ def _explain_texts(record: Explained, stem: str, texts: list[str], out_dir: Path
         write_atomic(written.path, encode_png(overlaid))
         explanation.text_overlays.append(written)
     write_atomic(explanation.figure_path,
-                 text_grid_png(path.name, record.image, overlays, texts, record.text_logits, settings))
+                 text_grid_png(path.name, record.image, overlays, texts, record.text_logits, record.geometry,
+                               settings))
     return explanation
