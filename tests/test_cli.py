@@ -349,6 +349,27 @@ def test_the_same_option_is_spelled_alike_in_every_sub_command():
         "--checkpoint": {"FILE"}, "--class-names": {"FILE"}, "--out": {"DIR"}, "--batch-size": {"N"}}
 
 
+def test_help_texts_name_flags_not_python_keywords_and_the_methods_a_command_takes():
+    """--input-size said 'models built with --img-size or dynamic_img_size' (a keyword, where --dynamic-img-size is
+    the flag); --target-class said 'gradient methods' though occlusion takes it too; --num-classes said 'from the
+    checkpoint's head' also without one; `vitroll text --help` offered center, which a text model refuses."""
+    import re
+
+    from vitroll.wording import FLAGS
+
+    options = {(name, "/".join(action.option_strings) or action.metavar):
+               " ".join(command._get_formatter()._expand_help(action).split())
+               for name, command, action in sub_command_options()}
+    keywords = [key for key in FLAGS if "_" in key]
+    assert [(option, key) for option, shown in options.items() for key in keywords
+            if re.search(rf"(?<![-\w]){key}(?![=\w])", shown)] == []
+    assert options["overlay", "--target-class"] == ("class explained by the gradient methods and occlusion (default: "
+                                                    "the prediction)")
+    assert options["overlay", "--num-classes"] == "classifier size (default: the checkpoint's head, else the model's own)"
+    assert "center" not in options["text", "--method"] and "occlusion, random, rollout" in options["text", "--method"]
+    assert "center, chefer" in options["overlay", "--method"]
+
+
 def test_every_option_that_takes_a_value_names_it_for_a_user():
     """--help showed argparse's default metavars, the option's name in capitals (--crop-pct CROP_PCT,
     --discard-ratio DISCARD_RATIO, --target-class TARGET_CLASS): every option that takes a value now says what kind of

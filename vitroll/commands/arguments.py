@@ -270,7 +270,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pretrained", action="store_true",
                        help="load the pretrained weights (timm's or torchvision's; hub or local cache)")
     group.add_argument("--num-classes", type=integer(1), metavar="N",
-                       help="classifier size (default: from the checkpoint's head)")
+                       help="classifier size (default: the checkpoint's head, else the model's own)")
     group.add_argument("--class-names", type=readable_text_file("class names"), metavar="FILE",
                        help="class names file: one per line, or JSON")
     add_device_argument(group)
@@ -280,7 +280,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="with --crop-pct 1 the model sees the whole image: squash stretches it to the model's "
                             "input, border fits it inside and pads the rest with the mean colour")
     group.add_argument("--input-size", type=integer(1), nargs=2, metavar=("H", "W"),
-                       help="override the model input size (models built with --img-size or dynamic_img_size)")
+                       help="override the model input size (models built with --img-size or --dynamic-img-size)")
     group.add_argument("--mean", type=number(), nargs=3, metavar="M", help="override the normalisation mean")
     group.add_argument("--std", type=number(0, low_open=True), nargs=3, metavar="S",
                        help="override the normalisation std")
@@ -316,15 +316,21 @@ class OnceAction(argparse._StoreAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+IMAGE_ONLY_METHODS = ("center",)
+"""Methods that explain images alone (a text model refuses them when it runs), left out of ``vitroll text --help``."""
+
+
 def add_method_arguments(parser: argparse.ArgumentParser, default: str = "rollout",
-                         repeated: Optional[str] = None) -> None:
+                         repeated: Optional[str] = None, *, texts: bool = False) -> None:
     """``--method`` and its options; ``default`` is what ``--help`` states as the default method; ``repeated``, where
-    given, makes a second ``--method`` an error that says it (:class:`OnceAction`) rather than the last one counting."""
+    given, makes a second ``--method`` an error that says it (:class:`OnceAction`) rather than the last one counting;
+    with ``texts``, the methods listed are those a text model takes."""
     group = parser.add_argument_group("method (unset options keep the method's default; a flag it does not take is "
                                       "ignored with a warning; `vitroll methods` lists each method's options)")
     once = {"action": OnceAction, "repeated": repeated} if repeated else {}
+    listed = [name for name in method_names() if not (texts and name in IMAGE_ONLY_METHODS)]
     group.add_argument("--method", default="rollout", choices=method_names(), metavar="METHOD",
-                       help=f"saliency method: {', '.join(method_names())} (default: {default})", **once)
+                       help=f"saliency method: {', '.join(listed)} (default: {default})", **once)
     add_method_options(group)
 
 
@@ -370,7 +376,7 @@ def add_method_options(group: "argparse._ArgumentGroup") -> None:
     group.add_argument("--start-layer", type=integer(0), metavar="LAYER",
                        help="first layer included in rollout / chefer, from 0 (default 0)")
     group.add_argument("--target-class", type=integer(0), metavar="CLASS",
-                       help="class explained by gradient methods (default: the prediction)")
+                       help="class explained by the gradient methods and occlusion (default: the prediction)")
     group.add_argument("--max-attention-memory", type=number(0, low_open=True), metavar="MiB",
                        help="attention memory budget while recording: per-head probabilities are computed in blocks "
                             "within it, and rollout keeps layers factored once all layers' maps would exceed it "

@@ -58,7 +58,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="which real token to explain (0 the first, -1 the last); alone, it implies "
                              "--readout position")
     add_device_argument(parser)
-    add_method_arguments(parser)
+    add_method_arguments(parser, texts=True)
     parser.set_defaults(run=run)
 
 
