@@ -143,6 +143,25 @@ def test_folder_with_masks_and_its_errors(tmp_path, capsys, random_checkpoint):
     assert "shapes-4-0001_mask.png" in err[0] and "mask is 10×10 but its image is 64×64" in err[0]
 
 
+@pytest.mark.parametrize("empty", [np.zeros((64, 64), np.uint8), np.full((64, 64, 4), 255, np.uint8) * [1, 1, 1, 0]])
+def test_a_mask_without_any_object_pixel_stops_the_run_in_one_line(empty, tmp_path, capsys, random_checkpoint):
+    """An all-black mask (or a fully transparent one) was scored: every method's pointing game, energy and IoU 0 on
+    it, pulling every mean down, without a word."""
+    for item in shapes_images(2, seed=4):
+        Image.fromarray(item.image).save(tmp_path / f"{item.name}.png")
+        Image.fromarray(item.mask.astype(np.uint8) * 255).save(tmp_path / f"{item.name}_mask.png")
+    Image.fromarray(empty.astype(np.uint8)).save(tmp_path / "shapes-4-0001_mask.png")
+    out = tmp_path / "out"
+    code = main(["evaluate", str(tmp_path), "--checkpoint", str(random_checkpoint), "--methods", "rollout",
+                 "--out", str(out)])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {tmp_path / 'shapes-4-0001_mask.png'}: mask has no object pixel (all zero, or all "
+        "transparent): every method would score 0 on it; give the object's mask, or remove this mask to leave its "
+        "image out\n")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["evaluate", "sanity"])
 def test_a_folder_image_over_max_pixels_is_refused_naming_the_flag_the_command_takes(command, tmp_path, capsys,
                                                                                      random_checkpoint):

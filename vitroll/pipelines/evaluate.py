@@ -112,8 +112,8 @@ def folder_images(folder: "str | os.PathLike[str]", *,
     recursive). A mask is any image; its non-zero pixels are the object, or where it has transparency its opaque
     pixels (:func:`~vitroll.io.images.load_mask`); of several masks of one image
     (``cat_mask.jpg``, ``cat_mask.png``) the first by name is used. Raises :class:`ImageReadError` for an unreadable
-    file, an image or mask larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`) or a mask whose size
-    differs from its image.
+    file, an image or mask larger than ``max_pixels`` (:func:`~vitroll.io.images.load_image`), a mask whose size
+    differs from its image or one without any object pixel.
     """
     images, mask_of = _images_and_masks(folder)
     found, without_mask = [], []
@@ -127,6 +127,10 @@ def folder_images(folder: "str | os.PathLike[str]", *,
         if mask.shape != image.shape[:2]:
             raise ImageReadError(mask_of[path.stem], f"mask is {mask.shape[1]}×{mask.shape[0]} but its image is "
                                                      f"{image.shape[1]}×{image.shape[0]}")
+        if not mask.any():
+            raise ImageReadError(mask_of[path.stem], "mask has no object pixel (all zero, or all transparent): every "
+                                                     "method would score 0 on it; give the object's mask, or remove "
+                                                     "this mask to leave its image out")
         # named with its suffix: a.png and a.jpg beside a_mask.png were two rows "a" in per_image.csv
         found.append(MaskedImage(path.name, image, mask, display=None if display is None else np.asarray(display)))
     if not found:
