@@ -18,7 +18,7 @@ BORDER_NOTE = 0.25
 ANNOTATION_NOTE = 0.10
 """…and for burned-in annotations above this share."""
 CONCENTRATION = 0.5
-"""A scanner model is named when at least this share of the flagged images comes from it."""
+"""A scanner model is named when at least this share of the flagged images, and two of them or more, comes from it."""
 
 
 @dataclass
@@ -149,7 +149,7 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
         noun = "measured images" if len(measured) < n else "images"
         text = f"In {share(len(flagged), len(measured), noun)} {phrase} of the saliency lies outside the body"
         model, count = Counter(row.metadata.get("ManufacturerModelName", UNKNOWN) for row in flagged).most_common(1)[0]
-        if len(flagged) >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):
+        if count >= 2 and model != UNKNOWN and count >= CONCENTRATION * len(flagged):  # one image shows no pattern
             overall = sum(row.metadata.get("ManufacturerModelName") == model for row in rows)
             them = "all of them come" if count == len(flagged) else f"{count} of them come"
             text += f"; {them} from one scanner model ({model}), which supplied {overall} of all {n} images"
