@@ -393,7 +393,10 @@ def test_the_cli_runs_occlusion_with_its_window_and_refuses_a_window_elsewhere(s
     assert expected.maps[0, :len(logits)].amax() > 0
     capsys.readouterr()
     assert main(["caption", str(image), "--model", str(saved_captioner), "--out", str(out), "--window", "2"]) == 2
-    assert capsys.readouterr().err == "vitroll: error: chefer hides nothing: window is for occlusion\n"
+    assert capsys.readouterr().err == "vitroll: error: chefer hides nothing: --window is for occlusion\n"
+    assert main(["caption", str(image), "--model", str(saved_captioner), "--out", str(out), "--method", "occlusion",
+                 "--window", "5"]) == 2
+    assert capsys.readouterr().err == "vitroll: error: --window must be between 1 and 4 (the grid is 4 × 4); got 5\n"
 
 
 def test_a_second_run_into_the_same_out_keeps_the_other_methods_and_images_captions(saved_captioner, tmp_path,

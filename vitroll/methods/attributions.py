@@ -300,13 +300,14 @@ def window_means(drops: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
     return torch.tensordot(drops.float().T, windows.float(), dims=1) / covered
 
 
-def sliding_windows(cells: tuple[int, ...], window: int) -> torch.Tensor:
+def sliding_windows(cells: tuple[int, ...], window: int, name: str = "window") -> torch.Tensor:
     """Every window of ``window`` cells along each axis of a grid ``cells``, stride one cell: (P, *cells) bool,
-    row-major, P = ∏ (n − window + 1)."""
+    row-major, P = ∏ (n − window + 1); a window that does not fit is refused naming it ``name`` (the caller's
+    word for it: the option ``window``, caption's ``--window``)."""
     if window < 1 or window > min(cells):
         extent = (f"the grid is {' × '.join(map(str, cells))}" if len(cells) > 1
                   else f"the texts have {cells[0]} positions")
-        raise OptionValueError(f"window must be between 1 and {min(cells)} ({extent}); got {window}")
+        raise OptionValueError(f"{name} must be between 1 and {min(cells)} ({extent}); got {window}")
     starts = list(itertools.product(*(range(n - window + 1) for n in cells)))
     masks = torch.zeros(len(starts), *cells, dtype=torch.bool)
     for p, start in enumerate(starts):

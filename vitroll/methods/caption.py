@@ -63,6 +63,7 @@ from vitroll.methods.registry import check_value
 from vitroll.methods.image_batch import Images
 from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
 from vitroll.methods.text_batch import max_positions
+from vitroll.wording import argument
 
 CAPTION_METHODS = ("chefer", "rollout", "occlusion")
 """The methods :func:`caption_maps` runs."""
@@ -153,7 +154,7 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     if method != "rollout" and head_fusion is not None:
         raise MethodOptionError(f"{method} does not fuse attention heads: head_fusion is for rollout")
     if method != "occlusion" and window is not None:
-        raise MethodOptionError(f"{method} hides nothing: window is for occlusion")
+        raise MethodOptionError(f"{method} hides nothing: {argument('window')} is for occlusion")
     if max_new_tokens < 1:
         raise OptionValueError(f"max_new_tokens must be at least 1; got {max_new_tokens}")
     check_attention_weight(attention_weight)
@@ -162,8 +163,8 @@ def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
     batch = prepare_inputs(model, images)
     _start, end, _pad = captioner.special_ids(model)
     layout = captioner.encoder_layout(model, tuple(batch.shape[-2:]))
-    windows = (sliding_windows(layout.grid, 1 if window is None else window).to(batch.device) if method == "occlusion"
-               else None)
+    windows = (sliding_windows(layout.grid, 1 if window is None else window, argument("window")).to(batch.device)
+               if method == "occlusion" else None)
     with eval_mode(model):
         positions = _decoder_positions(model)
         if caption_ids is None:
