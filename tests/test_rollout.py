@@ -225,7 +225,7 @@ def test_a_discard_ratio_too_high_for_the_models_tokens_warns_once_naming_it(mon
     for a ratio that keeps a patch; grad_rollout says the same."""
     from vitroll import grad_rollout
 
-    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
     images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     kept = rollout(model, images, discard_ratio=0.94)  # ⌊0.94 · 17⌋ = 15 dropped: one patch kept in each row
@@ -248,7 +248,7 @@ def test_the_ratio_the_constant_map_warning_names_keeps_a_patch_and_is_worded_as
     is below it and drops every patch; and it named discard_ratio= to a command line that set --discard-ratio."""
     from vitroll.wording import worded_for_the_command_line
 
-    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
     images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     assert torch.equal(rollout(model, images, discard_ratio=0.94118), torch.zeros(1, 4, 4))

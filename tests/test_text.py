@@ -690,7 +690,7 @@ def test_the_page_wraps_long_words_and_keeps_right_to_left_names_apart_from_thei
 def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_once_that_it_leaves_no_token(monkeypatch, capsys):
     """discard_ratio 0.9 drops ⌊0.9·n⌋ ≥ n − 1 of a row's n weights for any text under 10 tokens: every score but the
     class token's was 0, with no word; one line for all texts of a run, none for a ratio that keeps a token."""
-    monkeypatch.setattr(sys.modules["vitroll.methods.rollout"], "_CONSTANT_MAPS_TOLD", set())
+    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
     model = bert()
     ids = torch.tensor([[2, 5, 7, 9, 3]])
     for text in (ids, torch.tensor([[2, 5, 7, 9, 11, 12, 3]])):

@@ -29,7 +29,7 @@ def input_stream(seed: int, content: torch.Tensor) -> int:
     return int.from_bytes(digest.digest(), "little") >> 1
 
 
-@register_method("random")
+@register_method("random", checks_constant_maps=False)  # a baseline: its map means nothing by design
 def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     """Uniform random maps (B, h, w) on the model's device, reproducible for a given ``seed``: each input's stream
     is drawn from ``seed`` and its content (:func:`input_stream`), so its map does not depend on its batch and two
@@ -54,7 +54,7 @@ def random_map(model: nn.Module, inputs: Inputs, *, seed: int = 0) -> Saliency:
     return Saliency(layout.patch_values(values.to(model_device(model))), logits)
 
 
-@register_method("center")
+@register_method("center", checks_constant_maps=False)
 def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency:
     """A Gaussian centred on the image, over its patch grid, the same for every image (B, h, w), on the model's
     device. ``inputs`` as for every method (:data:`~vitroll.methods.inputs.Inputs`).

@@ -15,10 +15,10 @@ from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency
 from vitroll.methods.registry import register_method
 from vitroll.methods.gradients import TargetClass, attention_gradients, positive_weighted_heads
-from vitroll.methods.rollout import rollout_vector, warn_constant_maps
+from vitroll.methods.rollout import rollout_vector, warn_constant_rollout
 
 
-@register_method("grad_rollout", needs_gradients=True)
+@register_method("grad_rollout", needs_gradients=True, checks_constant_maps=False)  # warns with the cause
 def grad_rollout(
     model: nn.Module,
     inputs: Inputs,
@@ -42,5 +42,5 @@ def grad_rollout(
              for a, g in zip(recorded.attentions, recorded.gradients)]
     vector = rollout_vector(fused, recorded.layout, discard_ratio=discard_ratio, attention_weight=attention_weight)
     maps = recorded.layout.patch_values(vector)
-    warn_constant_maps(maps, recorded.layout, discard_ratio, "grad_rollout")
+    warn_constant_rollout(maps, recorded.layout, discard_ratio, "grad_rollout")
     return Saliency(maps, recorded.logits)

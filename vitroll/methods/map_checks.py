@@ -1,12 +1,53 @@
 """Checks on the maps a method gives, for what a picture of them would hide: a map that is not finite is drawn as no
-map at all, the bare image, which reads as "the model looked nowhere"."""
+map at all, the bare image, which reads as "the model looked nowhere"; a (near-)constant map is drawn from its minimum
+to its maximum like any other, its rounding noise or a spread of a few thousandths filling the whole colormap."""
 
 from __future__ import annotations
 
+import sys
 import warnings
-from typing import Optional
+from typing import Hashable, Optional, Sequence
 
 import torch
+
+NEAR_CONSTANT = 0.01
+"""A map whose values all lie within this share of its largest magnitude is near-constant: it tells nothing apart.
+The trained shapes testbed's maps, of every method, spread over 53 % (flow) to 100 % of it (measured on the five
+sample shapes); chefer on an untrained eva02_tiny over 0.12 %."""
+
+UNTRAINED = ("drawn from its minimum to its maximum, a spread this small fills the whole colormap and shows nothing "
+             "the model tells apart; a model with untrained (random) weights gives such maps")
+"""What a near-constant map means when its method knows no more specific cause."""
+
+_CONSTANT_MAPS_TOLD: set[Hashable] = set()
+"""The keys (a method and what else decides its cause) whose constant maps :func:`warn_constant_maps` has told of:
+once a process, not once a batch of a folder."""
+
+
+def near_constant(values: torch.Tensor) -> bool:
+    """Whether ``values`` (1-D) lie within :data:`NEAR_CONSTANT` of their largest magnitude (all 0 included; NaN,
+    which :func:`non_finite_words` tells of, not)."""
+    high, low = values.amax(), values.amin()
+    return bool(high - low <= NEAR_CONSTANT * torch.maximum(high.abs(), low.abs()))
+
+
+def warn_constant_maps(method: str, values: Sequence[torch.Tensor], cause: str, key: Hashable) -> None:
+    """One ``vitroll: warning:`` line on stderr, once a process for ``key``, when the values (1-D) that any input's map
+    shows are constant or near-constant (:func:`near_constant`), naming the inputs, the values and ``cause`` (in the
+    words of where the user is: :func:`~vitroll.wording.argument`). Inputs of fewer than two values are skipped."""
+    constant = [(index, row) for index, row in enumerate(values) if len(row) > 1 and near_constant(row)]
+    if not constant or key in _CONSTANT_MAPS_TOLD:
+        return
+    _CONSTANT_MAPS_TOLD.add(key)
+    row = constant[0][1].detach().double()
+    if bool((row == row[0]).all()):
+        level = f"constant (all {float(row[0]):.4g})"
+    else:
+        spread = float((row.amax() - row.amin()) / row.abs().amax())
+        level = f"near-constant ({float(row.mean()):.4g}, all within {spread:.2%} of it)"
+    inputs = ", ".join(str(index) for index, _ in constant)
+    print(f"vitroll: warning: {method}'s map is {level} for input{'s' if len(constant) > 1 else ''} {inputs} of the "
+          f"batch: {cause}", file=sys.stderr)
 
 
 def non_finite_words(maps: torch.Tensor) -> list[Optional[str]]:

@@ -34,7 +34,7 @@ from vitroll.methods.base import Saliency, SaliencyMethod, check_model
 from vitroll.methods.gradients import TargetOutOfRange
 from vitroll.io.text import TextReadout
 from vitroll.methods.inputs import Batch, Inputs, model_batch
-from vitroll.methods.map_checks import warn_non_finite_maps
+from vitroll.methods.map_checks import UNTRAINED, warn_constant_maps, warn_non_finite_maps
 from vitroll.methods.text_batch import Position
 from vitroll.wording import argument
 
@@ -215,6 +215,9 @@ class Method:
     """Whether it runs a backward pass (so the model's parameters must allow gradients)."""
     requires: tuple[str, ...] = ()
     """Optional packages it imports (``captum``)."""
+    checks_constant_maps: bool = True
+    """Whether a call warns of (near-)constant maps (:func:`~vitroll.methods.map_checks.warn_constant_maps`): False
+    for a baseline, whose map means nothing by design, and a method that warns itself, naming a cause it knows."""
 
     @functools.cached_property
     def options(self) -> dict[str, MethodOption]:
@@ -282,7 +285,11 @@ class Method:
         batch = model_batch(model, inputs, attention_mask=attention_mask, tokenizer=tokenizer, readout=readout,
                             position=position)
         with _exclusive(model):
-            return _in_halves_when_out_of_memory(self.compute, model, batch, options)
+            saliency = _in_halves_when_out_of_memory(self.compute, model, batch, options)
+        if self.checks_constant_maps:
+            warn_constant_maps(self.name, list(saliency.maps.detach().flatten(1)), UNTRAINED,
+                               key=(self.name, tuple(saliency.maps.shape[1:])))
+        return saliency
 
 
 _MODEL_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
@@ -382,8 +389,8 @@ METHODS: dict[str, Method] = {}
 """Every registered method by name: what ``--method`` offers and ``vitroll methods`` lists."""
 
 
-def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = ()
-                    ) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
+def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = (),
+                    checks_constant_maps: bool = True) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
     """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments
     and the text keywords of :meth:`Method.__call__`, goes through the same checks and returns only the maps
     (B, h, w), or the token scores (B, L) of a text model, with a ``UserWarning`` when any is not finite
@@ -391,7 +398,8 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
     such an image instead)."""
 
     def decorate(compute: SaliencyMethod) -> Callable[..., torch.Tensor]:
-        method = METHODS[name] = Method(name, compute, needs_gradients=needs_gradients, requires=requires)
+        method = METHODS[name] = Method(name, compute, needs_gradients=needs_gradients, requires=requires,
+                                        checks_constant_maps=checks_constant_maps)
 
         @functools.wraps(compute)
         def maps_only(model: nn.Module, inputs: Inputs, **options: object) -> torch.Tensor:

@@ -27,7 +27,6 @@ fused attention pass per layer, in O(N·D) memory.
 from __future__ import annotations
 
 import math
-import sys
 from fractions import Fraction
 from typing import Optional, Sequence
 
@@ -39,6 +38,7 @@ from vitroll.capture.fusion import HeadFusion
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
+from vitroll.methods.map_checks import near_constant, warn_constant_maps
 from vitroll.methods.registry import register_method
 from vitroll.wording import argument, with_article
 
@@ -215,11 +215,6 @@ def with_residual(attention: torch.Tensor, attention_weight: float) -> torch.Ten
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
-_CONSTANT_MAPS_TOLD: set[tuple[str, float, Optional[int]]] = set()
-"""The (method, discard_ratio, tokens of an image's model; None for texts, of every length) whose constant maps
-:func:`warn_constant_maps` has told of: once a process, not once a batch of a folder or a text of each length."""
-
-
 def _explained_values(maps: torch.Tensor, layout: TokenLayout) -> list[tuple[torch.Tensor, int]]:
     """Per input, the values its map shows and the number of tokens its rows have: an image's patches (of the prefix
     and patch tokens), a text's real tokens but its class token (which the class-token row always reaches); none for
@@ -243,21 +238,16 @@ def _ratios_keeping(num_tokens: int) -> str:
     return f"{argument('discard_ratio', (math.ceil(limit * 10_000) - 1) / 10_000)} or lower"
 
 
-def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
-    """One ``vitroll: warning:`` line on stderr, once a process for ``method``, ``discard_ratio`` and the number of
-    tokens (of images; once for all texts), when any input's map (B, h, w), or a text's scores (B, L) but its class
-    token's, is constant (all 0 where discarding dropped every other column): it would be drawn as one flat colour
-    with nothing to say why. Names the cause: a ``discard_ratio`` that drops every column but the class token's in
-    rows of this few tokens, else attention that tells no token from another."""
-    explained = [(index, values, tokens) for index, (values, tokens) in enumerate(_explained_values(maps, layout))
-                 if len(values) > 1 and bool(torch.isclose(values.amax(), values.amin(), rtol=1e-5, atol=0.0))]
-    if not explained:
+def warn_constant_rollout(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
+    """:func:`~vitroll.methods.map_checks.warn_constant_maps` for a rollout's maps (B, h, w), or a text's scores
+    (B, L) but its class token's, once a process for ``method``, ``discard_ratio`` and the number of tokens (of
+    images; once for all texts), naming the cause: a ``discard_ratio`` that drops every column but the class token's
+    in rows of this few tokens (the map all 0), else attention that tells no token from another."""
+    explained = _explained_values(maps, layout)
+    constant = [tokens for values, tokens in explained if len(values) > 1 and near_constant(values)]
+    if not constant:
         return
-    _, values, num_tokens = explained[0]
-    key = (method, float(discard_ratio), num_tokens if layout.token_mask is None else None)
-    if key in _CONSTANT_MAPS_TOLD:
-        return
-    _CONSTANT_MAPS_TOLD.add(key)
+    num_tokens = constant[0]
     what = "patch" if layout.token_mask is None else "other token"
     rows = f"this model's {num_tokens} tokens" if layout.token_mask is None else f"a text of {num_tokens} tokens"
     if layout.readout == "class_token" and discarded_count(num_tokens, discard_ratio) >= num_tokens - 1:
@@ -267,12 +257,11 @@ def warn_constant_maps(maps: torch.Tensor, layout: TokenLayout, discard_ratio: f
     else:
         lower = f"; a lower {argument('discard_ratio')} than {discard_ratio} keeps more of it" if discard_ratio else ""
         cause = f"the attention it rolls out does not tell one {what.split()[-1]} from another{lower}"
-    inputs = ", ".join(str(index) for index, _, _ in explained)
-    print(f"vitroll: warning: {method}'s map is constant (all {float(values[0]):.4g}) for "
-          f"input{'s' if len(explained) > 1 else ''} {inputs} of the batch: {cause}", file=sys.stderr)
+    warn_constant_maps(method, [values for values, _ in explained], cause,
+                       key=(method, float(discard_ratio), num_tokens if layout.token_mask is None else None))
 
 
-@register_method("rollout")
+@register_method("rollout", checks_constant_maps=False)  # warn_constant_rollout: with the cause
 def rollout(
     model: nn.Module,
     inputs: Inputs,
@@ -317,7 +306,7 @@ def rollout(
         layers_from(attentions, start_layer), layout, discard_ratio=discard_ratio, attention_weight=attention_weight
     )
     maps = layout.patch_values(vector)
-    warn_constant_maps(maps, layout, discard_ratio, "rollout")
+    warn_constant_rollout(maps, layout, discard_ratio, "rollout")
     return Saliency(maps, logits)
 
 
