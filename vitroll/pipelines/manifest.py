@@ -222,12 +222,14 @@ class ManifestWriter:
                                "redoes the inputs whose rows are missing") from None
 
     def close(self) -> None:
-        """Wait for the last fsync (raising its failure), then close the file."""
+        """Wait for the last fsync (raising its failure), then close the file: rows a failed append left in its
+        buffer are flushed once more there, and a full disk's failure then is the same one line."""
         try:
             self._wait_for_sync()
         finally:
             self._syncer.shutdown()
-            self._handle.close()
+            with self._naming_path():
+                self._handle.close()
 
 
 def write_final(out_dir: Path, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
