@@ -364,6 +364,16 @@ def test_an_empty_save_list_is_refused_and_none_asks_for_the_manifest_alone(empt
         "gallery", "index.html", "manifest.csv", "manifest.jsonl", "settings.json"]
 
 
+def test_none_among_save_kinds_is_refused_as_such(messy, tmp_path, capsys):
+    """``--save none,overlay`` was told ``takes … or none …; got 'none'``."""
+    with pytest.raises(SystemExit) as exit_info:
+        annotate(str(messy), "--out", str(tmp_path / "out"), "--save", "none,overlay")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: annotate: argument --save: none (the manifest alone) is not combined with other kinds; "
+        "got 'none,overlay' (see `vitroll annotate --help`)\n")
+
+
 def test_the_order_or_repetition_of_save_kinds_is_no_other_setting(messy, tmp_path, capsys):
     """``--save heatmap,overlay`` after ``--save overlay,heatmap`` (the same outputs) was refused as a resume with
     other settings (``save: ["overlay", "heatmap"] → ["heatmap", "overlay"]``)."""

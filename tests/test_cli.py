@@ -299,6 +299,19 @@ def test_a_folder_given_to_caption_asks_for_its_images_before_any_model_is_loade
                    f"images, e.g. {folder}/*.png\n")  # was 'vitroll: failed: …: is a directory, not an image', exit 3
 
 
+@pytest.mark.parametrize("command", ["compare", "caption"])
+def test_a_folder_named_with_its_trailing_slash_is_advised_without_a_double_one(command, tmp_path, capsys):
+    """``vitroll compare photos/ …`` (a shell completes a folder with ``/``) advised ``photos//*.png``."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    models = {"compare": ["--model", "vitroll-shapes", "--model", "vitroll-shapes"],
+              "caption": ["--model", "vitroll-caption-shapes"]}[command]
+    code, out, err = run(capsys, command, f"{folder}/", *models, "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err == (f"vitroll: error: {folder}/ is a folder: `vitroll {command}` takes image files; pass the "
+                   f"folder's images, e.g. {folder}/*.png\n")
+
+
 def test_a_folder_given_to_compare_asks_for_its_images_before_any_model_is_loaded(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "scans"
     folder.mkdir()

@@ -76,6 +76,8 @@ def save_kinds(text: str) -> tuple[str, ...]:
     if text.strip() == "none":
         return ()
     kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
+    if "none" in kinds:  # told it takes "none", a user who gave it among kinds read "got 'none'" as a contradiction
+        raise argparse.ArgumentTypeError(f"none (the manifest alone) is not combined with other kinds; got {text!r}")
     unknown = [kind for kind in kinds if kind not in SAVE_KINDS]
     if not kinds or unknown:
         raise argparse.ArgumentTypeError(f"takes one or more of {', '.join(SAVE_KINDS)}, comma-separated, or none "

@@ -5,6 +5,7 @@ messages its run prints. Imports torch: the command modules import it in their `
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -231,11 +232,13 @@ def settings_from_args(args: argparse.Namespace) -> ExplainSettings:
 
 def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], str]) -> None:
     """Refuse a folder among a command's IMAGE arguments in one line, before any model is loaded; ``advice`` says,
-    for the folder's name (quoted for a shell), what to run instead."""
+    for the folder's name (quoted for a shell, without the trailing ``/`` a shell's completion adds), what to run
+    instead."""
     folder = next((image for image in images if Path(image).is_dir()), None)
     if folder is not None:
+        named = folder.rstrip(os.sep) or os.sep  # photos/ + /*.png was photos//*.png
         raise VitrollError(
-            f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(folder))}")
+            f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(named))}")
 
 
 
