@@ -1,5 +1,9 @@
 """The HTML pages vitroll writes — the annotate gallery, the text page and the audit report — as jinja2 templates that
-extend one base page (``base.html.j2``: skeleton and shared style), and the one environment that renders them."""
+extend one base page (``base.html.j2``: skeleton and shared style), and the one environment that renders them.
+
+A template line that starts with ``{{-``, ``{%-`` or ``{#- #}`` continues the line above: the minus strips the line
+break and indentation before it, so the page is byte for byte what the one long line gave (a line break is not always
+white space a browser ignores: the text page's tokens are ``white-space: pre-wrap``)."""
 
 from __future__ import annotations
 
