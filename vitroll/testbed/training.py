@@ -1,10 +1,11 @@
 """What the testbed models' training scripts share: their command-line knobs, the image batches' conversion and
-augmentation, the schedule and one optimiser step."""
+augmentation, the schedule, one optimiser step and the model card's wrapping."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 
 import numpy as np
 import torch
@@ -60,3 +61,48 @@ def optimise(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Ten
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss.item()
+
+
+CARD_WIDTH = 120
+"""The widest line of a model card (the project's line length): values filled into a card's text made lines of up to
+271 characters."""
+
+
+def wrapped_card(card: str, width: int = CARD_WIDTH) -> str:
+    """A Markdown model card with its paragraphs and list items wrapped to ``width`` columns (a list item's
+    continuation lines indented two spaces), its headings, table rows and blank lines as they are.
+
+    Parameters
+    ----------
+    card : str
+        The card, its paragraphs and list items broken anywhere (Markdown joins a paragraph's lines).
+    width : int
+        The most characters a wrapped line has; a word longer than that (a long code span) stays whole.
+
+    Returns
+    -------
+    str
+        The same card rendered: the same words in the same blocks, only the line breaks inside a block moved.
+    """
+    lines: list[str] = []
+    block: list[str] = []
+
+    def end_block() -> None:
+        if block:
+            text = " ".join(line.strip() for line in block)
+            item = text.startswith("- ")  # the marker stays with the item's first word
+            lines.extend(textwrap.wrap(text[2:] if item else text, width, initial_indent="- " if item else "",
+                                       subsequent_indent="  " if item else "", break_long_words=False,
+                                       break_on_hyphens=False))
+            block.clear()
+
+    for line in card.split("\n"):
+        if not line.strip() or line.startswith(("#", "|")):
+            end_block()
+            lines.append(line)
+        else:
+            if line.startswith("- "):
+                end_block()
+            block.append(line)
+    end_block()
+    return "\n".join(lines)
