@@ -27,7 +27,7 @@ from vitroll.testbed.captioner_model import (
 from vitroll.testbed.captions import CAPTION_WORDS, caption_for, shape_word_positions
 from vitroll.testbed.shape_pairs import PairsConfig, samples
 from vitroll.testbed.shapes import CLASSES
-from vitroll.testbed.training import add_training_arguments, optimise, to_tensor, start_training
+from vitroll.testbed.training import add_training_arguments, optimise, start_training, to_tensor, wrapped_card
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = PairsConfig()
@@ -117,7 +117,7 @@ Reproduce: `PYTHONPATH=. python scripts/train_captioner.py {summary["command"]}`
 |---|---|---|---|---|
 {rows}
 """
-    (FOLDER / "MODEL_CARD.md").write_text(card, encoding="utf-8")
+    (FOLDER / "MODEL_CARD.md").write_text(wrapped_card(card), encoding="utf-8")
 
 
 def save(model, tokenizer, record: dict) -> None:

@@ -26,7 +26,8 @@ from vitroll.testbed.image_text_model import (
 )
 from vitroll.testbed.shape_pairs import PROMPTS, PairsConfig, prompt_for, samples
 from vitroll.testbed.shapes import CLASSES
-from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor, start_training
+from vitroll.testbed.training import (add_training_arguments, augment, optimise, start_training, to_tensor,
+                                      wrapped_card)
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = PairsConfig()
@@ -100,7 +101,7 @@ Not a model of anything real: use it to check that an image–text explanation f
 |---|---|---|---|
 {rows}
 """
-    (FOLDER / "MODEL_CARD.md").write_text(card, encoding="utf-8")
+    (FOLDER / "MODEL_CARD.md").write_text(wrapped_card(card), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from vitroll.testbed.model import ARCHITECTURE, DATA, WEIGHTS, build_testbed_model
 from vitroll.testbed.shapes import CLASSES, arrays
-from vitroll.testbed.training import add_training_arguments, augment, optimise, to_tensor, start_training
+from vitroll.testbed.training import (add_training_arguments, augment, optimise, start_training, to_tensor,
+                                      wrapped_card)
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 
@@ -85,7 +86,7 @@ Not a model of anything real: use it to check that an explanation method finds a
 |---|---|---|---|---|
 {rows}
 """
-    curve_file.with_name("MODEL_CARD.md").write_text(card, encoding="utf-8")
+    curve_file.with_name("MODEL_CARD.md").write_text(wrapped_card(card), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from vitroll.testbed.text import CLASSES, KEYWORD, SHORTCUT, TextConfig, samples
 from vitroll.testbed.text_model import ARCHITECTURE, FOLDERS, build_text_model, build_text_tokenizer
-from vitroll.testbed.training import add_training_arguments, optimise
+from vitroll.testbed.training import add_training_arguments, optimise, wrapped_card
 
 TRAIN_SEED, VALIDATION_SEED, TEST_SEED = 1, 2, 3
 DATA = {"keyword": KEYWORD, "shortcut": SHORTCUT}
@@ -78,7 +78,7 @@ Not a model of anything real: use it to check that an explanation finds a known 
 |---|---|---|---|---|
 {rows}
 """
-    (folder / "MODEL_CARD.md").write_text(card, encoding="utf-8")
+    (folder / "MODEL_CARD.md").write_text(wrapped_card(card), encoding="utf-8")
 
 
 def train(name: str, args: argparse.Namespace) -> None:
