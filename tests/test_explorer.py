@@ -1164,6 +1164,28 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
                                      "**occlusion** finds no patch different from another.")
 
 
+def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_the_flag(served, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """The terminal of `vitroll app` (worded for the command line) told of a constant map at the page's discard ratio
+    0.99 with '--discard-ratio 0.99 drops …; --discard-ratio 0.9846 or lower keeps some': the page has no such flag,
+    its user moves a slider."""
+    from gradio_client import Client, handle_file
+
+    from vitroll.methods import map_checks
+    from vitroll.wording import worded_for_the_command_line
+
+    monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())  # once a process: told by an earlier test
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    capsys.readouterr()
+    with worded_for_the_command_line():  # as `vitroll app` serves it
+        client.predict(handle_file(CROSS), "rollout", "mean", 0.99, 0, 3, "all", "predicted", api_name="/explain")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "constant" in line]
+    assert lines == [
+        "vitroll: warning: rollout's map is constant (all 0) for input 0 of the batch: discard ratio 0.99 (the page's "
+        "slider) drops 64 of the 65 attention weights in each row, all but the class token's, which leaves no patch "
+        "any: too high for this model's 65 tokens, discard ratio 0.9846 (the page's slider) or lower keeps some"]
+
+
 @pytest.mark.parametrize("side", [1, 2, 8])
 def test_an_image_smaller_than_the_patch_grid_is_said_to_say_nothing_on_the_page_as_by_overlay(served, side, tmp_path,
                                                                                               capsys):

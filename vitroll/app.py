@@ -36,6 +36,7 @@ from vitroll.pipelines.explorer import (
 )
 from vitroll.pipelines.legend import legend_html
 from vitroll.preprocess import Preprocessing
+from vitroll.wording import worded_for_a_page
 
 if TYPE_CHECKING:
     import gradio
@@ -47,6 +48,9 @@ API_NAME = "explain"
 FULL_SIZE_API_NAME = "full_size_overlay"
 """The endpoint that writes the last overlay :data:`API_NAME` gave this session at the image's full size."""
 MAX_DISCARD_RATIO = 0.99
+PAGE_CONTROLS = {"discard_ratio": ("discard ratio", "slider")}
+"""The method options the page sets with a control, by the label and kind of that control: the warnings of a method
+run for the page name it (:func:`~vitroll.wording.worded_for_a_page`), not the command line's flag."""
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
 PICTURE_BUTTONS = ("download", "fullscreen")
@@ -242,8 +246,8 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
 
 def constant_map_note(grid_map: np.ndarray, method: str, discard_ratio: Optional[float]) -> str:
     """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
-    :func:`~vitroll.methods.rollout.warn_constant_maps`, whose line on the server's terminal names the command line's
-    flag), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
+    :func:`~vitroll.methods.map_checks.warn_constant_maps`, whose line on the server's terminal names the slider too:
+    :data:`PAGE_CONTROLS`), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
     (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform image is
     constant too: no attention is to blame there.)"""
     values = grid_map[np.isfinite(grid_map)]
@@ -421,9 +425,10 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
             stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image, request))
-            exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
-                                  class_names=class_names, settings=drawn,
-                                  display=None if display is None else np.asarray(display))
+            with worded_for_a_page(PAGE_CONTROLS):
+                exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
+                                      class_names=class_names, settings=drawn,
+                                      display=None if display is None else np.asarray(display))
         except ImageReadError as error:
             raise refusal(upload_refusal(error, user_name(image))) from None
         except (VitrollError, ValueError) as error:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from contextvars import ContextVar
+from typing import Iterator, Mapping
 
 
 def counted(number: int, noun: str) -> str:
@@ -55,11 +56,34 @@ def worded_for_the_command_line() -> Iterator[None]:
         _on_the_command_line = before
 
 
+_page_controls: ContextVar[Mapping[str, tuple[str, str]]] = ContextVar("page_controls", default={})
+"""The arguments that the page now being answered sets with controls of its own (:func:`worded_for_a_page`)."""
+
+
+@contextmanager
+def worded_for_a_page(controls: Mapping[str, tuple[str, str]]) -> Iterator[None]:
+    """Inside, the arguments of ``controls`` (name → the label and kind of the page's control that sets it:
+    ``{"discard_ratio": ("discard ratio", "slider")}``) are named by that control (:func:`argument`), on the command
+    line as from Python: the page's user moves a slider, they give no flag and call no function. A context variable,
+    set in the thread of the page's handler, as other pages' and the command line's threads go on in their own words."""
+    token = _page_controls.set(controls)
+    try:
+        yield
+    finally:
+        _page_controls.reset(token)
+
+
 def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     """How the user sets argument ``name`` of a model or of its preprocessing, to ``value`` (if not None) or to a
     ``placeholder`` (``N``), in the words of where they are: ``img_size=(24, 24)`` from Python, ``--img-size 24 24``
     on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
-    flag of a switch alone, and for ``False`` the switch of :data:`OFF_SWITCHES`)."""
+    flag of a switch alone, and for ``False`` the switch of :data:`OFF_SWITCHES`), ``discard ratio 0.9 (the page's
+    slider)`` for one a page sets with a control (:func:`worded_for_a_page`)."""
+    control = _page_controls.get().get(name)
+    if control is not None:
+        label, kind = control
+        setting = placeholder or ("" if value is None else str(value))
+        return f"{' '.join(filter(None, [label, setting]))} (the page's {kind})"
     if value is None and not placeholder:
         return FLAGS.get(name, f"--model-arg {name}") if _on_the_command_line else name
     if not _on_the_command_line:
