@@ -364,6 +364,17 @@ def test_an_empty_save_list_is_refused_and_none_asks_for_the_manifest_alone(empt
         "gallery", "index.html", "manifest.csv", "manifest.jsonl", "settings.json"]
 
 
+def test_a_dicom_input_is_refused_before_anything_is_written(messy, tmp_path, capsys):
+    """The refusal left OUT made, with an empty manifest.jsonl and a manifest.csv of the header alone."""
+    (messy / "scan.png").write_bytes(bytes(128) + b"DICM" + bytes(64))
+    out = tmp_path / "new" / "out"
+    assert annotate(str(messy), "--out", str(out)) == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: {messy / 'scan.png'}: a DICOM file: this command reads images; `vitroll audit` explains "
+        "DICOM and keeps patient data out of its outputs; leave it out of annotate's inputs\n")
+    assert not out.exists() and (tmp_path / "new").is_dir()  # only the folder the run made for OUT itself
+
+
 def test_none_among_save_kinds_is_refused_as_such(messy, tmp_path, capsys):
     """``--save none,overlay`` was told ``takes … or none …; got 'none'``."""
     with pytest.raises(SystemExit) as exit_info:

@@ -502,6 +502,8 @@ def _compact(out_dir: Path) -> list[dict[str, Any]]:
     """Fold manifest.jsonl and the rank shards into manifest.jsonl / .csv, the latest row per input, after removing
     what redone inputs left behind (in this order: a crash in between keeps the replaced rows that name the files);
     returns the compacted rows."""
+    if not (out_dir / mf.MANIFEST).exists() and next(mf.iter_shard_manifests(out_dir), None) is None:
+        return []  # a new folder: a run refused before its work (a DICOM input) leaves no empty manifest there
     rows = _previous_rows(out_dir)
     for output in mf.superseded_outputs(rows):
         (out_dir / output).unlink(missing_ok=True)

@@ -264,12 +264,15 @@ class OutputLock:
 
     def __init__(self, out_dir: Path, name: str = ".vitroll.lock") -> None:
         self.path = out_dir / name
+        self.made = False
+        """Whether ``OUT`` was made here: left empty (a run refused before its work), it is removed on exit."""
 
     def __enter__(self) -> "OutputLock":
         out_dir = self.path.parent
         try:
             if not out_dir.is_dir():
                 out_dir.mkdir(parents=True, exist_ok=True)
+                self.made = True
         except OSError as error:
             raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error
         for _ in range(2):
@@ -293,6 +296,8 @@ class OutputLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.path.unlink(missing_ok=True)
+        if self.made and not any(self.path.parent.iterdir()):
+            self.path.parent.rmdir()
 
     def _owner(self) -> "int | None":
         try:
