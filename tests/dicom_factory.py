@@ -104,7 +104,8 @@ def write_dicom(
 
 
 def body_phantom(size: int = 64, *, marker: bool = True, dtype=np.uint16, low: int = 0, high: int = 1000) -> np.ndarray:
-    """A bright disc (the "body") on a dark background, with an optional small bright square marker in the top-left corner."""
+    """A bright disc (the "body") on a dark background, with an optional small bright square marker in the top-left
+    corner."""
     yy, xx = np.mgrid[:size, :size]
     inside = (yy - size / 2) ** 2 + (xx - size / 2) ** 2 < (0.3 * size) ** 2
     image = np.where(inside, (low + high) // 2, low).astype(dtype)

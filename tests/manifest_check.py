@@ -12,7 +12,8 @@ from vitroll.pipelines.manifest import OUTPUT_COLUMNS
 
 def assert_manifest_matches_folder(out: Path) -> list[dict]:
     """Every output file on disk has exactly one manifest row, every row's outputs exist, each input has one row,
-    and manifest.csv lists the same inputs in the same order (spelt :func:`~vitroll.io.names.readable`); returns the rows."""
+    and manifest.csv lists the same inputs in the same order (spelt :func:`~vitroll.io.names.readable`); returns the
+    rows."""
     rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     paths = [row["path"] for row in rows]
     assert paths == sorted(set(paths)), "one row per input, sorted by path"

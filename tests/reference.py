@@ -132,7 +132,8 @@ def aimv2_query_weights(head: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return torch.softmax(query @ keys.transpose(-1, -2) * dim ** -0.5, dim=-1)[:, :, 0].mean(dim=1)
 
 
-def reference_attention_gradients(model: nn.Module, image: torch.Tensor, target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def reference_attention_gradients(model: nn.Module, image: torch.Tensor,
+                                  target: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """ONE image in float64 through the unfused timm path: per block the attention (H, N, N) and the gradient
     of logit ``target`` with respect to it, by retaining each attention tensor's grad."""
     reference = copy.deepcopy(model).double().eval()
@@ -310,7 +311,8 @@ def reference_input_gradient(model: nn.Module, points: torch.Tensor, target: int
 def reference_integrated_gradients(model: nn.Module, image: torch.Tensor, target: int, steps: int,
                                    scores: Scores = plain_scores) -> np.ndarray:
     """Integrated Gradients of ONE image (1, C, H, W) from the zero baseline, in float64, by the ``steps``-point
-    Gauss–Legendre rule on [0, 1] written out (nodes and weights from NumPy): (x − 0) · Σ_k w_k ∇f(α_k x) → (C, H, W)."""
+    Gauss–Legendre rule on [0, 1] written out (nodes and weights from NumPy): (x − 0) · Σ_k w_k ∇f(α_k x)
+    → (C, H, W)."""
     nodes, weights = np.polynomial.legendre.leggauss(steps)
     alphas, weights = (nodes + 1) / 2, weights / 2
     x = image[0].double()
@@ -461,7 +463,8 @@ def reference_caption_relevance(model: nn.Module, image: torch.Tensor, caption: 
             alpha, size = attention_weight, num_text + num_image
             joint = np.eye(size)
             layers = [("encoder", a) for a in encoder] + [
-                (role, a) for self_a, cross_a in zip(selfs, crosses) for role, a in (("self", self_a), ("cross", cross_a))]
+                (role, a) for self_a, cross_a in zip(selfs, crosses)
+                for role, a in (("self", self_a), ("cross", cross_a))]
             for role, attention in layers:
                 fused = _fused_heads(attention, head_fusion)
                 step = np.eye(size)
@@ -487,7 +490,8 @@ def reference_average_ranks(values: list[float]) -> list[float]:
 def reference_spearman(first: np.ndarray, second: np.ndarray) -> float:
     """Spearman correlation of two maps of one image over the pixels finite in both: Pearson's r of their average
     ranks, summed with math.fsum; 0 where either side's ranks are constant (a constant map, one pixel, none)."""
-    pairs = [(float(a), float(b)) for a, b in zip(first.ravel(), second.ravel()) if math.isfinite(a) and math.isfinite(b)]
+    pairs = [(float(a), float(b)) for a, b in zip(first.ravel(), second.ravel())
+             if math.isfinite(a) and math.isfinite(b)]
     x, y = reference_average_ranks([a for a, _ in pairs]), reference_average_ranks([b for _, b in pairs])
     if not pairs:
         return 0.0

@@ -319,7 +319,8 @@ def test_names_that_differ_only_by_case_get_outputs_of_their_own_that_keep_their
 
 def test_method_disagreement_is_recorded_per_image(messy, tmp_path):
     out = tmp_path / "out"
-    assert annotate(str(messy), "--out", str(out), "--limit", "3", "--compare-with", "center", "--disagree-below", "2") == 3
+    assert annotate(str(messy), "--out", str(out), "--limit", "3", "--compare-with", "center", "--disagree-below",
+                    "2") == 3
     ok = [r for r in rows(out) if r["status"] == "ok"]
     assert ok and all(-1 <= r["agreement"] <= 1 and r["disagrees"] is True for r in ok)
 
@@ -523,7 +524,8 @@ def test_an_interrupted_overwrite_resumes_with_its_new_settings(messy, tmp_path,
     out = tmp_path / "out"
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4") == 0
     real = interrupt_second_batch(monkeypatch)
-    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7", "--overwrite") == 130
+    assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7",
+                    "--overwrite") == 130
     monkeypatch.setattr(stream, "explain_batch", real)
     capsys.readouterr()
     assert annotate(str(messy), "--out", str(out), "--recursive", "--limit", "4", "--alpha", "0.7") == 0
@@ -963,7 +965,8 @@ def test_more_processes_than_cpu_cores_are_refused_before_any_starts(tmp_path, c
     Image.new("RGB", (32, 32)).save(source / "a.png")
     code = main(["annotate", str(source), "--out", str(tmp_path / "out"), "--processes", "5"])
     assert (code, capsys.readouterr().err) == (2, "vitroll: error: --processes 5: more ranks than this machine's 4 "
-                                                  "CPU cores, each a Python process with its own model; give at most 4\n")
+                                                  "CPU cores, each a Python process with its own model; give at most "
+                                                  "4\n")
     assert not (tmp_path / "out").exists()
 
 

@@ -67,7 +67,8 @@ def box_blurred(image: np.ndarray, radius: int = 4) -> np.ndarray:
     out = np.empty_like(image)
     for y in range(image.shape[1]):
         for x in range(image.shape[2]):
-            out[:, y, x] = image[:, max(0, y - radius):y + radius + 1, max(0, x - radius):x + radius + 1].mean(axis=(1, 2))
+            out[:, y, x] = image[:, max(0, y - radius):y + radius + 1,
+                                 max(0, x - radius):x + radius + 1].mean(axis=(1, 2))
     return out
 
 

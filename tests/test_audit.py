@@ -1,4 +1,5 @@
-"""The medical audit end to end: no PHI in any output, unreadable files as rows, shortcut cases flagged, a valid report."""
+"""The medical audit end to end: no PHI in any output, unreadable files as rows, shortcut cases flagged, a valid
+report."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def audited(tmp_path_factory, checkpoint) -> dict:
     inputs = write_inputs(root / "in")
     out = root / "out"
     code, stdout, stderr = run_cli("audit", str(inputs), "--out", str(out), "--checkpoint", str(checkpoint[0]),
-                                   "--class-names", str(checkpoint[1]), "--group-by", "Manufacturer,model,PatientSex,age",
+                                   "--class-names", str(checkpoint[1]), "--group-by",
+                                   "Manufacturer,model,PatientSex,age",
                                    *MODEL)
     return {"code": code, "stdout": stdout, "stderr": stderr, "out": out, "inputs": inputs,
             "json": json.loads((out / "report.json").read_text())}
@@ -597,7 +599,7 @@ def test_counts_of_files_and_frames_not_audited_are_kept_apart():
     assert "; 1 frame of 1 file was not audited (" in one.sentences()[0].text
 
 
-# --- (c) unreadable files are rows -------------------------------------------------------------------------------------
+# --- (c) unreadable files are rows ------------------------------------------------------------------------------------
 
 def test_unreadable_files_become_rows_with_reasons(audited):
     """Each unreadable file is labelled by its number in the input list sorted as the report says (code points)."""
@@ -608,8 +610,8 @@ def test_unreadable_files_become_rows_with_reasons(audited):
     assert reasons["Grandvale_corrupt.dcm"] == (
         "This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the middle of its pixel data, "
         "so the image is incomplete and is not shown.")
-    assert reasons["nopixels.dcm"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there is "
-                                       "no image to explain.")
+    assert reasons["nopixels.dcm"] == ("This DICOM file (Secondary Capture Image Storage) has no PixelData, so there "
+                                       "is no image to explain.")
     assert reasons["jpeg.dcm"].startswith("The compressed pixel data cannot be decoded: each decoder installed for its "
                                           "transfer syntax, JPEG Baseline (Process 1) (UID 1.2.840.10008.1.2.4.50), "
                                           "failed (gdcm: ")
@@ -632,7 +634,8 @@ def test_measured_rows_carry_groups_metrics_and_predictions(audited):
     assert all(row["prediction"] in {"normal", "effusion", "nodule"} for row in images)
     assert all(0.0 <= row["outside_body"] <= 1.0 and 0.0 <= row["border"] <= 1.0 for row in images)
     # the factory writes Secondary Capture files; the phantoms carry no text
-    assert {(row["text_check"], row["text_regions_filled"]) for row in images} == {("secondary capture: always checked", 0)}
+    assert {(row["text_check"], row["text_regions_filled"]) for row in images} == {("secondary capture: always checked",
+                                                                                    0)}
     assert data["settings"]["keep_burned_in_text"] is False
     assert data["settings"]["group_by"] == ["Manufacturer", "ManufacturerModelName", "PatientSex", "age-band"]
     assert sum(group["count"] for group in data["groups"]) == 5
@@ -727,13 +730,15 @@ def test_long_unbroken_values_wrap_and_the_wide_table_scrolls_in_its_box_in_a_re
     with browser_page((tmp_path / "report.html").as_uri(), {"width": 1200, "height": 900}) as (page, errors):
         # the page scrolled sideways by 1,100 pixels: the long values and the 22 columns of the case table
         assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
-        wide = page.eval_on_selector_all("td, th, p", """cells => cells.filter(cell => cell.scrollWidth > cell.clientWidth)
+        wide = page.eval_on_selector_all("td, th, p",
+                                         """cells => cells.filter(cell => cell.scrollWidth > cell.clientWidth)
                                                           .map(cell => cell.textContent.slice(0, 30))""")
         assert wide == []
         reason = page.eval_on_selector("#error-table td:last-child", "cell => cell.getClientRects()[0].height")
         assert reason > 40  # "cannot_decode_" × 30 wrapped onto several lines
         lines = page.eval_on_selector_all("#case-table td.key, #error-table td.key", """cells => cells.map(cell => {
-            const text = document.createRange(); text.selectNodeContents(cell); return text.getClientRects().length; })""")
+            const text = document.createRange(); text.selectNodeContents(cell);
+            return text.getClientRects().length; })""")
         assert len(lines) == 2 * 40 + 1 and set(lines) <= {0, 1}  # case keys and FLAGGED were broken over 3-4 lines
         box = page.query_selector("#case-box")
         assert box.evaluate("box => box.scrollWidth > box.clientWidth")  # the case table scrolls inside its box
@@ -992,7 +997,8 @@ def test_no_progress_is_one_option_shared_by_the_commands_with_a_bar(command):
 
 
 def test_audit_shows_a_bar_of_files_done_that_names_no_file_and_none_with_no_progress(tmp_path):
-    """`vitroll audit BIG_FOLDER` printed nothing until the end: nobody could tell it was working or how long was left."""
+    """`vitroll audit BIG_FOLDER` printed nothing until the end: nobody could tell it was working or how long was
+    left."""
     inputs = write_inputs(tmp_path / "in")  # 7 files: a cine of 2 frames streamed one frame a batch, 3 unreadable
     names = [path.name for path in inputs.iterdir()]
     argv = ["audit", str(inputs), "--batch-size", "1", "--salt", "s", "--keep-burned-in-text", *MODEL]
@@ -1413,7 +1419,8 @@ def test_flagged_cases_come_first_in_the_table():
     assert [row.case for row in report.images] == ["case-1", "case-3", "case-2", "case-0"]
     html = render_html(report)
     table = html[html.index('id="case-table"'):]
-    assert [m for m in re.findall(r'<tr id="(case-[^"]+)"', table)] == ["case-1", "case-3", "case-2", "case-0", "case-bad"]
+    assert [m for m in re.findall(r'<tr id="(case-[^"]+)"', table)] == ["case-1", "case-3", "case-2", "case-0",
+                                                                        "case-bad"]
     assert table.count('class="flagged"') == 2
 
 
@@ -1449,7 +1456,8 @@ def _pydicom_decodes(path: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def bundled(tmp_path_factory) -> dict:
-    """One audit (shipped testbed model, first frame only) of a folder linking every file pydicom ships for its tests."""
+    """One audit (shipped testbed model, first frame only) of a folder linking every file pydicom ships for its
+    tests."""
     import pydicom.data
 
     root = Path(pydicom.data.__file__).parent / "test_files"
@@ -1499,7 +1507,8 @@ def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bun
     assert reasons["rtstruct.dcm"] == ("This DICOM file (RT Structure Set Storage) has no PixelData, so there is no "
                                        "image to explain.")
     for name in ("ExplVR_LitEndNoMeta.dcm", "ExplVR_BigEndNoMeta.dcm"):
-        assert reasons[name] == "This DICOM file (RT Ion Plan Storage) has no PixelData, so there is no image to explain."
+        assert reasons[name] == ("This DICOM file (RT Ion Plan Storage) has no PixelData, so there is no image to "
+                                 "explain.")
     assert reasons["no_meta.dcm"] == NOT_DICOM_OR_IMAGE  # one stray byte before its first element
     assert reasons["README.txt"] == NOT_DICOM_OR_IMAGE
     assert reasons["JPEG-lossy.dcm"].startswith(
@@ -1510,7 +1519,8 @@ def test_unreadable_bundled_files_say_why_in_a_full_sentence_by_their_number(bun
         "(pylibjpeg-libjpeg is GPL-3.0, so vitroll does not install it).")
     stderr = bundled["stderr"]
     number = files.index("rtstruct.dcm") + 1
-    assert f"vitroll: not audited: file {number} (case-" in stderr and stderr.count("vitroll: not audited:") == len(reasons)
+    assert f"vitroll: not audited: file {number} (case-" in stderr and stderr.count("vitroll: not "
+                                                                                    "audited:") == len(reasons)
 
 
 def test_ultrasound_and_colour_captures_are_not_measured_against_a_body_outline(bundled):
@@ -1672,7 +1682,8 @@ def test_one_flagged_image_of_two_is_not_told_as_a_scanner_model_they_come_from(
 
     def row(number: int, model: str, outside: float) -> AuditRow:
         return AuditRow(case=f"case-{number}", study="s", input_number=number,
-                        metadata={"ManufacturerModelName": model}, metrics={"outside_body": outside, "border": 0.0, "annotation": 0.0}, flagged=outside > 0.5)
+                        metadata={"ManufacturerModelName": model},
+                        metrics={"outside_body": outside, "border": 0.0, "annotation": 0.0}, flagged=outside > 0.5)
 
     options = AuditOptions(salt="s")
     one = [sentence.text for sentence in sentences([row(1, "MRT50H1", 0.9), row(2, "unknown", 0.8),

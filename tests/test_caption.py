@@ -118,7 +118,8 @@ def test_caption_rollout_fuses_heads_as_asked(head_fusion, images):
     result = caption_maps(model, images[:1], method="rollout", caption_ids=CAPTIONS[1:], head_fusion=head_fusion,
                           attention_weight=0.7)
     expected = torch.from_numpy(reference_caption_relevance(model, images[0], CAPTIONS[1].tolist(), START, "rollout",
-                                                            num_prefix=1, head_fusion=head_fusion, attention_weight=0.7))
+                                                            num_prefix=1, head_fusion=head_fusion,
+                                                            attention_weight=0.7))
     torch.testing.assert_close(result.maps[0].reshape(6, -1).double(), expected, rtol=1e-4, atol=1e-7)
 
 

@@ -265,7 +265,8 @@ def test_a_compiled_model_is_refused_with_the_model_it_wraps_named(model):
         assert str(raised.value) == expected
 
 
-@pytest.mark.parametrize("name", ["rollout", "attention", "grad_rollout", "chefer", "integrated_gradients", "occlusion"])
+@pytest.mark.parametrize("name",
+                         ["rollout", "attention", "grad_rollout", "chefer", "integrated_gradients", "occlusion"])
 def test_a_model_in_training_mode_with_dropout_gives_its_eval_maps_and_keeps_its_mode(name):
     """As the README says: dropout would make every call's maps differ."""
     from vitroll import METHODS

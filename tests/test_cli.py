@@ -378,7 +378,8 @@ def test_help_texts_name_flags_not_python_keywords_and_the_methods_a_command_tak
             if re.search(rf"(?<![-\w]){key}(?![=\w])", shown)] == []
     assert options["overlay", "--target-class"] == ("class explained by the gradient methods and occlusion (default: "
                                                     "the prediction)")
-    assert options["overlay", "--num-classes"] == "classifier size (default: the checkpoint's head, else the model's own)"
+    assert options["overlay",
+                   "--num-classes"] == "classifier size (default: the checkpoint's head, else the model's own)"
     assert "center" not in options["text", "--method"] and "occlusion, random, rollout" in options["text", "--method"]
     assert "center, chefer" in options["overlay", "--method"]
 

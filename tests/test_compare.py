@@ -54,7 +54,8 @@ def images(tmp_path_factory):
 
 def test_compare_two_patch_sizes_writes_grid_and_csv(tmp_path, capsys, checkpoints, images):
     code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vit_tiny_patch16_224",
-                 "--checkpoint", str(checkpoints[0]), "--checkpoint", "none", "--out", str(tmp_path), "--device", "cpu"])
+                 "--checkpoint", str(checkpoints[0]), "--checkpoint", "none", "--out", str(tmp_path), "--device",
+                 "cpu"])
     out, err = capsys.readouterr()
     assert code == 0
     # as overlay, evaluate and sanity say it: the timm model left at its random initialisation, not the testbed
@@ -74,8 +75,10 @@ def test_a_model_agrees_with_itself_and_less_with_a_randomised_copy(tmp_path, ca
 
     *_, (_, randomised) = cascade(load_model("vitroll-shapes"))  # every block and the head re-initialised
     save_file(randomised.state_dict(), str(tmp_path / "randomised.safetensors"))
-    code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vitroll-shapes", "--model", "vitroll-shapes",
-                 "--checkpoint", "none", "--checkpoint", "none", "--checkpoint", str(tmp_path / "randomised.safetensors"),
+    code = main(["compare", *images, "--model", "vitroll-shapes", "--model", "vitroll-shapes", "--model",
+                 "vitroll-shapes",
+                 "--checkpoint", "none", "--checkpoint", "none", "--checkpoint",
+                 str(tmp_path / "randomised.safetensors"),
                  "--out", str(tmp_path)])
     assert code == 0
     rows = list(csv.DictReader((tmp_path / "agreement.csv").open()))

@@ -85,7 +85,8 @@ def test_autocast_maps_stay_within_the_stated_tolerance_of_float32(cuda_model, d
         low = rollout(cuda_model, images, max_attention_memory=budget)
     assert low.dtype == torch.float32
     difference = (low - reference).abs().max().item()
-    print(f"{dtype} {'factored' if budget else 'dense'}: max |Δ| {difference:.2e}, map max {reference.max().item():.3f}")
+    print(f"{dtype} {'factored' if budget else 'dense'}: max |Δ| {difference:.2e}, map max "
+          f"{reference.max().item():.3f}")
     assert difference < AUTOCAST_MAP_TOLERANCE[dtype]
 
 
@@ -171,7 +172,8 @@ def test_annotate_on_cuda_writes_the_maps_of_the_cpu_run(tmp_path, cpu_model, cu
     options = AnnotateOptions(batch_size=2, workers=0, resume=False, progress=False)
     on_cpu = annotate(source, tmp_path / "cpu", cpu_model, ExplainSettings(), identity={"model": "t"}, options=options)
     on_gpu = annotate(source, tmp_path / "gpu", cuda_model, ExplainSettings(), identity={"model": "t"},
-                      options=AnnotateOptions(batch_size=2, workers=2, resume=False, progress=False, precision=precision))
+                      options=AnnotateOptions(batch_size=2, workers=2, resume=False, progress=False,
+                                              precision=precision))
     assert (on_cpu.ok, on_gpu.ok, on_gpu.failed) == (5, 5, 0)
     tolerance = {"fp32": 1e-4, "bf16": AUTOCAST_MAP_TOLERANCE[torch.bfloat16],
                  "fp16": AUTOCAST_MAP_TOLERANCE[torch.float16]}[precision]

@@ -119,7 +119,8 @@ def test_monochrome1_is_inverted_after_windowing(tmp_path):
 
 
 @pytest.mark.parametrize(("photometric", "dtype", "low", "padding"), [
-    ("MONOCHROME2", np.uint16, 100, 65535), ("MONOCHROME1", np.uint16, 100, 65535), ("MONOCHROME2", np.int16, -1000, -2000),
+    ("MONOCHROME2", np.uint16, 100, 65535), ("MONOCHROME1", np.uint16, 100, 65535),
+    ("MONOCHROME2", np.int16, -1000, -2000),
 ])
 def test_pixel_padding_is_black_and_out_of_the_min_max(tmp_path, photometric, dtype, low, padding):
     """Outside a CT's circular field of view: 65535 in the min–max showed the body at 4 of 255 and the padding white."""
@@ -279,9 +280,11 @@ def test_rgb_and_ybr_colour(tmp_path):
 @pytest.mark.parametrize(("photometric", "samples", "reason"), [
     ("MONOCHROME2", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
                        "MONOCHROME2 has 1 sample per pixel, so its pixels cannot be told apart."),
-    ("PALETTE COLOR", 3, "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
+    ("PALETTE COLOR", 3,
+     "This DICOM file's header is inconsistent: SamplesPerPixel is 3, but PhotometricInterpretation "
                          "PALETTE COLOR has 1 sample per pixel, so its pixels cannot be told apart."),
-    ("HSV", 3, "This DICOM file's PhotometricInterpretation, HSV, is not one that vitroll converts to RGB, so its pixels "
+    ("HSV", 3,
+     "This DICOM file's PhotometricInterpretation, HSV, is not one that vitroll converts to RGB, so its pixels "
                "are not shown."),
     (FAKE_IDS["StudyID"], 3, "This DICOM file's PhotometricInterpretation is no DICOM term, so how its 3 samples per "
                              "pixel make a colour is not said."),
@@ -371,8 +374,8 @@ NOT_SHOWN = ", so the image would be drawn wrong and is not shown."
     ("rtdose.dcm", {"NumberOfFrames": 5}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 5 frames "
                                           "make 2000 bytes, but its pixel data holds 6000 (3 times that)"),
     ("rtdose.dcm", {"NumberOfFrames": 20}, "Rows 10, Columns 10, SamplesPerPixel 1 and BitsAllocated 32 over 20 frames "
-                                           "make 8000 bytes, but its pixel data holds 6000 (15 frames of the 20 its header "
-                                           "counts)"),
+                                           "make 8000 bytes, but its pixel data holds 6000 (15 frames of the 20 its "
+                                           "header counts)"),
     ("liver_1frame.dcm", {"Columns": 256}, "Rows 512, Columns 256, SamplesPerPixel 1 and BitsAllocated 1 over 1 frame "
                                            "make 16384 bytes, but its pixel data holds 32768 (2 times that)"),
     ("examples_rgb_color.dcm", {"PhotometricInterpretation": "YBR_FULL_422"},

@@ -14,7 +14,8 @@ from reference import reference_spearman
 from vitroll.cli import main
 from vitroll.errors import OptionValueError
 from vitroll.pipelines.evaluate import (
-    Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize, shapes_images,
+    Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize,
+    shapes_images,
 )
 from vitroll.pipelines.sanity import cascade, sanity_check
 from vitroll.testbed import build_testbed_model
@@ -45,7 +46,8 @@ def test_evaluate_writes_the_table_for_every_method(tmp_path, capsys, random_che
 
 def test_disagreement_between_two_methods_is_written_and_flagged(tmp_path, capsys, random_checkpoint):
     code = main(["evaluate", "--testbed", "3", "--checkpoint", str(random_checkpoint), "--out", str(tmp_path),
-                 "--methods", "rollout,center", "--steps", "2", "--disagreement", "rollout,center", "--disagree-below", "2"])
+                 "--methods", "rollout,center", "--steps", "2", "--disagreement", "rollout,center", "--disagree-below",
+                 "2"])
     out = capsys.readouterr().out
     assert code == 0 and "rollout vs center: median Spearman" in out and "3 of 3 images below 2" in out
     rows = list(csv.DictReader((tmp_path / "disagreement.csv").open()))
@@ -327,7 +329,8 @@ def test_sanity_reads_a_folder_of_images_without_masks(tmp_path, capsys, random_
                  "--out", str(out)]) == 0
     assert "2 images" in (out / "sanity.md").read_text()
     model = load_model("vitroll-shapes", checkpoint=random_checkpoint)
-    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(items[1].image), Image.fromarray(items[0].image)])
+    tensor, _ = Preprocessing.from_model(model).batch([Image.fromarray(items[1].image),
+                                                       Image.fromarray(items[0].image)])
     (row,) = list(csv.DictReader((out / "sanity.csv").open()))
     expected = sanity_check(model, tensor, ["rollout"]).table()[0]
     assert {stage: float(row[stage]) for stage in expected if stage not in ("method", "flagged")} == pytest.approx(
@@ -399,7 +402,8 @@ def test_sanity_correlations_are_the_reference_spearman_of_each_stage_maps_with_
 
 
 def test_images_of_one_stem_and_other_suffixes_are_told_apart_in_per_image_csv(tmp_path, capsys, random_checkpoint):
-    """``a.png`` and ``a.jpg`` beside ``a_mask.png`` were both the row ``a``: which score was whose could not be told."""
+    """``a.png`` and ``a.jpg`` beside ``a_mask.png`` were both the row ``a``: which score was whose could not be
+    told."""
     item = shapes_images(1, seed=4)[0]
     Image.fromarray(item.image).save(tmp_path / "a.png")
     Image.fromarray(item.image).save(tmp_path / "a.jpg", quality=95)

@@ -158,7 +158,8 @@ def test_a_model_without_a_classification_head_shows_no_empty_top_classes_box(mo
     for page_model, shown in ((backbone, False), (model, True)):
         page = vitroll.app.build_app(page_model, model_label="m")
         top, = [block for block in page.blocks.values() if getattr(block, "elem_id", None) == "top-classes"]
-        title = next(block.value for block in page.blocks.values() if str(getattr(block, "value", "")).startswith("###"))
+        title = next(block.value for block in page.blocks.values()
+                     if str(getattr(block, "value", "")).startswith("###"))
         assert top.visible is shown and ("no classification head" in title) is not shown
 
 
@@ -727,7 +728,8 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         legend = page.locator("#legend .vitroll-legend")  # the overlay's colours: jet, each map scaled min to max
         assert legend.inner_text().startswith("low\nhigh\ncolormap jet; each map scaled on its own: its lowest value")
         assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
-                                                              ).startswith("linear-gradient(to right, rgb(0, 0, 128) 0%")
+                                                              ).startswith("linear-gradient(to right, rgb(0, 0, 128) "
+                                                                           "0%")
         page.screenshot(path=str(screenshot), full_page=True)
         choose_colormap = page.get_by_label("colormap", exact=True)
         choose_colormap.click()
@@ -735,7 +737,8 @@ def test_the_page_runs_in_a_real_browser(served, tmp_path):
         wait_for_text(page, "#legend", "colormap viridis; each map scaled on its own")
         page.wait_for_function("source => document.querySelector('#overlay img')?.src !== source", arg=sources[-1])
         assert legend.locator(".vitroll-legend-bar").evaluate("bar => getComputedStyle(bar).backgroundImage"
-                                                              ).startswith("linear-gradient(to right, rgb(68, 1, 84) 0%")
+                                                              ).startswith("linear-gradient(to right, rgb(68, 1, 84) "
+                                                                           "0%")
         assert not errors
 
 

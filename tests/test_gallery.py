@@ -61,8 +61,8 @@ def test_the_gallery_legend_is_the_runs_colormap_and_says_how_each_map_was_scale
              ExplainSettings(method="rollout", cmap="viridis", normalization="percentile"), identity={"model": "s"})
     html = (tmp_path / "out" / "index.html").read_text()
     assert html.count('class="vitroll-legend"') == 1 and "each card names its own" not in html
-    assert ("colormap <b>viridis</b>; each map scaled on its own: its 1st percentile and below at the low end, its 99th "
-            "percentile and above at the high end: colours compare places within one image") in html
+    assert ("colormap <b>viridis</b>; each map scaled on its own: its 1st percentile and below at the low end, its "
+            "99th percentile and above at the high end: colours compare places within one image") in html
     positions, colours = legend_stops(html)
     assert len(positions) == 256 and positions[0] == 0 and positions[-1] == 1
     expected = matplotlib.colormaps["viridis"](positions)[:, :3] * 255  # the bar is the overlay's 256-colour table
@@ -242,7 +242,8 @@ def test_every_class_name_filters_its_cards_and_long_names_wrap_inside_the_page(
     write_gallery(tmp_path, rows)
     with browser_page((tmp_path / "index.html").as_uri(), {"width": 1000, "height": 900}) as (page, errors):
         values = page.eval_on_selector_all("#class option", "options => options.map(option => option.value)")
-        assert values == ["", *sorted(ODD_CLASSES)]  # an option without value= filtered by its whitespace-collapsed text
+        # an option without value= filtered by its whitespace-collapsed text
+        assert values == ["", *sorted(ODD_CLASSES)]
         for name, row in zip(ODD_CLASSES, rows):
             page.select_option("#class", value=name)
             assert shown_paths(page) == [row["path"]], name  # "sea  lion" and "  padded" showed no card

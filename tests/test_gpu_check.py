@@ -169,5 +169,6 @@ def test_watchdog_writes_the_report_and_ends_a_hung_run(gpu_check, tmp_path, mon
 
 @pytest.mark.parametrize(("free_bytes", "workers"), [(64 * 2**20, 0), (2 * 2**30, 8)])
 def test_loader_workers_only_where_shared_memory_holds_their_batches(gpu_check, monkeypatch, free_bytes, workers):
-    monkeypatch.setattr(gpu_check.shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(free_bytes, 0, free_bytes))
+    monkeypatch.setattr(gpu_check.shutil, "disk_usage",
+                        lambda _path: shutil._ntuple_diskusage(free_bytes, 0, free_bytes))
     assert gpu_check.loader_workers(8) == workers

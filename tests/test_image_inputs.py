@@ -224,7 +224,8 @@ def test_a_model_built_for_one_channel_takes_pictures_in_grey_and_refuses_rgb_te
     assert preprocessing.channels == 1
     tensor = torch.from_numpy((grey / 255.0 - 0.5) / 0.5).float()[None, None]
     assert torch.allclose(preprocessing(Image.fromarray(picture))[0], tensor[0], atol=1e-6)
-    assert torch.allclose(rollout(grey_model, tensor), rollout(grey_model, preprocessing(Image.fromarray(picture))[0][None]))
+    assert torch.allclose(rollout(grey_model, tensor),
+                          rollout(grey_model, preprocessing(Image.fromarray(picture))[0][None]))
     with pytest.raises(ValueError) as raised:
         rollout(grey_model, torch.randn(2, 3, 32, 32))
     assert str(raised.value) == (

@@ -31,10 +31,12 @@ def test_exif_rotation_is_applied(tmp_path):
     assert load_image(path).size == (20, 40)
 
 
-@pytest.mark.parametrize("mode,suffix", [("CMYK", "jpg"), ("P", "png"), ("RGBA", "png"), ("L", "png"), ("I;16", "png"), ("LA", "png")])
+@pytest.mark.parametrize("mode,suffix",
+                         [("CMYK", "jpg"), ("P", "png"), ("RGBA", "png"), ("L", "png"), ("I;16", "png"), ("LA", "png")])
 def test_modes_become_rgb(tmp_path, mode, suffix):
     source = Image.fromarray(np.random.default_rng(0).integers(0, 255, (12, 10, 3), dtype=np.uint8))
-    image = Image.fromarray((np.arange(120).reshape(12, 10) * 500).astype(np.uint16)) if mode == "I;16" else source.convert(mode)
+    image = (Image.fromarray((np.arange(120).reshape(12, 10) * 500).astype(np.uint16)) if mode == "I;16"
+             else source.convert(mode))
     loaded = load_image(save(tmp_path, f"x.{suffix}", image))
     assert loaded.mode == "RGB" and loaded.size == (10, 12)
     if mode == "I;16":
@@ -96,7 +98,8 @@ def test_broken_files_give_one_line_reasons(tmp_path):
     truncated.write_bytes(buffer.getvalue()[:400])
     text = tmp_path / "notes.png"
     text.write_text("hello")
-    cases = {empty: "empty file", truncated: "corrupt or truncated", text: "not an image", tmp_path / "gone.png": "no such file",
+    cases = {empty: "empty file", truncated: "corrupt or truncated", text: "not an image",
+             tmp_path / "gone.png": "no such file",
              tmp_path: "is a directory"}
     for path, reason in cases.items():
         with pytest.raises(ImageReadError) as info:

@@ -146,12 +146,14 @@ def test_deletion_and_insertion_reward_the_map_that_points_at_the_evidence():
     images = torch.ones(2, 3, 8, 8)
     good = torch.zeros(8, 8); good[:4, :4] = 1
     bad = torch.zeros(8, 8); bad[4:, 4:] = 1
-    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4, substrate="mean")
+    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4,
+                                substrate="mean")
     # 'mean' substrate of an all-ones image is ones: nothing changes, so use a dark image instead below
     assert np.allclose(result.deletion, result.deletion[:, :1])
     images = torch.ones(2, 3, 8, 8)
     images[:, :, :4, :4] = 2.0
-    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4, substrate="mean")
+    result = deletion_insertion(model, images, torch.stack([good, bad]), torch.tensor([1, 1]), steps=4,
+                                substrate="mean")
     assert result.fractions.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
     start = torch.tensor([0.0, 8.0]).softmax(0)[1].item()  # logit 4·2
     mean_logit = 4 * 1.25  # mean colour of the image is 1.25 everywhere after full deletion

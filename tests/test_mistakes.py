@@ -32,14 +32,17 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine 
 # (sub-command and arguments, exit code, a piece of the one error line); argparse's own errors exit 2 as well
 MISTAKES = [
     # the device, checked while parsing: a machine without it says which devices it has
-    pytest.param("overlay {img} --device cuda:99", 2, "argument --device: cuda:99 is not available here", id="overlay-cuda:99"),
+    pytest.param("overlay {img} --device cuda:99", 2, "argument --device: cuda:99 is not available here",
+                 id="overlay-cuda:99"),
     pytest.param("overlay {img} --device cuda", 2, "cuda is not available here (", id="overlay-cuda", marks=NO_CUDA),
     pytest.param("annotate {dir} --out {out} --device cuda", 2, "; available: cpu", id="annotate-cuda", marks=NO_CUDA),
     pytest.param("audit {img} --device cuda", 2, "; available: cpu", id="audit-cuda", marks=NO_CUDA),
-    pytest.param("compare {img} --model a --model b --device cuda", 2, "; available: cpu", id="compare-cuda", marks=NO_CUDA),
+    pytest.param("compare {img} --model a --model b --device cuda", 2, "; available: cpu", id="compare-cuda",
+                 marks=NO_CUDA),
     pytest.param("evaluate --device cuda", 2, "; available: cpu", id="evaluate-cuda", marks=NO_CUDA),
     pytest.param("sanity --device cuda", 2, "; available: cpu", id="sanity-cuda", marks=NO_CUDA),
-    pytest.param("overlay {img} --device nonsense", 2, "unknown device 'nonsense'; available: cpu", id="device-nonsense"),
+    pytest.param("overlay {img} --device nonsense", 2, "unknown device 'nonsense'; available: cpu",
+                 id="device-nonsense"),
     pytest.param("overlay {img} --device meta", 2, "vitroll does not run on 'meta'", id="device-meta"),
     # preprocessing
     pytest.param("overlay {img} --crop-pct 0", 2, "argument --crop-pct: must be in (0, 1]; got 0", id="crop-pct-0"),
@@ -53,7 +56,8 @@ MISTAKES = [
                  "--img-size 320 320, or for any size with --dynamic-img-size", id="input-size-not-built"),
     pytest.param("overlay {img} --input-size 0 64", 2, "argument --input-size: must be an integer ≥ 1; got 0",
                  id="input-size-0"),
-    pytest.param("overlay {img} --img-size 32", 2, "--img-size does not apply to vitroll-shapes", id="img-size-testbed"),
+    pytest.param("overlay {img} --img-size 32", 2, "--img-size does not apply to vitroll-shapes",
+                 id="img-size-testbed"),
     # the method's options
     pytest.param("overlay {img} --start-layer 99", 2,
                  "start_layer 99 is out of range for a model with 4 layers (0…3)", id="start-layer-rollout"),
@@ -61,25 +65,30 @@ MISTAKES = [
                  "start_layer 4 is out of range for a model with 4 layers (0…3)", id="start-layer-chefer"),
     pytest.param("overlay {img} --start-layer -1", 2, "argument --start-layer: must be an integer ≥ 0; got -1",
                  id="start-layer-negative"),
-    pytest.param("overlay {img} --discard-ratio 1", 2, "argument --discard-ratio: must be in [0, 1); got 1", id="discard-1"),
+    pytest.param("overlay {img} --discard-ratio 1", 2, "argument --discard-ratio: must be in [0, 1); got 1",
+                 id="discard-1"),
     pytest.param("overlay {img} --attention-weight 0", 2, "argument --attention-weight: must be in (0, 1]; got 0",
                  id="attention-weight-0"),
     pytest.param("overlay {img} --attention-weight 1.2", 2, "must be in (0, 1]; got 1.2", id="attention-weight-1.2"),
-    pytest.param("overlay {img} --target-class -1", 2, "argument --target-class: must be an integer ≥ 0", id="target-negative"),
-    pytest.param("overlay {img} --target-class 9 --method chefer", 2, "target_class 9 is out of range for a model with 4 classes (0…3)",
+    pytest.param("overlay {img} --target-class -1", 2, "argument --target-class: must be an integer ≥ 0",
+                 id="target-negative"),
+    pytest.param("overlay {img} --target-class 9 --method chefer", 2,
+                 "target_class 9 is out of range for a model with 4 classes (0…3)",
                  id="target-too-large"),
     pytest.param("overlay {img} --max-attention-memory 0", 2, "argument --max-attention-memory: must be > 0; got 0",
                  id="attention-memory-0"),
     pytest.param("overlay {img} --max-attention-memory -5", 2, "must be > 0; got -5", id="attention-memory-negative"),
     pytest.param("overlay {img} --method magic", 2, "argument --method: invalid choice: 'magic'", id="unknown-method"),
     pytest.param("overlay {img} --method attention --option discard_ratio=0.9", 2,
-                 "method 'attention' takes no option 'discard_ratio' (it takes: head_fusion, layer, max_attention_memory)",
+                 "method 'attention' takes no option 'discard_ratio' (it takes: head_fusion, layer, "
+                 "max_attention_memory)",
                  id="option-unknown"),
     pytest.param("overlay {img} --method integrated_gradients --option steps=four", 2,
                  "option 'steps' of method 'integrated_gradients' takes int; got 'four'", id="option-not-an-int"),
     pytest.param("overlay {img} --method flow --option solver=magic", 2,
                  "option 'solver' of method 'flow' takes 'scipy' | 'networkx'; got 'magic'", id="option-not-a-choice"),
-    pytest.param("overlay {img} --option steps", 2, "argument --option: expected KEY=VALUE; got 'steps'", id="option-no-value"),
+    pytest.param("overlay {img} --option steps", 2, "argument --option: expected KEY=VALUE; got 'steps'",
+                 id="option-no-value"),
     pytest.param("overlay {img} --discard-ratio 0.2 --option discard_ratio=0.3", 2,
                  "option 'discard_ratio' is given by --discard-ratio and --option; give it once", id="option-twice"),
     pytest.param("overlay {img} --method attention --option head_fusion=none", 2,
@@ -91,7 +100,8 @@ MISTAKES = [
                  id="option-dtype-integer"),
     pytest.param("overlay {img} --method center --option sigma=0", 2, "sigma must be > 0 (a fraction of the grid's "
                  "side); got 0.0", id="option-center-sigma-0"),
-    pytest.param("overlay {img} --method center --option sigma=-0.25", 2, "sigma must be > 0", id="option-sigma-negative"),
+    pytest.param("overlay {img} --method center --option sigma=-0.25", 2, "sigma must be > 0",
+                 id="option-sigma-negative"),
     pytest.param("overlay {img} --method gradient_shap --option noise=-1", 2,
                  "noise must be ≥ 0 (a standard deviation); got -1.0", id="option-noise-negative"),
     pytest.param("overlay {img} --method gradient_shap --option seed=-1", 2,
@@ -108,7 +118,8 @@ MISTAKES = [
     # rendering
     pytest.param("overlay {img} --alpha 1.5", 2, "argument --alpha: must be in [0, 1]; got 1.5", id="alpha-1.5"),
     pytest.param("overlay {img} --alpha -0.1", 2, "must be in [0, 1]; got -0.1", id="alpha-negative"),
-    pytest.param("overlay {img} --key-patches -3", 2, "argument --key-patches: must be an integer ≥ 0; got -3", id="key-patches"),
+    pytest.param("overlay {img} --key-patches -3", 2, "argument --key-patches: must be an integer ≥ 0; got -3",
+                 id="key-patches"),
     pytest.param("overlay {img} --key-patches three", 2, "expected an integer; got 'three'", id="key-patches-word"),
     # the model and its weights
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --num-classes 0", 2,
@@ -116,7 +127,8 @@ MISTAKES = [
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --model-arg img_size=384", 2,
                  "argument --model-arg: img_size has its own flag: give --img-size", id="model-arg-own-flag"),
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --model-arg checkpoint_path=w.pth", 2,
-                 "argument --model-arg: checkpoint_path has its own flag: give --checkpoint", id="model-arg-checkpoint"),
+                 "argument --model-arg: checkpoint_path has its own flag: give --checkpoint",
+                 id="model-arg-checkpoint"),
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --model-arg depth", 2,
                  "argument --model-arg: expected KEY=VALUE; got 'depth'", id="model-arg-no-value"),
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --model-arg depth=2 --model-arg depth=3", 2,
@@ -126,17 +138,20 @@ MISTAKES = [
                  "argument 'depht')", id="model-arg-unknown"),
     pytest.param("overlay {img} --model-arg depth=2", 2, "--model-arg does not apply to vitroll-shapes",
                  id="model-arg-testbed"),
-    pytest.param("overlay {img} --class-names {two_names}", 2, "2 class names for a model with 4 classes", id="class-names-few"),
+    pytest.param("overlay {img} --class-names {two_names}", 2, "2 class names for a model with 4 classes",
+                 id="class-names-few"),
     pytest.param("overlay {img} --class-names {bad_json}", 2, "names.json: not valid JSON (", id="class-names-json"),
     pytest.param("overlay {img} --class-names {five_names}", 2, "5 class names for a model with 4 classes",
                  id="class-names-many"),
-    pytest.param("overlay {img} --checkpoint {namespace_checkpoint}", 2, "--trust-checkpoint", id="checkpoint-namespace"),
+    pytest.param("overlay {img} --checkpoint {namespace_checkpoint}", 2, "--trust-checkpoint",
+                 id="checkpoint-namespace"),
     pytest.param("overlay {img} --checkpoint {file}", 2, "a-file.txt: neither a safetensors file nor a torch.save file",
                  id="checkpoint-garbage"),
     pytest.param("overlay {img} --checkpoint {dir}", 2, "images: a folder, not a weights file", id="checkpoint-folder"),
     pytest.param("overlay {img} --checkpoint {whole_model}", 2,
                  "whole.pth: a whole pickled model (torch.save(model)), not a state dict, and unpickling it can run "
-                 "arbitrary code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), FILE)",
+                 "arbitrary code, so vitroll refused; save its weights instead with torch.save(model.state_dict(), "
+                 "FILE)",
                  id="checkpoint-whole-model"),
     pytest.param("overlay {img} --checkpoint {missing}", 2, "no such checkpoint file", id="checkpoint-missing"),
     pytest.param("overlay {img} --model vit_tiny_patch16_224 --pretrained --checkpoint {missing}", 2,
@@ -147,7 +162,8 @@ MISTAKES = [
     pytest.param("overlay {img} --out {file}/sub", 2, "cannot be made: ", id="overlay-out-under-file"),
     pytest.param("annotate {dir} --out {file}", 2, "is an existing file, not a folder", id="annotate-out-file"),
     pytest.param("audit {img} --out {file}", 2, "is an existing file, not a folder", id="audit-out-file"),
-    pytest.param("compare {img} --model a --model b --out {file}", 2, "is an existing file, not a folder", id="compare-out-file"),
+    pytest.param("compare {img} --model a --model b --out {file}", 2, "is an existing file, not a folder",
+                 id="compare-out-file"),
     pytest.param("evaluate --out {file}", 2, "is an existing file, not a folder", id="evaluate-out-file"),
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
     pytest.param("overlay {img} --out /proc/vitroll-test/out", 2, "error: /proc/vitroll-test", id="out-not-makeable",
@@ -159,19 +175,25 @@ MISTAKES = [
                       "compare {img} --model a --model b", "evaluate", "sanity", "text hi --model m")),
     *(pytest.param(command, 2, f"argument {argument}: the path is empty", id=f"empty-{argument}:{command}")
       for command, argument in (
-          ("overlay {nothing}", "IMAGE"), ("overlay {img} {nothing}", "IMAGE"), ("caption {nothing} --model m", "IMAGE"),
+          ("overlay {nothing}", "IMAGE"), ("overlay {img} {nothing}", "IMAGE"),
+          ("caption {nothing} --model m", "IMAGE"),
           ("compare {nothing} --model a --model b", "IMAGE"), ("annotate {nothing} --out {out}", "INPUT"),
           ("audit {nothing}", "INPUT"), ("evaluate {nothing}", "FOLDER"), ("sanity {nothing}", "FOLDER"),
-          ("overlay {img} --checkpoint {nothing}", "--checkpoint"), ("overlay {img} --class-names {nothing}", "--class-names"),
+          ("overlay {img} --checkpoint {nothing}", "--checkpoint"),
+          ("overlay {img} --class-names {nothing}", "--class-names"),
           ("compare {img} --model a --model b --checkpoint {nothing}", "--checkpoint"),
           ("audit {img} --masks {nothing}", "--masks"), ("audit {img} --boxes {nothing}", "--boxes"),
           ("audit {img} --body-masks {nothing}", "--body-masks"), ("app --examples {nothing}", "--examples"),
           ("text --model m --file {nothing}", "--file"))),
     # batch sizes, workers, counts
-    pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0", id="overlay-batch-0"),
-    pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2", id="annotate-batch"),
-    pytest.param("annotate {dir} --out {out} --workers -1", 2, "argument --workers: must be an integer ≥ 0", id="annotate-workers"),
-    pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 1; got -1", id="annotate-limit"),
+    pytest.param("overlay {img} --batch-size 0", 2, "argument --batch-size: must be an integer ≥ 1; got 0",
+                 id="overlay-batch-0"),
+    pytest.param("annotate {dir} --out {out} --batch-size -2", 2, "must be an integer ≥ 1; got -2",
+                 id="annotate-batch"),
+    pytest.param("annotate {dir} --out {out} --workers -1", 2, "argument --workers: must be an integer ≥ 0",
+                 id="annotate-workers"),
+    pytest.param("annotate {dir} --out {out} --limit -1", 2, "argument --limit: must be an integer ≥ 1; got -1",
+                 id="annotate-limit"),
     pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "argument --save: takes one or more of overlay, "
                  "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'", id="annotate-save"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
@@ -182,7 +204,8 @@ MISTAKES = [
     pytest.param("audit {img} --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="audit-batch"),
     pytest.param("audit {img} --workers -1", 2, "must be an integer ≥ 0; got -1", id="audit-workers"),
     pytest.param("audit {img} --frame -1", 2, "argument --frame: must be an integer ≥ 0", id="audit-frame"),
-    pytest.param("audit {img} --top-percent 0", 2, "argument --top-percent: must be in (0, 100]; got 0", id="audit-top-0"),
+    pytest.param("audit {img} --top-percent 0", 2, "argument --top-percent: must be in (0, 100]; got 0",
+                 id="audit-top-0"),
     pytest.param("audit {img} --top-percent 150", 2, "must be in (0, 100]; got 150", id="audit-top-150"),
     pytest.param("audit {img} --border 0.5", 2, "argument --border: must be in [0, 0.5); got 0.5", id="audit-border"),
     pytest.param("audit {img} --flag-threshold 1.5", 2, "argument --flag-threshold: must be in [0, 1]; got 1.5",
@@ -199,16 +222,19 @@ MISTAKES = [
                  id="audit-keep-and-trust-burned-in-text"),
     pytest.param("annotate {empty_dir} --out {out}", 2, "empty: no image files found", id="annotate-nothing-to-read"),
     pytest.param("annotate {root} --out {out}", 2,
-                 "no image files in this folder, only in its sub-folders (add --recursive)", id="annotate-not-recursive"),
+                 "no image files in this folder, only in its sub-folders (add --recursive)",
+                 id="annotate-not-recursive"),
     pytest.param("annotate {empty_list} --out {out}", 2, "empty.txt: lists no image files", id="annotate-empty-list"),
     pytest.param("audit {img} {missing}", 2, "missing.png: no such file or folder", id="audit-missing"),
-    pytest.param("evaluate --testbed 0", 2, "argument --testbed: must be an integer ≥ 1; got 0", id="evaluate-testbed-0"),
+    pytest.param("evaluate --testbed 0", 2, "argument --testbed: must be an integer ≥ 1; got 0",
+                 id="evaluate-testbed-0"),
     pytest.param("evaluate --steps 0", 2, "argument --steps: must be an integer ≥ 1; got 0", id="evaluate-steps"),
     pytest.param("evaluate --batch-size 0", 2, "must be an integer ≥ 1; got 0", id="evaluate-batch"),
     pytest.param("evaluate --methods rollout,magic", 2, "unknown method 'magic'", id="evaluate-methods"),
     pytest.param("evaluate {dir} --testbed 4", 2, "give a FOLDER or --testbed N, not both", id="evaluate-both"),
     pytest.param("evaluate {dir} --seed 7", 2, "--seed 7 picks the generated testbed's inputs; a FOLDER's images are "
-                 "not drawn, so leave --seed out (or give --testbed N instead of the FOLDER)", id="evaluate-folder-seed"),
+                 "not drawn, so leave --seed out (or give --testbed N instead of the FOLDER)",
+                 id="evaluate-folder-seed"),
     pytest.param("evaluate --testbed 1 --seed -1", 2, "argument --seed: must be an integer ≥ 0; got -1",
                  id="evaluate-seed-negative"),
     pytest.param("sanity --testbed 1 --seed -1", 2, "argument --seed: must be an integer ≥ 0; got -1",
@@ -220,8 +246,10 @@ MISTAKES = [
                  "correlation; give --disagreement A,B", id="evaluate-disagree-below-default-alone"),
     pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),
     pytest.param("sanity --testbed -3", 2, "must be an integer ≥ 1; got -3", id="sanity-testbed"),
-    pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range", id="sanity-start"),
-    pytest.param("compare {img} --model vitroll-shapes", 2, "give at least two --model options", id="compare-one-model"),
+    pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range",
+                 id="sanity-start"),
+    pytest.param("compare {img} --model vitroll-shapes", 2, "give at least two --model options",
+                 id="compare-one-model"),
     pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --checkpoint x", 2,
                  "1 --checkpoint for 2 --model", id="compare-checkpoints"),
     pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --alpha 2", 2, "must be in [0, 1]; got 2",
@@ -243,11 +271,13 @@ MISTAKES = [
     pytest.param("overlya {img}", 2, "argument COMMAND: invalid choice: 'overlya'; did you mean overlay? (choose from",
                  id="command-typo"),
     pytest.param("overlay {img} --modell vit_tiny_patch16_224", 2,
-                 "vitroll: error: overlay: unrecognized arguments: --modell vit_tiny_patch16_224; did you mean --model? "
-                 "(see `vitroll overlay --help`)", id="option-typo"),
+                 "vitroll: error: overlay: unrecognized arguments: --modell vit_tiny_patch16_224; did you mean "
+                 "--model? (see `vitroll overlay --help`)", id="option-typo"),
     pytest.param("annotate {dir} --out {out} --batch_size=4", 2,
-                 "annotate: unrecognized arguments: --batch_size=4; did you mean --batch-size?", id="option-underscore"),
-    pytest.param("overlay {img} --method rollot", 2, "argument --method: invalid choice: 'rollot'; did you mean rollout? "
+                 "annotate: unrecognized arguments: --batch_size=4; did you mean --batch-size?",
+                 id="option-underscore"),
+    pytest.param("overlay {img} --method rollot", 2,
+                 "argument --method: invalid choice: 'rollot'; did you mean rollout? "
                  "(choose from attention, center,", id="method-typo"),
     pytest.param("evaluate --testbed-kind pair", 2, "invalid choice: 'pair'; did you mean pairs?", id="choice-typo"),
     pytest.param("", 2, "the following arguments are required: COMMAND", id="no-command"),
@@ -276,11 +306,14 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "CT_small.dcm").write_bytes(bytes(128) + b"DICM" + bytes(64))  # a Part 10 preamble, then no image
     (tmp_path / "names.json").write_text("{not json")
-    torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, tmp_path / "namespace.pth")
+    torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)},
+               tmp_path / "namespace.pth")
     torch.save(load_testbed_model(), tmp_path / "whole.pth")
-    return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"), "out": str(tmp_path / "out"),
+    return {"img": str(folder / "disk.png"), "dir": str(folder), "empty_dir": str(tmp_path / "empty"),
+            "out": str(tmp_path / "out"),
             "file": str(tmp_path / "a-file.txt"), "missing": str(tmp_path / "missing.png"),
-            "two_names": str(tmp_path / "two.txt"), "five_names": str(tmp_path / "five.txt"), "bad_json": str(tmp_path / "names.json"),
+            "two_names": str(tmp_path / "two.txt"), "five_names": str(tmp_path / "five.txt"),
+            "bad_json": str(tmp_path / "names.json"),
             "namespace_checkpoint": str(tmp_path / "namespace.pth"), "whole_model": str(tmp_path / "whole.pth"),
             "root": str(tmp_path),
             "empty_list": str(tmp_path / "empty.txt"),
@@ -335,7 +368,8 @@ def test_legacy_torch_file_with_objects_is_refused_too(files, tmp_path, capsys):
     torch.save({"model": load_testbed_model().state_dict(), "args": argparse.Namespace(lr=0.1)}, legacy,
                _use_new_zipfile_serialization=False)
     _, _, err = run(capsys, ["overlay", files["img"], "--checkpoint", str(legacy)])
-    assert f"{legacy}: holds Python objects besides tensors, and unpickling them can run arbitrary code" in the_error_line(err)
+    assert (f"{legacy}: holds Python objects besides tensors, and unpickling them can run arbitrary code"
+            in the_error_line(err))
 
 
 def test_start_layer_out_of_range_in_the_python_api():
@@ -367,7 +401,8 @@ def test_trust_checkpoint_loads_it_after_a_warning(files, tmp_path, capsys):
 def test_converted_checkpoint_loads_without_trust(files, tmp_path, capsys):
     converted = save_as_safetensors(files["namespace_checkpoint"])
     assert converted == tmp_path / "namespace.safetensors"
-    code, out, err = run(capsys, ["overlay", files["img"], "--checkpoint", str(converted), "--out", str(tmp_path / "o")])
+    code, out, err = run(capsys,
+                         ["overlay", files["img"], "--checkpoint", str(converted), "--out", str(tmp_path / "o")])
     assert (code, err) == (0, "")
     assert "1. disk" in out
 

@@ -126,7 +126,8 @@ def test_a_checkpoint_of_another_depth_or_width_names_the_model_args_that_build_
                str(tmp_path / "out"), "--device", "cpu"]
     assert main(command) == 2
     assert capsys.readouterr().err == (
-        f"vitroll: error: {shallow}: checkpoint does not match VisionTransformer — missing keys: blocks.2.norm1.weight, "
+        f"vitroll: error: {shallow}: checkpoint does not match VisionTransformer — missing keys: "
+        f"blocks.2.norm1.weight, "
         "blocks.2.norm1.bias, blocks.2.attn.qkv.weight …; it was saved from a model with depth=2 (this one has "
         "depth=12): build that one with --model-arg depth=2\n")
     assert main([*command, "--model-arg", "depth=2"]) == 0
@@ -190,8 +191,8 @@ def test_a_model_saved_inside_a_training_wrapper_loads_from_under_its_prefix(tmp
         load_model(NAME, checkpoint=tmp_path / "shallow.ckpt", img_size=32)
     assert str(raised.value) == (
         f"{tmp_path / 'shallow.ckpt'}: checkpoint does not match VisionTransformer — missing keys: "
-        "blocks.2.norm1.weight, blocks.2.norm1.bias, blocks.2.attn.qkv.weight …; it was saved from a model with depth=2 "
-        "(this one has depth=12): build that one with depth=2")
+        "blocks.2.norm1.weight, blocks.2.norm1.bias, blocks.2.attn.qkv.weight …; it was saved from a model with "
+        "depth=2 (this one has depth=12): build that one with depth=2")
     other = {"stem.norm.weight": torch.ones(192), "stem.conv.weight": torch.ones(192, 3, 3, 3)}
     torch.save(other, tmp_path / "other.pth")  # one name in common (norm.weight) does not make it this model's
     with pytest.raises(ModelLoadError, match=r"its keys \(stem\.norm\.weight, stem\.conv\.weight\) are none of the "):
@@ -275,7 +276,8 @@ def npz(path) -> None:
 
 
 @pytest.mark.parametrize("make, expected", [
-    (lambda path, model: path.mkdir(), "a folder, not a weights file; a checkpoint is one .safetensors or torch.save file"),
+    (lambda path, model: path.mkdir(),
+     "a folder, not a weights file; a checkpoint is one .safetensors or torch.save file"),
     (lambda path, model: path.write_bytes(b""), "the file is empty (0 bytes), not a checkpoint"),
     (lambda path, model: path.write_text("cat\ndog\n"),
      "neither a safetensors file nor a torch.save file (its first bytes are neither's)"),
@@ -321,7 +323,8 @@ def test_class_names_take_name_to_index_json_and_refuse_gaps_and_extra_names(tmp
     names = ["cat", "dog", "owl", "eel", "ant", "bee", "elk"]
     (tmp_path / "class_to_idx.json").write_text(json.dumps({name: index for index, name in enumerate(names)}))
     assert class_names(trained, tmp_path / "class_to_idx.json") == names
-    (tmp_path / "gap.json").write_text(json.dumps({str(i): name for i, name in enumerate(names) if i != 3} | {"7": "yak"}))
+    gap = {str(i): name for i, name in enumerate(names) if i != 3} | {"7": "yak"}
+    (tmp_path / "gap.json").write_text(json.dumps(gap))
     with pytest.raises(ModelLoadError, match=r"gap.json: expected a JSON list of names, \{index: name\} or "
                                              r"\{name: index\} with the indices 0, 1, 2, … each once"):
         class_names(trained, tmp_path / "gap.json")

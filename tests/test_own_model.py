@@ -113,7 +113,8 @@ def test_two_verbs_from_two_threads_on_one_model_take_turns_and_both_match_the_r
     def run(name: str, verb) -> None:
         results[name] = verb()
 
-    chefer = threading.Thread(target=run, name="chefer", args=("chefer", lambda: vitroll.chefer(model, IMAGES, target_class=2)))
+    chefer = threading.Thread(target=run, name="chefer",
+                              args=("chefer", lambda: vitroll.chefer(model, IMAGES, target_class=2)))
     rollout = threading.Thread(target=run, name="rollout", args=("rollout", lambda: vitroll.rollout(model, IMAGES)))
     chefer.start()
     assert inside.wait(timeout=30)
@@ -201,14 +202,16 @@ def test_a_readout_that_does_not_fit_the_module_is_refused_naming_the_field(read
     try:
         vitroll.register_family("own-test-vit", OwnViT, attention_modules=lambda model: list(model.attns),
                                 token_layout=own_layout, readout=readout,
-                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3))
+                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3,
+                                                                    std=(0.5,) * 3))
         with pytest.raises(UnsupportedModelError) as raised:
             verb(own_model(), IMAGES)
         assert str(raised.value) == message
     finally:
         vitroll.register_family("own-test-vit", OwnViT, attention_modules=lambda model: list(model.attns),
                                 token_layout=own_layout, readout=OWN_READOUT,
-                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3))
+                                preprocessing=vitroll.Preprocessing(input_size=(32, 32), mean=(0.5,) * 3,
+                                                                    std=(0.5,) * 3))
 
 
 def test_attention_modules_that_are_not_attention_say_how_to_give_a_readout():

@@ -23,7 +23,8 @@ def test_matches_timm_transform(model_name, kwargs, original_hw, crop_mode):
     model = timm.create_model(model_name, **kwargs)
     config = resolve_data_config({}, model=model)
     config["crop_mode"] = crop_mode
-    if "img_size" in kwargs:  # timm's pretrained_cfg keeps the registry size; vitroll uses the size the model was built for
+    # timm's pretrained_cfg keeps the registry size; vitroll uses the size the model was built for
+    if "img_size" in kwargs:
         config["input_size"] = (3, *kwargs["img_size"])
     timm_transform = create_transform(**config)
     ours = Preprocessing.from_model(model, crop_mode=crop_mode)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from vitroll.cli import build_parser
+from vitroll.testbed.training import wrapped_card
 
 ROOT = Path(__file__).resolve().parents[1]
 STATED_SHAPE = re.compile(r"#\s*\((\d+(?:,\s*\d+)*)\)")
@@ -62,7 +63,8 @@ def test_the_hugging_face_example_runs_as_written(tmp_path, monkeypatch, capsys)
     pytest.importorskip("transformers")
     (tmp_path / "sample_images").symlink_to(ROOT / "sample_images")
     monkeypatch.chdir(tmp_path)  # it saves the model folder tiny-vit/ where it runs
-    run_checking_stated_shapes(python_block('transformers.ViTForImageClassification(config).save_pretrained("tiny-vit")'))
+    run_checking_stated_shapes(
+        python_block('transformers.ViTForImageClassification(config).save_pretrained("tiny-vit")'))
     assert capsys.readouterr().out.splitlines()[-1] == "['benign', 'malignant']"
 
 
@@ -128,13 +130,30 @@ def test_the_text_models_accuracies_are_those_measured_on_the_set_named_beside_t
             f"right on {on_these} %, on all 2000 on the card's {on_keywords} %") in readme
 
 
+LINE_CHECKED = ("README.md", "vitroll/**/*.py", "vitroll/**/*.j2", "vitroll/**/*.md", "scripts/*.py", "tests/**/*.py",
+                "tests/**/*.md")
+"""The files whose lines are at most 120 characters: the README, the package (its HTML templates and the shipped
+models' cards too), the scripts and the tests. Not docs/, which the scripts write as tables and one-line notes."""
+
+
 def test_no_line_of_the_readme_or_of_the_code_is_over_120_characters():
-    """Table rows excepted (a Markdown row cannot wrap)."""
-    files = [ROOT / "README.md", *sorted((ROOT / "vitroll").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
+    """Table rows excepted (a Markdown row cannot wrap). The check read the README, the package's Python and the
+    scripts only: the tests, the templates (one line of 573 characters) and the model cards had lines up to 271."""
+    files = sorted({path for pattern in LINE_CHECKED for path in ROOT.glob(pattern)})
+    assert {path.suffix for path in files} == {".md", ".py", ".j2"} and len(files) > 200
     long = [f"{path.relative_to(ROOT)}:{number}" for path in files
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             if len(line) > 120 and not line.lstrip().startswith("|")]
     assert not long, long
+
+
+def test_a_model_card_is_wrapped_to_its_width_with_its_words_items_and_tables_kept():
+    card = ("# T\n\none two three four five six seven eight nine ten\n- item alpha beta gamma delta epsilon zeta eta\n"
+            f"  theta\n- `{'x' * 24}` end\n\n| a | b c d e f g h i j k l m n o p |\n")
+    wrapped = wrapped_card(card, width=20)
+    assert wrapped == ("# T\n\none two three four\nfive six seven eight\nnine ten\n- item alpha beta\n  gamma delta\n"
+                       f"  epsilon zeta eta\n  theta\n- `{'x' * 24}`\n  end\n\n| a | b c d e f g h i j k l m n o p |\n")
+    assert wrapped_card(wrapped, width=20) == wrapped
 
 
 def _readme_commands() -> list[str]:

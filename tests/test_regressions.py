@@ -174,7 +174,8 @@ def test_out_of_memory_batch_is_split_not_fatal(capsys):
 def test_max_attention_memory_bounds_chunks_without_changing_maps():
     model = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=2).eval()
     images = torch.randn(2, 3, 64, 64)
-    torch.testing.assert_close(rollout(model, images, max_attention_memory=2048), rollout(model, images), atol=1e-7, rtol=0)
+    torch.testing.assert_close(rollout(model, images, max_attention_memory=2048), rollout(model, images), atol=1e-7,
+                               rtol=0)
 
 
 def test_out_of_memory_halving_splits_a_list_of_paths_as_images_not_a_path_as_characters(tmp_path):

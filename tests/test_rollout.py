@@ -168,7 +168,8 @@ def test_full_matrix_row_equals_vector_chain(case):
 
 
 def test_discard_lowest_drops_per_row_and_never_the_class_column():
-    attention_rows = torch.tensor([[[0.05, 0.5, 0.3, 0.15], [0.4, 0.1, 0.2, 0.3], [0.01, 0.01, 0.97, 0.01], [0.25] * 4]])
+    attention_rows = torch.tensor([[[0.05, 0.5, 0.3, 0.15], [0.4, 0.1, 0.2, 0.3], [0.01, 0.01, 0.97, 0.01],
+                                    [0.25] * 4]])
     out = discard_lowest(attention_rows, 0.5, protected_column=0)
     expected = torch.tensor([[[0.05, 0.5, 0.0, 0.0], [0.4, 0.0, 0.0, 0.3], [0.01, 0.0, 0.97, 0.0], [0.25, 0, 0, 0]]])
     torch.testing.assert_close(out, expected)
@@ -185,7 +186,8 @@ def test_discard_drops_the_floor_of_n_times_the_decimal_ratio(num_tokens, ratio,
     for protected, dropped in ((None, k), (0, min(k, num_tokens - 1))):
         out = discard_lowest(attention_rows, ratio, protected_column=protected)
         assert ((out == 0).sum(dim=-1) == dropped).all()
-        np.testing.assert_array_equal(out[0].numpy(), discard_rows(attention_rows[0].double().numpy(), ratio, protected))
+        np.testing.assert_array_equal(out[0].numpy(),
+                                      discard_rows(attention_rows[0].double().numpy(), ratio, protected))
 
 
 def test_discard_reference_agrees_on_a_random_matrix():

@@ -164,7 +164,8 @@ def test_chefer_and_grad_rollout_equal_per_text_float64_autograd(build):
             relevance = relevance + np.maximum(a * g, 0).mean(axis=0) @ relevance
         expected_chefer.append(relevance[row])
         protected = 0 if build is bert else None
-        fused = [discard_rows(np.maximum((a * g).mean(axis=0), 0), 0.9, protected) for a, g in zip(attentions, gradients)]
+        fused = [discard_rows(np.maximum((a * g).mean(axis=0), 0), 0.9, protected)
+                 for a, g in zip(attentions, gradients)]
         expected_grad_rollout.append(chain(fused, row))
     compare(chefer, expected_chefer, mask)
     compare(grad_rollout, expected_grad_rollout, mask)
@@ -302,12 +303,14 @@ def test_mistakes_are_named():
         vitroll.rollout(model, {1, 2})
     with pytest.raises(InputTypeError, match="^a mapping of texts needs input_ids"):
         vitroll.rollout(model, {"attention_mask": mask})
-    with pytest.raises(OptionValueError, match="^readout must be 'class_token', 'token_mean' or 'position'; got 'cls'$"):
+    with pytest.raises(OptionValueError,
+                       match="^readout must be 'class_token', 'token_mean' or 'position'; got 'cls'$"):
         vitroll.rollout(model, ids, attention_mask=mask, readout="cls")
     with pytest.raises(OptionValueError, match=r"^position has shape \(2,\); give one int or one per text \(3\)$"):
         vitroll.rollout(model, ids, attention_mask=mask, position=[1, 2])
     with pytest.raises(InputValueError, match=r"^attention flow on 7 tokens is impractical \(one max-flow per patch "
-                                              r"over 2·7² edges\); use a smaller input or pass max_tokens=7 knowingly$"):
+                                              r"over 2·7² edges\); use a smaller input or pass max_tokens=7 "
+                                              r"knowingly$"):
         vitroll.flow(model, ids, attention_mask=mask, max_tokens=6)
     with pytest.raises(OptionValueError, match="a causal language model is explained at one position"):
         vitroll.rollout(gpt2(), ids, attention_mask=mask, readout="token_mean")
@@ -442,7 +445,8 @@ def test_the_text_view_shows_each_character_once_with_the_scores_of_all_its_byte
     assert encoded.tokens == ["cat", "Ġ", "ðŁ", "Ļ", "Ĥ"]
     assert encoded.decoded == ["cat", " ", "\\xf0\\x9f", "\\x99", "\\x82"]  # parts of a character: their bytes
     shown = segments(encoded, [0.1, 0.2, 0.3, 0.4, 0.5])
-    assert [(s.text, s.score, s.pieces) for s in shown] == [("cat", 0.1, 1), (" ", 0.2, 1), ("🙂", pytest.approx(1.2), 3)]
+    assert [(s.text, s.score, s.pieces) for s in shown] == [("cat", 0.1, 1), (" ", 0.2, 1),
+                                                            ("🙂", pytest.approx(1.2), 3)]
     assert shown[2].relative == 1.0 and shown[0].relative == pytest.approx(0.1 / 1.2)
     assert terminal_text(shown).plain == "cat 🙂"
     # a piece whose leading space was trimmed off (an empty span) is shown with the next piece of its word
@@ -533,7 +537,8 @@ def test_cli_mistakes_are_one_line(saved_classifier, tmp_path, capsys):
                                                       "--model", str(saved_classifier)])
     assert "is a text model" in error(["overlay", PHOTO, "--model", str(saved_classifier)])
     assert "no config.json" in error(["text", "hi", "--model", str(tmp_path)])
-    assert "takes no option 'nope'" in error(["text", "the cat", "--model", str(saved_classifier), "--option", "nope=1"])
+    assert "takes no option 'nope'" in error(["text", "the cat", "--model", str(saved_classifier), "--option",
+                                              "nope=1"])
     # a position outside every text is the option's mistake (tests/test_text_run.py: one that fits some texts fails
     # only the others)
     assert "--position 9 is outside every text: the longest has 4 tokens" in error(
@@ -683,7 +688,8 @@ def test_the_page_wraps_long_words_and_keeps_right_to_left_names_apart_from_thei
             return name.right <= number.left + 1 || number.top >= name.bottom - 1; })"""  # or on a later line
         named = page.eval_on_selector_all(".prediction b, .words b", follows)
         assert len(named) == 3 + 4 + 4 + 4 and all(named), named
-        assert page.eval_on_selector_all(".prediction b, .words b", "names => names.every(name => name.querySelector('bdi'))")
+        assert page.eval_on_selector_all(".prediction b, .words b",
+                                         "names => names.every(name => name.querySelector('bdi'))")
         assert not errors
 
 

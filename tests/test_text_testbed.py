@@ -106,7 +106,8 @@ def test_deletion_and_insertion_areas_equal_masking_word_by_word_by_hand():
                 if word not in kept_words:
                     ids[0, word + 1] = tokenizer.mask_token_id
             with torch.no_grad():
-                return model(input_ids=ids, attention_mask=batch["attention_mask"]).logits.softmax(-1)[0, row["predicted"]].item()
+                logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+                return logits.softmax(-1)[0, row["predicted"]].item()
 
         everything = set(range(len(drawn.words)))
         deletion = [probability(everything - set(order[:k])) for k in range(len(order) + 1)]

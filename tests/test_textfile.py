@@ -23,7 +23,8 @@ def test_text_that_is_not_utf_8_is_one_error_naming_the_file_and_the_byte(tmp_pa
     (tmp_path / "latin.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
     with pytest.raises(TextFileError) as error:
         read_text_file(tmp_path / "latin.txt", "class names")
-    assert str(error.value) == f"{tmp_path / 'latin.txt'}: cannot read class names (not UTF-8 text: byte 0xe9 at offset 6)"
+    assert str(error.value) == (f"{tmp_path / 'latin.txt'}: cannot read class names (not UTF-8 text: byte 0xe9 at "
+                                "offset 6)")
     with pytest.raises(TextFileError, match=r"missing\.txt: cannot read texts \(No such file or directory\)"):
         read_texts(tmp_path / "missing.txt")
 

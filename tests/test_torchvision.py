@@ -236,7 +236,8 @@ def test_cli_audit_runs_on_a_torchvision_name(tmp_path, capsys):
                  "--out", str(tmp_path / "out"), "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     [row] = list(csv.DictReader((tmp_path / "out" / "report.csv").open(encoding="utf-8")))
-    assert (row["status"], row["model"], row["weights"], row["height"]) == ("ok", "torchvision:vit_b_32", "random", "128")
+    assert (row["status"], row["model"], row["weights"], row["height"]) == ("ok", "torchvision:vit_b_32", "random",
+                                                                            "128")
     assert 0 < float(row["outside_body"]) < 1
 
 

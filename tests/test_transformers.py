@@ -41,7 +41,8 @@ MODELS = {
     "beit": (transformers.BeitForImageClassification, transformers.BeitConfig,
              dict(num_labels=3, use_relative_position_bias=True)),
     "beit-shared-bias-class-token": (transformers.BeitForImageClassification, transformers.BeitConfig,
-                                     dict(num_labels=3, use_shared_relative_position_bias=True, use_mean_pooling=False)),
+                                     dict(num_labels=3, use_shared_relative_position_bias=True,
+                                          use_mean_pooling=False)),
     "data2vec-vision": (transformers.Data2VecVisionForImageClassification, transformers.Data2VecVisionConfig,
                         dict(num_labels=3, use_relative_position_bias=True)),
     "vit-msn": (transformers.ViTMSNForImageClassification, transformers.ViTMSNConfig, dict(num_labels=3)),
@@ -199,8 +200,8 @@ def test_a_non_square_input_of_another_size_interpolates_the_position_embeddings
                                   "mlcd-vision", "pixio", "dinov2-backbone", "dinov2-registers-backbone",
                                   "dinov3-backbone", "pixio-backbone", "beit-backbone"])
 def test_rollout_equals_the_float64_reference_on_the_eager_attentions(name):
-    """The backbones (``Dinov2Backbone``, ``BeitBackbone``, …) were refused ("no token attention", or "explain model.pixio") though
-    they attend with their model's attention modules."""
+    """The backbones (``Dinov2Backbone``, ``BeitBackbone``, …) were refused ("no token attention", or "explain
+    model.pixio") though they attend with their model's attention modules."""
     pixels = images()
     maps = vitroll.rollout(build(name), pixels)
     expected_layers = eager_attentions(name, pixels.double(), torch.float64)
@@ -280,8 +281,8 @@ def test_mae_with_masking_and_hierarchical_models_are_refused_in_one_line():
     with pytest.raises(UnsupportedModelError) as raised:
         vitroll.rollout(swin, images())
     assert str(raised.value) == (
-        "SwinModel: Swin attends within shifted windows: a hierarchical model has no single token sequence that rollout "
-        "could follow from layer to layer; use Grad-CAM (pip install grad-cam)")
+        "SwinModel: Swin attends within shifted windows: a hierarchical model has no single token sequence that "
+        "rollout could follow from layer to layer; use Grad-CAM (pip install grad-cam)")
 
 
 def test_a_backbone_explains_attention_and_refuses_class_scores_in_one_line():
@@ -485,7 +486,8 @@ def test_hierarchical_windowed_and_other_non_vit_models_are_refused_with_their_r
     own_reason = reason.partition(": ")[2]
     assert error[0].startswith(f"vitroll: error: {tmp_path / name}: transformers model type "
                                f"'{model.config.model_type}' is not supported: {own_reason}")
-    assert "the supported model types are aimv2, aimv2_vision_model, albert, beit, " in error[0] and "dinov3_vit" in error[0]
+    assert "the supported model types are aimv2, aimv2_vision_model, albert, beit, " in error[0]
+    assert "dinov3_vit" in error[0]
 
 
 @pytest.mark.parametrize("name", ["metaclip2-vision", "metaclip2-classifier", "aimv2-native", "mlcd-vision"])

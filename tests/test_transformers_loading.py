@@ -181,11 +181,13 @@ def test_overlay_and_annotate_through_the_cli_equal_the_python_api(folder, tmp_p
     assert np.asarray(Image.open(written)).shape == (*Image.open(PHOTO).size[::-1], 3)
     out = capsys.readouterr()
     assert "random weights" not in out.err
-    assert main(["annotate", str(source), "--model", str(folder), "--out", str(tmp_path / "an"), "--device", "cpu"]) == 0
+    assert main(["annotate", str(source), "--model", str(folder), "--out", str(tmp_path / "an"), "--device",
+                 "cpu"]) == 0
     saved = np.load(next((tmp_path / "an").rglob("cat.jpg.npy"))).astype(np.float32)
     expected = vitroll.rollout(load_model(str(folder)), [str(source / "cat.jpg")])[0].numpy()
     np.testing.assert_allclose(saved, expected, rtol=2e-3, atol=1e-3)
-    written_text = " ".join(p.read_text() for p in (tmp_path / "an").rglob("*") if p.suffix in {".csv", ".json", ".jsonl"})
+    written_text = " ".join(p.read_text() for p in (tmp_path / "an").rglob("*")
+                            if p.suffix in {".csv", ".json", ".jsonl"})
     assert any(name in written_text for name in LABELS.values())
 
 
@@ -247,7 +249,8 @@ def shipped_model_as_transformers(folder: Path) -> Path:
     for layer in range(depth):
         timm_block, block = f"blocks.{layer}.", f"vit.layers.{layer}."
         for kind in ("weight", "bias"):
-            for projection, part in zip(("q_proj", "k_proj", "v_proj"), timm_state[f"{timm_block}attn.qkv.{kind}"].chunk(3)):
+            for projection, part in zip(("q_proj", "k_proj", "v_proj"),
+                                        timm_state[f"{timm_block}attn.qkv.{kind}"].chunk(3)):
                 state[f"{block}attention.{projection}.{kind}"] = part
             for ours, theirs in (("attention.o_proj", "attn.proj"), ("layernorm_before", "norm1"),
                                  ("layernorm_after", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
@@ -319,7 +322,8 @@ def test_each_loading_mistake_is_one_line(folder, tmp_path, capsys):
         unsupported = tmp_path / config.model_type
         config.save_pretrained(unsupported)
         message = cli_error(["overlay", image, "--model", str(unsupported), "--out", str(tmp_path / "o")], capsys)
-        assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: {why}")
+        assert message.startswith(f"{unsupported}: transformers model type {config.model_type!r} is not supported: "
+                                  f"{why}")
         assert message.endswith("; the supported model types are aimv2, aimv2_vision_model, albert, beit, bert, "
                                 "clip, clip_vision_model, data2vec-vision, deberta-v2, deit, dinov2, "
                                 "dinov2_with_registers, dinov3_vit, distilbert, electra, gemma, gemma2, gemma3_text, "
@@ -418,8 +422,8 @@ def test_pickled_hub_weights_name_a_file_to_pass_not_a_literal_its_pytorch_model
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     start = ("transformers:vitroll-test/pickled-vit: its pytorch_model.bin holds Python objects besides tensors, and "
-             "unpickling them can run arbitrary code, so vitroll refused; if you trust its source, save the model again "
-             "with save_pretrained (model.safetensors), or pass ")
+             "unpickling them can run arbitrary code, so vitroll refused; if you trust its source, save the model "
+             "again with save_pretrained (model.safetensors), or pass ")
     with pytest.raises(ModelLoadError) as raised:
         load_model("transformers:vitroll-test/pickled-vit")
     assert str(raised.value) == start + ("checkpoint=FILE (FILE: its pytorch_model.bin in the Hugging Face cache) "
@@ -454,8 +458,9 @@ def test_a_cached_hub_config_of_a_refused_type_is_refused_for_its_type_not_as_mi
     (snapshot / "config.json").write_text(json.dumps({"model_type": ["vit"]}))
     with pytest.raises(ModelLoadError) as raised:
         load_model("transformers:vitroll-test/efficientformer")
-    assert str(raised.value) == (f"transformers:vitroll-test/efficientformer: {snapshot / 'config.json'} has model_type "
-                                 '["vit"], which is not a name ("vit"); save the model again with save_pretrained')
+    assert str(raised.value) == (f"transformers:vitroll-test/efficientformer: {snapshot / 'config.json'} has "
+                                 'model_type ["vit"], which is not a name ("vit"); save the model again with '
+                                 'save_pretrained')
 
 
 def test_an_uncached_hub_id_offline_fails_in_one_line_within_seconds(tmp_path):
@@ -655,10 +660,10 @@ def test_a_timm_model_saved_by_transformers_is_refused_with_how_to_load_it_throu
     assert main(["overlay", str(PHOTO), "--model", str(tmp_path / "wrapped"), "--out", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith(
-        f"vitroll: error: {tmp_path / 'wrapped'}: transformers model type 'timm_wrapper' is not supported: it is a timm "
-        "model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME for its hub "
-        "repository, or for a saved folder --model ARCH --checkpoint FOLDER/model.safetensors (ARCH: the architecture "
-        "in its config.json)")
+        f"vitroll: error: {tmp_path / 'wrapped'}: transformers model type 'timm_wrapper' is not supported: it is "
+        "a timm model that transformers wraps, and vitroll explains it through timm: pass --model hf-hub:ORG/NAME for "
+        "its hub repository, or for a saved folder --model ARCH --checkpoint FOLDER/model.safetensors (ARCH: the "
+        "architecture in its config.json)")
     with pytest.raises(ModelLoadError) as from_python:  # told to 'pass --model hf-hub:ORG/NAME', a flag, in Python
         load_model(str(tmp_path / "wrapped"))
     assert str(from_python.value).startswith(

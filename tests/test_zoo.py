@@ -150,7 +150,8 @@ def test_family_captures_its_own_attention(case):
     recorder = AttentionRecorder(model, head_fusion=None)
     sites = recorder._modules + recorder._readout_modules
     inputs: list[tuple] = []
-    handles = [m.register_forward_pre_hook(lambda _m, a, kw: inputs.append((a[0], kw)), with_kwargs=True) for m in sites]
+    handles = [m.register_forward_pre_hook(lambda _m, a, kw: inputs.append((a[0], kw)),
+                                           with_kwargs=True) for m in sites]
     with torch.no_grad():
         plain = model(images)
         with recorder:
@@ -207,7 +208,8 @@ def test_cait_rollout_reaches_patches_through_class_attention():
 @pytest.mark.parametrize("name", ["convnext_atto", "resnet18"])
 def test_non_vit_models_are_refused_by_family(name):
     model = timm.create_model(name, pretrained=False).eval()
-    with pytest.raises(UnsupportedModelError, match=rf"{type(model).__name__} has no token attention.*vit.*eva.*beit.*cait"):
+    with pytest.raises(UnsupportedModelError,
+                       match=rf"{type(model).__name__} has no token attention.*vit.*eva.*beit.*cait"):
         rollout(model, torch.randn(1, 3, 64, 64))
 
 

@@ -76,12 +76,13 @@ def test_models_wraps_its_lists_to_the_terminal_and_keeps_one_line_per_row_when_
 def test_the_eva_and_beit_notes_say_what_holds(capsys, monkeypatch):
     assert main(["models", "vit_pe_core_tiny*"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert ("  eva                      eva02_*, eva_*, vit_*_rope_* — rotary embedding included (blocked kernel on the "
-            "rotated queries and keys); class/register tokens skipped; avg pooling → patch mean; 'map' head → pool attention; timm's "
+    assert ("  eva                      eva02_*, eva_*, vit_*_rope_* — rotary embedding included (blocked kernel on "
+            "the rotated queries and keys); class/register tokens skipped; avg pooling → patch mean; 'map' head → pool "
+            "attention; timm's "
             "other Eva models (vit_pe_*, *_dinov3*) too") in out
     assert ("  beit                     beit_*, beitv2_* — relative position bias included (the blocked kernel's "
-            "mask); avg pooling (default) → patch mean, 'token' → class token; --img-size resamples the bias, no --dynamic-img-size "
-            "(timm's Beit has none)") in out
+            "mask); avg pooling (default) → patch mean, 'token' → class token; --img-size resamples the bias, no "
+            "--dynamic-img-size (timm's Beit has none)") in out
     assert "  supported    vit_pe_core_tiny_patch16_384" in out
     from vitroll.capture import family_of
 
