@@ -35,6 +35,7 @@ from vitroll.pipelines.explorer import (
 )
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.model import load_testbed_model
+from vitroll.wording import worded_for_the_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CROSS = ROOT / "sample_images" / "shapes_cross.png"
@@ -1175,7 +1176,6 @@ def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_t
     from gradio_client import Client, handle_file
 
     from vitroll.methods import map_checks
-    from vitroll.wording import worded_for_the_command_line
 
     monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())  # once a process: told by an earlier test
     client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
@@ -1262,9 +1262,15 @@ def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(se
     client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
     _, _, _, note = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
                                    api_name="/explain")
-    assert note.splitlines()[-1] == ("**The model saw only 3 % of the image (the middle of its long side) and its map "
-                                     "covers only that**: `vitroll app --crop-mode border --crop-pct 1` shows the "
-                                     "model all of it, padded.")
+    seen = "**The model saw only 3 % of the image (the middle of its long side) and its map covers only that**: "
+    # a page built from Python: its maker passed build_app a preprocessing, and `vitroll app` flags would not fit
+    assert note.splitlines()[-1] == (f"{seen}`build_app(..., preprocessing=Preprocessing.from_model(model, "
+                                     "crop_mode='border', crop_pct=1.0))` shows the model all of it, padded.")
+    with worded_for_the_command_line():  # as `vitroll app` serves it
+        _, _, _, note = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                                       api_name="/explain")
+    assert note.splitlines()[-1] == (f"{seen}`vitroll app --crop-mode border --crop-pct 1` shows the model all of it, "
+                                     "padded.")
     assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
         f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "

@@ -29,7 +29,7 @@ from vitroll.io.images import (
 )
 from vitroll.methods import method_named
 from vitroll.pipelines.explain import (
-    WHOLE_IMAGE_FLAGS, ExplainSettings, enlarged_warning, little_seen_warning, render,
+    ExplainSettings, enlarged_warning, little_seen_warning, render, whole_image_setting,
 )
 from vitroll.pipelines.explorer import (
     ExplorerControls, ModelOutline, explore, ignored_controls, model_outline, offered_methods, scored_model,
@@ -441,8 +441,9 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),
                  constant_map_note(exploration.grid_map, method, used_ratio),
                  "" if enlarged is None else f"**{enlarged[0].upper()}{enlarged[1:]}**.",
-                 "" if little_seen is None else (f"**{little_seen[0].upper()}{little_seen[1:]}**: `vitroll app "
-                                                 f"{WHOLE_IMAGE_FLAGS}` shows the model all of it, padded.")]
+                 "" if little_seen is None else (f"**{little_seen[0].upper()}{little_seen[1:]}**: "
+                                                 f"`{whole_image_setting('app', 'build_app')}` shows the model all "
+                                                 "of it, padded.")]
         return (display_copy(exploration.overlay), exploration.head_grid, top or None,
                 "\n\n".join(note for note in notes if note), ShownOverlay(image, exploration.grid_map, drawn))
 

@@ -17,6 +17,7 @@ from vitroll.methods import METHODS, method_named, prompted_saliency
 from vitroll.overlay import (GRID_PANEL, GRID_TITLE_SIZE, TITLE_SHARE, figure, fit_text, outline_boxes, overlay,
                              overlay_grid)
 from vitroll.preprocess import CropGeometry
+from vitroll.wording import on_the_command_line
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -102,6 +103,15 @@ SMALL_SEEN_SHARE = 0.25
 long as it is wide, centre-cropped), whose map covers a square in its middle."""
 WHOLE_IMAGE_FLAGS = "--crop-mode border --crop-pct 1"
 """The options of ``vitroll overlay`` and ``vitroll app`` that show the model all of an image, padded."""
+
+
+def whole_image_setting(command: str, function: str) -> str:
+    """What shows the model all of an image, padded, in the words of where the user is: ``vitroll {command}
+    --crop-mode border --crop-pct 1`` on the command line (:func:`~vitroll.wording.on_the_command_line`),
+    ``function``'s ``preprocessing`` argument from Python."""
+    if on_the_command_line():
+        return f"vitroll {command} {WHOLE_IMAGE_FLAGS}"
+    return f"{function}(..., preprocessing=Preprocessing.from_model(model, crop_mode='border', crop_pct=1.0))"
 
 
 def little_seen_warning(seen_share: float) -> Optional[str]:
