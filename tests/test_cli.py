@@ -502,3 +502,20 @@ def test_an_unreadable_class_names_file_is_told_before_the_model_loads(tmp_path,
         line = one_error_line(capsys.readouterr().err)
         assert line.startswith(f"vitroll: error: overlay: argument --class-names: {tmp_path / name}: cannot read class "
                                f"names ({reason}"), line
+
+
+def test_an_image_in_a_folder_made_unreadable_is_one_failed_line_and_the_others_are_drawn(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """Telling a folder among the images (Path.is_dir) stopped the command: 'vitroll: error: …: Permission denied'."""
+    from test_images import in_a_folder_made_unreadable
+
+    Image.open(PHOTO).resize((64, 48)).save(tmp_path / "ok.png")
+    locked = tmp_path / "sub" / "locked.png"
+    locked.parent.mkdir()
+    Image.open(PHOTO).resize((64, 48)).save(locked)
+    in_a_folder_made_unreadable(monkeypatch, locked)
+    code, out, err = run(capsys, "overlay", str(locked), str(tmp_path / "ok.png"), "--model", "vit_tiny_patch16_224",
+                         "--out", str(tmp_path / "out"), "--method", "attention")
+    assert code == 3
+    assert one_error_line(err, "failed") == f"vitroll: failed: {locked}: cannot be opened (Permission denied)"
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["ok_attention.png"]

@@ -305,3 +305,30 @@ def test_opencvs_log_level_is_restored_when_the_last_of_nested_or_overlapping_de
         assert cv2.utils.logging.getLogLevel() == info
     finally:
         cv2.utils.logging.setLogLevel(saved)
+
+
+def in_a_folder_made_unreadable(monkeypatch, path):
+    """Make ``path`` behave as a file in a folder made unreadable (chmod 000) does for a user who is not root: even
+    its status cannot be read (root, running these tests, reads any folder)."""
+    import errno
+    import os
+
+    stat = os.stat
+
+    def refused(name, *args, **kwargs):
+        if os.fspath(name) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(name))
+        return stat(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", refused)
+
+
+def test_an_image_in_a_folder_made_unreadable_is_an_image_read_error_not_a_permission_error(tmp_path, monkeypatch):
+    """Path.exists, checking the file before it is opened, raised the PermissionError itself."""
+    path = tmp_path / "sub" / "photo.png"
+    path.parent.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    in_a_folder_made_unreadable(monkeypatch, path)
+    with pytest.raises(ImageReadError) as raised:
+        load_image(path)
+    assert str(raised.value) == f"{path}: cannot be opened (Permission denied)"

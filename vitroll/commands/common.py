@@ -234,7 +234,8 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
     """Refuse a folder among a command's IMAGE arguments in one line, before any model is loaded; ``advice`` says,
     for the folder's name (quoted for a shell, without the trailing ``/`` a shell's completion adds), what to run
     instead."""
-    folder = next((image for image in images if Path(image).is_dir()), None)
+    # os.path.isdir is False for a file in a folder made unreadable, where Path.is_dir raises PermissionError
+    folder = next((image for image in images if os.path.isdir(image)), None)
     if folder is not None:
         named = folder.rstrip(os.sep) or os.sep  # photos/ + /*.png was photos//*.png
         raise VitrollError(

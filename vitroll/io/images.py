@@ -325,15 +325,24 @@ def _missing(path: Path) -> str:
     return f"broken symbolic link (to {os.readlink(path)}, which does not exist)"
 
 
+def cannot_open(error: OSError) -> str:
+    """Why a file cannot be read, in the file system's words (``Permission denied``, ``Is a directory``), the file
+    itself not quoted."""
+    return f"cannot be opened ({error.strerror or type(error).__name__})"
+
+
 def unopened_failure(path: Path) -> Optional[ImageReadError]:
-    """Why ``path`` cannot be read as an image, known without opening it (missing, a folder, empty), or None: a
-    command checks its inputs so before it loads a model."""
-    if not path.exists():
-        return ImageReadError(path, _missing(path))
-    if path.is_dir():
-        return ImageReadError(path, "is a directory, not an image")
-    if path.stat().st_size == 0:
-        return ImageReadError(path, "empty file (0 bytes)")
+    """Why ``path`` cannot be read as an image, known without opening it (missing, a folder, empty, its folder
+    unreadable), or None: a command checks its inputs so before it loads a model."""
+    try:
+        if not path.exists():
+            return ImageReadError(path, _missing(path))
+        if path.is_dir():
+            return ImageReadError(path, "is a directory, not an image")
+        if path.stat().st_size == 0:
+            return ImageReadError(path, "empty file (0 bytes)")
+    except OSError as error:  # Path.exists raises, not answers, for a file in a folder made unreadable
+        return ImageReadError(path, cannot_open(error))
     return None
 
 
