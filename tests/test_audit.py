@@ -443,6 +443,28 @@ def test_a_file_not_found_by_its_decoder_while_the_file_is_there_is_not_told_as_
         pipeline.audit_frames(pipeline.AuditInput(inputs / "a.dcm", 1, "a.dcm"), AuditOptions(salt="s"))
 
 
+def test_a_decoders_own_missing_file_is_no_file_system_refusal_of_the_input(tmp_path, monkeypatch):
+    """Read through read_any itself (the test above replaces it): a FileNotFoundError of another file, raised while
+    the pixel data is decoded, was worded "This file cannot be opened (No such file or directory)." of an input that
+    is there and readable, the missing file left unnamed; only an error naming the input (or no file) is its own."""
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+    import vitroll.io.dicom.reading as reading
+
+    def missing_part(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/opt/codec/tables.bin")
+
+    path = tmp_path / "a.dcm"
+    write_dicom(path, body_phantom(), number=1)
+    monkeypatch.setattr(reading, "_rgb_frames", missing_part)
+    with pytest.raises(VitrollError) as failed:
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, "a.dcm"), AuditOptions(salt="s"))
+    assert str(failed.value).startswith("The pixel data cannot be decoded: transfer syntax Explicit VR Little Endian "
+                                        "(UID 1.2.840.10008.1.2.1); pydicom said: [Errno 2] No such file or "
+                                        "directory: '/opt/codec/tables.bin'; ")
+
+
 def test_a_file_with_recognizable_features_is_refused_by_type_and_reworded_for_the_audit_by_type(tmp_path,
                                                                                                  monkeypatch):
     """read_dicom's refusal is a RecognizableFeaturesError naming its argument; the audit words it with its own option

@@ -667,10 +667,14 @@ def read_dicom(
                              allow_recognizable=allow_recognizable, max_pixels=max_pixels)
 
 
-def _file_system_error(error: BaseException) -> bool:
-    """Whether ``error`` is the file system's (no permission, a folder where the file was, no file), which carries an
-    errno, not a decoder's (Pillow's OSErrors about a frame's bytes carry none)."""
-    return isinstance(error, OSError) and error.errno is not None
+def _file_system_error(error: BaseException, path: "str | os.PathLike[str]") -> bool:
+    """Whether ``error`` is the file system's refusal of the file at ``path`` (no permission, a folder where the file
+    was, no file), which carries an errno and names that file or none, not a decoder's (Pillow's OSErrors about a
+    frame's bytes carry no errno; a decoder that misses a file of its own names that file)."""
+    named = getattr(error, "filename", None)
+    return (isinstance(error, OSError) and error.errno is not None
+            and (named is None or isinstance(named, (str, bytes, os.PathLike))
+                 and Path(os.fsdecode(named)) == Path(path)))
 
 
 @contextlib.contextmanager
@@ -680,7 +684,7 @@ def _file_system_errors_worded(path: "str | os.PathLike[str]") -> Iterator[None]
     try:
         yield
     except OSError as error:
-        if not _file_system_error(error):
+        if not _file_system_error(error, path):
             raise
         raise ImageReadError(path, _cannot_open(error)) from None
 
@@ -763,7 +767,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
                     raise
                 decoded = _rgb_frames(dataset, dataset, indices, grey=grey, window=window)
     except BaseException as error:  # missing decoder plugin, truncated or garbage pixel data, odd attributes
-        if not _decoder_error(error) or _file_system_error(error):  # the latter worded by read_dicom
+        if not _decoder_error(error) or _file_system_error(error, path):  # the latter worded by read_dicom
             raise
         if cut_short:  # a file cut short only after its pixel data (in trailing padding) still shows a whole image
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
