@@ -1168,6 +1168,28 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
                                      "**occlusion** finds no patch different from another.")
 
 
+def test_a_near_constant_map_is_said_so_on_the_page_as_on_the_terminal():
+    """The page's note took a map for constant within 1e-5 of its values, the terminal's warning (map_checks) within
+    1 % of its largest magnitude: chefer's map of an untrained model, within 0.1 %, was told of on the server's
+    terminal and not on the page; and a map within 1e-6, stretched over the whole colormap, was said to be one colour."""
+    from vitroll.app import constant_map_note
+
+    grid_map = np.full((8, 8), 0.5)
+    grid_map[0, 0] = 0.5005
+    stretched = ("the overlay stretches that spread over the whole colormap and shows nothing the model tells apart. "
+                 "**chefer** finds no patch different from another.")
+    assert constant_map_note(grid_map, "chefer", None) == (
+        f"**The map is near-constant** ({grid_map.mean():.4g}, all within 0.10% of it): {stretched}")
+    grid_map[0, 0] = 0.500001
+    assert constant_map_note(grid_map, "chefer", None).startswith("**The map is near-constant** (0.5, all within")
+    grid_map[0, 0] = 0.6  # a spread of 17 % of the largest value: a map
+    assert constant_map_note(grid_map, "chefer", None) == ""
+    grid_map[:] = 0.25
+    assert constant_map_note(grid_map, "occlusion", None) == (
+        "**The map is constant** (all 0.25): the overlay is one colour and shows nothing. **occlusion** finds no "
+        "patch different from another.")
+
+
 def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_the_flag(served, tmp_path, capsys,
                                                                                          monkeypatch):
     """The terminal of `vitroll app` (worded for the command line) told of a constant map at the page's discard ratio

@@ -208,6 +208,15 @@ def test_colorize_is_rgb_not_bgr():
     assert tuple(colors[0, 0]) == (0, 0, 128) and tuple(colors[0, 1]) == (128, 0, 0)
 
 
+def test_normalize_returns_what_its_docstring_says_of_infinities():
+    """Its Returns said NaN wherever the map is not finite: +inf and −inf are 1 and 0 but in a map whose finite values
+    are all one."""
+    np.testing.assert_array_equal(normalize(np.array([[np.inf, 1.0, np.nan, -np.inf, 3.0]])),
+                                  np.array([[1.0, 0.0, np.nan, 0.0, 1.0]], np.float32))
+    np.testing.assert_array_equal(normalize(np.array([[np.inf, 2.0, 2.0, -np.inf]])), [[np.nan, 0.0, 0.0, np.nan]])
+    np.testing.assert_array_equal(normalize(np.array([[np.inf, np.nan]])), [[np.inf, np.nan]])
+
+
 def test_normalize_modes():
     values = np.array([[1.0, 2.0, 3.0, np.nan]])
     np.testing.assert_allclose(normalize(values)[0, :3], [0.0, 0.5, 1.0])

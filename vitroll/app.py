@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
+import torch
 from PIL import Image
 from torch import nn
 
@@ -28,6 +29,7 @@ from vitroll.io.images import (
     DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
+from vitroll.methods.map_checks import constancy, near_constant
 from vitroll.pipelines.explain import (
     ExplainSettings, enlarged_warning, little_seen_warning, render, whole_image_setting,
 )
@@ -245,15 +247,18 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
 
 
 def constant_map_note(grid_map: np.ndarray, method: str, discard_ratio: Optional[float]) -> str:
-    """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
-    :func:`~vitroll.methods.map_checks.warn_constant_maps`, whose line on the server's terminal names the slider too:
-    :data:`PAGE_CONTROLS`), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
-    (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform image is
-    constant too: no attention is to blame there.)"""
-    values = grid_map[np.isfinite(grid_map)]
-    if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
+    """One Markdown line when ``grid_map`` (h, w) is constant or near-constant
+    (:func:`~vitroll.methods.map_checks.near_constant`: the server's terminal tells of the same maps, naming the
+    slider too, :data:`PAGE_CONTROLS`), naming the page's control that may be the cause: the discard ratio, when
+    ``method`` used one above 0 (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion``
+    of a uniform image is constant too: no attention is to blame there.)"""
+    values = torch.from_numpy(np.ascontiguousarray(grid_map[np.isfinite(grid_map)]))
+    if values.numel() < 2 or not near_constant(values):
         return ""
-    note = f"**The map is constant** (all {float(values[0]):.4g}): the overlay is one colour and shows nothing."
+    kind, values_told = constancy(values)
+    shown = ("the overlay is one colour and shows nothing." if kind == "constant" else
+             "the overlay stretches that spread over the whole colormap and shows nothing the model tells apart.")
+    note = f"**The map is {kind}** ({values_told}): {shown}"
     if discard_ratio:
         return (f"{note} A discard ratio of {discard_ratio:g} drops that share of each row's weakest attention; with "
                 "this model's few tokens it can leave none but the class token's: a lower **discard ratio** (its "

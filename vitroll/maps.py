@@ -159,7 +159,8 @@ def normalize(
     Returns
     -------
     ndarray, float32, the shape of ``saliency``
-        Values in [0, 1]; NaN where ``saliency`` is not finite.
+        Values in [0, 1], NaN kept; +inf as 1 and −inf as 0 (as the largest and smallest finite values), but NaN
+        where the finite values are all one (which become 0). With no finite value: ``saliency`` as it is, float32.
 
     Raises
     ------

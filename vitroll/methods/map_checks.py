@@ -39,15 +39,20 @@ def warn_constant_maps(method: str, values: Sequence[torch.Tensor], cause: str, 
     if not constant or key in _CONSTANT_MAPS_TOLD:
         return
     _CONSTANT_MAPS_TOLD.add(key)
-    row = constant[0][1].detach().double()
-    if bool((row == row[0]).all()):
-        level = f"constant (all {float(row[0]):.4g})"
-    else:
-        spread = float((row.amax() - row.amin()) / row.abs().amax())
-        level = f"near-constant ({float(row.mean()):.4g}, all within {spread:.2%} of it)"
+    kind, values_told = constancy(constant[0][1])
     inputs = ", ".join(str(index) for index, _ in constant)
-    print(f"vitroll: warning: {method}'s map is {level} for input{'s' if len(constant) > 1 else ''} {inputs} of the "
-          f"batch: {cause}", file=sys.stderr)
+    print(f"vitroll: warning: {method}'s map is {kind} ({values_told}) for input{'s' if len(constant) > 1 else ''} "
+          f"{inputs} of the batch: {cause}", file=sys.stderr)
+
+
+def constancy(values: torch.Tensor) -> tuple[str, str]:
+    """How constant ``values`` (1-D, near-constant: :func:`near_constant`) are, in words: ``("constant", "all 0")``,
+    or ``("near-constant", "0.5, all within 0.12% of it")`` (the spread's share of the largest magnitude)."""
+    row = values.detach().double()
+    if bool((row == row[0]).all()):
+        return "constant", f"all {float(row[0]):.4g}"
+    spread = float((row.amax() - row.amin()) / row.abs().amax())
+    return "near-constant", f"{float(row.mean()):.4g}, all within {spread:.2%} of it"
 
 
 def non_finite_words(maps: torch.Tensor) -> list[Optional[str]]:
