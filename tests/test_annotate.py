@@ -1157,3 +1157,29 @@ def test_heic_photos_that_annotate_leaves_out_are_counted_with_what_to_do(tmp_pa
     assert annotate(str(source), "--out", str(tmp_path / "out")) == 0
     assert capsys.readouterr().err == f"vitroll: warning: {source}: left out {advice}\n"
     assert [row["path"] for row in rows(tmp_path / "out")] == ["IMG_0003.jpg"]
+
+
+def test_a_run_tells_once_of_its_images_smaller_than_the_patch_grid_and_of_strips_the_model_saw_little_of(tmp_path,
+                                                                                                        capsys):
+    """``vitroll overlay`` warned of an image smaller than the patch grid and of a strip the model saw a speck of;
+    ``vitroll annotate`` said nothing. It now tells of each kind in one line for the run, with a count and a few
+    names (not a line per image of a large folder), and the manifest gives each image's ``patch_pixels``."""
+    (tmp_path / "in").mkdir()
+    for index in range(5):
+        Image.fromarray(rgb(2, 2, seed=index)).save(tmp_path / "in" / f"tiny{index}.png")
+    Image.fromarray(rgb(20, 400)).save(tmp_path / "in" / "strip.png")
+    Image.fromarray(rgb(64, 64)).save(tmp_path / "in" / "square.png")
+    assert annotate(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--crop-pct", "1", "--save", "none") == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
+        "vitroll: warning: 5 images (tiny0.png, tiny1.png, tiny2.png and 2 more) are told of as the first, tiny0.png: "
+        "the image is smaller than the model's patch grid: enlarged to fit, each patch covers 0.25 of its pixels a "
+        "side, so its map and classes say next to nothing about it",
+        "vitroll: warning: strip.png: the model saw only 5 % of the image (the middle of its long side) and its map "
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]
+    # 8 × 8 patches of the testbed: a 2 × 2 image's patch covers 2/8 of a pixel a side, a 400 × 20 strip's 20/8
+    assert {row["path"]: row["patch_pixels"] for row in rows(tmp_path / "out")} == {
+        **{f"tiny{index}.png": 0.25 for index in range(5)}, "strip.png": 2.5, "square.png": 8.0}
+    with open(tmp_path / "out" / "manifest.csv", newline="") as handle:
+        assert {row["path"]: row["patch_pixels"] for row in csv.DictReader(handle)}["tiny3.png"] == "0.25"
+    assert annotate(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--crop-pct", "1", "--save", "none") == 0
+    assert "warning" not in capsys.readouterr().err  # a resumed run explained none of them again

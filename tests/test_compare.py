@@ -269,3 +269,19 @@ def test_pair_summaries_count_one_image_in_the_singular():
     row = dict(image="a.png", model_a="x", model_b="y", spearman=0.5, top10_iou=0.25)
     assert pair_summaries([row]) == ["x vs y: Spearman 0.500, top-10 % IoU 0.250 over 1 image"]
     assert pair_summaries([row, {**row, "image": "b.png"}])[0].endswith("over 2 images")
+
+
+def test_compare_warns_of_an_image_smaller_than_the_patch_grid_and_of_a_strip_as_overlay_does(tmp_path, capsys):
+    """``vitroll overlay`` warned of an image smaller than the patch grid and of a strip the model saw a speck of;
+    ``vitroll compare`` said nothing. It now says so in overlay's words, without the crop flags it does not take."""
+    tiny, strip = tmp_path / "tiny.png", tmp_path / "strip.png"
+    Image.fromarray(np.full((2, 2, 3), 90, np.uint8)).save(tiny)
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 6400, 3), np.uint8)).save(strip)
+    code = main(["compare", str(tiny), str(strip), "--model", "vitroll-shapes", "--model", "vitroll-shapes",
+                 "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert code == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
+        f"vitroll: warning: {tiny}: the image is smaller than the model's patch grid: enlarged to fit, each patch "
+        "covers 0.25 of its pixels a side, so its map and classes say next to nothing about it",
+        f"vitroll: warning: {strip}: the model saw only 1 % of the image (the middle of its long side) and its map "
+        "covers only that"]

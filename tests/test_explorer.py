@@ -1255,6 +1255,39 @@ def test_a_file_the_image_box_does_not_show_as_explained_gets_a_preview_of_the_d
         assert preview_reason(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
 
 
+def test_a_palette_png_with_a_transparent_index_is_explained_on_white_from_the_file_uploaded_and_previewed_so(
+        served, model, tmp_path, monkeypatch):
+    """A palette PNG whose index 0 (red) is transparent: Gradio hands the run the uploaded bytes unchanged, and the
+    maps are load_image's picture of them, the hidden red composited on white. The image box shows the page's
+    background through those pixels (dark in a dark theme): the preview now shows them as explained."""
+    from gradio_client import Client, handle_file
+
+    from vitroll.app import preview_picture, preview_reason
+
+    upload = tmp_path / "palette.png"
+    picture = Image.new("P", (64, 64), 0)
+    picture.putpalette([255, 0, 0, 0, 255, 0] + [0] * 762)
+    picture.paste(1, (28, 20, 36, 44))
+    picture.save(upload, transparency=0)
+    small = tmp_path / "small.png"  # the brief's 4 × 4 check
+    Image.new("P", (4, 4), 0).save(small, transparency=0)
+    assert np.asarray(load_image(small)).tolist() == [[[255, 255, 255]] * 4] * 4
+    white = np.asarray(load_image(upload))
+    assert white[0, 0].tolist() == [255, 255, 255] and white[30, 30].tolist() == [0, 255, 0]
+    assert preview_reason(upload) == "PNG with transparent pixels: explained on white:"
+    assert np.array_equal(preview_picture(upload, max_pixels=None), white)
+    handed = []
+    loader = vitroll.app.load_image_with_display
+    monkeypatch.setattr(vitroll.app, "load_image_with_display",
+                        lambda path, **options: handed.append(Path(path).read_bytes()) or loader(path, **options))
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+    shown, *_ = client.predict(handle_file(upload), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                               api_name="/explain")
+    assert handed == [upload.read_bytes()]
+    expected = explore(model, white, ExplorerControls(method="rollout", layer=3), class_names=class_names(model))
+    assert np.array_equal(np.asarray(Image.open(shown).convert("RGB")), expected.overlay)
+
+
 def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):
     """The image box drew an uploaded TIFF as a broken picture: it is hidden, and the preview under it shows the
     decoded picture; the maps are the TIFF's own."""

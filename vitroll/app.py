@@ -26,7 +26,7 @@ from torch import nn
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import (
-    DEFAULT_MAX_PIXELS, encode_png, load_image_with_display, pillow_limit_lifted, print_warning,
+    DEFAULT_MAX_PIXELS, encode_png, has_alpha, load_image_with_display, pillow_limit_lifted, print_warning,
 )
 from vitroll.methods import method_named
 from vitroll.methods.map_checks import constancy, near_constant
@@ -301,16 +301,20 @@ box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) a
 
 def preview_reason(path: "str | os.PathLike[str]") -> Optional[str]:
     """Why the image box does not show the picture explained, in a few words: a format a browser cannot draw (the box
-    showed a TIFF as a broken picture), or frames (the box plays an animated GIF; its first frame is explained). None
-    when it does, or when the file is no image Pillow can open (refused when it is explained)."""
+    showed a TIFF as a broken picture), frames (the box plays an animated GIF; its first frame is explained), or
+    transparent pixels (the box shows the page's background through them, dark in a dark theme, where
+    :func:`~vitroll.io.load_image` composites them on white; Gradio hands the file over unchanged). None when it
+    does, or when the file is no image Pillow can open (refused when it is explained)."""
     try:
         with Image.open(path) as image:
-            kind, frames = image.format, getattr(image, "n_frames", 1)
+            kind, frames, transparent = image.format, getattr(image, "n_frames", 1), has_alpha(image)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return None
     if kind not in BROWSER_FORMATS:
         return f"{kind}: browsers cannot draw it; as decoded:"
-    return f"{kind} of {frames} frames: the first is explained:" if frames > 1 and kind != "MPO" else None
+    if frames > 1 and kind != "MPO":
+        return f"{kind} of {frames} frames: the first is explained:"
+    return f"{kind} with transparent pixels: explained on white:" if transparent else None
 
 
 def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:

@@ -200,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
-    from vitroll.commands.common import model_from_args, preprocessing_from_args, print_failed, settings_from_args
+    from vitroll.commands.common import (
+        model_from_args, preprocessing_from_args, print_failed, print_sight_warnings, settings_from_args,
+    )
     from vitroll.models import class_names
     from vitroll.pipelines.folder import ReportedByRankZero, annotate, find_inputs, together, world
     from vitroll.pipelines.inputs import heif_photos
@@ -226,5 +228,6 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
             print_failed(failure)
         if len(result.failures) > 10:
             print(f"vitroll: … and {len(result.failures) - 10} more (see {args.out}/manifest.csv)", file=sys.stderr)
+        print_sight_warnings(result.sights)
         print(result.line())
     return result.exit_code

@@ -22,7 +22,7 @@ from vitroll.io.names import single_line
 from vitroll.methods import Method, check_shared_options, method_named, methods_taking
 from vitroll.models import ModelProvenance, has_random_weights, load_model
 from vitroll.models.transformers import saved_kind
-from vitroll.pipelines.explain import WHOLE_IMAGE_FLAGS, ExplainSettings, enlarged_warning, little_seen_warning
+from vitroll.pipelines.explain import WHOLE_IMAGE_FLAGS, ExplainSettings, sight_warnings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
 
@@ -244,21 +244,15 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
 
 
 
-def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
-    """One ``vitroll: warning:`` line on stderr when the model saw little of the image at ``path``
-    (:func:`~vitroll.pipelines.explain.little_seen_warning`), with the options that show it all of it."""
-    warning = None if seen_share is None else little_seen_warning(seen_share)
-    if warning is not None:
-        print(single_line(f"vitroll: warning: {path}: {warning}; {WHOLE_IMAGE_FLAGS} shows the model all of it, padded "
-                          "(squash: stretched)"), file=sys.stderr)
-
-
-def print_if_enlarged(path: object, pixels_per_patch: Optional[float]) -> None:
-    """One ``vitroll: warning:`` line on stderr when the image at ``path`` is smaller than the model's patch grid
-    (:func:`~vitroll.pipelines.explain.enlarged_warning`)."""
-    warning = None if pixels_per_patch is None else enlarged_warning(pixels_per_patch)
-    if warning is not None:
-        print(single_line(f"vitroll: warning: {path}: {warning}"), file=sys.stderr)
+def print_sight_warnings(sights: Sequence[tuple[object, Optional[float], Optional[float]]],
+                         whole_image: Optional[str] = WHOLE_IMAGE_FLAGS) -> None:
+    """``vitroll: warning:`` lines on stderr for the images whose maps say little
+    (:func:`~vitroll.pipelines.explain.sight_warnings`: one for those smaller than the patch grid, one for those the
+    model saw little of, with ``whole_image``, the options that show it all, if the command has them), ``sights``
+    per image: its path, the pixels a patch covers a side and the share of it the model saw (None: not known)."""
+    known = [(str(path), pixels, share) for path, pixels, share in sights if pixels is not None and share is not None]
+    for line in sight_warnings(known, whole_image):
+        print(single_line(f"vitroll: warning: {line}"), file=sys.stderr)
 
 
 def print_failed(failure: object) -> None:

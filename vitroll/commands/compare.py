@@ -131,7 +131,9 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
-    from vitroll.commands.common import none_can_be_read, print_failed, refuse_folders, settings_from_args
+    from vitroll.commands.common import (
+        none_can_be_read, print_failed, print_sight_warnings, refuse_folders, settings_from_args,
+    )
     from vitroll.pipelines.compare import compare, pair_summaries, plot_comparison
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
@@ -143,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)
     for error in result.errors:
         print_failed(error)
+    print_sight_warnings(result.sights, whole_image=None)  # each model reads the images its own way: no flag for it
     if not result.images:
         return EXIT_SOME_FAILED
     with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8", errors=READABLE) as handle:

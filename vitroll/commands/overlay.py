@@ -72,8 +72,8 @@ def _default_method(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import (
-        IMAGE_KINDS, model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_if_enlarged,
-        print_if_little_seen, refuse_folders, settings_from_args,
+        IMAGE_KINDS, model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_sight_warnings,
+        refuse_folders, settings_from_args,
     )
     from vitroll.models import class_names
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
@@ -98,6 +98,5 @@ def run(args: argparse.Namespace) -> int:
             print_failed(result.error)
             continue
         _report(result)
-        print_if_little_seen(result.path, result.seen_share)
-        print_if_enlarged(result.path, result.pixels_per_patch)
+        print_sight_warnings([(result.path, result.pixels_per_patch, result.seen_share)])
     return EXIT_SOME_FAILED if failures else 0

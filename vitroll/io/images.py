@@ -63,14 +63,16 @@ def to_rgb(image: Image.Image) -> Image.Image:
     if image.mode in _STRETCHED_MODES:
         scaled = finite_unit(np.asarray(image)) * 255.0
         return Image.fromarray(scaled.round().astype(np.uint8)).convert("RGB")
-    if _has_alpha(image):
+    if has_alpha(image):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return image.convert("RGB")
 
 
-def _has_alpha(image: Image.Image) -> bool:
+def has_alpha(image: Image.Image) -> bool:
+    """Whether ``image`` has transparency (an alpha channel, or a palette's transparent index), which :func:`to_rgb`
+    composites on white."""
     return image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
 
 
@@ -300,7 +302,7 @@ def load_mask(path: "str | os.PathLike[str]", *, max_pixels: Optional[int] = DEF
 def _mask_pixels(image: Image.Image) -> np.ndarray:
     with _quiet_pillow():
         image = ImageOps.exif_transpose(image)
-    if _has_alpha(image):
+    if has_alpha(image):
         alpha = np.asarray(image.convert("RGBA"))[..., 3]
         if (alpha < 255).any():  # transparency marks the background (composited on white it would be object)
             return alpha > 0

@@ -58,6 +58,9 @@ class Comparison:
     rows: list[dict] = field(default_factory=list)
     """Per image and pair of models: spearman, top10_iou."""
     errors: list[str] = field(default_factory=list)
+    sights: list[tuple[str, float, float]] = field(default_factory=list)
+    """Per image, and model that read it otherwise, its path, the pixels a patch covers a side and the share of it the
+    model saw, for :func:`~vitroll.pipelines.explain.sight_warnings`."""
 
 
 def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
@@ -109,8 +112,11 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
             saliency, overlaid = render(record.image, record.grid_map, record.geometry, settings)
             result.maps[explainer.label].append(saliency)
             result.overlays[explainer.label].append(overlaid)
+            result.sights.append((str(paths[index]), record.geometry.pixels_per_patch(record.grid_map.shape[-2:]),
+                                  record.geometry.seen_share()))
             best = top_classes(record.probabilities, explainer.class_names, k=1)[0]
             result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
+    result.sights = list(dict.fromkeys(result.sights))  # models that read an image alike: told once
     result.pictures = [explained[explainers[0].label][index].image for index in good] if explainers else []
     for index, path in enumerate(result.images):
         for first, second in itertools.combinations([e.label for e in explainers], 2):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from vitroll.methods import METHODS, method_named, prompted_saliency
 from vitroll.overlay import (GRID_PANEL, GRID_TITLE_SIZE, TITLE_SHARE, figure, fit_text, outline_boxes, overlay,
                              overlay_grid)
 from vitroll.preprocess import CropGeometry
-from vitroll.wording import on_the_command_line
+from vitroll.wording import counted, on_the_command_line
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -130,6 +130,38 @@ def enlarged_warning(pixels_per_patch: float) -> Optional[str]:
         return None
     return (f"the image is smaller than the model's patch grid: enlarged to fit, each patch covers "
             f"{pixels_per_patch:.2g} of its pixels a side, so its map and classes say next to nothing about it")
+
+
+FEW_NAMES = 3
+"""How many of the images a warning applies to :func:`images_warning` names."""
+
+
+def images_warning(flagged: Sequence[tuple[str, str]]) -> Optional[str]:
+    """One line for all the images of a run that one kind of warning applies to (:func:`enlarged_warning`,
+    :func:`little_seen_warning`), ``flagged`` as (name, the warning worded for it) in their order: the one's name and
+    warning; of several, their count and the first :data:`FEW_NAMES` names, then the first's warning (a folder of
+    10 000 images got a line each); None for none."""
+    if not flagged:
+        return None
+    first, warning = flagged[0]
+    if len(flagged) == 1:
+        return f"{first}: {warning}"
+    names = ", ".join(name for name, _ in flagged[:FEW_NAMES])
+    more = f" and {len(flagged) - FEW_NAMES} more" if len(flagged) > FEW_NAMES else ""
+    return f"{counted(len(flagged), 'image')} ({names}{more}) are told of as the first, {first}: {warning}"
+
+
+def sight_warnings(sights: Sequence[tuple[str, float, float]], whole_image: Optional[str]) -> list[str]:
+    """The lines (:func:`images_warning`) for the images of a run whose maps say little: those smaller than the
+    model's patch grid, then those the model saw little of, with ``whole_image`` (the options that show the model all
+    of an image: :func:`whole_image_setting`; None where the caller has none). ``sights``: per image, its name, the
+    pixels a patch covers a side (:meth:`~vitroll.preprocess.CropGeometry.pixels_per_patch`) and the share of it the
+    model saw (:meth:`~vitroll.preprocess.CropGeometry.seen_share`)."""
+    enlarged = [(name, warning) for name, pixels, _ in sights if (warning := enlarged_warning(pixels))]
+    little_seen = [(name, warning) for name, _, share in sights if (warning := little_seen_warning(share))]
+    advice = "" if whole_image is None else f"; {whole_image} shows the model all of it, padded (squash: stretched)"
+    lines = [images_warning(enlarged), None if not little_seen else f"{images_warning(little_seen)}{advice}"]
+    return [line for line in lines if line is not None]
 
 
 def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 5) -> list[tuple[int, str, float]]:

@@ -111,6 +111,9 @@ class RunSummary:
     elapsed: float = 0.0
     interrupted: bool = False
     failures: list[str] = field(default_factory=list)
+    sights: list[tuple[str, float, float]] = field(default_factory=list)
+    """Per image explained by this run, its path, the pixels a patch covers a side (``patch_pixels``) and the share
+    of it the model saw (``seen``), for :func:`~vitroll.pipelines.explain.sight_warnings`."""
 
     @property
     def images_per_second(self) -> float:
@@ -199,6 +202,7 @@ class _Annotator:
         return {
             **_identity(item), "status": "ok", "error": "", "width": geometry.original_hw[1],
             "height": geometry.original_hw[0], "seen": round(geometry.seen_share(), 4),
+            "patch_pixels": round(geometry.pixels_per_patch(grid_map.shape[-2:]), 4),
             "top1_index": top[0] if top else None, "top1_name": top[1] if top else None,
             "top1_probability": round(top[2], 6) if top else None, "peak_x": stats["peak_col"],
             "peak_y": stats["peak_row"],
@@ -461,6 +465,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
         for row in rows:
             if row["status"] == "ok":
                 result.ok += 1
+                result.sights.append((row["path"], row["patch_pixels"], row["seen"]))
             else:
                 result.failed += 1
                 result.failures.append(row["error"])
@@ -541,4 +546,7 @@ def _reduce(result: RunSummary, world_size: int) -> RunSummary:
     failures: list[list[str]] = [[] for _ in range(world_size)]
     torch.distributed.all_gather_object(failures, result.failures)  # rank 0 listed only its own failures' reasons
     result.failures = sorted(reason for reasons in failures for reason in reasons)  # by path, as one process has them
+    sights: list[list[tuple[str, float, float]]] = [[] for _ in range(world_size)]
+    torch.distributed.all_gather_object(sights, result.sights)
+    result.sights = sorted(sight for shard in sights for sight in shard)
     return result

@@ -31,7 +31,7 @@ SETTINGS = "settings.json"
 OUTPUT_COLUMNS = ("overlay", "heatmap", "figure")
 """Row fields that name an output file, relative to the output folder."""
 CSV_COLUMNS = (
-    "path", "size", "mtime_ns", "status", "error", "width", "height", "seen", "top1_index", "top1_name",
+    "path", "size", "mtime_ns", "status", "error", "width", "height", "seen", "patch_pixels", "top1_index", "top1_name",
     "top1_probability", "peak_x", "peak_y", "entropy", "top10_mass", "key_patches", "agreement", "disagrees", "overlay",
     "heatmap", "figure", "model", "method", "method_options",
     "settings_hash", "vitroll_version",
