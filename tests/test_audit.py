@@ -1596,8 +1596,8 @@ def test_random_weights_get_a_banner_in_every_report_file(tmp_path):
 
 
 @pytest.mark.parametrize("spoil, reason", [
-    ("permission", "This file cannot be opened (Permission denied)."),
-    ("directory", "This file cannot be opened (Is a directory)."),
+    ("permission", "cannot be opened (Permission denied)"),
+    ("directory", "cannot be opened (Is a directory)"),
     ("removed", "the file is gone: removed or moved while the audit ran"),
     ("truncated", "This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the middle of its pixel "
                   "data, so the image is incomplete and is not shown."),
@@ -1661,8 +1661,36 @@ def test_a_file_in_a_folder_made_unreadable_mid_run_cannot_be_opened_not_reading
         return stat(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "stat", refused)
-    with pytest.raises(VitrollError, match=r"^This file cannot be opened \(Permission denied\)\.$"):
+    with pytest.raises(VitrollError, match=r"^cannot be opened \(Permission denied\)$"):
         pipeline.audit_frames(pipeline.AuditInput(path, 1, "photo.png"), AuditOptions(salt="s"))
+
+
+@pytest.mark.parametrize("name", ["photo.png", "scan.dcm"])
+def test_an_unreadable_image_and_an_unreadable_dicom_file_give_one_reason(tmp_path, monkeypatch, name):
+    """A file made unreadable (chmod 000, which root reads: told here by the PermissionError opening it raises) was
+    'Cannot be read (Permission denied).' as a PNG and 'This file cannot be opened (Permission denied).' as DICOM."""
+    import builtins
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+
+    path = tmp_path / name
+    if name.endswith(".dcm"):
+        write_dicom(path, body_phantom(64), number=1)
+    else:
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    opened = builtins.open
+
+    def refused(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return opened(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refused)
+    monkeypatch.setattr(io, "open", refused)
+    with pytest.raises(VitrollError) as failed:
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, name), AuditOptions(salt="s"))
+    assert str(failed.value) == "cannot be opened (Permission denied)"  # a row: "Cannot be opened (Permission denied)."
 
 
 def test_one_flagged_image_of_two_is_not_told_as_a_scanner_model_they_come_from():

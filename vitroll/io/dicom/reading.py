@@ -21,7 +21,7 @@ from vitroll.errors import ImageReadError, RecognizableFeaturesError
 from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, check_size, load_image_with_profile
+from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, cannot_open, check_size, load_image_with_profile
 from vitroll.wording import argument, counted
 
 if TYPE_CHECKING:
@@ -682,12 +682,7 @@ def _file_system_errors_worded(path: "str | os.PathLike[str]") -> Iterator[None]
     except OSError as error:
         if not _file_system_error(error):
             raise
-        raise ImageReadError(path, _cannot_open(error)) from None
-
-
-def _cannot_open(error: OSError) -> str:
-    """Why a file cannot be read, in the file system's words (``Permission denied``), the file itself not quoted."""
-    return f"This file cannot be opened ({error.strerror or type(error).__name__})."
+        raise ImageReadError(path, cannot_open(error)) from None
 
 
 def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
@@ -703,7 +698,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except ImageReadError:
         raise
     except OSError as error:
-        raise ImageReadError(path, _cannot_open(error)) from None
+        raise ImageReadError(path, cannot_open(error)) from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
     pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
