@@ -1302,8 +1302,9 @@ def test_a_mask_of_another_width_to_height_than_its_image_is_not_measured_and_a_
     said = [sentence.text for sentence in report.sentences()]
     assert said[-2:] == [  # the summary said nothing of the images whose ROI metrics were not measured
         "3 images have a region of interest: on average 100 % of the saliency lies inside it, the peak falls inside it "
-        "in 3 of 3 (100 %) (pointing game), and the top 5 % of the map overlaps it with a mean IoU of 0.20.",
+        "(the pointing game) in 3 of 3 (100 %), and the top 5 % of the map overlaps it with a mean IoU of 0.20.",
         f"For 1 of 4 images (25 %) the saliency inside the region of interest is not measured: its masks file {other}."]
+    assert not [text for text in said if ") (" in text]  # was "in 3 of 3 (100 %) (pointing game)"
     with pytest.raises(InputValueError, match=r"^mask image wide.png is 13 × 10 pixels, not the image's 64 × 64 at "
                                               r"any scale$"):
         MaskSource(masks).get(inputs / "wide.dcm", (64, 64))
@@ -1628,8 +1629,8 @@ def test_random_weights_get_a_banner_in_every_report_file(tmp_path):
 
 
 @pytest.mark.parametrize("spoil, reason", [
-    ("permission", "This file cannot be opened (Permission denied)."),
-    ("directory", "This file cannot be opened (Is a directory)."),
+    ("permission", "cannot be opened (Permission denied)"),
+    ("directory", "cannot be opened (Is a directory)"),
     ("removed", "the file is gone: removed or moved while the audit ran"),
     ("truncated", "This DICOM file (Secondary Capture Image Storage) is cut short: it ends in the middle of its pixel "
                   "data, so the image is incomplete and is not shown."),
@@ -1693,8 +1694,36 @@ def test_a_file_in_a_folder_made_unreadable_mid_run_cannot_be_opened_not_reading
         return stat(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "stat", refused)
-    with pytest.raises(VitrollError, match=r"^This file cannot be opened \(Permission denied\)\.$"):
+    with pytest.raises(VitrollError, match=r"^cannot be opened \(Permission denied\)$"):
         pipeline.audit_frames(pipeline.AuditInput(path, 1, "photo.png"), AuditOptions(salt="s"))
+
+
+@pytest.mark.parametrize("name", ["photo.png", "scan.dcm"])
+def test_an_unreadable_image_and_an_unreadable_dicom_file_give_one_reason(tmp_path, monkeypatch, name):
+    """A file made unreadable (chmod 000, which root reads: told here by the PermissionError opening it raises) was
+    'Cannot be read (Permission denied).' as a PNG and 'This file cannot be opened (Permission denied).' as DICOM."""
+    import builtins
+    import errno
+
+    import vitroll.audit.pipeline as pipeline
+
+    path = tmp_path / name
+    if name.endswith(".dcm"):
+        write_dicom(path, body_phantom(64), number=1)
+    else:
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    opened = builtins.open
+
+    def refused(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return opened(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refused)
+    monkeypatch.setattr(io, "open", refused)
+    with pytest.raises(VitrollError) as failed:
+        pipeline.audit_frames(pipeline.AuditInput(path, 1, name), AuditOptions(salt="s"))
+    assert str(failed.value) == "cannot be opened (Permission denied)"  # a row: "Cannot be opened (Permission denied)."
 
 
 def test_one_flagged_image_of_two_is_not_told_as_a_scanner_model_they_come_from():

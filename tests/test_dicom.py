@@ -257,6 +257,19 @@ def test_when_every_decoder_fails_the_reason_gives_their_reasons_apart_from_what
                            "PACS or the scanner), uncompressed if offered, may give a readable file.")
 
 
+def test_pillows_refusal_of_a_frame_stating_a_size_over_its_limit_is_said_in_words_with_the_sizes():
+    """pydicom's JPEG2000-embedded-sequence-delimiter.dcm (a damaged codestream) quoted Pillow's "Image size
+    (3811783737344 pixels) exceeds limit of 178956970 pixels, could be decompression bomb DOS attack"."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_dicom(get_testdata_file("JPEG2000-embedded-sequence-delimiter.dcm"))
+    reason = caught.value.reason
+    assert "pillow: " in reason and "decompression bomb" not in reason and "Image size" not in reason
+    assert ("pillow: the frame's compressed data states an image of 3811784 MP, over Pillow's limit of 179 MP, where "
+            "the DICOM header states 256 × 1024 pixels, so Pillow did not decode it)") in reason
+
+
 def test_a_data_set_encoded_unlike_its_transfer_syntax_is_decoded_through_the_data_set():
     """An implicit VR data set under an explicit VR transfer syntax (as pydicom's SC_rgb_jpeg.dcm): pydicom cannot
     find its compressed frames in the file, only in the data set it reads, so the frames are decoded from there."""

@@ -194,4 +194,4 @@ def test_a_file_that_cannot_be_opened_is_an_error_that_says_so_not_corrupt_data(
     monkeypatch.setattr(images.Image, "open", refused)
     with pytest.raises(ImageReadError) as raised:
         read_image(path)
-    assert str(raised.value) == f"{path}: cannot be read (Permission denied)"  # was 'corrupt or truncated image data'
+    assert str(raised.value) == f"{path}: cannot be opened (Permission denied)"  # was 'corrupt or truncated image data'

@@ -183,8 +183,8 @@ def sentences(rows: list[AuditRow], errors: list[AuditRow], files: int, options:
         iou = float(np.nanmean([row.metrics["topk_iou"] for row in with_roi]))
         said.append(Sentence(
             f"{len(with_roi)} images have a region of interest: on average {percent(energy)} of the saliency lies "
-            f"inside it, the peak falls inside it in {share(len(hits), len(with_roi), '')} (pointing game), and the "
-            f"top {options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
+            f"inside it, the peak falls inside it (the pointing game) in {share(len(hits), len(with_roi), '')}, and "
+            f"the top {options.metrics.top_percent:g} % of the map overlaps it with a mean IoU of {iou:.2f}.",
             _cases([row for row in with_roi if row not in hits]), "cases"))
     said.extend(_not_measured_sentences(rows, "roi_energy", "the saliency inside the region of interest"))
     return said

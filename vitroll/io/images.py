@@ -329,7 +329,7 @@ def _missing(path: Path) -> str:
 
 def cannot_open(error: OSError) -> str:
     """Why a file cannot be read, in the file system's words (``Permission denied``, ``Is a directory``), the file
-    itself not quoted."""
+    itself not quoted: the one wording of an image's and a DICOM file's file-system failure."""
     return f"cannot be opened ({error.strerror or type(error).__name__})"
 
 
@@ -375,7 +375,7 @@ def _decode(path: "str | os.PathLike[str]", convert: Callable[[Image.Image], Dec
     except (OSError, SyntaxError, ValueError) as error:
         # an errno is the file system's (no permission, an I/O error), not the decoder's
         if getattr(error, "errno", None) is not None:
-            raise ImageReadError(path, f"cannot be read ({error.strerror or error})") from None
+            raise ImageReadError(path, cannot_open(error)) from None
         raise ImageReadError(path, f"corrupt or truncated image data ({error})") from None
 
 

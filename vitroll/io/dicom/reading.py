@@ -21,7 +21,8 @@ from vitroll.errors import ImageReadError, RecognizableFeaturesError
 from vitroll.io.dicom.deidentify import safe_metadata
 from vitroll.io.dicom.display import _colour_header_problem, _colour_to_rgb, _frame_view, _grey_to_rgb, _samples_problem
 from vitroll.io.formats import is_dicom, sniff
-from vitroll.io.images import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, check_size, load_image_with_profile
+from vitroll.io.images import (DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, cannot_open, check_size, load_image_with_profile,
+                               megapixels)
 from vitroll.wording import argument, counted
 
 if TYPE_CHECKING:
@@ -557,6 +558,27 @@ PLUGIN_FAILURES_WORDED = {"gdcm: 'NoneType' object has no attribute 'encode'":
 ``.encode`` on None."""
 
 
+PILLOW_BOMB = re.compile(r"Image size \((\d+) pixels\) exceeds limit of (\d+) pixels, could be decompression bomb DOS "
+                         r"attack\.?")
+"""Pillow's refusal of a frame whose compressed data states a size over its limit (``Image.MAX_IMAGE_PIXELS``,
+which vitroll lifts for the images it opens, not for pydicom's Pillow decoder): a damaged JPEG 2000 codestream
+claims millions of megapixels."""
+
+
+def _worded_failures(failures: str, dataset: "Dataset") -> str:
+    """The decoder plugins' failures pydicom lists, those quoted in Python's or Pillow's words in a user's
+    (:data:`PLUGIN_FAILURES_WORDED`, :data:`PILLOW_BOMB`: the size the frame states, the limit and the header's
+    size)."""
+    for said, meant in PLUGIN_FAILURES_WORDED.items():
+        failures = failures.replace(said, meant)
+    rows, columns = dataset.get("Rows"), dataset.get("Columns")
+    header = f", where the DICOM header states {columns} × {rows} pixels" if rows and columns else ""
+    return PILLOW_BOMB.sub(lambda stated: f"the frame's compressed data states an image of "
+                                          f"{megapixels(int(stated[1]))}, over Pillow's limit of "
+                                          f"{megapixels(int(stated[2]))}{header}, so Pillow did not decode it",
+                           failures)
+
+
 def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     """A full sentence: the pixel data of ``dataset`` could not be decoded, its transfer syntax, what might.
 
@@ -572,9 +594,8 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
         return (f"The {kind}pixel data cannot be decoded: no decoder for its transfer syntax, {syntax}, is installed; "
                 f"{_install_advice(decoder)}.")
     if decoder is not None and _decoders_failed(error):
-        failures = _error_text(error).removeprefix(DECODERS_FAILED).lstrip(": ").rstrip(".")
-        for said, meant in PLUGIN_FAILURES_WORDED.items():
-            failures = failures.replace(said, meant)
+        failures = _worded_failures(_error_text(error).removeprefix(DECODERS_FAILED).lstrip(": ").rstrip("."),
+                                    dataset)
         if not any(_missing_plugins(decoder)):
             return (f"The {kind}pixel data cannot be decoded: every pydicom decoder for its transfer syntax, {syntax}, "
                     f"is installed and each failed ({failures}), so the pixel data itself is damaged or unusual; "
@@ -686,12 +707,7 @@ def _file_system_errors_worded(path: "str | os.PathLike[str]") -> Iterator[None]
     except OSError as error:
         if not _file_system_error(error, path):
             raise
-        raise ImageReadError(path, _cannot_open(error)) from None
-
-
-def _cannot_open(error: OSError) -> str:
-    """Why a file cannot be read, in the file system's words (``Permission denied``), the file itself not quoted."""
-    return f"This file cannot be opened ({error.strerror or type(error).__name__})."
+        raise ImageReadError(path, cannot_open(error)) from None
 
 
 def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: Optional[int],
@@ -707,7 +723,7 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except ImageReadError:
         raise
     except OSError as error:
-        raise ImageReadError(path, _cannot_open(error)) from None
+        raise ImageReadError(path, cannot_open(error)) from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
     pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
