@@ -54,6 +54,15 @@ MISTAKES = [
     pytest.param("overlay {img} --input-size 0 64", 2, "argument --input-size: must be an integer ≥ 1; got 0",
                  id="input-size-0"),
     pytest.param("overlay {img} --img-size 32", 2, "--img-size does not apply to vitroll-shapes", id="img-size-testbed"),
+    # --trust-checkpoint trusts the --checkpoint file alone: without one it was accepted without a word
+    pytest.param("overlay {img} --trust-checkpoint", 2, "error: --trust-checkpoint unpickles the file a --checkpoint "
+                 "names, and no --checkpoint is given: it would trust nothing; give the checkpoint, or leave "
+                 "--trust-checkpoint out", id="trust-without-checkpoint"),
+    pytest.param("compare {img} --model vitroll-shapes --model vitroll-shapes --checkpoint none --checkpoint none "
+                 "--trust-checkpoint", 2, "no --checkpoint is given: it would trust nothing",
+                 id="compare-trust-without-checkpoint"),
+    pytest.param("evaluate --testbed-kind pairs --trust-checkpoint --out {out}", 2,
+                 "no --checkpoint is given: it would trust nothing", id="evaluate-trust-without-checkpoint"),
     # the method's options
     pytest.param("overlay {img} --start-layer 99", 2,
                  "error: --start-layer 99 is out of range for a model with 4 layers (0…3)", id="start-layer-rollout"),
