@@ -196,9 +196,9 @@ def test_bad_controls_and_images_are_refused_with_their_reason(model, image):
         explore(model, image, ExplorerControls(method="attention", head=4))
     with pytest.raises(ValueError, match=r"^layer 4 is out of range for a model with 4 layers \(-4…3\)$"):
         explore(model, image, ExplorerControls(layer=4))
-    with pytest.raises(ValueError, match=r"^start_layer 4 is out of range for a model with 4 layers \(0…3\)$"):
+    with pytest.raises(ValueError, match=r"^start layer 4 is out of range for a model with 4 layers \(0…3\)$"):
         explore(model, image, ExplorerControls(start_layer=4))
-    with pytest.raises(ValueError, match=r"^target_class 7 is out of range for a model with 4 classes \(0…3\)$"):
+    with pytest.raises(ValueError, match=r"^target class 7 is out of range for a model with 4 classes \(0…3\)$"):
         explore(model, image, ExplorerControls(method="chefer", target_class=7))
     with pytest.raises(ValueError,
                        match=r"^image must be RGB uint8 of shape \(H, W, 3\), H and W ≥ 1; got float64 \(4, 4\)$"):
@@ -291,7 +291,7 @@ def test_prompts_that_do_not_fit_the_model_are_refused_with_their_reason(clip, p
         explore(model, image, ExplorerControls(prompts=("a cross",)))
     with pytest.raises(ValueError, match="is blank: a blank text has nothing to explain"):
         scored_model(clip[0], ("a dog", " "))
-    with pytest.raises(ValueError, match=r"^target_class 2 is out of range for a model with 2 classes \(0…1\)$"):
+    with pytest.raises(ValueError, match=r"^target class 2 is out of range for a model with 2 classes \(0…1\)$"):
         explore(clip[0], photo, ExplorerControls(method="chefer", prompts=PROMPTS, target_class=2))
     without_tokenizer = hf_model("clip")
     with pytest.raises(ValueError, match="CLIPModel reads strings through its tokenizer"):

@@ -166,11 +166,11 @@ def test_every_method_explains_images_that_require_grad_silently_and_leaves_thei
 
 
 @pytest.mark.parametrize("target, message", [
-    (7, "target_class 7 is out of range for a model with 5 classes (0…4)"),
-    ([4, 9, 0], "target_class 9 of input 1 is out of range for a model with 5 classes (0…4)"),
-    ([-1, 9, 5], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
+    (7, "target_class=7 is out of range for a model with 5 classes (0…4)"),
+    ([4, 9, 0], "target_class=9 of input 1 is out of range for a model with 5 classes (0…4)"),
+    ([-1, 9, 5], "target_class=-1 of input 0 is out of range for a model with 5 classes (0…4); so are those of 2 "
                  "other inputs"),
-    ([-1, 9, 0], "target_class -1 of input 0 is out of range for a model with 5 classes (0…4); so is that of 1 "
+    ([-1, 9, 0], "target_class=-1 of input 0 is out of range for a model with 5 classes (0…4); so is that of 1 "
                  "other input"),
     ([0, 1], "target_class has 2 entries for a batch of 3: give one class for all, or one per input"),
     (torch.tensor([0.0, 1.5, 2.0]), "target_class holds 1.5, which is no class index"),
@@ -347,8 +347,8 @@ def test_a_batch_split_for_memory_splits_its_classes_with_it(tiny, targets, caps
 
 
 @pytest.mark.parametrize("targets, message", [
-    ([4, 0, 9], "target_class 9 of input 2 is out of range for a model with 5 classes (0…4)"),
-    (np.array([9, 0, -1]), "target_class 9 of input 0 is out of range for a model with 5 classes (0…4); so is that "
+    ([4, 0, 9], "target_class=9 of input 2 is out of range for a model with 5 classes (0…4)"),
+    (np.array([9, 0, -1]), "target_class=9 of input 0 is out of range for a model with 5 classes (0…4); so is that "
                            "of 1 other input"),
 ], ids=["in-the-second-half", "in-both-halves"])
 def test_a_class_out_of_range_in_a_split_batch_is_named_by_its_input_in_the_whole_batch(tiny, targets, message):

@@ -119,7 +119,7 @@ def test_the_cli_refuses_a_bad_window_in_one_line(tmp_path, capsys):
     image = str(vitroll.__path__[0] + "/../sample_images/shapes_cross.png")
     assert main(["overlay", image, "--method", "occlusion", "--option", "window=20", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        "vitroll: error: window must be between 1 and 8 (the grid is 8 × 8); got 20\n")
+        "vitroll: error: --option window must be between 1 and 8 (the grid is 8 × 8); got 20\n")
 
 
 def test_occlusion_follows_the_prompt_on_the_two_shape_testbed():

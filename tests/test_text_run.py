@@ -151,9 +151,9 @@ def test_a_file_changed_inside_the_model_folder_is_other_settings(tmp_path, text
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--start-layer", "9"], "start_layer 9 is out of range for a model with 2 layers (0…1)"),
-    (["--method", "attention", "--option", "layer=7"], "layer 7 is out of range for a model with 2 layers (-2…1)"),
-    (["--method", "integrated_gradients", "--option", "steps=0"], "steps must be at least 1; got 0"),
+    (["--start-layer", "9"], "--start-layer 9 is out of range for a model with 2 layers (0…1)"),
+    (["--method", "attention", "--option", "layer=7"], "--option layer=7 is out of range for a model with 2 layers (-2…1)"),
+    (["--method", "integrated_gradients", "--option", "steps=0"], "--option steps must be at least 1; got 0"),
     (["--position", "9"], "--position 9 is outside every text: the longest has 6 tokens (0 the first, -1 the last)"),
     (["--readout", "token_mean", "--position", "1"],
      "position is for readout 'position'; readout 'token_mean' reads no position"),
@@ -194,7 +194,7 @@ def test_a_position_that_fits_some_texts_fails_only_the_others(tmp_path, texts_f
 def test_flow_refuses_only_the_texts_with_more_tokens_than_max_tokens(tmp_path, texts_file, capsys):
     assert run_text(tmp_path / "out", texts_file, "--method", "flow", "--option", "max_tokens=5") == 3
     refusal = "attention flow on 6 tokens is impractical (one max-flow per patch over 2·6² edges); use a smaller " \
-              "input or pass max_tokens=6 knowingly"
+              "input or pass --option max_tokens=6 knowingly"
     assert capsys.readouterr().err.splitlines() == [f"vitroll: failed: #{number}: cannot explain it: {refusal}"
                                                     for number in (1, 4)]
 

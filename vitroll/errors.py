@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from vitroll.wording import method_option
+
 EXIT_USER_ERROR = 2
 """Exit status of a run stopped by a user error."""
 
@@ -71,6 +73,27 @@ class OptionValueError(VitrollError, ValueError):
     """An option has a value outside what it accepts (a layer the model does not have, an unknown head fusion, a
     ratio out of range). The mistake is the same for every input, so a run over many texts or images stops at once
     with this one message instead of failing each input with it."""
+
+
+class OptionOutOfRange(OptionValueError):
+    """A method option's value beyond what the model has (a layer, a class). ``option`` (its keyword), ``value`` and
+    ``rest`` (`` is out of range for a model with 4 layers (0…3)``) let a caller word it with its own name for the
+    option, as the explorer does for its controls; the message names it as the user gives it
+    (:func:`~vitroll.wording.method_option`: ``--start-layer 99`` on the command line)."""
+
+    def __init__(self, option: str, value: object, rest: str) -> None:
+        super().__init__(f"{method_option(option, value)}{rest}")
+        self.option, self.value, self.rest = option, value, rest
+
+    def __reduce__(self) -> tuple:  # as a worker process sends it back: its words kept, not its __init__'s arguments
+        return _restored, (type(self), self.args, self.__dict__)
+
+
+def _restored(kind: type[BaseException], args: tuple, state: dict) -> BaseException:
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InputValueError(VitrollError, ValueError):

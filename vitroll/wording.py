@@ -36,6 +36,12 @@ FLAGS = {"img_size": "--img-size", "dynamic_img_size": "--dynamic-img-size", "nu
 """The arguments of models, their loading, preprocessing and methods, of image reading, of the pipelines and of the
 audit that have a flag of their own, by keyword; any other model argument is ``--model-arg NAME=VALUE``."""
 
+METHOD_FLAGS = {"head_fusion": "--head-fusion", "discard_ratio": "--discard-ratio",
+                "attention_weight": "--attention-weight", "start_layer": "--start-layer",
+                "target_class": "--target-class"}
+"""The method options that have a flag of their own, by keyword; any other is ``--option NAME=VALUE``
+(``max_attention_memory`` too: its flag takes MiB, the option bytes)."""
+
 OFF_SWITCHES = {"resume": "--overwrite"}
 """The arguments whose ``False`` is a switch of its own on the command line (``resume=False`` is ``--overwrite``)."""
 
@@ -95,6 +101,18 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     if flag is None:
         return f"--model-arg {name}={words}"
     return flag if value is True else f"{flag} {words}"
+
+
+def method_option(name: str, value: object = None) -> str:
+    """How the user sets option ``name`` of a method, to ``value`` (if not None), in the words of where they are:
+    ``start_layer=99`` from Python; on the command line the option's own flag (``--start-layer 99``,
+    :data:`METHOD_FLAGS`), else ``--option steps=0``."""
+    if not _on_the_command_line:
+        return name if value is None else f"{name}={value!r}"
+    flag = METHOD_FLAGS.get(name)
+    if flag is None:
+        return f"--option {name}" if value is None else f"--option {name}={value}"
+    return flag if value is None else f"{flag} {value}"
 
 
 def model_loading(name: str, *, checkpoint: str = "") -> str:

@@ -18,6 +18,7 @@ from vitroll.capture.fusion import check_head_fusion, fuse_heads
 from vitroll.capture.head_mean import head_mean_attention
 from vitroll.capture.readouts import AttentionReadout, AttentionSink, check_readout, readout_for
 from vitroll.errors import OptionValueError, RecorderUsageError, UnsupportedModelError
+from vitroll.wording import method_option
 
 _Record = TypeVar("_Record")
 
@@ -192,8 +193,8 @@ class AttentionRecorder:
             raise OptionValueError(f"dtype must be a torch dtype (torch.float32, torch.float16, torch.bfloat16, "
                                    f"torch.float64); got {dtype!r} ({type(dtype).__name__})")
         if not dtype.is_floating_point:  # an integer or bool record rounds every probability to 0 or 1
-            raise OptionValueError(f"dtype must be a floating-point type (float32, float16, bfloat16, float64); "
-                                   f"got {dtype}")
+            raise OptionValueError(f"{method_option('dtype')} must be a floating-point type (float32, float16, "
+                                   f"bfloat16, float64); got {dtype}")
         if factored and (keep_graph or head_fusion != "mean"):
             raise OptionValueError("factored recording keeps the head mean only: use head_fusion='mean' without "
                                    "keep_graph")

@@ -27,9 +27,13 @@ from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
 
 
-def warn_if_trusting(args: argparse.Namespace, checkpoints: list[str]) -> None:
-    """The stderr warning that ``--trust-checkpoint`` is about to unpickle ``checkpoints`` in full."""
-    if args.trust_checkpoint and checkpoints:
+def check_trusted_checkpoints(args: argparse.Namespace, checkpoints: list[str]) -> None:
+    """The stderr warning that ``--trust-checkpoint`` is about to unpickle ``checkpoints`` in full; without any
+    checkpoint it trusts nothing (no other weights are ever unpickled), which is refused (ValueError)."""
+    if args.trust_checkpoint and not checkpoints:
+        raise ValueError("--trust-checkpoint unpickles the file a --checkpoint names, and no --checkpoint is given: "
+                         "it would trust nothing; give the checkpoint, or leave --trust-checkpoint out")
+    if args.trust_checkpoint:
         print(f"vitroll: warning: --trust-checkpoint: {', '.join(checkpoints)} may be unpickled in full "
               "(weights_only=False); a malicious file can run arbitrary code", file=sys.stderr)
 
@@ -144,7 +148,7 @@ def model_from_args(args: argparse.Namespace) -> nn.Module:
     if args.dynamic_img_size:
         build["dynamic_img_size"] = True
     build.update(model_arguments(args.model_arg))
-    warn_if_trusting(args, [args.checkpoint] if args.checkpoint else [])
+    check_trusted_checkpoints(args, [args.checkpoint] if args.checkpoint else [])
     model = load_model_of_kind(args.model, IMAGE_KINDS, pretrained=args.pretrained,
                                checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                                num_classes=args.num_classes, device=resolve_device(args.device), **build)

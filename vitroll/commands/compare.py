@@ -102,7 +102,7 @@ def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[
 
 
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
-    from vitroll.commands.common import note_if_random, resolve_device, warn_if_trusting
+    from vitroll.commands.common import check_trusted_checkpoints, note_if_random, resolve_device
     from vitroll.models import class_names, load_model
     from vitroll.pipelines.compare import Explainer
     from vitroll.preprocess import Preprocessing
@@ -114,7 +114,7 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     sizes = _one_per_model(args.img_size, args.model, "--img-size", "for its default size")
     arguments = _one_per_model(args.model_arg, args.model, "--model-arg", "for none")
     builds = [_build_options(size, given) for size, given in zip(sizes, arguments)]
-    warn_if_trusting(args, [c for c in checkpoints if c is not None])
+    check_trusted_checkpoints(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
         model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint,

@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 def run_generated(args: argparse.Namespace) -> int:
     """``--testbed-kind pairs``, ``text`` or ``captions``: a generated testbed with its own metrics."""
     from vitroll.adapters.tokenizers import registered_tokenizer
-    from vitroll.commands.common import method_options_from_args, resolve_device
+    from vitroll.commands.common import check_trusted_checkpoints, method_options_from_args, resolve_device
     from vitroll.models import load_model
     from vitroll.pipelines.evaluate import INTERVAL, markdown_table, summarize
     from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
@@ -213,6 +213,7 @@ def run_generated(args: argparse.Namespace) -> int:
     model_name = default_model if args.model == TESTBED_NAME else args.model
     methods = method_list(default_methods) if args.methods == method_list(DEFAULT_METHODS) else args.methods
     method_options = method_options_from_args(args, methods)
+    check_trusted_checkpoints(args, [args.checkpoint] if args.checkpoint else [])
     args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))

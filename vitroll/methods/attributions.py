@@ -27,6 +27,7 @@ from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.gradients import TargetClass, refuse_inference_mode, resolve_targets
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.registry import register_method
+from vitroll.wording import method_option
 
 Sign = Literal["absolute", "positive", "signed"]
 
@@ -45,12 +46,12 @@ def _captum_attr():
 def _check_at_least_one(**counts: int) -> None:
     for name, count in counts.items():
         if count < 1:
-            raise OptionValueError(f"{name} must be at least 1; got {count}")
+            raise OptionValueError(f"{method_option(name)} must be at least 1; got {count}")
 
 
 def _signed(attributions: torch.Tensor, sign: Sign) -> torch.Tensor:
     if sign not in _SIGNS:
-        raise OptionValueError(f"sign must be one of {', '.join(_SIGNS)}; got {sign!r}")
+        raise OptionValueError(f"{method_option('sign')} must be one of {', '.join(_SIGNS)}; got {sign!r}")
     return _SIGNS[sign](attributions)
 
 
@@ -239,9 +240,9 @@ def gradient_shap(
     """
     _check_at_least_one(samples=samples)
     if not noise >= 0:
-        raise OptionValueError(f"noise must be ≥ 0 (a standard deviation); got {noise}")
+        raise OptionValueError(f"{method_option('noise')} must be ≥ 0 (a standard deviation); got {noise}")
     if not 0 <= seed < 2**32:  # NumPy's seeds, which captum draws the baselines from
-        raise OptionValueError(f"seed must be in 0…2³²−1 for gradient_shap; got {seed}")
+        raise OptionValueError(f"{method_option('seed')} must be in 0…2³²−1 for gradient_shap; got {seed}")
     attr = _captum_attr()
 
     def explain(space: AttributionSpace, targets: torch.Tensor) -> torch.Tensor:
@@ -354,7 +355,7 @@ def occlusion(
     if len(space.cells) == 1 and window > space.cells[0]:  # texts all shorter than the window: theirs, not the option's
         every_window = torch.zeros(0, *space.cells, dtype=torch.bool, device=space.inputs.device)
     else:
-        every_window = sliding_windows(space.cells, window).to(space.inputs.device)
+        every_window = sliding_windows(space.cells, window, method_option("window")).to(space.inputs.device)
     scores = []
     with eval_mode(model), torch.no_grad():
         for row, target in enumerate(targets.tolist()):

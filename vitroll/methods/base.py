@@ -19,10 +19,11 @@ from torch import nn
 from vitroll.capture import AttentionRecorder, TokenLayout, family_of
 from vitroll.capture.families import call_model, check_module, registered_family
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import InputValueError, OptionValueError, UnsupportedModelError
+from vitroll.errors import InputValueError, OptionOutOfRange, OptionValueError, UnsupportedModelError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.preprocess import Preprocessing, input_channels
+from vitroll.wording import method_option
 
 
 class Saliency(NamedTuple):
@@ -226,7 +227,7 @@ def record_attention(
         None for a backbone without a classification head.
     """
     if max_attention_memory is not None and max_attention_memory < 1:  # 0 read as the default, < 0 as 1-row blocks
-        raise OptionValueError(f"max_attention_memory must be ≥ 1 byte, or None for the default; "
+        raise OptionValueError(f"{method_option('max_attention_memory')} must be ≥ 1 byte, or None for the default; "
                                f"got {max_attention_memory}")
     images = prepare_inputs(model, images)
     recorder = AttentionRecorder(model, head_fusion=head_fusion, dtype=dtype, factored=factored,
@@ -244,10 +245,10 @@ def layers_from(layers: Sequence[Layer], start_layer: int) -> list[Layer]:
 
     Raises
     ------
-    OptionValueError
+    OptionOutOfRange
         When ``start_layer`` is not in ``0 … len(layers) − 1``.
     """
     if not 0 <= start_layer < len(layers):
-        raise OptionValueError(f"start_layer {start_layer} is out of range for a model with {len(layers)} layers "
-                               f"(0…{len(layers) - 1})")
+        raise OptionOutOfRange("start_layer", start_layer,
+                               f" is out of range for a model with {len(layers)} layers (0…{len(layers) - 1})")
     return list(layers[start_layer:])

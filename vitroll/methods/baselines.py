@@ -16,6 +16,7 @@ from vitroll.io.text import TokenBatch
 from vitroll.methods.inputs import Inputs, model_batch
 from vitroll.methods.base import Saliency, model_device, predict
 from vitroll.methods.registry import register_method
+from vitroll.wording import method_option
 
 
 def input_stream(seed: int, content: torch.Tensor) -> int:
@@ -71,7 +72,7 @@ def center(model: nn.Module, inputs: Inputs, *, sigma: float = 0.25) -> Saliency
     Tensor, shape (B, h, w), float32, on the model's device
     """
     if not sigma > 0:
-        raise OptionValueError(f"sigma must be > 0 (a fraction of the grid's side); got {sigma}")
+        raise OptionValueError(f"{method_option('sigma')} must be > 0 (a fraction of the grid's side); got {sigma}")
     batch, logits, layout = predict(model, inputs)
     if layout.grid is None:
         raise UnsupportedModelError(f"{type(model).__name__} takes tokens, not images: the center baseline has no "

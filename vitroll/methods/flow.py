@@ -29,6 +29,7 @@ from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, record_attention
 from vitroll.methods.registry import register_method
 from vitroll.methods.rollout import check_attention_weight
+from vitroll.wording import method_option
 
 Solver = Literal["scipy", "networkx"]
 
@@ -146,7 +147,7 @@ def flow(
         raise refusal(
             f"attention flow on {layout.num_tokens} tokens is impractical (one max-flow per patch over "
             f"{len(attentions)}·{layout.num_tokens}² edges); use a smaller input or pass "
-            f"max_tokens={layout.num_tokens} knowingly"
+            f"{method_option('max_tokens', layout.num_tokens)} knowingly"
         )
     values = flow_values([a.cpu() for a in attentions], layout, attention_weight=attention_weight, solver=solver)
     return Saliency(layout.patch_values(values).to(attentions[0].device), logits)

@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from vitroll.capture import AttentionRecorder, TokenLayout
-from vitroll.errors import GradientContextError, OptionValueError
+from vitroll.errors import GradientContextError, OptionOutOfRange, OptionValueError
 from vitroll.io.text import TokenBatch
 from vitroll.methods.base import class_logits, eval_mode, layout_input, prepare_inputs
 from vitroll.methods.inputs import Batch, Inputs
+from vitroll.wording import method_option
 
 TargetClass = Union[None, int, Sequence[int], np.ndarray, torch.Tensor]
 """``None`` (each image's predicted class), one class for the whole batch, or one per image (B,) (a list, a NumPy
@@ -32,7 +33,7 @@ class AttentionGradients(NamedTuple):
     """(B,) the class each image was explained for."""
 
 
-class TargetOutOfRange(OptionValueError):
+class TargetOutOfRange(OptionOutOfRange):
     """``target_class`` (one class for a batch of ``batch``, or one per input) names a class a model of
     ``num_classes`` does not have; the message names it once, with the first input it was given for."""
 
@@ -45,8 +46,8 @@ class TargetOutOfRange(OptionValueError):
         more = len(outside) - 1
         others = ("" if not where or not more else "; so is that of 1 other input" if more == 1
                   else f"; so are those of {more} other inputs")
-        super().__init__(f"target_class {targets[first].item()}{where} is out of range for a model with "
-                         f"{num_classes} classes (0…{num_classes - 1}){others}")
+        super().__init__("target_class", targets[first].item(), f"{where} is out of range for a model with "
+                                                                f"{num_classes} classes (0…{num_classes - 1}){others}")
         self.num_classes = num_classes
 
 
@@ -65,15 +66,15 @@ def resolve_targets(logits: torch.Tensor, target_class: TargetClass) -> torch.Te
     dtype = getattr(target_class, "dtype", None)
     if (isinstance(target_class, np.ndarray) and dtype.kind not in "iuf"
             or isinstance(target_class, torch.Tensor) and (dtype == torch.bool or dtype.is_complex)):
-        raise OptionValueError(f"target_class must hold class indices (integers); got {type(target_class).__name__} "
-                               f"of dtype {dtype}")
+        raise OptionValueError(f"{method_option('target_class')} must hold class indices (integers); got "
+                               f"{type(target_class).__name__} of dtype {dtype}")
     given = torch.as_tensor(target_class, device=logits.device).reshape(-1)
     if given.is_floating_point() and not (given == given.round()).all():
         fraction = given[given != given.round()][0].item()
-        raise OptionValueError(f"target_class holds {fraction:g}, which is no class index")
+        raise OptionValueError(f"{method_option('target_class')} holds {fraction:g}, which is no class index")
     if given.numel() not in (1, batch):
-        raise OptionValueError(f"target_class has {given.numel()} entries for a batch of {batch}: give one class for "
-                               "all, or one per input")
+        raise OptionValueError(f"{method_option('target_class')} has {given.numel()} entries for a batch of {batch}: "
+                               "give one class for all, or one per input")
     targets = given.long().expand(batch)
     if bool(((targets < 0) | (targets >= num_classes)).any()):
         raise TargetOutOfRange(given.cpu(), batch, num_classes)

@@ -35,12 +35,12 @@ from torch import nn
 
 from vitroll.capture import FactoredAttention, TokenLayout, without_autocast
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import InputTypeError, InputValueError, OptionValueError
+from vitroll.errors import InputTypeError, InputValueError, OptionOutOfRange, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.map_checks import near_constant, warn_constant_maps
 from vitroll.methods.registry import register_method
-from vitroll.wording import argument, with_article
+from vitroll.wording import argument, method_option, with_article
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int],
@@ -65,7 +65,7 @@ def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_colu
     Tensor, shape (B, N, N) — a new tensor; rows no longer sum to 1.
     """
     if not 0.0 <= discard_ratio < 1.0:
-        raise OptionValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
+        raise OptionValueError(f"{method_option('discard_ratio')} must be in [0, 1); got {discard_ratio}")
     batch, num_tokens = attention.shape[0], attention.shape[-1]
     counts = (torch.full((batch,), num_tokens, device=attention.device) if token_mask is None
               else token_mask.sum(dim=-1).to(attention.device))
@@ -102,7 +102,7 @@ def discarded_count(num_tokens: int, discard_ratio: float) -> int:
 
 def check_attention_weight(attention_weight: float) -> None:
     if not 0.0 < attention_weight <= 1.0:
-        raise OptionValueError(f"attention_weight must be in (0, 1]; got {attention_weight}")
+        raise OptionValueError(f"{method_option('attention_weight')} must be in (0, 1]; got {attention_weight}")
 
 
 def _check_recorded(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> None:
@@ -129,7 +129,8 @@ def _prepared_layers(
 ) -> list[torch.Tensor]:
     _check_recorded(attentions, layout)
     if discard_ratio and any(isinstance(a, FactoredAttention) for a in attentions):
-        raise OptionValueError("discard_ratio needs the attention maps themselves; record them without factored=True")
+        raise OptionValueError(f"{method_option('discard_ratio')} needs the attention maps themselves; record them "
+                               "without factored=True")
     protected = 0 if layout.readout == "class_token" else None
     return [a if isinstance(a, FactoredAttention) else discard_lowest(a.float(), discard_ratio, protected,
                                                                      layout.token_mask)
@@ -336,8 +337,8 @@ def attention(
     attentions, layout, logits = record_attention(model, inputs, head_fusion=head_fusion,
                                                   max_attention_memory=max_attention_memory)
     if not -len(attentions) <= layer < len(attentions):
-        raise OptionValueError(f"layer {layer} is out of range for a model with {len(attentions)} layers "
-                               f"({-len(attentions)}…{len(attentions) - 1})")
+        raise OptionOutOfRange("layer", layer, f" is out of range for a model with {len(attentions)} layers "
+                                               f"({-len(attentions)}…{len(attentions) - 1})")
     with without_autocast(attentions[layer].device):
         row = layout.readout_row(attentions[layer].float())
     return Saliency(layout.patch_values(row), logits)

@@ -27,7 +27,7 @@ from torch import nn
 from vitroll.adapters.image_text import PromptedModel, text_inputs
 from vitroll.capture import family_of
 from vitroll.capture.fusion import HeadFusion
-from vitroll.errors import InputValueError, OptionValueError
+from vitroll.errors import InputValueError, OptionOutOfRange, OptionValueError
 from vitroll.methods import METHODS, Method, method_named, record_attention
 from vitroll.methods.registry import check_value
 from vitroll.overlay import rgb_uint8
@@ -220,8 +220,8 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
     Raises
     ------
     ValueError
-        For a ``head`` or ``layer`` out of range, a ``start_layer`` or ``target_class`` out of range (from the
-        method), an image or ``display`` that is not RGB uint8, a ``display`` of
+        For a ``head``, ``layer``, ``start_layer`` or ``target_class`` out of range (named as the page's controls
+        are: ``start layer 4 is out of range …``), an image or ``display`` that is not RGB uint8, a ``display`` of
         another shape than ``image``, or prompts that do not fit the model (:func:`scored_model`).
     MethodOptionError
         For a control value of the wrong type.
@@ -230,13 +230,15 @@ def explore(model: nn.Module, image: np.ndarray, controls: ExplorerControls, *,
     scored = scored_model(model, controls.prompts)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     tensor, (geometry,) = preprocessing.batch([Image.fromarray(image)])
-    per_head = explain_classes(model, tensor, ExplainSettings(method="attention", method_options=dict(
-        head_fusion=None, layer=-1 if controls.layer is None else controls.layer)))
-    heads = per_head.grid_maps[0]
-    _check_head(controls.head, len(heads))
-
-    settings = replace(settings, method=controls.method, method_options=method_options(controls))
-    result = explain_classes(scored, tensor, settings)
+    try:
+        per_head = explain_classes(model, tensor, ExplainSettings(method="attention", method_options=dict(
+            head_fusion=None, layer=-1 if controls.layer is None else controls.layer)))
+        heads = per_head.grid_maps[0]
+        _check_head(controls.head, len(heads))
+        settings = replace(settings, method=controls.method, method_options=method_options(controls))
+        result = explain_classes(scored, tensor, settings)
+    except OptionOutOfRange as error:  # named as the page names its control (start layer 4), as head is
+        raise OptionValueError(f"{_LABELS.get(error.option, error.option)} {error.value}{error.rest}") from None
     grid_map = result.grid_maps[0]
     if grid_map.ndim == 3:  # one map per head: the chosen one
         grid_map = grid_map[controls.head]
