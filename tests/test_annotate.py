@@ -21,7 +21,7 @@ from PIL import Image
 from vitroll.cli import main
 from vitroll.errors import ImageReadError, OptionValueError, VitrollError
 from vitroll.io.names import error_line
-from vitroll.pipelines import folder, ranks, stream
+from vitroll.pipelines import folder, manifest, ranks, stream
 from vitroll.pipelines.inputs import discover
 from claimed_size import png_claiming_size
 from interrupts import pressing_ctrl_c
@@ -399,6 +399,32 @@ def test_the_order_or_repetition_of_save_kinds_is_no_other_setting(messy, tmp_pa
     assert folder.AnnotateOptions(save=("figure", "overlay", "figure")).save == ("overlay", "figure")
     assert [sorted(kind for kind in ("overlay", "heatmap", "figure") if kind in row) for row in rows(out)] == [
         ["heatmap", "overlay"]] * 2
+
+
+def test_a_folder_that_kept_save_kinds_as_typed_resumes_with_the_same_command(messy, tmp_path, capsys):
+    """A folder made with ``--save heatmap,overlay`` before the kinds were kept in one order recorded ``save`` as
+    typed, under a settings hash of its own; the same command was then refused as a resume with other settings
+    (``save: ["heatmap", "overlay"] → ["overlay", "heatmap"]``)."""
+    out = tmp_path / "out"
+    assert annotate(str(messy), "--out", str(out), "--save", "heatmap,overlay", "--limit", "1") == 0
+    capsys.readouterr()
+    # what such a run left: settings.json and the rows under the hash of save in the order typed
+    (new_hash, recorded), = json.loads((out / "settings.json").read_text()).items()
+    recorded["save"] = ["heatmap", "overlay"]
+    old_hash = manifest.settings_hash(recorded)
+    assert old_hash != new_hash
+    (out / "settings.json").write_text(json.dumps({old_hash: recorded}))
+    (out / "manifest.jsonl").write_text("".join(json.dumps({**row, "settings_hash": old_hash}) + "\n"
+                                                for row in rows(out)))
+    assert annotate(str(messy), "--out", str(out), "--save", "heatmap,overlay", "--limit", "2") == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.startswith("1 ok, 0 failed, 1 skipped (done before)")
+    assert [row["settings_hash"] for row in rows(out)] == [old_hash, new_hash]
+    assert list(json.loads((out / "settings.json").read_text())) == [old_hash, new_hash]
+    # another setting is still told
+    assert annotate(str(messy), "--out", str(out), "--save", "overlay", "--limit", "2") == 2
+    assert 'save: ["overlay", "heatmap"] → ["overlay"]' in capsys.readouterr().err
 
 
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:

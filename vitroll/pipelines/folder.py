@@ -271,9 +271,9 @@ def annotate(
             if options.resume:
                 mf.check_resumable(out_dir, [previous[item.key] for item in items if item.key in previous], identity)
             latest = previous if options.resume else {}
+            same_settings = mf.same_settings_hashes(out_dir, identity)
             todo = [item for item in mine
-                    if not mf.is_done(latest.get(item.key), annotator.common["settings_hash"], item.size,
-                                      item.mtime_ns, out_dir)]
+                    if not mf.is_done(latest.get(item.key), same_settings, item.size, item.mtime_ns, out_dir)]
             _refuse_dicom(todo)
             if rank == 0:
                 mf.record_settings(out_dir, identity)

@@ -18,7 +18,7 @@ import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator, Optional
+from typing import AbstractSet, Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
 from vitroll.io.names import READABLE
@@ -71,6 +71,28 @@ def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]
 
 
+UNORDERED_SETTINGS = ("save",)
+"""Settings that are a set kept as a list: ``save`` is now kept in one order, but earlier runs kept it as typed, so a
+folder made with ``--save heatmap,overlay`` recorded another settings hash for the same outputs."""
+
+
+def _unordered(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as read back from JSON, each of :data:`UNORDERED_SETTINGS` as its sorted distinct values."""
+    comparable = _comparable(settings)
+    for name in UNORDERED_SETTINGS:
+        if isinstance(comparable.get(name), list):
+            comparable[name] = sorted(set(comparable[name]))
+    return comparable
+
+
+def same_settings_hashes(out_dir: Path, settings: dict[str, Any]) -> set[str]:
+    """``settings``' hash and that of every entry of ``OUT/settings.json`` with the same outputs: equal to
+    ``settings`` but for the order and repeats of :data:`UNORDERED_SETTINGS`."""
+    wanted = _unordered(settings)
+    return {settings_hash(settings)} | {recorded_hash for recorded_hash, recorded in read_settings(out_dir).items()
+                                        if _unordered(recorded) == wanted}
+
+
 def read_settings(out_dir: Path) -> dict[str, Any]:
     """``OUT/settings.json``: the settings of each settings hash run into the folder, the newest last (empty when
     absent)."""
@@ -107,9 +129,10 @@ def check_resumable(out_dir: Path, rows: Iterable[dict[str, Any]], settings: dic
     current = settings_hash(settings)
     recorded = read_settings(out_dir)
     newest = next(reversed(recorded), None)
-    if newest == current:
+    same = same_settings_hashes(out_dir, settings)
+    if newest in same:
         return
-    conflicting = {row.get("settings_hash") for row in rows if row.get("status") == "ok"} - {current}
+    conflicting = {row.get("settings_hash") for row in rows if row.get("status") == "ok"} - same
     if newest is not None:
         conflicting &= {newest}
     if not conflicting:
@@ -161,11 +184,12 @@ def outputs_of(row: dict[str, Any]) -> list[str]:
     return [name for name in names if not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts]
 
 
-def is_done(row: Optional[dict[str, Any]], settings_hash: str, size: Optional[int], mtime_ns: Optional[int],
-            out_dir: Path) -> bool:
-    """Whether ``row`` (an input's latest) is a success with these settings, made from content of this size and
-    modification time (``None``: the input cannot be read now), whose outputs are all still in ``out_dir``."""
-    return (row is not None and row["status"] == "ok" and row["settings_hash"] == settings_hash
+def is_done(row: Optional[dict[str, Any]], settings_hashes: AbstractSet[str], size: Optional[int],
+            mtime_ns: Optional[int], out_dir: Path) -> bool:
+    """Whether ``row`` (an input's latest) is a success with these settings (one of ``settings_hashes``, from
+    :func:`same_settings_hashes`), made from content of this size and modification time (``None``: the input cannot
+    be read now), whose outputs are all still in ``out_dir``."""
+    return (row is not None and row["status"] == "ok" and row["settings_hash"] in settings_hashes
             and size is not None and row.get("size") == size and row.get("mtime_ns") == mtime_ns
             and all((out_dir / name).is_file() for name in outputs_of(row)))
 
