@@ -194,9 +194,15 @@ def refuse_other_kinds(name: str, model: nn.Module, kinds: Sequence[str]) -> Non
 
 
 def _refuse_kind(name: str, kind_and_command: tuple[str, str], class_name: str, kinds: Sequence[str]) -> None:
+    if (mistake := _other_kind(name, kind_and_command, class_name, kinds)) is not None:
+        raise VitrollError(mistake)
+
+
+def _other_kind(name: str, kind_and_command: tuple[str, str], class_name: str, kinds: Sequence[str]) -> Optional[str]:
+    """Why model ``name`` (``kind_and_command`` of :func:`model_kind`, its class ``class_name``) is not for a command
+    that explains ``kinds``, naming the command that explains it; None when it is one of them."""
     kind, command = kind_and_command
-    if kind not in kinds:
-        raise VitrollError(f"{name} is {kind} ({class_name}); explain it with {command}")
+    return None if kind in kinds else f"{name} is {kind} ({class_name}); explain it with {command}"
 
 
 def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelProvenance:
@@ -282,12 +288,9 @@ def none_can_be_read(images: Sequence[str], model: Optional[str] = None, kinds: 
     if not all(failures):
         return False
     saved = saved_kind(model) if model is not None else None
-    if saved is not None and SAVED_KINDS[saved[0]][0] not in kinds:
+    if saved is not None and (mistake := _other_kind(model, SAVED_KINDS[saved[0]], saved[1], kinds)) is not None:
         shown = "; ".join(map(str, failures[:3])) + (f"; … and {len(failures) - 3} more" if len(failures) > 3 else "")
-        try:
-            _refuse_kind(model, SAVED_KINDS[saved[0]], saved[1], kinds)
-        except VitrollError as error:
-            raise VitrollError(f"{error}; nor can any image given be read ({shown})") from None
+        raise VitrollError(f"{mistake}; nor can any image given be read ({shown})")
     for failure in failures:
         print_failed(failure)
     return True
