@@ -300,9 +300,10 @@ class OutputLock:
     def __exit__(self, *exc_info: object) -> None:
         self.path.unlink(missing_ok=True)
         for folder in self.made:
-            if any(folder.iterdir()):
+            try:
+                folder.rmdir()  # only while empty: a run that wrote anything keeps it, and the folders above
+            except OSError:
                 break
-            folder.rmdir()
 
     def _owner(self) -> "int | None":
         try:
