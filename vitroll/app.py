@@ -247,9 +247,9 @@ def ignored_note(method: str, ignored: Sequence[str], layer: int, *, target_menu
 def constant_map_note(grid_map: np.ndarray, method: str, discard_ratio: Optional[float]) -> str:
     """One Markdown line when ``grid_map`` (h, w) is constant (to the tolerance of
     :func:`~vitroll.methods.map_checks.warn_constant_maps`, whose line on the server's terminal names the slider too:
-    :data:`PAGE_CONTROLS`), naming the page's control that may be the cause: the discard ratio, when ``method`` used one above 0
-    (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform image is
-    constant too: no attention is to blame there.)"""
+    :data:`PAGE_CONTROLS`), naming the page's control that may be the cause: the discard ratio, when ``method`` used
+    one above 0 (``discard_ratio``; None when it ignores the slider); empty otherwise. (``occlusion`` of a uniform
+    image is constant too: no attention is to blame there.)"""
     values = grid_map[np.isfinite(grid_map)]
     if values.size < 2 or not np.isclose(values.max(), values.min(), rtol=1e-5, atol=0.0):
         return ""
