@@ -366,14 +366,18 @@ def test_an_empty_save_list_is_refused_and_none_asks_for_the_manifest_alone(empt
 
 
 def test_a_dicom_input_is_refused_before_anything_is_written(messy, tmp_path, capsys):
-    """The refusal left OUT made, with an empty manifest.jsonl and a manifest.csv of the header alone."""
+    """The refusal left OUT made, with an empty manifest.jsonl and a manifest.csv of the header alone; then OUT's
+    missing parent, made with it."""
     (messy / "scan.png").write_bytes(bytes(128) + b"DICM" + bytes(64))
     out = tmp_path / "new" / "out"
     assert annotate(str(messy), "--out", str(out)) == 2
     assert capsys.readouterr().err == (
         f"vitroll: error: {messy / 'scan.png'}: a DICOM file: this command reads images; `vitroll audit` explains "
         "DICOM and keeps patient data out of its outputs; leave it out of annotate's inputs\n")
-    assert not out.exists() and (tmp_path / "new").is_dir()  # only the folder the run made for OUT itself
+    assert list(tmp_path.iterdir()) == [messy]  # nor the parent made for OUT
+    (tmp_path / "new" / "kept").mkdir(parents=True)
+    assert annotate(str(messy), "--out", str(tmp_path / "new" / "a" / "b")) == 2
+    assert list((tmp_path / "new").iterdir()) == [tmp_path / "new" / "kept"]  # a folder that was there stays
 
 
 def test_none_among_save_kinds_is_refused_as_such(messy, tmp_path, capsys):

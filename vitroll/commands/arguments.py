@@ -301,8 +301,8 @@ class _Unset(str):
 
 
 class OnceAction(argparse._StoreAction):
-    """A flag given at most once: a second value is an error naming both and ``repeated``, the way on (argparse would
-    keep the last one without a word)."""
+    """A flag given at most once: a second value is an error naming both values and then ``repeated`` (what to do
+    instead), where argparse would keep the last one without a word."""
 
     def __init__(self, *args: object, repeated: str, default: Optional[str] = None, **kwargs: object) -> None:
         super().__init__(*args, default=None if default is None else _Unset(default), **kwargs)  # type: ignore[misc]

@@ -160,9 +160,8 @@ def load_model_of_kind(name: str, kinds: Sequence[str], **load_options: object) 
     """:func:`load_model`, refusing a model that is none of ``kinds`` (:func:`model_kind`'s words) before any input is
     read: a ``save_pretrained`` folder by its ``config.json`` before it is built (a text model saved without its
     tokenizer was refused for the tokenizer, not for being a text model), any other by the built model."""
-    saved = saved_kind(name)
-    if saved is not None:
-        _refuse_kind(name, SAVED_KINDS[saved[0]], saved[1], kinds)
+    if (mistake := _saved_of_other_kind(name, kinds)) is not None:
+        raise VitrollError(mistake)
     model = load_model(name, **load_options)
     refuse_other_kinds(name, model, kinds)
     return model
@@ -194,13 +193,22 @@ def refuse_other_kinds(name: str, model: nn.Module, kinds: Sequence[str]) -> Non
     VitrollError
         E.g. ``m/ is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption```.
     """
-    _refuse_kind(name, model_kind(model), type(model).__name__, kinds)
+    if (mistake := _other_kind(name, model_kind(model), type(model).__name__, kinds)) is not None:
+        raise VitrollError(mistake)
 
 
-def _refuse_kind(name: str, kind_and_command: tuple[str, str], class_name: str, kinds: Sequence[str]) -> None:
+def _saved_of_other_kind(name: str, kinds: Sequence[str]) -> Optional[str]:
+    """:func:`_other_kind` of a ``save_pretrained`` folder ``name`` by its ``config.json``, before it is built; None
+    also for a model whose kind its config does not tell (:func:`~vitroll.models.transformers.saved_kind`)."""
+    saved = saved_kind(name)
+    return None if saved is None else _other_kind(name, SAVED_KINDS[saved[0]], saved[1], kinds)
+
+
+def _other_kind(name: str, kind_and_command: tuple[str, str], class_name: str, kinds: Sequence[str]) -> Optional[str]:
+    """Why model ``name`` (``kind_and_command`` of :func:`model_kind`, its class ``class_name``) is not for a command
+    that explains ``kinds``, naming the command that explains it; None when it is one of them."""
     kind, command = kind_and_command
-    if kind not in kinds:
-        raise VitrollError(f"{name} is {kind} ({class_name}); explain it with {command}")
+    return None if kind in kinds else f"{name} is {kind} ({class_name}); explain it with {command}"
 
 
 def provenance_from_args(args: argparse.Namespace, model: nn.Module) -> ModelProvenance:
@@ -280,13 +288,9 @@ def none_can_be_read(images: Sequence[str], model: Optional[str] = None, kinds: 
     failures = [unopened_failure(Path(image)) for image in dict.fromkeys(images)]
     if not all(failures):
         return False
-    saved = saved_kind(model) if model is not None else None
-    if saved is not None and SAVED_KINDS[saved[0]][0] not in kinds:
+    if model is not None and (mistake := _saved_of_other_kind(model, kinds)) is not None:
         shown = "; ".join(map(str, failures[:3])) + (f"; … and {len(failures) - 3} more" if len(failures) > 3 else "")
-        try:
-            _refuse_kind(model, SAVED_KINDS[saved[0]], saved[1], kinds)
-        except VitrollError as error:
-            raise VitrollError(f"{error}; nor can any image given be read ({shown})") from None
+        raise VitrollError(f"{mistake}; nor can any image given be read ({shown})")
     for failure in failures:
         print_failed(failure)
     return True

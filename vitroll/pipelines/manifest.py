@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -284,19 +285,21 @@ def _csv_text(rows: list[dict[str, Any]]) -> str:
 
 class OutputLock:
     """``OUT/<name>``: created exclusively with this process's pid; a lock left by a dead process is taken over. ``OUT``
-    is made unless it is a folder already (the audit makes it before, to stop before its work with its own message)."""
+    (with its missing parents) is made unless it is a folder already, before any work, a refusal worded as one line;
+    the folders made here and left empty (a run refused before its work) are removed on exit."""
 
     def __init__(self, out_dir: Path, name: str = ".vitroll.lock") -> None:
         self.path = out_dir / name
-        self.made = False
-        """Whether ``OUT`` was made here: left empty (a run refused before its work), it is removed on exit."""
+        self.made: list[Path] = []
+        """The folders made here, ``OUT`` first, then each missing parent up the path."""
 
     def __enter__(self) -> "OutputLock":
         out_dir = self.path.parent
         try:
             if not out_dir.is_dir():
+                missing = [out_dir, *itertools.takewhile(lambda folder: not folder.exists(), out_dir.parents)]
                 out_dir.mkdir(parents=True, exist_ok=True)
-                self.made = True
+                self.made = missing
         except OSError as error:
             raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error
         for _ in range(2):
@@ -320,8 +323,11 @@ class OutputLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.path.unlink(missing_ok=True)
-        if self.made and not any(self.path.parent.iterdir()):
-            self.path.parent.rmdir()
+        for folder in self.made:
+            try:
+                folder.rmdir()  # only while empty: a run that wrote anything keeps it, and the folders above
+            except OSError:
+                break
 
     def _owner(self) -> "int | None":
         try:
