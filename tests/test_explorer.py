@@ -541,12 +541,12 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
 
     upload = tmp_path / "scan of a patient.png"
     upload.write_bytes(CROSS.read_bytes())
-    for case, (own_folder, stop, program) in enumerate(((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
-                                      (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
-                                      (tmp_path / "the user's gradio cache", signal.SIGINT,
-                                       ["-m", "vitroll", "app", "--port"]),
-                                      (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON]),
-                                      (None, signal.SIGINT, ["-c", "import gradio\n" + PAGE_FROM_PYTHON]))):
+    cases = ((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+             (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
+             (tmp_path / "the user's gradio cache", signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+             (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON]),
+             (None, signal.SIGINT, ["-c", "import gradio\n" + PAGE_FROM_PYTHON]))
+    for case, (own_folder, stop, program) in enumerate(cases):
         temporary = tmp_path / f"tmp for case {case}"
         temporary.mkdir()
         environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
@@ -571,6 +571,26 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
         assert server.returncode == 0 and "Traceback" not in errors, errors
         assert [path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor")] == []
         assert own_folder is None or [copy.name for copy in own_folder.rglob("scan of a patient*")]
+
+
+def test_gradio_modules_imported_before_a_page_name_its_private_folder_while_held_and_gradios_own_after(monkeypatch):
+    """Gradio's modules that read GRADIO_TEMP_DIR once, at import, kept /tmp/gradio when imported before the page
+    (a launch made /tmp/gradio/vibe_edit_history), or the folder of an earlier page, removed with it (and made again)."""
+    import gradio.route_utils
+    import gradio.routes
+
+    for name in vitroll.app.GRADIO_FOLDER_READERS:  # as they were, for the other tests' pages
+        if hasattr(sys.modules.get(name), "DEFAULT_TEMP_DIR"):
+            monkeypatch.setattr(sys.modules[name], "DEFAULT_TEMP_DIR", sys.modules[name].DEFAULT_TEMP_DIR)
+    monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
+    cache = vitroll.app.PrivateCache()
+    for _ in range(2):  # a second page after the first was closed
+        with cache as folder:
+            assert gradio.routes.DEFAULT_TEMP_DIR == gradio.route_utils.DEFAULT_TEMP_DIR == folder
+            assert Path(folder).is_dir()
+        assert gradio.routes.DEFAULT_TEMP_DIR == gradio.route_utils.DEFAULT_TEMP_DIR == str(
+            Path(tempfile.gettempdir()) / "gradio")
+        assert not Path(folder).exists()
 
 
 def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():
