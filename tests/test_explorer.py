@@ -575,7 +575,8 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
 
 def test_gradio_modules_imported_before_a_page_name_its_private_folder_while_held_and_gradios_own_after(monkeypatch):
     """Gradio's modules that read GRADIO_TEMP_DIR once, at import, kept /tmp/gradio when imported before the page
-    (a launch made /tmp/gradio/vibe_edit_history), or the folder of an earlier page, removed with it (and made again)."""
+    (a launch made /tmp/gradio/vibe_edit_history), or the folder of an earlier page, removed with it (and made
+    again)."""
     import gradio.route_utils
     import gradio.routes
 
@@ -1190,7 +1191,8 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
 def test_a_near_constant_map_is_said_so_on_the_page_as_on_the_terminal():
     """The page's note took a map for constant within 1e-5 of its values, the terminal's warning (map_checks) within
     1 % of its largest magnitude: chefer's map of an untrained model, within 0.1 %, was told of on the server's
-    terminal and not on the page; and a map within 1e-6, stretched over the whole colormap, was said to be one colour."""
+    terminal and not on the page; and a map within 1e-6, stretched over the whole colormap, was said to be one
+    colour."""
     from vitroll.app import constant_map_note
 
     grid_map = np.full((8, 8), 0.5)
