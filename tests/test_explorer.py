@@ -1312,4 +1312,5 @@ def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(se
     assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
         f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "
-        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (--crop-mode squash "
+        "--crop-pct 1: stretched)"]

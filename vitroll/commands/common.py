@@ -249,7 +249,7 @@ def print_if_little_seen(path: object, seen_share: Optional[float]) -> None:
     warning = None if seen_share is None else little_seen_warning(seen_share)
     if warning is not None:
         print(single_line(f"vitroll: warning: {path}: {warning}; {WHOLE_IMAGE_FLAGS} shows the model all of it, padded "
-                          "(squash: stretched)"), file=sys.stderr)
+                          "(--crop-mode squash --crop-pct 1: stretched)"), file=sys.stderr)
 
 
 def print_if_enlarged(path: object, pixels_per_patch: Optional[float]) -> None:
