@@ -1277,6 +1277,19 @@ def test_a_file_the_image_box_does_not_show_as_explained_gets_a_preview_of_the_d
         assert preview_reason(drawn) is None and preview_picture(drawn, max_pixels=None) is None, drawn
 
 
+def test_an_avif_which_browsers_draw_gets_no_preview_saying_they_cannot(tmp_path):
+    """Pillow reads AVIF, and every current browser draws it: its preview said 'AVIF: browsers cannot draw it'."""
+    from PIL import features
+
+    from vitroll.app import preview_picture, preview_reason
+
+    if not features.check("avif"):
+        pytest.skip("this Pillow has no AVIF codec")
+    Image.open(CROSS).convert("RGB").save(tmp_path / "scan.avif")
+    assert preview_reason(tmp_path / "scan.avif") is None
+    assert preview_picture(tmp_path / "scan.avif", max_pixels=None) is None
+
+
 def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):
     """The image box drew an uploaded TIFF as a broken picture: it is hidden, and the preview under it shows the
     decoded picture; the maps are the TIFF's own."""

@@ -294,7 +294,7 @@ def file_caption(image: Optional[dict[str, Any]]) -> str:
     return f'<p class="vitroll-file">file: <bdi>{html.escape(name, quote=False)}</bdi></p>'
 
 
-BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "ICO", "MPO"})
+BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "AVIF", "BMP", "ICO", "MPO"})
 """The image formats (Pillow's names; MPO: a phone's JPEG with a depth image) every current browser draws; the image
 box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) as a broken picture."""
 
