@@ -1205,7 +1205,8 @@ def test_a_run_tells_once_of_its_images_smaller_than_the_patch_grid_and_of_strip
         "the image is smaller than the model's patch grid: enlarged to fit, each patch covers 0.25 of its pixels a "
         "side, so its map and classes say next to nothing about it",
         "vitroll: warning: strip.png: the model saw only 5 % of the image (the middle of its long side) and its map "
-        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (--crop-mode squash "
+        "--crop-pct 1: stretched)"]
     # 8 × 8 patches of the testbed: a 2 × 2 image's patch covers 2/8 of a pixel a side, a 400 × 20 strip's 20/8
     assert {row["path"]: row["patch_pixels"] for row in rows(tmp_path / "out")} == {
         **{f"tiny{index}.png": 0.25 for index in range(5)}, "strip.png": 2.5, "square.png": 8.0}

@@ -420,7 +420,7 @@ def test_a_strip_the_model_saw_little_of_is_warned_about_with_the_options_that_s
     assert code == 0, err
     assert err.splitlines() == [f"vitroll: warning: {strip}: the model saw only 5 % of the image (the middle of its "
                                 "long side) and its map covers only that; --crop-mode border --crop-pct 1 shows the "
-                                "model all of it, padded (squash: stretched)"]
+                                "model all of it, padded (--crop-mode squash --crop-pct 1: stretched)"]
     assert out.count(" -> ") == 2
     code, _, err = run(capsys, "overlay", str(strip), "--out", str(tmp_path / "all"), "--crop-mode", "squash",
                        "--crop-pct", "1")

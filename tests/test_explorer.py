@@ -542,12 +542,12 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
 
     upload = tmp_path / "scan of a patient.png"
     upload.write_bytes(CROSS.read_bytes())
-    for case, (own_folder, stop, program) in enumerate(((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
-                                      (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
-                                      (tmp_path / "the user's gradio cache", signal.SIGINT,
-                                       ["-m", "vitroll", "app", "--port"]),
-                                      (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON]),
-                                      (None, signal.SIGINT, ["-c", "import gradio\n" + PAGE_FROM_PYTHON]))):
+    cases = ((None, signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+             (None, signal.SIGTERM, ["-m", "vitroll", "app", "--port"]),
+             (tmp_path / "the user's gradio cache", signal.SIGINT, ["-m", "vitroll", "app", "--port"]),
+             (None, signal.SIGINT, ["-c", PAGE_FROM_PYTHON]),
+             (None, signal.SIGINT, ["-c", "import gradio\n" + PAGE_FROM_PYTHON]))
+    for case, (own_folder, stop, program) in enumerate(cases):
         temporary = tmp_path / f"tmp for case {case}"
         temporary.mkdir()
         environment = {key: value for key, value in os.environ.items() if key != "GRADIO_TEMP_DIR"}
@@ -572,6 +572,27 @@ def test_the_command_removes_its_copies_when_ctrl_c_stops_it_and_uses_a_gradio_t
         assert server.returncode == 0 and "Traceback" not in errors, errors
         assert [path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor")] == []
         assert own_folder is None or [copy.name for copy in own_folder.rglob("scan of a patient*")]
+
+
+def test_gradio_modules_imported_before_a_page_name_its_private_folder_while_held_and_gradios_own_after(monkeypatch):
+    """Gradio's modules that read GRADIO_TEMP_DIR once, at import, kept /tmp/gradio when imported before the page
+    (a launch made /tmp/gradio/vibe_edit_history), or the folder of an earlier page, removed with it (and made
+    again)."""
+    import gradio.route_utils
+    import gradio.routes
+
+    for name in vitroll.app.GRADIO_FOLDER_READERS:  # as they were, for the other tests' pages
+        if hasattr(sys.modules.get(name), "DEFAULT_TEMP_DIR"):
+            monkeypatch.setattr(sys.modules[name], "DEFAULT_TEMP_DIR", sys.modules[name].DEFAULT_TEMP_DIR)
+    monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
+    cache = vitroll.app.PrivateCache()
+    for _ in range(2):  # a second page after the first was closed
+        with cache as folder:
+            assert gradio.routes.DEFAULT_TEMP_DIR == gradio.route_utils.DEFAULT_TEMP_DIR == folder
+            assert Path(folder).is_dir()
+        assert gradio.routes.DEFAULT_TEMP_DIR == gradio.route_utils.DEFAULT_TEMP_DIR == str(
+            Path(tempfile.gettempdir()) / "gradio")
+        assert not Path(folder).exists()
 
 
 def test_a_display_copy_keeps_the_aspect_and_a_picture_that_fits_is_itself():
@@ -1171,7 +1192,8 @@ def test_a_constant_map_is_said_so_on_the_page_naming_its_slider_not_a_flag(serv
 def test_a_near_constant_map_is_said_so_on_the_page_as_on_the_terminal():
     """The page's note took a map for constant within 1e-5 of its values, the terminal's warning (map_checks) within
     1 % of its largest magnitude: chefer's map of an untrained model, within 0.1 %, was told of on the server's
-    terminal and not on the page; and a map within 1e-6, stretched over the whole colormap, was said to be one colour."""
+    terminal and not on the page; and a map within 1e-6, stretched over the whole colormap, was said to be one
+    colour."""
     from vitroll.app import constant_map_note
 
     grid_map = np.full((8, 8), 0.5)
@@ -1288,6 +1310,19 @@ def test_a_palette_png_with_a_transparent_index_is_explained_on_white_from_the_f
     assert np.array_equal(np.asarray(Image.open(shown).convert("RGB")), expected.overlay)
 
 
+def test_an_avif_which_browsers_draw_gets_no_preview_saying_they_cannot(tmp_path):
+    """Pillow reads AVIF, and every current browser draws it: its preview said 'AVIF: browsers cannot draw it'."""
+    from PIL import features
+
+    from vitroll.app import preview_picture, preview_reason
+
+    if not features.check("avif"):
+        pytest.skip("this Pillow has no AVIF codec")
+    Image.open(CROSS).convert("RGB").save(tmp_path / "scan.avif")
+    assert preview_reason(tmp_path / "scan.avif") is None
+    assert preview_picture(tmp_path / "scan.avif", max_pixels=None) is None
+
+
 def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from_the_original(served, model, tmp_path):
     """The image box drew an uploaded TIFF as a broken picture: it is hidden, and the preview under it shows the
     decoded picture; the maps are the TIFF's own."""
@@ -1329,4 +1364,5 @@ def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(se
     assert main(["overlay", str(upload), "--out", str(tmp_path / "out")]) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
         f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "
-        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (squash: stretched)"]
+        "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (--crop-mode squash "
+        "--crop-pct 1: stretched)"]

@@ -156,6 +156,18 @@ def test_a_model_card_is_wrapped_to_its_width_with_its_words_items_and_tables_ke
     assert wrapped_card(wrapped, width=20) == wrapped
 
 
+def test_a_model_card_is_wrapped_so_that_no_line_starts_another_markdown_block():
+    """A break before ``-``, ``=`` or ``2.`` made the rest of a paragraph a list item, a heading's underline or a
+    numbered list: the card rendered otherwise than the one long line, and wrapping it again changed it."""
+    card = "- mean = std = 0.5 and 1 - 2 and step 2. of 3 # and > and | and + and * end\n"
+    for width in range(12, 40):
+        wrapped = wrapped_card(card, width=width)
+        continued = [line[2:] for line in wrapped.splitlines()[1:]]
+        assert all(line.startswith("  ") for line in wrapped.splitlines()[1:]), wrapped
+        assert not [line for line in continued if re.match(r"(?:[-+*>#|=]+|\d+[.)])(?: |$)", line)], wrapped
+        assert " ".join(wrapped.split()) == " ".join(card.split()) and wrapped_card(wrapped, width=width) == wrapped
+
+
 def _readme_commands() -> list[str]:
     """Every ``vitroll …`` command the README shows: in ```` ```bash ```` blocks (``&&`` chains and ``\\`` line
     continuations followed, comments dropped) and in inline code spans, but for bare verb names (``vitroll audit``)

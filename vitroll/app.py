@@ -294,7 +294,7 @@ def file_caption(image: Optional[dict[str, Any]]) -> str:
     return f'<p class="vitroll-file">file: <bdi>{html.escape(name, quote=False)}</bdi></p>'
 
 
-BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "ICO", "MPO"})
+BROWSER_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "AVIF", "BMP", "ICO", "MPO"})
 """The image formats (Pillow's names; MPO: a phone's JPEG with a depth image) every current browser draws; the image
 box shows the uploaded file itself, and showed a TIFF (JPEG 2000, PPM, TGA…) as a broken picture."""
 
@@ -444,7 +444,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             raise refusal(str(error)) from None
         top = {name: probability for _, name, probability in exploration.top}
         used_ratio = None if "discard ratio" in exploration.ignored else controls.discard_ratio
-        geometry = preprocessing.geometry(np.asarray(stored).shape[:2])
+        geometry = preprocessing.geometry((stored.height, stored.width))  # np.asarray would copy every pixel
         enlarged = enlarged_warning(geometry.pixels_per_patch(exploration.grid_map.shape))
         little_seen = little_seen_warning(geometry.seen_share())
         notes = [ignored_note(method, exploration.ignored, controls.layer, target_menu=outline.has_classes),

@@ -159,7 +159,8 @@ def sight_warnings(sights: Sequence[tuple[str, float, float]], whole_image: Opti
     model saw (:meth:`~vitroll.preprocess.CropGeometry.seen_share`)."""
     enlarged = [(name, warning) for name, pixels, _ in sights if (warning := enlarged_warning(pixels))]
     little_seen = [(name, warning) for name, _, share in sights if (warning := little_seen_warning(share))]
-    advice = "" if whole_image is None else f"; {whole_image} shows the model all of it, padded (squash: stretched)"
+    advice = "" if whole_image is None else (f"; {whole_image} shows the model all of it, padded "
+                                             "(--crop-mode squash --crop-pct 1: stretched)")
     lines = [images_warning(enlarged), None if not little_seen else f"{images_warning(little_seen)}{advice}"]
     return [line for line in lines if line is not None]
 

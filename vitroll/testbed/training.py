@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -68,6 +69,13 @@ CARD_WIDTH = 120
 271 characters."""
 
 
+BEFORE_A_MARKER = re.compile(r"(?<=\S) (?=(?:[-+*>#|=]+|\d+[.)])(?: |$))")
+"""The space before a word that, starting a line, would begin another Markdown block (a list item, a heading, a quote,
+a table row, a heading's underline): ``mean = std = 0.5``, ``1 - 2``. :func:`wrapped_card` breaks no line there."""
+KEPT_SPACE = "\0"
+"""A space :func:`wrapped_card` does not break at, while it wraps (``textwrap`` breaks at white space only)."""
+
+
 def wrapped_card(card: str, width: int = CARD_WIDTH) -> str:
     """A Markdown model card with its paragraphs and list items wrapped to ``width`` columns (a list item's
     continuation lines indented two spaces), its headings, table rows and blank lines as they are.
@@ -77,7 +85,8 @@ def wrapped_card(card: str, width: int = CARD_WIDTH) -> str:
     card : str
         The card, its paragraphs and list items broken anywhere (Markdown joins a paragraph's lines).
     width : int
-        The most characters a wrapped line has; a word longer than that (a long code span) stays whole.
+        The most characters a wrapped line has; a word longer than that (a long code span) stays whole, and so does
+        a word with one that would start a Markdown block after it (:data:`BEFORE_A_MARKER`).
 
     Returns
     -------
@@ -91,9 +100,10 @@ def wrapped_card(card: str, width: int = CARD_WIDTH) -> str:
         if block:
             text = " ".join(line.strip() for line in block)
             item = text.startswith("- ")  # the marker stays with the item's first word
-            lines.extend(textwrap.wrap(text[2:] if item else text, width, initial_indent="- " if item else "",
-                                       subsequent_indent="  " if item else "", break_long_words=False,
-                                       break_on_hyphens=False))
+            text = BEFORE_A_MARKER.sub(KEPT_SPACE, text[2:] if item else text)
+            lines.extend(line.replace(KEPT_SPACE, " ") for line in textwrap.wrap(
+                text, width, initial_indent="- " if item else "", subsequent_indent="  " if item else "",
+                break_long_words=False, break_on_hyphens=False))
             block.clear()
 
     for line in card.split("\n"):
