@@ -528,4 +528,5 @@ def test_an_output_folder_that_cannot_be_made_stops_the_run_before_its_work(comm
     monkeypatch.setattr(Path, "mkdir", refuse)
     code, _, err = run(capsys, [*(part.format(**files) for part in command.split()), "--out", str(out)])
     assert "Traceback" not in err  # the audit warns about --keep-burned-in-text first
-    assert (code, err.splitlines()[-1]) == (2, f"vitroll: error: {out}: Permission denied")
+    assert (code, err.splitlines()[-1]) == (2, f"vitroll: error: cannot make the output folder {out} "
+                                                "(Permission denied)")

@@ -16,6 +16,7 @@ from vitroll.commands.arguments import (
     add_trust_checkpoint_argument, given_path, integer, model_argument,
 )
 from vitroll.io.names import READABLE
+from vitroll.io.writing import make_output_folder
 
 if TYPE_CHECKING:
     from vitroll.pipelines.compare import Explainer
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if none_can_be_read(args.images):
         return EXIT_SOME_FAILED
-    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(args.out)
     result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)
     for error in result.errors:
         print_failed(error)

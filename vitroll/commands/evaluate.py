@@ -16,6 +16,7 @@ from vitroll.commands.arguments import (
 )
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.names import READABLE, single_line
+from vitroll.io.writing import make_output_folder
 from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--disagree-below flags images by their --disagreement correlation; give --disagreement A,B")
     method_options = method_options_from_args(args, args.methods)
     images = images_from_args(args, default_count=TESTBED_COUNT)
-    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(args.out)
     model = model_from_args(args)
     result = evaluate(model, images, args.methods, method_options=method_options,
                       preprocessing=preprocessing_from_args(model, args), batch_size=args.batch_size,
@@ -214,7 +215,7 @@ def run_generated(args: argparse.Namespace) -> int:
     methods = method_list(default_methods) if args.methods == method_list(DEFAULT_METHODS) else args.methods
     method_options = method_options_from_args(args, methods)
     check_trusted_checkpoints(args, [args.checkpoint] if args.checkpoint else [])
-    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(args.out)
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))
     count, seed = args.testbed or TESTBED_COUNT, testbed_seed(args)

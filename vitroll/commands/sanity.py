@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from vitroll.commands.arguments import add_batch_size_argument
+from vitroll.io.writing import make_output_folder
 from vitroll.commands.evaluate import (
     DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed, write_csv,
 )
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     check_one_image_source(args)
     images = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder
               else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
-    args.out.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(args.out)
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])

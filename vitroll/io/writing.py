@@ -7,6 +7,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from vitroll.errors import VitrollError
 from vitroll.io.names import NAME_MAX, fit_name
 
 
@@ -28,3 +29,19 @@ def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):  # the error to report is the write's, never the clean-up's
             temporary.unlink(missing_ok=True)
+
+
+def make_output_folder(out_dir: "str | os.PathLike[str]") -> None:
+    """Make ``out_dir`` and its missing parents, before any work, so that a folder that cannot be made stops a run
+    before its work rather than losing it.
+
+    Raises
+    ------
+    VitrollError
+        ``cannot make the output folder OUT (Permission denied)`` for a folder that cannot be made (no permission, a
+        read-only disk, a file in its place).
+    """
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error

@@ -24,7 +24,7 @@ from torch import nn
 
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import DEFAULT_MAX_PIXELS
-from vitroll.io.writing import write_atomic
+from vitroll.io.writing import make_output_folder, write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
@@ -121,7 +121,7 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
     captioner = captioner_of(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(out_dir)
     paths = unique_paths(paths)
     marker = f"_caption_{method}"
     earlier = _earlier_entries(out_dir / CAPTIONS)

@@ -23,7 +23,7 @@ from typing import AbstractSet, Any, Iterable, Iterator, Optional
 
 from vitroll.errors import VitrollError
 from vitroll.io.names import READABLE
-from vitroll.io.writing import write_atomic
+from vitroll.io.writing import make_output_folder, write_atomic
 from vitroll.wording import argument
 
 MANIFEST = "manifest.jsonl"
@@ -295,13 +295,10 @@ class OutputLock:
 
     def __enter__(self) -> "OutputLock":
         out_dir = self.path.parent
-        try:
-            if not out_dir.is_dir():
-                missing = [out_dir, *itertools.takewhile(lambda folder: not folder.exists(), out_dir.parents)]
-                out_dir.mkdir(parents=True, exist_ok=True)
-                self.made = missing
-        except OSError as error:
-            raise VitrollError(f"cannot make the output folder {out_dir} ({error.strerror or error})") from error
+        if not out_dir.is_dir():
+            missing = [out_dir, *itertools.takewhile(lambda folder: not folder.exists(), out_dir.parents)]
+            make_output_folder(out_dir)
+            self.made = missing
         for _ in range(2):
             try:
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)

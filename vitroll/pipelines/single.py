@@ -16,7 +16,7 @@ from vitroll.io import encode_png
 from vitroll.io.discovery import unique_paths
 from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.names import NAME_MAX, fit_name, utf8_name
-from vitroll.io.writing import write_atomic
+from vitroll.io.writing import make_output_folder, write_atomic
 from vitroll.pipelines.explain import ExplainSettings, figure_png, render, text_grid_png, top_classes
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
@@ -121,7 +121,7 @@ def explain_files(
     """
     preprocessing = preprocessing or Preprocessing.from_model(model)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)  # an output folder that cannot be made stops the run before any work
+    make_output_folder(out_dir)
     paths = unique_paths(paths)
     stems = output_stems(paths, f"_{settings.method}", taken=stems_overwriting_inputs(paths, out_dir, settings.method))
     reader = functools.partial(read_image, max_pixels=max_pixels)
