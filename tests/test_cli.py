@@ -473,6 +473,37 @@ def test_missing_images_and_a_model_of_another_kind_are_told_together_in_one_lin
                                        "such file)\n")
 
 
+@pytest.mark.parametrize("model, said", [
+    ("vitroll-text-keyword",
+     "vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"),
+    ("vitroll-caption-shapes",
+     "vitroll-caption-shapes is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`"),
+])
+def test_compare_tells_missing_images_and_a_model_of_another_kind_together_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                       model, said):
+    """`vitroll compare missing.png --model vitroll-shapes --model <a text model>` said only 'missing.png: no such
+    file' (exit 3), as overlay and caption did before; and with the image there, the text model was refused for its
+    unknown preprocessing, the captioner for having no class scores, rather than with the command that explains it."""
+    missing = tmp_path / "missing.png"
+    monkeypatch.setattr("vitroll.commands.common.load_model", _no_model)
+    code, out, err = run(capsys, "compare", str(missing), "--model", "vitroll-shapes", "--model", model,
+                         "--out", str(tmp_path / "out"))
+    assert (code, out, err) == (2, "", f"vitroll: error: {said}; nor can any image given be read ({missing}: no such "
+                                       "file)\n")
+    monkeypatch.undo()
+    code, out, err = run(capsys, "compare", str(PHOTO), "--model", "vitroll-shapes", "--model", model,
+                         "--out", str(tmp_path / "out"))
+    assert (code, out, err) == (2, "", f"vitroll: error: {said}\n")
+
+
+def test_compare_refuses_an_image_text_model_in_one_line(tmp_path, capsys):
+    """It went on to a traceback (TypeError: 'NoneType' object is not subscriptable): CLIP has no class names."""
+    code, out, err = run(capsys, "compare", str(PHOTO), "--model", "vitroll-shapes", "--model", "vitroll-clip-shapes",
+                         "--out", str(tmp_path / "out"))
+    assert (code, out, err) == (2, "", "vitroll: error: vitroll-clip-shapes is an image–text model (CLIPModel); "
+                                       "explain it with `vitroll overlay --text …`\n")
+
+
 def test_an_empty_image_among_missing_ones_is_told_before_the_model_loads(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("vitroll.commands.common.model_from_args", _no_model)
     (tmp_path / "empty.png").write_bytes(b"")

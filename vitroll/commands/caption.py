@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
     refuse_folders(args.images, "caption", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
-    if none_can_be_read(args.images, args.model, ("a captioner",)):
+    if none_can_be_read(args.images, [args.model], ("a captioner",)):
         return EXIT_SOME_FAILED
     model = load_model_of_kind(args.model, ("a captioner",), device=resolve_device(args.device))
     tokenizer = registered_tokenizer(model)

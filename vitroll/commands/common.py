@@ -136,6 +136,9 @@ def note_if_random(name: str, *, pretrained: bool, checkpoint: Optional[str]) ->
 IMAGE_KINDS = ("an image model", "an image–text model")
 """The kinds of model (:func:`model_kind`'s words) that ``overlay`` explains."""
 
+COMPARED_KINDS = ("an image model",)
+"""The kinds of model that ``compare`` explains: class scores, no prompts."""
+
 
 def model_from_args(args: argparse.Namespace) -> nn.Module:
     _check_testbed_arguments(args)
@@ -273,7 +276,7 @@ def print_failed(failure: object) -> None:
     print(f"vitroll: failed: {single_line(str(failure))}", file=sys.stderr)
 
 
-def none_can_be_read(images: Sequence[str], model: Optional[str] = None, kinds: Sequence[str] = ()) -> bool:
+def none_can_be_read(images: Sequence[str], models: Sequence[str] = (), kinds: Sequence[str] = ()) -> bool:
     """Whether no IMAGE can be read (each missing, a folder or empty), each one's ``vitroll: failed:`` line then
     printed: checked before any model loads, so that a mistyped name is told at once, not after the model has loaded.
     With one readable image the run goes on, and the pipeline reports the others in their place.
@@ -281,16 +284,18 @@ def none_can_be_read(images: Sequence[str], model: Optional[str] = None, kinds: 
     Raises
     ------
     VitrollError
-        When, besides, ``--model`` ``model`` (if given) is a ``save_pretrained`` folder whose config says it is none of
-        ``kinds`` (:func:`load_model_of_kind`): that mistake first, since it changes the command to run (and the
-        images it is given), with the images' in the same line, so that one rerun mends both.
+        When, besides, a ``--model`` of ``models`` is a ``save_pretrained`` folder whose config says it is none of
+        ``kinds`` (:func:`load_model_of_kind`; the first such): that mistake first, since it changes the command to
+        run (and the images it is given), with the images' in the same line, so that one rerun mends both.
     """
     failures = [unopened_failure(Path(image)) for image in dict.fromkeys(images)]
     if not all(failures):
         return False
-    if model is not None and (mistake := _saved_of_other_kind(model, kinds)) is not None:
-        shown = "; ".join(map(str, failures[:3])) + (f"; … and {len(failures) - 3} more" if len(failures) > 3 else "")
-        raise VitrollError(f"{mistake}; nor can any image given be read ({shown})")
+    for model in models:
+        if (mistake := _saved_of_other_kind(model, kinds)) is not None:
+            shown = "; ".join(map(str, failures[:3])) + (f"; … and {len(failures) - 3} more" if len(failures) > 3
+                                                         else "")
+            raise VitrollError(f"{mistake}; nor can any image given be read ({shown})")
     for failure in failures:
         print_failed(failure)
     return True

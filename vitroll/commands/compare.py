@@ -103,8 +103,10 @@ def _label(name: str, checkpoint: Optional[str], img_size: Optional[int | tuple[
 
 
 def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
-    from vitroll.commands.common import check_trusted_checkpoints, note_if_random, resolve_device
-    from vitroll.models import class_names, load_model
+    from vitroll.commands.common import (
+        COMPARED_KINDS, check_trusted_checkpoints, load_model_of_kind, note_if_random, resolve_device,
+    )
+    from vitroll.models import class_names
     from vitroll.pipelines.compare import Explainer
     from vitroll.preprocess import Preprocessing
 
@@ -118,9 +120,8 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     check_trusted_checkpoints(args, [c for c in checkpoints if c is not None])
     explainers, seen = [], {}
     for name, checkpoint, build in zip(args.model, checkpoints, builds):
-        model = load_model(name, pretrained=args.pretrained, checkpoint=checkpoint,
-                           trust_checkpoint=args.trust_checkpoint,
-                           device=resolve_device(args.device), **build)
+        model = load_model_of_kind(name, COMPARED_KINDS, pretrained=args.pretrained, checkpoint=checkpoint,
+                                   trust_checkpoint=args.trust_checkpoint, device=resolve_device(args.device), **build)
         label = _label(name, checkpoint, build.get("img_size"))
         seen[label] = seen.get(label, 0) + 1
         label = label if seen[label] == 1 else f"{label}#{seen[label]}"
@@ -133,14 +134,14 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import (
-        none_can_be_read, print_failed, print_sight_warnings, refuse_folders, settings_from_args,
+        COMPARED_KINDS, none_can_be_read, print_failed, print_sight_warnings, refuse_folders, settings_from_args,
     )
     from vitroll.pipelines.compare import compare, pair_summaries, plot_comparison
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
 
     refuse_folders(args.images, "compare", lambda folder: f"pass the folder's images, e.g. {folder}/*.png")
     settings = settings_from_args(args)
-    if none_can_be_read(args.images):
+    if none_can_be_read(args.images, args.model, COMPARED_KINDS):
         return EXIT_SOME_FAILED
     make_output_folder(args.out)
     result = compare(args.images, explainers_from_args(args), settings, max_pixels=args.max_pixels)

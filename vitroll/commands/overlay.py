@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
-    if none_can_be_read(args.images, args.model, IMAGE_KINDS):
+    if none_can_be_read(args.images, [args.model], IMAGE_KINDS):
         return EXIT_SOME_FAILED
     settings = settings_from_args(args)
     model = _with_texts(model_from_args(args), args)
