@@ -98,6 +98,17 @@ def test_occlusion_of_a_model_blind_to_its_input_warns_that_its_map_is_all_0(cap
                                        f"batch: {UNTRAINED}\n")
 
 
+def test_occlusion_whose_window_covers_the_whole_image_blames_the_window_not_the_model(capsys):
+    """A window as large as the patch grid fits once: every patch is hidden with all others, so the map is one
+    value whatever the model; the warning blamed untrained weights (a trained model here)."""
+    maps = occlusion(load_testbed_model(), ["sample_images/shapes_disk.png"], window=8)
+    assert maps.shape == (1, 8, 8) and torch.equal(maps, maps.flatten()[0].expand(1, 8, 8)) and float(maps[0, 0, 0]) > 0
+    assert capsys.readouterr().err == (
+        f"vitroll: warning: occlusion's map is constant (all {float(maps[0, 0, 0]):.4g}) for input 0 of the batch: "
+        "window 8 covers the whole image, hiding every patch at once, so each gets the same score; a smaller window "
+        "tells them apart\n")
+
+
 def test_trained_maps_and_the_baselines_say_nothing(capsys):
     model = load_testbed_model()
     shapes = [f"sample_images/shapes_{name}.png" for name in ("disk", "square", "triangle", "cross")]

@@ -555,3 +555,17 @@ def test_a_geometry_of_another_image_or_with_padded_hw_is_refused_by_name():
         overlay(image, np.ones((14, 14)), geometry=PREPROCESSING.geometry((300, 512)), padded_hw=(224, 224))
     with pytest.raises(TypeError, match="^geometry must be the CropGeometry"):
         overlay(image, np.ones((14, 14)), geometry=(300, 512))
+
+
+def test_a_map_in_the_images_pixels_given_with_geometry_is_refused_not_taken_for_a_grid():
+    """to_original's map (H, W) with geometry= was taken for a grid of 300×512 patches and placed again, in silence."""
+    image = astronaut_512x300()
+    geometry = PREPROCESSING.geometry((300, 512))
+    placed = to_original(np.arange(196.0).reshape(14, 14), geometry)
+    with pytest.raises(ValueError) as refused:
+        overlay(image, placed, geometry=geometry)
+    assert str(refused.value) == (
+        "heatmap is 300×512, already in the image's pixels (as to_original gives it): larger than the model's input "
+        "of 224×224 pixels, it is no patch grid, which geometry places; give the grid map (h, w) with geometry, or "
+        "this map without geometry")
+    assert np.array_equal(overlay(image, placed), overlay(image, np.arange(196.0).reshape(14, 14), geometry=geometry))

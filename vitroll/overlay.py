@@ -228,6 +228,13 @@ def _placed(grid_map: np.ndarray, image_hw: tuple[int, int], geometry: CropGeome
     if padded_hw is not None:
         raise InputValueError("give geometry or padded_hw, not both: the geometry holds its padded_hw")
     placed = to_original(_finite_range(scaled_into_float32(grid_map)), geometry, interpolation=interpolation)
+    covered_hw = geometry.padded_hw or geometry.input_hw
+    if grid_map.shape[0] > covered_hw[0] or grid_map.shape[1] > covered_hw[1]:  # a patch is a pixel at least
+        already = ", already in the image's pixels (as to_original gives it)" if grid_map.shape == image_hw else ""
+        raise InputValueError(
+            f"heatmap is {grid_map.shape[0]}×{grid_map.shape[1]}{already}: larger than the model's input of "
+            f"{covered_hw[0]}×{covered_hw[1]} pixels, it is no patch grid, which geometry places; give the grid map "
+            "(h, w) with geometry, or this map without geometry")
     if placed.shape != tuple(image_hw):
         raise InputValueError(f"geometry is of an image of {placed.shape[0]}×{placed.shape[1]} pixels (H×W), this "
                               f"image is {image_hw[0]}×{image_hw[1]}: take the geometry of this image "

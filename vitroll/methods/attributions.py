@@ -26,6 +26,7 @@ from vitroll.io.text import TokenBatch
 from vitroll.methods.base import Saliency, class_logits, eval_mode, predict
 from vitroll.methods.gradients import TargetClass, refuse_inference_mode, resolve_targets
 from vitroll.methods.inputs import Inputs
+from vitroll.methods.map_checks import UNTRAINED, warn_constant_maps
 from vitroll.methods.registry import register_method
 from vitroll.wording import method_option
 
@@ -320,7 +321,7 @@ def _same_row(space: AttributionSpace, row: int, other: int) -> bool:
     return all(torch.equal(tensor[row], tensor[other]) for tensor in (space.inputs, *space.extra))
 
 
-@register_method("occlusion")
+@register_method("occlusion", checks_constant_maps=False)  # warns itself: a window covering an input is a cause
 def occlusion(
     model: nn.Module,
     inputs: Inputs,
@@ -356,7 +357,7 @@ def occlusion(
         every_window = torch.zeros(0, *space.cells, dtype=torch.bool, device=space.inputs.device)
     else:
         every_window = sliding_windows(space.cells, window, method_option("window")).to(space.inputs.device)
-    scores = []
+    scores, covered_whole = [], []
     with eval_mode(model), torch.no_grad():
         for row, target in enumerate(targets.tolist()):
             windows = every_window[~(every_window & ~space.real_cells[row]).flatten(1).any(dim=1)]
@@ -373,4 +374,27 @@ def occlusion(
                     for chunk in windows.split(batch_size)])  # (P, num_classes)
             drops = logits[row, target] - hidden[:, target]  # (P,)
             scores.append(window_means(drops[:, None], windows)[0])  # padding, covered by none, is set to 0 below
-    return Saliency(space.cells_to_maps(torch.stack(scores), sign), logits)
+            covered_whole.append(len(windows) == 1)
+    scores_tensor = torch.stack(scores)
+    _warn_constant_occlusion(scores_tensor, space, covered_whole, window)
+    return Saliency(space.cells_to_maps(scores_tensor, sign), logits)
+
+
+def _warn_constant_occlusion(scores: torch.Tensor, space: AttributionSpace, covered_whole: list[bool],
+                             window: int) -> None:
+    """:func:`~vitroll.methods.map_checks.warn_constant_maps` for occlusion's scores (B, *cells) at each input's
+    real cells, naming the cause: a ``window`` that only fits once covers the whole input, so every cell gets the
+    same score by construction (the model is not to blame); else windows so large that each hides as much (a
+    keyword in all of them), or an untrained model."""
+    values = [row[real] for row, real in zip(scores, space.real_cells)]
+    what, whole_input = ("patch", "image") if len(space.cells) == 2 else ("token", "text")
+    # the method option's name alone, as its other refusals say it ("window 5 is longer than the text"): the
+    # command line's --window is caption's flag, not this option's
+    whole = (f"window {window} covers the whole {whole_input}, hiding every {what} at once, so each gets the same "
+             "score; a smaller window tells them apart")
+    alike = (f"every window of {window} {what}s lowers the score alike; a smaller window may tell them apart, or a "
+             "model with untrained (random) weights gives such maps") if window > 1 else UNTRAINED
+    for cause, key, covering in ((whole, ("occlusion", "window", window), True),
+                                 (alike, ("occlusion", window, tuple(space.cells)), False)):
+        warn_constant_maps("occlusion", [row if covered == covering else row[:0]
+                                         for row, covered in zip(values, covered_whole)], cause, key)

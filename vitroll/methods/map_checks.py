@@ -31,6 +31,15 @@ def near_constant(values: torch.Tensor) -> bool:
     return bool(high - low <= NEAR_CONSTANT * torch.maximum(high.abs(), low.abs()))
 
 
+def shown_values(maps: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+    """Per input, the values (1-D) that a picture of its map shows: all of an image's map (B, h, w), a text's scores
+    (B, L) at its real tokens only (``attention_mask`` (B, L) nonzero), its padded positions' 0 being drawn nowhere."""
+    flat = maps.detach().flatten(1)
+    if attention_mask is None:
+        return list(flat)
+    return [row[mask.to(row.device).bool()] for row, mask in zip(flat, attention_mask)]
+
+
 def warn_constant_maps(method: str, values: Sequence[torch.Tensor], cause: str, key: Hashable) -> None:
     """One ``vitroll: warning:`` line on stderr, once a process for ``key``, when the values (1-D) that any input's map
     shows are constant or near-constant (:func:`near_constant`), naming the inputs, the values and ``cause`` (in the

@@ -32,9 +32,9 @@ from torch import nn
 from vitroll.errors import MethodOptionError, VitrollError
 from vitroll.methods.base import Saliency, SaliencyMethod, check_model
 from vitroll.methods.gradients import TargetOutOfRange
-from vitroll.io.text import TextReadout
+from vitroll.io.text import TextReadout, TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
-from vitroll.methods.map_checks import UNTRAINED, warn_constant_maps, warn_non_finite_maps
+from vitroll.methods.map_checks import UNTRAINED, shown_values, warn_constant_maps, warn_non_finite_maps
 from vitroll.methods.text_batch import Position
 from vitroll.wording import argument
 
@@ -287,7 +287,8 @@ class Method:
         with _exclusive(model):
             saliency = _in_halves_when_out_of_memory(self.compute, model, batch, options)
         if self.checks_constant_maps:
-            warn_constant_maps(self.name, list(saliency.maps.detach().flatten(1)), UNTRAINED,
+            mask = batch.attention_mask if isinstance(batch, TokenBatch) else None
+            warn_constant_maps(self.name, shown_values(saliency.maps, mask), UNTRAINED,
                                key=(self.name, tuple(saliency.maps.shape[1:])))
         return saliency
 
