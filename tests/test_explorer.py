@@ -688,9 +688,11 @@ def test_the_note_on_a_backbones_page_names_no_target_class():
                                 api_name="/explain")[3] for method, head in (("rollout", "all"), ("attention", "1"))]
     finally:
         app.close()
-    assert notes == ["**rollout** does not use: layer, head. The per-head grid shows layer 1.",
-                     "**attention** does not use: discard ratio, start layer, head fusion. The per-head grid shows "
-                     "layer 1."]
+    # the random backbone's rollout is near-constant too: a second paragraph says so (800bb9c), not this test's concern
+    assert not any("target class" in note for note in notes)
+    assert [note.split("\n\n")[0] for note in notes] == [
+        "**rollout** does not use: layer, head. The per-head grid shows layer 1.",
+        "**attention** does not use: discard ratio, start layer, head fusion. The per-head grid shows layer 1."]
 
 
 def test_no_picture_on_the_page_offers_to_send_it_to_a_third_party(model):

@@ -199,7 +199,9 @@ MISTAKES = [
                  id="compare-out-file"),
     pytest.param("evaluate --out {file}", 2, "is an existing file, not a folder", id="evaluate-out-file"),
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
-    pytest.param("overlay {img} --out /proc/vitroll-test/out", 2, "error: /proc/vitroll-test", id="out-not-makeable",
+    pytest.param("overlay {img} --out /proc/vitroll-test/out", 2,
+                 "error: cannot make the output folder /proc/vitroll-test",
+                 id="out-not-makeable",
                  marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
     # an empty path, which Path("") reads as the current folder: --out "" wrote there, annotate "" read it
     *(pytest.param(f"{command} --out {{nothing}}", 2, f"{command.split()[0]}: argument --out: the path is empty; "
@@ -279,7 +281,7 @@ MISTAKES = [
                  "correlation; give --disagreement A,B", id="evaluate-disagree-below-default-alone"),
     pytest.param("evaluate {missing}", 2, "not a folder", id="evaluate-missing"),
     pytest.param("sanity --testbed -3", 2, "must be an integer ≥ 1; got -3", id="sanity-testbed"),
-    pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "start_layer 9 is out of range",
+    pytest.param("sanity --start-layer 9 --methods chefer --testbed 2", 2, "--start-layer 9 is out of range",
                  id="sanity-start"),
     pytest.param("compare {img} --model vitroll-shapes", 2, "give at least two --model options",
                  id="compare-one-model"),
@@ -409,7 +411,7 @@ def test_start_layer_out_of_range_in_the_python_api():
     model, images = load_testbed_model(), torch.zeros(1, 3, 64, 64)
     for method in (rollout, chefer):
         for start_layer in (4, -1):
-            with pytest.raises(ValueError, match=rf"^start_layer {start_layer} is out of range for a model with 4 "
+            with pytest.raises(ValueError, match=rf"^start_layer={start_layer} is out of range for a model with 4 "
                                                  r"layers \(0…3\)$"):
                 method(model, images, start_layer=start_layer)
     assert rollout(model, images, start_layer=3).shape == (1, 8, 8)

@@ -152,7 +152,8 @@ def test_a_file_changed_inside_the_model_folder_is_other_settings(tmp_path, text
 
 @pytest.mark.parametrize(("options", "message"), [
     (["--start-layer", "9"], "--start-layer 9 is out of range for a model with 2 layers (0…1)"),
-    (["--method", "attention", "--option", "layer=7"], "--option layer=7 is out of range for a model with 2 layers (-2…1)"),
+    (["--method", "attention", "--option", "layer=7"],
+     "--option layer=7 is out of range for a model with 2 layers (-2…1)"),
     (["--method", "integrated_gradients", "--option", "steps=0"], "--option steps must be at least 1; got 0"),
     (["--position", "9"], "--position 9 is outside every text: the longest has 6 tokens (0 the first, -1 the last)"),
     (["--readout", "token_mean", "--position", "1"],
