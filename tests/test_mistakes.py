@@ -371,7 +371,7 @@ def test_start_layer_out_of_range_in_the_python_api():
     model, images = load_testbed_model(), torch.zeros(1, 3, 64, 64)
     for method in (rollout, chefer):
         for start_layer in (4, -1):
-            with pytest.raises(ValueError, match=rf"^start_layer {start_layer} is out of range for a model with 4 "
+            with pytest.raises(ValueError, match=rf"^start_layer={start_layer} is out of range for a model with 4 "
                                                  r"layers \(0…3\)$"):
                 method(model, images, start_layer=start_layer)
     assert rollout(model, images, start_layer=3).shape == (1, 8, 8)
