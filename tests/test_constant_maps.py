@@ -11,7 +11,7 @@ import timm
 import torch
 
 from vitroll import attention, center, chefer, flow, grad_rollout, occlusion, random_map, rollout
-from vitroll.methods.map_checks import near_constant
+from vitroll.methods.map_checks import near_constant, shown_values, warn_constant_maps
 from vitroll.testbed import load_testbed_model
 from vitroll.wording import worded_for_the_command_line
 
@@ -107,6 +107,17 @@ def test_occlusion_whose_window_covers_the_whole_image_blames_the_window_not_the
         f"vitroll: warning: occlusion's map is constant (all {float(maps[0, 0, 0]):.4g}) for input 0 of the batch: "
         "window 8 covers the whole image, hiding every patch at once, so each gets the same score; a smaller window "
         "tells them apart\n")
+
+
+def test_a_texts_scores_are_checked_at_its_real_tokens_not_its_padding(capsys):
+    """A padded text's 0s counted as values its picture shows: 0.5 at every real token looked spread over 100 %."""
+    scores = torch.tensor([[0.5, 0.5, 0.5, 0.0, 0.0], [0.1, 0.9, 0.4, 0.3, 0.2]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    shown = shown_values(scores, mask)
+    assert [row.tolist() for row in shown] == [[0.5, 0.5, 0.5], [0.1, 0.9, 0.4, 0.3, 0.2]]
+    warn_constant_maps("attention", shown, "a cause", key="padded")
+    assert capsys.readouterr().err == ("vitroll: warning: attention's map is constant (all 0.5) for input 0 of the "
+                                       "batch: a cause\n")
 
 
 def test_trained_maps_and_the_baselines_say_nothing(capsys):

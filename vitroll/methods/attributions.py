@@ -375,18 +375,18 @@ def occlusion(
             drops = logits[row, target] - hidden[:, target]  # (P,)
             scores.append(window_means(drops[:, None], windows)[0])  # padding, covered by none, is set to 0 below
             covered_whole.append(len(windows) == 1)
-    scores_tensor = torch.stack(scores)
-    _warn_constant_occlusion(scores_tensor, space, covered_whole, window)
-    return Saliency(space.cells_to_maps(scores_tensor, sign), logits)
+    maps = space.cells_to_maps(torch.stack(scores), sign)
+    _warn_constant_occlusion(maps, space, covered_whole, window)
+    return Saliency(maps, logits)
 
 
-def _warn_constant_occlusion(scores: torch.Tensor, space: AttributionSpace, covered_whole: list[bool],
+def _warn_constant_occlusion(maps: torch.Tensor, space: AttributionSpace, covered_whole: list[bool],
                              window: int) -> None:
-    """:func:`~vitroll.methods.map_checks.warn_constant_maps` for occlusion's scores (B, *cells) at each input's
+    """:func:`~vitroll.methods.map_checks.warn_constant_maps` for occlusion's maps (B, *cells) at each input's
     real cells, naming the cause: a ``window`` that only fits once covers the whole input, so every cell gets the
     same score by construction (the model is not to blame); else windows so large that each hides as much (a
     keyword in all of them), or an untrained model."""
-    values = [row[real] for row, real in zip(scores, space.real_cells)]
+    values = [row[real] for row, real in zip(maps, space.real_cells)]
     what, whole_input = ("patch", "image") if len(space.cells) == 2 else ("token", "text")
     # the method option's name alone, as its other refusals say it ("window 5 is longer than the text"): the
     # command line's --window is caption's flag, not this option's
