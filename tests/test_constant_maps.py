@@ -120,6 +120,16 @@ def test_a_texts_scores_are_checked_at_its_real_tokens_not_its_padding(capsys):
                                        "batch: a cause\n")
 
 
+def test_per_head_text_scores_are_read_at_each_heads_real_tokens():
+    """``head_fusion=None`` gives a text's scores per head (B, H, L): the (B, L) mask indexed the flattened H·L
+    values and raised an IndexError from every per-head call on padded texts."""
+    scores = torch.tensor([[[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    assert [row.tolist() for row in shown_values(scores, mask)] == [
+        [0.5, 0.5, 0.5, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]]
+    assert near_constant(shown_values(scores, mask)[0]) and not near_constant(shown_values(scores, mask)[1])
+
+
 def test_trained_maps_and_the_baselines_say_nothing(capsys):
     model = load_testbed_model()
     shapes = [f"sample_images/shapes_{name}.png" for name in ("disk", "square", "triangle", "cross")]

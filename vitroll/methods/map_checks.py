@@ -33,11 +33,12 @@ def near_constant(values: torch.Tensor) -> bool:
 
 def shown_values(maps: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
     """Per input, the values (1-D) that a picture of its map shows: all of an image's map (B, h, w), a text's scores
-    (B, L) at its real tokens only (``attention_mask`` (B, L) nonzero), its padded positions' 0 being drawn nowhere."""
-    flat = maps.detach().flatten(1)
+    (B, L) — or (B, H, L), one row per head — at its real tokens only (``attention_mask`` (B, L) nonzero), its padded
+    positions' 0 being drawn nowhere."""
+    maps = maps.detach()
     if attention_mask is None:
-        return list(flat)
-    return [row[mask.to(row.device).bool()] for row, mask in zip(flat, attention_mask)]
+        return list(maps.flatten(1))
+    return [row[..., mask.to(row.device).bool()].flatten() for row, mask in zip(maps, attention_mask)]
 
 
 def warn_constant_maps(method: str, values: Sequence[torch.Tensor], cause: str, key: Hashable) -> None:
