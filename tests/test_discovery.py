@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.discovery import (FoundFile, every_file, folder_files, given_files, has_image_suffix, listed_files,
-                                  source_files)
+from vitroll.io.discovery import (FoundFile, check_given_paths_exist, every_file, folder_files, given_files,
+                                  has_image_suffix, listed_files, source_files)
 from vitroll.pipelines.evaluate import folder_images
 from vitroll.pipelines.inputs import discover
 
@@ -196,3 +196,35 @@ def test_evaluate_finds_masks_by_name_even_when_the_name_looks_like_a_pattern(tm
     found = folder_images(tmp_path)
     assert [item.name for item in found] == ["cat[1].png", "dog.png"]
     assert [int(item.mask.sum()) for item in found] == [6, 6]
+
+
+def deny_search(monkeypatch, folder: Path) -> None:
+    """The status of anything under ``folder`` fails as under a folder without search (x) permission (tests may run
+    as root, which chmod does not stop)."""
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def refused(real):
+        def status(path, *args, **kwargs):
+            if Path(path).parent == folder:
+                raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+            return real(path, *args, **kwargs)
+        return status
+
+    monkeypatch.setattr(os, "stat", refused(real_stat))
+    monkeypatch.setattr(os, "lstat", refused(real_lstat))
+
+
+def test_a_path_inside_a_folder_without_search_permission_is_an_image_read_error(tmp_path, monkeypatch):
+    """Path.is_dir and Path.exists raise a bare PermissionError under such a folder (Python 3.11): source_files,
+    check_given_paths_exist and evaluate's folder raised it, a traceback on the command line."""
+    touch(tmp_path, ["locked/photos/x.png", "locked/list.txt"])
+    deny_search(monkeypatch, tmp_path / "locked")
+    refused = "cannot be opened (Permission denied)"
+    for call in (lambda: source_files(tmp_path / "locked" / "photos"),
+                 lambda: check_given_paths_exist([tmp_path / "locked" / "list.txt"]),
+                 lambda: folder_images(tmp_path / "locked" / "photos")):
+        with pytest.raises(ImageReadError) as error:
+            call()
+        assert str(error.value).endswith(refused), error.value
+    with pytest.raises(VitrollError, match="no such file or folder"):
+        check_given_paths_exist([tmp_path / "missing.png"])

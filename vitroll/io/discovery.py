@@ -17,6 +17,7 @@ What a file *is* (image, DICOM, neither) is the decoder's business: ``accept`` o
 from __future__ import annotations
 
 import csv
+import errno
 import os
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence, TypeVar
@@ -125,7 +126,7 @@ def source_files(source: "str | os.PathLike[str]", *, accept: Accept = every_fil
     Raises :class:`~vitroll.errors.ImageReadError` when ``source`` is neither or does not exist.
     """
     source = Path(source)
-    if source.is_dir():
+    if reachable(source).is_dir():
         return folder_files(source, accept=accept, recursive=recursive, exclude=exclude)
     if source.is_file() and source.suffix.lower() in LIST_SUFFIXES:
         return listed_files(source)
@@ -156,8 +157,22 @@ def check_given_paths_exist(paths: Sequence["str | os.PathLike[str]"]) -> None:
     """Raise :class:`~vitroll.errors.VitrollError` for the first path that does not exist (a broken link exists: it
     is a file to report on): the user's typo, found before any model loads."""
     for path in (Path(p) for p in paths):
-        if not path.exists() and not path.is_symlink():
+        if not reachable(path).exists() and not path.is_symlink():
             raise VitrollError(f"{path}: no such file or folder")
+
+
+def reachable(path: Path) -> Path:
+    """``path``, once its status can be read: a folder above it without search permission makes ``Path.is_dir`` and
+    ``Path.exists`` raise a bare PermissionError rather than answer, which is told here as
+    :class:`~vitroll.errors.ImageReadError` naming ``path``."""
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass  # missing: the caller's own answer
+    except OSError as error:
+        if error.errno not in (errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
+            raise ImageReadError(path, f"cannot be opened ({error.strerror or error})") from None
+    return path
 
 
 def given_found_files(paths: Sequence["str | os.PathLike[str]"], *, accept: Accept = every_file,

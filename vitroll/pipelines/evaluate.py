@@ -22,7 +22,7 @@ from torch import nn
 from vitroll.errors import ImageReadError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, load_mask
-from vitroll.io.discovery import folder_files, has_image_suffix
+from vitroll.io.discovery import folder_files, has_image_suffix, reachable
 from vitroll.io.writing import write_atomic
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
@@ -84,7 +84,7 @@ def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
 def _images_and_masks(folder: "str | os.PathLike[str]") -> tuple[list[Path], dict[str, Path]]:
     """The image files of ``folder`` that are not masks, sorted by name, and each name's first mask by name."""
     folder = Path(folder)
-    if not folder.is_dir():
+    if not reachable(folder).is_dir():
         raise ImageReadError(folder, "not a folder")
     files = [file.path for file in folder_files(folder, accept=has_image_suffix, recursive=False)]
     mask_of: dict[str, Path] = {}
