@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from vitroll.errors import ImageReadError, VitrollError
-from vitroll.io.images import IMAGE_SUFFIXES
+from vitroll.io.images import IMAGE_SUFFIXES, cannot_open
 from vitroll.io.textfile import read_text_file
 
 LIST_SUFFIXES = (".txt", ".csv", ".lst")
@@ -171,7 +171,7 @@ def reachable(path: Path) -> Path:
         pass  # missing: the caller's own answer
     except OSError as error:
         if error.errno not in (errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
-            raise ImageReadError(path, f"cannot be opened ({error.strerror or error})") from None
+            raise ImageReadError(path, cannot_open(error)) from None
     return path
 
 
