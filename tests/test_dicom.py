@@ -773,6 +773,23 @@ def test_names_without_caret_in_any_name_element_or_sequence_and_in_descriptions
     assert chest.metadata["BodyPartExamined"] == "CHEST"
 
 
+def test_a_name_with_accents_is_withheld_where_it_is_typed_without_them(tmp_path):
+    """PatientName José^García (ISO_IR 100) and BodyPartExamined GARCIA, a CS value, which allows no accent: casefold
+    keeps the accents, so GARCIA was shown beside a report that says it holds no names."""
+    import pydicom
+    import pydicom.data
+
+    dataset = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    dataset.SpecificCharacterSet = "ISO_IR 100"
+    dataset.PatientName = "García^José"
+    dataset.BodyPartExamined = "GARCIA"
+    dataset.ManufacturerModelName = "JOSE 2"
+    dataset.save_as(tmp_path / "accents.dcm")
+    metadata = read_dicom(tmp_path / "accents.dcm").metadata
+    assert (metadata["BodyPartExamined"], metadata["ManufacturerModelName"]) == ("(withheld)", "(withheld)")
+    assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
+
+
 def test_a_place_is_looked_for_whole_and_a_makers_own_site_withholds_nothing(tmp_path):
     """InstitutionName "General Hospital" no longer withholds a maker's "General"; the whole name still withholds;
     pydicom's MR_small.dcm (InstitutionName TOSHIBA, Manufacturer TOSHIBA_MEC) shows its maker."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
@@ -103,8 +104,13 @@ def _values(value: object) -> list[str]:
 
 
 def _words(text: str) -> tuple[str, ...]:
-    """Case-folded runs of letters and digits of any script: ``^``, ``_``, ``-``, ``.`` and spaces all separate."""
-    return tuple(re.findall(r"[^\W_]+", text.casefold()))
+    """Case-folded runs of letters and digits of any script, without accents: ``^``, ``_``, ``-``, ``.`` and spaces
+    all separate. A name typed into a field of plain ASCII (a CS value such as BodyPartExamined allows no other) loses
+    its accents, so ``José`` and ``JOSE`` are one word."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    # composed again: a Hangul syllable stays one character, not two or three jamo, for MIN_WORD
+    bare = unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
+    return tuple(re.findall(r"[^\W_]+", bare))
 
 
 @dataclass
