@@ -1203,6 +1203,38 @@ def test_an_overlay_that_cannot_be_written_fails_that_image_alone(tmp_path, chec
     assert len(list((tmp_path / "out" / "images").iterdir())) == 1
 
 
+def test_a_full_disk_keeps_the_tables_and_leaves_no_earlier_report_beside_them(tmp_path, checkpoint, monkeypatch):
+    """The HTML was written first: a disk full at it lost the CSV and JSON too, the audit's results, and left the
+    earlier audit's three report files standing as if they were this one's."""
+    import errno
+
+    import pydicom.data
+
+    import vitroll.audit.report as report_module
+
+    source = pydicom.data.get_testdata_file("CT_small.dcm")
+    out = tmp_path / "out"
+    args = ("audit", source, "--out", str(out), "--checkpoint", str(checkpoint[0]), "--class-names",
+            str(checkpoint[1]), *MODEL)
+    assert run_cli(*args, "--salt", "first")[0] == 0
+    earlier = (out / "report.csv").read_text()
+    written = report_module.write_atomic
+
+    def full_at_the_html(path, data):
+        if Path(path).name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        written(path, data)
+
+    monkeypatch.setattr(report_module, "write_atomic", full_at_the_html)
+    code, stdout, stderr = run_cli(*args, "--salt", "second")
+    assert code == 2 and stderr.strip().splitlines() == [
+        f"vitroll: error: {out / 'report.html'}: No space left on device (report.csv and report.json written)"]
+    tables = (out / "report.csv").read_text()
+    cases = json.loads((out / "report.json").read_text())["cases"]
+    assert len(cases) == 1 and cases[0]["case"] in tables and cases[0]["case"] not in earlier  # this audit's
+    assert not (out / "report.html").exists()
+
+
 @pytest.mark.parametrize("line,fault", [
     ("a.dcm,0,0,inf,4", "box coordinates must be finite numbers; got 0,0,inf,4"),
     ("a.dcm,0,0,four,4", "box coordinates must be numbers; got 0,0,four,4"),

@@ -9,6 +9,7 @@ many text regions were filled and why its pixels were (or were not) searched.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import io
 import json
@@ -176,12 +177,32 @@ class AuditReport:
         return buffer.getvalue()
 
     def write(self, out_dir: "str | os.PathLike[str]") -> dict[str, Path]:
-        """Write ``report.html``, ``report.csv`` and ``report.json`` into ``out_dir``; return their paths."""
+        """Write ``report.csv``, ``report.json`` and ``report.html`` into ``out_dir``; return their paths.
+
+        The tables go first: they are the smallest, so a disk that fills up keeps the audit's results in them rather
+        than losing all three to the HTML with its inline images.
+
+        Raises
+        ------
+        OSError
+            A file could not be written; its message names the files that were. The report files of an earlier
+            audit into ``out_dir`` that this one did not replace are removed: left, they would be taken for this
+            audit's.
+        """
         out_dir = Path(out_dir)
-        paths = {kind: out_dir / f"report.{kind}" for kind in ("html", "csv", "json")}
-        write_atomic(paths["html"], render_html(self).encode("utf-8"))
-        write_atomic(paths["csv"], self.to_csv().encode("utf-8"))
-        write_atomic(paths["json"], self.to_json().encode("utf-8"))
+        contents = {"csv": self.to_csv, "json": self.to_json, "html": lambda: render_html(self)}
+        paths = {kind: out_dir / f"report.{kind}" for kind in contents}
+        written: list[str] = []
+        for kind, content in contents.items():
+            try:
+                write_atomic(paths[kind], content().encode("utf-8"))
+            except OSError as error:
+                for stale in (path for name, path in paths.items() if name not in written):
+                    with contextlib.suppress(OSError):  # the error to report is the write's
+                        stale.unlink(missing_ok=True)
+                kept = f" ({' and '.join(paths[name].name for name in written)} written)" if written else ""
+                raise OSError(error.errno, f"{error.strerror or error}{kept}", error.filename) from None
+            written.append(kind)
         return paths
 
 
