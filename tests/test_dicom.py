@@ -1068,6 +1068,18 @@ def test_a_frame_out_of_range_is_counted_in_words(tmp_path):
     assert read_any(tmp_path / "photo.png", frame=0).frames[0][1].shape == (64, 64, 3)
 
 
+def test_a_file_without_a_transfer_syntax_says_what_to_do():
+    """pydicom's meta_missing_tsyntax.dcm: its row quoted pydicom's message and gave no way out."""
+    from pydicom.data import get_testdata_file
+
+    with pytest.raises(ImageReadError) as caught:
+        read_any(get_testdata_file("meta_missing_tsyntax.dcm"))
+    assert caught.value.reason == (
+        "The pixel data cannot be decoded: the file's meta information states no transfer syntax (0002,0010), which "
+        "says how the pixels are encoded; exporting it again from its source (the PACS or the scanner), uncompressed "
+        "if offered, may give a readable file.")
+
+
 def test_a_dicomdir_points_to_its_folder():
     """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
     the images it lists are."""

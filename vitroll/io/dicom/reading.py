@@ -542,7 +542,8 @@ def _decoder_advice(decoder: Optional[object]) -> str:
 
 EXPORT_AGAIN = ("exporting it again from its source (the PACS or the scanner), uncompressed if offered, may give a "
                 "readable file")
-"""What to try when every decoder pydicom has for a transfer syntax is installed and none reads the pixel data."""
+"""What to try when every decoder pydicom has for a transfer syntax is installed and none reads the pixel data, or
+the file does not say which transfer syntax it has."""
 
 
 NATIVE_ADVICE = ("uncompressed pixel data needs no decoder, so it is the header that does not describe it: its image "
@@ -586,7 +587,8 @@ def decode_failure(dataset: "Dataset", error: BaseException) -> str:
     apart from the advice that follows them."""
     uid = getattr(getattr(dataset, "file_meta", None), "TransferSyntaxUID", None)
     if uid is None:
-        return f"The pixel data cannot be decoded: the file states no transfer syntax ({_error_text(error)})."
+        return ("The pixel data cannot be decoded: the file's meta information states no transfer syntax (0002,0010), "
+                f"which says how the pixels are encoded; {EXPORT_AGAIN}.")
     kind = "compressed " if uid.is_compressed else ""
     syntax = f"{uid.name} (UID {uid})"
     decoder = _decoder(uid)
