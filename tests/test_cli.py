@@ -550,3 +550,13 @@ def test_an_image_in_a_folder_made_unreadable_is_one_failed_line_and_the_others_
     assert code == 3
     assert one_error_line(err, "failed") == f"vitroll: failed: {locked}: cannot be opened (Permission denied)"
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["ok_attention.png"]
+
+
+def test_audit_frame_help_says_what_a_file_with_fewer_frames_gives():
+    """`--frame` said "only this frame of multi-frame files", yet a single-frame file given --frame 3 is a row "out
+    of range" (tests/test_dicom.py), not audited as its one frame: the help misled an auditor picking a cine's
+    frame in a folder of single-frame slices."""
+    (frame,) = [action for name, _, action in sub_command_options() if name == "audit" and "--frame" in
+                action.option_strings]
+    assert frame.help.startswith("only this frame of every file, from 0; a file with fewer frames (a single-frame "
+                                 "file for any INDEX but 0) is a row saying so")

@@ -42,7 +42,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                        help=f"grey window for every DICOM: {presets}, or W,L = width,level (default: the file's VOI "
                             "LUT or Window Center/Width, else min–max)")
     group.add_argument("--frame", type=integer(0), metavar="INDEX",
-                       help="only this frame of multi-frame files, from 0 (default: every frame)")
+                       help="only this frame of every file, from 0; a file with fewer frames (a single-frame file "
+                            "for any INDEX but 0) is a row saying so (default: every frame)")
     group = parser.add_argument_group("privacy")
     group.add_argument("--salt", metavar="TEXT",
                        help="salt of the hashed case/study keys; give the same salt to compare runs (default: random "
