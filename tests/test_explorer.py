@@ -1232,7 +1232,42 @@ def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_t
     assert lines == [
         "vitroll: warning: rollout's map is constant (all 0) for input 0 of the batch: discard ratio 0.99 (the page's "
         "slider) drops 64 of the 65 attention weights in each row, all but the class token's, which leaves no patch "
-        "any: too high for this model's 65 tokens, discard ratio 0.9846 (the page's slider) or lower keeps some"]
+        "any: too high for this model's 65 tokens, discard ratio 0.98 (the page's slider) or lower keeps some"]
+
+
+def test_the_discard_ratio_the_page_advises_is_one_its_slider_can_be_set_to_and_keeps_some_attention(model, batch,
+                                                                                                     capsys,
+                                                                                                     monkeypatch):
+    """The page's advice for a constant rollout was 'discard ratio 0.9846 (the page's slider) or lower' (65 tokens),
+    a value its slider (step 0.01) cannot be set to: now the slider's highest value that still keeps a column besides
+    the class token's, for any number of tokens; and for the testbed the map at that value is no longer constant."""
+    import re
+
+    from vitroll.app import PAGE_CONTROLS
+    from vitroll.methods import map_checks
+    from vitroll.methods.rollout import _ratios_keeping, discarded_count
+    from vitroll.wording import worded_for_a_page
+
+    advised = re.compile(r"discard ratio (\S+) \(the page's slider\) or lower")
+    for tokens in range(2, 400):
+        with worded_for_a_page(PAGE_CONTROLS):
+            ratio = float(advised.fullmatch(_ratios_keeping(tokens)).group(1))
+        hundredths = round(ratio * 100)
+        assert ratio == hundredths / 100 and 0 <= hundredths <= 99, (tokens, ratio)
+        assert discarded_count(tokens, ratio) < tokens - 1, (tokens, ratio)  # it keeps some
+        assert hundredths == 99 or discarded_count(tokens, (hundredths + 1) / 100) >= tokens - 1, (tokens, ratio)
+    assert advised.search(_ratios_keeping(65)) is None  # from Python: the exact bound, as before
+    assert _ratios_keeping(65) == "discard_ratio=0.9846 or lower"
+    monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())
+    tensor, _ = batch
+    capsys.readouterr()
+    with worded_for_a_page(PAGE_CONTROLS):
+        vitroll.rollout(model, tensor, discard_ratio=0.99)
+        ratio = float(advised.search(capsys.readouterr().err).group(1))
+        assert ratio == 0.98
+        maps = vitroll.rollout(model, tensor, discard_ratio=ratio)
+    assert "constant" not in capsys.readouterr().err
+    assert maps.max() > maps.min()
 
 
 @pytest.mark.parametrize("side", [1, 2, 8])

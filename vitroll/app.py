@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -38,7 +39,7 @@ from vitroll.pipelines.explorer import (
 )
 from vitroll.pipelines.legend import legend_html
 from vitroll.preprocess import Preprocessing
-from vitroll.wording import worded_for_a_page
+from vitroll.wording import PageControl, worded_for_a_page
 
 if TYPE_CHECKING:
     import gradio
@@ -49,10 +50,10 @@ API_NAME = "explain"
 """The endpoint a ``gradio_client.Client`` calls: ``client.predict(image, method, …, api_name="/explain")``."""
 FULL_SIZE_API_NAME = "full_size_overlay"
 """The endpoint that writes the last overlay :data:`API_NAME` gave this session at the image's full size."""
-MAX_DISCARD_RATIO = 0.99
-PAGE_CONTROLS = {"discard_ratio": ("discard ratio", "slider")}
-"""The method options the page sets with a control, by the label and kind of that control: the warnings of a method
-run for the page name it (:func:`~vitroll.wording.worded_for_a_page`), not the command line's flag."""
+PAGE_CONTROLS = {"discard_ratio": PageControl("discard ratio", "slider", minimum=Fraction(0), maximum=Fraction("0.99"),
+                                               step=Fraction("0.01"))}
+"""The method options the page sets with a control, by that control: the warnings of a method run for the page name
+it (:func:`~vitroll.wording.worded_for_a_page`), not the command line's flag, and advise values it can be set to."""
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
 PICTURE_BUTTONS = ("download", "fullscreen")
@@ -680,11 +681,12 @@ def _control_widgets(gr: Any, outline: ModelOutline) -> list:
     last = outline.layers - 1
     classes = DEFAULT_PROMPTS if outline.image_text else outline.class_names
     used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
+    discard = PAGE_CONTROLS["discard_ratio"]
     return [
         gr.Dropdown(offered_methods(outline), value="rollout", label="method"),
         gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion", interactive=used["head fusion"]),
-        gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio",
-                  interactive=used["discard ratio"]),
+        gr.Slider(float(discard.minimum), float(discard.maximum), value=0.0, step=float(discard.step),
+                  label=discard.label, interactive=used["discard ratio"]),
         gr.Slider(0, last, value=0, step=1, label="start layer", interactive=used["start layer"]),
         gr.Slider(0, last, value=last, step=1, label="layer (per-head grid, single head)"),
         gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],
