@@ -463,6 +463,42 @@ def test_an_images_unusable_colour_profile_is_warned_of_once_a_session_not_on_ev
     assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: broken profile.png: its embedded ICC")
 
 
+def test_the_warnings_a_page_remembers_giving_are_bounded_and_forgotten_when_their_session_ends(served_page, tmp_path,
+                                                                                                capfd, monkeypatch):
+    """The page remembered every (session, image, warning) it had warned of, for the life of the server: now the
+    least recently given beyond WARNINGS_KEPT are forgotten (and given again when they come again), and a session's
+    when its tab is closed (Gradio's unload event)."""
+    from types import SimpleNamespace
+
+    from gradio_client import Client, handle_file
+
+    app, served = served_page
+    monkeypatch.setattr(vitroll.app, "WARNINGS_KEPT", 2, raising=False)
+    uploads = []
+    for k in range(3):
+        upload = tmp_path / f"profile {k}.png"
+        picture = np.asarray(Image.open(CROSS).convert("RGB")).copy()
+        picture[0, 0] = k  # another file, so another copy on the server
+        Image.fromarray(picture).save(upload, icc_profile=b"not a profile at all")
+        uploads.append(upload)
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+
+    def warned_of(*names: str) -> list[str]:
+        for name in names:
+            client.predict(handle_file(tmp_path / name), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                           api_name="/explain")
+        return [line.split(":")[2].strip() for line in capfd.readouterr().err.splitlines() if "ICC" in line]
+
+    capfd.readouterr()
+    assert warned_of("profile 0.png", "profile 1.png", "profile 2.png") == [
+        "profile 0.png", "profile 1.png", "profile 2.png"]
+    assert warned_of("profile 2.png", "profile 1.png") == []  # the last two are remembered
+    assert warned_of("profile 0.png") == ["profile 0.png"]  # the first was forgotten: told again
+    unload, = [block.fn for block in app.fns.values() if block.targets == [(None, "unload")]]
+    unload(SimpleNamespace(session_hash=client.session_hash))  # the tab closed
+    assert warned_of("profile 0.png") == ["profile 0.png"]
+
+
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
                                                                                                     tmp_path):
     """Gradio copied every upload (named as the user named it) and every file the page served into the shared

@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -407,7 +408,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
-    warned: set[tuple[str, str, str]] = set()  # (a session, the server's copy of an image, a warning) already given
+    warned = WarningsGiven()
 
     def warn_once(image: str, request: "gradio.Request") -> Callable[[str], None]:
         """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
@@ -416,9 +417,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         content) was never told."""
 
         def warn(message: str) -> None:
-            key = (str(request.session_hash), str(image), message)
-            if key not in warned:
-                warned.add(key)
+            if warned.first_time(str(request.session_hash), str(image), message):
                 print_warning(message)
                 gr.Warning(html.escape(message, quote=False))
 
@@ -558,6 +557,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
                                    outputs=legend, api_name=False).then)
         for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
             explain_on(box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then)
+        app.unload(given_the_request(lambda request: warned.forget(str(request.session_hash))))
     close = app.close
     released = threading.Event()
 
@@ -570,6 +570,41 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
 
     app.close = close_and_remove_copies
     return app
+
+
+WARNINGS_KEPT = 10_000
+"""The most warnings :class:`WarningsGiven` remembers having given, over all sessions."""
+
+
+class WarningsGiven:
+    """The warnings about an image that a page has given, by session, so that each is given once a session: a
+    session's are forgotten when it ends (its tab closed), and the least recently given beyond :data:`WARNINGS_KEPT`
+    (a session whose end Gradio never tells). A set of them grew with every image for the life of the server."""
+
+    def __init__(self) -> None:
+        self._given: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._lock = threading.Lock()  # the full-size download is answered beside the explanations
+
+    def first_time(self, session: str, image: str, message: str) -> bool:
+        """Whether ``message`` about ``image`` (the server's copy) is new to ``session``; remembered from now on."""
+        key = (session, image, message)
+        with self._lock:
+            if key in self._given:
+                self._given.move_to_end(key)
+                return False
+            self._given[key] = None
+            while len(self._given) > WARNINGS_KEPT:
+                self._given.popitem(last=False)
+            return True
+
+    def forget(self, session: str) -> None:
+        """Forget the warnings given to ``session``, which has ended."""
+        with self._lock:
+            for key in [key for key in self._given if key[0] == session]:
+                del self._given[key]
+
+    def __len__(self) -> int:
+        return len(self._given)
 
 
 def given_the_request(function: Callable[..., Any]) -> Callable[..., Any]:
