@@ -1415,6 +1415,30 @@ def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from
         assert not errors
 
 
+@pytest.mark.parametrize("name", ["scan.tif", "cine.gif"])
+def test_an_upload_with_a_preview_is_decoded_once_for_the_preview_and_the_explanation(served, tmp_path, monkeypatch,
+                                                                                       name):
+    """A TIFF's (an animated GIF's) preview and its maps each decoded the file: now once for both, and the page's
+    warnings of the file are still given."""
+    decoded = []
+    loader = vitroll.app.load_image_with_display
+    monkeypatch.setattr(vitroll.app, "load_image_with_display",
+                        lambda path, **options: decoded.append(Path(path).name) or loader(path, **options))
+    picture = Image.open(CROSS).convert("RGB")
+    picture.putpixel((0, 0), (7, 7, 7))  # not a file uploaded before: Gradio's copy is named by its content
+    upload = tmp_path / name
+    if name.endswith(".gif"):
+        picture.save(upload, save_all=True, append_images=[picture.transpose(Image.Transpose.FLIP_TOP_BOTTOM)])
+    else:
+        picture.save(upload)
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, "#top-classes", "cross")
+        page.locator("#preview img").wait_for(timeout=30_000)
+        assert not errors
+    assert decoded == [name]
+
+
 def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(served, tmp_path, capsys):
     """Of a 6000×200 strip the centre crop keeps the middle 200×200 pixels, 1/30 of it: ``vitroll overlay`` said so,
     the page showed a map over a speck of the strip without a word."""

@@ -319,14 +319,18 @@ def preview_reason(path: "str | os.PathLike[str]") -> Optional[str]:
     return f"{kind} with transparent pixels: explained on white:" if transparent else None
 
 
-def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:
+def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int],
+                    load: Callable[..., tuple[Image.Image, Optional[Image.Image]]] = load_image_with_display,
+                    ) -> Optional[np.ndarray]:
     """(H, W, 3) uint8, at most :data:`DISPLAY_SIDE` a side: the picture the maps are drawn on (decoded as the model
-    reads it, in sRGB), for an image file the image box does not show as it is explained (:func:`preview_reason`);
-    None for one it shows, or one that cannot be read (refused when it is explained, with its reason)."""
+    reads it, in sRGB, by ``load``: :func:`~vitroll.io.images.load_image_with_display` or a page's
+    :meth:`DecodedImages.load`), for an image file the image box does not show as it is explained
+    (:func:`preview_reason`); None for one it shows, or one that cannot be read (refused when it is explained, with
+    its reason)."""
     if preview_reason(path) is None:
         return None
     try:
-        stored, display = load_image_with_display(path, max_pixels=max_pixels, warn=lambda message: None)
+        stored, display = load(path, max_pixels=max_pixels, warn=lambda message: None)
     except ImageReadError:
         return None
     return display_copy(np.asarray(stored if display is None else display))
@@ -409,6 +413,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
     warned = WarningsGiven()
+    decoded = DecodedImages()
 
     def warn_once(image: str, request: "gradio.Request") -> Callable[[str], None]:
         """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
@@ -433,7 +438,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image, request))
+            stored, display = decoded.load(image, max_pixels=max_pixels, warn=warn_once(image, request))
             with worded_for_a_page(PAGE_CONTROLS):
                 exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                       class_names=class_names, settings=drawn,
@@ -480,7 +485,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     def caption_and_preview(payload: Optional[dict[str, Any]]) -> tuple:
         """The line naming the file, and a preview of a file its box does not show as it is explained (a TIFF, shown
         broken; an animated GIF)."""
-        picture = None if payload is None else preview_picture(payload["path"], max_pixels)
+        picture = None if payload is None else preview_picture(payload["path"], max_pixels, decoded.load)
         label = "" if picture is None else preview_reason(payload["path"])
         return file_caption(payload), gr.Image(picture, label=label, visible=picture is not None)
 
@@ -570,6 +575,46 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
 
     app.close = close_and_remove_copies
     return app
+
+
+DECODED_KEPT = 2
+"""The most decoded images :class:`DecodedImages` keeps for a page."""
+
+
+class DecodedImages:
+    """The images a page decoded last, by the server's copy of the file (Gradio names it by its content) and the
+    pixel limit, with the warnings their decoding gave: an upload's preview and its explanation, and each slider
+    moved after, decoded a TIFF or GIF again each time."""
+
+    def __init__(self) -> None:
+        self._decoded: OrderedDict[tuple[str, Optional[int]],
+                                   tuple[Image.Image, Optional[Image.Image], tuple[str, ...]]] = OrderedDict()
+        self._lock = threading.Lock()  # held while decoding: the preview and the explanation of an upload ask at once
+
+    def load(self, path: "str | os.PathLike[str]", *, max_pixels: Optional[int],
+             warn: Callable[[str], None]) -> tuple[Image.Image, Optional[Image.Image]]:
+        """:func:`~vitroll.io.images.load_image_with_display` of ``path``, decoded once while it is among the last
+        :data:`DECODED_KEPT`; its warnings are told to ``warn`` each time. The pictures are shared: not to be changed.
+
+        Raises
+        ------
+        ImageReadError
+            When ``path`` cannot be read (not kept: asked again, it is read again).
+        """
+        key = (str(path), max_pixels)
+        with self._lock:
+            decoded = self._decoded.get(key)
+            if decoded is None:
+                told: list[str] = []
+                decoded = (*load_image_with_display(path, max_pixels=max_pixels, warn=told.append), tuple(told))
+                self._decoded[key] = decoded
+                while len(self._decoded) > DECODED_KEPT:
+                    self._decoded.popitem(last=False)
+            self._decoded.move_to_end(key)
+        stored, display, told = decoded
+        for message in told:
+            warn(message)
+        return stored, display
 
 
 WARNINGS_KEPT = 10_000
