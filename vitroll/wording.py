@@ -81,10 +81,11 @@ _page_controls: ContextVar[Mapping[str, PageControl]] = ContextVar("page_control
 
 @contextmanager
 def worded_for_a_page(controls: Mapping[str, PageControl]) -> Iterator[None]:
-    """Inside, the arguments of ``controls`` (name → the label and kind of the page's control that sets it:
-    ``{"discard_ratio": PageControl("discard ratio", "slider")}``) are named by that control (:func:`argument`), on the command
-    line as from Python: the page's user moves a slider, they give no flag and call no function. A context variable,
-    set in the thread of the page's handler, as other pages' and the command line's threads go on in their own words."""
+    """Inside, the arguments of ``controls`` (name → the page's control that sets it:
+    ``{"discard_ratio": PageControl("discard ratio", "slider")}``) are named by that control (:func:`argument`), on the
+    command line as from Python: the page's user moves a slider, they give no flag and call no function. A context
+    variable, set in the thread of the page's handler, as other pages' and the command line's threads go on in their
+    own words."""
     token = _page_controls.set(controls)
     try:
         yield
