@@ -431,6 +431,39 @@ def test_a_folder_that_kept_save_kinds_as_typed_resumes_with_the_same_command(me
     assert 'save: ["overlay", "heatmap"] → ["overlay"]' in capsys.readouterr().err
 
 
+def test_a_python_run_with_small_images_and_strips_warns_once_naming_how_many_and_the_python_setting(tmp_path):
+    """``vitroll annotate`` tells of images smaller than the patch grid and of strips the model saw little of;
+    ``folder.annotate`` gave a Python caller only ``RunSummary.sights``, numbers without a word. It now warns once a
+    run (a UserWarning), with the count and the ``preprocessing=`` to pass, no flag."""
+    import warnings
+
+    from vitroll.models import load_model
+    from vitroll.pipelines.explain import ExplainSettings
+
+    (tmp_path / "in").mkdir()
+    for index in range(4):
+        Image.fromarray(rgb(2, 2, seed=index)).save(tmp_path / "in" / f"tiny{index}.png")
+    Image.fromarray(rgb(20, 400)).save(tmp_path / "in" / "strip.png")
+    Image.fromarray(rgb(64, 64)).save(tmp_path / "in" / "square.png")
+    model = load_model("vitroll-shapes")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = folder.annotate(tmp_path / "in", tmp_path / "out", model, ExplainSettings(),
+                                 identity={"model": "vitroll-shapes"},
+                                 options=folder.AnnotateOptions(workers=0, progress=False, save=()))
+    assert result.ok == 6
+    told = [warning for warning in caught if "patch grid" in str(warning.message)]
+    assert len(told) == 1 and told[0].category is UserWarning and told[0].filename == __file__
+    assert str(told[0].message).splitlines() == [
+        "4 images (tiny0.png, tiny1.png, tiny2.png and 1 more) are told of as the first, tiny0.png: the image is "
+        "smaller than the model's patch grid: enlarged to fit, each patch covers 0.25 of its pixels a side, so its "
+        "map and classes say next to nothing about it",
+        "strip.png: the model saw only 5 % of the image (the middle of its long side) and its map covers only that; "
+        "annotate(..., preprocessing=Preprocessing.from_model(model, crop_mode='border', crop_pct=1.0)) shows the "
+        "model all of it, padded (crop_mode='squash', crop_pct=1.0: stretched)"]
+    assert "--" not in str(told[0].message)
+
+
 def _shard_worker(rank: int, world_size: int, source: str, out: str, init_file: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:

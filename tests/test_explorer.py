@@ -463,6 +463,42 @@ def test_an_images_unusable_colour_profile_is_warned_of_once_a_session_not_on_ev
     assert len(warnings) == 1 and warnings[0].startswith("vitroll: warning: broken profile.png: its embedded ICC")
 
 
+def test_the_warnings_a_page_remembers_giving_are_bounded_and_forgotten_when_their_session_ends(served_page, tmp_path,
+                                                                                                capfd, monkeypatch):
+    """The page remembered every (session, image, warning) it had warned of, for the life of the server: now the
+    least recently given beyond WARNINGS_KEPT are forgotten (and given again when they come again), and a session's
+    when its tab is closed (Gradio's unload event)."""
+    from types import SimpleNamespace
+
+    from gradio_client import Client, handle_file
+
+    app, served = served_page
+    monkeypatch.setattr(vitroll.app, "WARNINGS_KEPT", 2, raising=False)
+    uploads = []
+    for k in range(3):
+        upload = tmp_path / f"profile {k}.png"
+        picture = np.asarray(Image.open(CROSS).convert("RGB")).copy()
+        picture[0, 0] = k  # another file, so another copy on the server
+        Image.fromarray(picture).save(upload, icc_profile=b"not a profile at all")
+        uploads.append(upload)
+    client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
+
+    def warned_of(*names: str) -> list[str]:
+        for name in names:
+            client.predict(handle_file(tmp_path / name), "rollout", "mean", 0.0, 0, 3, "all", "predicted",
+                           api_name="/explain")
+        return [line.split(":")[2].strip() for line in capfd.readouterr().err.splitlines() if "ICC" in line]
+
+    capfd.readouterr()
+    assert warned_of("profile 0.png", "profile 1.png", "profile 2.png") == [
+        "profile 0.png", "profile 1.png", "profile 2.png"]
+    assert warned_of("profile 2.png", "profile 1.png") == []  # the last two are remembered
+    assert warned_of("profile 0.png") == ["profile 0.png"]  # the first was forgotten: told again
+    unload, = [block.fn for block in app.fns.values() if block.targets == [(None, "unload")]]
+    unload(SimpleNamespace(session_hash=client.session_hash))  # the tab closed
+    assert warned_of("profile 0.png") == ["profile 0.png"]
+
+
 def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_its_user_can_enter(served_page,
                                                                                                     tmp_path):
     """Gradio copied every upload (named as the user named it) and every file the page served into the shared
@@ -1232,7 +1268,42 @@ def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_t
     assert lines == [
         "vitroll: warning: rollout's map is constant (all 0) for input 0 of the batch: discard ratio 0.99 (the page's "
         "slider) drops 64 of the 65 attention weights in each row, all but the class token's, which leaves no patch "
-        "any: too high for this model's 65 tokens, discard ratio 0.9846 (the page's slider) or lower keeps some"]
+        "any: too high for this model's 65 tokens, discard ratio 0.98 (the page's slider) or lower keeps some"]
+
+
+def test_the_discard_ratio_the_page_advises_is_one_its_slider_can_be_set_to_and_keeps_some_attention(model, batch,
+                                                                                                     capsys,
+                                                                                                     monkeypatch):
+    """The page's advice for a constant rollout was 'discard ratio 0.9846 (the page's slider) or lower' (65 tokens),
+    a value its slider (step 0.01) cannot be set to: now the slider's highest value that still keeps a column besides
+    the class token's, for any number of tokens; and for the testbed the map at that value is no longer constant."""
+    import re
+
+    from vitroll.app import PAGE_CONTROLS
+    from vitroll.methods import map_checks
+    from vitroll.methods.rollout import _ratios_keeping, discarded_count
+    from vitroll.wording import worded_for_a_page
+
+    advised = re.compile(r"discard ratio (\S+) \(the page's slider\) or lower")
+    for tokens in range(2, 400):
+        with worded_for_a_page(PAGE_CONTROLS):
+            ratio = float(advised.fullmatch(_ratios_keeping(tokens)).group(1))
+        hundredths = round(ratio * 100)
+        assert ratio == hundredths / 100 and 0 <= hundredths <= 99, (tokens, ratio)
+        assert discarded_count(tokens, ratio) < tokens - 1, (tokens, ratio)  # it keeps some
+        assert hundredths == 99 or discarded_count(tokens, (hundredths + 1) / 100) >= tokens - 1, (tokens, ratio)
+    assert advised.search(_ratios_keeping(65)) is None  # from Python: the exact bound, as before
+    assert _ratios_keeping(65) == "discard_ratio=0.9846 or lower"
+    monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())
+    tensor, _ = batch
+    capsys.readouterr()
+    with worded_for_a_page(PAGE_CONTROLS):
+        vitroll.rollout(model, tensor, discard_ratio=0.99)
+        ratio = float(advised.search(capsys.readouterr().err).group(1))
+        assert ratio == 0.98
+        maps = vitroll.rollout(model, tensor, discard_ratio=ratio)
+    assert "constant" not in capsys.readouterr().err
+    assert maps.max() > maps.min()
 
 
 @pytest.mark.parametrize("side", [1, 2, 8])
@@ -1342,6 +1413,30 @@ def test_a_tiff_upload_is_shown_by_its_preview_in_the_browser_and_explained_from
         page.locator("#preview").wait_for(state="hidden", timeout=30_000)
         page.wait_for_function("document.querySelector('#image img')?.style.visibility === ''")
         assert not errors
+
+
+@pytest.mark.parametrize("name", ["scan.tif", "cine.gif"])
+def test_an_upload_with_a_preview_is_decoded_once_for_the_preview_and_the_explanation(served, tmp_path, monkeypatch,
+                                                                                       name):
+    """A TIFF's (an animated GIF's) preview and its maps each decoded the file: now once for both, and the page's
+    warnings of the file are still given."""
+    decoded = []
+    loader = vitroll.app.load_image_with_display
+    monkeypatch.setattr(vitroll.app, "load_image_with_display",
+                        lambda path, **options: decoded.append(Path(path).name) or loader(path, **options))
+    picture = Image.open(CROSS).convert("RGB")
+    picture.putpixel((0, 0), (7, 7, 7))  # not a file uploaded before: Gradio's copy is named by its content
+    upload = tmp_path / name
+    if name.endswith(".gif"):
+        picture.save(upload, save_all=True, append_images=[picture.transpose(Image.Transpose.FLIP_TOP_BOTTOM)])
+    else:
+        picture.save(upload)
+    with browser_page(served, {"width": 1400, "height": 1000}) as (page, errors):
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        wait_for_text(page, "#top-classes", "cross")
+        page.locator("#preview img").wait_for(timeout=30_000)
+        assert not errors
+    assert decoded == [name]
 
 
 def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(served, tmp_path, capsys):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
-from vitroll.overlay import GRID_PANEL, colorize, figure, fit_text, overlay_grid, use_fallback_fonts
+from vitroll.overlay import GRID_PANEL, colorize, drawable, figure, fit_text, overlay_grid, use_fallback_fonts
 from vitroll.overlay import _installed_fallback_fonts
 from vitroll.pipelines.explain import figure_bytes
 from vitroll.preprocess import Preprocessing
@@ -347,7 +347,8 @@ def test_a_long_figure_title_wraps_to_three_lines_inside_the_figure_and_ends_in_
     (drawn,) = fig.texts
     lines = drawn.get_text().split("\n")
     assert len(lines) == 3 and lines[-1].endswith("…")
-    assert "".join(lines).replace(" ", "")[:-1] in title.replace(" ", "")  # the start of the title, in order
+    # the start of the title, in order (a character no font here has spelt as its escape)
+    assert "".join(lines).replace(" ", "")[:-1] in drawable(title).replace(" ", "")
     box, page = drawn.get_window_extent(renderer), fig.bbox
     assert page.x0 <= box.x0 and box.x1 <= page.x1  # it ran ~5 figure widths off both sides
 
@@ -414,6 +415,24 @@ def test_a_name_no_installed_font_can_draw_gives_no_glyph_warnings():
     with warnings.catch_warnings(record=True) as caught:
         figure_bytes(figure(rgb, np.zeros((24, 32)), rgb, title="猫の写真.png — 고양이"))
     assert [str(warning.message) for warning in caught] == []  # was two lines per missing character, per figure
+
+
+def test_a_character_no_font_here_has_is_spelt_in_a_title_not_drawn_as_a_box(monkeypatch):
+    """猫.png's title was an empty box and '.png' where no CJK font is installed (DejaVu Sans alone, as here): a
+    character that none of matplotlib's fonts has is now spelt as its escape; one that a font has (ą, Ω, 🐱 in DejaVu
+    Sans) is drawn."""
+    import importlib
+
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", ["sans-serif"])
+    monkeypatch.setitem(matplotlib.rcParams, "font.sans-serif", ["DejaVu Sans"])
+    monkeypatch.setattr(importlib.import_module("vitroll.overlay"), "_installed_fallback_fonts", lambda: ())
+    rgb = np.zeros((24, 32, 3), np.uint8)
+    fig = figure(rgb, np.zeros((24, 32)), rgb, title="猫.png — 고양이 ąę Ω 🐱")
+    (title,) = fig.texts
+    assert title.get_text() == "\\u732b.png — \\uace0\\uc591\\uc774 ąę Ω 🐱"
+    assert fit_text("猫" * 40, 1.0, 12, lines=1).startswith("\\u732b")
 
 
 @pytest.mark.parametrize("heatmap, held", [

@@ -14,7 +14,9 @@ import os
 import sys
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -38,7 +40,7 @@ from vitroll.pipelines.explorer import (
 )
 from vitroll.pipelines.legend import legend_html
 from vitroll.preprocess import Preprocessing
-from vitroll.wording import worded_for_a_page
+from vitroll.wording import PageControl, worded_for_a_page
 
 if TYPE_CHECKING:
     import gradio
@@ -49,10 +51,10 @@ API_NAME = "explain"
 """The endpoint a ``gradio_client.Client`` calls: ``client.predict(image, method, …, api_name="/explain")``."""
 FULL_SIZE_API_NAME = "full_size_overlay"
 """The endpoint that writes the last overlay :data:`API_NAME` gave this session at the image's full size."""
-MAX_DISCARD_RATIO = 0.99
-PAGE_CONTROLS = {"discard_ratio": ("discard ratio", "slider")}
-"""The method options the page sets with a control, by the label and kind of that control: the warnings of a method
-run for the page name it (:func:`~vitroll.wording.worded_for_a_page`), not the command line's flag."""
+PAGE_CONTROLS = {"discard_ratio": PageControl("discard ratio", "slider", minimum=Fraction(0), maximum=Fraction("0.99"),
+                                               step=Fraction("0.01"))}
+"""The method options the page sets with a control, by that control: the warnings of a method run for the page name
+it (:func:`~vitroll.wording.worded_for_a_page`), not the command line's flag, and advise values it can be set to."""
 DEFAULT_PROMPTS = ("a photo of a cat", "a photo of a dog")
 """The prompts an image–text model's page starts with."""
 PICTURE_BUTTONS = ("download", "fullscreen")
@@ -317,14 +319,18 @@ def preview_reason(path: "str | os.PathLike[str]") -> Optional[str]:
     return f"{kind} with transparent pixels: explained on white:" if transparent else None
 
 
-def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int]) -> Optional[np.ndarray]:
+def preview_picture(path: "str | os.PathLike[str]", max_pixels: Optional[int],
+                    load: Callable[..., tuple[Image.Image, Optional[Image.Image]]] = load_image_with_display,
+                    ) -> Optional[np.ndarray]:
     """(H, W, 3) uint8, at most :data:`DISPLAY_SIDE` a side: the picture the maps are drawn on (decoded as the model
-    reads it, in sRGB), for an image file the image box does not show as it is explained (:func:`preview_reason`);
-    None for one it shows, or one that cannot be read (refused when it is explained, with its reason)."""
+    reads it, in sRGB, by ``load``: :func:`~vitroll.io.images.load_image_with_display` or a page's
+    :meth:`DecodedImages.load`), for an image file the image box does not show as it is explained
+    (:func:`preview_reason`); None for one it shows, or one that cannot be read (refused when it is explained, with
+    its reason)."""
     if preview_reason(path) is None:
         return None
     try:
-        stored, display = load_image_with_display(path, max_pixels=max_pixels, warn=lambda message: None)
+        stored, display = load(path, max_pixels=max_pixels, warn=lambda message: None)
     except ImageReadError:
         return None
     return display_copy(np.asarray(stored if display is None else display))
@@ -406,7 +412,8 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     outline = model_outline(model, preprocessing, class_names)
     if outline.image_text:
         scored_model(model, DEFAULT_PROMPTS)  # a model without a tokenizer is refused now, not on every request
-    warned: set[tuple[str, str, str]] = set()  # (a session, the server's copy of an image, a warning) already given
+    warned = WarningsGiven()
+    decoded = DecodedImages()
 
     def warn_once(image: str, request: "gradio.Request") -> Callable[[str], None]:
         """A ``warn`` for :func:`load_image_with_display` that tells a warning about ``image`` on the server's terminal
@@ -415,9 +422,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
         content) was never told."""
 
         def warn(message: str) -> None:
-            key = (str(request.session_hash), str(image), message)
-            if key not in warned:
-                warned.add(key)
+            if warned.first_time(str(request.session_hash), str(image), message):
                 print_warning(message)
                 gr.Warning(html.escape(message, quote=False))
 
@@ -433,7 +438,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
             drawn = replace(settings, cmap=cmap)  # how the overlay is drawn, and drawn again at full size
             controls = controls_from_widgets(method, head_fusion, discard_ratio, start_layer, layer, head, target_class,
                                              prompts)
-            stored, display = load_image_with_display(image, max_pixels=max_pixels, warn=warn_once(image, request))
+            stored, display = decoded.load(image, max_pixels=max_pixels, warn=warn_once(image, request))
             with worded_for_a_page(PAGE_CONTROLS):
                 exploration = explore(model, np.asarray(stored), controls, preprocessing=preprocessing,
                                       class_names=class_names, settings=drawn,
@@ -480,7 +485,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
     def caption_and_preview(payload: Optional[dict[str, Any]]) -> tuple:
         """The line naming the file, and a preview of a file its box does not show as it is explained (a TIFF, shown
         broken; an animated GIF)."""
-        picture = None if payload is None else preview_picture(payload["path"], max_pixels)
+        picture = None if payload is None else preview_picture(payload["path"], max_pixels, decoded.load)
         label = "" if picture is None else preview_reason(payload["path"])
         return file_caption(payload), gr.Image(picture, label=label, visible=picture is not None)
 
@@ -557,6 +562,7 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
                                    outputs=legend, api_name=False).then)
         for box in prompts:  # leaving the box re-reads the prompts: the menu first, then the maps and scores
             explain_on(box.blur(target_menu_update, inputs=[box, target], outputs=target, api_name=False).then)
+        app.unload(given_the_request(lambda request: warned.forget(str(request.session_hash))))
     close = app.close
     released = threading.Event()
 
@@ -569,6 +575,81 @@ def _page(model: nn.Module, *, model_label: str, preprocessing: Optional[Preproc
 
     app.close = close_and_remove_copies
     return app
+
+
+DECODED_KEPT = 2
+"""The most decoded images :class:`DecodedImages` keeps for a page."""
+
+
+class DecodedImages:
+    """The images a page decoded last, by the server's copy of the file (Gradio names it by its content) and the
+    pixel limit, with the warnings their decoding gave: an upload's preview and its explanation, and each slider
+    moved after, decoded a TIFF or GIF again each time."""
+
+    def __init__(self) -> None:
+        self._decoded: OrderedDict[tuple[str, Optional[int]],
+                                   tuple[Image.Image, Optional[Image.Image], tuple[str, ...]]] = OrderedDict()
+        self._lock = threading.Lock()  # held while decoding: the preview and the explanation of an upload ask at once
+
+    def load(self, path: "str | os.PathLike[str]", *, max_pixels: Optional[int],
+             warn: Callable[[str], None]) -> tuple[Image.Image, Optional[Image.Image]]:
+        """:func:`~vitroll.io.images.load_image_with_display` of ``path``, decoded once while it is among the last
+        :data:`DECODED_KEPT`; its warnings are told to ``warn`` each time. The pictures are shared: not to be changed.
+
+        Raises
+        ------
+        ImageReadError
+            When ``path`` cannot be read (not kept: asked again, it is read again).
+        """
+        key = (str(path), max_pixels)
+        with self._lock:
+            decoded = self._decoded.get(key)
+            if decoded is None:
+                told: list[str] = []
+                decoded = (*load_image_with_display(path, max_pixels=max_pixels, warn=told.append), tuple(told))
+                self._decoded[key] = decoded
+                while len(self._decoded) > DECODED_KEPT:
+                    self._decoded.popitem(last=False)
+            self._decoded.move_to_end(key)
+        stored, display, told = decoded
+        for message in told:
+            warn(message)
+        return stored, display
+
+
+WARNINGS_KEPT = 10_000
+"""The most warnings :class:`WarningsGiven` remembers having given, over all sessions."""
+
+
+class WarningsGiven:
+    """The warnings about an image that a page has given, by session, so that each is given once a session: a
+    session's are forgotten when it ends (its tab closed), and the least recently given beyond :data:`WARNINGS_KEPT`
+    (a session whose end Gradio never tells). A set of them grew with every image for the life of the server."""
+
+    def __init__(self) -> None:
+        self._given: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._lock = threading.Lock()  # the full-size download is answered beside the explanations
+
+    def first_time(self, session: str, image: str, message: str) -> bool:
+        """Whether ``message`` about ``image`` (the server's copy) is new to ``session``; remembered from now on."""
+        key = (session, image, message)
+        with self._lock:
+            if key in self._given:
+                self._given.move_to_end(key)
+                return False
+            self._given[key] = None
+            while len(self._given) > WARNINGS_KEPT:
+                self._given.popitem(last=False)
+            return True
+
+    def forget(self, session: str) -> None:
+        """Forget the warnings given to ``session``, which has ended."""
+        with self._lock:
+            for key in [key for key in self._given if key[0] == session]:
+                del self._given[key]
+
+    def __len__(self) -> int:
+        return len(self._given)
 
 
 def given_the_request(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -680,11 +761,12 @@ def _control_widgets(gr: Any, outline: ModelOutline) -> list:
     last = outline.layers - 1
     classes = DEFAULT_PROMPTS if outline.image_text else outline.class_names
     used = {label: label not in ignored_controls("rollout") for label in _WIDGET_ORDER}
+    discard = PAGE_CONTROLS["discard_ratio"]
     return [
         gr.Dropdown(offered_methods(outline), value="rollout", label="method"),
         gr.Dropdown(["mean", "max", "min"], value="mean", label="head fusion", interactive=used["head fusion"]),
-        gr.Slider(0.0, MAX_DISCARD_RATIO, value=0.0, step=0.01, label="discard ratio",
-                  interactive=used["discard ratio"]),
+        gr.Slider(float(discard.minimum), float(discard.maximum), value=0.0, step=float(discard.step),
+                  label=discard.label, interactive=used["discard ratio"]),
         gr.Slider(0, last, value=0, step=1, label="start layer", interactive=used["start layer"]),
         gr.Slider(0, last, value=last, step=1, label="layer (per-head grid, single head)"),
         gr.Dropdown([("all heads", ALL_HEADS)] + [(f"head {h}", str(h)) for h in range(outline.heads)],

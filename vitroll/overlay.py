@@ -389,12 +389,36 @@ def use_fallback_fonts() -> tuple[str, ...]:
     return fallbacks
 
 
+@lru_cache(maxsize=None)
+def _characters_of(path: str) -> frozenset[int]:
+    """The code points font file ``path`` has glyphs for."""
+    from matplotlib.ft2font import FT2Font
+
+    return frozenset(FT2Font(path).get_charmap())
+
+
+def drawable(text: str) -> str:
+    """``text`` with each character that none of the fonts matplotlib draws a title in has (its ``font.family``,
+    with the installed :data:`FALLBACK_FONTS`: :func:`use_fallback_fonts`) spelt as its Python escape, ``\\u732b``
+    for 猫 where no CJK font is installed: matplotlib drew it as an empty box, and a name in such characters as a row
+    of boxes no one can tell from another. The names beside the pictures (the gallery's page, ``manifest.csv``) keep
+    the characters, which a browser draws with the system's fonts."""
+    from matplotlib.font_manager import FontProperties, fontManager
+
+    use_fallback_fonts()
+    # the fonts, in order, that matplotlib itself falls back on for a text of the default properties
+    fonts = [_characters_of(str(path)) for path in fontManager._find_fonts_by_props(FontProperties())]
+    return "".join(character if character.isascii() or any(ord(character) in font for font in fonts)
+                   else ascii(character)[1:-1] for character in text)
+
+
 def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LINES) -> str:
     """``text`` in at most ``lines`` lines, each at most ``width`` inches wide at ``fontsize`` points in matplotlib's
     font, as measured by matplotlib: broken at spaces where it can and inside a word where it must (a long name
     without spaces would run across the next panels); line breaks already in ``text`` are kept; what does not fit
     is cut, the last line ending in "…". The bytes of a file name that is not UTF-8, which matplotlib cannot draw,
-    are spelt ``\\xe9`` (:func:`~vitroll.io.names.readable`)."""
+    are spelt ``\\xe9`` (:func:`~vitroll.io.names.readable`), a character no font here has ``\\u732b``
+    (:func:`drawable`)."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
@@ -414,7 +438,7 @@ def fit_text(text: str, width: float, fontsize: float, *, lines: int = TITLE_LIN
         return low
 
     fitted: list[str] = []
-    for paragraph in readable(text).split("\n"):
+    for paragraph in drawable(readable(text)).split("\n"):
         rest = " ".join(paragraph.split())
         while len(fitted) <= lines:
             if fits(rest):

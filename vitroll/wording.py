@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator, Mapping
+from fractions import Fraction
+from typing import Iterator, Mapping, NamedTuple, Optional
 
 
 def counted(number: int, noun: str) -> str:
@@ -62,16 +63,29 @@ def worded_for_the_command_line() -> Iterator[None]:
         _on_the_command_line = before
 
 
-_page_controls: ContextVar[Mapping[str, tuple[str, str]]] = ContextVar("page_controls", default={})
+class PageControl(NamedTuple):
+    """A page's control that sets an argument: its label and kind, and for a slider the values it takes."""
+
+    label: str
+    kind: str
+    """``slider``, ``menu``…"""
+    minimum: Optional[Fraction] = None
+    maximum: Optional[Fraction] = None
+    step: Optional[Fraction] = None
+    """A slider's values are ``minimum + k · step`` up to ``maximum``."""
+
+
+_page_controls: ContextVar[Mapping[str, PageControl]] = ContextVar("page_controls", default={})
 """The arguments that the page now being answered sets with controls of its own (:func:`worded_for_a_page`)."""
 
 
 @contextmanager
-def worded_for_a_page(controls: Mapping[str, tuple[str, str]]) -> Iterator[None]:
-    """Inside, the arguments of ``controls`` (name → the label and kind of the page's control that sets it:
-    ``{"discard_ratio": ("discard ratio", "slider")}``) are named by that control (:func:`argument`), on the command
-    line as from Python: the page's user moves a slider, they give no flag and call no function. A context variable,
-    set in the thread of the page's handler, as other pages' and the command line's threads go on in their own words."""
+def worded_for_a_page(controls: Mapping[str, PageControl]) -> Iterator[None]:
+    """Inside, the arguments of ``controls`` (name → the page's control that sets it:
+    ``{"discard_ratio": PageControl("discard ratio", "slider")}``) are named by that control (:func:`argument`), on the
+    command line as from Python: the page's user moves a slider, they give no flag and call no function. A context
+    variable, set in the thread of the page's handler, as other pages' and the command line's threads go on in their
+    own words."""
     token = _page_controls.set(controls)
     try:
         yield
@@ -85,11 +99,10 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
     flag of a switch alone, and for ``False`` the switch of :data:`OFF_SWITCHES`), ``discard ratio 0.9 (the page's
     slider)`` for one a page sets with a control (:func:`worded_for_a_page`)."""
-    control = _page_controls.get().get(name)
+    control = page_control(name)
     if control is not None:
-        label, kind = control
         setting = placeholder or ("" if value is None else str(value))
-        return f"{' '.join(filter(None, [label, setting]))} (the page's {kind})"
+        return f"{' '.join(filter(None, [control.label, setting]))} (the page's {control.kind})"
     if value is None and not placeholder:
         return FLAGS.get(name, f"--model-arg {name}") if _on_the_command_line else name
     if not _on_the_command_line:
@@ -101,6 +114,12 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     if flag is None:
         return f"--model-arg {name}={words}"
     return flag if value is True else f"{flag} {words}"
+
+
+def page_control(name: str) -> Optional[PageControl]:
+    """The control of the page now being answered that sets argument ``name`` (:func:`worded_for_a_page`), or None:
+    from Python, on the command line, or for an argument the page sets no control for."""
+    return _page_controls.get().get(name)
 
 
 def method_option(name: str, value: object = None) -> str:

@@ -40,7 +40,7 @@ from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, layers_from, record_attention
 from vitroll.methods.map_checks import near_constant, warn_constant_maps
 from vitroll.methods.registry import register_method
-from vitroll.wording import argument, method_option, with_article
+from vitroll.wording import argument, method_option, page_control, with_article
 
 
 def discard_lowest(attention: torch.Tensor, discard_ratio: float, protected_column: Optional[int],
@@ -232,11 +232,20 @@ def _explained_values(maps: torch.Tensor, layout: TokenLayout) -> list[tuple[tor
 def _ratios_keeping(num_tokens: int) -> str:
     """The discard ratios that leave rows of ``num_tokens`` tokens a column besides the class token's, those below
     (n − 1)/n, in words: ``discard_ratio`` below 0.9 (10 tokens), or at most 0.9411 (17 tokens: (n − 1)/n = 0.941176…
-    rounded down, as 0.9412 · 17 = 16.0004 drops 16)."""
+    rounded down, as 0.9412 · 17 = 16.0004 drops 16). On a page whose slider sets it
+    (:func:`~vitroll.wording.page_control`), the highest value of the slider below (n − 1)/n: 0.98 for 65 tokens on a
+    slider of step 0.01, where 0.9846 could not be set."""
     limit = Fraction(num_tokens - 1, num_tokens)
-    if (limit * 10_000).denominator == 1:
-        return f"{argument('discard_ratio')} below {float(limit):g}"
-    return f"{argument('discard_ratio', (math.ceil(limit * 10_000) - 1) / 10_000)} or lower"
+    slider = page_control("discard_ratio")
+    if slider is None or slider.step is None:
+        if (limit * 10_000).denominator == 1:
+            return f"{argument('discard_ratio')} below {float(limit):g}"
+        return f"{argument('discard_ratio', (math.ceil(limit * 10_000) - 1) / 10_000)} or lower"
+    low = slider.minimum or Fraction(0)
+    highest = low + (math.ceil((limit - low) / slider.step) - 1) * slider.step
+    if slider.maximum is not None:
+        highest = min(highest, slider.maximum)
+    return f"{argument('discard_ratio', float(highest))} or lower"
 
 
 def warn_constant_rollout(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:

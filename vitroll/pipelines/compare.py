@@ -24,7 +24,7 @@ from vitroll.io.images import DEFAULT_MAX_PIXELS
 from vitroll.io.writing import write_atomic
 from vitroll.metrics import rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text
-from vitroll.pipelines.explain import ExplainSettings, figure_bytes, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, figure_bytes, render, top_classes, warn_of_sights
 from vitroll.pipelines.stream import Explained, Failed, explain_stream, read_image
 from vitroll.preprocess import Preprocessing
 from vitroll.wording import counted
@@ -117,6 +117,7 @@ def compare(paths: Sequence["str | os.PathLike[str]"], explainers: Sequence[Expl
             best = top_classes(record.probabilities, explainer.class_names, k=1)[0]
             result.predictions[explainer.label].append(f"{best[1]} ({best[2]:.0%})")
     result.sights = list(dict.fromkeys(result.sights))  # models that read an image alike: told once
+    warn_of_sights(result.sights, None)  # each model reads the images its own way: no one setting for it
     result.pictures = [explained[explainers[0].label][index].image for index in good] if explainers else []
     for index, path in enumerate(result.images):
         for first, second in itertools.combinations([e.label for e in explainers], 2):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
 
@@ -159,10 +160,22 @@ def sight_warnings(sights: Sequence[tuple[str, float, float]], whole_image: Opti
     model saw (:meth:`~vitroll.preprocess.CropGeometry.seen_share`)."""
     enlarged = [(name, warning) for name, pixels, _ in sights if (warning := enlarged_warning(pixels))]
     little_seen = [(name, warning) for name, _, share in sights if (warning := little_seen_warning(share))]
-    advice = "" if whole_image is None else (f"; {whole_image} shows the model all of it, padded "
-                                             "(--crop-mode squash --crop-pct 1: stretched)")
+    squash = "--crop-mode squash --crop-pct 1" if on_the_command_line() else "crop_mode='squash', crop_pct=1.0"
+    advice = "" if whole_image is None else f"; {whole_image} shows the model all of it, padded ({squash}: stretched)"
     lines = [images_warning(enlarged), None if not little_seen else f"{images_warning(little_seen)}{advice}"]
     return [line for line in lines if line is not None]
+
+
+def warn_of_sights(sights: Sequence[tuple[str, float, float]], function: Optional[str]) -> None:
+    """For a Python caller of ``function`` (``annotate``; None for one that reads images no single way, ``compare``),
+    one ``UserWarning`` for a run with images whose maps say little (:func:`sight_warnings`, in Python's words); on the
+    command line nothing: its commands print the lines themselves (``print_sight_warnings``). The caller got only
+    their numbers (``sights``) and no word."""
+    if on_the_command_line():
+        return
+    lines = sight_warnings(sights, None if function is None else whole_image_setting(function, function))
+    if lines:
+        warnings.warn("\n".join(lines), UserWarning, stacklevel=3)
 
 
 def top_classes(probabilities: np.ndarray, names: Optional[list[str]], k: int = 5) -> list[tuple[int, str, float]]:

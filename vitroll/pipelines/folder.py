@@ -44,7 +44,7 @@ from vitroll.maps import key_patches, summary
 from vitroll.metrics import rank_correlation
 from vitroll.methods.base import model_device
 from vitroll.pipelines import manifest as mf
-from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes
+from vitroll.pipelines.explain import ExplainSettings, figure_png, render, top_classes, warn_of_sights
 from vitroll.pipelines.gallery import write_gallery
 from vitroll.pipelines.inputs import InputItem, assign_output_names, discover, nothing_found
 from vitroll.pipelines.progress import progress_bar
@@ -239,6 +239,12 @@ def annotate(
     -------
     RunSummary — counts and failures for this process (of all ranks under torchrun).
 
+    Warns
+    -----
+    UserWarning
+        Once a run, when images were smaller than the model's patch grid or strips the model saw little of
+        (:attr:`RunSummary.sights`), naming how many and ``preprocessing`` that shows the model all of a strip.
+
     Raises
     ------
     VitrollError
@@ -297,6 +303,8 @@ def annotate(
         merge_failure = _merge(out_dir, settings, rank, world_size)
         result = _reduce(result, world_size)
         _agree(failure or merge_failure, rank, world_size)
+    if rank == 0:
+        warn_of_sights(result.sights, "annotate")
     return result
 
 
