@@ -145,6 +145,31 @@ def test_the_generated_caption_is_the_greedy_one_and_capture_leaves_the_logits_u
 
 
 
+def test_captioning_a_batch_with_a_decoder_whose_pad_is_its_end_token_asks_for_no_attention_mask(images):
+    # GPT-2 captioners (nlpconnect/vit-gpt2-image-captioning) pad with their end token; generate then told the user
+    # to pass an attention mask, which the pixels it captions have no use for, on every `vitroll caption` of 2 images
+    import logging
+
+    model = build_captioner("vit", "gpt2", seed=18)  # its second caption ends first: padded with END after it
+    model.config.pad_token_id = END
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = logging.getLogger("transformers")
+    library.addHandler(handler)
+    try:
+        logging.Logger.warning_once.cache_clear()  # transformers says it once a process
+        result = caption_maps(model, images, method="rollout", max_new_tokens=6)
+        assert [record.getMessage() for record in records] == []
+        greedy = model.generate(pixel_values=images, max_new_tokens=6, do_sample=False, num_beams=1,
+                                pad_token_id=END)[:, 1:]
+        assert torch.equal(result.token_ids, greedy) and result.lengths.tolist() == [6, 3]
+        assert greedy[1].tolist() == [33, 33, END, END, END, END]
+        assert any("attention mask is not set" in record.getMessage() for record in records)  # it would have
+    finally:
+        library.removeHandler(handler)
+
+
 @pytest.mark.parametrize("encoder", ["vit", "deit"])
 @pytest.mark.parametrize(("size", "grid"), [((40, 40), (5, 5)), ((32, 48), (4, 6))])
 def test_a_tensor_of_another_size_than_the_encoders_is_captioned_with_its_position_embeddings_interpolated(

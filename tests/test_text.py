@@ -501,6 +501,18 @@ def test_the_cli_explains_texts_into_a_page_json_and_csv(saved_classifier, tmp_p
     assert "<script" not in page and ">&lt;</span>" in page
 
 
+@pytest.mark.parametrize("method", ["occlusion", "chefer"])
+def test_every_method_that_takes_a_target_names_the_class_it_explained(saved_classifier, tmp_path, method):
+    # occlusion explains a class without gradients: its report named none ("explained:" missing, target None)
+    from vitroll.pipelines.text import explain_texts
+
+    model = vitroll.load_model(str(saved_classifier))
+    results = list(explain_texts(model, ["the cat sat", "a dog ran"], wordpiece_tokenizer(tmp_path), method=method,
+                                 options={"target_class": [1, 0]}))
+    assert [result.target for result in results] == ["positive", "negative"]
+    assert results[0].prediction in {"negative", "positive"}
+
+
 def test_a_text_too_long_fails_alone_in_one_line(saved_classifier, tmp_path):
     import os
     import shutil

@@ -81,10 +81,14 @@ def _special_ids(model: nn.Module) -> tuple[int, int, int]:
 def _generate(model: nn.Module, images: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """The greedy caption (B, K), the start token dropped, padded with the pad token after the end token."""
     start, end, pad = _special_ids(model)
+    # generate pads a finished caption with a token other than its end: padded with the end token (GPT-2 captioners
+    # pad so), a batch made transformers advise an attention mask, which the pixels it reads have no use for
+    filler = pad if pad != end else (end + 1) % model.config.decoder.vocab_size
     generated = model.generate(pixel_values=images, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                               decoder_start_token_id=start, eos_token_id=end, pad_token_id=pad,
-                               **size_options(model.encoder, images))
-    return generated[:, 1:]
+                               decoder_start_token_id=start, eos_token_id=end, pad_token_id=filler,
+                               **size_options(model.encoder, images))[:, 1:]
+    ends = (generated == end).int()
+    return generated.masked_fill(ends.cumsum(dim=1) - ends > 0, pad)  # past its end token, a caption is padding
 
 
 def _token_logits(model: nn.Module, images: torch.Tensor, caption_ids: torch.Tensor) -> torch.Tensor:

@@ -118,7 +118,7 @@ def explain_texts(model: nn.Module, texts: Sequence[str], tokenizer: Any, *, met
         scores = as_numpy(saliency.maps)
         probabilities = None if saliency.logits is None else as_numpy(saliency.logits.float().softmax(dim=-1))
         targets = None
-        if chosen.needs_gradients and saliency.logits is not None:
+        if "target_class" in chosen.options and saliency.logits is not None:  # occlusion too, without gradients
             targets = resolve_targets(saliency.logits, options.get("target_class")).tolist()
         for row, each in enumerate(encoded):
             real = scores[row][attention_mask[row].bool().numpy()].tolist()
