@@ -217,3 +217,14 @@ def test_lazy_names_import_a_name_on_first_use_keep_it_and_refuse_the_others(tmp
         else:
             with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'sub'"):
                 names.getattr("sub")
+
+
+def test_dir_of_the_package_is_its_public_api_and_none_of_the_machinery():
+    import vitroll.cli  # noqa: F401  (binds sub-modules in the package: they are not its API)
+    import vitroll.io
+
+    vitroll.rollout  # a name once reached is kept in the namespace, and still listed once
+    assert dir(vitroll) == sorted(vitroll.__all__)
+    assert {"LazyNames", "_NAMES", "_PUBLIC", "defer", "lazy", "registry", "sys"}.isdisjoint(dir(vitroll))
+    assert {"load_image", "rollout", "overlay", "__version__"} <= set(dir(vitroll))
+    assert dir(vitroll.io) == ["IMAGE_SUFFIXES", "encode_png", "load_image", "write_atomic"]
