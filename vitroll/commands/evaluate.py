@@ -6,7 +6,6 @@ own metrics)."""
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from vitroll.commands.arguments import (
     add_out_argument, given_path, integer, known_method, method_names, number, option_flag,
 )
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
-from vitroll.io.names import READABLE, single_line
-from vitroll.io.writing import make_output_folder
+from vitroll.io.names import single_line
+from vitroll.io.writing import make_output_folder, write_csv
 from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
@@ -132,13 +131,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "or captions (the two-shape images captioned; default model vitroll-caption-shapes: "
                              "pointing game of each shape word's map on its shape)")
     parser.set_defaults(run=run, shapes_only_defaults={name: parser.get_default(name) for name in SHAPES_ONLY})
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def write_disagreement(args: argparse.Namespace, result) -> None:
