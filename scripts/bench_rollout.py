@@ -192,6 +192,8 @@ def _run_worker(tokens: int, implementation: str, source: str, args: argparse.Na
 
 def write_sources_report(rows: list[dict], out: Path, model_name: str) -> None:
     """The rollout/forward ratio of timm's model and of transformers' ViT-S at each N, and their quotient."""
+    from vitroll.testbed.training import wrapped_card
+
     by = {(r["tokens"], r["source"], r["implementation"]): r for r in rows}
     lines = [
         f"timm {model_name} beside transformers ViTForImageClassification (hidden 384, 12 layers, 6 heads, patch 16, "
@@ -219,7 +221,7 @@ def write_sources_report(rows: list[dict], out: Path, model_name: str) -> None:
     table = "\n".join(lines)
     print(table)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_rollout_transformers.md").write_text(table + "\n")
+    (out / "bench_rollout_transformers.md").write_text(wrapped_card(table + "\n"))  # the note above the table
 
 
 def write_report(rows: list[dict], out: Path, model_name: str) -> None:

@@ -62,6 +62,7 @@ from vitroll.capture import head_mean as head_mean_module
 from vitroll.capture import recorder as recorder_module
 from vitroll.capture.recorder import default_attention_budget
 from vitroll.pipelines.folder import AnnotateOptions
+from vitroll.testbed.training import wrapped_card
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("vit_small_patch16_224", "vit_base_patch16_224")
@@ -166,7 +167,7 @@ class Report:
             self.data["budget"]["elapsed_s"] = round(self.elapsed(), 1)
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "gpu_check.json").write_text(json.dumps(self.data, indent=1) + "\n")
-            (self.out / "gpu_check.md").write_text(markdown(self.data))
+            (self.out / "gpu_check.md").write_text(wrapped_card(markdown(self.data)))
 
     def start_watchdog(self, grace_s: float) -> None:
         """Write what is done and end the process if the run is still going ``grace_s`` after the budget."""

@@ -413,3 +413,39 @@ def test_images_of_one_stem_and_other_suffixes_are_told_apart_in_per_image_csv(t
     assert code == 0 and capsys.readouterr().out.startswith("2 images (")
     rows = list(csv.DictReader((tmp_path / "out" / "per_image.csv").open(encoding="utf-8")))
     assert [row["image"] for row in rows] == ["a.jpg", "a.png"]
+
+
+@pytest.mark.parametrize("kind", ["pairs", "text", "captions"])
+def test_a_generated_testbed_is_scored_by_its_own_evaluation_on_its_own_inputs(kind):
+    """evaluate_testbed picks the testbed's inputs, evaluation and metrics (the choice was the command's); its rows
+    are those of that testbed's own function called by hand."""
+    pytest.importorskip("transformers")
+    import vitroll
+    from vitroll.adapters.tokenizers import registered_tokenizer
+    from vitroll.pipelines.evaluate import evaluate_testbed
+    from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
+    from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
+    from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
+
+    name = {"pairs": "vitroll-clip-shapes", "text": "vitroll-text-keyword", "captions": "vitroll-caption-shapes"}[kind]
+    model = vitroll.load_model(name)
+    scores = evaluate_testbed(model, kind, 2, 5, ["rollout", "random"], batch_size=2)
+    tokenizer = registered_tokenizer(model)
+    expected, metrics, source = {
+        "pairs": lambda: (evaluate_pairs(model, pair_images(2, 5), ["rollout", "random"], batch_size=2),
+                          PAIR_METRICS, "2 two-shape images, seed 5"),
+        "text": lambda: (evaluate_text(model, tokenizer, text_sentences(2, 5), ["rollout", "random"], batch_size=2),
+                         TEXT_METRICS, "2 key-word sentences, seed 5"),
+        "captions": lambda: (evaluate_captions(model, tokenizer, pair_images(2, 5), ["rollout", "random"],
+                                               batch_size=2), CAPTION_METRICS, "2 captioned two-shape images, seed 5"),
+    }[kind]()
+    assert (scores.metrics, scores.source) == (metrics, source)
+    assert len(scores.rows) == 4 and [row["method"] for row in scores.rows].count("rollout") == 2
+    assert scores.rows == expected
+
+
+def test_a_testbed_that_is_not_generated_is_refused_naming_the_ones_that_are():
+    from vitroll.pipelines.evaluate import evaluate_testbed
+
+    with pytest.raises(OptionValueError, match=r"^kind='shapes': the generated testbeds are pairs, text, captions$"):
+        evaluate_testbed(build_testbed_model(), "shapes", 2, 3, ["rollout"])

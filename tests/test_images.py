@@ -332,3 +332,11 @@ def test_an_image_in_a_folder_made_unreadable_is_an_image_read_error_not_a_permi
     with pytest.raises(ImageReadError) as raised:
         load_image(path)
     assert str(raised.value) == f"{path}: cannot be opened (Permission denied)"
+
+
+def test_write_csv_writes_the_rows_under_the_first_rows_columns_and_a_name_that_is_not_utf8_spelt_readable(tmp_path):
+    from vitroll.io.writing import write_csv
+
+    path = tmp_path / "t.csv"
+    write_csv(path, [{"image": "a\udcffb.png", "score": 0.5}, {"image": "c, d.png", "score": -1}])
+    assert path.read_bytes() == b'image,score\r\na\\xffb.png,0.5\r\n"c, d.png",-1\r\n'

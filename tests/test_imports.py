@@ -217,3 +217,30 @@ def test_lazy_names_import_a_name_on_first_use_keep_it_and_refuse_the_others(tmp
         else:
             with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'sub'"):
                 names.getattr("sub")
+
+
+def test_dir_of_the_package_is_its_public_api_and_none_of_the_machinery():
+    import vitroll.cli  # noqa: F401  (binds sub-modules in the package: they are not its API)
+    import vitroll.io
+
+    vitroll.rollout  # a name once reached is kept in the namespace, and still listed once
+    assert dir(vitroll) == sorted(vitroll.__all__)
+    assert {"LazyNames", "_NAMES", "_PUBLIC", "defer", "lazy", "registry", "sys"}.isdisjoint(dir(vitroll))
+    assert {"load_image", "rollout", "overlay", "__version__"} <= set(dir(vitroll))
+    assert dir(vitroll.io) == ["IMAGE_SUFFIXES", "encode_png", "load_image", "write_atomic"]
+
+
+def test_the_readme_layout_names_every_module_once_on_its_floor():
+    """The README's Layout listed packages by some of their modules (methods/map_checks.py, capture/precision.py,
+    io/dicom/ and every command's module were not named): each module now has a line, and its floor is LAYERS'."""
+    readme = (PACKAGE_ROOT.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0].split("```")[1]
+    lines = [re.match(r"(\d) (vitroll/\S*)\s", line) for line in block.splitlines()]
+    named = [(match[2], int(match[1])) for match in lines if match]
+    assert len(named) == len(dict(named)), "a module is named twice"
+    expected = {}
+    for name, path in module_files(PACKAGE_ROOT).items():
+        relative = path.relative_to(PACKAGE_ROOT.parent)
+        is_package = path.name == "__init__.py" and name != FACADE
+        expected[f"{relative.parent}/" if is_package else str(relative)] = floor_of(name)
+    assert dict(named) == expected

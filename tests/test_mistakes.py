@@ -503,7 +503,7 @@ def test_ctrl_c_while_the_device_is_checked_is_one_line(files, capsys, monkeypat
 
 @pytest.mark.parametrize("command, work", [
     ("evaluate --testbed 2", "vitroll.pipelines.evaluate.evaluate"),
-    ("evaluate --testbed-kind pairs --testbed 2", "vitroll.pipelines.evaluate_pairs.evaluate_pairs"),
+    ("evaluate --testbed-kind pairs --testbed 2", "vitroll.pipelines.evaluate.evaluate_testbed"),
     ("sanity --testbed 2", "vitroll.pipelines.sanity.sanity_check"),
     ("compare {img} --model vitroll-shapes --model vitroll-shapes", "vitroll.pipelines.compare.compare"),
     ("audit {img} --keep-burned-in-text", "vitroll.audit.pipeline.audit_items"),

@@ -141,9 +141,10 @@ def test_the_names_the_parsers_offer_are_those_of_the_library():
     """The parsers name methods, head fusions, precisions and defaults without importing the library (torch); they
     must not drift from it."""
     from vitroll.capture import HEAD_FUSIONS
-    from vitroll.commands import annotate, arguments
+    from vitroll.commands import annotate, arguments, evaluate
     from vitroll.methods import METHODS
     from vitroll.methods.caption import CAPTION_METHODS
+    from vitroll.pipelines.evaluate import GENERATED_TESTBEDS
     from vitroll.pipelines.explain import ExplainSettings
     from vitroll.pipelines.folder import PRECISIONS, SAVE_KINDS, AnnotateOptions
     from vitroll.testbed import TESTBED_NAME
@@ -156,3 +157,4 @@ def test_the_names_the_parsers_offer_are_those_of_the_library():
     assert arguments.DEFAULT_COLORMAP == ExplainSettings().cmap
     assert annotate.DISAGREE_BELOW == AnnotateOptions.disagree_below
     assert annotate.SAVE_KINDS == SAVE_KINDS
+    assert list(evaluate.TESTBEDS) == ["shapes", *GENERATED_TESTBEDS]

@@ -68,12 +68,13 @@ class LazyNames:
         raise AttributeError(f"module {self.package!r} has no attribute {name!r}")
 
     def dir(self) -> list[str]:
-        """The package's ``__dir__``: the names its namespace holds and its ``__all__``, sorted.
+        """The package's ``__dir__``: its ``__all__``, sorted. What the package imported to work (this class, its
+        helpers, sub-modules bound as they were imported) is no part of its API, so ``dir()`` and a shell's completion
+        do not offer it.
 
         Returns
         -------
         list[str]
-            Every name bound in the package so far and every name of its ``__all__``, once each.
+            The names of the package's ``__all__`` (:attr:`all` where it has none), once each.
         """
-        package = sys.modules[self.package]
-        return sorted({*vars(package), *getattr(package, "__all__", ())})
+        return sorted(set(getattr(sys.modules[self.package], "__all__", self.all)))

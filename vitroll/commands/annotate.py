@@ -20,11 +20,13 @@ from vitroll.commands.arguments import (
     PRECISIONS, add_batch_size_argument, add_explain_arguments, add_max_pixels_argument, add_out_argument,
     add_progress_argument, add_resume_arguments, given_path, integer, method_names, number,
 )
-from vitroll.errors import EXIT_USER_ERROR, OptionValueError
+from vitroll.errors import EXIT_USER_ERROR
 from vitroll.io.names import error_line, single_line
 from vitroll.pipelines.manifest import OUTPUT_COLUMNS as SAVE_KINDS
-from vitroll.pipelines.ranks import launched_rank, leave_to_rank_zero, run_ranks, under_torchrun
-from vitroll.wording import counted
+from vitroll.pipelines.ranks import (
+    check_torchrun_ranks, launched_rank, leave_to_rank_zero, rank_gpus, refuse_one_gpu_for_all, run_ranks,
+    torchrun_group, under_torchrun,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -85,59 +87,6 @@ def save_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def _on_cuda(args: argparse.Namespace) -> bool:
-    """Whether the ranks run on CUDA: ``--device`` auto or cuda… on a machine with a GPU."""
-    import torch
-
-    return (args.device == "auto" or args.device.startswith("cuda")) and torch.cuda.is_available()
-
-
-def _rank_gpus(args: argparse.Namespace) -> Optional[int]:
-    """How many GPUs the ranks share out, rank k taking cuda:k (``--device`` auto or cuda on CUDA); None when each
-    rank does not take its own (the CPU, or a ``--device cuda:N`` of the user's)."""
-    import torch
-
-    return torch.cuda.device_count() if _on_cuda(args) and args.device in ("auto", "cuda") else None
-
-
-def _refuse_one_gpu_for_all(args: argparse.Namespace, ranks_here: int) -> None:
-    """Refuse several ranks on this machine with one ``--device cuda:N`` for all: NCCL refuses two ranks on one GPU
-    (each rank failed with a traceback)."""
-    if ranks_here > 1 and _on_cuda(args) and args.device not in ("auto", "cuda"):
-        raise OptionValueError(f"--device {args.device} puts all {ranks_here} ranks of this machine on one GPU, which "
-                               "NCCL refuses; give --device cuda (rank k takes cuda:k) or --device cpu")
-
-
-def _check_torchrun_ranks(args: argparse.Namespace) -> None:
-    """Under torchrun, refuse more ranks on this machine (``LOCAL_WORLD_SIZE``; else this rank's ``LOCAL_RANK``) than
-    GPUs when rank k takes cuda:k: ``torch.cuda.set_device`` failed with a traceback on each rank past the last GPU.
-    Every rank sees the same count, so rank 0 tells it (:func:`run`)."""
-    gpus = _rank_gpus(args)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or local_rank + 1
-    _refuse_one_gpu_for_all(args, ranks_here)
-    if gpus is not None and ranks_here > gpus:
-        raise OptionValueError(f"torchrun started {ranks_here} ranks on this machine, more than its "
-                               f"{counted(gpus, 'CUDA device')}, rank k taking cuda:k; give --nproc_per_node at most "
-                               f"{gpus}, or --device cpu")
-
-
-def _init_distributed(args: argparse.Namespace) -> bool:
-    """Under torchrun (WORLD_SIZE > 1): join the process group, one GPU per local rank when on CUDA. True when
-    this call made the group (then :func:`run` destroys it)."""
-    import torch
-
-    if not under_torchrun() or torch.distributed.is_initialized():
-        return False
-    cuda = _on_cuda(args)
-    if cuda:
-        if args.device in ("auto", "cuda"):
-            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-        torch.cuda.set_device(args.device)
-    torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
-    return True
-
-
 def _settings_identity(args: argparse.Namespace, model: torch.nn.Module, preprocessing: Preprocessing,
                        settings: ExplainSettings, options: AnnotateOptions,
                        names: Optional[list[str]]) -> dict[str, Any]:
@@ -177,26 +126,19 @@ def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
-    import torch
-
     try:
         options = _options_from_args(args)
         if under_torchrun():
-            _check_torchrun_ranks(args)
+            check_torchrun_ranks(args.device)
     except ValueError as error:
         if launched_rank() != 0:  # every rank reads the same command line: rank 0 tells it, not each rank
             return leave_to_rank_zero(error_line(str(error)), EXIT_USER_ERROR)
         raise
     if args.processes > 1 and not under_torchrun():
-        _refuse_one_gpu_for_all(args, args.processes)
-        return run_ranks(args.argv, args.processes, _rank_gpus(args))
-    joined = _init_distributed(args)
-    try:
+        refuse_one_gpu_for_all(args.device, args.processes)
+        return run_ranks(args.argv, args.processes, rank_gpus(args.device))
+    with torchrun_group(args.device) as args.device:
         return _run_in_group(args, options)
-    finally:
-        if joined:
-            torch.distributed.destroy_process_group()
 
 
 def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:

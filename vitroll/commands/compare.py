@@ -7,7 +7,6 @@ error."""
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TypeVar
 
@@ -15,8 +14,7 @@ from vitroll.commands.arguments import (
     add_device_argument, add_max_pixels_argument, add_method_arguments, add_out_argument, add_render_arguments,
     add_trust_checkpoint_argument, given_path, integer, model_argument,
 )
-from vitroll.io.names import READABLE
-from vitroll.io.writing import make_output_folder
+from vitroll.io.writing import make_output_folder, write_csv
 
 if TYPE_CHECKING:
     from vitroll.pipelines.compare import Explainer
@@ -150,10 +148,7 @@ def run(args: argparse.Namespace) -> int:
     print_sight_warnings(result.sights, whole_image=None)  # each model reads the images its own way: no flag for it
     if not result.images:
         return EXIT_SOME_FAILED
-    with (args.out / "agreement.csv").open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
-        writer = csv.DictWriter(handle, fieldnames=["image", "model_a", "model_b", "spearman", "top10_iou"])
-        writer.writeheader()
-        writer.writerows(result.rows)
+    write_csv(args.out / "agreement.csv", result.rows)
     plot_comparison(result, args.out / "grid.png")
     for line in pair_summaries(result.rows):
         print(line)

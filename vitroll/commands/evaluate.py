@@ -6,7 +6,6 @@ own metrics)."""
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from vitroll.commands.arguments import (
     add_out_argument, given_path, integer, known_method, method_names, number, option_flag,
 )
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
-from vitroll.io.names import READABLE, single_line
-from vitroll.io.writing import make_output_folder
+from vitroll.io.names import single_line
+from vitroll.io.writing import make_output_folder, write_csv
 from vitroll.wording import counted
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
@@ -134,13 +133,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run, shapes_only_defaults={name: parser.get_default(name) for name in SHAPES_ONLY})
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def write_disagreement(args: argparse.Namespace, result) -> None:
     import numpy as np
 
@@ -192,13 +184,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_generated(args: argparse.Namespace) -> int:
     """``--testbed-kind pairs``, ``text`` or ``captions``: a generated testbed with its own metrics."""
-    from vitroll.adapters.tokenizers import registered_tokenizer
     from vitroll.commands.common import check_trusted_checkpoints, method_options_from_args, resolve_device
     from vitroll.models import load_model
-    from vitroll.pipelines.evaluate import INTERVAL, markdown_table, summarize
-    from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
-    from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
-    from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
+    from vitroll.pipelines.evaluate import INTERVAL, evaluate_testbed, markdown_table, summarize
 
     if args.folder:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
@@ -218,24 +206,13 @@ def run_generated(args: argparse.Namespace) -> int:
     make_output_folder(args.out)
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,
                        device=resolve_device(args.device))
-    count, seed = args.testbed or TESTBED_COUNT, testbed_seed(args)
-    if args.testbed_kind == "pairs":
-        rows = evaluate_pairs(model, pair_images(count, seed), methods, method_options=method_options,
-                              batch_size=args.batch_size)
-        metrics, source = PAIR_METRICS, f"{counted(count, 'two-shape image')}, seed {seed}"
-    elif args.testbed_kind == "captions":
-        rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, seed), methods,
-                                 batch_size=args.batch_size, window=method_options.get("window"))
-        metrics, source = CAPTION_METRICS, f"{counted(count, 'captioned two-shape image')}, seed {seed}"
-    else:
-        rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,
-                             method_options=method_options, batch_size=args.batch_size)
-        metrics, source = TEXT_METRICS, f"{counted(count, 'key-word sentence')}, seed {seed}"
-    summary = summarize(rows, metrics)
-    table = markdown_table(summary, metrics)
-    write_csv(args.out / "per_input.csv", rows)
+    scores = evaluate_testbed(model, args.testbed_kind, args.testbed or TESTBED_COUNT, testbed_seed(args), methods,
+                              method_options=method_options, batch_size=args.batch_size)
+    summary = summarize(scores.rows, scores.metrics)
+    table = markdown_table(summary, scores.metrics)
+    write_csv(args.out / "per_input.csv", scores.rows)
     write_csv(args.out / "summary.csv", summary)
-    caption = f"{source}, model {model_name}; {INTERVAL}"
+    caption = f"{scores.source}, model {model_name}; {INTERVAL}"
     (args.out / "summary.md").write_text(f"{caption}\n\n{table}\n", encoding="utf-8")
     print(f"{caption}\n{table}")
     print(f"wrote {args.out}/: per_input.csv summary.csv summary.md")

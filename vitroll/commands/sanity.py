@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 
 from vitroll.commands.arguments import add_batch_size_argument
-from vitroll.io.writing import make_output_folder
 from vitroll.commands.evaluate import (
-    DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed, write_csv,
+    DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed,
 )
+from vitroll.io.writing import make_output_folder, write_csv
 from vitroll.wording import counted
 
 TESTBED_COUNT = 32

@@ -4,11 +4,12 @@ manifest) imports neither numpy nor Pillow."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 from pathlib import Path
 
 from vitroll.errors import VitrollError
-from vitroll.io.names import NAME_MAX, fit_name
+from vitroll.io.names import NAME_MAX, READABLE, fit_name
 
 
 def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
@@ -29,6 +30,16 @@ def write_atomic(path: "str | os.PathLike[str]", data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):  # the error to report is the write's, never the clean-up's
             temporary.unlink(missing_ok=True)
+
+
+def write_csv(path: "str | os.PathLike[str]", rows: "list[dict]") -> None:
+    """``rows`` as a CSV file with a header, their columns those of the first row (in its order); text that cannot
+    be encoded as UTF-8 (a file name's lone surrogates) is written readable (:data:`~vitroll.io.names.READABLE`).
+    The tables of ``vitroll evaluate``, ``sanity`` and ``compare``."""
+    with Path(path).open("w", newline="", encoding="utf-8", errors=READABLE) as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def make_output_folder(out_dir: "str | os.PathLike[str]") -> None:

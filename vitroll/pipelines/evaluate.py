@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitroll.errors import ImageReadError, VitrollError
+from vitroll.adapters.tokenizers import registered_tokenizer
+from vitroll.errors import ImageReadError, OptionValueError, VitrollError
 from vitroll.io import load_image
 from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display, load_mask
 from vitroll.io.discovery import folder_files, has_image_suffix, reachable
@@ -29,10 +30,14 @@ from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay, use_fallback_fonts
+from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
+from vitroll.pipelines.evaluate_pairs import PAIR_METRICS, evaluate_pairs, pair_images
+from vitroll.pipelines.evaluate_text import TEXT_METRICS, evaluate_text, text_sentences
 from vitroll.pipelines.explain import figure_bytes
 from vitroll.pipelines.stream import Failed, Frame, decoded_batches
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.shapes import samples
+from vitroll.wording import counted
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -335,3 +340,48 @@ def plot_examples(evaluation: Evaluation, images: Sequence[MaskedImage], path: "
                   cmap: str = "jet") -> None:
     """:func:`examples_figure` as a PNG."""
     write_atomic(path, figure_bytes(examples_figure(evaluation, images, cmap)))
+
+
+GENERATED_TESTBEDS = ("pairs", "text", "captions")
+"""The generated testbeds with metrics of their own (:func:`evaluate_testbed`): the two-shape images with a prompt
+naming one (an image–text model), the key-word sentences (a text classifier) and the two-shape images captioned (a
+captioner)."""
+
+
+@dataclass(frozen=True)
+class GeneratedScores:
+    """What :func:`evaluate_testbed` measured."""
+
+    rows: list[dict[str, Any]]
+    """One per input and method, with the testbed's metrics."""
+    metrics: Mapping[str, str]
+    """The testbed's metrics, column → heading (:func:`summarize`, :func:`markdown_table`)."""
+    source: str
+    """What was drawn, for the line above a table: ``200 key-word sentences, seed 3``."""
+
+
+def evaluate_testbed(model: nn.Module, kind: str, count: int, seed: int, methods: Sequence[str], *,
+                     method_options: Optional[Mapping[str, object]] = None, batch_size: int = 16) -> GeneratedScores:
+    """Score ``methods`` on ``count`` inputs of split ``seed`` of the generated testbed ``kind`` (one of
+    :data:`GENERATED_TESTBEDS`), with that testbed's own metrics; the text and caption testbeds use the tokenizer
+    registered with ``model``. The captioning testbed takes only ``method_options``' ``window`` (occlusion's).
+
+    Raises
+    ------
+    OptionValueError
+        ``kind`` is none of :data:`GENERATED_TESTBEDS`.
+    """
+    method_options = dict(method_options or {})
+    if kind == "pairs":
+        rows = evaluate_pairs(model, pair_images(count, seed), methods, method_options=method_options,
+                              batch_size=batch_size)
+        return GeneratedScores(rows, PAIR_METRICS, f"{counted(count, 'two-shape image')}, seed {seed}")
+    if kind == "captions":
+        rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, seed), methods,
+                                 batch_size=batch_size, window=method_options.get("window"))
+        return GeneratedScores(rows, CAPTION_METRICS, f"{counted(count, 'captioned two-shape image')}, seed {seed}")
+    if kind == "text":
+        rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,
+                             method_options=method_options, batch_size=batch_size)
+        return GeneratedScores(rows, TEXT_METRICS, f"{counted(count, 'key-word sentence')}, seed {seed}")
+    raise OptionValueError(f"kind={kind!r}: the generated testbeds are {', '.join(GENERATED_TESTBEDS)}")

@@ -59,6 +59,12 @@ EXIT_SOME_FAILED = 3
 """Exit status of a run in which some inputs could not be processed (2 is a usage error, 130 an interrupt)."""
 
 
+def batch_exit_code(interrupted: bool, failed: int) -> int:
+    """The exit status of a run over many inputs: 130 interrupted, :data:`EXIT_SOME_FAILED` when ``failed`` inputs
+    did, else 0."""
+    return 130 if interrupted else (EXIT_SOME_FAILED if failed else 0)
+
+
 def default_writer_threads() -> int:
     """Half the CPU cores, 2 to 8: rendering and PNG encoding (OpenCV, outside the GIL) take a few ms per image, so
     two threads cap a run near 2 / (that time) images per second however fast the model is."""
@@ -121,7 +127,8 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.interrupted else (EXIT_SOME_FAILED if self.failed else 0)
+        """:func:`batch_exit_code`."""
+        return batch_exit_code(self.interrupted, self.failed)
 
     def line(self) -> str:
         state = "interrupted — rerun the same command to resume; " if self.interrupted else ""

@@ -5,6 +5,9 @@ included), so a script around it cannot tell a bad image from a usage error or a
 Rank 0 talks (its stdout and stderr are this process's); the others are silent unless one ends otherwise than rank
 0 did, when its stderr follows. Ctrl-C reaches the ranks once, through this process (they have a session of their
 own, so a terminal's Ctrl-C does not reach them twice): each finishes its batch in flight and the run exits 130.
+
+Under torchrun (or ``--processes``) a rank checks its machine's GPUs against the ranks on it
+(:func:`check_torchrun_ranks`) and joins the process group, taking its own GPU (:func:`torchrun_group`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from vitroll.errors import OptionValueError
 from vitroll.wording import argument, counted
@@ -37,6 +41,79 @@ def launched_rank() -> int:
     """This process's rank when torchrun (or ``--processes``) started it as one of several (``RANK`` where
     ``WORLD_SIZE`` > 1), else 0."""
     return int(os.environ.get("RANK", "0")) if under_torchrun() else 0
+
+
+def ranks_on_cuda(device: str) -> bool:
+    """Whether the ranks run on CUDA: ``device`` auto or cuda… on a machine with a GPU."""
+    import torch
+
+    return (device == "auto" or device.startswith("cuda")) and torch.cuda.is_available()
+
+
+def rank_gpus(device: str) -> Optional[int]:
+    """How many GPUs the ranks share out, rank k taking cuda:k (``device`` auto or cuda on CUDA); None when each
+    rank does not take its own (the CPU, or a ``cuda:N`` the user named)."""
+    import torch
+
+    return torch.cuda.device_count() if ranks_on_cuda(device) and device in ("auto", "cuda") else None
+
+
+def refuse_one_gpu_for_all(device: str, ranks_here: int) -> None:
+    """Refuse ``ranks_here`` > 1 ranks on this machine with one ``device`` cuda:N for all: NCCL refuses two ranks on
+    one GPU (each rank failed with a traceback).
+
+    Raises
+    ------
+    OptionValueError
+        Naming ``device`` and the devices that work.
+    """
+    if ranks_here > 1 and ranks_on_cuda(device) and device not in ("auto", "cuda"):
+        raise OptionValueError(f"{argument('device', device)} puts all {ranks_here} ranks of this machine on one GPU, "
+                               f"which NCCL refuses; give {argument('device', 'cuda')} (rank k takes cuda:k) or "
+                               f"{argument('device', 'cpu')}")
+
+
+def check_torchrun_ranks(device: str) -> None:
+    """Under torchrun, refuse more ranks on this machine (``LOCAL_WORLD_SIZE``; else this rank's ``LOCAL_RANK``) than
+    GPUs when rank k takes cuda:k (``torch.cuda.set_device`` failed with a traceback on each rank past the last GPU),
+    and one cuda:N for them all (:func:`refuse_one_gpu_for_all`). Every rank sees the same count, so rank 0 tells
+    it (:func:`leave_to_rank_zero`).
+
+    Raises
+    ------
+    OptionValueError
+        Naming the ranks and the GPUs.
+    """
+    gpus = rank_gpus(device)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or local_rank + 1
+    refuse_one_gpu_for_all(device, ranks_here)
+    if gpus is not None and ranks_here > gpus:
+        raise OptionValueError(f"torchrun started {ranks_here} ranks on this machine, more than its "
+                               f"{counted(gpus, 'CUDA device')}, rank k taking cuda:k; give --nproc_per_node at most "
+                               f"{gpus}, or {argument('device', 'cpu')}")
+
+
+@contextmanager
+def torchrun_group(device: str) -> Iterator[str]:
+    """Under torchrun (``WORLD_SIZE`` > 1) and outside a process group: inside, this rank has joined one (NCCL on
+    CUDA, else gloo) and leaves it after. Yields the device this rank runs on: ``device``, or its own GPU cuda:k
+    (its ``LOCAL_RANK``) where ``device`` is auto or cuda on CUDA."""
+    import torch
+
+    if not under_torchrun() or torch.distributed.is_initialized():
+        yield device
+        return
+    cuda = ranks_on_cuda(device)
+    if cuda:
+        if device in ("auto", "cuda"):
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+    try:
+        yield device
+    finally:
+        torch.distributed.destroy_process_group()
 
 
 RANK_ZERO_PATIENCE_S = 60.0

@@ -24,7 +24,7 @@ from vitroll.io.text import TextReadout, UnexplainableText
 from vitroll.methods import method_named
 from vitroll.methods.text_batch import Position
 from vitroll.pipelines import manifest as mf
-from vitroll.pipelines.folder import EXIT_SOME_FAILED, one_interrupt
+from vitroll.pipelines.folder import batch_exit_code, one_interrupt
 from vitroll.pipelines.text import TextResult, explain_texts, write_text_report
 from vitroll.wording import argument
 
@@ -45,9 +45,8 @@ class TextRunSummary:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, :data:`~vitroll.pipelines.folder.EXIT_SOME_FAILED` when a text of the report failed,
-        else 0."""
-        return 130 if self.interrupted else (EXIT_SOME_FAILED if self.failed else 0)
+        """:func:`~vitroll.pipelines.folder.batch_exit_code`: 130 interrupted, 3 when a text of the report failed."""
+        return batch_exit_code(self.interrupted, self.failed)
 
     def skip_line(self) -> str:
         return f"{self.done_before} of {self.total} texts already done"

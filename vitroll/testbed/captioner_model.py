@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from vitroll.errors import ModelLoadError
 from vitroll.testbed.captions import CAPTION_WORDS
 from vitroll.testbed.shape_pairs import PairsConfig
+from vitroll.testbed.text import SPECIAL_TOKENS, word_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BertTokenizer, ViTImageProcessor, VisionEncoderDecoderModel
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 FOLDER = Path(__file__).with_name("caption_shapes")
 """Where the shipped captioning testbed model lives."""
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCABULARY = (*SPECIAL_TOKENS, *CAPTION_WORDS)
 """The decoder's WordPiece vocabulary: every caption word is one token; ``[CLS]`` starts a caption, ``[SEP]`` ends
 it."""
@@ -38,9 +38,7 @@ MAX_NEW_TOKENS = 8
 
 def build_caption_tokenizer() -> "BertTokenizer":
     """The decoder's tokenizer: one token per word of :data:`VOCABULARY`."""
-    from transformers import BertTokenizer
-
-    return BertTokenizer(vocab={word: index for index, word in enumerate(VOCABULARY)})
+    return word_tokenizer(VOCABULARY)
 
 
 def build_caption_processor() -> "ViTImageProcessor":

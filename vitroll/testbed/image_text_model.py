@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from vitroll.errors import ModelLoadError
 from vitroll.testbed.shape_pairs import PairsConfig, WORDS
+from vitroll.testbed.text import SPECIAL_TOKENS, word_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BertTokenizer, CLIPImageProcessor, CLIPModel
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 FOLDER = Path(__file__).with_name("clip_shapes")
 """Where the shipped image–text testbed model lives."""
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCABULARY = (*SPECIAL_TOKENS, *WORDS)
 """The text tower's WordPiece vocabulary: every word is one token; ``[SEP]`` ends a text and is its pooled token."""
 
@@ -33,9 +33,7 @@ PROJECTION_DIM = 64
 
 def build_pairs_tokenizer() -> "BertTokenizer":
     """The text tower's tokenizer: one token per word of :data:`VOCABULARY`, ``[CLS] … [SEP]``."""
-    from transformers import BertTokenizer
-
-    return BertTokenizer(vocab={word: index for index, word in enumerate(VOCABULARY)})
+    return word_tokenizer(VOCABULARY)
 
 
 def build_pairs_processor() -> "CLIPImageProcessor":

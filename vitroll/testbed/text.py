@@ -18,9 +18,12 @@ Evaluation always uses keyword data of a held-out seed, so a model that leans on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from transformers import BertTokenizer
 
 CLASSES = ("negative", "positive")
 """Class index → name."""
@@ -43,9 +46,20 @@ FILLER_WORDS = (
 )
 """Words that say nothing about the label."""
 
-VOCABULARY = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER_WORDS, *GROUP_WORDS,
-              *(w for ws in KEY_WORDS for w in ws))
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""BERT's special tokens, the first five of every testbed vocabulary (this one, the image–text and the captioning
+testbeds')."""
+
+VOCABULARY = (*SPECIAL_TOKENS, *FILLER_WORDS, *GROUP_WORDS, *(w for ws in KEY_WORDS for w in ws))
 """The testbed tokenizer's WordPiece vocabulary: every word is one token."""
+
+
+def word_tokenizer(vocabulary: Sequence[str]) -> "BertTokenizer":
+    """A BERT WordPiece tokenizer of one token per word of ``vocabulary`` (ids in its order), lower-casing, adding
+    ``[CLS] … [SEP]``: the text, image–text and captioning testbeds' tokenizers, each with its own vocabulary."""
+    from transformers import BertTokenizer
+
+    return BertTokenizer(vocab={word: index for index, word in enumerate(vocabulary)})
 
 
 @dataclass(frozen=True)

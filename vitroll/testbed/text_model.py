@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from vitroll.errors import ModelLoadError
-from vitroll.testbed.text import CLASSES, VOCABULARY
+from vitroll.testbed.text import CLASSES, VOCABULARY, word_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BertForSequenceClassification, BertTokenizer
@@ -33,9 +33,7 @@ ARCHITECTURE = dict(
 
 def build_text_tokenizer() -> "BertTokenizer":
     """The testbed's WordPiece tokenizer: one token per word of :data:`VOCABULARY`, lower-cased."""
-    from transformers import BertTokenizer
-
-    return BertTokenizer(vocab={word: index for index, word in enumerate(VOCABULARY)})
+    return word_tokenizer(VOCABULARY)
 
 
 def build_text_model() -> "BertForSequenceClassification":
