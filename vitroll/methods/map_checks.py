@@ -10,6 +10,8 @@ from typing import Hashable, Optional, Sequence
 
 import torch
 
+from vitroll.errors import VitrollError
+
 NEAR_CONSTANT = 0.01
 """A map whose values all lie within this share of its largest magnitude is near-constant: it tells nothing apart.
 The trained shapes testbed's maps, of every method, spread over 53 % (flow) to 100 % of it (measured on the five
@@ -122,6 +124,22 @@ def non_finite_problems(inputs: Optional[torch.Tensor],
                     torch.isfinite(inputs[index]).all())
                 problems[index] = f"{method}'s map holds {words}: {non_finite_cause(finite_input)}"
     return problems
+
+
+def refuse_non_finite_maps(inputs: Optional[torch.Tensor],
+                           maps: Sequence[tuple[str, "torch.Tensor | Sequence[torch.Tensor]"]],
+                           names: Sequence[str], stops: str) -> None:
+    """For a command that cannot leave an input out (its answer is over all of them): raise :class:`VitrollError`
+    naming the first input whose map holds NaN or inf (``names``, by index), in the words of
+    :func:`non_finite_problems`, how many others do, and ``stops``, why the command stops there."""
+    problems = non_finite_problems(inputs, maps)
+    if not problems:
+        return
+    first = min(problems)
+    others = len(problems) - 1
+    more = (f" (so {'does' if others == 1 else 'do'} {others} other input{'s' if others > 1 else ''} of the "
+            f"{len(names)} run with it)" if others else "")
+    raise VitrollError(f"{names[first]}: {problems[first]}{more}; {stops}")
 
 
 def warn_non_finite_maps(method: str, maps: torch.Tensor, inputs: object) -> None:
