@@ -767,3 +767,61 @@ def test_an_empty_caption_is_said_to_be_empty_on_the_terminal_and_in_the_strip(a
     entry = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"][0]
     assert (entry["caption"], entry["words"], entry["strip"]) == ("", [], strip.name)
     assert np.asarray(Image.open(strip)).shape[0] > 32  # the figure with its title, not the bare 32 × 32 image
+
+
+def test_the_cli_fails_the_image_whose_maps_are_not_finite_alone_naming_the_cause(saved_captioner, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """One image of the batch gets a NaN in its tensor: its caption's maps are all NaN (its strip would show the bare
+    image under every word); it fails in the wording of the batch stream, and the other image of its batch gets its
+    strip. Then a captioner with a NaN weight: every image fails, the model named as the cause."""
+    import json
+
+    from PIL import Image
+
+    from vitroll.cli import main
+    from vitroll.preprocess import Preprocessing
+
+    rng = np.random.default_rng(4)
+    paths = []
+    for name, width in {"a.png": 64, "b.png": 40}.items():
+        Image.fromarray(rng.integers(0, 256, (48, width, 3), dtype=np.uint8)).save(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    real = Preprocessing.__call__
+
+    def poisoned(self, image):
+        tensor, geometry = real(self, image)
+        if image.width == 40:
+            tensor = tensor.clone()
+            tensor[0, 3, 3] = float("nan")
+        return tensor, geometry
+
+    monkeypatch.setattr(Preprocessing, "__call__", poisoned)
+    out = tmp_path / "out"
+    arguments = ["--model", str(saved_captioner), "--out", str(out), "--max-new-tokens", "3", "--method", "rollout"]
+    assert main(["caption", *paths, *arguments]) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: failed: {paths[1]}: rollout's map holds no finite value: the input holds NaN or inf, which every "
+        "method carries into the whole map"]
+    entries = json.loads((out / "captions.json").read_text(encoding="utf-8"))["images"]
+    assert [(entry["strip"], entry["error"] is None) for entry in entries] == [("a_caption_rollout.png", True),
+                                                                              (None, False)]
+    assert sorted(p.name for p in out.iterdir()) == ["a_caption_rollout.png", "captions.json"]
+    monkeypatch.undo()
+
+    broken = tmp_path / "broken"
+    model = vitroll.load_model(str(saved_captioner))
+    with torch.no_grad():
+        model.encoder.get_parameter(next(name for name, _ in model.encoder.named_parameters()
+                                         if "attention" in name and name.endswith("weight")))[0, 0] = float("nan")
+    model.save_pretrained(broken)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                 "preprocessor_config.json"):
+        if (saved_captioner / name).exists():
+            (broken / name).write_bytes((saved_captioner / name).read_bytes())
+    capsys.readouterr()  # save_pretrained's progress bar
+    arguments[1], arguments[3] = str(broken), str(tmp_path / "out2")
+    assert main(["caption", *paths, *arguments]) == 3
+    cause = ("the input is finite, the model's output is not: does the model hold NaN or inf in its weights, or "
+             "overflow at the precision it runs in?")
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: failed: {path}: rollout's map holds no finite value: {cause}" for path in paths]

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from reference import reference_spearman
 from vitroll.cli import main
-from vitroll.errors import OptionValueError
+from vitroll.errors import OptionValueError, VitrollError
 from vitroll.pipelines.evaluate import (
     Evaluation, MaskedImage, curves_figure, evaluate, examples_figure, folder_images, mean_and_ci, summarize,
     shapes_images,
@@ -449,3 +449,59 @@ def test_a_testbed_that_is_not_generated_is_refused_naming_the_ones_that_are():
 
     with pytest.raises(OptionValueError, match=r"^kind='shapes': the generated testbeds are pairs, text, captions$"):
         evaluate_testbed(build_testbed_model(), "shapes", 2, 3, ["rollout"])
+
+
+FROM_THE_MODEL = ("the input is finite, the model's output is not: does the model hold NaN or inf in its weights, or "
+                  "overflow at the precision it runs in?")
+
+
+@pytest.fixture(scope="module")
+def nan_checkpoint(tmp_path_factory):
+    """The testbed's random weights with one NaN in its first attention: every rollout it gives is NaN."""
+    torch.manual_seed(0)
+    state = build_testbed_model().state_dict()
+    state["blocks.0.attn.qkv.weight"][0, 0] = float("nan")
+    path = tmp_path_factory.mktemp("nan") / "nan.safetensors"
+    save_file(state, str(path))
+    return path
+
+
+def test_evaluate_and_sanity_refuse_maps_that_are_not_finite_in_one_line_naming_the_image_and_cause(
+        nan_checkpoint, tmp_path, capsys):
+    """evaluate scored a NaN map (pointing game 0, energy 0) into its means and wrote the table; sanity correlated it
+    as 0 with every stage's and did not flag the method: a model with a NaN weight passed the check."""
+    code = main(["evaluate", "--testbed", "3", "--checkpoint", str(nan_checkpoint), "--out", str(tmp_path / "e"),
+                 "--methods", "center,rollout", "--steps", "2"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: shapes-3-0000: rollout's map holds no finite value: {FROM_THE_MODEL} (so do 2 other inputs "
+        "of the 3 run with it); evaluate stops: its means are over every image, and this map has no score\n")
+    assert not (tmp_path / "e" / "summary.csv").exists()
+    code = main(["sanity", "--testbed", "2", "--checkpoint", str(nan_checkpoint), "--out", str(tmp_path / "s"),
+                 "--methods", "rollout"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"vitroll: error: input 0: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input of the "
+        "2 run with it); sanity stops: a map without values correlates with none, which would pass any method as one "
+        "that follows the weights\n")
+    assert not (tmp_path / "s" / "sanity.csv").exists()
+
+
+def test_sanity_names_the_stage_whose_maps_are_not_finite(random_checkpoint, monkeypatch):
+    import vitroll.pipelines.sanity as sanity
+
+    def poisoned(module, seed):
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.fill_(float("nan"))
+
+    monkeypatch.setattr(sanity, "reinitialize", poisoned)
+    model = build_testbed_model()
+    model.load_state_dict(load_file(str(random_checkpoint)))
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(VitrollError) as caught:
+        sanity_check(model, images, ["rollout"])
+    assert str(caught.value) == (
+        f"input 0 (once blocks.3 is random): rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other "
+        "input of the 2 run with it); sanity stops: a map without values correlates with none, which would pass any "
+        "method as one that follows the weights")

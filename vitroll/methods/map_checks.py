@@ -10,6 +10,8 @@ from typing import Hashable, Optional, Sequence
 
 import torch
 
+from vitroll.errors import VitrollError
+
 NEAR_CONSTANT = 0.01
 """A map whose values all lie within this share of its largest magnitude is near-constant: it tells nothing apart.
 The trained shapes testbed's maps, of every method, spread over 53 % (flow) to 100 % of it (measured on the five
@@ -65,23 +67,24 @@ def constancy(values: torch.Tensor) -> tuple[str, str]:
     return "near-constant", f"{float(row.mean()):.4g}, all within {spread:.2%} of it"
 
 
-def non_finite_words(maps: torch.Tensor) -> list[Optional[str]]:
+def non_finite_words(maps: "torch.Tensor | Sequence[torch.Tensor]") -> list[Optional[str]]:
     """Per input, what is not finite in its map, in words, or None when all of it is finite.
 
     Parameters
     ----------
-    maps : Tensor, shape (B, ...)
-        One map per input, of any shape after the batch axis ((h, w), (T, h, w) one per text, (L,) token scores).
+    maps : Tensor, shape (B, ...), or a sequence of B tensors
+        One map per input, of any shape after the batch axis ((h, w), (T, h, w) one per text, (K, h, w) one per
+        caption token, (L,) token scores).
 
     Returns
     -------
     list of B str or None
         ``no finite value``, or ``NaN or inf at 3 of its 196 values``.
     """
-    flat = maps.detach().flatten(1)
-    counts = (~torch.isfinite(flat)).sum(dim=1).tolist()
-    return [None if count == 0 else "no finite value" if count == flat.shape[1]
-            else f"NaN or inf at {count} of its {flat.shape[1]} values" for count in counts]
+    rows = [torch.as_tensor(row).detach().flatten() for row in maps]
+    counts = [int((~torch.isfinite(row)).sum()) for row in rows]
+    return [None if count == 0 else "no finite value" if count == row.numel()
+            else f"NaN or inf at {count} of its {row.numel()} values" for count, row in zip(counts, rows)]
 
 
 def non_finite_cause(input_finite: bool) -> str:
@@ -91,6 +94,52 @@ def non_finite_cause(input_finite: bool) -> str:
         return "the input holds NaN or inf, which every method carries into the whole map"
     return ("the input is finite, the model's output is not: does the model hold NaN or inf in its weights, or "
             "overflow at the precision it runs in?")
+
+
+def non_finite_problems(inputs: Optional[torch.Tensor],
+                        maps: Sequence[tuple[str, "torch.Tensor | Sequence[torch.Tensor]"]]) -> dict[int, str]:
+    """Why an input of a batch gets no answer: the first method whose map of it holds NaN or inf (a picture of it
+    would be the bare image, which reads as "the model looked nowhere"; a score of it, NaN), what of it and why
+    (:func:`non_finite_cause`), in the one wording every command fails such an input with.
+
+    Parameters
+    ----------
+    inputs : Tensor, shape (B, ...), or None
+        The batch the maps were computed from, whose values tell whether the input itself holds NaN or inf; None when
+        it cannot hold any.
+    maps : sequence of (method, maps)
+        Each method's maps of the batch: a tensor (B, ...) or B tensors of any shape (:func:`non_finite_words`).
+
+    Returns
+    -------
+    dict of int to str
+        By input index, ``rollout's map holds no finite value: the input is finite, the model's output is not: …``;
+        inputs whose every map is finite are absent.
+    """
+    problems: dict[int, str] = {}
+    for method, method_maps in maps:
+        for index, words in enumerate(non_finite_words(method_maps)):
+            if words is not None and index not in problems:
+                finite_input = inputs is None or not inputs.is_floating_point() or bool(
+                    torch.isfinite(inputs[index]).all())
+                problems[index] = f"{method}'s map holds {words}: {non_finite_cause(finite_input)}"
+    return problems
+
+
+def refuse_non_finite_maps(inputs: Optional[torch.Tensor],
+                           maps: Sequence[tuple[str, "torch.Tensor | Sequence[torch.Tensor]"]],
+                           names: Sequence[str], stops: str) -> None:
+    """For a command that cannot leave an input out (its answer is over all of them): raise :class:`VitrollError`
+    naming the first input whose map holds NaN or inf (``names``, by index), in the words of
+    :func:`non_finite_problems`, how many others do, and ``stops``, why the command stops there."""
+    problems = non_finite_problems(inputs, maps)
+    if not problems:
+        return
+    first = min(problems)
+    others = len(problems) - 1
+    more = (f" (so {'does' if others == 1 else 'do'} {others} other input{'s' if others > 1 else ''} of the "
+            f"{len(names)} run with it)" if others else "")
+    raise VitrollError(f"{names[first]}: {problems[first]}{more}; {stops}")
 
 
 def warn_non_finite_maps(method: str, maps: torch.Tensor, inputs: object) -> None:

@@ -28,6 +28,7 @@ from vitroll.io.writing import make_output_folder, write_atomic
 from vitroll.maps import as_numpy, peak_location, to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import caption_maps, captioner_of
+from vitroll.methods.map_checks import non_finite_problems
 from vitroll.overlay import overlay
 from vitroll.pipelines.explain import grid_png
 from vitroll.pipelines.single import cannot_write, output_stems, stems_overwriting_inputs
@@ -135,10 +136,14 @@ def caption_files(paths: Sequence["str | os.PathLike[str]"], model: nn.Module, t
                                         device=model_device(model)):
             result = None if batch.tensor is None else caption_maps(model, batch.tensor, method=method,
                                                                      max_new_tokens=max_new_tokens, window=window)
+            problems = {} if result is None else non_finite_problems(batch.tensor, [(method, result.maps)])
             slot = 0
             for record in batch.records:
                 if isinstance(record, Failed):
                     captioned = CaptionedImage(path=record.item, error=record.message)
+                elif slot in problems:  # drawn, its word maps would be the bare image: "looked nowhere"
+                    captioned = CaptionedImage(path=record.item, error=f"{record.item}: {problems[slot]}")
+                    slot += 1
                 else:
                     try:
                         captioned = _write_strip(record, stems[record.index], slot, result, tokenizer, special,

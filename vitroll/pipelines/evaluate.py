@@ -28,6 +28,7 @@ from vitroll.io.writing import write_atomic
 from vitroll.maps import to_original
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, model_device, predict
+from vitroll.methods.map_checks import refuse_non_finite_maps
 from vitroll.metrics import deletion_insertion, energy_in_mask, pointing_game, rank_correlation, top_fraction_iou
 from vitroll.overlay import LITERAL, TITLE_SHARE, fit_text, overlay, use_fallback_fonts
 from vitroll.pipelines.evaluate_captions import CAPTION_METRICS, evaluate_captions
@@ -214,6 +215,8 @@ def evaluate(
         tracked = predicted if target is None else torch.as_tensor(target, device=predicted.device).expand_as(predicted)
         for method in runs:
             saliency = runs[method](model, tensor, **runs[method].among(shared))
+            refuse_non_finite_maps(tensor, [(method, saliency.maps)], [frame.item.name for frame in decoded],
+                                   "evaluate stops: its means are over every image, and this map has no score")
             curves = deletion_insertion(model, tensor, saliency.maps, tracked, steps=steps, substrate=substrate,
                                         padded_hw=layout.padded_hw)
             result.fractions = curves.fractions

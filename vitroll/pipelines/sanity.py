@@ -21,6 +21,7 @@ from vitroll.errors import OptionValueError, UnsupportedModelError
 from vitroll.methods import check_shared_options, method_named
 from vitroll.methods.base import class_logits, eval_mode, prepare_inputs
 from vitroll.methods.inputs import Inputs
+from vitroll.methods.map_checks import refuse_non_finite_maps
 from vitroll.methods.registry import options_of_rows
 from vitroll.metrics import rank_correlation
 
@@ -102,12 +103,16 @@ def sanity_check(
     ``method_options`` where given, else the class the *trained* model predicts.
     """
 
-    def maps_of(current: nn.Module, method: str) -> np.ndarray:
+    def maps_of(current: nn.Module, method: str, stage: str = "") -> np.ndarray:
         options = runs[method].among(shared)
         if "target_class" in runs[method].options and options.get("target_class") is None:
             options["target_class"] = predicted
-        return np.concatenate([runs[method](current, images[rows], **options_of_rows(options, rows, len(images)))
+        maps = np.concatenate([runs[method](current, images[rows], **options_of_rows(options, rows, len(images)))
                                .maps.float().cpu().numpy() for rows in batches])
+        refuse_non_finite_maps(images, [(method, maps)], [f"input {index}{stage}" for index in range(len(images))],
+                               "sanity stops: a map without values correlates with none, which would pass any "
+                               "method as one that follows the weights")
+        return maps
 
     if batch_size is not None and batch_size < 1:
         raise OptionValueError(f"batch_size must be ≥ 1 or None; got {batch_size}")
@@ -124,5 +129,6 @@ def sanity_check(
     for stage, randomized in cascade(model, seed):
         stages.append(stage)
         for method in runs:
-            correlations[method].append(rank_correlation(trained[method], maps_of(randomized, method)))
+            correlations[method].append(rank_correlation(trained[method],
+                                                         maps_of(randomized, method, f" (once {stage} is random)")))
     return SanityResult(stages, {m: np.stack(v) for m, v in correlations.items()})

@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_in
 from vitroll.errors import VitrollError
 from vitroll.io.images import DEFAULT_MAX_PIXELS, load_image_with_display
 from vitroll.methods.base import model_device
-from vitroll.methods.map_checks import non_finite_cause, non_finite_words
+from vitroll.methods.map_checks import non_finite_problems
 from vitroll.pipelines.explain import BatchResult, ExplainSettings, explain_batch
 from vitroll.preprocess import CropGeometry, Preprocessing
 from vitroll.wording import on_the_command_line, set_command_line_wording
@@ -310,7 +310,8 @@ def explained_batches(
             continue
         methods = (settings, *compare_with)
         main, *others = (_explain(model, batch.tensor, method, autocast_dtype) for method in methods)
-        problems = _non_finite_maps(batch.tensor, [method.method for method in methods], [main, *others])
+        problems = non_finite_problems(batch.tensor, [(method.method, torch.from_numpy(result.grid_maps))
+                                                      for method, result in zip(methods, (main, *others))])
         slots = itertools.count()
         yield [record if isinstance(record, Failed) else _explained(record, next(slots), main, others, problems)
                for record in batch.records]
@@ -369,18 +370,6 @@ def _explain(model: nn.Module, tensor: torch.Tensor, settings: ExplainSettings,
         return explain_batch(model, tensor, settings)
     with torch.autocast(device_type=tensor.device.type, dtype=autocast_dtype):
         return explain_batch(model, tensor, settings)
-
-
-def _non_finite_maps(tensor: torch.Tensor, methods: list[str], results: list[BatchResult]) -> dict[int, str]:
-    """Why a frame of the batch (by slot) gets no picture: the first of ``methods`` whose map of it holds NaN or inf
-    (drawn, it would be the bare image, which reads as "the model looked nowhere"), and what of it, in words."""
-    problems: dict[int, str] = {}
-    for method, result in zip(methods, results):
-        for slot, words in enumerate(non_finite_words(torch.from_numpy(result.grid_maps))):
-            if words is not None and slot not in problems:
-                cause = non_finite_cause(bool(torch.isfinite(tensor[slot]).all()))
-                problems[slot] = f"{method}'s map holds {words}: {cause}"
-    return problems
 
 
 def _explained(record: Decoded, slot: int, main: BatchResult, others: list[BatchResult],
