@@ -25,6 +25,7 @@ from vitroll.models.transformers import saved_kind
 from vitroll.pipelines.explain import WHOLE_IMAGE_FLAGS, ExplainSettings, sight_warnings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
+from vitroll.wording import typed_as_options
 
 
 def check_trusted_checkpoints(args: argparse.Namespace, checkpoints: list[str]) -> None:
@@ -76,6 +77,7 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
             options[name] = value
         else:
             _warn_ignored(name, chosen)
+    typed_as_options(name for name, _ in args.option)
     for name, text in args.option:
         if name in options:
             twice = f"{option_flag(name)} and --option" if name in flagged_options_from_args(args) else "--option twice"
