@@ -242,6 +242,14 @@ MISTAKES = [
                  id="annotate-limit"),
     pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "argument --save: takes one or more of overlay, "
                  "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'", id="annotate-save"),
+    pytest.param("annotate {dir} --out {out} --save none,movie", 2, "argument --save: takes one or more of overlay, "
+                 "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'",
+                 id="annotate-save-none-unknown"),
+    pytest.param("annotate {dir} --out {out} --save ,", 2, "argument --save: takes one or more of overlay, "
+                 "heatmap, figure, comma-separated, or none for the manifest alone; got ','", id="annotate-save-empty"),
+    pytest.param("annotate {dir} --out {out} --save heatmap,none", 2,
+                 "argument --save: none (the manifest alone) is not combined with other kinds; got 'heatmap,none'",
+                 id="annotate-save-none-among-kinds"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
                  id="annotate-disagree-nan"),
     pytest.param("annotate {dir} --out {out} --disagree-below 0", 2, "--disagree-below marks rows by their agreement "
