@@ -443,8 +443,9 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
         encoded = tokenizer(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
         # one token more than the context tells a text that was cut (without transformers' own long-input warning)
         longer = tokenizer(texts, truncation=True, max_length=context + 1)["input_ids"]
-        warn_cut_texts(texts, [len(ids) > context for ids in longer], context)
-        return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts))
+        cut = tuple(len(ids) > context for ids in longer)
+        warn_cut_texts(texts, cut, context)
+        return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts), cut)
 
     return tokenize
 
