@@ -450,10 +450,16 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
     return tokenize
 
 
+IMAGE_TEXT_ARCHITECTURES: set[str] = set()
+"""The classes of the image–text models registered below (``CLIPModel`` …), as a saved ``config.json`` names them
+in ``architectures``: a command tells such a folder from an image model before building it."""
+
+
 def _register_dual_encoder(name: str, module: str, class_name: str, notes: str, *,
                            logits: Callable = _image_text_logits, padding: str = "longest") -> None:
     """Register a transformers CLIP-like model ``module.class_name``: its image–text logits explained on its
     ``vision_model``, texts padded as its tokenizer was trained (``padding``)."""
+    IMAGE_TEXT_ARCHITECTURES.add(class_name)
     register_dual_encoder(name, _classes(module, class_name), vision_tower=lambda model: model.vision_model,
                           image_text=ImageTextScore(logits, _tokenize_padded(padding), context=_text_context),
                           preprocessing=transformers_preprocessing, name_patterns=(class_name,), notes=notes)

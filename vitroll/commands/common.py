@@ -172,7 +172,8 @@ def load_model_of_kind(name: str, kinds: Sequence[str], **load_options: object) 
     return model
 
 
-SAVED_KINDS = {"text": ("a text model", "`vitroll text`"), "captioner": ("a captioner", "`vitroll caption`")}
+SAVED_KINDS = {"text": ("a text model", "`vitroll text`"), "captioner": ("a captioner", "`vitroll caption`"),
+               "image-text": ("an image–text model", "`vitroll overlay --text …`")}
 """The words of :func:`model_kind` for the kinds a ``save_pretrained`` folder's config tells
 (:func:`~vitroll.models.transformers.saved_kind`)."""
 
@@ -186,7 +187,7 @@ def model_kind(model: nn.Module) -> tuple[str, str]:
     if family.captioner is not None:
         return SAVED_KINDS["captioner"]
     if family.image_text is not None:
-        return "an image–text model", "`vitroll overlay --text …`"
+        return SAVED_KINDS["image-text"]
     return "an image model", "`vitroll overlay`"
 
 
