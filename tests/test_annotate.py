@@ -18,6 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vitroll.commands.annotate import save_kinds
 from vitroll.cli import main
 from vitroll.errors import ImageReadError, OptionValueError, VitrollError
 from vitroll.io.names import error_line
@@ -401,6 +402,7 @@ def test_the_order_or_repetition_of_save_kinds_is_no_other_setting(messy, tmp_pa
     assert captured.err == ""
     assert captured.out.startswith("1 ok, 0 failed, 1 skipped (done before)")
     assert folder.AnnotateOptions(save=("figure", "overlay", "figure")).save == ("overlay", "figure")
+    assert save_kinds("none,none") == save_kinds(" none ") == ()  # was refused as none "combined with other kinds"
     assert [sorted(kind for kind in ("overlay", "heatmap", "figure") if kind in row) for row in rows(out)] == [
         ["heatmap", "overlay"]] * 2
 

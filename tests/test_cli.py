@@ -455,6 +455,8 @@ def test_missing_inputs_are_told_before_any_model_loads(tmp_path, capsys, monkey
      "vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"),
     ("overlay", "vitroll-caption-shapes",
      "vitroll-caption-shapes is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`"),
+    ("caption", "vitroll-clip-shapes",  # an image–text model's config was not read: only the images were told
+     "vitroll-clip-shapes is an image–text model (CLIPModel); explain it with `vitroll overlay --text …`"),
 ])
 def test_missing_images_and_a_model_of_another_kind_are_told_together_in_one_line(tmp_path, capsys, monkeypatch,
                                                                                   command, model, said):
@@ -478,6 +480,8 @@ def test_missing_images_and_a_model_of_another_kind_are_told_together_in_one_lin
      "vitroll-text-keyword is a text model (BertForSequenceClassification); explain it with `vitroll text`"),
     ("vitroll-caption-shapes",
      "vitroll-caption-shapes is a captioner (VisionEncoderDecoderModel); explain it with `vitroll caption`"),
+    ("vitroll-clip-shapes",
+     "vitroll-clip-shapes is an image–text model (CLIPModel); explain it with `vitroll overlay --text …`"),
 ])
 def test_compare_tells_missing_images_and_a_model_of_another_kind_together_in_one_line(tmp_path, capsys, monkeypatch,
                                                                                        model, said):

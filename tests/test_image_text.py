@@ -411,8 +411,22 @@ def test_a_text_longer_than_the_context_is_cut_with_one_warning(clip_folder, cap
     assert capsys.readouterr().err.splitlines() == [
         f"vitroll: warning: {long!r} is longer than the text tower's 16 tokens and cut to them; shorten it to explain "
         "every word"]
+    assert inputs.cut == (False, True)
     text_inputs(model, ["a dog", "abcdefghijklmn"])  # 14 letters fill the context exactly: nothing cut
     assert capsys.readouterr().err == ""
+
+
+def test_overlay_shows_a_cut_text_shortened_and_writes_it_in_full(clip_folder, tmp_path, capsys):
+    """The line of a text the context cut printed all of it (a paragraph, on one line): its beginning now, and where
+    the text tower's context ends; the files keep it whole."""
+    long = "a dog " * 60
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", long, "--text", "a cat", "--out",
+                 str(tmp_path), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  'a dog a dog a dog a dog a dog a dog a…' (cut: the text tower reads its first 16 "
+                               "tokens)  S = ")
+    assert lines[1].endswith(f"-> {tmp_path / 'cat_chefer_a-dog-a-dog-a-dog-a-dog-a-dog-a-dog-a-do.png'}")
+    assert lines[2].startswith("  'a cat'  S = ")
 
 
 def test_open_clip_warns_of_a_text_cut_to_its_context(capsys):

@@ -24,6 +24,7 @@ from vitroll.commands.common import check_input_size
 from vitroll.methods import chefer, rollout
 from vitroll.checkpoints import save_as_safetensors
 from vitroll.testbed.model import load_testbed_model
+from vitroll.wording import argument, method_option, typed_as_options, worded_for_the_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = ROOT / "sample_images" / "shapes_disk.png"
@@ -84,15 +85,25 @@ MISTAKES = [
     pytest.param("overlay {img} --target-class 9 --method chefer", 2,
                  "error: --target-class 9 is out of range for a model with 4 classes (0…3)", id="target-too-large"),
     pytest.param("overlay {img} --method grad_rollout --option target_class=9", 2,
-                 "error: --target-class 9 is out of range for a model with 4 classes (0…3)",
+                 "error: --option target_class=9 is out of range for a model with 4 classes (0…3)",
                  id="option-target-too-large"),
     pytest.param("overlay {img} --method attention --option layer=4", 2,
                  "error: --option layer=4 is out of range for a model with 4 layers (-4…3)",
                  id="option-layer-too-large"),
-    pytest.param("overlay {img} --option discard_ratio=1.5", 2, "error: --discard-ratio must be in [0, 1); got 1.5",
-                 id="option-discard-ratio"),
-    pytest.param("overlay {img} --option attention_weight=2", 2, "error: --attention-weight must be in (0, 1]; got 2.0",
-                 id="option-attention-weight"),
+    pytest.param("overlay {img} --option discard_ratio=1.5", 2,
+                 "error: --option discard_ratio must be in [0, 1); got 1.5", id="option-discard-ratio"),
+    pytest.param("overlay {img} --option attention_weight=2", 2,
+                 "error: --option attention_weight must be in (0, 1]; got 2.0", id="option-attention-weight"),
+    pytest.param("overlay {img} --option start_layer=99", 2,
+                 "error: --option start_layer=99 is out of range for a model with 4 layers (0…3)",
+                 id="option-start-layer"),
+    pytest.param("overlay {img} --method chefer --option start_layer=4", 2,
+                 "error: --option start_layer=4 is out of range for a model with 4 layers (0…3)",
+                 id="option-start-layer-chefer"),
+    pytest.param("overlay {img} --method grad_rollout --option discard_ratio=1", 2,
+                 "error: --option discard_ratio must be in [0, 1); got 1.0", id="option-discard-ratio-grad-rollout"),
+    pytest.param("overlay {img} --method flow --option attention_weight=0", 2,
+                 "error: --option attention_weight must be in (0, 1]; got 0.0", id="option-attention-weight-flow"),
     pytest.param("overlay {img} --option max_attention_memory=0", 2,
                  "error: --option max_attention_memory must be ≥ 1 byte, or None for the default; got 0",
                  id="option-attention-memory-0"),
@@ -198,6 +209,10 @@ MISTAKES = [
     pytest.param("compare {img} --model a --model b --out {file}", 2, "is an existing file, not a folder",
                  id="compare-out-file"),
     pytest.param("evaluate --out {file}", 2, "is an existing file, not a folder", id="evaluate-out-file"),
+    pytest.param("evaluate {root}/nope --out {out}", 2, "/nope: no such folder",
+                 id="evaluate-no-folder"),
+    pytest.param("sanity {root}/nope --out {out}", 2, "/nope: no such folder", id="sanity-no-folder"),
+    pytest.param("evaluate {img} --out {out}", 2, "disk.png: not a folder", id="evaluate-a-file"),
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
     pytest.param("overlay {img} --out /proc/vitroll-test/out", 2,
                  "error: cannot make the output folder /proc/vitroll-test",
@@ -231,6 +246,14 @@ MISTAKES = [
                  id="annotate-limit"),
     pytest.param("annotate {dir} --out {out} --save overlay,movie", 2, "argument --save: takes one or more of overlay, "
                  "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'", id="annotate-save"),
+    pytest.param("annotate {dir} --out {out} --save none,movie", 2, "argument --save: takes one or more of overlay, "
+                 "heatmap, figure, comma-separated, or none for the manifest alone; got 'movie'",
+                 id="annotate-save-none-unknown"),
+    pytest.param("annotate {dir} --out {out} --save ,", 2, "argument --save: takes one or more of overlay, "
+                 "heatmap, figure, comma-separated, or none for the manifest alone; got ','", id="annotate-save-empty"),
+    pytest.param("annotate {dir} --out {out} --save heatmap,none", 2,
+                 "argument --save: none (the manifest alone) is not combined with other kinds; got 'heatmap,none'",
+                 id="annotate-save-none-among-kinds"),
     pytest.param("annotate {dir} --out {out} --disagree-below nan", 2, "expected a finite number; got 'nan'",
                  id="annotate-disagree-nan"),
     pytest.param("annotate {dir} --out {out} --disagree-below 0", 2, "--disagree-below marks rows by their agreement "
@@ -415,6 +438,20 @@ def test_start_layer_out_of_range_in_the_python_api():
                                                  r"layers \(0…3\)$"):
                 method(model, images, start_layer=start_layer)
     assert rollout(model, images, start_layer=3).shape == (1, 8, 8)
+
+
+def test_a_method_option_is_named_as_it_was_typed():
+    """An option with a flag of its own, given with ``--option``, is named so in every message, warnings too; only
+    for the command that was given it."""
+    with worded_for_the_command_line():
+        typed_as_options(["discard_ratio"])
+        assert argument("discard_ratio", 0.99) == "--option discard_ratio=0.99"
+        assert argument("discard_ratio") == "--option discard_ratio"
+        assert method_option("discard_ratio") == "--option discard_ratio"
+        assert method_option("start_layer", 9) == "--start-layer 9"
+    with worded_for_the_command_line():
+        assert argument("discard_ratio", 0.99) == "--discard-ratio 0.99"
+    assert argument("discard_ratio", 0.99) == "discard_ratio=0.99"
 
 
 def test_input_size_must_be_whole_patches_on_a_dynamic_model():

@@ -119,6 +119,18 @@ def test_seen_share_is_the_part_of_the_image_inside_the_model_input(original_hw,
     assert pre.geometry(original_hw).seen_share() == pytest.approx(share, rel=0.02)
 
 
+def test_the_readme_seen_shares_of_a_strip():
+    """README's ``seen`` of a 600×40 strip said 0.05 (the middle 35×35 pixels, a crop_pct of 0.875): its annotate
+    example's vit_base_patch16_224 crops at 0.9 (36×36 pixels), the default vitroll-shapes not at all (40×40)."""
+    from vitroll.testbed.model import load_testbed_model
+
+    vit_base = Preprocessing.from_model(timm.create_model("vit_base_patch16_224", pretrained=False))
+    shapes = Preprocessing.from_model(load_testbed_model())
+    assert vit_base.crop_pct == 0.9 and shapes.crop_pct == 1.0
+    assert vit_base.geometry((40, 600)).seen_share() == pytest.approx(36 * 36 / (40 * 600), abs=5e-4)  # 0.054
+    assert shapes.geometry((40, 600)).seen_share() == pytest.approx(40 * 40 / (40 * 600), abs=5e-4)  # 0.067
+
+
 @pytest.mark.parametrize("channels", [3, 1])
 def test_border_letterboxes_a_strip_so_the_model_and_its_map_cover_all_of_it(channels):
     """A 600×40 strip was centre-cropped to its middle 40×40 pixels (or squashed 15 times taller): ``border`` fits it

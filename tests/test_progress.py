@@ -107,14 +107,18 @@ def test_piped_the_bar_writes_plain_lines_and_no_carriage_return(command, tmp_pa
     """Into a file or a CI log, each bar wrote its carriage-return updates, which pile up as one endless line."""
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)  # a line at every update: what a long run writes now and then
     argv = command(tmp_path)
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         assert main(argv) == 0
     lines = err.getvalue().splitlines()
+    assert argv[0] != "annotate" or " files/s" in out.getvalue()
     assert "\r" not in err.getvalue() and all(line.startswith("vitroll: ") for line in lines), err.getvalue()
     total = 21 if argv[0] == "text" else 3
     done = [line.split()[2] for line in lines if line.startswith("vitroll: progress: ")]
     assert done[-1] == f"{total}/{total}" and done == sorted(done, key=lambda count: int(count.split("/")[0]))
+    # annotate said "images", but counts each file of an image's name, an unreadable one too; README says "files"
+    units = {line.split()[3] for line in lines if line.startswith("vitroll: progress: ")}
+    assert units == {"texts" if argv[0] == "text" else "files"}
 
 
 def test_a_resumed_text_run_times_only_the_texts_left(clock):

@@ -745,3 +745,17 @@ def test_file_dash_reads_the_texts_from_standard_input(saved_classifier, tmp_pat
     monkeypatch.setattr(sys, "stdin", None)  # started without one (`<&-`)
     assert main(["text", "--file", "-", "--model", str(saved_classifier), "--out", str(tmp_path / "o2")]) == 2
     assert capsys.readouterr().err == "vitroll: error: standard input: cannot read texts (there is none)\n"
+
+
+def test_only_the_string_dash_is_standard_input(tmp_path, monkeypatch):
+    """``read_texts(Path("./-"))`` read standard input (``os.fspath`` spells that path ``-``): a path object is a
+    file, whatever its name; the command line's ``-`` alone (a string) is standard input."""
+    import io
+
+    from vitroll.io.text import read_texts
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from standard input\n")))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("from the file\n", encoding="utf-8")
+    assert read_texts(Path("./-")) == read_texts(Path("-")) == read_texts("./-") == ["from the file"]
+    assert read_texts("-") == ["from standard input"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
-from typing import Iterator, Mapping, NamedTuple, Optional
+from typing import Iterable, Iterator, Mapping, NamedTuple, Optional
 
 
 def counted(number: int, noun: str) -> str:
@@ -50,17 +50,22 @@ _on_the_command_line = False
 """Whether the running command line words errors (:func:`worded_for_the_command_line`): a process-wide switch, not a
 context variable, since the commands' threads (the app's handlers, prefetching) raise errors in its words too."""
 
+_typed_as_options: frozenset[str] = frozenset()
+"""The method options with a flag of their own (:data:`METHOD_FLAGS`) that the running command line was given with
+``--option NAME=VALUE`` instead: errors name them as typed (:func:`method_option`), not by a flag the user did not
+type."""
+
 
 @contextmanager
 def worded_for_the_command_line() -> Iterator[None]:
     """Errors raised inside name the command line's flags (``--img-size 24 24``) rather than the keyword arguments
     (``img_size=(24, 24)``) a Python user passes (:func:`argument`)."""
-    global _on_the_command_line
-    before, _on_the_command_line = _on_the_command_line, True
+    global _on_the_command_line, _typed_as_options
+    before, _on_the_command_line = (_on_the_command_line, _typed_as_options), True
     try:
         yield
     finally:
-        _on_the_command_line = before
+        _on_the_command_line, _typed_as_options = before
 
 
 class PageControl(NamedTuple):
@@ -98,11 +103,14 @@ def argument(name: str, value: object = None, *, placeholder: str = "") -> str:
     ``placeholder`` (``N``), in the words of where they are: ``img_size=(24, 24)`` from Python, ``--img-size 24 24``
     on the command line (``--model-arg depth=2`` for a model argument without a flag of its own; for ``True``, the
     flag of a switch alone, and for ``False`` the switch of :data:`OFF_SWITCHES`), ``discard ratio 0.9 (the page's
-    slider)`` for one a page sets with a control (:func:`worded_for_a_page`)."""
+    slider)`` for one a page sets with a control (:func:`worded_for_a_page`); ``--option discard_ratio=0.99`` for a
+    method option given so (:func:`typed_as_options`)."""
     control = page_control(name)
     if control is not None:
         setting = placeholder or ("" if value is None else str(value))
         return f"{' '.join(filter(None, [control.label, setting]))} (the page's {control.kind})"
+    if _on_the_command_line and name in _typed_as_options:
+        return method_option(name, placeholder or value)
     if value is None and not placeholder:
         return FLAGS.get(name, f"--model-arg {name}") if _on_the_command_line else name
     if not _on_the_command_line:
@@ -122,13 +130,22 @@ def page_control(name: str) -> Optional[PageControl]:
     return _page_controls.get().get(name)
 
 
+def typed_as_options(names: Iterable[str]) -> None:
+    """Note that the running command line was given the method options ``names`` with ``--option NAME=VALUE``, so
+    that :func:`method_option` names them so, even those with a flag of their own; until the command ends
+    (:func:`worded_for_the_command_line`)."""
+    global _typed_as_options
+    _typed_as_options = frozenset(names)
+
+
 def method_option(name: str, value: object = None) -> str:
     """How the user sets option ``name`` of a method, to ``value`` (if not None), in the words of where they are:
     ``start_layer=99`` from Python; on the command line the option's own flag (``--start-layer 99``,
-    :data:`METHOD_FLAGS`), else ``--option steps=0``."""
+    :data:`METHOD_FLAGS`) unless they gave it with ``--option`` (:func:`typed_as_options`), else
+    ``--option steps=0``."""
     if not _on_the_command_line:
         return name if value is None else f"{name}={value!r}"
-    flag = METHOD_FLAGS.get(name)
+    flag = None if name in _typed_as_options else METHOD_FLAGS.get(name)
     if flag is None:
         return f"--option {name}" if value is None else f"--option {name}={value}"
     return flag if value is None else f"{flag} {value}"

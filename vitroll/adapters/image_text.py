@@ -30,10 +30,15 @@ Texts = Union[str, Sequence[str], torch.Tensor]
 """What :func:`text_inputs` takes: one string, a list or tuple of strings, or input ids (T, L) (or (L,) for one)."""
 
 
+def quoted_start(text: str) -> str:
+    """``text`` quoted, cut to its first 37 characters and ``…`` where longer than 40: a text a line names."""
+    return repr(text if len(text) <= 40 else text[:37] + "…")
+
+
 def warn_cut_texts(texts: Sequence[str], cut: Sequence[bool], context: int) -> None:
     """One ``vitroll: warning:`` line on stderr naming the texts (``cut`` True) that the text tower's context of
     ``context`` tokens cuts short: their maps explain only the beginning of them."""
-    names = [repr(text if len(text) <= 40 else text[:37] + "…") for text, was_cut in zip(texts, cut) if was_cut]
+    names = [quoted_start(text) for text, was_cut in zip(texts, cut) if was_cut]
     if names:
         print(f"vitroll: warning: {', '.join(names)} {'is' if len(names) == 1 else 'are'} longer than the text "
               f"tower's {context} tokens and cut to them; shorten {'it' if len(names) == 1 else 'them'} to explain "

@@ -122,9 +122,9 @@ def _tokenize(model: nn.Module, texts: Sequence[str], tokenizer: Optional[object
         tokenizer = SimpleTokenizer(context_length=text_tower.context_length)
     input_ids = torch.as_tensor(tokenizer(list(texts))).long()
     context = input_ids.shape[1]
-    warn_cut_texts(texts, [length > context for length in _untruncated_lengths(tokenizer, texts, input_ids)],
-                   context)
-    return TextInputs(input_ids, None, tuple(texts))
+    cut = tuple(length > context for length in _untruncated_lengths(tokenizer, texts, input_ids))
+    warn_cut_texts(texts, cut, context)
+    return TextInputs(input_ids, None, tuple(texts), cut)
 
 
 def _untruncated_lengths(tokenizer: object, texts: Sequence[str], input_ids: torch.Tensor) -> list[int]:

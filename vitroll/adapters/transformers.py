@@ -443,16 +443,23 @@ def _tokenize_padded(padding: str) -> Callable[[nn.Module, list[str], Optional[o
         encoded = tokenizer(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
         # one token more than the context tells a text that was cut (without transformers' own long-input warning)
         longer = tokenizer(texts, truncation=True, max_length=context + 1)["input_ids"]
-        warn_cut_texts(texts, [len(ids) > context for ids in longer], context)
-        return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts))
+        cut = tuple(len(ids) > context for ids in longer)
+        warn_cut_texts(texts, cut, context)
+        return TextInputs(encoded["input_ids"], encoded.get("attention_mask"), tuple(texts), cut)
 
     return tokenize
+
+
+IMAGE_TEXT_ARCHITECTURES: set[str] = set()
+"""The classes of the image–text models registered below (``CLIPModel`` …), as a saved ``config.json`` names them
+in ``architectures``: a command tells such a folder from an image model before building it."""
 
 
 def _register_dual_encoder(name: str, module: str, class_name: str, notes: str, *,
                            logits: Callable = _image_text_logits, padding: str = "longest") -> None:
     """Register a transformers CLIP-like model ``module.class_name``: its image–text logits explained on its
     ``vision_model``, texts padded as its tokenizer was trained (``padding``)."""
+    IMAGE_TEXT_ARCHITECTURES.add(class_name)
     register_dual_encoder(name, _classes(module, class_name), vision_tower=lambda model: model.vision_model,
                           image_text=ImageTextScore(logits, _tokenize_padded(padding), context=_text_context),
                           preprocessing=transformers_preprocessing, name_patterns=(class_name,), notes=notes)

@@ -169,11 +169,15 @@ class TextInputs:
         None where the model's tokenizer gives none (open_clip, SigLIP's padding to its full length).
     labels : tuple of str
         What each text is called in messages and file names: the text itself, or ``input_ids[t]``.
+    cut : tuple of bool
+        Whether each text was longer than the text tower's context, ``L`` tokens then, and cut to it; empty where
+        the ids were given, not texts.
     """
 
     input_ids: torch.Tensor
     attention_mask: Optional[torch.Tensor]
     labels: tuple[str, ...]
+    cut: tuple[bool, ...] = ()
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -72,18 +72,19 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def save_kinds(text: str) -> tuple[str, ...]:
-    """An argparse ``type`` for ``--save``: its comma-separated kinds, or none of them for ``none``. An empty list
-    (``--save ,``, a script's empty variable) is refused: it wrote the manifest alone, without a word; so is an
-    unknown kind, with the same words (they left ``none`` out)."""
-    if text.strip() == "none":
-        return ()
+    """An argparse ``type`` for ``--save``: its comma-separated kinds, or none of them for ``none``; a kind given twice
+    is the kind once (``none,none`` is ``none``). An empty list (``--save ,``, a script's empty variable) is refused:
+    it wrote the manifest alone, without a word; so is an unknown kind, with the same words (they left ``none`` out),
+    and ``none`` among kinds."""
     kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
-    if "none" in kinds:  # told it takes "none", a user who gave it among kinds read "got 'none'" as a contradiction
-        raise argparse.ArgumentTypeError(f"none (the manifest alone) is not combined with other kinds; got {text!r}")
-    unknown = [kind for kind in kinds if kind not in SAVE_KINDS]
+    unknown = [kind for kind in kinds if kind not in (*SAVE_KINDS, "none")]
     if not kinds or unknown:
         raise argparse.ArgumentTypeError(f"takes one or more of {', '.join(SAVE_KINDS)}, comma-separated, or none "
                                          f"for the manifest alone; got {unknown[0] if unknown else text!r}")
+    if set(kinds) == {"none"}:
+        return ()
+    if "none" in kinds:  # told it takes "none", a user who gave it among kinds read "got 'none'" as a contradiction
+        raise argparse.ArgumentTypeError(f"none (the manifest alone) is not combined with other kinds; got {text!r}")
     return kinds
 
 

@@ -25,6 +25,7 @@ from vitroll.models.transformers import saved_kind
 from vitroll.pipelines.explain import WHOLE_IMAGE_FLAGS, ExplainSettings, sight_warnings
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed import TESTBED_NAME
+from vitroll.wording import typed_as_options
 
 
 def check_trusted_checkpoints(args: argparse.Namespace, checkpoints: list[str]) -> None:
@@ -76,6 +77,7 @@ def method_options_from_args(args: argparse.Namespace, methods: Sequence[str]) -
             options[name] = value
         else:
             _warn_ignored(name, chosen)
+    typed_as_options(name for name, _ in args.option)
     for name, text in args.option:
         if name in options:
             twice = f"{option_flag(name)} and --option" if name in flagged_options_from_args(args) else "--option twice"
@@ -170,7 +172,8 @@ def load_model_of_kind(name: str, kinds: Sequence[str], **load_options: object) 
     return model
 
 
-SAVED_KINDS = {"text": ("a text model", "`vitroll text`"), "captioner": ("a captioner", "`vitroll caption`")}
+SAVED_KINDS = {"text": ("a text model", "`vitroll text`"), "captioner": ("a captioner", "`vitroll caption`"),
+               "image-text": ("an image–text model", "`vitroll overlay --text …`")}
 """The words of :func:`model_kind` for the kinds a ``save_pretrained`` folder's config tells
 (:func:`~vitroll.models.transformers.saved_kind`)."""
 
@@ -184,7 +187,7 @@ def model_kind(model: nn.Module) -> tuple[str, str]:
     if family.captioner is not None:
         return SAVED_KINDS["captioner"]
     if family.image_text is not None:
-        return "an image–text model", "`vitroll overlay --text …`"
+        return SAVED_KINDS["image-text"]
     return "an image model", "`vitroll overlay`"
 
 

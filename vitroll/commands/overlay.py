@@ -52,15 +52,27 @@ def _with_texts(model: nn.Module, args: argparse.Namespace) -> nn.Module:
     return PromptedModel(model, text_inputs(model, args.text))
 
 
-def _report(result: ImageExplanation) -> None:
+def _report(result: ImageExplanation, model: nn.Module) -> None:
     if result.text_overlays is not None:
         print(single_line(f"{result.path} -> {result.figure_path}"))
-        for each in result.text_overlays:
-            print(single_line(f"  {each.text!r}  S = {each.logit:.3f}  -> {each.path}"))
+        texts = model.texts
+        for each, cut in zip(result.text_overlays, texts.cut or [False] * len(texts)):
+            print(single_line(f"  {_shown_text(each.text, cut, texts.input_ids.shape[1])}  S = {each.logit:.3f}  "
+                              f"-> {each.path}"))
         return
     print(single_line(f"{result.path} -> {result.overlay_path}"))
     for rank, (_, name, probability) in enumerate(result.top or [], start=1):
         print(f"  {rank}. {name}  {probability:.3f}")
+
+
+def _shown_text(text: str, cut: bool, context: int) -> str:
+    """A text as its overlay's line shows it: quoted; where the text tower's ``context`` tokens cut it, its beginning
+    alone and where the context ends (its files keep all of it)."""
+    if not cut:
+        return repr(text)
+    from vitroll.adapters.image_text import quoted_start
+
+    return f"{quoted_start(text)} (cut: the text tower reads its first {context} tokens)"
 
 
 def _default_method(args: argparse.Namespace) -> str:
@@ -97,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
             failures += 1
             print_failed(result.error)
             continue
-        _report(result)
+        _report(result, model)
         print_sight_warnings([(result.path, result.pixels_per_patch, result.seen_share)])
     return EXIT_SOME_FAILED if failures else 0

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 import torch
 
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError, VitrollError
-from vitroll.io.textfile import STANDARD_INPUT, read_text_file_or_input
+from vitroll.io.textfile import is_standard_input, read_text_file_or_input
 from vitroll.wording import argument
 
 TextReadout = Literal["class_token", "token_mean", "position"]
@@ -181,10 +181,10 @@ def refuse_unknown_ids(ids: torch.Tensor, vocabulary: Optional[int], name: str, 
 
 
 def read_texts(path: "str | os.PathLike[str]") -> list[str]:
-    """The lines of a UTF-8 text file (standard input for ``-``), one text each (surrounding white space removed),
-    empty ones kept as ``""`` so that a text's place is its line number (a batch run reports an empty line rather than
-    skipping it) — except the blank lines that end the file, which number no text after them and are an editor's, not
-    a text.
+    """The lines of a UTF-8 text file (standard input for the string ``-``; a path object is always a file), one
+    text each (surrounding white space removed), empty ones kept as ``""`` so that a text's place is its line number
+    (a batch run reports an empty line rather than skipping it) — except the blank lines that end the file, which
+    number no text after them and are an editor's, not a text.
 
     Raises
     ------
@@ -194,7 +194,7 @@ def read_texts(path: "str | os.PathLike[str]") -> list[str]:
     lines = read_text_file_or_input(path, "texts").splitlines()
     texts = [line.strip() for line in lines]
     if not any(texts):
-        where = "standard input: no text in it" if os.fspath(path) == STANDARD_INPUT else f"{path}: no text in the file"
+        where = "standard input: no text in it" if is_standard_input(path) else f"{path}: no text in the file"
         raise VitrollError(f"{where} (one text per line)")
     while not texts[-1]:
         texts.pop()

@@ -46,10 +46,17 @@ STANDARD_INPUT = "-"
 """The name that stands for standard input where a command reads a file of texts (``vitroll text --file -``)."""
 
 
+def is_standard_input(path: "str | os.PathLike[str]") -> bool:
+    """Whether ``path`` stands for standard input: the string ``-``, as the command line gives it. A path object is a
+    file, ``Path("-")`` and ``Path("./-")`` too (both of which ``os.fspath`` spells ``-``)."""
+    return isinstance(path, str) and path == STANDARD_INPUT
+
+
 def read_text_file_or_input(path: "str | os.PathLike[str]", what: str) -> str:
-    """:func:`read_text_file`, or the whole of standard input, by the same rules, when ``path`` is ``-`` (as ``cat``
-    and ``sort`` read it; a file named ``-`` is ``./-``): named ``standard input`` in the :class:`TextFileError`."""
-    if os.fspath(path) != STANDARD_INPUT:
+    """:func:`read_text_file`, or the whole of standard input, by the same rules, when ``path`` is the string ``-``
+    (as ``cat`` and ``sort`` read it; a file named ``-`` is ``./-``, or any path object,
+    :func:`is_standard_input`): named ``standard input`` in the :class:`TextFileError`."""
+    if not is_standard_input(path):
         return read_text_file(path, what)
     stream = getattr(sys.stdin, "buffer", None)  # sys.stdin is None when the process was started without one
     if stream is None:

@@ -13,7 +13,9 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from vitroll.adapters.transformers import MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, refusal_of_model_type
+from vitroll.adapters.transformers import (
+    IMAGE_TEXT_ARCHITECTURES, MODEL_TYPES as TRANSFORMERS_MODEL_TYPES, refusal_of_model_type,
+)
 from vitroll.adapters.transformers_preprocessing import use_image_processor
 from vitroll.adapters.tokenizers import use_tokenizer
 from vitroll.adapters.transformers_text import (
@@ -114,17 +116,21 @@ def _check_config_file(name: str, path: Path) -> None:
 
 def saved_kind(name: str) -> Optional[tuple[str, str]]:
     """What the ``config.json`` of the ``save_pretrained`` folder ``--model NAME`` says the model is, read before
-    anything is built: ``("text", ARCHITECTURE)`` for a text model, ``("captioner", ARCHITECTURE)`` for a captioner;
-    None for any other model, a hub id or a config that cannot be read (the loader refuses it, naming why)."""
+    anything is built: ``("text", ARCHITECTURE)`` for a text model, ``("captioner", ARCHITECTURE)`` for a captioner,
+    ``("image-text", ARCHITECTURE)`` for an image–text model (``CLIPModel``; not its vision tower alone); None for any
+    other model, a hub id or a config that cannot be read (the loader refuses it, naming why)."""
     path = Path(transformers_source(name)) / "config.json"
     if not is_transformers_name(name) or not path.is_file():
         return None
     config = _saved_config(path)
     kind = config.get("model_type") if isinstance(config, dict) else None
-    if kind not in TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
-        return None
-    architecture = (config.get("architectures") or [kind])[0]
-    return ("text" if kind in TEXT_MODEL_TYPES else "captioner"), str(architecture)
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    architecture = str((architectures or [kind])[0]) if isinstance(architectures, (list, type(None))) else ""
+    if kind in TEXT_MODEL_TYPES | CAPTIONER_MODEL_TYPES:
+        return ("text" if kind in TEXT_MODEL_TYPES else "captioner"), architecture
+    if architecture in IMAGE_TEXT_ARCHITECTURES:
+        return "image-text", architecture
+    return None
 
 
 ENCODER_HEADS = ("ForPreTraining", "ForMaskedImageModeling", "ForSemanticSegmentation")

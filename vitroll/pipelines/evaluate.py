@@ -90,8 +90,8 @@ def shapes_images(count: int, seed: int = 3) -> list[MaskedImage]:
 def _images_and_masks(folder: "str | os.PathLike[str]") -> tuple[list[Path], dict[str, Path]]:
     """The image files of ``folder`` that are not masks, sorted by name, and each name's first mask by name."""
     folder = Path(folder)
-    if not reachable(folder).is_dir():
-        raise ImageReadError(folder, "not a folder")
+    if not reachable(folder).is_dir():  # a mistyped name is told as such, not as "not a folder"
+        raise ImageReadError(folder, "not a folder" if folder.exists() else "no such folder")
     files = [file.path for file in folder_files(folder, accept=has_image_suffix, recursive=False)]
     mask_of: dict[str, Path] = {}
     for path in files:

@@ -122,7 +122,8 @@ class RunSummary:
     of it the model saw (``seen``), for :func:`~vitroll.pipelines.explain.sight_warnings`."""
 
     @property
-    def images_per_second(self) -> float:
+    def files_per_second(self) -> float:
+        """The files explained or failed (a file of an image's name that is none too) a second."""
         return (self.ok + self.failed) / self.elapsed if self.elapsed > 0 else 0.0
 
     @property
@@ -135,7 +136,7 @@ class RunSummary:
         kept = (f"; {counted(self.kept, 'row')} of other inputs kept from earlier runs "
                 "(in the manifest and the gallery)") if self.kept else ""
         return (f"{state}{self.ok} ok, {self.failed} failed, {self.skipped} skipped (done before), "
-                f"{self.elapsed:.1f} s, {self.images_per_second:.2f} images/s{kept}")
+                f"{self.elapsed:.1f} s, {self.files_per_second:.2f} files/s{kept}")
 
 
 def shard_of(items: Sequence[InputItem], rank: int, world_size: int) -> list[InputItem]:
@@ -472,7 +473,7 @@ def _run(model: nn.Module, todo: list[InputItem], preprocessing: Preprocessing, 
         model, decoded, settings, autocast_dtype=autocast_dtype,
         compare_with=[settings.for_method(options.compare_with)] if options.compare_with else [])
     pending: deque[list[Future]] = deque()
-    progress = progress_bar(len(todo), "image", shown=options.progress and show_progress)
+    progress = progress_bar(len(todo), "file", shown=options.progress and show_progress)
 
     def settle(futures: list[Future]) -> None:
         rows = [future.result() for future in futures]
