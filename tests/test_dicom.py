@@ -1080,6 +1080,28 @@ def test_a_file_without_a_transfer_syntax_says_what_to_do():
         "if offered, may give a readable file.")
 
 
+def test_a_file_cut_inside_an_element_header_or_its_sop_class_is_cut_short_and_quotes_no_value(tmp_path):
+    """pydicom's CT_small.dcm cut inside its group length's value (a ValueError out of read_dicom, 'Reading failed'
+    in the audit; then 'not a readable DICOM file (Expected total bytes …)'), inside the header of its PixelData
+    ('… (unpack requires a buffer of 4 bytes)') or inside its SOPClassUID ('This DICOM file (1.2.840.10) has no
+    PixelData', the cut value quoted and the cut not seen)."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+
+    source = Path(get_testdata_file("CT_small.dcm")).read_bytes()
+    dataset = pydicom.dcmread(get_testdata_file("CT_small.dcm"), defer_size=256)
+    sop_class = dataset.get_item(0x00080016, keep_deferred=True).value_tell
+    pixel_data = dataset.get_item(0x7FE00010, keep_deferred=True).value_tell - 12  # explicit VR OW: 12-byte header
+    no_pixel_data = "is cut short: it ends in the middle of an element and no PixelData was read from it, so there " \
+                    "is no image to explain."
+    for end, stated in ((140, " (SOP class not stated)"), (142, ""), (pixel_data + 8, ""), (pixel_data + 10, ""),
+                        (sop_class + 10, " (a SOP class that pydicom does not know)")):
+        (tmp_path / "cut.dcm").write_bytes(source[:end])
+        with pytest.raises(ImageReadError) as caught:
+            read_any(tmp_path / "cut.dcm")
+        assert caught.value.reason == f"This DICOM file{stated} {no_pixel_data}", end
+
+
 def test_a_dicomdir_points_to_its_folder():
     """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
     the images it lists are."""

@@ -417,8 +417,11 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
     from pydicom.dataelem import RawDataElement
 
     if not len(dataset):  # it ends inside its file meta information (or right after it, which no writer does)
-        meta_length = dataset.file_meta.get("FileMetaInformationGroupLength")
-        return meta_length is None or path.stat().st_size < FILE_META_START + int(meta_length)
+        try:
+            meta_length = int(dataset.file_meta.FileMetaInformationGroupLength)
+        except (AttributeError, TypeError, ValueError):  # absent, or cut inside its own value (b'' reads as '')
+            return True
+        return path.stat().st_size < FILE_META_START + meta_length
     syntax = dataset.file_meta.get("TransferSyntaxUID")
     if syntax is not None and syntax.is_deflated:
         return False
@@ -426,6 +429,15 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
     if not isinstance(last, RawDataElement) or last.length == UNDEFINED_LENGTH:
         return False
     return last.value_tell + last.length != path.stat().st_size
+
+
+def _ends_in_a_header(path: Path, error: BaseException) -> bool:
+    """Whether pydicom's ``error`` reading the DICOM file ``path`` (``DICM`` at byte 128) came from its end: inside
+    an element's tag, VR or length, which pydicom unpacks from fewer bytes than it needs (a :class:`struct.error`),
+    or inside (0002,0000) FileMetaInformationGroupLength, whose value it then cannot convert."""
+    if not is_dicom(path):
+        return False
+    return isinstance(error, struct.error) or path.stat().st_size < FILE_META_START
 
 
 MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
@@ -441,8 +453,14 @@ def _sop_class(dataset: "Dataset") -> object:
 
 
 def _sop_class_name(dataset: "Dataset") -> str:
+    """The SOP class's name; a value that names none (cut short, a private class, anything typed there) is not quoted:
+    reasons quote no header value."""
+    from pydicom.uid import UID_dictionary
+
     uid = _sop_class(dataset)
-    return uid.name if uid is not None and hasattr(uid, "name") else "SOP class not stated"
+    if not uid:
+        return "SOP class not stated"
+    return UID_dictionary[uid][0] if uid in UID_dictionary else "a SOP class that pydicom does not know"
 
 
 UNBUNDLED_DECODERS = {"pylibjpeg-libjpeg": "GPL-3.0"}
@@ -727,15 +745,20 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
     except OSError as error:
         raise ImageReadError(path, cannot_open(error)) from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
+        if _ends_in_a_header(path, error):
+            raise ImageReadError(path, "This DICOM file is cut short: it ends in the middle of an element and no "
+                                       "PixelData was read from it, so there is no image to explain.") from None
         raise ImageReadError(path, f"This file is not a readable DICOM file ({_error_text(error)}).") from None
     pixel_elements = [tag for tag in PIXEL_DATA_KEYWORDS if tag in dataset]
     if pixel_elements and all(_empty(dataset, tag) for tag in pixel_elements):
         raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) has an empty PixelData element, so "
                                    "there is no image to explain.")
     if not pixel_elements:
+        # judged first: _cut_short needs the last element not yet converted, and reading the SOP class converts it
+        cut_short = any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset)
         if _sop_class(dataset) == MEDIA_STORAGE_DIRECTORY:
             raise ImageReadError(path, DICOMDIR_HAS_NO_IMAGE)
-        if any(str(warning.message).startswith(EARLY_END) for warning in warned) or _cut_short(path, dataset):
+        if cut_short:
             raise ImageReadError(path, f"This DICOM file ({_sop_class_name(dataset)}) is cut short: it ends in the "
                                        "middle of an element and no PixelData was read from it, so there is no image "
                                        "to explain.")
