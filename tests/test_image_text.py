@@ -321,6 +321,17 @@ def test_overlay_with_texts_writes_one_overlay_per_text_and_a_grid(clip_folder, 
                             for slug in ("a-dog", "a-cat")))
 
 
+def test_figure_with_texts_is_told_that_the_grid_is_the_figure(clip_folder, tmp_path, capsys):
+    # --figure was dropped in silence with --text: asked for a figure, the user got none and no word why
+    out = tmp_path / "out"
+    assert main(["overlay", str(PHOTO), "--model", str(clip_folder), "--text", "a dog", "--figure", "--out", str(out),
+                 "--device", "cpu"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "vitroll: warning: --figure draws a classifier's map; with --text the grid IMAGE_METHOD_texts.png is the "
+        "figure (the image, then each text's overlay); ignored"]
+    assert sorted(path.name for path in out.iterdir()) == ["cat_chefer_a-dog.png", "cat_chefer_texts.png"]
+
+
 def test_a_text_slugged_texts_does_not_overwrite_the_grid(clip_folder, tmp_path, capsys):
     """The grid is ``<stem>_<method>_texts.png``: a text ``Texts`` gets ``…_texts-2.png``, so both pictures stay."""
     out = tmp_path / "out"

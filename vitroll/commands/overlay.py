@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         IMAGE_KINDS, model_from_args, none_can_be_read, preprocessing_from_args, print_failed, print_sight_warnings,
         refuse_folders, settings_from_args,
     )
+    from vitroll.io.images import print_warning
     from vitroll.models import class_names
     from vitroll.pipelines.folder import EXIT_SOME_FAILED
     from vitroll.pipelines.single import explain_files
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
+    if args.text and args.figure:
+        print_warning("--figure draws a classifier's map; with --text the grid IMAGE_METHOD_texts.png is the figure "
+                      "(the image, then each text's overlay); ignored")
     if none_can_be_read(args.images, [args.model], IMAGE_KINDS):
         return EXIT_SOME_FAILED
     settings = settings_from_args(args)
