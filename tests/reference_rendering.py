@@ -35,8 +35,8 @@ def reference_normalize(saliency: np.ndarray, *, mode: str = "minmax",
     finite values copied out for their range."""
     saliency = scaled_into_float32(saliency)
     finite = saliency[np.isfinite(saliency)]
-    if finite.size == 0:
-        return saliency.copy()
+    if finite.size == 0:  # infinities are the ends whatever the finite values: +inf 1, −inf 0
+        return np.clip(saliency, 0.0, 1.0).astype(np.float32)
     if mode == "minmax":
         low, high = float(finite.min()), float(finite.max())
     else:
@@ -44,7 +44,7 @@ def reference_normalize(saliency: np.ndarray, *, mode: str = "minmax",
         if high <= low:
             low, high = float(finite.min()), float(finite.max())
     if high <= low:
-        return np.where(np.isfinite(saliency), 0.0, np.nan).astype(np.float32)
+        return np.clip(np.where(np.isfinite(saliency), 0.0, saliency), 0.0, 1.0).astype(np.float32)
     return np.clip((saliency - low) / (high - low), 0.0, 1.0).astype(np.float32)
 
 

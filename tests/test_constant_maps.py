@@ -11,7 +11,7 @@ import timm
 import torch
 
 from vitroll import attention, center, chefer, flow, grad_rollout, occlusion, random_map, rollout
-from vitroll.methods.map_checks import near_constant, shown_values, warn_constant_maps
+from vitroll.methods.map_checks import constancy, near_constant, shown_values, warn_constant_maps
 from vitroll.testbed import load_testbed_model
 from vitroll.wording import worded_for_the_command_line
 
@@ -60,8 +60,8 @@ def test_chefer_on_an_untrained_eva02_warns_that_its_map_is_near_constant(untrai
     mean = float(maps[0].double().mean())
     spread = relative_spread(maps[:1])[0]
     assert capsys.readouterr().err.splitlines() == [
-        f"vitroll: warning: chefer's map is near-constant ({mean:.4g}, all within {spread:.2%} of it) for inputs 0, "
-        f"1 of the batch: {UNTRAINED}"]
+        f"vitroll: warning: chefer's map is near-constant ({mean:.4g}, all within {spread * 100:.2g}% of it) for 2 of "
+        f"the 2 inputs of the batch (0, 1): {UNTRAINED}"]
     chefer(untrained_eva02, PHOTOS)
     assert capsys.readouterr().err == ""  # once a process
 
@@ -84,7 +84,8 @@ def test_attention_and_flow_of_uniform_attention_warn_that_the_map_is_constant(u
     err = capsys.readouterr().err.splitlines()
     assert [line.split(" (")[0] for line in err] == ["vitroll: warning: attention's map is constant",
                                                      "vitroll: warning: flow's map is constant"]
-    assert err[0].startswith("vitroll: warning: attention's map is constant (all 0.01538) for inputs 0, 1")
+    assert err[0].startswith("vitroll: warning: attention's map is constant (all 0.01538) for 2 of the 2 inputs of "
+                             "the batch (0, 1)")
     assert all(line.endswith(UNTRAINED) for line in err)
 
 
@@ -116,8 +117,8 @@ def test_a_texts_scores_are_checked_at_its_real_tokens_not_its_padding(capsys):
     shown = shown_values(scores, mask)
     assert [row.tolist() for row in shown] == [[0.5, 0.5, 0.5], [0.1, 0.9, 0.4, 0.3, 0.2]]
     warn_constant_maps("attention", shown, "a cause", key="padded")
-    assert capsys.readouterr().err == ("vitroll: warning: attention's map is constant (all 0.5) for input 0 of the "
-                                       "batch: a cause\n")
+    assert capsys.readouterr().err == ("vitroll: warning: attention's map is constant (all 0.5) for 1 of the 2 inputs "
+                                       "of the batch (0): a cause\n")
 
 
 def test_per_head_text_scores_are_read_at_each_heads_real_tokens():
@@ -152,3 +153,28 @@ def test_captums_attributions_of_a_model_blind_to_its_input_warn_that_the_map_is
     assert torch.equal(maps, torch.zeros(1, 8, 8))
     assert capsys.readouterr().err == (f"vitroll: warning: {method}'s map is constant (all 0) for input 0 of the "
                                        f"batch: {UNTRAINED}\n")
+
+
+def test_texts_of_several_padded_lengths_are_told_once_naming_how_many_of_the_batch(capsys):
+    """The key held a text's padded length: a run of texts in batches of 5, 7 and 9 tokens was told thrice."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        attn_implementation="eager")).eval()
+    with torch.no_grad():
+        for layer in model.bert.encoder.layer:
+            for projection in (layer.attention.self.query, layer.attention.self.key):
+                projection.weight.zero_()
+                projection.bias.zero_()
+    for length in (5, 7, 9):
+        ids = torch.tensor([[2, *range(5, 5 + length - 2), 3]] * 3)
+        torch.testing.assert_close(attention(model, ids), torch.full((3, length), 1 / length), atol=1e-6, rtol=0)
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: attention's map is constant (all {1 / 5:.4g}) for 3 of the 3 inputs of the batch (0, 1, "
+        f"2): {UNTRAINED}"]
+
+
+def test_a_tiny_spread_is_told_with_its_significant_digits():
+    assert constancy(torch.tensor([2.0, 2.0 + 6e-7 * 2])) == ("near-constant", "2, all within 6e-05% of it")
+    assert constancy(torch.tensor([1.0, 1.0012, 1.0])) == ("near-constant", "1, all within 0.12% of it")

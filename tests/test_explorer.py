@@ -1239,7 +1239,7 @@ def test_a_near_constant_map_is_said_so_on_the_page_as_on_the_terminal():
     stretched = ("the overlay stretches that spread over the whole colormap and shows nothing the model tells apart. "
                  "**chefer** finds no patch different from another.")
     assert constant_map_note(grid_map, "chefer", None) == (
-        f"**The map is near-constant** ({grid_map.mean():.4g}, all within 0.10% of it): {stretched}")
+        f"**The map is near-constant** ({grid_map.mean():.4g}, all within 0.1% of it): {stretched}")
     grid_map[0, 0] = 0.500001
     assert constant_map_note(grid_map, "chefer", None).startswith("**The map is near-constant** (0.5, all within")
     grid_map[0, 0] = 0.6  # a spread of 17 % of the largest value: a map

@@ -213,8 +213,35 @@ def test_normalize_returns_what_its_docstring_says_of_infinities():
     are all one."""
     np.testing.assert_array_equal(normalize(np.array([[np.inf, 1.0, np.nan, -np.inf, 3.0]])),
                                   np.array([[1.0, 0.0, np.nan, 0.0, 1.0]], np.float32))
-    np.testing.assert_array_equal(normalize(np.array([[np.inf, 2.0, 2.0, -np.inf]])), [[np.nan, 0.0, 0.0, np.nan]])
-    np.testing.assert_array_equal(normalize(np.array([[np.inf, np.nan]])), [[np.inf, np.nan]])
+    # they were NaN in a map whose finite values are all one ([inf, 2, 2] gave NaN, 0, 0: the largest value drawn as
+    # no value) and inf where none is finite: now 1 and 0 in every map, as the values above and below all others
+    np.testing.assert_array_equal(normalize(np.array([[np.inf, 2.0, 2.0, -np.inf]])), [[1.0, 0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(normalize(np.array([np.inf, 2.0, 2.0])), [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(normalize(np.array([[np.inf, np.nan, -np.inf]])), [[1.0, np.nan, 0.0]])
+
+
+finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                          st.sampled_from([0.0, 1.0, -1.0, 2.5]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(finite_or_not, min_size=1, max_size=40), mode=st.sampled_from(["minmax", "percentile"]))
+def test_normalize_lands_in_0_1_keeps_order_and_nan_and_gives_a_constant_map_0(values, mode):
+    saliency = np.array(values, dtype=np.float64)
+    scaled = normalize(saliency, mode=mode)
+    assert scaled.dtype == np.float32 and scaled.shape == saliency.shape
+    nan = np.isnan(saliency)
+    np.testing.assert_array_equal(np.isnan(scaled), nan)
+    kept, given = scaled[~nan], saliency[~nan]
+    assert ((kept >= 0) & (kept <= 1)).all()
+    order = np.argsort(given, kind="stable")
+    assert (np.diff(kept[order]) >= 0).all()  # not above a value that is not below it
+    assert (kept[given == np.inf] == 1).all() and (kept[given == -np.inf] == 0).all()
+    finite = given[np.isfinite(given)]
+    if finite.size and (finite == finite[0]).all():
+        assert (kept[np.isfinite(given)] == 0).all()
+    elif finite.size and mode == "minmax":
+        assert kept[np.isfinite(given)].min() == 0 and kept[np.isfinite(given)].max() == 1
 
 
 def test_normalize_modes():

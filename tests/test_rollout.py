@@ -236,9 +236,9 @@ def test_a_discard_ratio_too_high_for_the_models_tokens_warns_once_naming_it(mon
     for _ in range(2):
         assert torch.equal(rollout(model, images, discard_ratio=0.99), torch.zeros(2, 4, 4))
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: warning: rollout's map is constant (all 0) for inputs 0, 1 of the batch: discard_ratio=0.99 drops 16 "
-        "of the 17 attention weights in each row, all but the class token's, which leaves no patch any: too high for "
-        "this model's 17 tokens, discard_ratio=0.9411 or lower keeps some"]
+        "vitroll: warning: rollout's map is constant (all 0) for 2 of the 2 inputs of the batch (0, 1): "
+        "discard_ratio=0.99 drops 16 of the 17 attention weights in each row, all but the class token's, which leaves "
+        "no patch any: too high for this model's 17 tokens, discard_ratio=0.9411 or lower keeps some"]
     assert torch.equal(grad_rollout(model, images[:1], discard_ratio=0.99), torch.zeros(1, 4, 4))
     assert capsys.readouterr().err.startswith("vitroll: warning: grad_rollout's map is constant (all 0) for input 0 "
                                               "of the batch: discard_ratio=0.99 drops 16 of the 17")

@@ -139,12 +139,14 @@ def normalize(
     saliency: np.ndarray, *, mode: Literal["minmax", "percentile"] = "minmax",
     percentiles: tuple[float, float] = (1.0, 99.0),
 ) -> np.ndarray:
-    """Scale a map to [0, 1], ignoring NaN (kept as NaN).
+    """Scale a map to [0, 1], ignoring NaN (kept as NaN) and infinities (+inf becomes 1, −inf 0).
 
-    ``minmax`` maps the smallest value to 0 and the largest to 1; ``percentile`` clips to the given
+    ``minmax`` maps the smallest finite value to 0 and the largest to 1; ``percentile`` clips to the given
     percentiles first (robust to a few extreme patches), unless they are equal (a map flat but for a few values, which
-    are then its only structure: scaled as ``minmax``). A constant map becomes all zeros. Finite values of any
-    magnitude (float64 up to ±1.8e308, or down to 1e-300) are scaled without overflow (:func:`scaled_into_float32`).
+    are then its only structure: scaled as ``minmax``). A constant map (its finite values all one) becomes all zeros.
+    Order is kept: a value not above another is not scaled above it, so +inf, above every finite value, is 1 and −inf
+    0 whatever the finite values are (none, one value or a range). Finite values of any magnitude (float64 up to
+    ±1.8e308, or down to 1e-300) are scaled without overflow (:func:`scaled_into_float32`).
 
     Parameters
     ----------
@@ -159,8 +161,8 @@ def normalize(
     Returns
     -------
     ndarray, float32, the shape of ``saliency``
-        Values in [0, 1], NaN kept; +inf as 1 and −inf as 0 (as the largest and smallest finite values), but NaN
-        where the finite values are all one (which become 0). With no finite value: ``saliency`` as it is, float32.
+        Values in [0, 1], NaN where ``saliency`` is NaN (overlay's "no map here", outside the model's crop); +inf as 1
+        and −inf as 0.
 
     Raises
     ------
@@ -175,7 +177,7 @@ def normalize(
     saliency = as_numpy(saliency, held_float(saliency))
     finite = np.isfinite(saliency)
     if not finite.any():
-        return saliency.astype(np.float32)
+        return _infinities_as_ends(saliency.astype(np.float32))
     # one pass finds the range, which also tells whether float32 needs the values scaled (scaled_into_float32's
     # own pass over them, and a copy of the finite values, cost as much as the rest on a 6000×4000 map)
     low, high = _finite_range_of(saliency, finite)
@@ -191,10 +193,15 @@ def normalize(
         if clipped_high > clipped_low:  # else all but a few values are equal: those few are the map, not outliers
             low, high = clipped_low, clipped_high
     if high <= low:
-        return np.where(finite, 0.0, np.nan).astype(np.float32)
+        return _infinities_as_ends(np.where(finite, 0.0, saliency).astype(np.float32))
     unit = np.subtract(saliency, low, dtype=np.float32)  # in place from here: one array, not four temporaries
     unit /= high - low
     return np.clip(unit, 0.0, 1.0, out=unit)
+
+
+def _infinities_as_ends(values: np.ndarray) -> np.ndarray:
+    """``values`` (float32, any shape) with +inf as 1 and −inf as 0, NaN kept, in place."""
+    return np.clip(values, 0.0, 1.0, out=values)
 
 
 def held_float(values: "np.ndarray | object") -> "type[np.floating]":

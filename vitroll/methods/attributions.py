@@ -395,6 +395,7 @@ def _warn_constant_occlusion(maps: torch.Tensor, space: AttributionSpace, covere
     alike = (f"every window of {window} {what}s lowers the score alike; a smaller window may tell them apart, or a "
              "model with untrained (random) weights gives such maps") if window > 1 else UNTRAINED
     for cause, key, covering in ((whole, ("occlusion", "window", window), True),
-                                 (alike, ("occlusion", window, tuple(space.cells)), False)):
+                                 (alike, ("occlusion", window, tuple(space.cells) if what == "patch" else what),
+                                  False)):
         warn_constant_maps("occlusion", [row if covered == covering else row[:0]
                                          for row, covered in zip(values, covered_whole)], cause, key)

@@ -289,7 +289,7 @@ class Method:
         if self.checks_constant_maps:
             mask = batch.attention_mask if isinstance(batch, TokenBatch) else None
             warn_constant_maps(self.name, shown_values(saliency.maps, mask), UNTRAINED,
-                               key=(self.name, tuple(saliency.maps.shape[1:])))
+                               key=(self.name, tuple(saliency.maps.shape[1:]) if mask is None else "texts"))
         return saliency
 
 
