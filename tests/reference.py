@@ -163,31 +163,32 @@ def reference_chefer(attentions: list[np.ndarray], gradients: list[np.ndarray], 
 
 
 def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard_ratio: float,
-                           readout: np.ndarray | None = None) -> np.ndarray:
-    """Full-matrix rollout of (mean_h ∇A ⊙ A)⁺ with per-row discard, α = 0.5: the class token's row (its column
-    kept), or ``readout @ R`` for another decision row (N,) (no column kept)."""
+                           readout: np.ndarray | None = None, attention_weight: float = 0.5) -> np.ndarray:
+    """Full-matrix rollout of (mean_h ∇A ⊙ A)⁺ with per-row discard, α = ``attention_weight``: the class token's row
+    (its column kept), or ``readout @ R`` for another decision row (N,) (no column kept)."""
     n = attentions[0].shape[-1]
     result = np.eye(n)
     for attention, gradient in zip(attentions, gradients):
         fused = discard_rows(np.maximum((attention * gradient).mean(axis=0), 0), discard_ratio,
                              0 if readout is None else None)
-        mixed = 0.5 * fused + 0.5 * np.eye(n)
+        mixed = attention_weight * fused + (1 - attention_weight) * np.eye(n)
         result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
     row = result[0] if readout is None else readout @ result
     return row[num_prefix:].reshape(grid)
 
 
-def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid, readout: np.ndarray | None = None
-                   ) -> np.ndarray:
+def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid, readout: np.ndarray | None = None,
+                   attention_weight: float = 0.5) -> np.ndarray:
     """Attention flow with networkx on an explicitly built graph: nodes ("layer", depth, token), edges
-    from depth−1 key j to depth query i with capacity rownorm(0.5·A + 0.5·I)[i, j]; sink = class token at the top, or
-    for another decision row ``readout`` (N,) a "sink" node that each top token t feeds with capacity readout[t]."""
+    from depth−1 key j to depth query i with capacity rownorm(α·A + (1−α)·I)[i, j], α = ``attention_weight``; sink =
+    class token at the top, or for another decision row ``readout`` (N,) a "sink" node that each top token t feeds
+    with capacity readout[t]."""
     import networkx as nx
 
     n = per_layer_fused[0].shape[-1]
     graph = nx.DiGraph()
     for depth, attention in enumerate(per_layer_fused, start=1):
-        mixed = 0.5 * attention + 0.5 * np.eye(n)
+        mixed = attention_weight * attention + (1 - attention_weight) * np.eye(n)
         mixed = mixed / mixed.sum(axis=1, keepdims=True)
         for i in range(n):
             for j in range(n):

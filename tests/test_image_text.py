@@ -30,7 +30,7 @@ from vitroll.cli import main  # noqa: E402
 from vitroll.errors import (  # noqa: E402
     InputValueError, MethodOptionError, OptionValueError, UnsupportedModelError, VitrollError,
 )
-from vitroll.methods import Method  # noqa: E402
+from vitroll.methods import Method, prompted_saliency  # noqa: E402
 from vitroll.models import load_model  # noqa: E402
 
 INPUT_IDS = torch.tensor([[BOS, 3, 14, 6, EOS, EOS, EOS], [BOS, 2, 0, 19, 40, 9, EOS], [BOS, 26, 11, 12, 8, EOS, EOS]])
@@ -165,6 +165,26 @@ def test_capture_leaves_the_image_text_logits_unchanged(name):
         assert (recorded - plain).abs().max().item() < 1e-5
     saliency = vitroll.METHODS["chefer"](prompted, pixels, target_class=1)
     assert (saliency.logits - plain).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["clip", "open_clip"])
+@pytest.mark.parametrize("method", ["chefer", "rollout"])
+def test_the_saliency_of_every_pair_comes_with_each_images_own_logits(name, method):
+    """The pairs run image-major (row i·T + t is image i against text t): row i of the logits is image i's, which
+    ``logits_per_image[i]`` gives, not that of another image's pair."""
+    pixels = images(3)
+    model = open_clip_model() if name == "open_clip" else hf_model(name)
+    mask = None if name == "open_clip" else ATTENTION_MASK
+    with torch.no_grad():
+        if name == "open_clip":
+            plain = model.get_logits(pixels, INPUT_IDS)[0]
+        else:
+            plain = model(pixel_values=pixels, input_ids=INPUT_IDS, attention_mask=mask).logits_per_image
+    prompted = PromptedModel(model, text_inputs(model, INPUT_IDS, attention_mask=mask))
+    saliency = prompted_saliency(prompted, pixels, method)
+    assert saliency.logits.shape == (3, 3) and saliency.maps.shape == (3, 3, 4, 4)
+    torch.testing.assert_close(saliency.logits, plain, rtol=0, atol=1e-5)
+    assert (plain[0] - plain[1]).abs().max() > 1e-3  # images told apart by their logits
 
 
 def test_open_clip_and_transformers_clip_agree_in_shape_and_behaviour():

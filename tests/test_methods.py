@@ -18,7 +18,7 @@ from vitroll.methods import Method, record_attention
 from vitroll.methods.flow import flow_values
 from reference import (
     reference_attention, reference_attention_gradients, reference_cait_attention_gradients, reference_chefer,
-    reference_flow, reference_grad_rollout, sharpen_attention,
+    fuse, reference_flow, reference_grad_rollout, sharpen_attention,
 )
 
 
@@ -206,6 +206,29 @@ def test_flow_matches_networkx_on_an_explicit_graph(tiny):
         per_layer = [a.mean(axis=0) for a in reference_attention(model, images[i:i + 1])]
         expected = reference_flow(per_layer, 1, (3, 2))
         np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("head_fusion, attention_weight", [("max", 0.3), ("min", 1.0)])
+def test_flow_fuses_heads_and_weighs_the_residual_as_asked(tiny, head_fusion, attention_weight):
+    """The networkx reference with the heads fused and ``α`` as given, not the defaults (mean, 0.5)."""
+    model, images = tiny
+    maps = flow(model, images[:2], head_fusion=head_fusion, attention_weight=attention_weight)
+    for i in range(2):
+        per_layer = [fuse(a, head_fusion) for a in reference_attention(model, images[i:i + 1])]
+        expected = reference_flow(per_layer, 1, (3, 2), attention_weight=attention_weight)
+        assert np.abs(expected - reference_flow(per_layer, 1, (3, 2))).max() > 1e-3  # α tells the maps apart
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("attention_weight", [0.3, 0.8])
+def test_grad_rollout_weighs_the_residual_as_asked(tiny, attention_weight):
+    model, images = tiny
+    maps = grad_rollout(model, images, target_class=1, discard_ratio=0.5, attention_weight=attention_weight)
+    for i in range(len(images)):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], 1)
+        expected = reference_grad_rollout(attentions, gradients, 1, (3, 2), 0.5, attention_weight=attention_weight)
+        assert np.abs(expected - reference_grad_rollout(attentions, gradients, 1, (3, 2), 0.5)).max() > 1e-3
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("solver", ["scipy", "networkx"])
