@@ -212,6 +212,8 @@ MISTAKES = [
     pytest.param("evaluate {root}/nope --out {out}", 2, "/nope: no such folder",
                  id="evaluate-no-folder"),
     pytest.param("sanity {root}/nope --out {out}", 2, "/nope: no such folder", id="sanity-no-folder"),
+    pytest.param("text a --position x", 2, "argument --position: expected an integer; got 'x'",
+                 id="text-position-not-an-integer"),
     pytest.param("evaluate {img} --out {out}", 2, "disk.png: not a folder", id="evaluate-a-file"),
     pytest.param("sanity --out {file}", 2, "is an existing file, not a folder", id="sanity-out-file"),
     pytest.param("overlay {img} --out /proc/vitroll-test/out", 2,

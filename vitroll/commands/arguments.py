@@ -48,15 +48,16 @@ def known_method(name: str) -> str:
     return name
 
 
-def integer(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for integers ``>= minimum``: out of range is argparse's one-line usage error."""
+def integer(minimum: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse ``type`` for integers ``>= minimum`` (any where None): out of range is argparse's one-line usage
+    error."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-        if value < minimum:
+        if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}; got {value}")
         return value
 

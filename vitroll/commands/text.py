@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from vitroll.commands.arguments import (
     add_batch_size_argument, add_device_argument, add_method_arguments, add_out_argument, add_progress_argument,
-    add_resume_arguments, given_path, utf8_text,
+    add_resume_arguments, given_path, integer, utf8_text,
 )
 from vitroll.errors import VitrollError
 from vitroll.io.names import single_line
@@ -54,7 +54,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--readout", choices=("class_token", "token_mean", "position"),
                         help="the explained row: class token (encoders' default), mean of the real tokens "
                              "(mean-pooled embeddings), or one position (language models' default: the last token)")
-    parser.add_argument("--position", type=int, metavar="INDEX",
+    parser.add_argument("--position", type=integer(), metavar="INDEX",
                         help="which real token to explain (0 the first, -1 the last); alone, it implies "
                              "--readout position")
     add_device_argument(parser)
