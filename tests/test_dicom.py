@@ -1102,6 +1102,19 @@ def test_a_file_cut_inside_an_element_header_or_its_sop_class_is_cut_short_and_q
         assert caught.value.reason == f"This DICOM file{stated} {no_pixel_data}", end
 
 
+def test_a_file_cut_inside_a_sequence_item_is_cut_short_not_one_that_cannot_be_opened(tmp_path):
+    """pydicom's JPEG2000.dcm cut at byte 887, inside an item of a sequence: pydicom raises an OSError without errno
+    ("No tag to read at file position …"), which was worded as the file system's refusal, "cannot be opened
+    (OSError)"."""
+    from pydicom.data import get_testdata_file
+
+    (tmp_path / "cut.dcm").write_bytes(Path(get_testdata_file("JPEG2000.dcm")).read_bytes()[:887])
+    with pytest.raises(ImageReadError) as caught:
+        read_any(tmp_path / "cut.dcm")
+    assert caught.value.reason == ("This DICOM file is cut short: it ends in the middle of an element and no PixelData "
+                                   "was read from it, so there is no image to explain.")
+
+
 def test_a_dicomdir_points_to_its_folder():
     """A DICOM medium's index is what an auditor finds on a CD; its row said that it 'has no PixelData', not where
     the images it lists are."""

@@ -433,11 +433,12 @@ def _cut_short(path: Path, dataset: "Dataset") -> bool:
 
 def _ends_in_a_header(path: Path, error: BaseException) -> bool:
     """Whether pydicom's ``error`` reading the DICOM file ``path`` (``DICM`` at byte 128) came from its end: inside
-    an element's tag, VR or length, which pydicom unpacks from fewer bytes than it needs (a :class:`struct.error`),
-    or inside (0002,0000) FileMetaInformationGroupLength, whose value it then cannot convert."""
+    an element's tag, VR or length, which pydicom unpacks from fewer bytes than it needs (a :class:`struct.error`;
+    in a sequence, an :class:`OSError` without errno, "No tag to read"), or inside (0002,0000)
+    FileMetaInformationGroupLength, whose value it then cannot convert."""
     if not is_dicom(path):
         return False
-    return isinstance(error, struct.error) or path.stat().st_size < FILE_META_START
+    return isinstance(error, (struct.error, OSError)) or path.stat().st_size < FILE_META_START
 
 
 MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
@@ -742,9 +743,9 @@ def _decode_dicom(path: Path, *, window: Optional[tuple[float, float]], frame: O
             dataset, part10 = _read_dataset(path)
     except ImageReadError:
         raise
-    except OSError as error:
-        raise ImageReadError(path, cannot_open(error)) from None
     except Exception as error:  # EOFError, struct/ValueError/OSError from corrupt elements
+        if _file_system_error(error, path):
+            raise ImageReadError(path, cannot_open(error)) from None
         if _ends_in_a_header(path, error):
             raise ImageReadError(path, "This DICOM file is cut short: it ends in the middle of an element and no "
                                        "PixelData was read from it, so there is no image to explain.") from None
