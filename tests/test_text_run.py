@@ -209,8 +209,8 @@ def test_an_occlusion_window_longer_than_some_texts_fails_only_those(tmp_path, t
         "window 5 covers the whole text, hiding every token at once, so each gets the same score; a smaller window "
         "tells them apart",
         "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 of the 2 inputs "
-        "of the batch (1): every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or a model with "
-        "untrained (random) weights gives such maps",
+        "of the batch (1): every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or "
+        "a model with untrained (random) weights gives such maps",
         "vitroll: failed: #2: cannot explain it: window 5 is longer than the text (4 tokens)",
         "vitroll: failed: #5: cannot explain it: window 5 is longer than the text (4 tokens)"]
     report = json.loads((tmp_path / "out" / "scores.json").read_text())
