@@ -205,13 +205,12 @@ def test_an_occlusion_window_longer_than_some_texts_fails_only_those(tmp_path, t
     assert run_text(tmp_path / "out", texts_file, "--method", "occlusion", "--option", "window=5") == 3
     # "an awful mess" is 5 tokens: the one window hides them all, its scores one value (not the model's doing)
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: warning: occlusion's map is constant (all 4.959e-05) for 1 of the 2 inputs of the batch (0): window 5 "
-        "covers the whole text, hiding every token at once, so each gets the same score; a smaller window tells them "
-        "apart",
-        "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 of the 2 inputs of "
-        "the batch (1): "
-        "every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or a model with "
-        "untrained (random) weights gives such maps",
+        "vitroll: warning: occlusion's map is constant (all 4.959e-05) for 1 of the 2 inputs of the batch (0): "
+        "window 5 covers the whole text, hiding every token at once, so each gets the same score; a smaller window "
+        "tells them apart",
+        "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 of the 2 inputs "
+        "of the batch (1): every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or "
+        "a model with untrained (random) weights gives such maps",
         "vitroll: failed: #2: cannot explain it: window 5 is longer than the text (4 tokens)",
         "vitroll: failed: #5: cannot explain it: window 5 is longer than the text (4 tokens)"]
     report = json.loads((tmp_path / "out" / "scores.json").read_text())
