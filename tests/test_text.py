@@ -630,6 +630,20 @@ def test_a_predicted_token_is_shown_quoted_on_one_line(tmp_path, capsys):
     assert "next token: <b><bdi>&#34;\\n&#34;</bdi></b>" in page and "prediction: <b><bdi>positive</bdi></b>" in page
 
 
+def test_the_page_shows_small_scores_with_their_digits_as_the_terminal_does(tmp_path):
+    # an untrained model's chefer or occlusion scores (2e-05) all read 0.000 among the page's top words
+    from vitroll.io.text import EncodedText
+    from vitroll.pipelines.text import TextResult, write_text_report
+    from vitroll.words import WordScore
+
+    encoded = EncodedText("hi yo", ["hi", "yo"], [0, 1], [(0, 2), (3, 5)], ["hi", "yo"])
+    small = TextResult(encoded, [2.284e-05, 0.5], [WordScore("yo", 3, 5, 0.5, 1), WordScore("hi", 0, 2, 2.284e-05, 1)],
+                       "positive", 0.5, "positive")
+    page = write_text_report(tmp_path, [small], model="m", method="occlusion")[0].read_text()
+    assert "<b><bdi>yo</bdi></b> 0.5" in page and "<b><bdi>hi</bdi></b> 2.28e-05" in page
+    assert 'title="hi: 2.284e-05"' in page and 'title="yo: 0.5"' in page
+
+
 def test_sentence_pairs_keep_their_token_type_ids(tmp_path):
     from vitroll.methods.text_batch import text_batch
 
