@@ -825,3 +825,11 @@ def test_the_cli_fails_the_image_whose_maps_are_not_finite_alone_naming_the_caus
              "overflow at the precision it runs in?")
     assert capsys.readouterr().err.splitlines() == [
         f"vitroll: failed: {path}: rollout's map holds no finite value: {cause}" for path in paths]
+
+
+def test_the_method_is_taken_positionally_as_by_keyword(images):
+    """caption_maps(model, images, "rollout") raised Python's bare TypeError (takes 2 positional arguments)."""
+    model = build_captioner()
+    given, named = caption_maps(model, images, "rollout", max_new_tokens=3), caption_maps(
+        model, images, method="rollout", max_new_tokens=3)
+    assert torch.equal(given.maps, named.maps) and torch.equal(given.token_ids, named.token_ids)

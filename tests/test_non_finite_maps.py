@@ -147,3 +147,18 @@ def test_annotate_gives_the_image_whose_map_is_not_finite_a_failed_row_and_the_o
     assert rows["b.png"]["error"] == f"{root / 'b.png'}: rollout's map holds no finite value: {FROM_THE_INPUT}"
     assert sorted(p.name for p in (tmp_path / "out" / "overlays").iterdir()) == ["a.png.png", "c.png.png"]
     assert "2 ok, 1 failed" in capsys.readouterr().out
+
+
+def test_an_option_given_positionally_is_refused_naming_the_keywords(model):
+    """rollout(model, images, "max") raised Python's bare TypeError, which names no option."""
+    from vitroll.errors import MethodOptionError
+
+    images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(MethodOptionError) as caught:
+        rollout(model, images, "max")
+    assert str(caught.value) == (
+        "rollout takes the model and the inputs positionally and every option by keyword; got 1 more positional "
+        "('max'): name it, one of head_fusion, discard_ratio, attention_weight, start_layer, dtype, "
+        "max_attention_memory (e.g. rollout(model, inputs, head_fusion=…))")
+    with pytest.raises(TypeError, match=r"chefer takes the model .* got 1 more positional \(3\)"):
+        chefer(model, images, 3)

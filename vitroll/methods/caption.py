@@ -108,7 +108,7 @@ def caption_lengths(token_ids: torch.Tensor, end_id: int) -> torch.Tensor:
     return first_end + 1
 
 
-def caption_maps(model: nn.Module, images: Images, *, method: str = "chefer",
+def caption_maps(model: nn.Module, images: Images, method: str = "chefer", *,
                  caption_ids: Optional[torch.Tensor] = None, max_new_tokens: int = 20,
                  head_fusion: Optional[HeadFusion] = None, attention_weight: float = 0.5,
                  window: Optional[int] = None, **unknown: object) -> CaptionMaps:

@@ -49,9 +49,9 @@ def prompted_saliency(prompted: PromptedModel, images: Images, method: str, **op
     return Saliency(saliency.maps.unflatten(0, (len(batch), num_texts)), saliency.logits[::num_texts])
 
 
-def image_text_maps(model: nn.Module, images: Images, texts_or_input_ids: Texts, *,
+def image_text_maps(model: nn.Module, images: Images, texts_or_input_ids: Texts, method: str = "chefer", *,
                     attention_mask: Optional[torch.Tensor] = None, tokenizer: Optional[object] = None,
-                    method: str = "chefer", **options: object) -> torch.Tensor:
+                    **options: object) -> torch.Tensor:
     """Maps of where an image–text model looks for each text: ``S[i, t]`` (``logits_per_image[i, t]``) explained.
 
     Parameters

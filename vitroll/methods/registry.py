@@ -403,7 +403,13 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
                                         checks_constant_maps=checks_constant_maps)
 
         @functools.wraps(compute)
-        def maps_only(model: nn.Module, inputs: Inputs, **options: object) -> torch.Tensor:
+        def maps_only(model: nn.Module, inputs: Inputs, *extra: object, **options: object) -> torch.Tensor:
+            if extra:  # Python's own refusal, a bare TypeError, names no option
+                more = ", ".join(repr(value) for value in extra)
+                raise MethodOptionError(f"{name} takes the model and the inputs positionally and every option by "
+                                        f"keyword; got {len(extra)} more positional ({more}): name it, one of "
+                                        f"{method.option_list()} (e.g. {name}(model, inputs, "
+                                        f"{next(iter(method.options), 'option')}=…))")
             maps = method(model, inputs, **options).maps
             warn_non_finite_maps(name, maps, inputs)
             return maps
