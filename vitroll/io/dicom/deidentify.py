@@ -103,11 +103,17 @@ def _values(value: object) -> list[str]:
     return [str(item) for item in _items(value)]
 
 
+PLAIN_LETTERS = str.maketrans({"ø": "o", "ł": "l", "ı": "i", "đ": "d", "ð": "d", "ħ": "h", "ŧ": "t", "þ": "th",
+                               "æ": "ae", "œ": "oe"})
+"""Letters (case-folded) that Unicode does not decompose into a plain letter and a mark, as a field of plain ASCII
+spells them: Søren is SOREN, Łukasz LUKASZ, Yıldız YILDIZ, Đorđević DORDEVIC, Guðrún GUDRUN, Bækgaard BAEKGAARD."""
+
+
 def _words(text: str) -> tuple[str, ...]:
     """Case-folded runs of letters and digits of any script, without accents: ``^``, ``_``, ``-``, ``.`` and spaces
     all separate. A name typed into a field of plain ASCII (a CS value such as BodyPartExamined allows no other) loses
-    its accents, so ``José`` and ``JOSE`` are one word."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    its accents, so ``José`` and ``JOSE`` are one word, as are ``Søren`` and ``SOREN`` (:data:`PLAIN_LETTERS`)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold().translate(PLAIN_LETTERS))
     # composed again: a Hangul syllable stays one character, not two or three jamo, for MIN_WORD
     bare = unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
     return tuple(re.findall(r"[^\W_]+", bare))
