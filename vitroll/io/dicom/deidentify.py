@@ -119,6 +119,17 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"[^\W_]+", bare))
 
 
+SPELLED_OUT = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "ø": "oe", "å": "aa"})
+"""How German, Danish and Norwegian names are also written in plain ASCII: Müller is MUELLER as often as MULLER,
+Jørgensen JOERGENSEN, Åse AASE."""
+
+
+def _spellings(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The words of ``text`` (:func:`_words`) with its accents dropped, and with :data:`SPELLED_OUT`'s letters
+    spelled out: a name is found in a value that spells it either way."""
+    return _words(text), _words(unicodedata.normalize("NFC", text.casefold()).translate(SPELLED_OUT))
+
+
 @dataclass
 class _Identifying:
     """What a shown value must not repeat: words (of names and IDs), whole values as word runs (IDs, dates, UIDs,
@@ -171,16 +182,18 @@ def _identifying(dataset: object) -> _Identifying:
     * dates (DA, DT) and UIDs (UI): the whole value;
     * places (:data:`SITE_KEYWORDS`): the whole value, unless the Manufacturer value starts with it (a maker's own
       site: pydicom's MR_small.dcm has InstitutionName TOSHIBA and Manufacturer TOSHIBA_MEC);
-    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words.
+    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words;
+
+    each in both of its spellings (:func:`_spellings`).
     """
     from pydicom import Dataset
 
     identifying = _Identifying()
     if not isinstance(dataset, Dataset):
         return identifying
-    maker = _words(" ".join(_values(dataset.get("Manufacturer"))))
+    makers = _spellings(" ".join(_values(dataset.get("Manufacturer"))))
     for keyword, vr, value in _elements(dataset):
-        for words in (_words(text) for text in _values(value)):
+        for maker, words in (pair for text in _values(value) for pair in zip(makers, _spellings(text))):
             if not words:
                 continue
             if vr == "PN" or keyword in IDENTIFIER_KEYWORDS:
@@ -200,7 +213,7 @@ def _shown(value: object, identifying: _Identifying) -> str:
     """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or repeats an
     identifying value (:func:`_identifying`)."""
     text = " ".join(_values(value))
-    if "^" in text or identifying.found_in(_words(text)):
+    if "^" in text or any(identifying.found_in(words) for words in _spellings(text)):
         return WITHHELD
     return _clean(value)
 
