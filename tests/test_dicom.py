@@ -790,6 +790,48 @@ def test_a_name_with_accents_is_withheld_where_it_is_typed_without_them(tmp_path
     assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
 
 
+@pytest.mark.parametrize("name,typed", [
+    ("Søren^Ødegård", "SOREN"), ("Wałęsa^Łukasz", "WALESA"), ("Yıldız^Ayşe", "YILDIZ"), ("Đorđević^Ana", "DORDEVIC"),
+    ("Þórsdóttir^Guðrún", "GUDRUN"), ("Þórsdóttir^Guðrún", "THORSDOTTIR"), ("Bækgaard^Œdipe", "BAEKGAARD"),
+])
+def test_a_name_with_letters_that_have_no_accent_to_drop_is_withheld_where_typed_in_ascii(tmp_path, name, typed):
+    """ø, ł, ı, đ, ð, þ, æ, œ are letters of their own to Unicode (no decomposition into a letter and an accent): the
+    accent-dropping comparison kept them, so BodyPartExamined SOREN was shown beside PatientName Søren^Ødegård."""
+    import pydicom
+    import pydicom.data
+
+    dataset = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    dataset.SpecificCharacterSet = "ISO_IR 192"
+    dataset.PatientName = name
+    dataset.BodyPartExamined = typed
+    dataset.save_as(tmp_path / "letters.dcm")
+    metadata = read_dicom(tmp_path / "letters.dcm").metadata
+    assert metadata["BodyPartExamined"] == "(withheld)"
+    assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
+
+
+@pytest.mark.parametrize("element,value,field,typed", [
+    ("PatientName", "Müller^Jürgen", "BodyPartExamined", "MUELLER"),
+    ("PatientName", "Jørgensen^Åse", "BodyPartExamined", "JOERGENSEN"),
+    ("PatientName", "MUELLER^JUERGEN", "ManufacturerModelName", "Müller 2"),
+    ("InstitutionName", "Universitätsklinikum Köln", "ManufacturerModelName", "UNIVERSITAETSKLINIKUM KOELN"),
+])
+def test_a_name_is_withheld_where_its_letters_are_spelled_out(tmp_path, element, value, field, typed):
+    """ä ö ü ø å are written ae oe ue oe aa in plain ASCII as often as without their marks: PatientName Müller^Jürgen
+    did not withhold BodyPartExamined MUELLER (only MULLER)."""
+    import pydicom
+    import pydicom.data
+
+    dataset = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    dataset.SpecificCharacterSet = "ISO_IR 192"
+    setattr(dataset, element, value)
+    setattr(dataset, field, typed)
+    dataset.save_as(tmp_path / "spelled.dcm")
+    metadata = read_dicom(tmp_path / "spelled.dcm").metadata
+    assert metadata[field] == "(withheld)"
+    assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
+
+
 def test_a_place_is_looked_for_whole_and_a_makers_own_site_withholds_nothing(tmp_path):
     """InstitutionName "General Hospital" no longer withholds a maker's "General"; the whole name still withholds;
     pydicom's MR_small.dcm (InstitutionName TOSHIBA, Manufacturer TOSHIBA_MEC) shows its maker."""

@@ -103,14 +103,31 @@ def _values(value: object) -> list[str]:
     return [str(item) for item in _items(value)]
 
 
+PLAIN_LETTERS = str.maketrans({"ø": "o", "ł": "l", "ı": "i", "đ": "d", "ð": "d", "ħ": "h", "ŧ": "t", "þ": "th",
+                               "æ": "ae", "œ": "oe"})
+"""Letters (case-folded) that Unicode does not decompose into a plain letter and a mark, as a field of plain ASCII
+spells them: Søren is SOREN, Łukasz LUKASZ, Yıldız YILDIZ, Đorđević DORDEVIC, Guðrún GUDRUN, Bækgaard BAEKGAARD."""
+
+
 def _words(text: str) -> tuple[str, ...]:
     """Case-folded runs of letters and digits of any script, without accents: ``^``, ``_``, ``-``, ``.`` and spaces
     all separate. A name typed into a field of plain ASCII (a CS value such as BodyPartExamined allows no other) loses
-    its accents, so ``José`` and ``JOSE`` are one word."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    its accents, so ``José`` and ``JOSE`` are one word, as are ``Søren`` and ``SOREN`` (:data:`PLAIN_LETTERS`)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold().translate(PLAIN_LETTERS))
     # composed again: a Hangul syllable stays one character, not two or three jamo, for MIN_WORD
     bare = unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
     return tuple(re.findall(r"[^\W_]+", bare))
+
+
+SPELLED_OUT = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "ø": "oe", "å": "aa"})
+"""How German, Danish and Norwegian names are also written in plain ASCII: Müller is MUELLER as often as MULLER,
+Jørgensen JOERGENSEN, Åse AASE."""
+
+
+def _spellings(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The words of ``text`` (:func:`_words`) with its accents dropped, and with :data:`SPELLED_OUT`'s letters
+    spelled out: a name is found in a value that spells it either way."""
+    return _words(text), _words(unicodedata.normalize("NFC", text.casefold()).translate(SPELLED_OUT))
 
 
 @dataclass
@@ -165,16 +182,18 @@ def _identifying(dataset: object) -> _Identifying:
     * dates (DA, DT) and UIDs (UI): the whole value;
     * places (:data:`SITE_KEYWORDS`): the whole value, unless the Manufacturer value starts with it (a maker's own
       site: pydicom's MR_small.dcm has InstitutionName TOSHIBA and Manufacturer TOSHIBA_MEC);
-    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words.
+    * free text (:data:`DESCRIPTION_KEYWORDS`): each run of :data:`DESCRIPTION_RUN` words;
+
+    each in both of its spellings (:func:`_spellings`).
     """
     from pydicom import Dataset
 
     identifying = _Identifying()
     if not isinstance(dataset, Dataset):
         return identifying
-    maker = _words(" ".join(_values(dataset.get("Manufacturer"))))
+    makers = _spellings(" ".join(_values(dataset.get("Manufacturer"))))
     for keyword, vr, value in _elements(dataset):
-        for words in (_words(text) for text in _values(value)):
+        for maker, words in (pair for text in _values(value) for pair in zip(makers, _spellings(text))):
             if not words:
                 continue
             if vr == "PN" or keyword in IDENTIFIER_KEYWORDS:
@@ -194,7 +213,7 @@ def _shown(value: object, identifying: _Identifying) -> str:
     """``value`` cleaned for a report, or :data:`WITHHELD` when it is shaped like a person name (``^``) or repeats an
     identifying value (:func:`_identifying`)."""
     text = " ".join(_values(value))
-    if "^" in text or identifying.found_in(_words(text)):
+    if "^" in text or any(identifying.found_in(words) for words in _spellings(text)):
         return WITHHELD
     return _clean(value)
 
