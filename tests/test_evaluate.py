@@ -505,3 +505,31 @@ def test_sanity_names_the_stage_whose_maps_are_not_finite(random_checkpoint, mon
         f"input 0 (once blocks.3 is random): rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other "
         "input of the 2 run with it); sanity stops: a map without values correlates with none, which would pass any "
         "method as one that follows the weights")
+
+
+def test_the_captioning_testbed_passes_rollouts_options_on_and_refuses_those_no_caption_method_takes(tmp_path,
+                                                                                                   capsys):
+    """``--testbed-kind captions`` took only ``window``: ``--head-fusion max`` and ``--discard-ratio 0.9`` were
+    dropped without a word, and the table was the default rollout's. Rollout's options now reach it; one that no
+    caption method takes is refused before the model is loaded and the folder made."""
+    pytest.importorskip("transformers")
+    import vitroll
+    from vitroll.errors import MethodOptionError
+    from vitroll.pipelines.evaluate import evaluate_testbed
+
+    model = vitroll.load_model("vitroll-caption-shapes")
+    fused = {fusion: evaluate_testbed(model, "captions", 4, 3, ["rollout"], method_options={"head_fusion": fusion})
+             for fusion in ("mean", "max")}
+    assert fused["mean"].rows == evaluate_testbed(model, "captions", 4, 3, ["rollout"]).rows
+    assert fused["max"].rows != fused["mean"].rows
+    with pytest.raises(MethodOptionError, match=r"^the caption methods take head_fusion \(rollout's\), "
+                                                r"attention_weight \(rollout's\), window \(occlusion's\); not "
+                                                r"discard_ratio=0\.9$"):
+        evaluate_testbed(model, "captions", 2, 3, ["rollout"], method_options={"discard_ratio": 0.9})
+    out = tmp_path / "out"
+    assert main(["evaluate", "--testbed-kind", "captions", "--testbed", "2", "--methods", "rollout",
+                 "--discard-ratio", "0.9", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "vitroll: error: the caption methods take --head-fusion (rollout's), --attention-weight (rollout's), "
+        "--option window (occlusion's); not --discard-ratio 0.9\n")
+    assert not out.exists()

@@ -187,6 +187,7 @@ def run_generated(args: argparse.Namespace) -> int:
     from vitroll.commands.common import check_trusted_checkpoints, method_options_from_args, resolve_device
     from vitroll.models import load_model
     from vitroll.pipelines.evaluate import INTERVAL, evaluate_testbed, markdown_table, summarize
+    from vitroll.pipelines.evaluate_captions import check_caption_options
 
     if args.folder:
         raise ValueError(f"--testbed-kind {args.testbed_kind} draws its inputs itself; give --testbed N, not a FOLDER")
@@ -202,6 +203,8 @@ def run_generated(args: argparse.Namespace) -> int:
     model_name = default_model if args.model == TESTBED_NAME else args.model
     methods = method_list(default_methods) if args.methods == method_list(DEFAULT_METHODS) else args.methods
     method_options = method_options_from_args(args, methods)
+    if args.testbed_kind == "captions":  # before the model is loaded and the folder made
+        check_caption_options(method_options)
     check_trusted_checkpoints(args, [args.checkpoint] if args.checkpoint else [])
     make_output_folder(args.out)
     model = load_model(model_name, checkpoint=args.checkpoint, trust_checkpoint=args.trust_checkpoint,

@@ -367,12 +367,16 @@ def evaluate_testbed(model: nn.Module, kind: str, count: int, seed: int, methods
                      method_options: Optional[Mapping[str, object]] = None, batch_size: int = 16) -> GeneratedScores:
     """Score ``methods`` on ``count`` inputs of split ``seed`` of the generated testbed ``kind`` (one of
     :data:`GENERATED_TESTBEDS`), with that testbed's own metrics; the text and caption testbeds use the tokenizer
-    registered with ``model``. The captioning testbed takes only ``method_options``' ``window`` (occlusion's).
+    registered with ``model``. The captioning testbed takes only ``head_fusion``, ``attention_weight`` (rollout's)
+    and ``window`` (occlusion's) of ``method_options``.
 
     Raises
     ------
     OptionValueError
         ``kind`` is none of :data:`GENERATED_TESTBEDS`.
+    MethodOptionError
+        An option the testbed's methods do not take (for the captions:
+        :func:`~vitroll.pipelines.evaluate_captions.check_caption_options`).
     """
     method_options = dict(method_options or {})
     if kind == "pairs":
@@ -381,7 +385,7 @@ def evaluate_testbed(model: nn.Module, kind: str, count: int, seed: int, methods
         return GeneratedScores(rows, PAIR_METRICS, f"{counted(count, 'two-shape image')}, seed {seed}")
     if kind == "captions":
         rows = evaluate_captions(model, registered_tokenizer(model), pair_images(count, seed), methods,
-                                 batch_size=batch_size, window=method_options.get("window"))
+                                 batch_size=batch_size, method_options=method_options)
         return GeneratedScores(rows, CAPTION_METRICS, f"{counted(count, 'captioned two-shape image')}, seed {seed}")
     if kind == "text":
         rows = evaluate_text(model, registered_tokenizer(model), text_sentences(count, seed), methods,

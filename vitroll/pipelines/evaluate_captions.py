@@ -17,14 +17,14 @@ words are scored:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 
-from vitroll.errors import InputValueError, OptionValueError
+from vitroll.errors import InputValueError, MethodOptionError, OptionValueError
 from vitroll.maps import to_original
 from vitroll.methods.base import model_device
 from vitroll.methods.caption import CAPTION_METHODS, caption_maps, captioner_of
@@ -32,6 +32,7 @@ from vitroll.metrics import energy_in_mask, peak_preference, pointing_game
 from vitroll.preprocess import Preprocessing
 from vitroll.testbed.captions import caption_for, shape_word_targets
 from vitroll.testbed.shape_pairs import PairSample
+from vitroll.wording import method_option
 
 CAPTION_METRICS = {
     "pointing_game": "pointing game: shape word on its shape ↑",
@@ -42,6 +43,27 @@ CAPTION_METRICS = {
 """Per-image metric columns and their table headings."""
 
 BASELINE = "random"
+
+CAPTION_OPTIONS = {"head_fusion": "rollout", "attention_weight": "rollout", "window": "occlusion"}
+"""The options of :func:`~vitroll.methods.caption.caption_maps` that the captioning testbed passes on, each to the one
+caption method that takes it."""
+
+
+def check_caption_options(method_options: Mapping[str, object]) -> None:
+    """Refuse an option the caption methods do not take (``discard_ratio``, ``start_layer``…), which the captioning
+    testbed dropped in silence: ``vitroll evaluate --testbed-kind captions --discard-ratio 0.9`` scored the maps of
+    discard ratio 0 without a word.
+
+    Raises
+    ------
+    MethodOptionError
+        Naming the first such option as the user gave it, and those the caption methods take.
+    """
+    refused = [name for name in method_options if name not in CAPTION_OPTIONS]
+    if refused:
+        taken = ", ".join(f"{method_option(name)} ({method}'s)" for name, method in CAPTION_OPTIONS.items())
+        raise MethodOptionError(f"the caption methods take {taken}; not "
+                                f"{method_option(refused[0], method_options[refused[0]])}")
 
 
 def caption_ids(tokenizer: Any, captions: Sequence[str], end: int, pad: int) -> torch.Tensor:
@@ -56,7 +78,7 @@ def caption_ids(tokenizer: Any, captions: Sequence[str], end: int, pad: int) -> 
 
 def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSample], methods: Sequence[str], *,
                       preprocessing: Optional[Preprocessing] = None, batch_size: int = 16,
-                      seed: int = 0, window: Optional[int] = None) -> list[dict[str, Any]]:
+                      seed: int = 0, method_options: Optional[Mapping[str, object]] = None) -> list[dict[str, Any]]:
     """One row per image and method with the :data:`CAPTION_METRICS` (see the module docstring).
 
     Parameters
@@ -67,13 +89,21 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
         Among :data:`~vitroll.methods.caption.CAPTION_METHODS` and ``"random"``.
     seed : int
         Of the random baseline's maps.
-    window : int, optional
-        Of ``occlusion``.
+    method_options : mapping, optional
+        Options for several methods at once, among :data:`CAPTION_OPTIONS`: each goes to the method that takes it
+        (``window`` to ``occlusion``).
+
+    Raises
+    ------
+    MethodOptionError
+        For an option none of the caption methods takes (:func:`check_caption_options`).
     """
     unknown = [name for name in methods if name not in (*CAPTION_METHODS, BASELINE)]
     if unknown:
         raise OptionValueError(f"caption maps come from {', '.join(CAPTION_METHODS)} (and the {BASELINE} baseline); "
                                f"not {', '.join(unknown)}")
+    options = dict(method_options or {})
+    check_caption_options(options)
     captioner = captioner_of(model)
     _start, end, pad = captioner.special_ids(model)
     preprocessing = preprocessing or Preprocessing.from_model(model)
@@ -89,8 +119,8 @@ def evaluate_captions(model: nn.Module, tokenizer: Any, images: Sequence[PairSam
             if method == BASELINE:
                 maps = np.random.default_rng([seed, start]).random((len(chunk), ids.shape[1], *grid))
             else:
-                maps = caption_maps(model, tensor, method=method, caption_ids=ids,
-                                    window=window if method == "occlusion" else None).maps.float().cpu().numpy()
+                taken = {name: value for name, value in options.items() if CAPTION_OPTIONS[name] == method}
+                maps = caption_maps(model, tensor, method=method, caption_ids=ids, **taken).maps.float().cpu().numpy()
             for i, (item, geometry, caption) in enumerate(zip(chunk, geometries, captions)):
                 scored = [(to_original(maps[i, word], geometry), item.masks[target], item.masks[1 - target])
                           for word, target in shape_word_targets(item, caption).items()]
