@@ -1463,3 +1463,35 @@ def test_a_strip_the_model_saw_little_of_is_said_so_on_the_page_as_by_overlay(se
         f"vitroll: warning: {upload}: the model saw only 3 % of the image (the middle of its long side) and its map "
         "covers only that; --crop-mode border --crop-pct 1 shows the model all of it, padded (--crop-mode squash "
         "--crop-pct 1: stretched)"]
+
+
+def test_decoded_images_decode_a_file_once_while_kept_and_tell_its_warnings_to_each_caller(tmp_path, monkeypatch):
+    """DecodedImages keeps the last DECODED_KEPT decoded by the file and max_pixels: the warnings their decoding gave
+    are told again to each caller (a session that asks again is told, one that had them is not: the page's
+    warn_once); a file that cannot be read is not kept."""
+    calls = []
+    loader = vitroll.app.load_image_with_display
+    monkeypatch.setattr(vitroll.app, "load_image_with_display",
+                        lambda path, **options: calls.append((Path(path).name, options["max_pixels"]))
+                        or loader(path, **options))
+    names = []
+    for k in range(3):
+        picture = np.asarray(Image.open(CROSS).convert("RGB")).copy()
+        picture[0, 0] = k
+        Image.fromarray(picture).save(tmp_path / f"p{k}.png", icc_profile=b"not a profile at all")
+        names.append(tmp_path / f"p{k}.png")
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    decoded = vitroll.app.DecodedImages()
+    first, second = [], []
+    one, _ = decoded.load(names[0], max_pixels=None, warn=first.append)
+    again, _ = decoded.load(names[0], max_pixels=None, warn=second.append)
+    assert again is one and calls == [("p0.png", None)]
+    assert len(first) == 1 and "ICC" in first[0] and second == first
+    decoded.load(names[0], max_pixels=100_000, warn=lambda message: None)  # another limit: decoded again
+    decoded.load(names[1], max_pixels=None, warn=lambda message: None)  # p0 at max_pixels=None is the oldest now
+    decoded.load(names[0], max_pixels=None, warn=lambda message: None)
+    assert calls == [("p0.png", None), ("p0.png", 100_000), ("p1.png", None), ("p0.png", None)]
+    for _ in range(2):
+        with pytest.raises(ImageReadError):
+            decoded.load(tmp_path / "bad.png", max_pixels=None, warn=lambda message: None)
+    assert calls[-2:] == [("bad.png", None)] * 2

@@ -648,9 +648,6 @@ class WarningsGiven:
             for key in [key for key in self._given if key[0] == session]:
                 del self._given[key]
 
-    def __len__(self) -> int:
-        return len(self._given)
-
 
 def given_the_request(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function``, its parameter ``request`` typed ``gradio.Request`` where Gradio reads it (it passes an event's
