@@ -270,3 +270,13 @@ def test_control_characters_of_a_class_name_are_spelt_in_the_heading(tmp_path, c
     out = capsys.readouterr().out
     assert "\x1b" not in out  # the heading printed the class name as it is
     assert "#1  prediction: posi\\x1b[2Jtive (1.000)" in out
+
+
+def test_a_position_outside_texts_of_one_token_counts_one_token_not_one_tokens(tmp_path):
+    """A decoder's one-token texts and ``position=-2`` were told "the longest has 1 tokens"."""
+    pytest.importorskip("transformers")
+    from small_tokenizers import bpe_tokenizer
+
+    with pytest.raises(OptionValueError, match=r"^position=-2 is outside every text: the longest has 1 token \(0 the "
+                                               r"first, -1 the last\)$"):
+        text_run._check_position_fits_some(["cat", "cat"], bpe_tokenizer(tmp_path), -2)

@@ -26,7 +26,7 @@ from vitroll.methods.text_batch import Position
 from vitroll.pipelines import manifest as mf
 from vitroll.pipelines.folder import batch_exit_code, one_interrupt
 from vitroll.pipelines.text import TextResult, explain_texts, write_text_report
-from vitroll.wording import argument
+from vitroll.wording import argument, counted
 
 _UNEXPLAINABLE = (ValueError, IndexError, RuntimeError)
 """What one bad text raises from the tokenizer or the model (no token, a position outside it, more tokens than the
@@ -192,8 +192,8 @@ def _check_position_fits_some(texts: Sequence[str], tokenizer: Any, position: Op
         return
     longest = max(len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"])
     if not -longest <= position < longest:
-        raise OptionValueError(f"{argument('position', position)} is outside every text: the longest has {longest} "
-                               "tokens (0 the first, -1 the last)")
+        raise OptionValueError(f"{argument('position', position)} is outside every text: the longest has "
+                               f"{counted(longest, 'token')} (0 the first, -1 the last)")
 
 
 def _report_of(latest: Mapping[str, dict[str, Any]], keys: list[str], settings_hash: str) -> TextReport:
