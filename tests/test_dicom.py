@@ -832,6 +832,24 @@ def test_a_name_is_withheld_where_its_letters_are_spelled_out(tmp_path, element,
     assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
 
 
+@pytest.mark.parametrize("name,typed", [("राम^शर्मा", "राम 2"), ("முருகன்^ராஜா", "முருகன் 2"),
+                                        ("สมชาย^ศักดิ์ดี", "ศักดิ์ดี 2")])
+def test_a_name_whose_vowel_signs_are_marks_is_one_word_and_withheld(tmp_path, name, typed):
+    """Devanagari, Tamil and Thai vowel signs are marks, which are no word characters: राम was the words र and म,
+    each shorter than MIN_WORD, so a model name repeating PatientName राम^शर्मा was shown."""
+    import pydicom
+    import pydicom.data
+
+    dataset = pydicom.dcmread(pydicom.data.get_testdata_file("CT_small.dcm"))
+    dataset.SpecificCharacterSet = "ISO_IR 192"
+    dataset.PatientName = name
+    dataset.ManufacturerModelName = typed
+    dataset.save_as(tmp_path / "marks.dcm")
+    metadata = read_dicom(tmp_path / "marks.dcm").metadata
+    assert metadata["ManufacturerModelName"] == "(withheld)"
+    assert metadata["Manufacturer"] == "GE MEDICAL SYSTEMS" and metadata["Modality"] == "CT"
+
+
 def test_a_place_is_looked_for_whole_and_a_makers_own_site_withholds_nothing(tmp_path):
     """InstitutionName "General Hospital" no longer withholds a maker's "General"; the whole name still withholds;
     pydicom's MR_small.dcm (InstitutionName TOSHIBA, Manufacturer TOSHIBA_MEC) shows its maker."""
