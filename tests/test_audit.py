@@ -1233,6 +1233,8 @@ def test_a_full_disk_keeps_the_tables_and_leaves_no_earlier_report_beside_them(t
     cases = json.loads((out / "report.json").read_text())["cases"]
     assert len(cases) == 1 and cases[0]["case"] in tables and cases[0]["case"] not in earlier  # this audit's
     assert not (out / "report.html").exists()
+    # the earlier audit's overlay (its burned-in text may have been kept) is not left beside this audit's tables
+    assert [p.name for p in (out / "images").iterdir()] == [f"{cases[0]['case']}.png"]
 
 
 @pytest.mark.parametrize("line,fault", [

@@ -459,8 +459,10 @@ def run_audit(
             row.study = studies.get(row.input_number, row.study)
         report = AuditReport(rows=rows, options=options, settings=settings, files=len(inputs),
                              provenance=provenance or ModelProvenance.unstated(model))
-        report.write(out_dir)
-        _remove_overlays_not_in(report, Path(out_dir))
+        try:
+            report.write(out_dir)
+        finally:  # a report that cannot be written (a full disk) leaves no earlier audit's overlay beside its tables
+            _remove_overlays_not_in(report, Path(out_dir))
     return report
 
 

@@ -110,13 +110,16 @@ spells them: Søren is SOREN, Łukasz LUKASZ, Yıldız YILDIZ, Đorđević DORDE
 
 
 def _words(text: str) -> tuple[str, ...]:
-    """Case-folded runs of letters and digits of any script, without accents: ``^``, ``_``, ``-``, ``.`` and spaces
-    all separate. A name typed into a field of plain ASCII (a CS value such as BodyPartExamined allows no other) loses
-    its accents, so ``José`` and ``JOSE`` are one word, as are ``Søren`` and ``SOREN`` (:data:`PLAIN_LETTERS`)."""
+    """Case-folded runs of letters, digits and the vowel signs between them, of any script, without accents: ``^``,
+    ``_``, ``-``, ``.`` and spaces all separate. A name typed into a field of plain ASCII (a CS value such as
+    BodyPartExamined allows no other) loses its accents, so ``José`` and ``JOSE`` are one word, as are ``Søren`` and
+    ``SOREN`` (:data:`PLAIN_LETTERS`)."""
     decomposed = unicodedata.normalize("NFKD", text.casefold().translate(PLAIN_LETTERS))
     # composed again: a Hangul syllable stays one character, not two or three jamo, for MIN_WORD
     bare = unicodedata.normalize("NFC", "".join(ch for ch in decomposed if not unicodedata.combining(ch)))
-    return tuple(re.findall(r"[^\W_]+", bare))
+    # a mark left (a Devanagari, Tamil or Thai vowel sign) is inside its word: राम is one word, not र and म
+    return tuple("".join(ch if ch.isalnum() or unicodedata.category(ch).startswith("M") else " "
+                         for ch in bare).split())
 
 
 SPELLED_OUT = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "ø": "oe", "å": "aa"})
