@@ -481,10 +481,20 @@ def test_evaluate_and_sanity_refuse_maps_that_are_not_finite_in_one_line_naming_
                  "--methods", "rollout"])
     assert code == 2
     assert capsys.readouterr().err == (
-        f"vitroll: error: input 0: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input of the "
+        f"vitroll: error: shapes-3-0000: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input of the "
         "2 run with it); sanity stops: a map without values correlates with none, which would pass any method as one "
         "that follows the weights\n")
     assert not (tmp_path / "s" / "sanity.csv").exists()
+    # on a folder, the image is named by its file (it was "input 1", which left the user to count the sorted names)
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name, shade in (("b.png", 40), ("a.png", 200), ("a_mask.png", 255)):
+        Image.new("RGB", (64, 64), (shade, 90, 30)).save(folder / name)
+    assert main(["sanity", str(folder), "--checkpoint", str(nan_checkpoint), "--out", str(tmp_path / "f"),
+                 "--methods", "rollout"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"vitroll: error: a.png: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input of the "
+        "2 run with it); sanity stops")
 
 
 def test_sanity_names_the_stage_whose_maps_are_not_finite(random_checkpoint, monkeypatch):
@@ -505,6 +515,10 @@ def test_sanity_names_the_stage_whose_maps_are_not_finite(random_checkpoint, mon
         f"input 0 (once blocks.3 is random): rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other "
         "input of the 2 run with it); sanity stops: a map without values correlates with none, which would pass any "
         "method as one that follows the weights")
+    with pytest.raises(VitrollError, match=r"^b\.png \(once blocks\.3 is random\): rollout's map holds no finite"):
+        sanity_check(model, images, ["rollout"], names=["b.png", "a.png"])
+    with pytest.raises(OptionValueError, match=r"^names= has 1 name for 2 images: give one per image$"):
+        sanity_check(model, images, ["rollout"], names=["b.png"])
 
 
 def test_the_captioning_testbed_passes_rollouts_options_on_and_refuses_those_no_caption_method_takes(tmp_path,

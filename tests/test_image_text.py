@@ -350,6 +350,10 @@ def test_figure_with_texts_is_told_that_the_grid_is_the_figure(clip_folder, tmp_
         "vitroll: warning: --figure draws a classifier's map; with --text the grid IMAGE_METHOD_texts.png is the "
         "figure (the image, then each text's overlay); ignored"]
     assert sorted(path.name for path in out.iterdir()) == ["cat_chefer_a-dog.png", "cat_chefer_texts.png"]
+    # on a classifier --text is the mistake: one error line, no warning that a grid is the figure
+    assert main(["overlay", str(PHOTO), "--text", "a dog", "--figure", "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("vitroll: error: --text needs an image–text model")
 
 
 def test_a_text_slugged_texts_does_not_overwrite_the_grid(clip_folder, tmp_path, capsys):

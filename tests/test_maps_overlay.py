@@ -497,6 +497,19 @@ def test_an_infinite_cell_of_a_grid_map_is_coloured_as_its_extreme_not_left_a_ho
                                              alpha=1.0))
 
 
+@pytest.mark.parametrize("grid", [[[np.inf, 2.0], [2.0, 2.0]], [[np.inf, 2.0], [np.nan, -np.inf]],
+                                  [[-np.inf, 2.0], [2.0, 2.0]]], ids=["inf", "inf-nan-minus-inf", "minus-inf"])
+def test_infinities_over_a_constant_grid_map_are_coloured_as_normalize_colours_them(grid):
+    """A grid map whose finite values are all one drew its +inf cell as the coldest (the finite value, then made 0),
+    where the same map at the image's size, through normalize, draws it as the hottest, 1."""
+    image = np.full((4, 4, 3), 200, np.uint8)
+    grid = np.array(grid)
+    image_sized = overlay(image, np.kron(grid, np.ones((2, 2))), cmap="gray", alpha=1.0)
+    assert np.array_equal(overlay(image, grid, cmap="gray", alpha=1.0, interpolation="nearest"), image_sized)
+    colours = (normalize(grid) * 255).round()
+    assert image_sized[::2, ::2, 0].tolist() == np.where(np.isnan(colours), 200, colours).tolist()
+
+
 @pytest.mark.parametrize("grid", [
     np.array([[1e308, 0.0], [0.0, -1e308]]),  # float32 made both extremes inf, and max − min overflows float64 too
     np.array([[3e38, 0.0], [0.0, -3e38]], np.float32),  # max − min overflowed float32

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from reference import reference_attention, reference_rollout
-from vitroll import chefer, rollout
+from vitroll import chefer, random_map, rollout
 from vitroll.cli import main
 from vitroll.methods import METHODS
 from vitroll.methods.map_checks import non_finite_words
@@ -158,7 +158,30 @@ def test_an_option_given_positionally_is_refused_naming_the_keywords(model):
         rollout(model, images, "max")
     assert str(caught.value) == (
         "rollout takes the model and the inputs positionally and every option by keyword; got 1 more positional "
-        "('max'): name it, one of head_fusion, discard_ratio, attention_weight, start_layer, dtype, "
-        "max_attention_memory (e.g. rollout(model, inputs, head_fusion=…))")
-    with pytest.raises(TypeError, match=r"chefer takes the model .* got 1 more positional \(3\)"):
-        chefer(model, images, 3)
+        "argument ('max'): name it, as rollout(model, inputs, head_fusion=…) (its options: head_fusion, "
+        "discard_ratio, attention_weight, start_layer, dtype, max_attention_memory)")
+    with pytest.raises(TypeError, match=r"chefer takes the model .* got 2 more positional arguments \(3, 0\): name "
+                                        r"each, as chefer\(model, inputs, target_class=…\)"):
+        chefer(model, images, 3, 0)
+    # named by its Python name: method "random" is the verb random_map (the message named random(model, …))
+    with pytest.raises(MethodOptionError, match=r"^random_map takes .* as random_map\(model, inputs, seed=…\) \(its "
+                                                r"options: seed\)$"):
+        random_map(model, images, 3)
+
+
+def test_a_method_without_options_given_one_positionally_says_it_takes_none(model):
+    from vitroll.errors import MethodOptionError
+    from vitroll.methods.base import Saliency
+    from vitroll.methods.registry import register_method
+
+    @register_method("plain_test_method", checks_constant_maps=False)
+    def plain(model, batch):
+        return Saliency(torch.zeros(len(batch), 4, 4), None)
+
+    try:
+        with pytest.raises(MethodOptionError) as caught:
+            plain(model, torch.zeros(1, 3, 64, 64), 0.5)
+        assert str(caught.value) == ("plain takes the model and the inputs, and no option; got 1 more positional "
+                                     "argument (0.5)")
+    finally:
+        del METHODS["plain_test_method"]

@@ -257,11 +257,14 @@ def _warn_if_stretched(grid_hw: tuple[int, ...], image_hw: tuple[int, ...]) -> N
 
 def _finite_range(saliency: np.ndarray) -> np.ndarray:
     """``saliency`` (h, w) with ±inf replaced by its largest and smallest finite values (NaN kept), as
-    :func:`~vitroll.maps.normalize` colours them: interpolated, an infinite cell made its neighbours NaN (∞·0)."""
+    :func:`~vitroll.maps.normalize` colours them: interpolated, an infinite cell made its neighbours NaN (∞·0). Where
+    the finite values are all one, which normalize makes 0 and +inf 1, the map is those 0 and 1."""
     infinite = np.isinf(saliency)
     finite = saliency[np.isfinite(saliency)]
     if not infinite.any() or finite.size == 0:
         return saliency
+    if finite.max() == finite.min():
+        return np.where(np.isnan(saliency), saliency, saliency == np.inf).astype(saliency.dtype)
     return np.where(infinite, np.where(saliency > 0, finite.max(), finite.min()), saliency).astype(saliency.dtype)
 
 

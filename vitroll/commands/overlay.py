@@ -96,13 +96,13 @@ def run(args: argparse.Namespace) -> int:
     args.method = args.method or _default_method(args)
     if args.text and args.target_class is not None:
         raise ValueError("--target-class does not go with --text: each text is the target of its own map")
-    if args.text and args.figure:
-        print_warning("--figure draws a classifier's map; with --text the grid IMAGE_METHOD_texts.png is the figure "
-                      "(the image, then each text's overlay); ignored")
     if none_can_be_read(args.images, [args.model], IMAGE_KINDS):
         return EXIT_SOME_FAILED
     settings = settings_from_args(args)
     model = _with_texts(model_from_args(args), args)
+    if args.text and args.figure:  # once the model is known to take texts: else --text itself is the error
+        print_warning("--figure draws a classifier's map; with --text the grid IMAGE_METHOD_texts.png is the figure "
+                      "(the image, then each text's overlay); ignored")
     names = class_names(model, args.class_names)
     failures = 0
     for result in explain_files(args.images, model, out_dir=args.out, settings=settings,

@@ -35,13 +35,15 @@ def run(args: argparse.Namespace) -> int:
 
     method_options = method_options_from_args(args, args.methods)
     check_one_image_source(args)
-    images = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder
-              else [item.image for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
+    named = (folder_images_without_masks(args.folder, max_pixels=args.max_pixels) if args.folder else
+             [(item.name, item.image) for item in shapes_images(args.testbed or TESTBED_COUNT, testbed_seed(args))])
+    names, images = [name for name, _ in named], [image for _, image in named]
     make_output_folder(args.out)
     model = model_from_args(args)
     preprocessing = preprocessing_from_args(model, args)
     tensor, _ = preprocessing.batch([Image.fromarray(image) for image in images])
-    result = sanity_check(model, tensor, args.methods, method_options=method_options, batch_size=args.batch_size)
+    result = sanity_check(model, tensor, args.methods, method_options=method_options, batch_size=args.batch_size,
+                          names=names)
     table = result.table()
     header = "| method | " + " | ".join(result.stages) + " | flagged |"
     lines = [header, "|---" * (len(result.stages) + 2) + "|"]

@@ -36,7 +36,7 @@ from vitroll.io.text import TextReadout, TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.methods.map_checks import UNTRAINED, shown_values, warn_constant_maps, warn_non_finite_maps
 from vitroll.methods.text_batch import Position
-from vitroll.wording import argument
+from vitroll.wording import argument, counted
 
 _NO_DEFAULT = inspect.Parameter.empty
 _NONE_WORDS = ("none", "None", "null")
@@ -390,6 +390,18 @@ METHODS: dict[str, Method] = {}
 """Every registered method by name: what ``--method`` offers and ``vitroll methods`` lists."""
 
 
+def _positional_refusal(verb: str, method: Method, extra: tuple[object, ...]) -> str:
+    """Why ``verb`` (its Python name: ``random_map`` for method ``random``) refuses ``extra``, the values given after
+    the model and the inputs, naming the keywords to give them by."""
+    more = ", ".join(repr(value) for value in extra)
+    given = f"got {counted(len(extra), 'more positional argument')} ({more})"
+    if not method.options:
+        return f"{verb} takes the model and the inputs, and no option; {given}"
+    return (f"{verb} takes the model and the inputs positionally and every option by keyword; {given}: name "
+            f"{'it' if len(extra) == 1 else 'each'}, as {verb}(model, inputs, {next(iter(method.options))}=…) "
+            f"(its options: {method.option_list()})")
+
+
 def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = (),
                     checks_constant_maps: bool = True) -> Callable[[SaliencyMethod], Callable[..., torch.Tensor]]:
     """Register ``compute`` as :class:`Method` ``name``; return its public verb, which takes the same arguments
@@ -405,11 +417,7 @@ def register_method(name: str, *, needs_gradients: bool = False, requires: tuple
         @functools.wraps(compute)
         def maps_only(model: nn.Module, inputs: Inputs, *extra: object, **options: object) -> torch.Tensor:
             if extra:  # Python's own refusal, a bare TypeError, names no option
-                more = ", ".join(repr(value) for value in extra)
-                raise MethodOptionError(f"{name} takes the model and the inputs positionally and every option by "
-                                        f"keyword; got {len(extra)} more positional ({more}): name it, one of "
-                                        f"{method.option_list()} (e.g. {name}(model, inputs, "
-                                        f"{next(iter(method.options), 'option')}=…))")
+                raise MethodOptionError(_positional_refusal(compute.__name__, method, extra))
             maps = method(model, inputs, **options).maps
             warn_non_finite_maps(name, maps, inputs)
             return maps

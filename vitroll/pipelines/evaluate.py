@@ -145,15 +145,15 @@ def folder_images(folder: "str | os.PathLike[str]", *,
 
 
 def folder_images_without_masks(folder: "str | os.PathLike[str]", *,
-                                max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[np.ndarray]:
-    """Every image in ``folder``, (H, W, 3) uint8 RGB each, sorted by name, with or without a mask beside it: for
-    checks that need no mask (:func:`~vitroll.pipelines.sanity.sanity_check`). Found as by :func:`folder_images`;
-    files named ``NAME_mask.*`` are masks and left out. Raises :class:`ImageReadError` for an unreadable file, one
-    larger than ``max_pixels`` or a folder without images."""
+                                max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> list[tuple[str, np.ndarray]]:
+    """Every image in ``folder`` as (its file name, (H, W, 3) uint8 RGB), sorted by name, with or without a mask
+    beside it: for checks that need no mask (:func:`~vitroll.pipelines.sanity.sanity_check`, whose errors name an
+    image by its file). Found as by :func:`folder_images`; files named ``NAME_mask.*`` are masks and left out. Raises
+    :class:`ImageReadError` for an unreadable file, one larger than ``max_pixels`` or a folder without images."""
     images, _ = _images_and_masks(folder)
     if not images:
         raise ImageReadError(Path(folder), "no image in this folder (PNG, JPEG, TIFF, BMP, GIF, WebP, PPM/PGM)")
-    return [np.asarray(load_image(path, max_pixels=max_pixels)) for path in images]
+    return [(path.name, np.asarray(load_image(path, max_pixels=max_pixels))) for path in images]
 
 
 @dataclass

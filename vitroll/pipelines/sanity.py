@@ -24,6 +24,7 @@ from vitroll.methods.inputs import Inputs
 from vitroll.methods.map_checks import refuse_non_finite_maps
 from vitroll.methods.registry import options_of_rows
 from vitroll.metrics import rank_correlation
+from vitroll.wording import counted
 
 FLAG_CORRELATION = 0.5
 """A method is flagged when its maps still correlate this much with the trained ones after all blocks are
@@ -94,10 +95,12 @@ def sanity_check(
     method_options: Optional[dict[str, Any]] = None,
     seed: int = 0,
     batch_size: Optional[int] = None,
+    names: Optional[Sequence[str]] = None,
 ) -> SanityResult:
     """Cascading randomisation for a batch of images: anything a method takes (:data:`~vitroll.methods.inputs.Inputs`:
     a preprocessed batch (B, C, H, W), PIL images, paths, uint8 arrays), ``batch_size`` of them through the model at
-    a time (None: all at once; below 1 raises ValueError).
+    a time (None: all at once; below 1 raises ValueError). ``names``, one per image (its file's), are what an error
+    calls an image: a map holding NaN or inf stops the check naming it (default ``input 0``, ``input 1``, …).
 
     Gradient methods explain the same class at every stage, so only the weights change: ``target_class`` of
     ``method_options`` where given, else the class the *trained* model predicts.
@@ -109,7 +112,7 @@ def sanity_check(
             options["target_class"] = predicted
         maps = np.concatenate([runs[method](current, images[rows], **options_of_rows(options, rows, len(images)))
                                .maps.float().cpu().numpy() for rows in batches])
-        refuse_non_finite_maps(images, [(method, maps)], [f"input {index}{stage}" for index in range(len(images))],
+        refuse_non_finite_maps(images, [(method, maps)], [f"{name}{stage}" for name in named],
                                "sanity stops: a map without values correlates with none, which would pass any "
                                "method as one that follows the weights")
         return maps
@@ -120,6 +123,10 @@ def sanity_check(
     runs = {name: method_named(name) for name in methods}
     shared = check_shared_options(runs.values(), method_options or {})
     images = prepare_inputs(model, images)
+    named = [f"input {index}" for index in range(len(images))] if names is None else list(names)
+    if len(named) != len(images):
+        raise OptionValueError(f"names= has {counted(len(named), 'name')} for {counted(len(images), 'image')}: give one "
+                               "per image")
     step = len(images) if batch_size is None else batch_size
     batches = [slice(start, start + step) for start in range(0, len(images), step)]
     with eval_mode(model), torch.no_grad():
