@@ -49,6 +49,17 @@ def fuse(per_head: np.ndarray, head_fusion: str) -> np.ndarray:
     return {"mean": per_head.mean, "max": per_head.max, "min": per_head.min}[head_fusion](axis=0)
 
 
+def rownorm(matrix: np.ndarray) -> np.ndarray:
+    """Each row (n, n) divided by its sum, one at a time; a row that sums to 0 (with α = 1, attention that the clamp
+    or the discard left all 0) stays 0: a token that passes on no relevance passes on nothing."""
+    out = np.zeros_like(matrix)
+    for i, row in enumerate(matrix):
+        total = row.sum()
+        if total != 0:
+            out[i] = row / total
+    return out
+
+
 def discard_rows(matrix: np.ndarray, ratio: float, protected: int | None) -> np.ndarray:
     """Row by row: zero every entry <= the k-th smallest (k = ⌊N·ratio⌋ of the decimal ratio, exactly), never the
     protected column."""
@@ -78,9 +89,7 @@ def reference_rollout(
     result = np.eye(n)
     for per_head in per_layer[start_layer:]:
         fused = discard_rows(fuse(per_head, head_fusion), discard_ratio, 0 if class_token else None)
-        mixed = attention_weight * fused + (1 - attention_weight) * np.eye(n)
-        mixed = mixed / mixed.sum(axis=1, keepdims=True)
-        result = mixed @ result
+        result = rownorm(attention_weight * fused + (1 - attention_weight) * np.eye(n)) @ result
     if readout is not None:
         row = readout @ result
     else:
@@ -171,8 +180,7 @@ def reference_grad_rollout(attentions, gradients, num_prefix: int, grid, discard
     for attention, gradient in zip(attentions, gradients):
         fused = discard_rows(np.maximum((attention * gradient).mean(axis=0), 0), discard_ratio,
                              0 if readout is None else None)
-        mixed = attention_weight * fused + (1 - attention_weight) * np.eye(n)
-        result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
+        result = rownorm(attention_weight * fused + (1 - attention_weight) * np.eye(n)) @ result
     row = result[0] if readout is None else readout @ result
     return row[num_prefix:].reshape(grid)
 
@@ -188,8 +196,7 @@ def reference_flow(per_layer_fused: list[np.ndarray], num_prefix: int, grid, rea
     n = per_layer_fused[0].shape[-1]
     graph = nx.DiGraph()
     for depth, attention in enumerate(per_layer_fused, start=1):
-        mixed = attention_weight * attention + (1 - attention_weight) * np.eye(n)
-        mixed = mixed / mixed.sum(axis=1, keepdims=True)
+        mixed = rownorm(attention_weight * attention + (1 - attention_weight) * np.eye(n))
         for i in range(n):
             for j in range(n):
                 graph.add_edge(("layer", depth - 1, j), ("layer", depth, i), capacity=float(mixed[i, j]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -229,6 +230,26 @@ def test_grad_rollout_weighs_the_residual_as_asked(tiny, attention_weight):
         expected = reference_grad_rollout(attentions, gradients, 1, (3, 2), 0.5, attention_weight=attention_weight)
         assert np.abs(expected - reference_grad_rollout(attentions, gradients, 1, (3, 2), 0.5)).max() > 1e-3
         np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("discard_ratio", [0.5, 0.9])
+def test_grad_rollout_with_attention_weight_1_passes_nothing_on_from_a_row_of_zeros(tiny, discard_ratio, monkeypatch,
+                                                                                    capsys):
+    """With α = 1 a row of (mean_h ∇A ⊙ A)⁺ that the clamp and the discard left all 0 was normalised as 0/0: the NaN
+    reached every patch, and the warning blamed the model's weights. The row stays 0 (implementation and reference);
+    where that leaves the map all 0 (discard 0.9 keeps only the class token's column of 7), the constant-map warning
+    says so."""
+    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
+    model, images = tiny
+    maps = grad_rollout(model, images, target_class=1, discard_ratio=discard_ratio, attention_weight=1.0)
+    for i in range(len(images)):
+        attentions, gradients = reference_attention_gradients(model, images[i:i + 1], 1)
+        expected = reference_grad_rollout(attentions, gradients, 1, (3, 2), discard_ratio, attention_weight=1.0)
+        assert np.isfinite(expected).all() and (np.abs(expected).max() > 1e-3) == (discard_ratio == 0.5)
+        np.testing.assert_allclose(maps[i].numpy(), expected, rtol=1e-5, atol=1e-7)
+    told = capsys.readouterr().err
+    assert "not finite" not in told
+    assert ("grad_rollout's map is constant (all 0) for 3 of the 3 inputs" in told) == (discard_ratio == 0.9)
 
 
 @pytest.mark.parametrize("solver", ["scipy", "networkx"])

@@ -14,7 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import vitroll  # noqa: E402
-from reference import discard_rows, reference_flow  # noqa: E402
+from reference import discard_rows, reference_flow, rownorm  # noqa: E402
 from small_tokenizers import bpe_tokenizer, wordpiece_tokenizer  # noqa: E402
 from vitroll.capture import AttentionRecorder  # noqa: E402
 from vitroll.errors import InputTypeError, InputValueError, OptionValueError  # noqa: E402
@@ -71,13 +71,13 @@ def eager_alone(model: torch.nn.Module, ids: list[int], *, target: int | None = 
     return [a[0].detach().numpy() for a in attentions], gradients, scores.detach()
 
 
-def chain(layers: list[np.ndarray], row: int | None) -> np.ndarray:
-    """Full-matrix rollout of the head-fused ``layers`` (n, n) with α = 0.5; its row ``row`` (None: the mean row)."""
+def chain(layers: list[np.ndarray], row: int | None, attention_weight: float = 0.5) -> np.ndarray:
+    """Full-matrix rollout of the head-fused ``layers`` (n, n) with α = ``attention_weight``; its row ``row`` (None:
+    the mean row)."""
     n = layers[0].shape[-1]
     result = np.eye(n)
     for fused in layers:
-        mixed = 0.5 * fused + 0.5 * np.eye(n)
-        result = (mixed / mixed.sum(axis=1, keepdims=True)) @ result
+        result = rownorm(attention_weight * fused + (1 - attention_weight) * np.eye(n)) @ result
     return result.mean(axis=0) if row is None else result[row]
 
 
@@ -242,6 +242,24 @@ def test_the_cli_explains_a_saved_masked_language_model_at_its_mask(tmp_path, ca
     assert capsys.readouterr().err == (
         "vitroll: error: a masked language model is explained at the token it predicts (readout='position'); a "
         "'class_token' readout reads rows its prediction does not\n")
+
+
+@pytest.mark.parametrize("build", [bert, gpt2])
+def test_grad_rollout_with_attention_weight_1_equals_per_text_float64_autograd(build):
+    """With α = 1 the rows of (mean_h ∇A ⊙ A)⁺ that no gradient reaches (those the decision row never reads, in the
+    last layer) were normalised as 0/0, and every score of every text was NaN; such a row passes on nothing."""
+    model = build()
+    ids, mask = torch.tensor(IDS), torch.tensor(MASK)
+    scores = vitroll.grad_rollout(model, ids, attention_mask=mask, target_class=1, discard_ratio=0.5,
+                                  attention_weight=1.0)
+    expected = []
+    for text in IDS_REAL:
+        attentions, gradients, _ = eager_alone(model, text, target=1)
+        fused = [discard_rows(np.maximum((a * g).mean(axis=0), 0), 0.5, 0 if build is bert else None)
+                 for a, g in zip(attentions, gradients)]
+        expected.append(chain(fused, 0 if build is bert else len(text) - 1, attention_weight=1.0))
+        assert np.isfinite(expected[-1]).all() and expected[-1].max() > 0.1
+    compare(scores, expected, mask)
 
 
 def test_attention_and_flow_follow_the_class_row_of_each_text_alone():

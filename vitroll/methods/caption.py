@@ -61,7 +61,8 @@ from vitroll.methods.base import eval_mode, prepare_inputs
 from vitroll.methods.gradients import differentiable, positive_weighted_heads
 from vitroll.methods.registry import check_value
 from vitroll.methods.image_batch import Images
-from vitroll.methods.rollout import check_attention_weight, rollout_matrix, with_residual
+from vitroll.methods.rollout import (check_attention_weight, divided_or_zero, rollout_matrix, row_normalised,
+                                     with_residual)
 from vitroll.methods.text_batch import max_positions
 from vitroll.wording import argument
 
@@ -297,9 +298,7 @@ def _split(layers: Sequence[torch.Tensor], roles: Sequence[AttentionRole]
 def residual_normalised(gain: torch.Tensor) -> torch.Tensor:
     """``R̄ = rownorm(R − I) + I`` of self-relevance given as its gain ``R − I`` (B, N, N); rows of the gain that sum
     to 0 stay 0."""
-    sums = gain.sum(dim=-1, keepdim=True)
-    normalised = torch.where(sums != 0, gain / torch.where(sums != 0, sums, 1.0), 0.0)
-    return normalised + torch.eye(gain.shape[-1], device=gain.device, dtype=gain.dtype)
+    return row_normalised(gain) + torch.eye(gain.shape[-1], device=gain.device, dtype=gain.dtype)
 
 
 def chefer_relevance(weighted: Sequence[torch.Tensor], roles: Sequence[AttentionRole]) -> torch.Tensor:
@@ -342,5 +341,5 @@ def rollout_relevance(attentions: Sequence[torch.Tensor], roles: Sequence[Attent
                 text_image = torch.bmm(with_residual(attention, alpha), text_image)
             else:
                 mass = (1.0 - alpha) + alpha * attention.sum(dim=-1, keepdim=True)  # 1 for the head mean
-                text_image = ((1.0 - alpha) * text_image + alpha * torch.bmm(attention, image)) / mass
+                text_image = divided_or_zero((1.0 - alpha) * text_image + alpha * torch.bmm(attention, image), mass)
     return text_image

@@ -28,7 +28,7 @@ from vitroll.errors import InputValueError, OptionValueError
 from vitroll.methods.inputs import Inputs
 from vitroll.methods.base import Saliency, record_attention
 from vitroll.methods.registry import register_method
-from vitroll.methods.rollout import check_attention_weight
+from vitroll.methods.rollout import check_attention_weight, with_residual
 from vitroll.wording import method_option
 
 Solver = Literal["scipy", "networkx"]
@@ -39,10 +39,9 @@ _CAPACITY_SCALE = 2**24
 
 
 def residual_attention(attention: torch.Tensor, attention_weight: float) -> np.ndarray:
-    """``rownorm(α·A + (1−α)·I)`` for one image's head-fused attention (N, N), as float64 NumPy."""
-    matrix = attention.double().cpu().numpy()
-    mixed = attention_weight * matrix + (1.0 - attention_weight) * np.eye(matrix.shape[0])
-    return mixed / mixed.sum(axis=-1, keepdims=True)
+    """``rownorm(α·A + (1−α)·I)`` for one image's head-fused attention (N, N), as float64 NumPy; a row of zeros stays
+    zero (:func:`~vitroll.methods.rollout.divided_or_zero`)."""
+    return with_residual(attention.double().cpu(), attention_weight).numpy()
 
 
 def flow_edges(layers: list[np.ndarray], sink_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

@@ -157,7 +157,9 @@ def rollout_vector(
 
     Returns
     -------
-    Tensor, shape (B, N), float32 — a probability vector over all tokens (prefix tokens included).
+    Tensor, shape (B, N), float32 — a probability vector over all tokens (prefix tokens included); it sums to less
+    than 1 where, with ``attention_weight=1``, relevance reaches a row of attention that is all 0
+    (:func:`divided_or_zero`).
     """
     check_attention_weight(attention_weight)
     alpha = attention_weight
@@ -169,7 +171,7 @@ def rollout_vector(
                 v = alpha * attention.left_multiply(v) + (1.0 - alpha) * v
                 continue
             # v · rownorm(αA + (1−α)I) = α·(v/d)·A + (1−α)·(v/d), d = row sums of αA + (1−α)I
-            scaled = v / (alpha * attention.sum(dim=-1) + (1.0 - alpha))
+            scaled = divided_or_zero(v, alpha * attention.sum(dim=-1) + (1.0 - alpha))
             v = alpha * torch.bmm(scaled.unsqueeze(1), attention).squeeze(1) + (1.0 - alpha) * scaled
     return v
 
@@ -197,7 +199,8 @@ def rollout_matrix(
     Returns
     -------
     Tensor, shape (B, N, N), float32
-        ``R[b, i, j]``: how much token ``j`` of the input flows into token ``i`` of the last layer; rows sum to 1.
+        ``R[b, i, j]``: how much token ``j`` of the input flows into token ``i`` of the last layer; rows sum to 1,
+        or less where, with ``attention_weight=1``, a row of attention is all 0 (:func:`divided_or_zero`).
     """
     check_attention_weight(attention_weight)
     layers = _prepared_layers(attentions, layout, discard_ratio)
@@ -210,10 +213,27 @@ def rollout_matrix(
 
 
 def with_residual(attention: torch.Tensor, attention_weight: float) -> torch.Tensor:
-    """``Â = rownorm(α·A + (1−α)·I)`` of head-fused attention (B, N, N) → (B, N, N): one layer of rollout."""
-    mixed = attention_weight * attention + (1.0 - attention_weight) * torch.eye(attention.shape[-1],
-                                                                                device=attention.device)
-    return mixed / mixed.sum(dim=-1, keepdim=True)
+    """``Â = rownorm(α·A + (1−α)·I)`` of head-fused attention (..., N, N) → (..., N, N), in its dtype: one layer of
+    rollout."""
+    eye = torch.eye(attention.shape[-1], device=attention.device, dtype=attention.dtype)
+    return row_normalised(attention_weight * attention + (1.0 - attention_weight) * eye)
+
+
+def divided_or_zero(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / denominator`` (broadcast), 0 where the denominator is 0 (NaN stays NaN).
+
+    rownorm's meaning of a row that sums to 0 — with α = 1, a row of gradient-weighted attention that the clamp, the
+    discard or padding left all 0: a token that passes on no relevance passes on nothing, so its row stays 0 (and the
+    rollout's rows sum to at most 1) rather than 0/0 = NaN, which the matrix product would spread to every token.
+    """
+    nonzero = denominator != 0
+    return torch.where(nonzero, numerator / torch.where(nonzero, denominator, 1.0), 0.0)
+
+
+def row_normalised(matrix: torch.Tensor) -> torch.Tensor:
+    """Rows of ``matrix`` (..., N, M) divided by their sums, shape kept; a row that sums to 0 stays 0
+    (:func:`divided_or_zero`)."""
+    return divided_or_zero(matrix, matrix.sum(dim=-1, keepdim=True))
 
 
 def _explained_values(maps: torch.Tensor, layout: TokenLayout) -> list[tuple[torch.Tensor, int]]:
