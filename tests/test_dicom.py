@@ -808,11 +808,14 @@ def test_a_name_with_accents_is_withheld_where_it_is_typed_without_them(tmp_path
     ("PatientName", "राम^शर्मा", "ManufacturerModelName", "राम 2"),
     ("PatientName", "முருகன்^ராஜா", "ManufacturerModelName", "முருகன் 2"),
     ("PatientName", "สมชาย^ศักดิ์ดี", "ManufacturerModelName", "ศักดิ์ดี 2"),
+    # a name of words shorter than MIN_WORD, looked for whole
+    ("PatientName", "Li^Na", "BodyPartExamined", "LI NA"),
+    ("PatientName", "Wu^Yi^^Dr=吳^一", "ManufacturerModelName", "WU YI"),
 ])
 def test_a_name_is_withheld_however_plain_ascii_or_its_script_spells_it(tmp_path, element, value, field, typed):
     """Each value was shown beside a header that names the patient (or the place) in another spelling: accents were
-    dropped but not these letters' marks, German and Scandinavian names were not looked for spelled out, and words
-    of scripts with vowel signs were cut into pieces too short to be looked for."""
+    dropped but not these letters' marks, German and Scandinavian names were not looked for spelled out, words of
+    scripts with vowel signs were cut into pieces too short to be looked for, and so were names of short words."""
     import pydicom
     import pydicom.data
 

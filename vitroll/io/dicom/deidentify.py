@@ -175,11 +175,20 @@ def _elements(dataset: "Dataset") -> Iterator[tuple[str, str, object]]:
             yield keyword, vr, value
 
 
+def _full_names(value: object) -> set[tuple[str, ...]]:
+    """The family and given names of each person name of ``value`` (and of each of its alphabetic, ideographic and
+    phonetic groups, split at ``=``) as one run of words, in both spellings (:func:`_spellings`), where that run has
+    two words or more: a name of short words (``Li^Na``) is looked for whole, its words being shorter than
+    :data:`MIN_WORD`."""
+    return {words for text in _values(value) for group in text.split("=")
+            for words in _spellings(" ".join(group.split("^")[:2])) if len(words) > 1}
+
+
 def _identifying(dataset: object) -> _Identifying:
     """The identifying values of ``dataset`` (a pydicom data set; anything else has none), by DICOM PS3.15 Annex E:
 
     * every person name (value representation PN, any keyword, in sequences too): its words of :data:`MIN_WORD`
-      characters or more;
+      characters or more, and its family and given names as one run (:func:`_full_names`);
     * IDs, numbers and addresses (:data:`IDENTIFIER_KEYWORDS`): the whole value and its words of :data:`MIN_WORD` or
       more;
     * dates (DA, DT) and UIDs (UI): the whole value;
@@ -196,6 +205,8 @@ def _identifying(dataset: object) -> _Identifying:
         return identifying
     makers = _spellings(" ".join(_values(dataset.get("Manufacturer"))))
     for keyword, vr, value in _elements(dataset):
+        if vr == "PN":
+            identifying.runs.update(_full_names(value))
         for maker, words in (pair for text in _values(value) for pair in zip(makers, _spellings(text))):
             if not words:
                 continue
