@@ -833,3 +833,20 @@ def test_the_method_is_taken_positionally_as_by_keyword(images):
     given, named = caption_maps(model, images, "rollout", max_new_tokens=3), caption_maps(
         model, images, method="rollout", max_new_tokens=3)
     assert torch.equal(given.maps, named.maps) and torch.equal(given.token_ids, named.token_ids)
+
+
+def test_a_map_past_the_captions_end_is_zero_even_where_the_method_gave_nan(images, monkeypatch):
+    """The maps past a caption's length were multiplied by 0, which leaves NaN NaN: the caption pipeline, which fails
+    an image whose maps hold NaN, failed an image for a map it never shows."""
+    import vitroll.methods.caption as caption
+
+    def occlusion_with_nan_past_the_end(model, captioner, batch, caption_ids, windows, layout):
+        maps = torch.ones(len(batch), caption_ids.shape[1], 4, 4)
+        maps[0, 5] = float("nan")  # the first caption's length is 5: position 5 is past its end token
+        return maps, torch.zeros(caption_ids.shape)
+
+    monkeypatch.setattr(caption, "_occlusion", occlusion_with_nan_past_the_end)
+    result = caption_maps(build_captioner(), images, "occlusion", caption_ids=CAPTIONS)
+    assert result.lengths.tolist() == [5, 6]
+    assert torch.equal(result.maps[0, 5], torch.zeros(4, 4)) and torch.equal(result.maps[0, :5], torch.ones(5, 4, 4))
+    assert torch.equal(result.maps[1], torch.ones(6, 4, 4))

@@ -481,9 +481,9 @@ def test_evaluate_and_sanity_refuse_maps_that_are_not_finite_in_one_line_naming_
                  "--methods", "rollout"])
     assert code == 2
     assert capsys.readouterr().err == (
-        f"vitroll: error: shapes-3-0000: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input of the "
-        "2 run with it); sanity stops: a map without values correlates with none, which would pass any method as one "
-        "that follows the weights\n")
+        f"vitroll: error: shapes-3-0000: rollout's map holds no finite value: {FROM_THE_MODEL} (so does 1 other input "
+        "of the 2 run with it); sanity stops: a map without values correlates with none, which would pass any method "
+        "as one that follows the weights\n")
     assert not (tmp_path / "s" / "sanity.csv").exists()
     # on a folder, the image is named by its file (it was "input 1", which left the user to count the sorted names)
     folder = tmp_path / "images"

@@ -190,7 +190,7 @@ def caption_maps(model: nn.Module, images: Images, method: str = "chefer", *,
             relevance, token_logits = _chefer(model, captioner, batch, caption_ids, lengths, roles)
             maps = layout.patch_values(relevance.float())
     explained = torch.arange(caption_ids.shape[1], device=lengths.device) < lengths[:, None]  # (B, K)
-    maps = maps * explained[..., None, None]
+    maps = maps.masked_fill(~explained[..., None, None], 0.0)  # not a product: NaN · 0 is NaN, failing the image
     return CaptionMaps(caption_ids, lengths, maps, token_logits.detach().float())
 
 

@@ -126,10 +126,15 @@ def non_finite_problems(inputs: Optional[torch.Tensor],
     for method, method_maps in maps:
         for index, words in enumerate(non_finite_words(method_maps)):
             if words is not None and index not in problems:
-                finite_input = inputs is None or not inputs.is_floating_point() or bool(
-                    torch.isfinite(inputs[index]).all())
-                problems[index] = f"{method}'s map holds {words}: {non_finite_cause(finite_input)}"
+                problems[index] = f"{method}'s map holds {words}: {non_finite_cause(_finite_input(inputs, index))}"
     return problems
+
+
+def _finite_input(inputs: object, index: int) -> bool:
+    """Whether input ``index`` of ``inputs`` is finite: only a float tensor (B, ...) can hold NaN or inf, not paths,
+    images or token ids."""
+    return not (isinstance(inputs, torch.Tensor) and inputs.is_floating_point()) or bool(
+        torch.isfinite(inputs[index]).all())
 
 
 def refuse_non_finite_maps(inputs: Optional[torch.Tensor],
@@ -155,10 +160,9 @@ def warn_non_finite_maps(method: str, maps: torch.Tensor, inputs: object) -> Non
     problems = [(index, words) for index, words in enumerate(non_finite_words(maps)) if words is not None]
     if not problems:
         return
-    given = inputs.detach().flatten(1) if isinstance(inputs, torch.Tensor) and inputs.is_floating_point() else None
     groups: dict[tuple[str, str], list[int]] = {}
     for index, words in problems:
-        cause = non_finite_cause(given is None or bool(torch.isfinite(given[index]).all()))
+        cause = non_finite_cause(_finite_input(inputs, index))
         groups.setdefault((words, cause), []).append(index)
     details = "; ".join(f"input{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}: {words} — {cause}"
                         for (words, cause), indices in groups.items())

@@ -125,8 +125,8 @@ def sanity_check(
     images = prepare_inputs(model, images)
     named = [f"input {index}" for index in range(len(images))] if names is None else list(names)
     if len(named) != len(images):
-        raise OptionValueError(f"names= has {counted(len(named), 'name')} for {counted(len(images), 'image')}: give one "
-                               "per image")
+        raise OptionValueError(f"names= has {counted(len(named), 'name')} for {counted(len(images), 'image')}: "
+                               "give one per image")
     step = len(images) if batch_size is None else batch_size
     batches = [slice(start, start + step) for start in range(0, len(images), step)]
     with eval_mode(model), torch.no_grad():
