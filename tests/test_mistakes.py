@@ -452,6 +452,12 @@ def test_a_method_option_is_named_as_it_was_typed():
     with worded_for_the_command_line():
         assert argument("discard_ratio", 0.99) == "--discard-ratio 0.99"
     assert argument("discard_ratio", 0.99) == "discard_ratio=0.99"
+    typed_as_options(["discard_ratio"])  # outside any command: not carried into the next one
+    try:
+        with worded_for_the_command_line():
+            assert method_option("discard_ratio", 0.99) == "--discard-ratio 0.99"
+    finally:
+        typed_as_options([])
 
 
 def test_input_size_must_be_whole_patches_on_a_dynamic_model():

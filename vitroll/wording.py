@@ -51,17 +51,19 @@ _on_the_command_line = False
 context variable, since the commands' threads (the app's handlers, prefetching) raise errors in its words too."""
 
 _typed_as_options: frozenset[str] = frozenset()
-"""The method options with a flag of their own (:data:`METHOD_FLAGS`) that the running command line was given with
-``--option NAME=VALUE`` instead: errors name them as typed (:func:`method_option`), not by a flag the user did not
-type."""
+"""The method options that the running command line was given with ``--option NAME=VALUE``: errors name them as
+typed (:func:`method_option`), those with a flag of their own (:data:`METHOD_FLAGS`) too, not by a flag the user did
+not type."""
 
 
 @contextmanager
 def worded_for_the_command_line() -> Iterator[None]:
     """Errors raised inside name the command line's flags (``--img-size 24 24``) rather than the keyword arguments
-    (``img_size=(24, 24)``) a Python user passes (:func:`argument`)."""
+    (``img_size=(24, 24)``) a Python user passes (:func:`argument`); no method option is yet :func:`typed_as_options`
+    inside, whatever was noted outside."""
     global _on_the_command_line, _typed_as_options
-    before, _on_the_command_line = (_on_the_command_line, _typed_as_options), True
+    before = _on_the_command_line, _typed_as_options
+    _on_the_command_line, _typed_as_options = True, frozenset()
     try:
         yield
     finally:
