@@ -1,10 +1,8 @@
 """A (near-)constant map is drawn from its minimum to its maximum like any other, its rounding noise or a spread of a
-few thousandths filling the whole colormap: every method but the baselines warns of it, in one line once a process,
-naming arguments as the caller sets them (Python's words from Python)."""
+few thousandths filling the whole colormap: every method but the baselines warns of it, in one line a call (a
+command: one a run, counting every batch), naming arguments as the caller sets them (Python's words from Python)."""
 
 from __future__ import annotations
-
-import sys
 
 import pytest
 import timm
@@ -18,11 +16,6 @@ from vitroll.wording import worded_for_the_command_line
 UNTRAINED = ("drawn from its minimum to its maximum, a spread this small fills the whole colormap and shows nothing "
              "the model tells apart; a model with untrained (random) weights gives such maps")
 PHOTOS = ["sample_images/cat.jpg", "sample_images/shapes_disk.png"]
-
-
-@pytest.fixture(autouse=True)
-def _untold(monkeypatch):
-    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +55,10 @@ def test_chefer_on_an_untrained_eva02_warns_that_its_map_is_near_constant(untrai
     assert capsys.readouterr().err.splitlines() == [
         f"vitroll: warning: chefer's map is near-constant ({mean:.4g}, all within {spread * 100:.2g}% of it) for 2 of "
         f"the 2 inputs of the batch (0, 1): {UNTRAINED}"]
-    chefer(untrained_eva02, PHOTOS)
-    assert capsys.readouterr().err == ""  # once a process
+    chefer(untrained_eva02, PHOTOS[1:])
+    assert capsys.readouterr().err.splitlines() == [  # a call tells its own batch
+        f"vitroll: warning: chefer's map is near-constant ({float(maps[1].double().mean()):.4g}, all within "
+        f"{relative_spread(maps[1:])[0] * 100:.2g}% of it) for input 0 of the batch: {UNTRAINED}"]
 
 
 def test_grad_rollout_on_an_untrained_eva02_names_its_cause_in_the_callers_words(untrained_eva02, capsys):
@@ -155,8 +150,11 @@ def test_captums_attributions_of_a_model_blind_to_its_input_warn_that_the_map_is
                                        f"batch: {UNTRAINED}\n")
 
 
-def test_texts_of_several_padded_lengths_are_told_once_naming_how_many_of_the_batch(capsys):
-    """The key held a text's padded length: a run of texts in batches of 5, 7 and 9 tokens was told thrice."""
+def test_texts_of_several_padded_lengths_are_told_once_a_run(capsys):
+    """The key held a text's padded length: a run of texts in batches of 5, 7 and 9 tokens was told thrice. Inside
+    told_at_the_end (as a command runs) one line counts the three batches' nine inputs; a call alone tells its own."""
+    from vitroll.wording import told_at_the_end
+
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(transformers.BertConfig(
@@ -167,11 +165,16 @@ def test_texts_of_several_padded_lengths_are_told_once_naming_how_many_of_the_ba
             for projection in (layer.attention.self.query, layer.attention.self.key):
                 projection.weight.zero_()
                 projection.bias.zero_()
-    for length in (5, 7, 9):
-        ids = torch.tensor([[2, *range(5, 5 + length - 2), 3]] * 3)
-        torch.testing.assert_close(attention(model, ids), torch.full((3, length), 1 / length), atol=1e-6, rtol=0)
+    with told_at_the_end():
+        for length in (5, 7, 9):
+            ids = torch.tensor([[2, *range(5, 5 + length - 2), 3]] * 3)
+            torch.testing.assert_close(attention(model, ids), torch.full((3, length), 1 / length), atol=1e-6, rtol=0)
     assert capsys.readouterr().err.splitlines() == [
-        f"vitroll: warning: attention's map is constant (all {1 / 5:.4g}) for 3 of the 3 inputs of the batch (0, 1, "
+        f"vitroll: warning: attention's map is constant (all {1 / 5:.4g} for the first) for 9 inputs of the run, in 3 "
+        f"of its batches: {UNTRAINED}"]
+    attention(model, ids)
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: attention's map is constant (all {1 / 9:.4g}) for 3 of the 3 inputs of the batch (0, 1, "
         f"2): {UNTRAINED}"]
 
 

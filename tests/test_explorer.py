@@ -1250,16 +1250,12 @@ def test_a_near_constant_map_is_said_so_on_the_page_as_on_the_terminal():
         "patch different from another.")
 
 
-def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_the_flag(served, tmp_path, capsys,
-                                                                                         monkeypatch):
+def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_the_flag(served, tmp_path, capsys):
     """The terminal of `vitroll app` (worded for the command line) told of a constant map at the page's discard ratio
     0.99 with '--discard-ratio 0.99 drops …; --discard-ratio 0.9846 or lower keeps some': the page has no such flag,
     its user moves a slider."""
     from gradio_client import Client, handle_file
 
-    from vitroll.methods import map_checks
-
-    monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())  # once a process: told by an earlier test
     client = Client(served, verbose=False, download_files=str(tmp_path / "client"))
     capsys.readouterr()
     with worded_for_the_command_line():  # as `vitroll app` serves it
@@ -1272,15 +1268,13 @@ def test_the_constant_map_warning_on_the_servers_terminal_names_the_slider_not_t
 
 
 def test_the_discard_ratio_the_page_advises_is_one_its_slider_can_be_set_to_and_keeps_some_attention(model, batch,
-                                                                                                     capsys,
-                                                                                                     monkeypatch):
+                                                                                                     capsys):
     """The page's advice for a constant rollout was 'discard ratio 0.9846 (the page's slider) or lower' (65 tokens),
     a value its slider (step 0.01) cannot be set to: now the slider's highest value that still keeps a column besides
     the class token's, for any number of tokens; and for the testbed the map at that value is no longer constant."""
     import re
 
     from vitroll.app import PAGE_CONTROLS
-    from vitroll.methods import map_checks
     from vitroll.methods.rollout import _ratios_keeping, discarded_count
     from vitroll.wording import worded_for_a_page
 
@@ -1294,7 +1288,6 @@ def test_the_discard_ratio_the_page_advises_is_one_its_slider_can_be_set_to_and_
         assert hundredths == 99 or discarded_count(tokens, (hundredths + 1) / 100) >= tokens - 1, (tokens, ratio)
     assert advised.search(_ratios_keeping(65)) is None  # from Python: the exact bound, as before
     assert _ratios_keeping(65) == "discard_ratio=0.9846 or lower"
-    monkeypatch.setattr(map_checks, "_CONSTANT_MAPS_TOLD", set())
     tensor, _ = batch
     capsys.readouterr()
     with worded_for_a_page(PAGE_CONTROLS):

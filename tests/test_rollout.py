@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -221,36 +220,44 @@ def test_invalid_options_raise_clear_errors():
         rollout(model, images[0])
 
 
-def test_a_discard_ratio_too_high_for_the_models_tokens_warns_once_naming_it(monkeypatch, capsys):
+def test_a_discard_ratio_too_high_for_the_models_tokens_warns_naming_it_once_a_call_or_a_run(capsys):
     """discard_ratio=0.99 on a model of 17 tokens drops every column but the class token's: every map was all 0, drawn
-    as one flat colour, with no word. One line for the run (not per call, as a folder's batches call again), none
-    for a ratio that keeps a patch; grad_rollout says the same."""
+    as one flat colour, with no word. One line a call; a command's run (told_at_the_end) adds up all its batches in
+    one line (it told the first batch that had such maps only); none for a ratio that keeps a patch; grad_rollout
+    says the same."""
     from vitroll import grad_rollout
+    from vitroll.wording import told_at_the_end
 
-    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
     images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     kept = rollout(model, images, discard_ratio=0.94)  # ⌊0.94 · 17⌋ = 15 dropped: one patch kept in each row
     assert bool((kept.flatten(1).amax(1) > kept.flatten(1).amin(1)).all())
     assert capsys.readouterr().err == ""
+    cause = ("discard_ratio=0.99 drops 16 of the 17 attention weights in each row, all but the class token's, which "
+             "leaves no patch any: too high for this model's 17 tokens, discard_ratio=0.9411 or lower keeps some")
     for _ in range(2):
         assert torch.equal(rollout(model, images, discard_ratio=0.99), torch.zeros(2, 4, 4))
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: warning: rollout's map is constant (all 0) for 2 of the 2 inputs of the batch (0, 1): "
-        "discard_ratio=0.99 drops 16 of the 17 attention weights in each row, all but the class token's, which leaves "
-        "no patch any: too high for this model's 17 tokens, discard_ratio=0.9411 or lower keeps some"]
+        f"vitroll: warning: rollout's map is constant (all 0) for 2 of the 2 inputs of the batch (0, 1): {cause}"] * 2
+    with told_at_the_end():
+        for batch in (images, images[:1], images[:1]):
+            rollout(model, batch, discard_ratio=0.99)
+            rollout(model, batch, discard_ratio=0.94)
+        assert capsys.readouterr().err == ""  # told at the end
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: rollout's map is constant (all 0 for the first) for 4 inputs of the run, in 3 of its "
+        f"batches: {cause}"]
     assert torch.equal(grad_rollout(model, images[:1], discard_ratio=0.99), torch.zeros(1, 4, 4))
     assert capsys.readouterr().err.startswith("vitroll: warning: grad_rollout's map is constant (all 0) for input 0 "
                                               "of the batch: discard_ratio=0.99 drops 16 of the 17")
 
 
 def test_the_ratio_the_constant_map_warning_names_keeps_a_patch_and_is_worded_as_the_flag_on_the_command_line(
-        monkeypatch, capsys):
+        capsys):
     """The warning said 'a discard_ratio below 0.9412' for 17 tokens ((n - 1)/n = 0.941176… rounded up), yet 0.94118
     is below it and drops every patch; and it named discard_ratio= to a command line that set --discard-ratio."""
     from vitroll.wording import worded_for_the_command_line
 
-    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
     images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     assert torch.equal(rollout(model, images, discard_ratio=0.94118), torch.zeros(1, 4, 4))

@@ -737,19 +737,31 @@ def test_the_page_wraps_long_words_and_keeps_right_to_left_names_apart_from_thei
         assert not errors
 
 
-def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_once_that_it_leaves_no_token(monkeypatch, capsys):
+def test_grad_rollouts_default_discard_ratio_on_a_short_text_warns_that_it_leaves_no_token(capsys):
     """discard_ratio 0.9 drops ⌊0.9·n⌋ ≥ n − 1 of a row's n weights for any text under 10 tokens: every score but the
-    class token's was 0, with no word; one line for all texts of a run, none for a ratio that keeps a token."""
-    monkeypatch.setattr(sys.modules["vitroll.methods.map_checks"], "_CONSTANT_MAPS_TOLD", set())
+    class token's was 0, with no word; one line a call, one for all texts of a run (told_at_the_end, as a command
+    runs), none for a ratio that keeps a token."""
+    from vitroll.wording import told_at_the_end
+
     model = bert()
     ids = torch.tensor([[2, 5, 7, 9, 3]])
-    for text in (ids, torch.tensor([[2, 5, 7, 9, 11, 12, 3]])):
+    texts = (ids, torch.tensor([[2, 5, 7, 9, 11, 12, 3]]))
+    for text in texts:
         scores = vitroll.grad_rollout(model, text)
         assert scores[0, 0] > 0 and torch.all(scores[0, 1:] == 0)
+    five = ("drops 4 of the 5 attention weights in each row, all but the class token's, which leaves no other token "
+            "any: too high for a text of 5 tokens, discard_ratio below 0.8 keeps some")
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: warning: grad_rollout's map is constant (all 0) for input 0 of the batch: discard_ratio=0.9 drops 4 "
-        "of the 5 attention weights in each row, all but the class token's, which leaves no other token any: too high "
-        "for a text of 5 tokens, discard_ratio below 0.8 keeps some"]
+        f"vitroll: warning: grad_rollout's map is constant (all 0) for input 0 of the batch: discard_ratio=0.9 {five}",
+        "vitroll: warning: grad_rollout's map is constant (all 0) for input 0 of the batch: discard_ratio=0.9 drops 6 "
+        "of the 7 attention weights in each row, all but the class token's, which leaves no other token any: too high "
+        "for a text of 7 tokens, discard_ratio=0.8571 or lower keeps some"]
+    with told_at_the_end():
+        for text in texts:
+            vitroll.grad_rollout(model, text)
+    assert capsys.readouterr().err.splitlines() == [
+        f"vitroll: warning: grad_rollout's map is constant (all 0 for the first) for 2 inputs of the run, in 2 of its "
+        f"batches: discard_ratio=0.9 {five}"]
     assert torch.count_nonzero(vitroll.grad_rollout(model, ids, discard_ratio=0.5)[0, 1:]) > 0
     assert capsys.readouterr().err == ""
 

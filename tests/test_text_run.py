@@ -203,18 +203,36 @@ def test_flow_refuses_only_the_texts_with_more_tokens_than_max_tokens(tmp_path, 
 def test_an_occlusion_window_longer_than_some_texts_fails_only_those(tmp_path, texts_file, capsys):
     # "good fun" is 4 tokens: alone (after its batch failed) the window outgrew the whole batch, which stopped the run
     assert run_text(tmp_path / "out", texts_file, "--method", "occlusion", "--option", "window=5") == 3
-    # "an awful mess" is 5 tokens: the one window hides them all, its scores one value (not the model's doing)
+    # "a fine day" and "an awful mess" are 5 tokens: the one window hides them all, their scores one value (not the
+    # model's doing); it said 1 input, the first batch's, before the run's batches were added up
     assert capsys.readouterr().err.splitlines() == [
-        "vitroll: warning: occlusion's map is constant (all 4.959e-05) for 1 of the 2 inputs of the batch (0): "
-        "window 5 covers the whole text, hiding every token at once, so each gets the same score; a smaller window "
-        "tells them apart",
-        "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 of the 2 inputs "
-        "of the batch (1): every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or "
-        "a model with untrained (random) weights gives such maps",
         "vitroll: failed: #2: cannot explain it: window 5 is longer than the text (4 tokens)",
-        "vitroll: failed: #5: cannot explain it: window 5 is longer than the text (4 tokens)"]
+        "vitroll: failed: #5: cannot explain it: window 5 is longer than the text (4 tokens)",
+        "vitroll: warning: occlusion's map is constant (all 4.959e-05 for the first) for 2 inputs of the run, in 2 of "
+        "its batches: window 5 covers the whole text, hiding every token at once, so each gets the same score; a "
+        "smaller window tells them apart",
+        "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 input of the run, "
+        "in its batch: every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or "
+        "a model with untrained (random) weights gives such maps"]
     report = json.loads((tmp_path / "out" / "scores.json").read_text())
     assert [text["index"] for text in report["texts"]] == [0, 2, 3, 5]
+
+
+def test_the_constant_map_warning_counts_the_inputs_of_every_batch_of_the_run(tmp_path, capsys):
+    """It was told once a process, counting the first batch that had such maps only: "for input 0 of the batch" for a
+    run of batches of 1 where two texts' one window covers the whole text."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("an awful mess\nwhat an awful mess\nan awful mess\n", encoding="utf-8")
+    assert main(["text", "--file", str(texts), "--model", "vitroll-text-keyword", "--out", str(tmp_path / "out"),
+                 "--batch-size", "1", "--method", "occlusion", "--option", "window=5"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vitroll: warning:")]
+    assert warnings == [
+        "vitroll: warning: occlusion's map is constant (all 9.887 for the first) for 2 inputs of the run, in 2 of its "
+        "batches: window 5 covers the whole text, hiding every token at once, so each gets the same score; a smaller "
+        "window tells them apart",
+        "vitroll: warning: occlusion's map is near-constant (9.887, all within 0.00058% of it) for 1 input of the run, "
+        "in its batch: every window of 5 tokens lowers the score alike; a smaller window may tell them apart, or a "
+        "model with untrained (random) weights gives such maps"]
 
 
 def test_a_position_alone_reads_that_position(tmp_path, texts_file):

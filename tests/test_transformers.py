@@ -386,7 +386,9 @@ REFUSED = {
              "SwinForImageClassification: Swin attends within shifted windows: a hierarchical model"),
     "convnext": (lambda: transformers.ConvNextForImageClassification(transformers.ConvNextConfig(
         hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=3)),
-                 "ConvNextForImageClassification: ConvNeXt is a CNN without attention: a hierarchical model"),
+                 # it went on about a hierarchical model's token sequence, which is Swin's reason, not a CNN's
+                 "ConvNextForImageClassification: ConvNeXt is a CNN: it has no attention for vitroll to read; use "
+                 "Grad-CAM"),
     "pvt_v2": (lambda: transformers.PvtV2ForImageClassification(transformers.PvtV2Config(
         image_size=32, num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
         sr_ratios=[2, 1], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], num_labels=3)),
@@ -441,8 +443,8 @@ REFUSED = {
                    "no attention for vitroll to read; use Grad-CAM"),
     "dinov3_convnext": (lambda: transformers.DINOv3ConvNextModel(transformers.DINOv3ConvNextConfig(
         hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1])),
-                        "DINOv3ConvNextModel: DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model "
-                        "type dinov3_vit, are supported)"),
+                        "DINOv3ConvNextModel: DINOv3's ConvNeXt is a CNN (DINOv3's ViTs, model type dinov3_vit, are "
+                        "supported): it has no attention for vitroll to read; use Grad-CAM"),
     "vitdet": (lambda: transformers.VitDetModel(transformers.VitDetConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, pretrain_image_size=32,
         patch_size=8, window_size=2, window_block_indices=[0])),

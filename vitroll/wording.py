@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
-from typing import Iterable, Iterator, Mapping, NamedTuple, Optional
+from typing import Hashable, Iterable, Iterator, Mapping, NamedTuple, Optional, Protocol
 
 
 def counted(number: int, noun: str) -> str:
@@ -181,3 +182,36 @@ def set_command_line_wording() -> None:
 def on_the_command_line() -> bool:
     """Whether errors are worded for the command line now (:func:`worded_for_the_command_line`)."""
     return _on_the_command_line
+
+
+class ToldAtTheEnd(Protocol):
+    """A warning that adds up what a run's calls told it and words it once, at the run's end."""
+
+    def line(self) -> str: ...
+
+
+_told_at_the_end: Optional[dict[Hashable, ToldAtTheEnd]] = None
+"""While :func:`told_at_the_end` runs, its warnings by key; None outside it, where each call tells its own."""
+
+
+@contextmanager
+def told_at_the_end() -> Iterator[None]:
+    """Collect the warnings that add up over a run (:func:`warnings_collected`) while inside, and print each once on
+    stderr at the end: a command that streams its inputs in batches counts all of them in one line, not the first
+    batch's. Nested, the outermost tells."""
+    global _told_at_the_end
+    if _told_at_the_end is not None:
+        yield
+        return
+    _told_at_the_end = {}
+    try:
+        yield
+    finally:
+        collected, _told_at_the_end = _told_at_the_end, None
+        for warning in collected.values():
+            print(warning.line(), file=sys.stderr)
+
+
+def warnings_collected() -> Optional[dict[Hashable, ToldAtTheEnd]]:
+    """The warnings :func:`told_at_the_end` collects, by key, for a caller to add to; None outside it."""
+    return _told_at_the_end

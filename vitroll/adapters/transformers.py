@@ -498,9 +498,9 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("swinv2", f"{_MODELS}.swinv2.modeling_swinv2.Swinv2PreTrainedModel",
      f"Swin V2 attends within shifted windows: {_HIERARCHICAL}"),
     ("convnext", f"{_MODELS}.convnext.modeling_convnext.ConvNextPreTrainedModel",
-     f"ConvNeXt is a CNN without attention: {_HIERARCHICAL}"),
+     f"ConvNeXt is a CNN: {_NO_ATTENTION}"),
     ("convnextv2", f"{_MODELS}.convnextv2.modeling_convnextv2.ConvNextV2PreTrainedModel",
-     f"ConvNeXt V2 is a CNN without attention: {_HIERARCHICAL}"),
+     f"ConvNeXt V2 is a CNN: {_NO_ATTENTION}"),
     ("pvt", f"{_MODELS}.pvt.modeling_pvt.PvtPreTrainedModel", f"PVT attends to pooled keys in stages: {_HIERARCHICAL}"),
     ("segformer", f"{_MODELS}.segformer.modeling_segformer.SegformerPreTrainedModel",
      f"SegFormer attends to reduced keys in stages: {_HIERARCHICAL}"),
@@ -521,8 +521,7 @@ _REFUSED: tuple[tuple[str, Optional[str], str], ...] = (
     ("poolformer", f"{_MODELS}.poolformer.modeling_poolformer.PoolFormerPreTrainedModel",
      f"PoolFormer mixes its tokens by pooling, not attention: {_NO_ATTENTION}"),
     ("dinov3_convnext", f"{_MODELS}.dinov3_convnext.modeling_dinov3_convnext.DINOv3ConvNextPreTrainedModel",
-     f"DINOv3's ConvNeXt is a CNN without attention (DINOv3's ViTs, model type dinov3_vit, are supported): "
-     f"{_HIERARCHICAL}"),
+     f"DINOv3's ConvNeXt is a CNN (DINOv3's ViTs, model type dinov3_vit, are supported): {_NO_ATTENTION}"),
     ("mobilevit", f"{_MODELS}.mobilevit.modeling_mobilevit.MobileViTPreTrainedModel",
      f"MobileViT attends across the patches of a feature map, once per pixel position inside a patch, between "
      f"convolutional stages: {_HIERARCHICAL}"),

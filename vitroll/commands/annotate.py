@@ -27,6 +27,7 @@ from vitroll.pipelines.ranks import (
     check_torchrun_ranks, launched_rank, leave_to_rank_zero, rank_gpus, refuse_one_gpu_for_all, run_ranks,
     torchrun_group, under_torchrun,
 )
+from vitroll.wording import told_at_the_end
 
 if TYPE_CHECKING:
     import torch
@@ -126,6 +127,7 @@ def _options_from_args(args: argparse.Namespace) -> AnnotateOptions:
     )
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     try:
         options = _options_from_args(args)

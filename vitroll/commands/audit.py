@@ -27,7 +27,7 @@ from vitroll.commands.arguments import (
     given_path, integer, number,
 )
 from vitroll.io.windows import WINDOW_PRESETS, parse_window
-from vitroll.wording import counted
+from vitroll.wording import counted, told_at_the_end
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +92,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch, and the audit's measures OpenCV and numpy: here, not at the top, so that --help
     # and usage errors answer at once

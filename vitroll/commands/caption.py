@@ -17,6 +17,7 @@ from vitroll.commands.arguments import (
     add_out_argument, given_path, integer,
 )
 from vitroll.io.names import single_line
+from vitroll.wording import told_at_the_end
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.adapters.tokenizers import registered_tokenizer

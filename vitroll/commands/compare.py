@@ -15,6 +15,7 @@ from vitroll.commands.arguments import (
     add_trust_checkpoint_argument, given_path, integer, model_argument,
 )
 from vitroll.io.writing import make_output_folder, write_csv
+from vitroll.wording import told_at_the_end
 
 if TYPE_CHECKING:
     from vitroll.pipelines.compare import Explainer
@@ -129,6 +130,7 @@ def explainers_from_args(args: argparse.Namespace) -> list[Explainer]:
     return explainers
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import (

@@ -16,7 +16,7 @@ from vitroll.commands.arguments import (
 from vitroll.io.limits import DEFAULT_MAX_PIXELS
 from vitroll.io.names import single_line
 from vitroll.io.writing import make_output_folder, write_csv
-from vitroll.wording import counted
+from vitroll.wording import counted, told_at_the_end
 
 DEFAULT_METHODS = "rollout,grad_rollout,chefer,attention,random,center"
 TESTBEDS = {
@@ -146,6 +146,7 @@ def write_disagreement(args: argparse.Namespace, result) -> None:
           f"{': ' + ', '.join(flagged[:5]) if flagged else ''}{' …' if len(flagged) > 5 else ''}")
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import method_options_from_args, model_from_args, preprocessing_from_args

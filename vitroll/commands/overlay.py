@@ -12,6 +12,7 @@ from vitroll.commands.arguments import (
     add_render_arguments, given_path, non_blank,
 )
 from vitroll.io.names import single_line
+from vitroll.wording import told_at_the_end
 
 if TYPE_CHECKING:
     from torch import nn
@@ -81,6 +82,7 @@ def _default_method(args: argparse.Namespace) -> str:
     return "chefer" if args.text else "rollout"
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from vitroll.commands.common import (

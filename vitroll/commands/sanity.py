@@ -11,7 +11,7 @@ from vitroll.commands.evaluate import (
     DEFAULT_METHODS, add_image_source_arguments, check_one_image_source, testbed_seed,
 )
 from vitroll.io.writing import make_output_folder, write_csv
-from vitroll.wording import counted
+from vitroll.wording import counted, told_at_the_end
 
 TESTBED_COUNT = 32
 """How many shapes images ``vitroll sanity`` draws without a FOLDER or ``--testbed N``."""
@@ -25,6 +25,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     # the model side imports torch: here, not at the top, so that --help and usage errors answer at once
     from PIL import Image

@@ -28,6 +28,7 @@ from vitroll.commands.arguments import (
 )
 from vitroll.errors import VitrollError
 from vitroll.io.names import single_line
+from vitroll.wording import told_at_the_end
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -62,6 +63,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+@told_at_the_end()
 def run(args: argparse.Namespace) -> int:
     if not args.texts and not args.file:  # before the imports below: a usage error answers at once
         raise VitrollError("no text to explain: give TEXT arguments, or --file FILE with one text per line "

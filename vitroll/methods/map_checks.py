@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Hashable, Optional, Sequence
 
 import torch
 
 from vitroll.errors import VitrollError
+from vitroll.wording import warnings_collected
 
 NEAR_CONSTANT = 0.01
 """A map whose values all lie within this share of its largest magnitude is near-constant: it tells nothing apart.
@@ -23,9 +25,25 @@ UNTRAINED = ("drawn from its minimum to its maximum, a spread this small fills t
              "the model tells apart; a model with untrained (random) weights gives such maps")
 """What a near-constant map means when its method knows no more specific cause."""
 
-_CONSTANT_MAPS_TOLD: set[Hashable] = set()
-"""The keys (a method and what else decides its cause) whose constant maps :func:`warn_constant_maps` has told of:
-once a process, not once a batch of a folder."""
+
+
+@dataclass
+class _ConstantMaps:
+    """What a run's batches told of one key's constant maps: the first's words, how many inputs and batches."""
+
+    method: str
+    kind: str
+    values: str
+    cause: str
+    inputs: int = 0
+    batches: int = 0
+
+    def line(self) -> str:
+        """The one warning of the run, counting the inputs of all its batches."""
+        inputs, first = ("1 input", "") if self.inputs == 1 else (f"{self.inputs} inputs", " for the first")
+        batches = "its batch" if self.batches == 1 else f"{self.batches} of its batches"
+        return (f"vitroll: warning: {self.method}'s map is {self.kind} ({self.values}{first}) for {inputs} of the "
+                f"run, in {batches}: {self.cause}")
 
 
 def near_constant(values: torch.Tensor) -> bool:
@@ -46,16 +64,22 @@ def shown_values(maps: torch.Tensor, attention_mask: Optional[torch.Tensor] = No
 
 
 def warn_constant_maps(method: str, values: Sequence[torch.Tensor], cause: str, key: Hashable) -> None:
-    """One ``vitroll: warning:`` line on stderr, once a process for ``key``, when the values (1-D) that any input's map
-    shows are constant or near-constant (:func:`near_constant`), naming how many inputs of the batch and which, the
-    values and ``cause`` (in the words of where the user is: :func:`~vitroll.wording.argument`). Inputs of fewer than
-    two values are skipped. A key names what decides the cause, never a text's padded length: a run of texts in
-    batches of several lengths is told once, not once a length."""
+    """One ``vitroll: warning:`` line on stderr when the values (1-D) that any input's map shows are constant or
+    near-constant (:func:`near_constant`), naming how many inputs of the batch and which, the values and ``cause`` (in
+    the words of where the user is: :func:`~vitroll.wording.argument`); inside :func:`~vitroll.wording.told_at_the_end`,
+    counted for ``key`` and told once at its end. Inputs of fewer than two values are skipped. A key names what
+    decides the cause, never a text's padded length: a run of texts in batches of several lengths is told once, not
+    once a length."""
     constant = [(index, row) for index, row in enumerate(values) if len(row) > 1 and near_constant(row)]
-    if not constant or key in _CONSTANT_MAPS_TOLD:
+    if not constant:
         return
-    _CONSTANT_MAPS_TOLD.add(key)
     kind, values_told = constancy(constant[0][1])
+    collected = warnings_collected()
+    if collected is not None:
+        told = collected.setdefault(("constant maps", key), _ConstantMaps(method, kind, values_told, cause))
+        told.inputs += len(constant)
+        told.batches += 1
+        return
     indices = ", ".join(str(index) for index, _ in constant)
     inputs = (f"input {indices} of the batch" if len(values) == 1 else
               f"{len(constant)} of the {len(values)} inputs of the batch ({indices})")

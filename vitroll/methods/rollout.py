@@ -270,7 +270,7 @@ def _ratios_keeping(num_tokens: int) -> str:
 
 def warn_constant_rollout(maps: torch.Tensor, layout: TokenLayout, discard_ratio: float, method: str) -> None:
     """:func:`~vitroll.methods.map_checks.warn_constant_maps` for a rollout's maps (B, h, w), or a text's scores
-    (B, L) but its class token's, once a process for ``method``, ``discard_ratio`` and the number of tokens (of
+    (B, L) but its class token's, added up over a run for ``method``, ``discard_ratio`` and the number of tokens (of
     images; once for all texts), naming the cause: a ``discard_ratio`` that drops every column but the class token's
     in rows of this few tokens (the map all 0), else attention that tells no token from another."""
     explained = _explained_values(maps, layout)
