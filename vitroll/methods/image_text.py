@@ -64,14 +64,14 @@ def image_text_maps(model: nn.Module, images: Images, texts_or_input_ids: Texts,
     texts_or_input_ids : str, sequence of str, or Tensor (T, L)
         Strings are tokenised with ``tokenizer`` or the model's own (see
         :func:`~vitroll.adapters.image_text.text_inputs`).
-    attention_mask : Tensor (T, L), optional
-        With input ids, for a model whose text tower reads one.
-    tokenizer : optional
-        Tokenises strings (default: the model's own).
     method : str
         ``chefer`` (Chefer et al. 2021b: ``R ← R + mean_h((∂S/∂A ⊙ A)⁺)·R`` over the vision layers, read out at the
         class row, or SigLIP's attention-pool row), ``grad_rollout``, any class-specific method, or a text-agnostic
         one (``rollout``) for contrast.
+    attention_mask : Tensor (T, L), optional
+        With input ids, for a model whose text tower reads one.
+    tokenizer : optional
+        Tokenises strings (default: the model's own).
     **options
         The method's options (``start_layer``, ``discard_ratio``, …), checked as for the method itself.
 
