@@ -381,7 +381,8 @@ def _installed_fallback_fonts() -> tuple[str, ...]:
 def use_fallback_fonts() -> tuple[str, ...]:
     """Have matplotlib draw a character its font lacks with the first installed font of :data:`FALLBACK_FONTS` that
     has it (matplotlib's font family list), unless the user chose their own ``font.family``; a character no font has
-    is drawn as a box without matplotlib's two-line warning per figure. Returns the fallback fonts in use."""
+    is drawn as a box without matplotlib's two-line warning per figure (titles fitted with :func:`fit_text` spell it as
+    its escape instead, :func:`drawable`). Returns the fallback fonts in use."""
     import matplotlib
 
     warnings.filterwarnings("ignore", message=_GLYPH_MISSING, category=UserWarning)

@@ -1,6 +1,7 @@
-"""Checks on the maps a method gives, for what a picture of them would hide: a map that is not finite is drawn as no
-map at all, the bare image, which reads as "the model looked nowhere"; a (near-)constant map is drawn from its minimum
-to its maximum like any other, its rounding noise or a spread of a few thousandths filling the whole colormap."""
+"""Checks on the maps a method gives, for what a picture of them would hide: a map that is not finite is drawn as no map
+at all where it is NaN, the bare image, which reads as "the model looked nowhere", and its inf cells at the ends of the
+colormap, as if they were its true extremes; a (near-)constant map is drawn from its minimum to its maximum like any
+other, its rounding noise or a spread of a few thousandths filling the whole colormap."""
 
 from __future__ import annotations
 
