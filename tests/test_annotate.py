@@ -1249,3 +1249,15 @@ def test_a_run_tells_once_of_its_images_smaller_than_the_patch_grid_and_of_strip
         assert {row["path"]: row["patch_pixels"] for row in csv.DictReader(handle)}["tiny3.png"] == "0.25"
     assert annotate(str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--crop-pct", "1", "--save", "none") == 0
     assert "warning" not in capsys.readouterr().err  # a resumed run explained none of them again
+
+
+def test_a_bad_option_is_told_before_a_folder_without_images(tmp_path, capsys):
+    """annotate EMPTY --option head_fusion=bogus said only "no image files found": fixing the folder then met the
+    option's mistake. The typed settings are now checked before the folder is scanned."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert annotate(str(empty), "--out", str(tmp_path / "out"), "--option", "head_fusion=bogus") == 2
+    assert capsys.readouterr().err == ("vitroll: error: option 'head_fusion' of method 'rollout' takes 'mean' | 'max' "
+                                       "| 'min'; got 'bogus'\n")
+    assert annotate(str(empty), "--out", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err == f"vitroll: error: {empty}: no image files found\n"

@@ -379,3 +379,43 @@ def test_an_unreadable_mask_image_is_an_input_value_error_naming_it(tmp_path):
     with pytest.raises(InputValueError, match=r"^cannot read mask image scan\.png$") as raised:
         MaskSource(tmp_path).get(tmp_path / "scan.dcm", (4, 4))
     assert isinstance(raised.value, ValueError)
+
+
+POSITIONAL_OPTIONS = [
+    pytest.param(lambda: overlay(RGB, GRID, "jet"),
+                 "overlay takes image and heatmap positionally and every option by keyword; got 1 more positional "
+                 "argument ('jet'): name it, as overlay(image, heatmap, cmap='jet') (its options: cmap, alpha, "
+                 "interpolation, normalization, padded_hw, geometry)", id="overlay-cmap"),
+    pytest.param(lambda: overlay(RGB, GRID, "viridis", 0.3),
+                 "overlay takes image and heatmap positionally and every option by keyword; got 2 more positional "
+                 "arguments ('viridis', 0.3): name each, as overlay(image, heatmap, cmap='viridis', alpha=0.3) (its "
+                 "options: cmap, alpha, interpolation, normalization, padded_hw, geometry)", id="overlay-cmap-alpha"),
+    pytest.param(lambda: normalize(GRID, 0),
+                 "normalize takes saliency positionally and every option by keyword; got 1 more positional argument "
+                 "(0): name it, as normalize(saliency, mode=…) (its options: mode, percentiles)", id="normalize"),
+    pytest.param(lambda: to_original(GRID, None, "nearest"),
+                 "to_original takes grid_map and geometry positionally and every option by keyword; got 1 more "
+                 "positional argument ('nearest'): name it, as to_original(grid_map, geometry, "
+                 "interpolation='nearest') (its options: interpolation)", id="to-original"),
+    pytest.param(lambda: load_model("vitroll-shapes", "cpu"),
+                 "load_model takes name positionally and every option by keyword; got 1 more positional argument "
+                 "('cpu'): name it, as load_model(name, device='cpu') (its options: pretrained, checkpoint, "
+                 "trust_checkpoint, num_classes, device)", id="load-model-device"),
+]
+
+
+@pytest.mark.parametrize("call, message", POSITIONAL_OPTIONS)
+def test_an_option_given_positionally_is_refused_naming_its_keyword(call, message):
+    """overlay(image, m, "jet"), normalize(m, 0) and load_model(name, "cpu") raised Python's bare TypeError (takes 2
+    positional arguments but 3 were given), which names no keyword; now a VitrollError, still a TypeError, naming
+    the keyword each value fits."""
+    with pytest.raises(VitrollError) as caught:
+        call()
+    assert isinstance(caught.value, TypeError)
+    assert str(caught.value) == message
+
+
+def test_the_options_by_keyword_still_work_after_the_check():
+    by_keyword = overlay(RGB, GRID, cmap="jet", alpha=0.25)
+    assert by_keyword.shape == (8, 10, 3) and by_keyword.dtype == np.uint8
+    np.testing.assert_array_equal(normalize(np.array([1.0, 3.0, 2.0]), mode="minmax"), [0.0, 1.0, 0.5])

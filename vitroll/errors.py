@@ -7,9 +7,14 @@ the reason; the CLI prints it without a traceback and exits non-zero.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from typing import Callable, TypeVar
 
-from vitroll.wording import method_option
+from vitroll.wording import method_option, positional_refusal
+
+_Function = TypeVar("_Function", bound=Callable[..., object])
 
 EXIT_USER_ERROR = 2
 """Exit status of a run stopped by a user error."""
@@ -116,6 +121,44 @@ class RecorderUsageError(VitrollError, RuntimeError):
 class GradientContextError(VitrollError, RuntimeError):
     """A gradient method called where no backward pass can run (inside ``torch.inference_mode()``). A RuntimeError
     too, as the README names it."""
+
+
+class PositionalOptionError(VitrollError, TypeError):
+    """An option that a function takes only by keyword given positionally (``overlay(image, heatmap, "jet")``). A
+    TypeError too, as Python's own refusal was."""
+
+
+def options_by_keyword(function: _Function) -> _Function:
+    """``function``, refusing values given after its positional parameters with a :class:`PositionalOptionError`
+    that names its keyword-only options (Python's own bare TypeError names none), the one each value fits by the
+    type of its default where every value fits one (``cmap='jet'``, ``device='cpu'``)."""
+    parameters = inspect.signature(function).parameters.values()
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    defaults = {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY}
+
+    @functools.wraps(function)
+    def checked(*args: object, **kwargs: object) -> object:
+        if len(args) > len(positional):
+            extra = args[len(positional):]
+            raise PositionalOptionError(positional_refusal(
+                function.__name__, " and ".join(positional), ", ".join(positional), list(defaults), extra,
+                _fitting_keywords(defaults, extra)))
+        return function(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def _fitting_keywords(defaults: dict[str, object], extra: tuple[object, ...]) -> str:
+    """``cmap='jet'``: each value of ``extra`` named by the first keyword not yet used whose default has its type,
+    or ``""`` when some value fits none."""
+    named = {}
+    for value in extra:
+        fitting = [name for name, default in defaults.items() if name not in named and default is not None
+                   and default is not inspect.Parameter.empty and type(default) is type(value)]
+        if not fitting:
+            return ""
+        named[fitting[0]] = value
+    return ", ".join(f"{name}={value!r}" for name, value in named.items())
 
 
 def path_of(value: object, name: str, wanted: str, instead: str) -> str:

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from scipy import special
 
-from vitroll.errors import InputTypeError, InputValueError, OptionValueError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, options_by_keyword
 from vitroll.preprocess import CropGeometry
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ def _check_geometry(geometry: object) -> None:
                              f"geometry = Preprocessing.from_model(model)(image)); got {type(geometry).__name__}")
 
 
+@options_by_keyword
 def to_original(
     grid_map: "np.ndarray | torch.Tensor", geometry: CropGeometry, *, interpolation: Interpolation = "bilinear"
 ) -> np.ndarray:
@@ -135,6 +136,7 @@ def to_original(
     return warped
 
 
+@options_by_keyword
 def normalize(
     saliency: np.ndarray, *, mode: Literal["minmax", "percentile"] = "minmax",
     percentiles: tuple[float, float] = (1.0, 99.0),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import numpy as np
 
 from vitroll.colormaps import named_colormap
-from vitroll.errors import InputTypeError, InputValueError, OptionValueError
+from vitroll.errors import InputTypeError, InputValueError, OptionValueError, options_by_keyword
 from vitroll.io.names import readable
 from vitroll.maps import Interpolation, as_map, held_float, normalize, scaled_into_float32, to_original, upsample
 from vitroll.preprocess import CropGeometry
@@ -144,6 +144,7 @@ def _rgb_advice(given: object, image: np.ndarray) -> str:
     return ""
 
 
+@options_by_keyword
 def overlay(
     image: np.ndarray,
     heatmap: "np.ndarray | object",
@@ -252,7 +253,8 @@ def _warn_if_stretched(grid_hw: tuple[int, ...], image_hw: tuple[int, ...]) -> N
                   f"{image_hw[0]}×{image_hw[1]} pixels (H×W), another shape: where the model saw a centre crop, the "
                   "map lands off the pixels it is of. Give geometry=Preprocessing.from_model(model).geometry("
                   "image.shape[:2]) to put it where the model looked (or a map in the image's pixels, "
-                  "vitroll.to_original(grid_map, geometry))", UserWarning, stacklevel=3)
+                  "vitroll.to_original(grid_map, geometry))", UserWarning,
+                  stacklevel=4)  # past this function, overlay and its options_by_keyword check: the caller's line
 
 
 def _finite_range(saliency: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
-from typing import Hashable, Iterable, Iterator, Mapping, NamedTuple, Optional, Protocol
+from typing import Hashable, Iterable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 
 def counted(number: int, noun: str) -> str:
@@ -14,6 +14,20 @@ def counted(number: int, noun: str) -> str:
     if number == 1:
         return f"{number} {noun}"
     return f"{number} {noun[:-1]}ies" if noun.endswith("y") else f"{number} {noun}s"
+
+
+def positional_refusal(verb: str, takes: str, call: str, keywords: Sequence[str], extra: tuple[object, ...],
+                       suggestion: str = "") -> str:
+    """Why ``verb``, which ``takes`` its arguments ``call`` positionally and the ``keywords`` only by name, refuses
+    ``extra``, the values given after them; ``suggestion`` (``cmap='jet'``) is the call's tail that names them, by
+    default the first keyword."""
+    more = ", ".join(repr(value) for value in extra)
+    given = f"got {counted(len(extra), 'more positional argument')} ({more})"
+    if not keywords:
+        return f"{verb} takes {takes}, and no option; {given}"
+    return (f"{verb} takes {takes} positionally and every option by keyword; {given}: name "
+            f"{'it' if len(extra) == 1 else 'each'}, as {verb}({call}, {suggestion or keywords[0] + '=…'}) "
+            f"(its options: {', '.join(keywords)})")
 
 
 def with_article(word: str) -> str:

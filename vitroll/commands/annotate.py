@@ -155,11 +155,11 @@ def _run_in_group(args: argparse.Namespace, options: AnnotateOptions) -> int:
     rank, world_size = world()
     try:
         with together(rank, world_size):  # a bad --model under torchrun: one line, not one per rank
+            settings = settings_from_args(args)  # a bad --option is told before a folder that holds no image
             inputs = find_inputs(args.input, args.out, options)  # before a model load that may take minutes
             left_out = heif_photos(args.input, recursive=args.recursive, exclude=args.out) if rank == 0 else ""
             if left_out:  # told by rank 0 alone, so the other ranks do not walk the folder again for it
                 print(single_line(f"vitroll: warning: {args.input}: left out {left_out}"), file=sys.stderr)
-            settings = settings_from_args(args)
             model = model_from_args(args)
             preprocessing = preprocessing_from_args(model, args)
             names = class_names(model, args.class_names)

@@ -36,7 +36,7 @@ from vitroll.io.text import TextReadout, TokenBatch
 from vitroll.methods.inputs import Batch, Inputs, model_batch
 from vitroll.methods.map_checks import UNTRAINED, shown_values, warn_constant_maps, warn_non_finite_maps
 from vitroll.methods.text_batch import Position
-from vitroll.wording import argument, counted
+from vitroll.wording import argument, positional_refusal
 
 _NO_DEFAULT = inspect.Parameter.empty
 _NONE_WORDS = ("none", "None", "null")
@@ -393,13 +393,7 @@ METHODS: dict[str, Method] = {}
 def _positional_refusal(verb: str, method: Method, extra: tuple[object, ...]) -> str:
     """Why ``verb`` (its Python name: ``random_map`` for method ``random``) refuses ``extra``, the values given after
     the model and the inputs, naming the keywords to give them by."""
-    more = ", ".join(repr(value) for value in extra)
-    given = f"got {counted(len(extra), 'more positional argument')} ({more})"
-    if not method.options:
-        return f"{verb} takes the model and the inputs, and no option; {given}"
-    return (f"{verb} takes the model and the inputs positionally and every option by keyword; {given}: name "
-            f"{'it' if len(extra) == 1 else 'each'}, as {verb}(model, inputs, {next(iter(method.options))}=…) "
-            f"(its options: {method.option_list()})")
+    return positional_refusal(verb, "the model and the inputs", "model, inputs", list(method.options), extra)
 
 
 def register_method(name: str, *, needs_gradients: bool = False, requires: tuple[str, ...] = (),

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from vitroll.checkpoints import load_state, model_part, read_checkpoint
-from vitroll.errors import ForeignWeightsError, ModelLoadError, UnsupportedModelError, path_of
+from vitroll.errors import (ForeignWeightsError, ModelLoadError, UnsupportedModelError, options_by_keyword,
+                            path_of)
 from vitroll.preprocess import Preprocessing
 from vitroll.models.hub import cache_only, hub_reachable, is_hub_name
 from vitroll.models.open_clip import OPEN_CLIP_PREFIX, build_open_clip, check_open_clip_name
@@ -201,6 +202,7 @@ def _read_if_given(checkpoint: "str | os.PathLike[str] | None", trust: bool) -> 
     return read_checkpoint(checkpoint, trust=trust) if checkpoint is not None else None
 
 
+@options_by_keyword
 def load_model(
     name: "str | os.PathLike[str]",
     *,
