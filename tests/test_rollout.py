@@ -156,6 +156,34 @@ def test_raw_attention_and_per_head_maps_match_reference(case):
     np.testing.assert_allclose(fused[0].numpy(), heads.mean(axis=0), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("head_fusion", ["max", "min"])
+@pytest.mark.parametrize("layer", [-1, 0])
+def test_raw_attention_fuses_heads_as_asked(case, head_fusion, layer):
+    """``attention(head_fusion="max")`` was tested only through ``record_attention``: a head_fusion swapped for the
+    mean between ``attention`` and the recorder went unseen. Every image against the float64 reference: the layer's
+    heads fused, then its decision row (both prefix rows halved for distilled DeiT, the patch rows' mean for a
+    pooled model)."""
+    model, images, per_image = case
+    maps = attention(model, images, head_fusion=head_fusion, layer=layer)
+    _, layout, _ = record_attention(model, images[:1])
+    prefix = layout.num_prefix_tokens
+
+    def decision_row(matrix: np.ndarray) -> np.ndarray:
+        if layout.readout == "class_token":
+            row = matrix[0]
+        elif layout.readout == "prefix_mean":
+            row = both_prefix_rows(layout) @ matrix
+        else:
+            row = matrix[prefix:, :].mean(axis=0)
+        return row[prefix:].reshape(layout.grid)
+
+    for i, per_layer in enumerate(per_image):
+        expected = decision_row(fuse(per_layer[layer], head_fusion))
+        # the mean lies outside the tolerance (DINOv2's near-uniform first layer: by 4e-5 at least)
+        assert np.abs(expected - decision_row(fuse(per_layer[layer], "mean"))).max() > 3e-5
+        np.testing.assert_allclose(maps[i].numpy(), expected, atol=1e-5, rtol=0)
+
+
 def test_full_matrix_row_equals_vector_chain(case):
     model, images, _ = case
     attentions, layout, _ = record_attention(model, images)
