@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
-from vitroll.overlay import GRID_PANEL, colorize, drawable, figure, fit_text, overlay_grid, use_fallback_fonts
+from vitroll.overlay import GRID_PANEL, colorize, drawable, figure, fit_text, lookup_table, overlay_grid, use_fallback_fonts
 from vitroll.overlay import _installed_fallback_fonts
 from vitroll.pipelines.explain import figure_bytes
 from vitroll.preprocess import Preprocessing
@@ -628,3 +628,14 @@ def test_a_map_in_the_images_pixels_given_with_geometry_is_refused_not_taken_for
         "of 224×224 pixels, it is no patch grid, which geometry places; give the grid map (h, w) with geometry, or "
         "this map without geometry")
     assert np.array_equal(overlay(image, placed), overlay(image, np.arange(196.0).reshape(14, 14), geometry=geometry))
+
+
+def test_overlay_pixels_are_the_blend_of_jets_colours_written_out_by_hand():
+    """tests/reference_rendering.py builds its colours with lookup_table, the function under test, so a reversed
+    table or an inverted alpha would pass it: jet's ends are written out here (dark blue 0, 0, 128; dark red 128, 0,
+    0), and a pixel is (1 − α)·image + α·colour, rounded."""
+    assert lookup_table("jet")[0].tolist() == [0, 0, 128]
+    assert lookup_table("jet")[255].tolist() == [128, 0, 0]
+    drawn = overlay(np.full((2, 2, 3), 200, np.uint8), np.array([[0.0, 1.0], [0.0, 0.0]]), cmap="jet", alpha=0.3)
+    assert drawn[0, 0].tolist() == [140, 140, 178]
+    assert drawn[0, 1].tolist() == [178, 140, 140]
