@@ -67,7 +67,6 @@ OPEN_CLIP_TIMM_TRUNKS = {"siglip": ("vit_base_patch16_siglip_224", "map", "none"
 ``timm_pool`` and ``timm_proj``."""
 
 
-
 @contextmanager
 def tiny_timm_trunks(**sizes: object) -> Iterator[None]:
     """Within it, open_clip's ``TimmModel`` builds its trunk with ``sizes`` (``embed_dim=32, depth=2``, …) added to

@@ -704,7 +704,6 @@ def test_html_report_parses_with_table_summary_and_images(audited):
     assert len(rows) == 8
 
 
-
 def test_each_image_of_the_html_report_gives_its_file_number(audited):
     """The case key is a hash with a salt kept nowhere: the file number is what leads from a flagged image back to its
     file (the images table had no such column; only the CSV and JSON carried it)."""
@@ -1005,7 +1004,6 @@ def test_ctrl_c_finishes_the_file_in_flight_and_reports_every_file_not_reached(t
     for path in [*out.rglob("*"), None]:
         text = stdout + stderr if path is None else path.read_bytes().decode("latin-1") if path.is_file() else ""
         assert not [needle for needle in needles if needle in text], path
-
 
 
 @pytest.mark.parametrize("command", ["audit", "annotate", "text"])

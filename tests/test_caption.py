@@ -144,7 +144,6 @@ def test_the_generated_caption_is_the_greedy_one_and_capture_leaves_the_logits_u
         assert all(not parameter.requires_grad or parameter.grad is None for parameter in model.parameters())
 
 
-
 def test_captioning_a_batch_with_a_decoder_whose_pad_is_its_end_token_asks_for_no_attention_mask(images):
     # GPT-2 captioners (nlpconnect/vit-gpt2-image-captioning) pad with their end token; generate then told the user
     # to pass an attention mask, which the pixels it captions have no use for, on every `vitroll caption` of 2 images
@@ -214,7 +213,6 @@ def test_captioner_mistakes_are_named(images):
     vit = transformers.ViTModel(_encoder_config("vit")).eval()
     with pytest.raises(UnsupportedModelError, match="ViTModel is not a captioner"):
         caption_maps(vit, images)
-
 
 
 @pytest.mark.parametrize(("options", "message"), [

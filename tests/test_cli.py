@@ -37,7 +37,6 @@ def test_overlay_writes_original_sized_png_and_prints_top5(tmp_path, capsys):
     assert "random weights" in err
 
 
-
 def test_figures_of_files_named_with_dollars_are_written_with_the_name_as_it_is(tmp_path, capsys):
     names = ["x$\\frac$y.png", "price_$5 and $x^2.png"]
     for name in names:

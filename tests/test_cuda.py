@@ -184,7 +184,6 @@ def test_annotate_on_cuda_writes_the_maps_of_the_cpu_run(tmp_path, cpu_model, cu
         assert np.abs(gpu_map - cpu_map).max() <= tolerance + float(np.spacing(np.float16(cpu_map.max())))
 
 
-
 def test_rollout_records_dense_on_a_gpu_with_room_where_the_cpu_budget_would_factor(cuda_model, monkeypatch):
     from vitroll.capture import FactoredAttention
     from vitroll.capture import recorder as recorder_module

@@ -131,7 +131,6 @@ def test_list_files_keep_their_order_duplicates_and_any_suffix(tmp_path):
                                                  FoundFile(lists / "c.gif", "c.gif")]
 
 
-
 def test_a_text_list_names_files_whose_names_hold_commas_or_quotes(tmp_path):
     """A .txt list (as ``find . -name '*.png' > list.txt`` writes it) was read as CSV: ``Doe, J.png`` was the file
     ``Doe`` and ``"a" b.png`` the file ``a b.png``, both "no such file". A line that names a file as a whole is that

@@ -224,7 +224,6 @@ def test_sanity_flags_maps_that_ignore_the_weights(random_checkpoint):
     assert result.correlations["center"].shape == (5, 6)
 
 
-
 def test_a_method_named_twice_is_evaluated_and_checked_once(random_checkpoint):
     from vitroll.models import load_model
 

@@ -95,7 +95,6 @@ def test_a_single_head_is_that_heads_attention_and_the_grid_shows_every_head_of_
     assert close_to_reference(fused.grid_map, per_layer[1][:, 0, 1:].max(axis=0).reshape(GRID))
 
 
-
 def test_head_labels_of_a_tall_image_stay_in_their_own_cells():
     image = np.full((1200, 400, 3), 200, np.uint8)  # tiles 33 pixels wide under labels 38 pixels wide
     geometry = Preprocessing(input_size=(64, 64), mean=(0.5,) * 3, std=(0.5,) * 3).geometry(image.shape[:2])
@@ -518,7 +517,6 @@ def test_the_servers_copies_of_an_upload_and_its_overlays_are_in_a_folder_only_i
     assert (private.stat().st_mode & 0o777) == 0o700
     assert sorted(path.name for path in private.rglob(f"*{token}*")) == [name, f"scan of patient {token}_overlay.png"]
     assert not [*(Path(tempfile.gettempdir()) / "gradio").rglob(f"*{token}*")]
-
 
 
 def test_closing_a_page_removes_its_full_size_overlays_each_written_once(model, tmp_path, monkeypatch):

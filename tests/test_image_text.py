@@ -236,7 +236,6 @@ def test_strings_are_tokenised_with_the_models_tokenizer(tmp_path):
     assert text_inputs(model, "a dog").labels == ("a dog",)
 
 
-
 @pytest.mark.parametrize("name", ["clip", "open_clip"])
 def test_a_tokenizers_name_given_as_the_tokenizer_is_refused_by_name(name):
     """tokenizer="openai/clip-vit-base-patch32" failed inside the family's tokenize: "'str' object is not callable"."""

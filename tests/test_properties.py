@@ -74,7 +74,6 @@ def test_maps_are_deterministic(model, seed, size, opts):
     assert torch.equal(attention(model, images, head_fusion=fusion), attention(model, images, head_fusion=fusion))
 
 
-
 EXPLAINED = ["chefer", "grad_rollout", "integrated_gradients", "occlusion", "flow", "attention"]
 """Every method whose map could mix the images of a batch: one backward pass for the batch, batched hidden copies,
 batched flow graphs (the random baseline and gradient_shap have their own tests)."""

@@ -260,8 +260,6 @@ def refuse_folders(images: Sequence[str], command: str, advice: Callable[[str], 
             f"{folder} is a folder: `vitroll {command}` takes image files; {advice(shlex.quote(named))}")
 
 
-
-
 def print_sight_warnings(sights: Sequence[tuple[object, Optional[float], Optional[float]]],
                          whole_image: Optional[str] = WHOLE_IMAGE_FLAGS) -> None:
     """``vitroll: warning:`` lines on stderr for the images whose maps say little

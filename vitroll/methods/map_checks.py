@@ -27,7 +27,6 @@ UNTRAINED = ("drawn from its minimum to its maximum, a spread this small fills t
 """What a near-constant map means when its method knows no more specific cause."""
 
 
-
 @dataclass
 class _ConstantMaps:
     """What a run's batches told of one key's constant maps: the first's words, how many inputs and batches."""
