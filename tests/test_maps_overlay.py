@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from vitroll import overlay
 from vitroll.maps import grid_box_in_original, key_patches, normalize, peak_location, summary, to_original, upsample
-from vitroll.overlay import GRID_PANEL, colorize, drawable, figure, fit_text, lookup_table, overlay_grid, use_fallback_fonts
+from vitroll.overlay import GRID_PANEL, colorize, drawable, figure, fit_text, lookup_table, overlay_grid
+from vitroll.overlay import use_fallback_fonts
 from vitroll.overlay import _installed_fallback_fonts
 from vitroll.pipelines.explain import figure_bytes
 from vitroll.preprocess import Preprocessing
